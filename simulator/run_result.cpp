@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 namespace shardscope {
 
@@ -172,26 +173,22 @@ RunOverview OverviewOf(const RunResult& run) {
 
 namespace {
 
-// FNV-1a over raw bytes; good enough to bucket candidate classes (equality is checked exactly).
-struct Fnv {
-  uint64_t h = 1469598103934665603ull;
-  void Bytes(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) {
-      h ^= b[i];
-      h *= 1099511628211ull;
-    }
+// Word-at-a-time hash to bucket candidate classes (equality is then checked exactly).
+struct Hasher {
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  void Word(uint64_t v) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
   }
-  template <typename T>
-  void Pod(const T& v) { Bytes(&v, sizeof(v)); }
+  void Int(int64_t v) { Word(static_cast<uint64_t>(v)); }
   void Double(double v) {
     if (v == 0) v = 0;  // +0 and -0 compare equal, so they must hash equal
-    Pod(v);
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    Word(bits);
   }
-  void Str(const std::string& s) {
-    Pod(s.size());
-    Bytes(s.data(), s.size());
-  }
+  void Str(const std::string& s) { Word(std::hash<std::string_view>{}(s)); }
 };
 
 bool SameDetail(const DeviceClass& a, const DeviceClass& b) {
@@ -202,40 +199,56 @@ bool SameDetail(const DeviceClass& a, const DeviceClass& b) {
 }  // namespace
 
 uint64_t HashDeviceDetail(const DeviceClass& d) {
-  Fnv f;
+  Hasher f;
   f.Str(d.label);
-  f.Pod(d.peak_memory_bytes);
+  f.Int(d.peak_memory_bytes);
   f.Double(d.peak_memory_time_s);
-  f.Pod(d.events.size());
+  f.Int(d.events.size());
   for (const auto& e : d.events) {
-    f.Pod(static_cast<uint8_t>(e.stream));
+    f.Int(static_cast<int64_t>(e.stream));
     f.Double(e.start_s);
     f.Double(e.duration_s);
     f.Str(e.instruction);
     f.Str(e.kind);
-    f.Pod(e.bytes);
+    f.Int(e.bytes);
     f.Double(e.flops);
   }
-  f.Pod(d.memory.size());
+  f.Int(d.memory.size());
   for (const auto& m : d.memory) {
     f.Double(m.time_s);
-    for (int64_t b : m.bytes) f.Pod(b);
+    for (int64_t b : m.bytes) f.Int(b);
   }
-  f.Pod(d.peak_buffers.size());
+  f.Int(d.peak_buffers.size());
   for (const auto& b : d.peak_buffers) {
     f.Str(b.name);
-    f.Pod(b.bytes);
-    f.Pod(static_cast<uint8_t>(b.category));
+    f.Int(b.bytes);
+    f.Int(static_cast<int64_t>(b.category));
   }
   return f.h;
 }
 
-Result<int32_t> DeviceClassBuilder::Add(int64_t device, DeviceClass detail) {
+namespace {
+Status CheckNewDevice(int64_t device, const std::vector<int32_t>& map) {
   if (device < 0) return Error("device id must be >= 0, got " + std::to_string(device));
-  if (device > (int64_t{1} << 31))
-    return Error("device id " + std::to_string(device) + " is too large");
-  if (static_cast<size_t>(device) < map_.size() && map_[static_cast<size_t>(device)] >= 0)
+  if (device >= (int64_t{1} << 31)) return Error("device id " + std::to_string(device) + " is too large");
+  if (static_cast<size_t>(device) < map.size() && map[static_cast<size_t>(device)] >= 0)
     return Error("device " + std::to_string(device) + " was added twice");
+  return Status::Ok();
+}
+}  // namespace
+
+Status DeviceClassBuilder::AddToClass(int64_t device, int32_t class_index) {
+  if (Status s = CheckNewDevice(device, map_); !s.ok()) return s;
+  if (class_index < 0 || class_index >= static_cast<int32_t>(classes_.size()))
+    return Error("device " + std::to_string(device) + ": no device class " + std::to_string(class_index) +
+                 " (there are " + std::to_string(classes_.size()) + ")");
+  if (static_cast<size_t>(device) >= map_.size()) map_.resize(static_cast<size_t>(device) + 1, -1);
+  map_[static_cast<size_t>(device)] = class_index;
+  return Status::Ok();
+}
+
+Result<int32_t> DeviceClassBuilder::Add(int64_t device, DeviceClass detail) {
+  if (Status s = CheckNewDevice(device, map_); !s.ok()) return s.error();
   for (auto& e : detail.events) e.device = -1;
   uint64_t h = HashDeviceDetail(detail);
   int32_t cls = -1;

@@ -179,6 +179,9 @@ class DeviceClassBuilder {
   // Returns the class index `device` was assigned. Event device fields are ignored.
   // Error on a negative device or a device added twice.
   Result<int32_t> Add(int64_t device, DeviceClass detail);
+  // For an engine that already knows `device` behaves exactly like an existing class (e.g. by
+  // symmetry): assigns it without comparing detail. Error on a bad device or class index.
+  Status AddToClass(int64_t device, int32_t class_index);
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
   // Moves the classes and map into `run` and sets run.summary.num_devices. Error when some device
   // below the highest one added was never added.

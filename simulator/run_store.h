@@ -110,6 +110,7 @@ class RunStore {
   Error DbError(std::string_view what) const;
   Status Exec(const char* sql, std::string_view what);
   Status InitSchema();
+  Status EnableWal();
   Result<int32_t> ClassOfDevice(int64_t run_id, int64_t device);
   Result<RunOverview> LoadOverview(int64_t run_id);
   Result<std::vector<std::string>> LoadStrings(int64_t run_id);

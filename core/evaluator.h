@@ -1,0 +1,72 @@
+// The reference evaluator: runs an HLO module on one device with dense tensors (Eigen for dot).
+//
+// Semantics follow XLA's HloEvaluator where XLA leaves a choice open:
+//  - dynamic-slice / dynamic-update-slice / gather clamp start indices into range;
+//  - scatter skips an update whose window does not fit into the operand;
+//  - reductions (reduce, dot, convolution, all-reduce) accumulate in double and round the result to
+//    the output type once (XLA accumulates bf16 in f32 on TPU; element-by-element bf16 rounding of
+//    a long sum would make every reordering look like a bug);
+//  - every write rounds to the element type (bf16 values are always bf16-representable);
+//  - integer division by zero gives -1 (unsigned: all ones), x % 0 gives x;
+//  - float -> int conversion truncates and saturates, NaN -> 0.
+// Collectives need the other devices: Evaluate() runs a module that contains any on a one-device
+// virtual cluster (core/virtual_cluster.h); Evaluator::EvaluateInstruction refuses them.
+// Unsupported ops give an Error naming the op and the instruction, never a crash.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ir.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace shardscope {
+
+struct EvalOptions {
+  uint64_t rng_seed = 0x5eedULL;       // rng op
+  int64_t partition_id = 0;            // partition-id op
+  int64_t replica_id = 0;              // replica-id op
+  int64_t max_while_iterations = 10'000'000;  // a while loop running longer is reported as an Error
+};
+
+class Evaluator {
+ public:
+  explicit Evaluator(EvalOptions options = {});
+
+  const EvalOptions& options() const { return options_; }
+  void set_partition_id(int64_t id) { options_.partition_id = id; }
+  void set_replica_id(int64_t id) { options_.replica_id = id; }
+
+  // Runs the entry computation. `args` must match the entry parameters (shape checked).
+  Result<Tensor> EvaluateModule(const Module& module, const std::vector<Tensor>& args);
+  Result<Tensor> EvaluateComputation(const Computation& computation, const std::vector<Tensor>& args);
+  // One instruction given its operand values (in operand order). Called computations (while,
+  // call, conditional, to_apply, comparators) run on this device. Collectives give an Error.
+  Result<Tensor> EvaluateInstruction(const Instruction& inst, const std::vector<const Tensor*>& operands);
+
+  // The instructions of `c` in evaluation order (cached).
+  const std::vector<const Instruction*>& Order(const Computation& c);
+
+ private:
+  Result<Tensor> Dispatch(const Instruction& inst, const std::vector<const Tensor*>& ops);
+
+  EvalOptions options_;
+  std::mt19937_64 rng_;
+  std::unordered_map<const Computation*, std::vector<const Instruction*>> order_cache_;
+  int64_t depth_ = 0;
+};
+
+// Runs `module` on one device. A module containing collectives runs on a one-device virtual
+// cluster (every group is that device alone).
+Result<Tensor> Evaluate(const Module& module, const std::vector<Tensor>& args, const EvalOptions& options = {});
+
+// Checks that `args` fit the parameters of `c` (count and shapes); the Error names the parameter.
+Status CheckArguments(const Computation& c, const std::vector<Tensor>& args);
+
+// "%name (opcode) in computation" for messages.
+std::string DescribeInstruction(const Instruction& inst);
+
+}  // namespace shardscope

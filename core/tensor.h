@@ -1,0 +1,112 @@
+// Dense tensors for the reference evaluator: a shape plus row-major storage, or a tuple of tensors.
+//
+// Storage by element type:
+//   f32, bf16, f16, f8*  -> float, rounded to the type's precision on every write (so a bf16 tensor
+//                           only ever holds bf16-representable values and results match bf16 math)
+//   f64                  -> double
+//   pred, s*, u*         -> int64_t, wrapped to the type's width on every write (s32 overflow wraps
+//                           like s32; pred holds 0 or 1; u64 keeps its bit pattern)
+//   token                -> no data
+// Complex types are not supported (an evaluator Error, never a crash).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/shape.h"
+#include "core/status.h"
+
+namespace shardscope {
+
+class Tensor {
+ public:
+  enum class Storage : uint8_t { kNone, kFloat, kDouble, kInt };
+
+  Tensor() = default;  // invalid (type kInvalid, no data)
+  // Zero-filled tensor of `shape` (tuples recursively, tokens empty).
+  explicit Tensor(const Shape& shape);
+  static Tensor Tuple(std::vector<Tensor> elements);
+  static Tensor Token();
+  // A scalar of type `t` holding `v` (rounded/wrapped to the type).
+  static Tensor Scalar(PrimitiveType t, double v);
+  // Row-major values; Error when the count does not match the dims or the type is unsupported.
+  static Result<Tensor> FromValues(PrimitiveType t, std::vector<int64_t> dims, const std::vector<double>& values);
+  static Result<Tensor> FromInts(PrimitiveType t, std::vector<int64_t> dims, const std::vector<int64_t>& values);
+
+  // Whether element type `t` can be held (arrays of it).
+  static bool SupportsType(PrimitiveType t);
+  static Storage StorageFor(PrimitiveType t);
+
+  bool valid() const { return shape_.type != PrimitiveType::kInvalid; }
+  const Shape& shape() const { return shape_; }
+  PrimitiveType type() const { return shape_.type; }
+  const std::vector<int64_t>& dims() const { return shape_.dims; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.dims.size()); }
+  int64_t dim(int64_t i) const { return shape_.dims[static_cast<size_t>(i)]; }
+  // Number of array elements (0 for tuples and tokens).
+  int64_t size() const { return size_; }
+  bool IsTuple() const { return shape_.IsTuple(); }
+  bool IsArray() const { return shape_.IsArray(); }
+  Storage storage() const { return storage_; }
+
+  const std::vector<Tensor>& elements() const { return tuple_; }
+  std::vector<Tensor>& mutable_elements() { return tuple_; }
+  const Tensor& element(int64_t i) const { return tuple_[static_cast<size_t>(i)]; }
+  int64_t element_count() const { return static_cast<int64_t>(tuple_.size()); }
+
+  // Element access by row-major linear index (arrays).
+  double GetDouble(int64_t i) const;
+  int64_t GetInt(int64_t i) const;  // floats truncate toward zero (NaN -> 0)
+  void SetDouble(int64_t i, double v);
+  void SetInt(int64_t i, int64_t v);
+  // Multi-index access.
+  double At(const std::vector<int64_t>& index) const;
+  int64_t LinearIndex(const std::vector<int64_t>& index) const;
+
+  std::vector<double> ToDoubles() const;
+  std::vector<int64_t> ToInts() const;
+
+  // Raw storage (the vector that matches storage()).
+  std::vector<float>& floats() { return f_; }
+  const std::vector<float>& floats() const { return f_; }
+  std::vector<double>& doubles() { return d_; }
+  const std::vector<double>& doubles() const { return d_; }
+  std::vector<int64_t>& ints() { return i_; }
+  const std::vector<int64_t>& ints() const { return i_; }
+
+  // Same shape (type and dims, layouts ignored) and identical values (NaN equals NaN).
+  bool Identical(const Tensor& o) const;
+
+  // Changes the dims without touching the data; the element count must stay the same.
+  void SetDimsUnchecked(std::vector<int64_t> dims) { shape_.dims = std::move(dims); shape_.minor_to_major.clear(); shape_.has_layout = false; }
+
+  // "f32[2,3] {1, 2, 3, 4, 5, 6}" (at most `max_elements` values; tuples recursively).
+  std::string ToString(int64_t max_elements = 64) const;
+
+ private:
+  Shape shape_;
+  Storage storage_ = Storage::kNone;
+  int64_t size_ = 0;
+  std::vector<float> f_;
+  std::vector<double> d_;
+  std::vector<int64_t> i_;
+  std::vector<Tensor> tuple_;
+};
+
+// Rounds `v` to the precision of floating type `t` (f32: float rounding; bf16/f16: round to nearest
+// even; f8 types: reduce-precision to their exponent/mantissa widths). f64 returns v.
+float RoundToFloatType(PrimitiveType t, double v);
+// Wraps `v` to integer type `t` (two's complement, the type's width); pred -> 0/1.
+int64_t WrapToIntType(PrimitiveType t, int64_t v);
+// Bit width of an integer/pred type (pred 1 ... s64 64).
+int BitWidth(PrimitiveType t);
+// XLA's reduce-precision on an f32 value (round mantissa to nearest even, then overflow to inf /
+// underflow to zero by exponent range).
+float ReducePrecisionF32(float x, int exponent_bits, int mantissa_bits);
+
+// Row-major strides of `dims`.
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
+int64_t ElementCountOf(const std::vector<int64_t>& dims);
+
+}  // namespace shardscope

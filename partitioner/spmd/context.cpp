@@ -1,0 +1,589 @@
+#include "partitioner/spmd/context.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <sstream>
+
+namespace shardscope::spmd {
+
+std::unordered_map<Opcode, Handler>& HandlerRegistry() {
+  static std::unordered_map<Opcode, Handler> registry;
+  return registry;
+}
+
+RegisterHandler::RegisterHandler(std::initializer_list<Opcode> ops, Handler h) {
+  for (Opcode op : ops) HandlerRegistry()[op] = h;
+}
+
+std::string GroupsToString(const std::vector<std::vector<int64_t>>& groups) {
+  std::string s = "{";
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (i) s += ",";
+    s += "{";
+    for (size_t j = 0; j < groups[i].size(); ++j) {
+      if (j) s += ",";
+      s += std::to_string(groups[i][j]);
+    }
+    s += "}";
+  }
+  return s + "}";
+}
+
+namespace {
+int64_t Product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (int64_t x : v) p *= x;
+  return p;
+}
+int64_t ShardBytes(const TileMap& m, const Shape& base) {
+  return Product(m.ShardShape(base.dims)) * PrimitiveTypeBytes(base.type);
+}
+ReplicaGroups MakeGroups(const std::vector<std::vector<int64_t>>& groups) {
+  ReplicaGroups rg;
+  rg.groups = groups;
+  return rg;
+}
+}  // namespace
+
+SpmdContext::SpmdContext(const Module& original, Module* out, int64_t num_devices, const SpmdOptions& options,
+                         PartitionResult* result)
+    : original_(original), out_(out), n_(num_devices), options_(options), result_(result) {}
+
+const PValue& SpmdContext::Get(const Instruction* orig) const {
+  static const PValue kMissing;
+  auto it = values_.find(orig);
+  return it == values_.end() ? kMissing : it->second;
+}
+
+HloSharding SpmdContext::ShardingOf(const Instruction& orig) {
+  if (orig.has_sharding()) return *orig.sharding();
+  return HloSharding::Replicate();
+}
+
+void SpmdContext::set_origin(const Instruction* orig) {
+  origin_ = orig;
+  if (!orig) {
+    origin_key_.clear();
+    return;
+  }
+  const Computation* c = orig->parent();
+  origin_key_ = (c && c->parent() && c != c->parent()->entry()) ? c->name() + "/" + orig->name() : orig->name();
+}
+
+Instruction* SpmdContext::Emit(Opcode op, Shape shape, std::vector<Instruction*> operands) {
+  std::string base = origin_ ? origin_->name() : std::string(OpcodeName(op));
+  if (origin_ && op != origin_->opcode()) base = std::string(OpcodeName(op));
+  Instruction* i = comp_->AddInstruction(op, std::move(shape), std::move(operands), base);
+  if (origin_) {
+    result_->origin_map[origin_key_].push_back(i->name());
+    if (!origin_->metadata.empty()) i->metadata = origin_->metadata;
+  }
+  return i;
+}
+
+Instruction* SpmdContext::ConstantScalar(PrimitiveType t, double v) {
+  Instruction* c = Emit(Opcode::kConstant, Shape::Scalar(t), {});
+  std::ostringstream os;
+  if (t == PrimitiveType::kPred) os << (v != 0 ? "true" : "false");
+  else if (IsInteger(t)) os << static_cast<int64_t>(v);
+  else if (v == std::numeric_limits<double>::infinity()) os << "inf";
+  else if (v == -std::numeric_limits<double>::infinity()) os << "-inf";
+  else os << v;
+  c->literal.text = os.str();
+  c->literal.values = {v};
+  return c;
+}
+
+Instruction* SpmdContext::PartitionId() {
+  if (!partition_id_) partition_id_ = Emit(Opcode::kPartitionId, Shape::Scalar(PrimitiveType::kU32), {});
+  return partition_id_;
+}
+
+Instruction* SpmdContext::TableLookup(const std::vector<int64_t>& table) {
+  bool uniform = std::all_of(table.begin(), table.end(), [&](int64_t v) { return v == table[0]; });
+  if (uniform) return ConstantScalar(PrimitiveType::kS32, static_cast<double>(table.empty() ? 0 : table[0]));
+  Instruction* c = Emit(Opcode::kConstant, Shape(PrimitiveType::kS32, {static_cast<int64_t>(table.size())}), {});
+  std::string text = "{";
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (i) text += ", ";
+    text += std::to_string(table[i]);
+    c->literal.values.push_back(static_cast<double>(table[i]));
+  }
+  c->literal.text = text + "}";
+  Instruction* ds = Emit(Opcode::kDynamicSlice, Shape(PrimitiveType::kS32, {1}), {c, PartitionId()});
+  ds->dynamic_slice_sizes = {1};
+  return Reshape(ds, {});
+}
+
+Instruction* SpmdContext::DynamicSlice(Instruction* x, const std::vector<Instruction*>& offsets,
+                                       std::vector<int64_t> sizes) {
+  std::vector<Instruction*> ops = {x};
+  ops.insert(ops.end(), offsets.begin(), offsets.end());
+  Instruction* ds = Emit(Opcode::kDynamicSlice, Shape(x->shape().type, sizes), std::move(ops));
+  ds->dynamic_slice_sizes = std::move(sizes);
+  return ds;
+}
+
+Instruction* SpmdContext::Slice(Instruction* x, std::vector<int64_t> limits) {
+  if (limits == x->shape().dims) return x;
+  Instruction* s = Emit(Opcode::kSlice, Shape(x->shape().type, limits), {x});
+  s->slice.starts.assign(limits.size(), 0);
+  s->slice.limits = limits;
+  s->slice.strides.assign(limits.size(), 1);
+  return s;
+}
+
+Instruction* SpmdContext::PadHigh(Instruction* x, const std::vector<int64_t>& high, double value) {
+  if (std::all_of(high.begin(), high.end(), [](int64_t h) { return h == 0; })) return x;
+  std::vector<int64_t> dims = x->shape().dims;
+  for (size_t i = 0; i < dims.size(); ++i) dims[i] += high[i];
+  Instruction* pv = ConstantScalar(x->shape().type, value);
+  Instruction* p = Emit(Opcode::kPad, Shape(x->shape().type, dims), {x, pv});
+  p->padding.resize(high.size());
+  for (size_t i = 0; i < high.size(); ++i) p->padding[i].high = high[i];
+  return p;
+}
+
+Instruction* SpmdContext::Reshape(Instruction* x, std::vector<int64_t> dims) {
+  if (dims == x->shape().dims) return x;
+  return Emit(Opcode::kReshape, Shape(x->shape().type, std::move(dims)), {x});
+}
+
+Instruction* SpmdContext::Transpose(Instruction* x, const std::vector<int64_t>& perm) {
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int64_t>(i);
+  if (identity) return x;
+  std::vector<int64_t> dims(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) dims[i] = x->shape().dims[static_cast<size_t>(perm[i])];
+  Instruction* t = Emit(Opcode::kTranspose, Shape(x->shape().type, dims), {x});
+  t->dimensions = perm;
+  t->has_dimensions_attr = true;
+  return t;
+}
+
+Instruction* SpmdContext::Broadcast(Instruction* scalar, const Shape& shape) {
+  Instruction* b = Emit(Opcode::kBroadcast, Shape(scalar->shape().type, shape.dims), {scalar});
+  b->has_dimensions_attr = true;
+  return b;
+}
+
+namespace {
+void RecordCollective(PartitionResult* r, const std::string& origin, Instruction* c, Instruction* operand,
+                      const std::string& groups, const std::string& reason) {
+  InsertedCollective ic;
+  ic.origin = origin;
+  ic.instruction = c->name();
+  ic.kind = c->opcode();
+  ic.bytes_per_device = operand->shape().ByteSize();
+  ic.replica_groups = groups;
+  ic.reason = reason;
+  r->collectives.push_back(std::move(ic));
+}
+}  // namespace
+
+Instruction* SpmdContext::AllGather(Instruction* x, int64_t dim, const std::vector<std::vector<int64_t>>& groups,
+                                    const std::string& reason) {
+  const int64_t g = groups.empty() ? 1 : static_cast<int64_t>(groups[0].size());
+  std::vector<int64_t> dims = x->shape().dims;
+  dims[static_cast<size_t>(dim)] *= g;
+  Instruction* ag = Emit(Opcode::kAllGather, Shape(x->shape().type, dims), {x});
+  ag->dimensions = {dim};
+  ag->has_dimensions_attr = true;
+  ag->replica_groups = MakeGroups(groups);
+  ag->has_replica_groups = true;
+  ag->channel_id = NextChannelId();
+  ag->use_global_device_ids = true;
+  RecordCollective(result_, origin_key_, ag, x, GroupsToString(groups), reason);
+  return ag;
+}
+
+Instruction* SpmdContext::AllReduce(Instruction* x, Computation* reducer,
+                                    const std::vector<std::vector<int64_t>>& groups, const std::string& reason) {
+  Instruction* ar = Emit(Opcode::kAllReduce, x->shape(), {x});
+  ar->mutable_called_computations() = {reducer};
+  ar->replica_groups = MakeGroups(groups);
+  ar->has_replica_groups = true;
+  ar->channel_id = NextChannelId();
+  ar->use_global_device_ids = true;
+  RecordCollective(result_, origin_key_, ar, x, GroupsToString(groups), reason);
+  return ar;
+}
+
+Instruction* SpmdContext::ReduceScatter(Instruction* x, Computation* reducer, int64_t dim,
+                                        const std::vector<std::vector<int64_t>>& groups, const std::string& reason) {
+  const int64_t g = groups.empty() ? 1 : static_cast<int64_t>(groups[0].size());
+  std::vector<int64_t> dims = x->shape().dims;
+  dims[static_cast<size_t>(dim)] /= g;
+  Instruction* rs = Emit(Opcode::kReduceScatter, Shape(x->shape().type, dims), {x});
+  rs->mutable_called_computations() = {reducer};
+  rs->dimensions = {dim};
+  rs->has_dimensions_attr = true;
+  rs->replica_groups = MakeGroups(groups);
+  rs->has_replica_groups = true;
+  rs->channel_id = NextChannelId();
+  rs->use_global_device_ids = true;
+  RecordCollective(result_, origin_key_, rs, x, GroupsToString(groups), reason);
+  return rs;
+}
+
+Instruction* SpmdContext::AllToAll(Instruction* x, int64_t dim, const std::vector<std::vector<int64_t>>& groups,
+                                   const std::string& reason) {
+  Instruction* a = Emit(Opcode::kAllToAll, x->shape(), {x});
+  a->dimensions = {dim};
+  a->has_dimensions_attr = true;
+  a->replica_groups = MakeGroups(groups);
+  a->has_replica_groups = true;
+  a->channel_id = NextChannelId();
+  RecordCollective(result_, origin_key_, a, x, GroupsToString(groups), reason);
+  return a;
+}
+
+Instruction* SpmdContext::CollectivePermute(Instruction* x, const std::vector<std::pair<int64_t, int64_t>>& pairs,
+                                            const std::string& reason) {
+  Instruction* cp = Emit(Opcode::kCollectivePermute, x->shape(), {x});
+  cp->source_target_pairs = pairs;
+  cp->channel_id = NextChannelId();
+  std::string text = "{";
+  for (size_t i = 0; i < pairs.size(); ++i)
+    text += (i ? ",{" : "{") + std::to_string(pairs[i].first) + "," + std::to_string(pairs[i].second) + "}";
+  RecordCollective(result_, origin_key_, cp, x, text + "}", reason);
+  return cp;
+}
+
+Computation* SpmdContext::ScalarReducer(Opcode op, PrimitiveType t) {
+  auto key = std::make_pair(static_cast<int>(op), static_cast<int>(t));
+  auto it = reducers_.find(key);
+  if (it != reducers_.end()) return it->second;
+  std::string name = std::string(OpcodeName(op)) + "." + std::string(PrimitiveTypeName(t)) + ".reducer";
+  Computation* c = out_->AddComputation(name);
+  Instruction* a = c->AddInstruction(Opcode::kParameter, Shape::Scalar(t), {}, "lhs");
+  a->parameter_number = 0;
+  Instruction* b = c->AddInstruction(Opcode::kParameter, Shape::Scalar(t), {}, "rhs");
+  b->parameter_number = 1;
+  c->set_root(c->AddInstruction(op, Shape::Scalar(t), {a, b}, std::string(OpcodeName(op))));
+  // Keep reducers ahead of their users when printed.
+  reducers_[key] = c;
+  return c;
+}
+
+Computation* SpmdContext::CloneScalarComputation(const Computation* src) {
+  if (!src) return nullptr;
+  auto it = cloned_.find(src);
+  if (it != cloned_.end()) return it->second;
+  Computation* c = out_->AddComputation(out_->FindComputation(src->name()) ? src->name() + ".spmd" : src->name());
+  cloned_[src] = c;
+  std::unordered_map<const Instruction*, Instruction*> map;
+  for (Instruction* inst : src->MakePostOrder()) {
+    std::vector<Instruction*> ops;
+    for (Instruction* o : inst->operands()) ops.push_back(map.at(o));
+    Instruction* n = inst->opcode() == Opcode::kGeneric
+                         ? c->AddGeneric(inst->opcode_text(), inst->shape(), ops, inst->name())
+                         : c->AddInstruction(inst->opcode(), inst->shape(), ops, inst->name());
+    // Copy the typed attributes.
+    Instruction tmp = *inst;
+    n->parameter_number = tmp.parameter_number;
+    n->tuple_index = tmp.tuple_index;
+    n->iota_dimension = tmp.iota_dimension;
+    n->dimensions = tmp.dimensions;
+    n->has_dimensions_attr = tmp.has_dimensions_attr;
+    n->comparison = tmp.comparison;
+    n->comparison_type = tmp.comparison_type;
+    n->literal = tmp.literal;
+    n->raw_attributes = tmp.raw_attributes;
+    std::vector<Computation*> called;
+    for (Computation* cc : inst->called_computations()) called.push_back(CloneScalarComputation(cc));
+    n->mutable_called_computations() = called;
+    if (inst->opcode() == Opcode::kParameter) {
+      // Re-register at its number (AddInstruction placed it in order of creation).
+    }
+    map[inst] = n;
+  }
+  if (src->root()) c->set_root(map.at(src->root()));
+  return c;
+}
+
+Result<Shape> SpmdContext::ShardShapeOf(const Shape& base, const HloSharding& sharding) const {
+  if (base.IsTuple()) {
+    std::vector<Shape> leaves;
+    for (size_t i = 0; i < base.tuple.size(); ++i) {
+      HloSharding sub = sharding.IsTuple() && i < sharding.tuple_elements().size() ? sharding.tuple_elements()[i]
+                                                                                   : sharding;
+      auto s = ShardShapeOf(base.tuple[i], sub);
+      if (!s.ok()) return s;
+      leaves.push_back(std::move(s).value());
+    }
+    return Shape::Tuple(std::move(leaves));
+  }
+  if (!base.IsArray()) return base;
+  auto m = TileMap::FromSharding(sharding, base.rank(), n_);
+  if (!m.ok()) return m.error();
+  return Shape(base.type, m->ShardShape(base.dims));
+}
+
+Instruction* SpmdContext::MaskPadding(const PValue& v, const std::vector<int64_t>& dims, double identity) {
+  auto m = TileMap::FromSharding(v.sharding, v.base.rank(), n_);
+  if (!m.ok()) return v.hlo;
+  Instruction* mask = nullptr;
+  const Shape local = v.hlo->shape();
+  for (int64_t d : dims) {
+    const int64_t full = v.base.dim(d);
+    if (!m->HasPadding(d, full)) continue;
+    Instruction* iota = Emit(Opcode::kIota, Shape(PrimitiveType::kS32, local.dims), {});
+    iota->iota_dimension = d;
+    Instruction* off = TableLookup(m->OffsetTable(d, full));
+    Instruction* offb = Broadcast(off, Shape(PrimitiveType::kS32, local.dims));
+    Instruction* pos = Emit(Opcode::kAdd, Shape(PrimitiveType::kS32, local.dims), {iota, offb});
+    Instruction* lim = Broadcast(ConstantScalar(PrimitiveType::kS32, static_cast<double>(full)),
+                                 Shape(PrimitiveType::kS32, local.dims));
+    Instruction* lt = Emit(Opcode::kCompare, Shape(PrimitiveType::kPred, local.dims), {pos, lim});
+    lt->comparison = ComparisonDirection::kLt;
+    mask = mask ? Emit(Opcode::kAnd, Shape(PrimitiveType::kPred, local.dims), {mask, lt}) : lt;
+  }
+  if (!mask) return v.hlo;
+  Instruction* idv = Broadcast(ConstantScalar(local.type, identity), local);
+  return Emit(Opcode::kSelect, local, {mask, v.hlo, idv});
+}
+
+// ---- resharding ------------------------------------------------------------------------------------
+
+Result<ReshardPlan> SpmdContext::PlanReshard(const HloSharding& from, const HloSharding& to, const Shape& base) const {
+  ReshardPlan plan;
+  if (!base.IsArray()) return Error("PlanReshard: not an array: " + base.ToString());
+  if (from == to) {
+    plan.identity = true;
+    return plan;
+  }
+  auto fm = TileMap::FromSharding(from, base.rank(), n_);
+  if (!fm.ok()) return fm.error();
+  auto tm = TileMap::FromSharding(to, base.rank(), n_);
+  if (!tm.ok()) return tm.error();
+  const TileMap& F = *fm;
+  const TileMap& T = *tm;
+  if (F.SameAs(T)) {
+    plan.identity = true;
+    return plan;
+  }
+  const std::vector<int64_t>& full = base.dims;
+  std::vector<ReshardPlan> candidates;
+
+  // 1. Local refinement: dynamic-slice only (replicated -> sharded, partial -> finer).
+  if (IsLocalRefinement(F, T, full)) {
+    ReshardPlan p;
+    p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, T, 0});
+    candidates.push_back(p);
+  }
+  // 2. All-to-all: sharding moves from dim a to dim b over the same devices.
+  for (int64_t a = 0; a < base.rank(); ++a) {
+    for (int64_t b = 0; b < base.rank(); ++b) {
+      if (a == b) continue;
+      const int64_t k = F.tiles(a);
+      if (k <= 1 || F.tiles(b) != 1 || T.tiles(a) != 1 || T.tiles(b) != k) continue;
+      if (full[static_cast<size_t>(a)] % k != 0 || full[static_cast<size_t>(b)] % k != 0) continue;
+      bool ok = true;
+      for (int64_t d = 0; d < base.rank() && ok; ++d)
+        if (d != a && d != b && F.tiles(d) != T.tiles(d)) ok = false;
+      for (int64_t dev = 0; dev < n_ && ok; ++dev) {
+        const auto& fi = F.device(dev).index;
+        const auto& ti = T.device(dev).index;
+        if (ti[static_cast<size_t>(b)] != fi[static_cast<size_t>(a)]) ok = false;
+        for (int64_t d = 0; d < base.rank() && ok; ++d)
+          if (d != a && d != b && fi[static_cast<size_t>(d)] != ti[static_cast<size_t>(d)]) ok = false;
+      }
+      if (!ok) continue;
+      ReshardPlan p;
+      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, T, ShardBytes(F, base) * (k - 1) / k});
+      p.bytes = p.steps.back().bytes;
+      candidates.push_back(p);
+    }
+  }
+  // 3. Collective-permute: same tiling, different devices.
+  if (F.tiles() == T.tiles()) {
+    ReshardPlan p;
+    p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, T, ShardBytes(F, base)});
+    p.bytes = p.steps.back().bytes;
+    candidates.push_back(p);
+  }
+  // 4. All-gather the dims that must be gathered, then refine locally. Try the minimal set and
+  //    gathering everything (always valid).
+  std::vector<int64_t> needed, all_tiled;
+  for (int64_t d = 0; d < base.rank(); ++d) {
+    if (F.tiles(d) > 1) all_tiled.push_back(d);
+    if (F.tiles(d) == 1) continue;
+    const int64_t fs = F.ShardSize(d, full[static_cast<size_t>(d)]);
+    const int64_t ts = T.ShardSize(d, full[static_cast<size_t>(d)]);
+    for (int64_t dev = 0; dev < n_; ++dev) {
+      const int64_t fo = F.Offset(dev, d, full[static_cast<size_t>(d)]);
+      const int64_t to = T.Offset(dev, d, full[static_cast<size_t>(d)]);
+      const int64_t tend = std::min(to + ts, full[static_cast<size_t>(d)]);
+      if (tend > to && (to < fo || tend > std::min(fo + fs, full[static_cast<size_t>(d)]))) {
+        needed.push_back(d);
+        break;
+      }
+    }
+  }
+  for (const auto& gather : {needed, all_tiled}) {
+    if (gather.empty()) continue;
+    ReshardPlan p;
+    TileMap cur = F;
+    for (int64_t d : gather) {
+      TileMap next = cur.Gathered({d});
+      const int64_t t = cur.tiles(d);
+      int64_t bytes = ShardBytes(cur, base) * (t - 1);
+      p.steps.push_back({ReshardStep::Kind::kAllGather, {d}, cur, next, bytes});
+      p.bytes += bytes;
+      cur = next;
+    }
+    if (!IsLocalRefinement(cur, T, full)) continue;
+    if (!cur.SameAs(T)) p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, cur, T, 0});
+    candidates.push_back(p);
+  }
+  if (candidates.empty()) return Error("no resharding plan from " + from.ToString() + " to " + to.ToString());
+  auto best = std::min_element(candidates.begin(), candidates.end(), [](const ReshardPlan& x, const ReshardPlan& y) {
+    if (x.bytes != y.bytes) return x.bytes < y.bytes;
+    return x.steps.size() < y.steps.size();
+  });
+  return *best;
+}
+
+Result<Instruction*> SpmdContext::EmitPlan(const PValue& v, const ReshardPlan& plan, const HloSharding& target) {
+  Instruction* x = v.hlo;
+  const std::vector<int64_t>& full = v.base.dims;
+  const std::string reason = "reshard " + v.sharding.ToString() + " -> " + target.ToString();
+  for (const ReshardStep& st : plan.steps) {
+    switch (st.kind) {
+      case ReshardStep::Kind::kDynamicSlice: {
+        std::vector<int64_t> sizes = st.after.ShardShape(full);
+        std::vector<Instruction*> offsets;
+        std::vector<int64_t> high(full.size(), 0);
+        bool any = false;
+        for (size_t d = 0; d < full.size(); ++d) {
+          std::vector<int64_t> table(static_cast<size_t>(n_));
+          for (int64_t dev = 0; dev < n_; ++dev) {
+            table[static_cast<size_t>(dev)] = st.after.Offset(dev, static_cast<int64_t>(d), full[d]) -
+                                              st.before.Offset(dev, static_cast<int64_t>(d), full[d]);
+            high[d] = std::max(high[d], table[static_cast<size_t>(dev)] + sizes[d] - x->shape().dims[d]);
+          }
+          any |= sizes[d] != x->shape().dims[d] || std::any_of(table.begin(), table.end(), [](int64_t t) { return t; });
+          offsets.push_back(TableLookup(table));
+        }
+        if (!any) break;
+        x = PadHigh(x, high, 0.0);
+        x = DynamicSlice(x, offsets, sizes);
+        break;
+      }
+      case ReshardStep::Kind::kAllGather: {
+        const int64_t d = st.dims[0];
+        x = AllGather(x, d, st.before.GroupsAlong({d}), reason);
+        // Drop the padding of uneven shards once the dim is whole.
+        std::vector<int64_t> limits = x->shape().dims;
+        limits[static_cast<size_t>(d)] = std::min(limits[static_cast<size_t>(d)], full[static_cast<size_t>(d)]);
+        x = Slice(x, limits);
+        break;
+      }
+      case ReshardStep::Kind::kAllToAll: {
+        const int64_t a = st.dims[0], b = st.dims[1];
+        const int64_t k = st.before.tiles(a);
+        std::vector<int64_t> dims = x->shape().dims;  // dim a: A/k, dim b: B
+        std::vector<int64_t> split;
+        for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
+          if (d == b) {
+            split.push_back(k);
+            split.push_back(dims[static_cast<size_t>(d)] / k);
+          } else {
+            split.push_back(dims[static_cast<size_t>(d)]);
+          }
+        }
+        x = Reshape(x, split);
+        x = AllToAll(x, b, st.before.GroupsAlong({a}), reason);
+        // Move the source-index dim (at b) to just before a, then merge it into a.
+        const int64_t a_pos = a < b ? a : a + 1;
+        std::vector<int64_t> perm;
+        for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
+          if (d == b) continue;
+          if (d == a_pos) perm.push_back(b);
+          perm.push_back(d);
+        }
+        x = Transpose(x, perm);
+        const std::vector<int64_t>& td = x->shape().dims;
+        // After the transpose the source-index dim sits at index a, directly before a's data:
+        // merge indices a and a+1.
+        std::vector<int64_t> out;
+        for (size_t d = 0; d < td.size(); ++d) {
+          if (static_cast<int64_t>(d) == a) {
+            out.push_back(td[d] * td[d + 1]);
+            ++d;
+          } else {
+            out.push_back(td[d]);
+          }
+        }
+        x = Reshape(x, out);
+        break;
+      }
+      case ReshardStep::Kind::kCollectivePermute: {
+        // Match the k-th holder of each tile under `before` to the k-th wanter under `after`.
+        std::map<std::vector<int64_t>, std::vector<int64_t>> holders, wanters;
+        for (int64_t dev = 0; dev < n_; ++dev) {
+          holders[st.before.device(dev).index].push_back(dev);
+          wanters[st.after.device(dev).index].push_back(dev);
+        }
+        std::vector<std::pair<int64_t, int64_t>> pairs;
+        for (auto& [tile, ws] : wanters) {
+          auto& hs = holders[tile];
+          // Keep devices that already hold the tile in place.
+          std::vector<int64_t> free_h, free_w;
+          for (int64_t w : ws)
+            if (std::find(hs.begin(), hs.end(), w) != hs.end()) pairs.emplace_back(w, w);
+            else free_w.push_back(w);
+          for (int64_t h : hs)
+            if (std::find(ws.begin(), ws.end(), h) == ws.end()) free_h.push_back(h);
+          for (size_t i = 0; i < free_w.size() && i < free_h.size(); ++i) pairs.emplace_back(free_h[i], free_w[i]);
+        }
+        std::sort(pairs.begin(), pairs.end());
+        x = CollectivePermute(x, pairs, reason);
+        break;
+      }
+    }
+  }
+  return x;
+}
+
+Result<Instruction*> SpmdContext::Reshard(const PValue& v, const HloSharding& target) {
+  if (!v.hlo) return Error("internal: resharding a value that was not partitioned");
+  if (v.base.IsTuple()) return ReshardAny(v, target);
+  if (!v.base.IsArray()) return v.hlo;
+  auto plan = PlanReshard(v.sharding, target, v.base);
+  if (!plan.ok()) return plan.error();
+  if (plan->identity) return v.hlo;
+  return EmitPlan(v, *plan, target);
+}
+
+Result<Instruction*> SpmdContext::ReshardAny(const PValue& v, const HloSharding& target) {
+  if (!v.base.IsTuple()) return Reshard(v, target);
+  std::vector<Instruction*> leaves;
+  bool changed = false;
+  for (size_t i = 0; i < v.base.tuple.size(); ++i) {
+    const Shape& leaf_base = v.base.tuple[i];
+    HloSharding from = v.sharding.IsTuple() && i < v.sharding.tuple_elements().size()
+                           ? v.sharding.tuple_elements()[i] : v.sharding;
+    HloSharding to = target.IsTuple() && i < target.tuple_elements().size() ? target.tuple_elements()[i] : target;
+    Instruction* gte = Emit(Opcode::kGetTupleElement, v.hlo->shape().tuple[i], {v.hlo});
+    gte->tuple_index = static_cast<int64_t>(i);
+    auto r = Reshard(PValue{gte, from, leaf_base}, to);
+    if (!r.ok()) return r;
+    changed |= *r != gte;
+    leaves.push_back(*r);
+  }
+  if (!changed) return v.hlo;
+  std::vector<Shape> shapes;
+  for (Instruction* l : leaves) shapes.push_back(l->shape());
+  return Emit(Opcode::kTuple, Shape::Tuple(shapes), leaves);
+}
+
+void SpmdContext::NoteFallback(const Instruction& orig) {
+  std::string name = orig.opcode_text();
+  auto& v = result_->replicated_fallbacks;
+  if (std::find(v.begin(), v.end(), name) == v.end()) v.push_back(name);
+}
+
+}  // namespace shardscope::spmd

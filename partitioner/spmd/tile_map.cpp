@@ -1,0 +1,185 @@
+#include "partitioner/spmd/tile_map.h"
+
+#include <algorithm>
+#include <map>
+
+namespace shardscope::spmd {
+
+Result<TileMap> TileMap::FromSharding(const HloSharding& s, int64_t rank, int64_t n) {
+  TileMap m;
+  m.tiles_.assign(static_cast<size_t>(rank), 1);
+  m.devices_.resize(static_cast<size_t>(n));
+  for (int64_t d = 0; d < n; ++d) {
+    m.devices_[static_cast<size_t>(d)].index.assign(static_cast<size_t>(rank), 0);
+    m.devices_[static_cast<size_t>(d)].replica = d;
+  }
+  if (s.IsTuple()) return Error("TileMap: tuple sharding given for an array");
+  if (!s.IsTiled()) return m;  // replicated / maximal / unknown / manual (whole array per device)
+  for (auto t : s.subgroup_types())
+    if (t != HloSharding::SubgroupType::kReplicated)
+      return Error("TileMap: only replicated subgroups are supported, found " + s.ToString());
+  const TileAssignment& ta = s.tile_assignment();
+  const int64_t data_rank = s.TiledDataRank();
+  if (data_rank != rank)
+    return Error("sharding " + s.ToString() + " tiles " + std::to_string(data_rank) + " dims, array has rank " +
+                 std::to_string(rank));
+  if (ta.num_elements() != n)
+    return Error("sharding " + s.ToString() + " spans " + std::to_string(ta.num_elements()) +
+                 " devices, the program has " + std::to_string(n));
+  for (int64_t d = 0; d < rank; ++d) m.tiles_[static_cast<size_t>(d)] = ta.dim(d);
+  for (int64_t dev = 0; dev < n; ++dev) {
+    std::vector<int64_t> idx = ta.IndexOfDevice(dev);
+    if (idx.empty()) return Error("device " + std::to_string(dev) + " missing from sharding " + s.ToString());
+    auto& dt = m.devices_[static_cast<size_t>(dev)];
+    dt.index.assign(idx.begin(), idx.begin() + rank);
+    int64_t r = 0;
+    for (int64_t k = rank; k < ta.num_dimensions(); ++k) r = r * ta.dim(k) + idx[static_cast<size_t>(k)];
+    dt.replica = r;
+  }
+  return m;
+}
+
+int64_t TileMap::replication() const {
+  int64_t t = 1;
+  for (int64_t x : tiles_) t *= x;
+  return t == 0 ? 0 : num_devices() / t;
+}
+
+Result<HloSharding> TileMap::ToSharding() const {
+  int64_t total_tiles = 1;
+  for (int64_t t : tiles_) total_tiles *= t;
+  if (total_tiles == 1) return HloSharding::Replicate();
+  const int64_t n = num_devices();
+  if (total_tiles <= 0 || n % total_tiles != 0) return Error("tile map is not a full grid");
+  const int64_t rep = n / total_tiles;
+  // Bucket devices by linear tile index; within a bucket sort ascending (XLA's canonical order).
+  std::vector<std::vector<int64_t>> buckets(static_cast<size_t>(total_tiles));
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const auto& idx = devices_[static_cast<size_t>(dev)].index;
+    int64_t lin = 0;
+    for (size_t k = 0; k < tiles_.size(); ++k) {
+      if (idx[k] < 0 || idx[k] >= tiles_[k]) return Error("tile index out of range");
+      lin = lin * tiles_[k] + idx[k];
+    }
+    buckets[static_cast<size_t>(lin)].push_back(dev);
+  }
+  std::vector<int64_t> flat;
+  flat.reserve(static_cast<size_t>(n));
+  for (auto& b : buckets) {
+    if (static_cast<int64_t>(b.size()) != rep) return Error("tile map is not a full grid");
+    std::sort(b.begin(), b.end());
+    flat.insert(flat.end(), b.begin(), b.end());
+  }
+  std::vector<int64_t> dims = tiles_;
+  if (rep == 1) return HloSharding::Tile(TileAssignment::Explicit(std::move(dims), std::move(flat)));
+  dims.push_back(rep);
+  return HloSharding::PartialTile(TileAssignment::Explicit(std::move(dims), std::move(flat)));
+}
+
+int64_t TileMap::ShardSize(int64_t d, int64_t full) const {
+  const int64_t t = tiles_[static_cast<size_t>(d)];
+  return (full + t - 1) / t;
+}
+
+std::vector<int64_t> TileMap::ShardShape(const std::vector<int64_t>& full) const {
+  std::vector<int64_t> s(full.size());
+  for (size_t d = 0; d < full.size(); ++d) s[d] = ShardSize(static_cast<int64_t>(d), full[d]);
+  return s;
+}
+
+int64_t TileMap::Offset(int64_t dev, int64_t d, int64_t full) const {
+  return devices_[static_cast<size_t>(dev)].index[static_cast<size_t>(d)] * ShardSize(d, full);
+}
+
+std::vector<int64_t> TileMap::OffsetTable(int64_t d, int64_t full) const {
+  std::vector<int64_t> t(devices_.size());
+  for (size_t dev = 0; dev < devices_.size(); ++dev) t[dev] = Offset(static_cast<int64_t>(dev), d, full);
+  return t;
+}
+
+bool TileMap::HasPadding(int64_t d, int64_t full) const {
+  return ShardSize(d, full) * tiles_[static_cast<size_t>(d)] != full;
+}
+
+std::vector<std::vector<int64_t>> TileMap::GroupsAlong(const std::vector<int64_t>& dims) const {
+  // Key: (indices on other dims, replica). Within a group, order by tile index over `dims`.
+  std::map<std::vector<int64_t>, std::vector<std::pair<int64_t, int64_t>>> groups;
+  for (int64_t dev = 0; dev < num_devices(); ++dev) {
+    const auto& dt = devices_[static_cast<size_t>(dev)];
+    std::vector<int64_t> key;
+    int64_t order = 0;
+    for (int64_t k = 0; k < rank(); ++k) {
+      bool along = std::find(dims.begin(), dims.end(), k) != dims.end();
+      if (!along) key.push_back(dt.index[static_cast<size_t>(k)]);
+    }
+    for (int64_t k : dims) order = order * tiles_[static_cast<size_t>(k)] + dt.index[static_cast<size_t>(k)];
+    key.push_back(dt.replica);
+    groups[key].emplace_back(order, dev);
+  }
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(groups.size());
+  for (auto& [key, members] : groups) {
+    std::sort(members.begin(), members.end());
+    std::vector<int64_t> g;
+    for (auto& [o, dev] : members) g.push_back(dev);
+    out.push_back(std::move(g));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TileMap TileMap::Gathered(const std::vector<int64_t>& dims) const {
+  TileMap m = *this;
+  int64_t gathered_tiles = 1;
+  for (int64_t k : dims) gathered_tiles *= tiles_[static_cast<size_t>(k)];
+  for (auto& dt : m.devices_) {
+    int64_t g = 0;
+    for (int64_t k : dims) {
+      g = g * tiles_[static_cast<size_t>(k)] + dt.index[static_cast<size_t>(k)];
+      dt.index[static_cast<size_t>(k)] = 0;
+    }
+    dt.replica = dt.replica * gathered_tiles + g;
+  }
+  for (int64_t k : dims) m.tiles_[static_cast<size_t>(k)] = 1;
+  return m;
+}
+
+TileMap TileMap::Permuted(const std::vector<int64_t>& perm) const {
+  TileMap m;
+  m.tiles_.resize(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) m.tiles_[i] = tiles_[static_cast<size_t>(perm[i])];
+  m.devices_ = devices_;
+  for (size_t dev = 0; dev < devices_.size(); ++dev) {
+    auto& idx = m.devices_[dev].index;
+    idx.resize(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) idx[i] = devices_[dev].index[static_cast<size_t>(perm[i])];
+  }
+  return m;
+}
+
+bool TileMap::SameAs(const TileMap& o) const {
+  if (tiles_ != o.tiles_ || devices_.size() != o.devices_.size()) return false;
+  for (size_t i = 0; i < devices_.size(); ++i)
+    if (devices_[i].index != o.devices_[i].index) return false;
+  return true;
+}
+
+bool IsLocalRefinement(const TileMap& from, const TileMap& to, const std::vector<int64_t>& full) {
+  if (from.rank() != to.rank() || from.num_devices() != to.num_devices()) return false;
+  for (int64_t d = 0; d < from.rank(); ++d) {
+    const int64_t fs = from.ShardSize(d, full[static_cast<size_t>(d)]);
+    const int64_t ts = to.ShardSize(d, full[static_cast<size_t>(d)]);
+    for (int64_t dev = 0; dev < from.num_devices(); ++dev) {
+      const int64_t fo = from.Offset(dev, d, full[static_cast<size_t>(d)]);
+      const int64_t to_off = to.Offset(dev, d, full[static_cast<size_t>(d)]);
+      // Only the valid (unpadded) part of the target shard must be inside the source's valid part.
+      const int64_t t_end = std::min(to_off + ts, full[static_cast<size_t>(d)]);
+      const int64_t f_end = std::min(fo + fs, full[static_cast<size_t>(d)]);
+      if (t_end <= to_off) continue;  // target shard entirely padding
+      if (to_off < fo || t_end > f_end) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace shardscope::spmd

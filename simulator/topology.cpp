@@ -1,0 +1,436 @@
+#include "simulator/topology.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+namespace shardscope {
+
+namespace {
+
+std::string DimsText(const std::vector<int64_t>& dims) {
+  std::string s;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += "x";
+    s += std::to_string(dims[i]);
+  }
+  return s;
+}
+
+int64_t Product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (int64_t x : v) p *= x;
+  return p;
+}
+
+}  // namespace
+
+std::vector<bool> Topology::GenerationWraparound(const ChipSpec& chip, const std::vector<int64_t>& shape) {
+  std::vector<bool> w(shape.size(), false);
+  if (chip.interconnect == InterconnectKind::kSwitch) return w;
+  switch (chip.wraparound) {
+    case WraparoundRule::kNever:
+      break;
+    case WraparoundRule::kAlways:
+      for (size_t i = 0; i < shape.size(); ++i) w[i] = shape[i] >= 3;
+      break;
+    case WraparoundRule::kAxisOf16:
+      for (size_t i = 0; i < shape.size(); ++i) w[i] = shape[i] == 16;
+      break;
+    case WraparoundRule::kFullCubes: {
+      bool cubes = !shape.empty();
+      for (int64_t d : shape) cubes = cubes && d % 4 == 0;
+      for (size_t i = 0; i < shape.size(); ++i) w[i] = cubes && shape[i] >= 3;
+      break;
+    }
+    case WraparoundRule::kFullPodOnly: {
+      std::vector<int64_t> a = shape, b = chip.pod_shape;
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      const bool full = !b.empty() && a == b;
+      for (size_t i = 0; i < shape.size(); ++i) w[i] = full && shape[i] >= 3;
+      break;
+    }
+  }
+  return w;
+}
+
+Result<Topology> Topology::Create(const ChipSpec& chip, std::vector<int64_t> shape, const TopologyOptions& options) {
+  Status valid = ValidateChipSpec(chip);
+  if (!valid.ok()) return valid.error();
+  if (shape.empty()) return Error("the slice shape is empty (give the number of chips along each axis, e.g. 4x4)");
+  for (int64_t d : shape) {
+    if (d < 1) return Error("slice shape " + DimsText(shape) + " has an axis of size < 1");
+  }
+  Topology t;
+  t.chip_ = chip;
+  if (chip.interconnect == InterconnectKind::kSwitch) {
+    const int64_t n = Product(shape);
+    shape = {n};
+  } else {
+    // Drop extra trailing 1s, then pad to the chip's dimensionality.
+    while (static_cast<int64_t>(shape.size()) > chip.physical_dims && shape.back() == 1) shape.pop_back();
+    if (static_cast<int64_t>(shape.size()) > chip.physical_dims) {
+      return Error("slice shape " + DimsText(shape) + " has " + std::to_string(shape.size()) + " axes but " +
+                   chip.name + " chips form a " + std::to_string(chip.physical_dims) + "-D network");
+    }
+    while (static_cast<int64_t>(shape.size()) < chip.physical_dims) shape.push_back(1);
+  }
+  t.shape_ = shape;
+  t.num_chips_ = Product(shape);
+  if (t.num_chips_ > (int64_t{1} << 24)) return Error("slice of " + std::to_string(t.num_chips_) + " chips is too large");
+  const int64_t pod_chips = chip.pod_shape.empty() ? 0 : Product(chip.pod_shape);
+  if (pod_chips > 0 && t.num_chips_ > pod_chips && !options.allow_larger_than_pod) {
+    return Error("slice " + DimsText(shape) + " has " + std::to_string(t.num_chips_) + " chips but a " + chip.name +
+                 (chip.interconnect == InterconnectKind::kSwitch ? " node" : " pod") + " has " +
+                 std::to_string(pod_chips) + " (" + DimsText(chip.pod_shape) +
+                 "); use a custom chip JSON with a larger pod_shape for what-if studies");
+  }
+
+  // Wraparound.
+  if (options.wraparound_per_axis) {
+    if (options.wraparound_per_axis->size() != shape.size()) {
+      return Error("wraparound override has " + std::to_string(options.wraparound_per_axis->size()) +
+                   " flag(s) but the slice " + DimsText(shape) + " has " + std::to_string(shape.size()) + " axes");
+    }
+    t.wraps_ = *options.wraparound_per_axis;
+    for (size_t i = 0; i < shape.size(); ++i) t.wraps_[i] = t.wraps_[i] && shape[i] >= 3;
+  } else if (options.wraparound == TopologyOptions::Wraparound::kAll) {
+    t.wraps_.assign(shape.size(), false);
+    for (size_t i = 0; i < shape.size(); ++i) t.wraps_[i] = shape[i] >= 3;
+  } else if (options.wraparound == TopologyOptions::Wraparound::kNone) {
+    t.wraps_.assign(shape.size(), false);
+  } else {
+    t.wraps_ = GenerationWraparound(chip, shape);
+  }
+  if (t.is_switch()) t.wraps_.assign(shape.size(), false);
+
+  // Links.
+  const int64_t axes = t.num_axes();
+  t.out_links_.assign(static_cast<size_t>(t.num_nodes()), {});
+  auto add_link = [&](int64_t src, int64_t dst, int64_t axis, int dir, bool wrap, double latency) {
+    TopologyLink l;
+    l.id = static_cast<int64_t>(t.links_.size());
+    l.src = src;
+    l.dst = dst;
+    l.axis = axis;
+    l.direction = dir;
+    l.wraparound = wrap;
+    l.bandwidth = chip.ici_link_bandwidth;
+    l.latency = latency;
+    t.out_links_[static_cast<size_t>(src)].push_back(l.id);
+    t.links_.push_back(l);
+    return l.id;
+  };
+  if (t.is_switch()) {
+    // Up-link of chip c is link 2c, its down-link 2c+1.
+    for (int64_t c = 0; c < t.num_chips_; ++c) {
+      add_link(c, t.num_chips_, -1, +1, false, chip.hop_latency / 2);
+      add_link(t.num_chips_, c, -1, -1, false, chip.hop_latency / 2);
+    }
+  } else {
+    t.neighbor_.assign(static_cast<size_t>(t.num_chips_ * 2 * axes), -1);
+    for (int64_t c = 0; c < t.num_chips_; ++c) {
+      const std::vector<int64_t> coords = t.ChipCoords(c);
+      for (int64_t a = 0; a < axes; ++a) {
+        const int64_t n = shape[static_cast<size_t>(a)];
+        const int64_t x = coords[static_cast<size_t>(a)];
+        int64_t nx = -1;
+        bool wrap = false;
+        if (x + 1 < n) {
+          nx = x + 1;
+        } else if (t.wraps_[static_cast<size_t>(a)]) {
+          nx = 0;
+          wrap = true;
+        }
+        if (nx < 0) continue;
+        std::vector<int64_t> nc = coords;
+        nc[static_cast<size_t>(a)] = nx;
+        const int64_t other = t.ChipAt(nc);
+        const int64_t fwd = add_link(c, other, a, +1, wrap, chip.hop_latency);
+        const int64_t back = add_link(other, c, a, -1, wrap, chip.hop_latency);
+        t.neighbor_[static_cast<size_t>(c * 2 * axes + a * 2 + 0)] = fwd;
+        t.neighbor_[static_cast<size_t>(other * 2 * axes + a * 2 + 1)] = back;
+      }
+    }
+  }
+
+  // Placement.
+  std::vector<int64_t> placement = options.device_to_chip;
+  if (placement.empty()) {
+    placement.resize(static_cast<size_t>(t.num_devices()));
+    for (int64_t d = 0; d < t.num_devices(); ++d) placement[static_cast<size_t>(d)] = d / chip.cores_per_chip;
+  }
+  Status s = t.SetDeviceToChip(std::move(placement));
+  if (!s.ok()) return s.error();
+  return t;
+}
+
+Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh, std::vector<int64_t> chip_shape,
+                                   const TopologyOptions& options) {
+  const int64_t n = mesh.num_devices();
+  if (n < 1) return Error("the mesh has no devices");
+  const int64_t cores = chip.cores_per_chip;
+  if (n % cores != 0) {
+    return Error("mesh " + mesh.ToString() + " has " + std::to_string(n) + " devices, not a multiple of the " +
+                 std::to_string(cores) + " devices per chip");
+  }
+  {
+    std::vector<int64_t> ids = mesh.device_order();
+    std::sort(ids.begin(), ids.end());
+    for (int64_t i = 0; i < static_cast<int64_t>(ids.size()); ++i) {
+      if (ids[static_cast<size_t>(i)] != i) {
+        return Error("mesh " + mesh.ToString() + " must use device ids 0.." + std::to_string(n - 1) + " exactly once");
+      }
+    }
+  }
+  if (chip_shape.empty()) {
+    if (chip.interconnect == InterconnectKind::kSwitch) {
+      chip_shape = {n / cores};
+    } else {
+      std::vector<int64_t> sizes;
+      for (const auto& a : mesh.axes()) sizes.push_back(a.size);
+      if (cores > 1) {
+        // The cores of a chip are the minor-most devices: halve the last axis that is divisible.
+        bool done = false;
+        for (size_t i = sizes.size(); i-- > 0;) {
+          if (sizes[i] % cores == 0) {
+            sizes[i] /= cores;
+            done = true;
+            break;
+          }
+          if (sizes[i] != 1) break;
+        }
+        if (!done) {
+          return Error("cannot place mesh " + mesh.ToString() + " on chips with " + std::to_string(cores) +
+                       " devices each: its last axis is not divisible by " + std::to_string(cores) +
+                       " (give the slice shape explicitly)");
+        }
+      }
+      sizes.erase(std::remove(sizes.begin(), sizes.end(), int64_t{1}), sizes.end());
+      if (sizes.empty()) sizes.push_back(1);
+      const size_t d = static_cast<size_t>(chip.physical_dims);
+      while (sizes.size() > d) {
+        sizes[1] *= sizes[0];
+        sizes.erase(sizes.begin());
+      }
+      chip_shape = sizes;
+    }
+  }
+  if (Product(chip_shape) * cores != n) {
+    return Error("slice " + DimsText(chip_shape) + " has " + std::to_string(Product(chip_shape)) + " chips (" +
+                 std::to_string(Product(chip_shape) * cores) + " devices) but mesh " + mesh.ToString() + " has " +
+                 std::to_string(n) + " devices");
+  }
+  return Create(chip, std::move(chip_shape), options);
+}
+
+Status Topology::SetDeviceToChip(std::vector<int64_t> map) {
+  if (static_cast<int64_t>(map.size()) != num_devices()) {
+    return Error("device placement lists " + std::to_string(map.size()) + " devices but the slice has " +
+                 std::to_string(num_devices()));
+  }
+  std::vector<std::vector<int64_t>> on_chip(static_cast<size_t>(num_chips_));
+  for (int64_t d = 0; d < static_cast<int64_t>(map.size()); ++d) {
+    const int64_t c = map[static_cast<size_t>(d)];
+    if (c < 0 || c >= num_chips_) {
+      return Error("device " + std::to_string(d) + " is placed on chip " + std::to_string(c) + ", outside 0.." +
+                   std::to_string(num_chips_ - 1));
+    }
+    on_chip[static_cast<size_t>(c)].push_back(d);
+  }
+  for (int64_t c = 0; c < num_chips_; ++c) {
+    if (static_cast<int64_t>(on_chip[static_cast<size_t>(c)].size()) != chip_.cores_per_chip) {
+      return Error("chip " + std::to_string(c) + " holds " + std::to_string(on_chip[static_cast<size_t>(c)].size()) +
+                   " devices; every chip must hold exactly " + std::to_string(chip_.cores_per_chip));
+    }
+  }
+  device_to_chip_ = std::move(map);
+  chip_devices_ = std::move(on_chip);
+  return Status::Ok();
+}
+
+std::vector<int64_t> Topology::ChipCoords(int64_t chip) const {
+  std::vector<int64_t> c(shape_.size(), 0);
+  for (size_t i = shape_.size(); i-- > 0;) {
+    c[i] = chip % shape_[i];
+    chip /= shape_[i];
+  }
+  return c;
+}
+
+int64_t Topology::ChipAt(const std::vector<int64_t>& coords) const {
+  if (coords.size() != shape_.size()) return -1;
+  int64_t id = 0;
+  for (size_t i = 0; i < shape_.size(); ++i) {
+    if (coords[i] < 0 || coords[i] >= shape_[i]) return -1;
+    id = id * shape_[i] + coords[i];
+  }
+  return id;
+}
+
+int64_t Topology::NeighborLink(int64_t chip, int64_t axis, int direction) const {
+  if (is_switch() || chip < 0 || chip >= num_chips_ || axis < 0 || axis >= num_axes()) return -1;
+  return neighbor_[static_cast<size_t>(chip * 2 * num_axes() + axis * 2 + (direction > 0 ? 0 : 1))];
+}
+
+int64_t Topology::LinkBetween(int64_t a, int64_t b) const {
+  if (is_switch() || a < 0 || a >= num_chips_) return -1;
+  for (int64_t l : out_links_[static_cast<size_t>(a)]) {
+    if (links_[static_cast<size_t>(l)].dst == b) return l;
+  }
+  return -1;
+}
+
+std::vector<int64_t> Topology::Route(int64_t src, int64_t dst, RoutePolicy policy) const {
+  std::vector<int64_t> path;
+  if (src == dst) return path;
+  if (is_switch()) return {2 * src, 2 * dst + 1};
+  std::vector<int64_t> cur = ChipCoords(src);
+  const std::vector<int64_t> goal = ChipCoords(dst);
+  int64_t chip = src;
+  for (int64_t a = 0; a < num_axes(); ++a) {
+    const size_t ai = static_cast<size_t>(a);
+    const int64_t n = shape_[ai];
+    if (cur[ai] == goal[ai]) continue;
+    int dir;
+    int64_t hops;
+    if (wraps_[ai]) {
+      const int64_t fwd = ((goal[ai] - cur[ai]) % n + n) % n;
+      const int64_t back = n - fwd;
+      if (policy == RoutePolicy::kPositiveOnly || fwd <= back) {
+        dir = +1;
+        hops = fwd;
+      } else {
+        dir = -1;
+        hops = back;
+      }
+    } else {
+      dir = goal[ai] > cur[ai] ? +1 : -1;
+      hops = std::abs(goal[ai] - cur[ai]);
+    }
+    for (int64_t h = 0; h < hops; ++h) {
+      const int64_t l = NeighborLink(chip, a, dir);
+      path.push_back(l);
+      chip = links_[static_cast<size_t>(l)].dst;
+    }
+    cur[ai] = goal[ai];
+  }
+  return path;
+}
+
+std::vector<std::pair<double, std::vector<int64_t>>> Topology::SplitRoutes(int64_t src, int64_t dst) const {
+  std::vector<std::pair<double, std::vector<int64_t>>> routes;
+  if (src == dst || is_switch()) {
+    routes.emplace_back(1.0, Route(src, dst));
+    return routes;
+  }
+  routes.emplace_back(1.0, std::vector<int64_t>{});
+  std::vector<int64_t> cur = ChipCoords(src);
+  const std::vector<int64_t> goal = ChipCoords(dst);
+  // Each variant walks the axes in order; `chips` tracks where each variant currently is.
+  std::vector<int64_t> chips = {src};
+  for (int64_t a = 0; a < num_axes(); ++a) {
+    const size_t ai = static_cast<size_t>(a);
+    const int64_t n = shape_[ai];
+    if (cur[ai] == goal[ai]) continue;
+    std::vector<std::pair<int, int64_t>> options;  // (dir, hops)
+    if (wraps_[ai]) {
+      const int64_t fwd = ((goal[ai] - cur[ai]) % n + n) % n;
+      const int64_t back = n - fwd;
+      if (fwd < back) options = {{+1, fwd}};
+      else if (back < fwd) options = {{-1, back}};
+      else options = {{+1, fwd}, {-1, back}};
+    } else {
+      options = {{goal[ai] > cur[ai] ? +1 : -1, std::abs(goal[ai] - cur[ai])}};
+    }
+    std::vector<std::pair<double, std::vector<int64_t>>> next;
+    std::vector<int64_t> next_chips;
+    for (size_t v = 0; v < routes.size(); ++v) {
+      for (const auto& [dir, hops] : options) {
+        auto path = routes[v].second;
+        int64_t chip = chips[v];
+        for (int64_t h = 0; h < hops; ++h) {
+          const int64_t l = NeighborLink(chip, a, dir);
+          path.push_back(l);
+          chip = links_[static_cast<size_t>(l)].dst;
+        }
+        next.emplace_back(routes[v].first / static_cast<double>(options.size()), std::move(path));
+        next_chips.push_back(chip);
+      }
+    }
+    routes = std::move(next);
+    chips = std::move(next_chips);
+    cur[ai] = goal[ai];
+  }
+  return routes;
+}
+
+int64_t Topology::HopDistance(int64_t a, int64_t b) const {
+  if (a == b) return 0;
+  if (is_switch()) return 1;
+  const auto ca = ChipCoords(a), cb = ChipCoords(b);
+  int64_t hops = 0;
+  for (size_t i = 0; i < shape_.size(); ++i) {
+    const int64_t d = std::abs(ca[i] - cb[i]);
+    hops += wraps_[i] ? std::min(d, shape_[i] - d) : d;
+  }
+  return hops;
+}
+
+double Topology::PathLatency(const std::vector<int64_t>& path) const {
+  double t = 0;
+  for (int64_t l : path) t += links_[static_cast<size_t>(l)].latency;
+  return t;
+}
+
+BisectionBandwidth Topology::Bisection() const {
+  BisectionBandwidth b;
+  if (num_chips_ < 2) return b;
+  if (is_switch()) {
+    b.links_cut = num_chips_ / 2;
+    b.one_way = static_cast<double>(b.links_cut) * chip_.ici_link_bandwidth;
+    b.both_ways = 2 * b.one_way;
+    return b;
+  }
+  for (int64_t a = 0; a < num_axes(); ++a) {
+    const int64_t n = shape_[static_cast<size_t>(a)];
+    if (n < 2) continue;
+    const int64_t crossing = (num_chips_ / n) * (wraps_[static_cast<size_t>(a)] ? 2 : 1);
+    if (b.cut_axis < 0 || crossing < b.links_cut) {
+      b.cut_axis = a;
+      b.links_cut = crossing;
+    }
+  }
+  b.one_way = static_cast<double>(b.links_cut) * chip_.ici_link_bandwidth;
+  b.both_ways = 2 * b.one_way;
+  return b;
+}
+
+std::string Topology::ShapeString() const { return DimsText(shape_); }
+
+std::string Topology::Describe() const {
+  std::ostringstream ss;
+  if (is_switch()) {
+    ss << num_chips_ << " chips on a switch (all-to-all)";
+  } else {
+    bool any = false, all = true;
+    std::string w;
+    for (size_t i = 0; i < wraps_.size(); ++i) {
+      if (shape_[i] < 3) continue;
+      if (wraps_[i]) {
+        any = true;
+        w += (w.empty() ? "" : ",") + std::to_string(i);
+      } else {
+        all = false;
+      }
+    }
+    ss << DimsText(shape_) << (any && all ? " torus" : any ? " mesh/torus" : " mesh")
+       << " (wraparound on axes: " << (any ? w : "none") << "), " << num_chips_ << " chips";
+  }
+  ss << ", " << chip_.cores_per_chip << " device" << (chip_.cores_per_chip > 1 ? "s" : "") << " per chip, "
+     << links_.size() << " one-way links";
+  return ss.str();
+}
+
+}  // namespace shardscope

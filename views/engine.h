@@ -1,0 +1,114 @@
+// The one place in views/ that knows which engines exist (model zoo, HLO parser, sharding
+// propagation, SPMD partitioner, simulator). Everything else in views/ talks to these functions and
+// plain structs, so wiring or replacing an engine is a change here only.
+//
+// Nothing here touches Qt widgets; the functions are safe to call from a worker thread as long as
+// each PropagationSession is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ir.h"
+#include "core/mesh.h"
+#include "core/sharding.h"
+#include "core/status.h"
+
+namespace shardscope::views {
+
+// ---- Examples ----------------------------------------------------------------------------------
+
+struct ExampleInfo {
+  std::string name;         // "transformer-layer"
+  std::string description;  // one line
+};
+
+struct LoadedModel {
+  std::unique_ptr<Module> module;  // shardings on instructions are the user annotations
+  DeviceMesh mesh;
+  std::string description;
+};
+
+// The examples the application offers (File > Examples). Never empty when a zoo is built in.
+std::vector<ExampleInfo> ListExamples();
+// The example shown at start-up.
+std::string DefaultExampleName();
+Result<LoadedModel> BuildExample(const std::string& name);
+
+// Parses HLO text. Errors carry "FILE:LINE:COLUMN: error: ..." in their message.
+Result<std::unique_ptr<Module>> ParseModuleText(const std::string& text, const std::string& filename);
+std::string PrintModuleText(const Module& module);
+
+// A mesh that fits a module read from a file: the shape of its first tiled sharding whose tile
+// assignment spans every partition, else a near-square 2-D mesh over num_partitions.
+DeviceMesh GuessMesh(const Module& module);
+
+// ---- Propagation -------------------------------------------------------------------------------
+
+// One link of a "why is this tensor sharded like that?" chain.
+struct WhyStep {
+  int64_t instruction_id = -1;  // the instruction the sharding came from (-1 when none)
+  std::string instruction;      // its name
+  std::string text;             // "forward through dot from lhs (pass 2, priority 1)"
+};
+
+struct PropagatedTensor {
+  HloSharding sharding;
+  bool user = false;           // given by the user (an annotation), not inferred
+  std::vector<WhyStep> why;    // provenance chain, nearest cause first
+};
+
+struct PropagationOutput {
+  bool engine_available = false;  // false: only the user's annotations are known
+  bool ok = true;
+  std::string message;            // error or summary for the status bar
+  std::unordered_map<int64_t, PropagatedTensor> tensors;  // by Instruction::id()
+  bool incremental = false;       // true when produced by an incremental update
+  double millis = 0;
+};
+
+// Owns a private copy of the module and (when the engine has one) its propagation state. Give it
+// the full set of annotations every time; it works out what changed and updates incrementally
+// when it can. Not thread-safe: one thread at a time (the Document's worker).
+class PropagationSession {
+ public:
+  PropagationSession(std::unique_ptr<Module> module, DeviceMesh mesh);
+  ~PropagationSession();
+  PropagationSession(const PropagationSession&) = delete;
+  PropagationSession& operator=(const PropagationSession&) = delete;
+
+  PropagationOutput Run(const std::map<int64_t, HloSharding>& annotations);
+  const Module& module() const { return *module_; }
+
+ private:
+  struct EngineState;
+  std::unique_ptr<Module> module_;
+  DeviceMesh mesh_;
+  std::unique_ptr<EngineState> engine_;
+  std::optional<std::map<int64_t, HloSharding>> last_annotations_;
+};
+
+// True when a sharding propagation engine is compiled in.
+bool PropagationEngineAvailable();
+
+// ---- Partitioning ------------------------------------------------------------------------------
+
+struct PartitionOutput {
+  bool engine_available = false;
+  bool ok = false;
+  std::string message;
+  std::string spmd_text;  // the partitioned module as HLO text
+  // original instruction id -> names of the partitioned instructions it became
+  std::unordered_map<int64_t, std::vector<std::string>> became;
+  int64_t collectives = 0;
+};
+
+// Partitions `module`, whose instructions carry the complete shardings (annotated + propagated).
+PartitionOutput RunPartitioner(std::unique_ptr<Module> module, const DeviceMesh& mesh);
+
+}  // namespace shardscope::views

@@ -1,0 +1,93 @@
+// Graph layout as plain data. Graphviz is not thread-safe, so exactly one owner (LayoutService)
+// runs every layout on one worker thread, under a mutex, on a snapshot (LayoutInput) and hands back
+// plain structs (LayoutResult); the graph view creates its items from them on the GUI thread.
+// Results are cached by a key the caller chooses (module + computation + expanded scopes), so a
+// module is laid out once; annotation edits never re-layout.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <QFuture>
+#include <QHash>
+#include <QMutex>
+#include <QObject>
+#include <QString>
+
+class QThreadPool;
+
+namespace shardscope::views {
+
+// Sizes and coordinates are scene units (1 unit = 1 Graphviz point).
+struct LayoutInputNode {
+  std::string key;
+  double width = 120, height = 48;
+  std::string cluster;  // key of the cluster holding it, "" for top level
+};
+struct LayoutInputEdge {
+  std::string tail, head;
+};
+struct LayoutInputCluster {
+  std::string key;
+  std::string parent;  // "" for top level
+  std::string label;
+};
+struct LayoutInput {
+  std::vector<LayoutInputNode> nodes;
+  std::vector<LayoutInputEdge> edges;
+  std::vector<LayoutInputCluster> clusters;
+};
+
+struct LayoutBox {
+  double x = 0, y = 0, w = 0, h = 0;  // top-left corner, y grows downwards
+};
+struct LayoutEdgePath {
+  std::string tail, head;
+  // Cubic Bezier: start point followed by (control, control, end) triples.
+  std::vector<std::pair<double, double>> points;
+  bool has_arrow = false;
+  std::pair<double, double> arrow_tip{0, 0};  // the arrowhead ends here
+};
+struct LayoutResult {
+  bool ok = false;
+  std::string error;
+  std::string engine;  // "dot" or "layered (fallback)"
+  double width = 0, height = 0;
+  std::unordered_map<std::string, LayoutBox> nodes;
+  std::unordered_map<std::string, LayoutBox> clusters;
+  std::vector<LayoutEdgePath> edges;
+  double millis = 0;
+};
+
+// Runs Graphviz dot (takes the global Graphviz mutex; call from the layout worker only).
+LayoutResult LayoutWithGraphviz(const LayoutInput& input);
+// A simple layered layout used when Graphviz fails (no plugins found, ...).
+LayoutResult LayoutLayered(const LayoutInput& input);
+
+// The one owner of Graphviz: a single worker thread plus a cache of finished layouts.
+class LayoutService : public QObject {
+  Q_OBJECT
+ public:
+  static LayoutService* instance();
+
+  // The cached layout for `key`, or nullptr.
+  std::shared_ptr<const LayoutResult> cached(const QString& key) const;
+  // Lays `input` out on the worker (dot, falling back to the layered layout) unless `key` is
+  // cached, in which case the future is already finished.
+  QFuture<std::shared_ptr<const LayoutResult>> request(const QString& key, LayoutInput input);
+  int layoutsRun() const;  // how many layouts actually ran (not served from the cache)
+  void clearCache();
+
+ private:
+  explicit LayoutService(QObject* parent = nullptr);
+  QThreadPool* pool_;
+  mutable QMutex mutex_;
+  QHash<QString, std::shared_ptr<const LayoutResult>> cache_;
+  QList<QString> order_;  // insertion order, for eviction
+  int runs_ = 0;
+};
+
+}  // namespace shardscope::views
