@@ -74,6 +74,9 @@ class Builder {
   void PushScope(const std::string& name);
   void PopScope();
   std::string CurrentScope() const;  // "layer0/attention" ("" at top level)
+  // When on, instructions created inside a scope are named after it: Dot(..., "wi") in scope
+  // "layer0/ffn" becomes "layer0_ffn_wi" (unnamed ops: "layer0_ffn_add", uniquified as usual).
+  void set_scoped_names(bool on) { scoped_names_ = on; }
 
   // ---- leaves ----
   // Parameters must be added in number order (0, 1, 2, ...).
@@ -192,12 +195,14 @@ class Builder {
   void Fail(const std::string& message);
 
  private:
-  Instruction* Finish(Instruction* inst, const Shape& declared, bool check_declared);
+  Instruction* Make(Opcode op, const std::vector<Instruction*>& operands, const std::function<void(Instruction*)>& configure,
+                    const Shape& initial, bool check_declared, const std::string& name);
   void SetMetadata(Instruction* inst, const std::string& label);
 
   Computation* comp_;
   Status status_;
   std::vector<std::string> scopes_;
+  bool scoped_names_ = false;
 };
 
 // Scalar binary computations (two scalar parameters, root = op(p0, p1)), e.g. reducers for reduce

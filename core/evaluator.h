@@ -66,6 +66,12 @@ Result<Tensor> Evaluate(const Module& module, const std::vector<Tensor>& args, c
 // Checks that `args` fit the parameters of `c` (count and shapes); the Error names the parameter.
 Status CheckArguments(const Computation& c, const std::vector<Tensor>& args);
 
+// Combines equally shaped arrays elementwise with the binary computation `fn` (the all-reduce
+// reduction): fn(...fn(fn(v0, v1), v2)..., vn). A simple reducer (add/multiply/maximum/minimum/and/
+// or/xor of its two parameters) accumulates in double (int64 for integers) and rounds once; any
+// other computation is called per element.
+Result<Tensor> CombineElementwise(Evaluator& ev, const Computation& fn, const std::vector<const Tensor*>& values);
+
 // "%name (opcode) in computation" for messages.
 std::string DescribeInstruction(const Instruction& inst);
 

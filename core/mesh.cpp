@@ -229,9 +229,17 @@ Result<DeviceMesh> DeviceMesh::Parse(std::string_view text) {
 }
 
 std::string DeviceMesh::ToString() const {
+  // Plain identifiers print bare ("X=4"); other names are quoted so that Parse reads them back.
+  auto name = [](const std::string& n) {
+    const bool plain = !n.empty() && std::all_of(n.begin(), n.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+    if (plain) return n;
+    return n.find('\'') == std::string::npos ? "'" + n + "'" : "\"" + n + "\"";
+  };
   std::string out;
   for (size_t i = 0; i < axes_.size(); ++i) {
-    out += (i ? "," : "") + axes_[i].name + "=" + std::to_string(axes_[i].size);
+    out += (i ? "," : "") + name(axes_[i].name) + "=" + std::to_string(axes_[i].size);
   }
   if (!IsDefaultOrder(devices_)) out += " device_ids=(" + JoinInts(devices_) + ")";
   return out;
@@ -271,6 +279,7 @@ std::vector<int64_t> DeviceMesh::CoordsOf(int64_t device) const {
   int64_t flat = it - devices_.begin();
   std::vector<int64_t> coords(axes_.size(), 0);
   for (size_t i = axes_.size(); i-- > 0;) {
+    if (axes_[i].size <= 0) return {};
     coords[i] = flat % axes_[i].size;
     flat /= axes_[i].size;
   }

@@ -37,6 +37,14 @@ Shape WithType(const Shape& s, PrimitiveType t) {
 
 Shape Array(PrimitiveType t, Dims d) { return Shape(t, std::move(d)); }
 
+// The instruction's declared element type when it has one (ops whose result type is a choice:
+// convert, dot with preferred_element_type, ...), else `fallback`.
+PrimitiveType DeclaredType(const Instruction& inst, PrimitiveType fallback) {
+  const Shape& s = inst.shape();
+  if (s.IsArray() && s.type != PrimitiveType::kInvalid) return s.type;
+  return fallback;
+}
+
 bool IsPred(PrimitiveType t) { return t == PrimitiveType::kPred; }
 bool IsNumeric(PrimitiveType t) { return IsInteger(t) || IsFloatingPoint(t) || IsComplex(t); }
 
@@ -141,12 +149,23 @@ std::optional<Error> RequireCalled(const Instruction& inst, size_t n, const char
   return std::nullopt;
 }
 
-std::string CompName(const Computation* c) { return c ? c->name() : "<null>"; }
-
 // Parameter shape i of a computation, or nullptr if absent.
 const Shape* ParamShape(const Computation* c, size_t i) {
   if (!c || i >= c->parameters().size() || !c->parameters()[i]) return nullptr;
   return &c->parameters()[i]->shape();
+}
+
+// Same dims and element type, except that two floating-point types count as the same (XLA checks
+// reducer signatures ignoring floating-point precision: a bf16 reduce may use an f32 adder).
+bool CompatibleIgnoringFpPrecision(const Shape& a, const Shape& b) {
+  if (a.IsTuple() || b.IsTuple()) {
+    if (!a.IsTuple() || !b.IsTuple() || a.tuple.size() != b.tuple.size()) return false;
+    for (size_t i = 0; i < a.tuple.size(); ++i)
+      if (!CompatibleIgnoringFpPrecision(a.tuple[i], b.tuple[i])) return false;
+    return true;
+  }
+  if (a.dims != b.dims) return false;
+  return a.type == b.type || (IsFloatingPoint(a.type) && IsFloatingPoint(b.type));
 }
 
 // Checks a reducer-like computation: `params` scalar parameters of the given types, root equal to
@@ -161,12 +180,12 @@ std::optional<Error> CheckScalarComputation(const Computation* c, const std::vec
     const Shape* p = ParamShape(c, i);
     if (!p) return Err(role + " computation " + c->name() + " is missing parameter " + std::to_string(i));
     Shape want = Shape::Scalar(param_types[i]);
-    if (!p->Compatible(want))
+    if (!CompatibleIgnoringFpPrecision(*p, want))
       return Err(role + " computation " + c->name() + " parameter " + std::to_string(i) + " must be " + S(want) +
                  ", found " + S(*p));
   }
   if (!c->root()) return Err(role + " computation " + c->name() + " has no root");
-  if (!c->root()->shape().Compatible(root))
+  if (!CompatibleIgnoringFpPrecision(c->root()->shape(), root))
     return Err(role + " computation " + c->name() + " must return " + S(root) + ", found " + S(c->root()->shape()));
   return std::nullopt;
 }
@@ -226,11 +245,12 @@ Result<Shape> InferUnary(const Instruction& inst) {
   const PrimitiveType t = a.type;
   switch (op) {
     case Opcode::kConvert: {
-      PrimitiveType to = inst.shape().IsArray() ? inst.shape().type : t;
+      PrimitiveType to = DeclaredType(inst, t);
       return WithType(a, to);
     }
     case Opcode::kBitcastConvert: {
-      if (!inst.shape().IsArray()) return Err("bitcast-convert result must be an array, found " + S(inst.shape()));
+      if (!inst.shape().IsArray() || inst.shape().type == PrimitiveType::kInvalid)
+        return Err("bitcast-convert result must be an array, found " + S(inst.shape()));
       const PrimitiveType to = inst.shape().type;
       const int64_t from_bits = BitWidth(t), to_bits = BitWidth(to);
       if (from_bits == to_bits) return WithType(a, to);
@@ -289,7 +309,7 @@ Result<Shape> InferBinary(const Instruction& inst) {
   if (a.dims != b.dims)
     return Err(name + " operands must have the same dimensions, found " + S(a) + " and " + S(b));
   if (op == Opcode::kStochasticConvert) {
-    PrimitiveType to = inst.shape().IsArray() ? inst.shape().type : a.type;
+    PrimitiveType to = DeclaredType(inst, a.type);
     return WithType(a, to);
   }
   if (a.type != b.type)
@@ -565,7 +585,7 @@ Result<Shape> InferDot(const Instruction& inst) {
   for (int64_t i = 0; i < r.rank(); ++i)
     if (!Contains(dn.rhs_batch, i) && !Contains(dn.rhs_contracting, i)) d.push_back(r.dim(i));
   // The result element type may differ (preferred_element_type); take the declared one.
-  PrimitiveType t = inst.shape().IsArray() ? inst.shape().type : l.type;
+  PrimitiveType t = DeclaredType(inst, l.type);
   return Array(t, d);
 }
 
@@ -628,7 +648,7 @@ Result<Shape> InferConvolution(const Instruction& inst) {
   d[static_cast<size_t>(c.output_batch)] = in_batch / bgc;
   d[static_cast<size_t>(c.output_feature)] = k_out;
   for (int64_t i = 0; i < ns; ++i) d[static_cast<size_t>(c.output_spatial[static_cast<size_t>(i)])] = (*spatial)[static_cast<size_t>(i)];
-  PrimitiveType t = inst.shape().IsArray() ? inst.shape().type : in.type;
+  PrimitiveType t = DeclaredType(inst, in.type);
   return Array(t, d);
 }
 
@@ -1080,7 +1100,6 @@ Result<Shape> InferShape(const Instruction& inst) {
   const Opcode op = inst.opcode();
   for (int64_t i = 0; i < inst.operand_count(); ++i)
     if (!inst.operand(i)) return Err("operand " + std::to_string(i) + " is missing");
-  if (auto e = CheckWellFormed(inst.shape()); e && op != Opcode::kGeneric) return *e;
 
   if (IsElementwiseUnary(op)) return InferUnary(inst);
   if (IsElementwiseBinary(op)) return InferBinary(inst);
@@ -1095,6 +1114,8 @@ Result<Shape> InferShape(const Instruction& inst) {
     case Opcode::kGeneric:
     case Opcode::kDomain:
       if (op == Opcode::kDomain && inst.operand_count() == 1) return inst.operand(0)->shape();
+      if (op != Opcode::kGeneric)
+        if (auto e = CheckWellFormed(inst.shape())) return *e;
       return inst.shape();
     case Opcode::kRng: {
       for (int64_t i = 0; i < inst.operand_count(); ++i) {
@@ -1106,6 +1127,7 @@ Result<Shape> InferShape(const Instruction& inst) {
       return inst.shape();
     }
     case Opcode::kIota: {
+      if (auto e = CheckWellFormed(inst.shape())) return *e;
       if (inst.operand_count() != 0) return Err("iota takes no operands, found " + std::to_string(inst.operand_count()));
       const Shape& s = inst.shape();
       if (!s.IsArray() || s.rank() == 0) return Err("iota shape must be an array of rank >= 1, found " + S(s));

@@ -233,9 +233,6 @@ class ShardingParser {
   }
 
   static bool IsIdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-  static bool IsIdentChar(char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
-  }
 
   std::string DescribeAt(size_t p) const {
     p = SkipWsFrom(p);
@@ -439,7 +436,6 @@ class ShardingParser {
     std::vector<SubgroupType> last_dims;
     std::optional<int64_t> group_id;
     bool group_as = false;
-    size_t group_off = 0;
     std::vector<ShardingMetadata> metadata;
     bool has_metadata = false;
     size_t close_off = 0;
@@ -578,7 +574,6 @@ class ShardingParser {
         if (!Expect('}', "or ',' to end the last_tile_dims list")) return false;
       } else if (w == "shard_as" || w == "shard_like") {
         if (duplicate(group_id.has_value())) return false;
-        group_off = tok;
         int64_t v = 0;
         if (!ParseInt(&v, "a shard group id after '" + std::string(w) + "'")) return false;
         group_id = v;
@@ -592,7 +587,6 @@ class ShardingParser {
         return Fail(tok, "expected " + kExpectedKeyword + ", found " + DescribeAt(tok));
       }
     }
-    (void)group_off;
 
     HloSharding result;
     if (kind != K::kNone && kind != K::kMaximal && has_devices) {
@@ -745,8 +739,8 @@ class ShardingParser {
     }
     Eat(',');
     if (PeekIdent() == "device_ids") {
-      LexIdent();
       const size_t ids_off = SkipWsFrom(pos_);
+      LexIdent();
       if (!Expect('=', "after 'device_ids'")) return false;
       if (!Expect('(', "to start the device_ids list")) return false;
       std::unordered_set<int64_t> seen;
@@ -890,12 +884,13 @@ bool ShardingParser::NamedToSharding(const NamedSpec& spec, HloSharding* out) {
   const int64_t num_elems = static_cast<int64_t>(elem_sizes.size());
   std::vector<int64_t> position(static_cast<size_t>(num_elems), -1);
   int64_t next_pos = 0;
+  auto overlap = [&](const NamedAxisRef& r) {
+    return Fail(r.offset, "expected each mesh axis to be used at most once, found " + NamedRefToString(spec, r) +
+                              " overlapping another use of " + QuoteName(spec.axes[static_cast<size_t>(r.axis)].first));
+  };
   auto place = [&](const NamedAxisRef& r) -> bool {
     const int64_t e = elementary_of(r);
-    if (e < 0 || position[static_cast<size_t>(e)] >= 0) {
-      return Fail(r.offset, "expected each mesh axis to be used at most once, found " + NamedRefToString(spec, r) +
-                                " overlapping an axis already used");
-    }
+    if (e < 0 || position[static_cast<size_t>(e)] >= 0) return overlap(r);
     position[static_cast<size_t>(e)] = next_pos++;
     return true;
   };
@@ -923,12 +918,13 @@ bool ShardingParser::NamedToSharding(const NamedSpec& spec, HloSharding* out) {
   if (!add_group(spec.manual, SubgroupType::kManual)) return false;
   if (!add_group(spec.unreduced, SubgroupType::kUnreduced)) return false;
   // Explicitly replicated axes must not overlap others; they join the unused axes at the end.
+  std::vector<bool> explicitly_replicated(static_cast<size_t>(num_elems), false);
   for (const auto& r : spec.replicated) {
     const int64_t e = elementary_of(r);
-    if (e < 0 || position[static_cast<size_t>(e)] >= 0) {
-      return Fail(r.offset, "expected each mesh axis to be used at most once, found " + NamedRefToString(spec, r) +
-                                " overlapping an axis already used");
+    if (e < 0 || position[static_cast<size_t>(e)] >= 0 || explicitly_replicated[static_cast<size_t>(e)]) {
+      return overlap(r);
     }
+    explicitly_replicated[static_cast<size_t>(e)] = true;
   }
   int64_t replicated = 1;
   for (int64_t e = 0; e < num_elems; ++e) {

@@ -89,8 +89,28 @@ void FlattenLeaves(const Shape& s, const std::string& path, std::vector<std::pai
     FlattenLeaves(s.tuple[i], path.empty() ? std::to_string(i) : path + "." + std::to_string(i), out);
 }
 
+// Device ids named anywhere in a sharding must be within the module's partitions.
+Status CheckShardingDevices(const HloSharding& sh, int64_t num_partitions, const std::string& where) {
+  if (sh.IsTuple()) {
+    for (const HloSharding& e : sh.tuple_elements())
+      if (Status s = CheckShardingDevices(e, num_partitions, where); !s.ok()) return s;
+    return Status::Ok();
+  }
+  std::vector<int64_t> ids;
+  if (sh.IsMaximal()) ids.push_back(sh.maximal_device());
+  if (sh.IsTiled()) ids = sh.tile_assignment().devices();
+  for (int64_t d : ids)
+    if (d < 0 || (num_partitions > 1 && d >= num_partitions))
+      return Error(where + ": sharding " + sh.ToString() + " names device " + std::to_string(d) + ", outside the module's " +
+                   std::to_string(num_partitions) + " partitions");
+  return Status::Ok();
+}
+
 Status CheckSharding(const HloSharding& sh, const Shape& shape, int64_t num_partitions, const std::string& where,
                      const std::string& path) {
+  // Token-valued side-effecting ops (outfeed, send-done, ...) carry the sharding of the data they
+  // move, not of their token result: only the device ids can be checked here.
+  if (shape.IsToken()) return CheckShardingDevices(sh, num_partitions, where);
   const std::string at = path.empty() ? "" : " (tuple element " + path + ")";
   if (sh.IsTuple() || shape.IsTuple()) {
     if (!path.empty() && sh.IsTuple())

@@ -5,7 +5,6 @@
 namespace shardscope {
 namespace spmd {
 
-Status PartitionWithFallback(SpmdContext& ctx, const Instruction& orig);
 int DotHandlerAnchor();
 
 Status SpmdContext::PartitionComputation(const Computation* orig, Computation* out) {

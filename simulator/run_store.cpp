@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -110,7 +111,7 @@ class Stmt {
   void Bind(int i, double v) { sqlite3_bind_double(s_, i, v); }
   void Bind(int i, std::string_view v) {
     // SQLITE_STATIC: the caller keeps the text alive until the statement is stepped.
-    sqlite3_bind_text64(s_, i, v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8);
+    sqlite3_bind_text64(s_, i, v.data() ? v.data() : "", v.size(), SQLITE_STATIC, SQLITE_UTF8);
   }
   // Steps a statement that returns no rows, then resets it for the next use.
   bool Run() {
@@ -361,7 +362,13 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
   auto tick = [&]() -> bool {
     ++done;
     if (options.progress && (done % 4096 == 0 || done == total)) {
-      if (!options.progress(done, total)) {
+      bool go_on = false;
+      try {
+        go_on = options.progress(done, total);
+      } catch (...) {  // a throwing callback cancels; nothing escapes the library
+        go_on = false;
+      }
+      if (!go_on) {
         cancelled = true;
         return false;
       }
@@ -556,7 +563,12 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
     return id;
   };
 
-  Result<int64_t> id = body();
+  Result<int64_t> id = Error("");
+  try {
+    id = body();
+  } catch (const std::exception& e) {  // e.g. out of memory: roll back, never leave it open
+    id = Error("run store '" + path_ + "': cannot save the run: " + e.what());
+  }
   if (!id.ok()) {
     (void)Exec("ROLLBACK", "rollback");
     return id.error();
@@ -837,6 +849,7 @@ Result<std::vector<TimelineEvent>> RunStore::LoadDeviceTimeline(int64_t run_id, 
                                                                 std::optional<TimeRange> range) {
   Result<int32_t> cls = ClassOfDevice(run_id, device);
   if (!cls.ok()) return cls.error();
+  if (range && !(range->start_s < range->end_s)) return std::vector<TimelineEvent>{};  // empty range
   Result<std::vector<std::string>> strings = LoadStrings(run_id);
   if (!strings.ok()) return strings.error();
 

@@ -95,7 +95,7 @@ class RunStore {
   Result<RunResult> LoadRun(int64_t run_id, LoadDetail detail = LoadDetail::kFull);
   // `device`'s events (device ids filled in), in stored order. With a range: only the events that
   // overlap [start_s, end_s) — start < end_s and end > start_s, or a zero-length event starting in
-  // the range.
+  // the range. An empty range (end_s <= start_s) gives no events.
   Result<std::vector<TimelineEvent>> LoadDeviceTimeline(int64_t run_id, int64_t device,
                                                         std::optional<TimeRange> range = {});
   Result<std::vector<MemorySample>> LoadMemory(int64_t run_id, int64_t device);

@@ -190,6 +190,7 @@ Status CheckRange(const ExportSelection& sel) {
 
 // Same rule as RunStore::LoadDeviceTimeline: overlaps [start, end), or zero-length and inside.
 bool EventInRange(const TimelineEvent& e, const ExportSelection& sel) {
+  if (sel.start_s && sel.end_s && !(*sel.start_s < *sel.end_s)) return false;  // empty range
   if (sel.end_s && !(e.start_s < *sel.end_s)) return false;
   if (sel.start_s && !(e.end_s() > *sel.start_s || e.start_s >= *sel.start_s)) return false;
   return true;

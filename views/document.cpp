@@ -443,10 +443,10 @@ std::optional<HloSharding> Document::sharding(int64_t id) const {
   return std::nullopt;
 }
 
-ShardingOrigin Document::origin(int64_t id) const {
-  if (annotations_.count(id)) return ShardingOrigin::kUser;
-  if (propagation_.tensors.count(id)) return ShardingOrigin::kInferred;
-  return ShardingOrigin::kNone;
+TensorOrigin Document::origin(int64_t id) const {
+  if (annotations_.count(id)) return TensorOrigin::kUser;
+  if (propagation_.tensors.count(id)) return TensorOrigin::kInferred;
+  return TensorOrigin::kNone;
 }
 
 std::vector<WhyStep> Document::why(int64_t id) const {

@@ -26,7 +26,7 @@ class QThreadPool;
 
 namespace shardscope::views {
 
-enum class ShardingOrigin { kNone, kUser, kInferred };
+enum class TensorOrigin { kNone, kUser, kInferred };
 
 class Document : public QObject {
   Q_OBJECT
@@ -89,7 +89,7 @@ class Document : public QObject {
   // ---- Propagated shardings ----
   // The sharding every tensor ends up with: the propagated one, else the user's, else nullopt.
   std::optional<HloSharding> sharding(int64_t id) const;
-  ShardingOrigin origin(int64_t id) const;
+  TensorOrigin origin(int64_t id) const;
   std::vector<WhyStep> why(int64_t id) const;
   const PropagationOutput& propagation() const { return propagation_; }
   // True while a propagation request is queued or running.

@@ -98,14 +98,26 @@ bool PropagationEngineAvailable();
 
 // ---- Partitioning ------------------------------------------------------------------------------
 
+struct CollectiveInfo {
+  std::string origin;       // the original instruction that caused it
+  std::string instruction;  // the SPMD instruction
+  std::string kind;         // "all-gather", "reduce-scatter", ...
+  int64_t bytes_per_device = 0;
+  std::string replica_groups;
+  std::string reason;       // "dot: contracting dim sharded", "reshard {..} -> {..}", ...
+};
+
 struct PartitionOutput {
   bool engine_available = false;
   bool ok = false;
   std::string message;
-  std::string spmd_text;  // the partitioned module as HLO text
-  // original instruction id -> names of the partitioned instructions it became
-  std::unordered_map<int64_t, std::vector<std::string>> became;
-  int64_t collectives = 0;
+  std::shared_ptr<const Module> spmd;  // the partitioned program (per-device shapes)
+  std::string spmd_text;               // the same as HLO text
+  // original instruction name (computation-qualified outside the entry) -> SPMD instructions
+  std::map<std::string, std::vector<std::string>> became;
+  std::vector<CollectiveInfo> collectives;
+  std::vector<std::string> replicated_fallbacks;  // ops partitioned by replicating their operands
+  double millis = 0;
 };
 
 // Partitions `module`, whose instructions carry the complete shardings (annotated + propagated).

@@ -137,6 +137,9 @@ class SpmdContext {
   int64_t next_channel_ = 1;
 };
 
+// The handler for ops without a dedicated one: replicate operands, run the op whole, reshard.
+Status PartitionWithFallback(SpmdContext& ctx, const Instruction& orig);
+
 std::string GroupsToString(const std::vector<std::vector<int64_t>>& groups);
 
 }  // namespace shardscope::spmd

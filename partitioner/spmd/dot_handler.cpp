@@ -137,7 +137,6 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   auto rm = TileMap::FromSharding(rv.sharding, rv.base.rank(), n);
   auto om = TileMap::FromSharding(target, dot.shape().rank(), n);
   if (!lm.ok() || !rm.ok() || !om.ok()) {
-    extern Status PartitionWithFallback(SpmdContext&, const Instruction&);
     return PartitionWithFallback(ctx, dot);
   }
   std::vector<int64_t> out_labels(static_cast<size_t>(L.out_rank()));
@@ -221,7 +220,6 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
   }
   if (!best) {
-    extern Status PartitionWithFallback(SpmdContext&, const Instruction&);
     return PartitionWithFallback(ctx, dot);
   }
   auto lhs = ctx.Reshard(lv, best->lhs);

@@ -1,0 +1,418 @@
+// The model zoo (core/model_zoo.h): modules verify, have the GSPMD §5.1 parameter shapes and the
+// GSPMD Table 1 annotations (cases G1-G3 of reference/validation.md use these modules), gradients
+// match finite differences, optimizer steps follow their formulas, and the CLI builds them.
+#include <QtCore/QElapsedTimer>
+#include <QtCore/QFile>
+#include <QtCore/QFileInfo>
+#include <QtCore/QProcess>
+#include <QtCore/QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "core/evaluator.h"
+#include "core/hlo_text.h"
+#include "core/model_zoo.h"
+#include "core/verifier.h"
+
+using namespace shardscope;
+
+namespace {
+
+std::unique_ptr<Module> Build(std::string_view name, const ZooOverrides& o = {}) {
+  auto m = ZooBuild(name, o);
+  if (!m.ok()) {
+    qWarning("%s", m.error().message.c_str());
+    return nullptr;
+  }
+  return std::move(m).value();
+}
+
+HloSharding Parse(const char* text) {
+  auto s = HloSharding::Parse(text);
+  if (!s.ok()) qFatal("bad sharding text %s: %s", text, s.error().message.c_str());
+  return *s;
+}
+
+int CountAnnotated(const Module& m) {
+  int n = 0;
+  for (const auto& c : m.computations())
+    for (const auto& i : c->instructions())
+      if (i->has_sharding()) ++n;
+  return n;
+}
+
+std::string ShapeOf(const Module& m, const char* name) {
+  Instruction* i = m.FindInstruction(name);
+  return i ? i->shape().ToString(false) : std::string("<missing ") + name + ">";
+}
+
+// Random arguments for the entry parameters (LayerNorm scales near 1, Adam second moments >= 0).
+std::vector<Tensor> RandomArgs(const Module& m, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<Tensor> args;
+  for (Instruction* p : m.entry()->parameters()) {
+    std::vector<double> v(static_cast<size_t>(p->shape().ElementCount()));
+    const std::string& n = p->name();
+    for (auto& x : v) {
+      x = u(rng);
+      if (n.find("scale") != std::string::npos) x = 1 + 0.3 * x;
+      if (n.size() > 2 && n.compare(n.size() - 2, 2, "_v") == 0) x = std::abs(x);
+    }
+    auto t = Tensor::FromValues(p->shape().type, p->shape().dims, v);
+    if (!t.ok()) qFatal("%s", t.error().message.c_str());
+    args.push_back(std::move(t).value());
+  }
+  return args;
+}
+
+// Central finite differences of the loss (output 0) against the gradient outputs (1..): for each
+// weight parameter (entry parameters from `first_weight`), `probes` random elements. Returns the
+// worst relative error.
+double WorstGradientError(const Module& m, int64_t first_weight, int probes, std::string* where) {
+  std::vector<Tensor> args = RandomArgs(m, 7);
+  auto out = Evaluate(m, args);
+  if (!out.ok()) qFatal("evaluate: %s", out.error().message.c_str());
+  std::mt19937_64 rng(99);
+  double worst = 0;
+  const int64_t n_params = static_cast<int64_t>(m.entry()->parameters().size());
+  for (int64_t pi = first_weight; pi < n_params; ++pi) {
+    const Tensor& grad = out->element(1 + pi - first_weight);
+    for (int t = 0; t < probes; ++t) {
+      const int64_t idx = static_cast<int64_t>(rng() % static_cast<uint64_t>(args[static_cast<size_t>(pi)].size()));
+      const double h = 1e-5;
+      auto plus = args, minus = args;
+      plus[static_cast<size_t>(pi)].SetDouble(idx, args[static_cast<size_t>(pi)].GetDouble(idx) + h);
+      minus[static_cast<size_t>(pi)].SetDouble(idx, args[static_cast<size_t>(pi)].GetDouble(idx) - h);
+      const double lp = Evaluate(m, plus)->element(0).GetDouble(0);
+      const double lm = Evaluate(m, minus)->element(0).GetDouble(0);
+      const double fd = (lp - lm) / (2 * h);
+      const double an = grad.GetDouble(idx);
+      const double rel = std::abs(fd - an) / std::max(1e-6, std::abs(fd) + std::abs(an));
+      if (rel > worst) {
+        worst = rel;
+        *where = m.entry()->parameter(pi)->name() + "[" + std::to_string(idx) + "]: finite difference " +
+                 std::to_string(fd) + ", gradient " + std::to_string(an);
+      }
+    }
+  }
+  return worst;
+}
+
+const ZooOverrides kSmallTransformer = {{"batch", "2"}, {"seq", "4"}, {"model", "8"}, {"heads", "2"},
+                                        {"head_dim", "4"}, {"hidden", "16"}, {"dtype", "f64"}};
+
+}  // namespace
+
+class TestModelZoo : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void registry() {
+    const auto models = ZooList();
+    QCOMPARE(models.size(), size_t(3));
+    QCOMPARE(models[0].name, std::string("mlp"));
+    QCOMPARE(models[1].name, std::string("transformer-layer"));
+    QCOMPARE(models[2].name, std::string("transformer"));
+    QCOMPARE(std::string(kZooDefaultExample), std::string("transformer-layer"));
+    auto value = [](const ZooModel& m, const std::string& k) {
+      for (const auto& p : m.parameters)
+        if (p.name == k) return p.default_value;
+      return std::string("<none>");
+    };
+    QCOMPARE(value(models[1], "annotations"), std::string("finalized"));
+    QCOMPARE(value(models[1], "mesh_x"), std::string("4"));
+    QCOMPARE(value(models[1], "mesh_y"), std::string("4"));
+    QCOMPARE(value(models[1], "layers"), std::string("1"));
+    QCOMPARE(value(models[1], "backward"), std::string("0"));
+    QCOMPARE(value(models[2], "backward"), std::string("1"));
+    QCOMPARE(value(models[2], "optimizer"), std::string("adam"));
+    auto mesh = ZooMesh("transformer-layer", {{"mesh_x", "2"}, {"mesh_y", "8"}});
+    QVERIFY(mesh.ok());
+    QCOMPARE(mesh->ToString(), std::string("X=2,Y=8"));
+  }
+
+  // The GUI's default example: one layer, B=8 S=16 M=64 N=8 D=16 H=256, 4x4 mesh, 2D finalized.
+  void defaultExample() {
+    auto m = Build(kZooDefaultExample);
+    QVERIFY(m);
+    QVERIFY(VerifyModule(*m).ok());
+    QCOMPARE(m->num_partitions, int64_t(16));
+    QCOMPARE(m->entry()->parameters().size(), size_t(7));
+    QCOMPARE(ShapeOf(*m, "x"), std::string("f32[8,16,64]"));                 // BSM
+    QCOMPARE(ShapeOf(*m, "layer0_ln1_scale"), std::string("f32[64]"));
+    QCOMPARE(ShapeOf(*m, "layer0_wqkv"), std::string("f32[3,64,8,16]"));     // W_Q,W_K,W_V: MND, fused
+    QCOMPARE(ShapeOf(*m, "layer0_wo"), std::string("f32[8,16,64]"));         // NDM
+    QCOMPARE(ShapeOf(*m, "layer0_wi"), std::string("f32[64,256]"));          // MH
+    QCOMPARE(ShapeOf(*m, "layer0_wout"), std::string("f32[256,64]"));        // HM
+    QCOMPARE(ShapeOf(*m, "layer0_attention_qkv"), std::string("f32[8,16,3,8,16]"));  // BSND x3
+    QCOMPARE(ShapeOf(*m, "layer0_attention_scores"), std::string("f32[8,8,16,16]"));
+    QCOMPARE(ShapeOf(*m, "layer0_ffn_wi"), std::string("f32[8,16,256]"));    // BSH
+    QCOMPARE(m->entry()->root()->shape().ToString(false), std::string("f32[8,16,64]"));
+    QCOMPARE(CountAnnotated(*m), 7);  // GSPMD §5.1: "only requires 7 annotations"
+  }
+
+  // GSPMD Table 1 on a 4x4 mesh (X = major axis, devices row-major): cases G1, G2, G3 of
+  // reference/validation.md are run on exactly these annotations.
+  void table1Annotations_data() {
+    QTest::addColumn<QString>("set");
+    QTest::addColumn<QString>("bsm");
+    QTest::addColumn<QString>("bsnd");
+    QTest::addColumn<QString>("bsh");
+    // BSM, BSND (on the fused [B,S,3,N,D]) and BSH per set; weights are the same in all sets.
+    QTest::newRow("G1 2D Attempt 1") << "attempt1"
+                                     << "{devices=[1,1,4,4]<=[16] last_tile_dim_replicate}"        // _,_,X
+                                     << "{devices=[1,1,1,4,1,4]<=[4,4]T(1,0) last_tile_dim_replicate}"  // _,_,Y,_
+                                     << "{devices=[1,1,4,4]<=[4,4]T(1,0) last_tile_dim_replicate}";  // _,_,Y
+    QTest::newRow("G2 2D Attempt 2") << "attempt2"
+                                     << "{devices=[4,1,1,4]<=[16] last_tile_dim_replicate}"        // X,_,_
+                                     << "{devices=[4,1,1,4,1]<=[16]}"                              // X,_,Y,_
+                                     << "{devices=[4,1,4]<=[16]}";                                 // X,_,Y
+    QTest::newRow("G3 2D finalized") << "finalized"
+                                     << "{devices=[4,1,4]<=[16]}"                                  // X,_,Y
+                                     << "{devices=[4,1,1,4,1]<=[16]}"                              // X,_,Y,_
+                                     << "{devices=[4,1,4]<=[16]}";                                 // X,_,Y
+  }
+  void table1Annotations() {
+    QFETCH(QString, set);
+    QFETCH(QString, bsm);
+    QFETCH(QString, bsnd);
+    QFETCH(QString, bsh);
+    auto m = Build("transformer-layer", {{"annotations", set.toStdString()}});
+    QVERIFY(m);
+    auto sharding_of = [&](const char* name) {
+      Instruction* i = m->FindInstruction(name);
+      if (!i || !i->has_sharding()) qFatal("%s has no sharding", name);
+      return *i->sharding();
+    };
+    QCOMPARE(CountAnnotated(*m), 7);
+    // Weights: W_QKV X,Y,_ (fused leading 3 unsplit), W_O Y,_,X, W_in X,Y, W_out Y,X.
+    QCOMPARE(sharding_of("layer0_wqkv"), Parse("{devices=[1,4,4,1]<=[16]}"));
+    QCOMPARE(sharding_of("layer0_wo"), Parse("{devices=[4,1,4]<=[4,4]T(1,0)}"));
+    QCOMPARE(sharding_of("layer0_wi"), Parse("{devices=[4,4]<=[16]}"));
+    QCOMPARE(sharding_of("layer0_wout"), Parse("{devices=[4,4]<=[4,4]T(1,0)}"));
+    // W_O: N split on Y, M on X: the tile holding N-part 1 and M-part 2 is device X=2,Y=1 -> 9.
+    QCOMPARE(sharding_of("layer0_wo").tile_assignment()({1, 0, 2}), int64_t(9));
+    QCOMPARE(sharding_of("x"), Parse(bsm.toStdString().c_str()));
+    QCOMPARE(sharding_of("layer0_attention_qkv"), Parse(bsnd.toStdString().c_str()));
+    QCOMPARE(sharding_of("layer0_ffn_wi"), Parse(bsh.toStdString().c_str()));
+    // Per-device bytes: weights are 1/16 of the whole in every set (O(1/XY)).
+    const Instruction* wi = m->FindInstruction("layer0_wi");
+    QCOMPARE(wi->sharding()->BytesPerDevice(wi->shape()), int64_t(64 * 256 * 4 / 16));
+    // The table itself.
+    const auto s = *AnnotationSetFromName(set.toStdString());
+    QCOMPARE(Table1DimsMapping(s, Table1Tensor::kWo), (std::vector<int64_t>{1, -1, 0}));
+  }
+
+  void noAnnotationsAndOtherMeshes() {
+    auto none = Build("transformer-layer", {{"annotations", "none"}});
+    QVERIFY(none);
+    QCOMPARE(CountAnnotated(*none), 0);
+    auto m = Build("transformer-layer", {{"mesh_x", "2"}, {"mesh_y", "8"}, {"heads", "16"}});
+    QVERIFY(m);
+    QCOMPARE(m->num_partitions, int64_t(16));
+    QCOMPARE(*m->FindInstruction("x")->sharding(), Parse("{devices=[2,1,8]<=[16]}"));
+    QCOMPARE(*m->FindInstruction("layer0_wo")->sharding(), Parse("{devices=[8,1,2]<=[2,8]T(1,0)}"));
+  }
+
+  void mlpAnnotations() {
+    auto m = Build("mlp", {{"backward", "0"}, {"optimizer", "none"}, {"layers", "3"}});
+    QVERIFY(m);
+    QCOMPARE(CountAnnotated(*m), 12);  // x (BM), W1 (MH), W2 (HM), hidden (BH) per layer
+    QCOMPARE(ShapeOf(*m, "layer0_w1"), std::string("f32[64,256]"));
+    QCOMPARE(ShapeOf(*m, "layer2_b2"), std::string("f32[64]"));
+    QCOMPARE(*m->FindInstruction("x")->sharding(), Parse("{devices=[4,4]<=[16]}"));
+    QCOMPARE(*m->FindInstruction("layer1_w2")->sharding(), Parse("{devices=[4,4]<=[4,4]T(1,0)}"));
+    QCOMPARE(*m->FindInstruction("layer1_hidden")->sharding(), Parse("{devices=[4,4]<=[16]}"));
+  }
+
+  void stackedLayersAndScopes() {
+    auto m = Build("transformer", {{"layers", "3"}, {"backward", "0"}, {"optimizer", "none"}});
+    QVERIFY(m);
+    QCOMPARE(CountAnnotated(*m), 21);
+    // The input of layer 1 is the output of layer 0, annotated BSM.
+    Instruction* l0_out = m->FindInstruction("layer0_residual2");
+    QVERIFY(l0_out && l0_out->has_sharding());
+    QCOMPARE(*l0_out->sharding(), Parse("{devices=[4,1,4]<=[16]}"));
+    QCOMPARE(m->FindInstruction("layer2_ffn_wi")->op_name(), std::string("layer2/ffn/wi"));
+    QCOMPARE(m->FindInstruction("layer1_attention_qkv")->op_name(), std::string("layer1/attention/qkv"));
+    QCOMPARE(m->FindInstruction("layer1_attention_softmax_probs")->op_name(), std::string("layer1/attention/softmax/probs"));
+
+    auto t = Build("transformer", {{"layers", "2"}});
+    QVERIFY(t);
+    QVERIFY(t->FindInstruction("backward_layer1_ffn_dwi"));
+    QCOMPARE(t->FindInstruction("backward_layer1_ffn_dwi")->op_name(), std::string("backward/layer1/ffn/dwi"));
+    QCOMPARE(t->FindInstruction("optimizer_layer0_ffn_wi_new")->op_name(), std::string("optimizer/layer0/ffn/wi_new"));
+  }
+
+  // The benchmark's 64-layer training step: tens of thousands of instructions, still verifying.
+  void trainingStep64Layers() {
+    QElapsedTimer timer;
+    timer.start();
+    auto m = Build("transformer", {{"layers", "64"}});
+    QVERIFY(m);
+    const qint64 build_ms = timer.elapsed();
+    QVERIFY(m->instruction_count() > 20000);
+    QCOMPARE(CountAnnotated(*m), 64 * 7);
+    // Parameters: x, target, 6 weights per layer, Adam m and v for each weight.
+    QCOMPARE(m->entry()->parameters().size(), size_t(2 + 64 * 6 * 3));
+    // Outputs: loss, new weights, new m, new v.
+    QCOMPARE(m->entry()->root()->shape().tuple.size(), size_t(1 + 64 * 6 * 3));
+    QVERIFY(VerifyModule(*m).ok());
+    qInfo("64-layer training step: %lld instructions, built and verified in %lld ms",
+          static_cast<long long>(m->instruction_count()), static_cast<long long>(build_ms));
+  }
+
+  void gradientsMatchFiniteDifferences() {
+    ZooOverrides t = kSmallTransformer;
+    t["layers"] = "2";
+    t["optimizer"] = "none";
+    auto tr = Build("transformer", t);
+    QVERIFY(tr);
+    std::string where;
+    double worst = WorstGradientError(*tr, 2, 3, &where);
+    qInfo("transformer (2 layers, LayerNorm): worst relative gradient error %.3g", worst);
+    QVERIFY2(worst < 1e-5, where.c_str());
+
+    t["layernorm"] = "0";
+    auto tr_noln = Build("transformer", t);
+    QVERIFY(tr_noln);
+    worst = WorstGradientError(*tr_noln, 2, 3, &where);
+    QVERIFY2(worst < 1e-5, where.c_str());
+
+    auto mlp = Build("mlp", {{"batch", "3"}, {"model", "4"}, {"hidden", "6"}, {"layers", "2"}, {"optimizer", "none"},
+                             {"dtype", "f64"}, {"annotations", "none"}});
+    QVERIFY(mlp);
+    worst = WorstGradientError(*mlp, 2, 4, &where);
+    qInfo("mlp: worst relative gradient error %.3g", worst);
+    QVERIFY2(worst < 1e-5, where.c_str());
+  }
+
+  void optimizerSteps() {
+    ZooOverrides base = kSmallTransformer;
+    base["learning_rate"] = "0.125";
+    base["optimizer"] = "none";
+    auto grads_m = Build("transformer", base);
+    base["optimizer"] = "sgd";
+    auto sgd_m = Build("transformer", base);
+    QVERIFY(grads_m && sgd_m);
+    // Same inputs: the SGD module's parameters are a prefix of none's? Both take x, target, weights.
+    QCOMPARE(grads_m->entry()->parameters().size(), sgd_m->entry()->parameters().size());
+    auto args = RandomArgs(*grads_m, 3);
+    auto g = Evaluate(*grads_m, args);
+    auto s = Evaluate(*sgd_m, args);
+    QVERIFY(g.ok() && s.ok());
+    const int64_t n_w = static_cast<int64_t>(args.size()) - 2;
+    for (int64_t k = 0; k < n_w; ++k) {
+      const Tensor& w = args[static_cast<size_t>(2 + k)];
+      for (int64_t i = 0; i < w.size(); i += 7) {
+        const double expect = w.GetDouble(i) - 0.125 * g->element(1 + k).GetDouble(i);
+        QVERIFY(std::abs(s->element(1 + k).GetDouble(i) - expect) < 1e-12);
+      }
+    }
+    QCOMPARE(s->element(0).GetDouble(0), g->element(0).GetDouble(0));  // same loss
+
+    base["optimizer"] = "adam";
+    auto adam_m = Build("transformer", base);
+    QVERIFY(adam_m);
+    auto aargs = RandomArgs(*adam_m, 3);  // same x/target/weights (same seed), then m and v
+    for (int64_t k = 0; k < 2 + n_w; ++k) QVERIFY(aargs[static_cast<size_t>(k)].Identical(args[static_cast<size_t>(k)]));
+    auto a = Evaluate(*adam_m, aargs);
+    QVERIFY(a.ok());
+    for (int64_t k = 0; k < n_w; ++k) {
+      const Tensor& w = aargs[static_cast<size_t>(2 + k)];
+      const Tensor& m0 = aargs[static_cast<size_t>(2 + n_w + k)];
+      const Tensor& v0 = aargs[static_cast<size_t>(2 + 2 * n_w + k)];
+      for (int64_t i = 0; i < w.size(); i += 5) {
+        const double gr = g->element(1 + k).GetDouble(i);
+        const double m1 = 0.9 * m0.GetDouble(i) + 0.1 * gr;
+        const double v1 = 0.999 * v0.GetDouble(i) + 0.001 * gr * gr;
+        const double w1 = w.GetDouble(i) - 0.125 * m1 / (std::sqrt(v1) + 1e-8);
+        QVERIFY(std::abs(a->element(1 + k).GetDouble(i) - w1) < 1e-9);
+        QVERIFY(std::abs(a->element(1 + n_w + k).GetDouble(i) - m1) < 1e-12);
+        QVERIFY(std::abs(a->element(1 + 2 * n_w + k).GetDouble(i) - v1) < 1e-12);
+      }
+    }
+  }
+
+  void mixedPrecision() {
+    auto m = Build("transformer", {{"act_dtype", "bf16"}, {"layers", "1"}, {"optimizer", "sgd"}});
+    QVERIFY(m);
+    QCOMPARE(ShapeOf(*m, "x"), std::string("bf16[8,16,64]"));
+    QCOMPARE(ShapeOf(*m, "layer0_wqkv"), std::string("f32[3,64,8,16]"));
+    QCOMPARE(ShapeOf(*m, "layer0_attention_qkv"), std::string("bf16[8,16,3,8,16]"));
+    // Updated weights keep the parameter type.
+    const Shape& root = m->entry()->root()->shape();
+    QCOMPARE(root.tuple[2].ToString(false), std::string("f32[3,64,8,16]"));
+  }
+
+  void roundTripThroughHloText() {
+    for (const char* name : {"mlp", "transformer-layer", "transformer"}) {
+      auto m = Build(name);
+      QVERIFY(m);
+      const std::string text = PrintHloModule(*m);
+      auto back = ParseHloModule(text, name);
+      QVERIFY2(back.ok(), back.ok() ? "" : back.error().message.c_str());
+      std::string why;
+      QVERIFY2(ModulesEqual(*m, **back, &why), why.c_str());
+    }
+  }
+
+  void buildErrors() {
+    auto unknown = ZooBuild("resnet");
+    QVERIFY(!unknown.ok());
+    QCOMPARE(unknown.error().message, std::string("unknown zoo model 'resnet' (models: mlp, transformer-layer, transformer)"));
+    auto bad_key = ZooBuild("mlp", {{"depth", "3"}});
+    QVERIFY(!bad_key.ok());
+    QVERIFY(bad_key.error().message.rfind("model mlp has no parameter 'depth' (parameters: batch, model,", 0) == 0);
+    auto bad_value = ZooBuild("transformer", {{"layers", "many"}});
+    QCOMPARE(bad_value.error().message, std::string("parameter layers must be an integer, found 'many'"));
+    auto bad_set = ZooBuild("transformer", {{"annotations", "attempt3"}});
+    QVERIFY(bad_set.error().message.find("annotations must be none, attempt1, attempt2 or finalized") != std::string::npos);
+    auto no_bwd = ZooBuild("transformer", {{"backward", "0"}});  // default optimizer adam
+    QCOMPARE(no_bwd.error().message, std::string("transformer: an optimizer step needs backward=1"));
+    auto zero = ZooBuild("transformer-layer", {{"heads", "0"}});
+    QCOMPARE(zero.error().message, std::string("transformer-layer: heads must be >= 1, found 0"));
+    auto huge = ZooBuild("transformer-layer", {{"seq", "16777216"}, {"batch", "4096"}});
+    QVERIFY(!huge.ok());
+    QVERIFY(huge.error().message.find("more than 2^50 elements") != std::string::npos);
+  }
+
+  void cli() {
+    const QString cli = QStringLiteral(SHARDSCOPE_CLI_PATH);
+    if (!QFileInfo::exists(cli)) QSKIP("shardscope-cli not built");
+    QProcess list;
+    list.start(cli, {"zoo", "list"});
+    QVERIFY(list.waitForFinished(60000));
+    QCOMPARE(list.exitCode(), 0);
+    const QString out = QString::fromUtf8(list.readAllStandardOutput());
+    QVERIFY(out.contains("transformer-layer (default example)"));
+    QVERIFY(out.contains("annotations=finalized"));
+
+    QTemporaryDir dir;
+    const QString file = dir.filePath("t.hlo");
+    QProcess build;
+    build.start(cli, {"zoo", "build", "transformer", "--set", "layers=2", "--set", "annotations=attempt1", "-o", file});
+    QVERIFY(build.waitForFinished(60000));
+    QCOMPARE(build.exitCode(), 0);
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const std::string text = f.readAll().toStdString();
+    auto parsed = ParseHloModule(text, "t.hlo");
+    QVERIFY2(parsed.ok(), parsed.ok() ? "" : parsed.error().message.c_str());
+    QCOMPARE(CountAnnotated(**parsed), 14);
+    QCOMPARE(*(*parsed)->FindInstruction("x")->sharding(), Parse("{devices=[1,1,4,4]<=[16] last_tile_dim_replicate}"));
+
+    QProcess bad;
+    bad.start(cli, {"zoo", "build", "transformer", "--set", "layers"});
+    QVERIFY(bad.waitForFinished(60000));
+    QCOMPARE(bad.exitCode(), 2);
+    QVERIFY(QString::fromUtf8(bad.readAllStandardError()).contains("--set expects KEY=VALUE"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestModelZoo)
+#include "test_model_zoo.moc"

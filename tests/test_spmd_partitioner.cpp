@@ -1,0 +1,331 @@
+// SPMD partitioner: the four matmul cases of "How To Scale Your Model" part 3 (§ "four cases"),
+// each resharding strategy of GSPMD §4.5, uneven shards with masking (§4.1), and every program
+// verified numerically against the unpartitioned module.
+#include <QtTest>
+
+#include <map>
+#include <optional>
+
+#include "core/builder.h"
+#include "core/hlo_text.h"
+#include "core/numeric_verify.h"
+#include "partitioner/spmd_partitioner.h"
+
+using namespace shardscope;
+
+namespace {
+
+HloSharding S(const char* text) {
+  auto r = HloSharding::Parse(text);
+  if (!r.ok()) qFatal("bad sharding %s: %s", text, r.error().message.c_str());
+  return *r;
+}
+
+std::vector<const Instruction*> Find(const Module& m, Opcode op) {
+  std::vector<const Instruction*> out;
+  for (const auto& c : m.computations())
+    for (const auto& i : c->instructions())
+      if (i->opcode() == op) out.push_back(i.get());
+  return out;
+}
+
+int CountCollectives(const Module& m) {
+  int n = 0;
+  for (const auto& c : m.computations())
+    for (const auto& i : c->instructions())
+      if (IsCollective(i->opcode()) || i->opcode() == Opcode::kReduceScatter) ++n;
+  return n;
+}
+
+// Partitions and verifies numerically. On failure returns nullopt with the reason in *why.
+std::optional<PartitionResult> TryPartitionAndVerify(const Module& m, int64_t devices, std::string* why) {
+  SpmdOptions o;
+  o.num_partitions = devices;
+  auto r = PartitionModule(m, o);
+  if (!r.ok()) {
+    *why = "partition failed: " + r.error().message;
+    return std::nullopt;
+  }
+  auto v = VerifyPartitioned(m, *r->module, devices, 42);
+  if (!v.ok()) {
+    *why = "verify failed to run: " + v.error().message + "\n" + PrintHloModule(*r->module);
+    return std::nullopt;
+  }
+  if (!v->match) {
+    *why = "numerical mismatch (max_abs_error " + std::to_string(v->max_abs_error) + "): " + v->detail + "\n" +
+           PrintHloModule(*r->module);
+    return std::nullopt;
+  }
+  return std::move(r).value();
+}
+
+// C = A . B with the given shardings, A f32[I,J], B f32[J,K].
+std::unique_ptr<Module> Matmul(int64_t I, int64_t J, int64_t K, const char* a, const char* b, const char* c) {
+  auto m = std::make_unique<Module>("matmul");
+  Builder bld(m->AddComputation("main", true));
+  auto* A = bld.Parameter(0, Shape(PrimitiveType::kF32, {I, J}), "A");
+  auto* B = bld.Parameter(1, Shape(PrimitiveType::kF32, {J, K}), "B");
+  DotDimensionNumbers dn;
+  dn.lhs_contracting = {1};
+  dn.rhs_contracting = {0};
+  auto* C = bld.Dot(A, B, dn, "C");
+  A->set_sharding(S(a));
+  B->set_sharding(S(b));
+  C->set_sharding(S(c));
+  bld.SetRoot(C);
+  if (!bld.ok()) return nullptr;
+  return m;
+}
+
+}  // namespace
+
+class SpmdPartitionerTest : public QObject {
+  Q_OBJECT
+ private slots:
+  // Case 1 (book): neither multiplicand has a sharded contracting dim: A[I_X, J] . B[J, K_Y] ->
+  // C[I_X, K_Y] needs no communication.
+  void case1NoCommunication() {
+    auto m = Matmul(8, 6, 4, "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+                    "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}", "{devices=[2,2]0,1,2,3}");
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(*m, 4, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    QCOMPARE(CountCollectives(*r.module), 0);
+    QCOMPARE(r.module->entry()->root()->shape().ToString(false), std::string("f32[4,2]"));
+  }
+
+  // Case 2: one multiplicand has a sharded contracting dim: A[I, J_X] . B[J, K] -> C[I, K]:
+  // all-gather A along J, then a local matmul.
+  void case2AllGatherContracting() {
+    auto m = Matmul(8, 8, 8, "{devices=[1,2]0,1}", "{replicated}", "{replicated}");
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(*m, 2, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    auto ags = Find(*r.module, Opcode::kAllGather);
+    QCOMPARE(ags.size(), size_t{1});
+    QCOMPARE(ags[0]->shape().ToString(false), std::string("f32[8,8]"));
+    QCOMPARE(ags[0]->dimensions, std::vector<int64_t>{1});
+    QCOMPARE(ags[0]->replica_groups.groups, (std::vector<std::vector<int64_t>>{{0, 1}}));
+    QCOMPARE(CountCollectives(*r.module), 1);
+  }
+
+  // Case 3: both contracting dims sharded on the same axis: local matmul then all-reduce; with
+  // the output wanted sharded, a reduce-scatter instead.
+  void case3AllReduce() {
+    auto m = Matmul(8, 8, 8, "{devices=[1,2]0,1}", "{devices=[2,1]0,1}", "{replicated}");
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(*m, 2, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    auto ars = Find(*r.module, Opcode::kAllReduce);
+    QCOMPARE(ars.size(), size_t{1});
+    QCOMPARE(ars[0]->shape().ToString(false), std::string("f32[8,8]"));
+    QCOMPARE(CountCollectives(*r.module), 1);
+    QCOMPARE(r.collectives.at(0).origin, std::string("C"));
+  }
+  void case3ReduceScatter() {
+    auto m = Matmul(8, 8, 8, "{devices=[1,2]0,1}", "{devices=[2,1]0,1}", "{devices=[2,1]0,1}");
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(*m, 2, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    auto rss = Find(*r.module, Opcode::kReduceScatter);
+    QCOMPARE(rss.size(), size_t{1});
+    QCOMPARE(rss[0]->shape().ToString(false), std::string("f32[4,8]"));
+    QCOMPARE(rss[0]->dimensions, std::vector<int64_t>{0});
+    QCOMPARE(CountCollectives(*r.module), 1);
+  }
+
+  // Case 4: both non-contracting dims sharded on the same axis: all-gather one side.
+  void case4AllGatherOneSide() {
+    auto m = Matmul(8, 8, 8, "{devices=[2,1]0,1}", "{devices=[1,2]0,1}", "{devices=[2,1]0,1}");
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(*m, 2, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    auto ags = Find(*r.module, Opcode::kAllGather);
+    QCOMPARE(ags.size(), size_t{1});
+    QCOMPARE(ags[0]->operand(0)->shape().ToString(false), std::string("f32[8,4]"));  // B's shard
+    QCOMPARE(ags[0]->shape().ToString(false), std::string("f32[8,8]"));
+    QCOMPARE(CountCollectives(*r.module), 1);
+  }
+
+  // 2-D mesh, contracting dim on X and batch-like rows on Y: subgrouped all-reduce over X only.
+  void subgroupedAllReduce2D() {
+    // A[I_Y, J_X] . B[J_X, K] -> C[I_Y, K] on a 2x2 mesh (X major): devices (x,y) = 2x+y.
+    auto m = Matmul(8, 8, 6, "{devices=[2,2]0,2,1,3}", "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+                    "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}");
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(*m, 4, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    auto ars = Find(*r.module, Opcode::kAllReduce);
+    QCOMPARE(ars.size(), size_t{1});
+    QCOMPARE(ars[0]->replica_groups.groups, (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+    QCOMPARE(ars[0]->shape().ToString(false), std::string("f32[4,6]"));
+  }
+
+  // Resharding strategies (GSPMD §4.5) through copy instructions.
+  void reshardStrategies_data() {
+    QTest::addColumn<QString>("from");
+    QTest::addColumn<QString>("to");
+    QTest::addColumn<QString>("expected");  // opcode of the single collective, or "none"
+    QTest::newRow("replicated->tiled is a dynamic-slice") << "{replicated}" << "{devices=[2,2]0,1,2,3}" << "none";
+    QTest::newRow("tiled->replicated is an all-gather") << "{devices=[4,1]0,1,2,3}" << "{replicated}" << "all-gather";
+    QTest::newRow("dim 0 -> dim 1 is an all-to-all") << "{devices=[4,1]0,1,2,3}" << "{devices=[1,4]0,1,2,3}" << "all-to-all";
+    QTest::newRow("device order change is a collective-permute") << "{devices=[4,1]0,1,2,3}" << "{devices=[4,1]1,0,3,2}"
+                                                                  << "collective-permute";
+    QTest::newRow("partial -> finer is a dynamic-slice") << "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"
+                                                         << "{devices=[2,2]0,1,2,3}" << "none";
+  }
+  void reshardStrategies() {
+    QFETCH(QString, from);
+    QFETCH(QString, to);
+    QFETCH(QString, expected);
+    Module m("reshard");
+    Builder b(m.AddComputation("main", true));
+    auto* p = b.Parameter(0, Shape(PrimitiveType::kF32, {8, 12}), "p");
+    auto* c = b.Copy(p, "c");
+    b.SetRoot(c);
+    p->set_sharding(S(from.toStdString().c_str()));
+    c->set_sharding(S(to.toStdString().c_str()));
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(m, 4, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    if (expected == "none") {
+      QCOMPARE(CountCollectives(*r.module), 0);
+      QVERIFY(!Find(*r.module, Opcode::kDynamicSlice).empty());
+    } else {
+      QCOMPARE(CountCollectives(*r.module), 1);
+      QCOMPARE(QString::fromStdString(std::string(OpcodeName(r.collectives.at(0).kind))), expected);
+    }
+  }
+
+  // Uneven shards (GSPMD §4.1): f32[10] over 4 devices pads to 3 per device; a reduce over the
+  // sharded dim masks the padding with the reducer's identity before the all-reduce.
+  void unevenReduceMasksPadding() {
+    Module m("uneven");
+    Builder b(m.AddComputation("main", true));
+    auto* p = b.Parameter(0, Shape(PrimitiveType::kF32, {10, 3}), "p");
+    auto* e = b.Exp(p, "e");  // exp(padding) != 0: masking is required for a correct sum
+    auto* s = b.Reduce(e, b.ConstantScalar(PrimitiveType::kF32, 0), {0}, ScalarComputation(m, Opcode::kAdd, PrimitiveType::kF32));
+    b.SetRoot(s);
+    p->set_sharding(S("{devices=[4,1]0,1,2,3}"));
+    e->set_sharding(S("{devices=[4,1]0,1,2,3}"));
+    s->set_sharding(S("{replicated}"));
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(m, 4, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    QCOMPARE(r.module->entry()->parameter(0)->shape().ToString(false), std::string("f32[3,3]"));
+    QCOMPARE(Find(*r.module, Opcode::kAllReduce).size(), size_t{1});
+    QVERIFY(!Find(*r.module, Opcode::kSelect).empty());
+  }
+
+  // Uneven all-gather drops the padding; uneven dot contracting dim masks both operands.
+  void unevenDotContracting() {
+    auto m = Matmul(4, 10, 4, "{devices=[1,4]0,1,2,3}", "{devices=[4,1]0,1,2,3}", "{replicated}");
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(*m, 4, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    QCOMPARE(Find(*r.module, Opcode::kAllReduce).size(), size_t{1});
+  }
+
+  // Elementwise chains, broadcast, transpose and reshape stay local when shardings line up.
+  void localOpsNeedNoCommunication() {
+    Module m("local");
+    Builder b(m.AddComputation("main", true));
+    auto* x = b.Parameter(0, Shape(PrimitiveType::kF32, {8, 6}), "x");
+    auto* v = b.Parameter(1, Shape(PrimitiveType::kF32, {8}), "v");
+    auto* bv = b.Broadcast(v, {8, 6}, {0}, "bv");
+    auto* y = b.Add(x, bv, "y");
+    auto* t = b.Transpose(y, {1, 0}, "t");
+    auto* r = b.Reshape(t, {6, 2, 4}, "r");
+    b.SetRoot(r);
+    x->set_sharding(S("{devices=[2,1]0,1}"));
+    v->set_sharding(S("{devices=[2]0,1}"));
+    bv->set_sharding(S("{devices=[2,1]0,1}"));
+    y->set_sharding(S("{devices=[2,1]0,1}"));
+    t->set_sharding(S("{devices=[1,2]0,1}"));
+    // [6,8] -> [6,2,4]: the sharded 8 splits into (2 major, 4): shard on the major 2.
+    r->set_sharding(S("{devices=[1,2,1]0,1}"));
+    std::string why;
+    auto res_opt = TryPartitionAndVerify(m, 2, &why);
+    QVERIFY2(res_opt.has_value(), why.c_str());
+    auto& res = *res_opt;
+    QCOMPARE(CountCollectives(*res.module), 0);
+    QCOMPARE(res.module->entry()->root()->shape().ToString(false), std::string("f32[6,1,4]"));
+    QVERIFY(res.origin_map.count("t"));
+  }
+
+  // A while loop carries its sharding through body and condition.
+  void whileLoopKeepsSharding() {
+    const char* text = R"(
+HloModule loop, num_partitions=2
+cond {
+  p = (s32[], f32[8,4]) parameter(0), sharding={{replicated}, {devices=[2,1]0,1}}
+  i = s32[] get-tuple-element(p), index=0, sharding={replicated}
+  n = s32[] constant(3), sharding={replicated}
+  ROOT lt = pred[] compare(i, n), direction=LT, sharding={replicated}
+}
+body {
+  p = (s32[], f32[8,4]) parameter(0), sharding={{replicated}, {devices=[2,1]0,1}}
+  i = s32[] get-tuple-element(p), index=0, sharding={replicated}
+  x = f32[8,4] get-tuple-element(p), index=1, sharding={devices=[2,1]0,1}
+  one = s32[] constant(1), sharding={replicated}
+  i2 = s32[] add(i, one), sharding={replicated}
+  x2 = f32[8,4] multiply(x, x), sharding={devices=[2,1]0,1}
+  ROOT t = (s32[], f32[8,4]) tuple(i2, x2), sharding={{replicated}, {devices=[2,1]0,1}}
+}
+ENTRY main {
+  a = f32[8,4] parameter(0), sharding={devices=[2,1]0,1}
+  z = s32[] constant(0), sharding={replicated}
+  init = (s32[], f32[8,4]) tuple(z, a), sharding={{replicated}, {devices=[2,1]0,1}}
+  w = (s32[], f32[8,4]) while(init), condition=cond, body=body, sharding={{replicated}, {devices=[2,1]0,1}}
+  ROOT r = f32[8,4] get-tuple-element(w), index=1, sharding={devices=[2,1]0,1}
+}
+)";
+    auto m = ParseHloModule(text, "loop.hlo");
+    QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(**m, 2, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    QCOMPARE(CountCollectives(*r.module), 0);
+    auto ws = Find(*r.module, Opcode::kWhile);
+    QCOMPARE(ws.size(), size_t{1});
+    QCOMPARE(ws[0]->shape().tuple.at(1).ToString(false), std::string("f32[4,4]"));
+  }
+
+  // The SPMD program prints as HLO text that parses back.
+  void printsAndReparses() {
+    auto m = Matmul(8, 8, 8, "{devices=[1,2]0,1}", "{devices=[2,1]0,1}", "{devices=[2,1]0,1}");
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(*m, 2, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    std::string text = PrintHloModule(*r.module);
+    QVERIFY(text.find("reduce-scatter(") != std::string::npos);
+    QVERIFY(text.find("replica_groups={{0,1}}") != std::string::npos);
+    QVERIFY(text.find("channel_id=") != std::string::npos);
+    auto back = ParseHloModule(text, "spmd.hlo");
+    QVERIFY2(back.ok(), back.ok() ? "" : back.error().message.c_str());
+  }
+
+  void missingShardingIsReplicated() {
+    auto m = Matmul(4, 4, 4, "{replicated}", "{replicated}", "{replicated}");
+    for (const auto& i : m->entry()->instructions()) i->clear_sharding();
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(*m, 2, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    QCOMPARE(CountCollectives(*r.module), 0);
+  }
+};
+
+QTEST_APPLESS_MAIN(SpmdPartitionerTest)
+#include "test_spmd_partitioner.moc"

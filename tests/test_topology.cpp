@@ -1,0 +1,401 @@
+// Hardware presets, custom chips from JSON, and the physical topology: link counts, each
+// generation's wraparound rule, hop distances and routes, device placement, bisection bandwidth.
+// Figures: ../shared/reference/hardware.md (SB = How To Scale Your Model, GC = Google Cloud).
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/mesh.h"
+#include "simulator/hardware.h"
+#include "simulator/topology.h"
+
+using namespace shardscope;
+
+namespace {
+
+ChipSpec Preset(const char* name) {
+  auto c = ChipPreset(name);
+  if (!c.ok()) qFatal("preset %s: %s", name, c.error().message.c_str());
+  return c.value();
+}
+
+Topology Make(const ChipSpec& chip, std::vector<int64_t> shape, TopologyOptions opts = {}) {
+  auto t = Topology::Create(chip, std::move(shape), opts);
+  if (!t.ok()) qFatal("topology: %s", t.error().message.c_str());
+  return std::move(t.value());
+}
+
+bool Near(double a, double b, double rel) { return std::fabs(a - b) <= rel * std::fabs(b); }
+
+}  // namespace
+
+class TestTopology : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // ---- presets ----
+  void presetsMatchHardwareReference() {
+    QCOMPARE(ChipPresetNames(), (std::vector<std::string>{"tpu-v2", "tpu-v3", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "h100"}));
+    const double GiB = 1024.0 * 1024 * 1024;
+    struct Row { const char* name; double flops, hbm, hbm_bw, ici, links; };
+    // hardware.md table: peak bf16, HBM, HBM bandwidth, ICI one way per link, links per chip.
+    const Row rows[] = {
+        {"tpu-v2", 4.6e13, 16 * GiB, 7.0e11, 6.0e10, 4},   // SB 1.2e11 both ways -> 6e10 one way
+        {"tpu-v3", 1.23e14, 32 * GiB, 9.0e11, 1.0e11, 4},  // GC 1.23e14 chosen over SB's 1.4e14
+        {"tpu-v4", 2.75e14, 32 * GiB, 1.2e12, 4.5e10, 6},
+        {"tpu-v5e", 1.97e14, 16e9, 8.19e11, 4.5e10, 4},
+        {"tpu-v5p", 4.59e14, 95 * GiB, 2.765e12, 9.0e10, 6},
+        {"tpu-v6e", 9.18e14, 32e9, 1.64e12, 9.0e10, 4},
+        {"h100", 9.89e14, 80e9, 3.35e12, 4.5e11, 1},
+    };
+    for (const auto& r : rows) {
+      const ChipSpec c = Preset(r.name);
+      QCOMPARE(c.name, std::string(r.name));
+      QCOMPARE(c.peak_flops, r.flops);
+      QCOMPARE(c.hbm_bytes, r.hbm);
+      QCOMPARE(c.hbm_bandwidth, r.hbm_bw);
+      QCOMPARE(c.ici_link_bandwidth, r.ici);
+      QCOMPARE(static_cast<double>(c.links_per_chip), r.links);
+      QCOMPARE(c.hop_latency, 1e-6);  // SB part 3: about 1 us per hop
+      QVERIFY(ValidateChipSpec(c).ok());
+    }
+    QCOMPARE(Preset("tpu-v5e").dcn_bandwidth, 3.125e9);
+    QCOMPARE(Preset("tpu-v5p").dcn_bandwidth, 6.25e9);
+    QCOMPARE(Preset("tpu-v6e").dcn_bandwidth, 1.25e10);
+    QCOMPARE(Preset("tpu-v5e").ici_link_bandwidth_bidirectional(), 9e10);
+    // Aliases.
+    QCOMPARE(Preset("v5e").name, std::string("tpu-v5e"));
+    QCOMPARE(Preset("TPU v4").name, std::string("tpu-v4"));
+    auto bad = ChipPreset("tpu-v9");
+    QVERIFY(!bad.ok());
+    QVERIFY(bad.error().message.find("tpu-v5e") != std::string::npos);  // lists the presets
+  }
+
+  void twoCoresPerChip() {
+    auto v3 = WithCoresPerChip(Preset("tpu-v3"), 2);
+    QVERIFY(v3.ok());
+    QCOMPARE(v3->device_peak_flops(), 1.23e14 / 2);
+    QCOMPARE(v3->device_hbm_bytes(), 16.0 * 1024 * 1024 * 1024);
+    QCOMPARE(v3->device_hbm_bandwidth(), 4.5e11);
+    auto v4 = WithCoresPerChip(Preset("tpu-v4"), 2);
+    QVERIFY(!v4.ok());
+    QVERIFY(v4.error().message.find("tpu-v4") != std::string::npos);
+    // Two devices per chip share the chip's links: 4 chips, 8 devices, same link count.
+    Topology t = Make(v3.value(), {2, 2});
+    QCOMPARE(t.num_devices(), int64_t{8});
+    QCOMPARE(t.num_chips(), int64_t{4});
+    QCOMPARE(t.ChipOfDevice(0), int64_t{0});
+    QCOMPARE(t.ChipOfDevice(1), int64_t{0});
+    QCOMPARE(t.ChipOfDevice(7), int64_t{3});
+    QCOMPARE(t.DevicesOnChip(2), (std::vector<int64_t>{4, 5}));
+    QCOMPARE(t.num_links(), int64_t{8});
+  }
+
+  // ---- JSON ----
+  void customChipFromJson() {
+    auto c = ParseChipSpecJson(
+        "{\n"
+        "  \"name\": \"my-chip\",\n"
+        "  \"peak_flops\": 3e14,\n"
+        "  \"hbm_bytes\": 64e9,\n"
+        "  \"hbm_bandwidth\": 2e12,\n"
+        "  \"ici_bandwidth\": 1e11,\n"
+        "  \"physical_dims\": 3,\n"
+        "  \"pod_shape\": \"8x8x8\",\n"
+        "  \"wraparound\": \"full-cubes\",\n"
+        "  \"description\": \"a \\\"what if\\\" chip\"\n"
+        "}");
+    QVERIFY2(c.ok(), c.ok() ? "" : c.error().message.c_str());
+    QCOMPARE(c->name, std::string("my-chip"));
+    QCOMPARE(c->peak_flops, 3e14);
+    QCOMPARE(c->links_per_chip, int64_t{6});  // default: 2 per dimension
+    QCOMPARE(c->pod_shape, (std::vector<int64_t>{8, 8, 8}));
+    QCOMPARE(c->wraparound, WraparoundRule::kFullCubes);
+    QCOMPARE(c->description, std::string("a \"what if\" chip"));
+    QCOMPARE(c->hop_latency, 1e-6);
+
+    // "base" starts from a preset and overrides single figures.
+    auto b = ParseChipSpecJson("{\"base\": \"tpu-v5e\", \"name\": \"v5e-gc\", \"ici_bandwidth\": 5e10}");
+    QVERIFY(b.ok());
+    QCOMPARE(b->ici_link_bandwidth, 5e10);
+    QCOMPARE(b->peak_flops, 1.97e14);
+    QCOMPARE(b->wraparound, WraparoundRule::kAxisOf16);
+
+    // Through a file.
+    const QString path = QDir::temp().filePath("simcost_test_chip.json");
+    {
+      std::ofstream f(path.toStdString());
+      f << "{\"base\": \"h100\", \"name\": \"h100-slow\", \"ici_bandwidth\": 2e11}\n";
+    }
+    auto fromFile = ResolveChip(path.toStdString());
+    QVERIFY(fromFile.ok());
+    QCOMPARE(fromFile->interconnect, InterconnectKind::kSwitch);
+    QCOMPARE(fromFile->ici_link_bandwidth, 2e11);
+    std::remove(path.toStdString().c_str());
+    auto missing = ResolveChip("/nonexistent/dir/chip.json");
+    QVERIFY(!missing.ok());
+    QVERIFY(missing.error().message.find("/nonexistent/dir/chip.json") != std::string::npos);
+  }
+
+  void jsonErrorsCarryLineAndColumn_data() {
+    QTest::addColumn<QString>("text");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("missing colon") << "{\n  \"peak_flops\" 1e14\n}" << "2:16: expected ':'";
+    QTest::newRow("unknown key") << "{\"base\": \"tpu-v4\",\n \"flops\": 1}" << "2:2: unknown key \"flops\"";
+    QTest::newRow("nested") << "{\"base\": \"tpu-v4\", \"pod_shape\": [4, 4, 4]}" << "1:33: nested objects and arrays";
+    QTest::newRow("duplicate") << "{\"base\": \"tpu-v4\",\n\"name\": \"a\",\n\"name\": \"b\"}" << "3:1: duplicate key \"name\"";
+    QTest::newRow("bad number") << "{\"base\": \"tpu-v4\", \"hop_latency\": 1e-}" << "1:35: malformed number";
+    QTest::newRow("wrong type") << "{\"base\": \"tpu-v4\",\n  \"peak_flops\": \"fast\"}" << "2:17: \"peak_flops\" must be a number";
+    QTest::newRow("bad base") << "{\"base\": \"tpu-v9\"}" << "1:10: unknown chip 'tpu-v9'";
+    QTest::newRow("trailing") << "{\"base\": \"tpu-v4\"} x" << "1:20: unexpected text";
+    QTest::newRow("unterminated") << "{\"name\": \"abc" << "1:10: unterminated string";
+    QTest::newRow("missing required") << "{\"name\": \"x\", \"peak_flops\": 1e14}" << "missing required key \"hbm_bytes\"";
+    QTest::newRow("negative") << "{\"base\": \"tpu-v4\", \"hbm_bandwidth\": -1}" << "hbm_bandwidth must be a positive number";
+    QTest::newRow("bad wraparound") << "{\"base\": \"tpu-v4\", \"wraparound\": \"sometimes\"}" << "1:34: unknown wraparound rule";
+  }
+  void jsonErrorsCarryLineAndColumn() {
+    QFETCH(QString, text);
+    QFETCH(QString, expected);
+    auto c = ParseChipSpecJson(text.toStdString());
+    QVERIFY(!c.ok());
+    QVERIFY2(c.error().message.find(expected.toStdString()) != std::string::npos, c.error().message.c_str());
+  }
+
+  // ---- wraparound rules ----
+  void wraparoundRulesPerGeneration() {
+    using V = std::vector<bool>;
+    // v2/v3: only the whole pod is a torus.
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v2"), {16, 32}), (V{true, true}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v2"), {16, 16}), (V{false, false}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v3"), {32, 32}), (V{true, true}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v3"), {4, 8}), (V{false, false}));
+    // v4/v5p: whole 4x4x4 cubes (every axis a multiple of 4) are tori.
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v4"), {4, 4, 4}), (V{true, true, true}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v4"), {4, 4, 8}), (V{true, true, true}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v4"), {2, 2, 4}), (V{false, false, false}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v4"), {4, 4, 2}), (V{false, false, false}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v5p"), {16, 16, 24}), (V{true, true, true}));
+    // v5e/v6e: only an axis of size 16 (hardware.md; SB's C1 note: axis 4 has no wraparound).
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v5e"), {16, 16}), (V{true, true}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v5e"), {8, 16}), (V{false, true}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v5e"), {8, 4}), (V{false, false}));
+    QCOMPARE(Topology::GenerationWraparound(Preset("tpu-v6e"), {16, 4}), (V{true, false}));
+    // Switch: no rings.
+    Topology h = Make(Preset("h100"), {8});
+    QVERIFY(h.is_switch());
+    QCOMPARE(h.wraparound(), (V{false}));
+
+    // Overrides.
+    TopologyOptions all;
+    all.wraparound = TopologyOptions::Wraparound::kAll;
+    QCOMPARE(Make(Preset("tpu-v5e"), {8, 4}, all).wraparound(), (V{true, true}));
+    TopologyOptions none;
+    none.wraparound = TopologyOptions::Wraparound::kNone;
+    QCOMPARE(Make(Preset("tpu-v4"), {4, 4, 4}, none).wraparound(), (V{false, false, false}));
+    TopologyOptions per_axis;
+    per_axis.wraparound_per_axis = V{false, true};
+    QCOMPARE(Make(Preset("tpu-v5e"), {8, 4}, per_axis).wraparound(), (V{false, true}));
+    // An axis of 2 never gets a separate wraparound link.
+    QCOMPARE(Make(Preset("tpu-v5e"), {2, 4}, all).wraparound(), (V{false, true}));
+  }
+
+  // ---- links ----
+  void linkCounts() {
+    // v5e 8x4 mesh (no wraparound): 7*4 + 8*3 = 52 cables = 104 one-way links.
+    Topology m = Make(Preset("tpu-v5e"), {8, 4});
+    QCOMPARE(m.num_links(), int64_t{104});
+    // v5e 16x16 pod: a 2-D torus, 2 * 256 cables, every chip has its 4 links.
+    Topology pod = Make(Preset("tpu-v5e"), {16, 16});
+    QCOMPARE(pod.num_links(), int64_t{1024});
+    for (int64_t c = 0; c < pod.num_chips(); ++c) QCOMPARE(static_cast<int64_t>(pod.OutLinks(c).size()), int64_t{4});
+    // v4 4x4x4 torus: 3 * 64 cables, 6 links per chip (links_per_chip).
+    Topology cube = Make(Preset("tpu-v4"), {4, 4, 4});
+    QCOMPARE(cube.num_links(), int64_t{384});
+    for (int64_t c = 0; c < cube.num_chips(); ++c) {
+      QCOMPARE(static_cast<int64_t>(cube.OutLinks(c).size()), Preset("tpu-v4").links_per_chip);
+    }
+    // v4 2x2x1: no wraparound, 4 cables.
+    QCOMPARE(Make(Preset("tpu-v4"), {2, 2}).num_links(), int64_t{8});
+    // h100 node: one up- and one down-link per GPU.
+    Topology h = Make(Preset("h100"), {8});
+    QCOMPARE(h.num_links(), int64_t{16});
+    QCOMPARE(h.num_nodes(), int64_t{9});
+
+    // Links are objects: endpoints, axis, direction, bandwidth, wraparound flag.
+    int64_t wraps = 0;
+    for (const auto& l : pod.links()) {
+      QCOMPARE(pod.link(l.id).id, l.id);
+      QCOMPARE(l.bandwidth, 4.5e10);
+      QCOMPARE(l.latency, 1e-6);
+      QVERIFY(l.src != l.dst);
+      QCOMPARE(pod.HopDistance(l.src, l.dst), int64_t{1});
+      if (l.wraparound) ++wraps;
+      const auto a = pod.ChipCoords(l.src), b = pod.ChipCoords(l.dst);
+      QVERIFY(((a[static_cast<size_t>(l.axis)] + l.direction + 16) % 16) == b[static_cast<size_t>(l.axis)]);
+    }
+    QCOMPARE(wraps, int64_t{2 * 2 * 16});  // 16 rings per axis, one cable (2 links) each
+    const int64_t l = cube.NeighborLink(cube.ChipAt({3, 0, 0}), 0, +1);
+    QVERIFY(l >= 0);
+    QVERIFY(cube.link(l).wraparound);
+    QCOMPARE(cube.link(l).dst, cube.ChipAt({0, 0, 0}));
+    QCOMPARE(m.NeighborLink(m.ChipAt({7, 0}), 0, +1), int64_t{-1});  // mesh edge
+  }
+
+  void hopDistancesAndRoutes() {
+    Topology cube = Make(Preset("tpu-v4"), {4, 4, 4});
+    const int64_t origin = cube.ChipAt({0, 0, 0});
+    QCOMPARE(cube.HopDistance(origin, cube.ChipAt({3, 3, 3})), int64_t{3});  // one wraparound hop per axis
+    QCOMPARE(cube.HopDistance(origin, cube.ChipAt({2, 2, 2})), int64_t{6});
+    QCOMPARE(cube.PathLatency(cube.Route(origin, cube.ChipAt({2, 2, 2}))), 6e-6);
+    Topology m = Make(Preset("tpu-v5e"), {8, 4});
+    QCOMPARE(m.HopDistance(m.ChipAt({0, 0}), m.ChipAt({7, 3})), int64_t{10});
+    // Routes: dimension order, the hops chain up and have the hop distance's length.
+    for (int64_t a = 0; a < cube.num_chips(); a += 7) {
+      for (int64_t b = 0; b < cube.num_chips(); b += 5) {
+        const auto path = cube.Route(a, b);
+        QCOMPARE(static_cast<int64_t>(path.size()), cube.HopDistance(a, b));
+        int64_t at = a;
+        int64_t last_axis = -1;
+        for (int64_t l : path) {
+          QCOMPARE(cube.link(l).src, at);
+          QVERIFY(cube.link(l).axis >= last_axis);
+          last_axis = cube.link(l).axis;
+          at = cube.link(l).dst;
+        }
+        QCOMPARE(at, b);
+      }
+    }
+    // A tie round a ring of 4: Route takes the positive way, SplitRoutes splits half/half.
+    const int64_t opposite = cube.ChipAt({2, 0, 0});
+    const auto r = cube.Route(origin, opposite);
+    QCOMPARE(r.size(), size_t{2});
+    QCOMPARE(cube.link(r[0]).direction, +1);
+    const auto split = cube.SplitRoutes(origin, cube.ChipAt({2, 2, 0}));
+    QCOMPARE(split.size(), size_t{4});
+    double total = 0;
+    for (const auto& [f, p] : split) {
+      QCOMPARE(f, 0.25);
+      QCOMPARE(p.size(), size_t{4});
+      total += f;
+    }
+    QCOMPARE(total, 1.0);
+    // One-directional routes go the long way round when needed.
+    QCOMPARE(cube.Route(origin, cube.ChipAt({3, 0, 0}), RoutePolicy::kPositiveOnly).size(), size_t{3});
+    // Switch: up-link then down-link, one hop.
+    Topology h = Make(Preset("h100"), {8});
+    QCOMPARE(h.Route(2, 5), (std::vector<int64_t>{4, 11}));
+    QCOMPARE(h.HopDistance(2, 5), int64_t{1});
+    QCOMPARE(h.PathLatency(h.Route(2, 5)), 1e-6);
+  }
+
+  // ---- placement of the logical mesh ----
+  void meshPlacement() {
+    auto mesh = DeviceMesh::Parse("X=8,Y=4");
+    QVERIFY(mesh.ok());
+    auto t = Topology::ForMesh(Preset("tpu-v5e"), mesh.value());
+    QVERIFY(t.ok());
+    QCOMPARE(t->shape(), (std::vector<int64_t>{8, 4}));
+    QCOMPARE(t->ChipOfDevice(mesh->DeviceAt({2, 3})), t->ChipAt({2, 3}));  // row-major
+
+    // More mesh axes than chip dimensions: leading axes merge.
+    auto mesh4 = DeviceMesh::Parse("a=2,b=2,c=4,d=4");
+    QVERIFY(mesh4.ok());
+    auto t4 = Topology::ForMesh(Preset("tpu-v5e"), mesh4.value());
+    QVERIFY(t4.ok());
+    QCOMPARE(t4->shape(), (std::vector<int64_t>{16, 4}));
+    // Fewer: trailing 1s; v4 8x4x1 is not made of whole cubes -> no wraparound.
+    auto t3 = Topology::ForMesh(Preset("tpu-v4"), mesh.value());
+    QVERIFY(t3.ok());
+    QCOMPARE(t3->shape(), (std::vector<int64_t>{8, 4, 1}));
+    QCOMPARE(t3->wraparound(), (std::vector<bool>{false, false, false}));
+    // Two cores per chip: the last axis is halved.
+    auto v3 = WithCoresPerChip(Preset("tpu-v3"), 2);
+    auto tc = Topology::ForMesh(v3.value(), mesh.value());
+    QVERIFY(tc.ok());
+    QCOMPARE(tc->shape(), (std::vector<int64_t>{8, 2}));
+    QCOMPARE(tc->ChipOfDevice(mesh->DeviceAt({1, 3})), tc->ChipAt({1, 1}));
+    // Explicit slice shape.
+    auto te = Topology::ForMesh(Preset("tpu-v4"), mesh.value(), {4, 4, 2});
+    QVERIFY(te.ok());
+    QCOMPARE(te->num_chips(), int64_t{32});
+
+    // Errors a person can act on.
+    auto wrong = Topology::ForMesh(Preset("tpu-v4"), mesh.value(), {2, 2, 2});
+    QVERIFY(!wrong.ok());
+    QVERIFY(wrong.error().message.find("8 chips") != std::string::npos);
+    auto big = DeviceMesh::Parse("X=16");
+    auto h = Topology::ForMesh(Preset("h100"), big.value());
+    QVERIFY(!h.ok());
+    QVERIFY(h.error().message.find("node has 8") != std::string::npos);
+    auto huge = Topology::Create(Preset("tpu-v5e"), {32, 16});
+    QVERIFY(!huge.ok());
+    QVERIFY(huge.error().message.find("pod has 256") != std::string::npos);
+    auto v5e3d = Topology::Create(Preset("tpu-v5e"), {4, 4, 4});
+    QVERIFY(!v5e3d.ok());
+    QVERIFY(v5e3d.error().message.find("2-D") != std::string::npos);
+  }
+
+  void reorderedPlacement() {
+    Topology t = Make(Preset("tpu-v5e"), {4});
+    QVERIFY(t.SetDeviceToChip({3, 2, 1, 0}).ok());
+    QCOMPARE(t.ChipOfDevice(0), int64_t{3});
+    QCOMPARE(t.DevicesOnChip(3), (std::vector<int64_t>{0}));
+    Status s = t.SetDeviceToChip({0, 0, 1, 2});
+    QVERIFY(!s.ok());
+    QVERIFY(s.error().message.find("chip 0 holds 2 devices") != std::string::npos);
+    QVERIFY(!t.SetDeviceToChip({0, 1, 2}).ok());
+    QCOMPARE(t.ChipOfDevice(0), int64_t{3});  // unchanged after a failed reorder
+    TopologyOptions o;
+    o.device_to_chip = {1, 0, 3, 2};
+    Topology r = Make(Preset("tpu-v5e"), {4}, o);
+    QCOMPARE(r.ChipOfDevice(0), int64_t{1});
+  }
+
+  // ---- bisection (GC figures in hardware.md) ----
+  void bisectionBandwidth() {
+    // Convention that reproduces all three GC figures: ONE-WAY bandwidth across the minimum cut,
+    // counting the wraparound links (a torus ring is cut twice).
+    // v3 pod 32x32 torus: 32 rings x 2 cuts = 64 links x 1e11 = 6.4 TB/s (GC: 6.4 TB/s) exactly.
+    const auto v3 = Make(Preset("tpu-v3"), {32, 32}).Bisection();
+    QCOMPARE(v3.links_cut, int64_t{64});
+    QCOMPARE(v3.one_way, 6.4e12);
+    QCOMPARE(v3.both_ways, 12.8e12);  // both ways would be twice GC's figure
+    // v4 pod 16x16x16: 256 rings x 2 = 512 links x 4.5e10 = 23.0 TB/s (GC: about 24 TB/s, 4% off;
+    // GC's per-chip 2400 Gbit/s over 6 links = 5e10 per link would give 25.6 TB/s).
+    const auto v4 = Make(Preset("tpu-v4"), {16, 16, 16}).Bisection();
+    QCOMPARE(v4.links_cut, int64_t{512});
+    QCOMPARE(v4.one_way, 512 * 4.5e10);
+    QVERIFY(Near(v4.one_way, 24e12, 0.05));
+    QVERIFY(!Near(v4.both_ways, 24e12, 0.5));
+    // v5e pod 16x16 (both axes of 16 wrap): 16 rings x 2 = 32 links. With SB's 4.5e10 per link
+    // that is 1.44 TB/s, 10% under GC's 1.6 TB/s; GC's own 1600 Gbit/s per chip over 4 links is
+    // 5e10 per link, which gives GC's 1.6 TB/s exactly. So one-way again, with GC's link rate.
+    const auto v5e = Make(Preset("tpu-v5e"), {16, 16}).Bisection();
+    QCOMPARE(v5e.links_cut, int64_t{32});
+    QCOMPARE(v5e.one_way, 32 * 4.5e10);
+    auto gc = ParseChipSpecJson("{\"base\": \"tpu-v5e\", \"ici_bandwidth\": 5e10}");
+    QVERIFY(gc.ok());
+    QCOMPARE(Make(gc.value(), {16, 16}).Bisection().one_way, 1.6e12);
+    // Minimum cut: across the longest axis (v5p 16x16x24 -> cut across the 24).
+    const auto v5p = Make(Preset("tpu-v5p"), {16, 16, 24}).Bisection();
+    QCOMPARE(v5p.cut_axis, int64_t{2});
+    QCOMPARE(v5p.links_cut, int64_t{512});
+    // A mesh (no wraparound) is cut once: v5e 8x4 -> cut across the 8: 4 links.
+    QCOMPARE(Make(Preset("tpu-v5e"), {8, 4}).Bisection().links_cut, int64_t{4});
+    // Switch: half the GPUs each send at full rate.
+    QCOMPARE(Make(Preset("h100"), {8}).Bisection().one_way, 4 * 4.5e11);
+  }
+
+  void describe() {
+    const std::string d = Make(Preset("tpu-v4"), {4, 4, 4}).Describe();
+    QVERIFY2(d.find("4x4x4 torus") != std::string::npos, d.c_str());
+    QVERIFY(d.find("384 one-way links") != std::string::npos);
+    QVERIFY(Make(Preset("tpu-v5e"), {8, 4}).Describe().find("wraparound on axes: none") != std::string::npos);
+    QVERIFY(Preset("tpu-v5e").ToString().find("axis-of-16") != std::string::npos);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestTopology)
+#include "test_topology.moc"

@@ -1,0 +1,628 @@
+// Virtual cluster: SPMD programs on N devices in lockstep with real collective semantics (per-device
+// results asserted by hand), collectives inside loops and conditionals, XLA's replica-group modes,
+// and numerical verification of hand-written SPMD programs against their unpartitioned originals.
+#include <QtTest>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/evaluator.h"
+#include "core/hlo_text.h"
+#include "core/numeric_verify.h"
+#include "core/virtual_cluster.h"
+
+using namespace shardscope;
+
+namespace {
+
+Tensor T(PrimitiveType t, std::vector<int64_t> dims, std::vector<double> v) {
+  auto r = Tensor::FromValues(t, std::move(dims), v);
+  if (!r.ok()) qFatal("bad tensor: %s", r.error().message.c_str());
+  return *r;
+}
+Tensor F32(std::vector<int64_t> dims, std::vector<double> v) { return T(PrimitiveType::kF32, std::move(dims), std::move(v)); }
+
+std::unique_ptr<Module> Parse(const std::string& text, bool verify = true) {
+  ParseOptions po;
+  po.verify = verify;
+  auto m = ParseHloModule(text, "test.hlo", po);
+  if (!m.ok()) qFatal("parse failed: %s", m.error().message.c_str());
+  return std::move(m).value();
+}
+
+// Runs `text` on `n` devices; args[d] for device d.
+Result<std::vector<Tensor>> Run(const std::string& text, int64_t n, const std::vector<std::vector<Tensor>>& args,
+                                const ClusterOptions& o = {}, bool verify = true) {
+  auto m = Parse(text, verify);
+  return RunSpmd(*m, n, args, o);
+}
+
+// One f32 argument per device built by `f(d)`.
+template <typename F>
+std::vector<std::vector<Tensor>> PerDevice(int64_t n, F f) {
+  std::vector<std::vector<Tensor>> a;
+  for (int64_t d = 0; d < n; ++d) a.push_back({f(d)});
+  return a;
+}
+
+std::string Diff(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " != expected " + std::to_string(want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= 1e-6))
+      return "element " + std::to_string(i) + ": got " + std::to_string(got[i]) + ", expected " + std::to_string(want[i]);
+  return {};
+}
+
+#define EXPECT_OK(r) QVERIFY2((r).ok(), (r).ok() ? "" : (r).error().message.c_str())
+#define EXPECT_VALUES(tensor, ...)                                                 \
+  do {                                                                             \
+    const std::string _d = Diff((tensor).ToDoubles(), std::vector<double>__VA_ARGS__); \
+    QVERIFY2(_d.empty(), _d.c_str());                                              \
+  } while (0)
+
+const std::string kAdd = R"(
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+)";
+
+}  // namespace
+
+class TestVirtualCluster : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void allReduceOverGroups() {
+    const std::string text = "HloModule m, num_partitions=4\n" + kAdd + R"(
+ENTRY e {
+  x = f32[2] parameter(0)
+  ROOT r = f32[2] all-reduce(x), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=add
+})";
+    auto r = Run(text, 4, PerDevice(4, [](int64_t d) { return F32({2}, {double(d), 10.0 * d}); }));
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0], {1, 10});
+    EXPECT_VALUES((*r)[1], {1, 10});
+    EXPECT_VALUES((*r)[2], {5, 50});
+    EXPECT_VALUES((*r)[3], {5, 50});
+
+    // Iota groups [2,2]<=[2,2]T(1,0) = {{0,2},{1,3}}.
+    const std::string iota = "HloModule m, num_partitions=4\n" + kAdd + R"(
+ENTRY e {
+  x = f32[2] parameter(0)
+  ROOT r = f32[2] all-reduce(x), channel_id=1, replica_groups=[2,2]<=[2,2]T(1,0), use_global_device_ids=true, to_apply=add
+})";
+    r = Run(iota, 4, PerDevice(4, [](int64_t d) { return F32({2}, {double(d), 10.0 * d}); }));
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0], {2, 20});
+    EXPECT_VALUES((*r)[1], {4, 40});
+    EXPECT_VALUES((*r)[2], {2, 20});
+    EXPECT_VALUES((*r)[3], {4, 40});
+
+    // Empty groups: all devices; a reducer the fast path does not recognise (max written as select).
+    const std::string all = std::string("HloModule m, num_partitions=4\n") + R"(
+mx {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  gt = pred[] compare(a, b), direction=GT
+  ROOT s = f32[] select(gt, a, b)
+}
+ENTRY e {
+  x = f32[2] parameter(0)
+  ROOT r = f32[2] all-reduce(x), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=mx
+})";
+    r = Run(all, 4, PerDevice(4, [](int64_t d) { return F32({2}, {double(d), -1.0 * d}); }));
+    EXPECT_OK(r);
+    for (int d = 0; d < 4; ++d) EXPECT_VALUES((*r)[static_cast<size_t>(d)], {3, 0});
+  }
+
+  void groupModes() {
+    auto m = Parse("HloModule m, num_partitions=4\n" + kAdd + R"(
+ENTRY e {
+  x = f32[2] parameter(0)
+  a = f32[2] all-reduce(x), replica_groups={{0,1},{2,3}}, to_apply=add
+  b = f32[2] all-reduce(x), channel_id=2, replica_groups={{0}}, to_apply=add
+  c = f32[2] all-reduce(x), replica_groups={{0}}, to_apply=add
+  ROOT t = (f32[2], f32[2], f32[2]) tuple(a, b, c)
+})");
+    const Computation* e = m->entry();
+    // Single replica: replica-id groups that only make sense as partition ids are partition ids.
+    auto ga = CollectiveParticipantGroups(*e->Find("a"), 1, 4);
+    EXPECT_OK(ga);
+    QCOMPARE(ga.value(), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+    // channel_id without use_global_device_ids: replica groups spanning all partitions.
+    auto gb = CollectiveParticipantGroups(*e->Find("b"), 1, 4);
+    EXPECT_OK(gb);
+    QCOMPARE(gb.value(), (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}}));
+    // No channel_id, {{0}}: cross-replica, each partition alone.
+    auto gc = CollectiveParticipantGroups(*e->Find("c"), 1, 4);
+    EXPECT_OK(gc);
+    QCOMPARE(gc.value(), (std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {3}}));
+    // 2 replicas x 2 partitions: cross-replica groups {{0,1}} pair device r*2+p across replicas.
+    auto g2 = CollectiveParticipantGroups(*e->Find("a"), 4, 1);
+    EXPECT_OK(g2);
+    QCOMPARE(g2.value(), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+    auto g3 = CollectiveParticipantGroups(*e->Find("b"), 2, 2);  // replica 0 -> devices 0,1
+    EXPECT_OK(g3);
+    QCOMPARE(g3.value(), (std::vector<std::vector<int64_t>>{{0, 1}}));
+
+    auto r = RunSpmd(*m, 4, PerDevice(4, [](int64_t d) { return F32({2}, {double(d + 1), 0}); }));
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[2].element(0), {7, 0});
+    EXPECT_VALUES((*r)[2].element(1), {10, 0});
+    EXPECT_VALUES((*r)[2].element(2), {3, 0});
+
+    // Replicas: 2 replicas x 2 partitions, cross-replica all-reduce over all replicas sums the
+    // devices with the same partition id (0+2, 1+3).
+    ClusterOptions o;
+    o.num_replicas = 2;
+    auto rr = Run("HloModule m\n" + kAdd + R"(
+ENTRY e {
+  x = f32[1] parameter(0)
+  s = f32[1] all-reduce(x), replica_groups={}, to_apply=add
+  rid = u32[] replica-id()
+  pid = u32[] partition-id()
+  ROOT t = (f32[1], u32[], u32[]) tuple(s, rid, pid)
+})",
+                  4, PerDevice(4, [](int64_t d) { return F32({1}, {std::pow(10.0, double(d))}); }), o);
+    EXPECT_OK(rr);
+    EXPECT_VALUES((*rr)[0].element(0), {101});
+    EXPECT_VALUES((*rr)[1].element(0), {1010});
+    EXPECT_VALUES((*rr)[3].element(1), {1});
+    EXPECT_VALUES((*rr)[3].element(2), {1});
+    EXPECT_VALUES((*rr)[2].element(1), {1});
+    EXPECT_VALUES((*rr)[2].element(2), {0});
+  }
+
+  void allGather() {
+    const std::string text = R"(HloModule m, num_partitions=4
+ENTRY e {
+  x = f32[1,2] parameter(0)
+  g = f32[4,2] all-gather(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  h = f32[1,4] all-gather(x), channel_id=2, replica_groups={{0,2},{1,3}}, dimensions={1}, use_global_device_ids=true
+  ROOT t = (f32[4,2], f32[1,4]) tuple(g, h)
+})";
+    auto r = Run(text, 4, PerDevice(4, [](int64_t d) { return F32({1, 2}, {double(d), d + 0.5}); }));
+    EXPECT_OK(r);
+    for (int d = 0; d < 4; ++d) EXPECT_VALUES((*r)[static_cast<size_t>(d)].element(0), {0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5});
+    EXPECT_VALUES((*r)[0].element(1), {0, 0.5, 2, 2.5});
+    EXPECT_VALUES((*r)[3].element(1), {1, 1.5, 3, 3.5});
+  }
+
+  void reduceScatter() {
+    const std::string text = "HloModule m, num_partitions=2\n" + kAdd + R"(
+ENTRY e {
+  x = f32[4] parameter(0)
+  ROOT r = f32[2] reduce-scatter(x), channel_id=1, replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true, to_apply=add
+})";
+    auto r = Run(text, 2, PerDevice(2, [](int64_t d) { return F32({4}, {1.0 * (d + 1), 2.0 * (d + 1), 3.0 * (d + 1), 4.0 * (d + 1)}); }));
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0], {3, 6});
+    EXPECT_VALUES((*r)[1], {9, 12});
+  }
+
+  void allToAll() {
+    auto r = Run(R"(HloModule m, num_partitions=2
+ENTRY e {
+  x = f32[4] parameter(0)
+  ROOT a = f32[4] all-to-all(x), channel_id=1, replica_groups={{0,1}}, dimensions={0}
+})",
+                 2, {{F32({4}, {0, 1, 2, 3})}, {F32({4}, {10, 11, 12, 13})}});
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0], {0, 1, 10, 11});
+    EXPECT_VALUES((*r)[1], {2, 3, 12, 13});
+
+    // 4 devices, 2-D, split/concat along dim 1: device j receives column j of every device.
+    r = Run(R"(HloModule m, num_partitions=4
+ENTRY e {
+  x = f32[1,4] parameter(0)
+  ROOT a = f32[1,4] all-to-all(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={1}
+})",
+            4, PerDevice(4, [](int64_t d) { return F32({1, 4}, {10.0 * d, 10.0 * d + 1, 10.0 * d + 2, 10.0 * d + 3}); }));
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0], {0, 10, 20, 30});
+    EXPECT_VALUES((*r)[2], {2, 12, 22, 32});
+
+    // Tuple form: participant j's output i is participant i's operand j.
+    r = Run(R"(HloModule m, num_partitions=2
+ENTRY e {
+  a = f32[1] parameter(0)
+  b = f32[1] parameter(1)
+  ROOT t = (f32[1], f32[1]) all-to-all(a, b), channel_id=1, replica_groups={{0,1}}
+})",
+            2, {{F32({1}, {0}), F32({1}, {1})}, {F32({1}, {10}), F32({1}, {11})}});
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0].element(0), {0});
+    EXPECT_VALUES((*r)[0].element(1), {10});
+    EXPECT_VALUES((*r)[1].element(0), {1});
+    EXPECT_VALUES((*r)[1].element(1), {11});
+  }
+
+  void collectivePermuteRingAndPartial() {
+    auto r = Run(R"(HloModule m, num_partitions=4
+ENTRY e {
+  x = f32[2] parameter(0)
+  ring = f32[2] collective-permute(x), channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+  part = f32[2] collective-permute(x), channel_id=2, source_target_pairs={{0,1}}
+  ROOT t = (f32[2], f32[2]) tuple(ring, part)
+})",
+                 4, PerDevice(4, [](int64_t d) { return F32({2}, {d + 1.0, -(d + 1.0)}); }));
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0].element(0), {4, -4});  // from device 3
+    EXPECT_VALUES((*r)[1].element(0), {1, -1});
+    EXPECT_VALUES((*r)[2].element(0), {2, -2});
+    EXPECT_VALUES((*r)[3].element(0), {3, -3});
+    EXPECT_VALUES((*r)[1].element(1), {1, -1});
+    EXPECT_VALUES((*r)[0].element(1), {0, 0});  // receives nothing: zeros
+    EXPECT_VALUES((*r)[2].element(1), {0, 0});
+    EXPECT_VALUES((*r)[3].element(1), {0, 0});
+  }
+
+  void asyncPairs() {
+    auto r = Run("HloModule m, num_partitions=2\n" + kAdd + R"(
+ENTRY e {
+  x = f32[2] parameter(0)
+  ars = f32[2] all-reduce-start(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+  ard = f32[2] all-reduce-done(ars)
+  cps = (f32[2], f32[2], u32[], u32[]) collective-permute-start(x), channel_id=2, source_target_pairs={{0,1},{1,0}}
+  cpd = f32[2] collective-permute-done(cps)
+  ags = (f32[2], f32[4]) all-gather-start(x), channel_id=3, replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true
+  agd = f32[4] all-gather-done(ags)
+  ROOT t = (f32[2], f32[2], f32[4]) tuple(ard, cpd, agd)
+})",
+                 2, {{F32({2}, {1, 2})}, {F32({2}, {3, 4})}}, {}, /*verify=*/false);
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0].element(0), {4, 6});
+    EXPECT_VALUES((*r)[0].element(1), {3, 4});
+    EXPECT_VALUES((*r)[1].element(1), {1, 2});
+    EXPECT_VALUES((*r)[1].element(2), {1, 2, 3, 4});
+  }
+
+  void partitionIdPerDevice() {
+    auto r = Run(R"(HloModule m, num_partitions=4
+ENTRY e {
+  x = f32[8] parameter(0)
+  pid = u32[] partition-id()
+  two = u32[] constant(2)
+  off = u32[] multiply(pid, two)
+  ROOT s = f32[2] dynamic-slice(x, off), dynamic_slice_sizes={2}
+})",
+                 4, PerDevice(4, [](int64_t) { return F32({8}, {0, 1, 2, 3, 4, 5, 6, 7}); }));
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0], {0, 1});
+    EXPECT_VALUES((*r)[3], {6, 7});
+  }
+
+  void collectivesInsideLoopsAndConditionals() {
+    // x = all-reduce(x) three times on 2 devices starting at 1 and 2: 3, 6, 12.
+    const std::string loop = "HloModule m, num_partitions=2\n" + kAdd + R"(
+cond {
+  p = (s32[], f32[1]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[1]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[1] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  s = f32[1] all-reduce(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+  ROOT t = (s32[], f32[1]) tuple(i1, s)
+}
+ENTRY e {
+  x = f32[1] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[1]) tuple(z, x)
+  w = (s32[], f32[1]) while(init), condition=cond, body=body
+  ROOT r = f32[1] get-tuple-element(w), index=1
+})";
+    auto r = Run(loop, 2, {{F32({1}, {1})}, {F32({1}, {2})}});
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0], {12});
+    EXPECT_VALUES((*r)[1], {12});
+
+    // A loop whose trip count depends on the device cannot run collectives in lockstep: an Error.
+    const std::string diverge = "HloModule m, num_partitions=2\n" + kAdd + R"(
+cond {
+  p = (u32[], f32[1]) parameter(0)
+  i = u32[] get-tuple-element(p), index=0
+  pid = u32[] partition-id()
+  ROOT lt = pred[] compare(i, pid), direction=LE
+}
+body {
+  p = (u32[], f32[1]) parameter(0)
+  i = u32[] get-tuple-element(p), index=0
+  x = f32[1] get-tuple-element(p), index=1
+  one = u32[] constant(1)
+  i1 = u32[] add(i, one)
+  s = f32[1] all-reduce(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+  ROOT t = (u32[], f32[1]) tuple(i1, s)
+}
+ENTRY e {
+  x = f32[1] parameter(0)
+  z = u32[] constant(0)
+  init = (u32[], f32[1]) tuple(z, x)
+  w = (u32[], f32[1]) while(init), condition=cond, body=body
+  ROOT r = f32[1] get-tuple-element(w), index=1
+})";
+    auto d = Run(diverge, 2, {{F32({1}, {1})}, {F32({1}, {2})}});
+    QVERIFY(!d.ok());
+    QVERIFY2(d.error().message.find("disagree") != std::string::npos, d.error().message.c_str());
+
+    // Conditional whose branch holds a collective; all devices take branch 1.
+    const std::string cond = "HloModule m, num_partitions=2\n" + kAdd + R"(
+b0 {
+  x = f32[1] parameter(0)
+  ROOT n = f32[1] negate(x)
+}
+b1 {
+  x = f32[1] parameter(0)
+  ROOT s = f32[1] all-reduce(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+}
+ENTRY e {
+  x = f32[1] parameter(0)
+  i = s32[] constant(1)
+  ROOT c = f32[1] conditional(i, x, x), branch_computations={b0, b1}
+})";
+    r = Run(cond, 2, {{F32({1}, {1})}, {F32({1}, {2})}});
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0], {3});
+    EXPECT_VALUES((*r)[1], {3});
+  }
+
+  void badGroupsAreErrors() {
+    const std::string out_of_range = "HloModule m, num_partitions=4\n" + kAdd + R"(
+ENTRY e {
+  x = f32[1] parameter(0)
+  ROOT r = f32[1] all-reduce(x), channel_id=1, replica_groups={{0,5}}, use_global_device_ids=true, to_apply=add
+})";
+    auto m = ParseHloModule(out_of_range, "t.hlo", ParseOptions{false});
+    EXPECT_OK(m);
+    auto r = RunSpmd(**m, 4, PerDevice(4, [](int64_t) { return F32({1}, {1}); }));
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().message.find("device id 5") != std::string::npos && r.error().message.find("%r") != std::string::npos,
+             r.error().message.c_str());
+
+    const std::string uncovered = "HloModule m, num_partitions=4\n" + kAdd + R"(
+ENTRY e {
+  x = f32[1] parameter(0)
+  ROOT r = f32[1] all-reduce(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+})";
+    r = Run(uncovered, 4, PerDevice(4, [](int64_t) { return F32({1}, {1}); }));
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().message.find("device 2") != std::string::npos, r.error().message.c_str());
+
+    // Wrong number of argument lists / argument shapes.
+    auto m2 = Parse(uncovered);
+    QVERIFY(!RunSpmd(*m2, 4, PerDevice(3, [](int64_t) { return F32({1}, {1}); })).ok());
+    auto bad = RunSpmd(*m2, 4, PerDevice(4, [](int64_t) { return F32({2}, {1, 2}); }));
+    QVERIFY(!bad.ok());
+    QVERIFY2(bad.error().message.find("device 0") != std::string::npos, bad.error().message.c_str());
+  }
+
+  void singleDeviceEvaluateWithCollectives() {
+    auto m = Parse("HloModule m\n" + kAdd + R"(
+ENTRY e {
+  x = f32[2] parameter(0)
+  ROOT r = f32[2] all-reduce(x), channel_id=1, replica_groups={{0}}, use_global_device_ids=true, to_apply=add
+})");
+    auto r = Evaluate(*m, {F32({2}, {3, 4})});
+    EXPECT_OK(r);
+    EXPECT_VALUES(*r, {3, 4});
+  }
+
+  // ---- numerical verification ---------------------------------------------------------------------
+
+  void verifyRowShardedMatmulWithAllReduce() {
+    // C[4,3] = X[4,6] . W[6,3], contracting dim split over 2 devices (W row-sharded): each device
+    // computes a partial sum that an all-reduce completes.
+    auto original = Parse(R"(HloModule matmul, num_partitions=2
+ENTRY e {
+  x = f32[4,6] parameter(0), sharding={devices=[1,2]0,1}
+  w = f32[6,3] parameter(1), sharding={devices=[2,1]0,1}
+  ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+})");
+    auto spmd = Parse("HloModule matmul_spmd, num_partitions=2\n" + kAdd + R"(
+ENTRY e {
+  x = f32[4,3] parameter(0), sharding={devices=[1,2]0,1}
+  w = f32[3,3] parameter(1), sharding={devices=[2,1]0,1}
+  d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT ar = f32[4,3] all-reduce(d), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+})");
+    auto rep = VerifyPartitioned(*original, *spmd, 2, 42);
+    EXPECT_OK(rep);
+    QVERIFY2(rep->match, rep->detail.c_str());
+    QVERIFY(rep->max_abs_error < 1e-5);
+    QVERIFY(rep->tolerance > 0);
+    QVERIFY2(rep->detail.find("match on 2 devices") != std::string::npos, rep->detail.c_str());
+
+    // The same program without the all-reduce returns partial sums: a mismatch, reported with the
+    // first differing element.
+    auto wrong = Parse(R"(HloModule matmul_wrong, num_partitions=2
+ENTRY e {
+  x = f32[4,3] parameter(0), sharding={devices=[1,2]0,1}
+  w = f32[3,3] parameter(1), sharding={devices=[2,1]0,1}
+  ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})");
+    auto bad = VerifyPartitioned(*original, *wrong, 2, 42);
+    EXPECT_OK(bad);
+    QVERIFY(!bad->match);
+    QVERIFY(bad->max_abs_error > bad->tolerance);
+    QVERIFY2(bad->detail.find("MISMATCH") != std::string::npos && bad->detail.find("first at [") != std::string::npos,
+             bad->detail.c_str());
+
+    // Different seeds give different inputs, the verdict holds for each.
+    for (uint64_t seed : {1, 2, 3}) {
+      auto again = VerifyPartitioned(*original, *spmd, 2, seed);
+      EXPECT_OK(again);
+      QVERIFY(again->match);
+    }
+  }
+
+  void verifyOutputShardedWithPartitionIdSlicing() {
+    // The original's x is replicated and its result is row-sharded: each device slices its rows
+    // with dynamic-slice at partition-id * 2 and multiplies them.
+    auto original = Parse(R"(HloModule rows, num_partitions=2
+ENTRY e {
+  x = f32[4,6] parameter(0), sharding={replicated}
+  w = f32[6,3] parameter(1), sharding={replicated}
+  ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1]0,1}
+})");
+    auto spmd = Parse(R"(HloModule rows_spmd, num_partitions=2
+ENTRY e {
+  x = f32[4,6] parameter(0)
+  w = f32[6,3] parameter(1)
+  pid = u32[] partition-id()
+  two = u32[] constant(2)
+  off = u32[] multiply(pid, two)
+  zero = u32[] constant(0)
+  xs = f32[2,6] dynamic-slice(x, off, zero), dynamic_slice_sizes={2,6}
+  ROOT d = f32[2,3] dot(xs, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})");
+    auto rep = VerifyPartitioned(*original, *spmd, 2, 7);
+    EXPECT_OK(rep);
+    QVERIFY2(rep->match, rep->detail.c_str());
+    // Reversed device order in the output sharding: device 1 holds rows 0-1, so the same program
+    // now reassembles the halves swapped.
+    auto swapped = Parse(R"(HloModule rows, num_partitions=2
+ENTRY e {
+  x = f32[4,6] parameter(0), sharding={replicated}
+  w = f32[6,3] parameter(1), sharding={replicated}
+  ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1]1,0}
+})");
+    auto bad = VerifyPartitioned(*swapped, *spmd, 2, 7);
+    EXPECT_OK(bad);
+    QVERIFY(!bad->match);
+  }
+
+  void verifyUnevenAndPartiallyReplicatedShards() {
+    // f32[5] over 2 devices: shards of 3, device 1 holds elements 3,4 and one padding element.
+    auto original = Parse(R"(HloModule uneven, num_partitions=2
+ENTRY e {
+  x = f32[5] parameter(0), sharding={devices=[2]0,1}
+  i = s32[5] parameter(1), sharding={devices=[2]0,1}
+  y = f32[5] multiply(x, x), sharding={devices=[2]0,1}
+  j = s32[5] add(i, i), sharding={devices=[2]0,1}
+  ROOT t = (f32[5], s32[5]) tuple(y, j), sharding={{devices=[2]0,1}, {devices=[2]0,1}}
+})");
+    auto spmd = Parse(R"(HloModule uneven_spmd, num_partitions=2
+ENTRY e {
+  x = f32[3] parameter(0)
+  i = s32[3] parameter(1)
+  y = f32[3] multiply(x, x)
+  j = s32[3] add(i, i)
+  ROOT t = (f32[3], s32[3]) tuple(y, j)
+})");
+    auto rep = VerifyPartitioned(*original, *spmd, 2, 11);
+    EXPECT_OK(rep);
+    QVERIFY2(rep->match, rep->detail.c_str());
+    QVERIFY2(rep->detail.find("result{1} s32[5]: exact match") != std::string::npos, rep->detail.c_str());
+
+    // An integer off by one is a mismatch (ints compare exactly).
+    auto off = Parse(R"(HloModule uneven_off, num_partitions=2
+ENTRY e {
+  x = f32[3] parameter(0)
+  i = s32[3] parameter(1)
+  y = f32[3] multiply(x, x)
+  one = s32[] constant(1)
+  ones = s32[3] broadcast(one), dimensions={}
+  j0 = s32[3] add(i, i)
+  j = s32[3] add(j0, ones)
+  ROOT t = (f32[3], s32[3]) tuple(y, j)
+})");
+    auto bad = VerifyPartitioned(*original, *off, 2, 11);
+    EXPECT_OK(bad);
+    QVERIFY(!bad->match);
+    QCOMPARE(bad->max_abs_error, 1.0);
+    QCOMPARE(bad->tolerance, 0.0);
+
+    // Partially replicated over 4 devices: rows split in 2, each half on 2 devices.
+    auto orig4 = Parse(R"(HloModule partial, num_partitions=4
+ENTRY e {
+  x = f32[4,2] parameter(0), sharding={devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}
+  ROOT n = f32[4,2] negate(x), sharding={devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}
+})");
+    auto spmd4 = Parse(R"(HloModule partial_spmd, num_partitions=4
+ENTRY e {
+  x = f32[2,2] parameter(0)
+  ROOT n = f32[2,2] negate(x)
+})");
+    rep = VerifyPartitioned(*orig4, *spmd4, 4, 5);
+    EXPECT_OK(rep);
+    QVERIFY2(rep->match, rep->detail.c_str());
+  }
+
+  void verifyBf16UsesBf16Tolerance() {
+    // bf16 matmul with K = 64 split over 4 devices: the partial sums are rounded to bf16 on each
+    // device, so the result differs from the one-device result in the last bits but matches within
+    // the bf16 tolerance.
+    auto original = Parse(R"(HloModule bf, num_partitions=4
+ENTRY e {
+  x = bf16[8,64] parameter(0), sharding={devices=[1,4]0,1,2,3}
+  w = bf16[64,8] parameter(1), sharding={devices=[4,1]0,1,2,3}
+  ROOT d = bf16[8,8] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+})");
+    auto spmd = Parse(R"(HloModule bf_spmd, num_partitions=4
+add {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+ENTRY e {
+  x = bf16[8,16] parameter(0)
+  w = bf16[16,8] parameter(1)
+  d = bf16[8,8] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT ar = bf16[8,8] all-reduce(d), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+})");
+    auto rep = VerifyPartitioned(*original, *spmd, 4, 3);
+    EXPECT_OK(rep);
+    QVERIFY2(rep->match, rep->detail.c_str());
+    QVERIFY(rep->max_abs_error > 0);  // bf16 rounding of partial sums is visible...
+    QVERIFY(rep->tolerance >= 1e-2);  // ...and covered by the bf16 tolerance
+  }
+
+  void verifyReportsModulesThatDoNotFit() {
+    auto original = Parse(R"(HloModule m, num_partitions=2
+ENTRY e {
+  x = f32[4] parameter(0), sharding={devices=[2]0,1}
+  ROOT n = f32[4] negate(x), sharding={devices=[2]0,1}
+})");
+    auto spmd = Parse(R"(HloModule s, num_partitions=2
+ENTRY e {
+  x = f32[4] parameter(0)
+  ROOT n = f32[4] negate(x)
+})");
+    // The SPMD program wants the full array per device where the original's sharding gives halves.
+    auto r = VerifyPartitioned(*original, *spmd, 2, 1);
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().message.find("parameter 0") != std::string::npos && r.error().message.find("f32[2]") != std::string::npos,
+             r.error().message.c_str());
+  }
+
+  void shardAndAssembleRoundTrip() {
+    // f32[5,3] on a 2x2 mesh, dim 0 over 2 (uneven: 3 + 2), dim 1 over 2 (2 + 1).
+    auto sh = HloSharding::Parse("{devices=[2,2]0,1,2,3}");
+    EXPECT_OK(sh);
+    std::vector<double> v(15);
+    for (int i = 0; i < 15; ++i) v[static_cast<size_t>(i)] = i;
+    Tensor full = F32({5, 3}, v);
+    std::vector<Tensor> pieces;
+    for (int64_t d = 0; d < 4; ++d) {
+      auto p = ShardForDevice(full, *sh, d);
+      EXPECT_OK(p);
+      QCOMPARE(p->dims(), (std::vector<int64_t>{3, 2}));
+      pieces.push_back(*p);
+    }
+    EXPECT_VALUES(pieces[3], {11, 0, 14, 0, 0, 0});  // rows 3-4, col 2, zero padding
+    auto back = AssembleFromDevices(pieces, *sh, full.shape());
+    EXPECT_OK(back);
+    QVERIFY(back->Identical(full));
+  }
+};
+
+QTEST_APPLESS_MAIN(TestVirtualCluster)
+#include "test_virtual_cluster.moc"

@@ -1,0 +1,738 @@
+#include "views/mesh_view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <QDrag>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHelpEvent>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMimeData>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QToolButton>
+#include <QToolTip>
+#include <QVBoxLayout>
+
+#include "core/ir.h"
+#include "views/document.h"
+#include "views/sharding_style.h"
+
+namespace shardscope::views {
+
+namespace {
+
+constexpr const char* kAxisMime = "application/x-shardscope-mesh-axis";
+
+QString Q(const std::string& s) { return QString::fromStdString(s); }
+
+QString DimLetter(int64_t d) {
+  static const char* kLetters = "IJKLMNOPQRSTUVWABCDEFGH";
+  return d < 23 ? QString(QChar(kLetters[d])) : QString("D%1").arg(d);
+}
+
+void ClearLayout(QLayout* layout) {
+  while (QLayoutItem* item = layout->takeAt(0)) {
+    if (QWidget* w = item->widget()) {
+      w->hide();
+      w->deleteLater();  // may be the sender of the signal being handled
+    }
+    if (QLayout* l = item->layout()) {
+      ClearLayout(l);
+      l->deleteLater();
+    }
+    delete item;
+  }
+}
+
+// A mesh axis that can be dragged onto a tensor dimension.
+class AxisChip : public QLabel {
+ public:
+  AxisChip(int axis, const MeshAxis& a, QWidget* parent) : QLabel(parent), axis_(axis) {
+    setText(QString(" %1 \u00B7 %2 ").arg(Q(a.name)).arg(a.size));
+    setFrameShape(QFrame::StyledPanel);
+    setAutoFillBackground(true);
+    setBackgroundRole(QPalette::Button);
+    setCursor(Qt::OpenHandCursor);
+    setToolTip(QString("Mesh axis %1 (%2 devices): drag it onto a tensor dimension").arg(Q(a.name)).arg(a.size));
+  }
+
+ protected:
+  void mousePressEvent(QMouseEvent* e) override { press_ = e->position().toPoint(); }
+  void mouseMoveEvent(QMouseEvent* e) override {
+    if (!(e->buttons() & Qt::LeftButton)) return;
+    if ((e->position().toPoint() - press_).manhattanLength() < 4) return;
+    auto* mime = new QMimeData;
+    mime->setData(kAxisMime, QByteArray::number(axis_));
+    auto* drag = new QDrag(this);
+    drag->setMimeData(mime);
+    drag->setPixmap(grab());
+    drag->exec(Qt::MoveAction);
+  }
+
+ private:
+  int axis_;
+  QPoint press_;
+};
+
+// A row that accepts dropped axes.
+class DropRow : public QWidget {
+ public:
+  DropRow(std::function<void(int)> on_drop, QWidget* parent) : QWidget(parent), on_drop_(std::move(on_drop)) {
+    setAcceptDrops(true);
+  }
+
+ protected:
+  void dragEnterEvent(QDragEnterEvent* e) override {
+    if (e->mimeData()->hasFormat(kAxisMime)) {
+      e->acceptProposedAction();
+      setBackgroundRole(QPalette::Highlight);
+      setAutoFillBackground(true);
+    }
+  }
+  void dragLeaveEvent(QDragLeaveEvent*) override { setAutoFillBackground(false); }
+  void dropEvent(QDropEvent* e) override {
+    setAutoFillBackground(false);
+    bool ok = false;
+    const int axis = e->mimeData()->data(kAxisMime).toInt(&ok);
+    if (!ok) return;
+    e->acceptProposedAction();
+    on_drop_(axis);
+  }
+
+ private:
+  std::function<void(int)> on_drop_;
+};
+
+}  // namespace
+
+// ---- DeviceGridWidget ----------------------------------------------------------------------------
+
+DeviceGridWidget::DeviceGridWidget(QWidget* parent) : QWidget(parent) {
+  setObjectName("deviceGrid");
+  QSizePolicy sp(QSizePolicy::Expanding, QSizePolicy::Preferred);
+  sp.setHeightForWidth(true);
+  setSizePolicy(sp);
+  setMouseTracking(true);
+}
+
+void DeviceGridWidget::setState(const DeviceMesh& mesh, const std::optional<HloSharding>& sharding,
+                                const std::vector<int64_t>& dims, int64_t element_bytes) {
+  mesh_ = mesh;
+  sharding_ = sharding;
+  tiles_.clear();
+  const int64_t n = std::max<int64_t>(1, mesh.num_devices());
+  std::map<std::vector<int64_t>, int> shard_ids;
+  int64_t full_elems = 1;
+  for (int64_t d : dims) full_elems *= d;
+  for (int64_t i = 0; i < n; ++i) {
+    DeviceTile t;
+    // Mesh coordinates of position i (row-major over the axes).
+    std::vector<int64_t> coords(static_cast<size_t>(mesh.num_axes()), 0);
+    int64_t rest = i;
+    for (int64_t a = mesh.num_axes() - 1; a >= 0; --a) {
+      coords[static_cast<size_t>(a)] = rest % mesh.axis_size(a);
+      rest /= mesh.axis_size(a);
+    }
+    t.coords = coords;
+    t.device = mesh.num_axes() ? mesh.DeviceAt(coords) : i;
+    if (!sharding) {
+      t.shard = -1;
+    } else if (sharding->IsMaximal()) {
+      t.shard = t.device == sharding->maximal_device() ? 0 : -1;
+      t.ranges = t.shard == 0 ? "everything" : "nothing";
+      t.bytes = t.shard == 0 ? full_elems * element_bytes : 0;
+    } else if (sharding->IsTileMaximal()) {  // replicated, manual, unknown
+      t.shard = 0;
+      t.ranges = sharding->IsReplicated() ? "everything" : (sharding->IsManual() ? "manual" : "unknown");
+      t.bytes = full_elems * element_bytes;
+    } else {
+      t.tile_index = sharding->TileIndexForDevice(t.device);
+      if (t.tile_index.empty()) {
+        t.shard = -1;
+      } else {
+        auto [it, inserted] = shard_ids.emplace(t.tile_index, 0);
+        (void)inserted;
+        t.shard = 0;  // assigned below, in tile order
+        const auto offset = sharding->ShardOffset(dims, t.device);
+        const auto extent = sharding->ShardValidExtent(dims, t.device);
+        QStringList parts;
+        for (size_t d = 0; d < dims.size() && d < offset.size() && d < extent.size(); ++d) {
+          parts << QString("%1:%2").arg(offset[d]).arg(offset[d] + extent[d]);
+        }
+        t.ranges = parts.join(", ");
+        int64_t elems = 1;
+        for (int64_t s : sharding->ShardShape(dims)) elems *= s;
+        t.bytes = elems * element_bytes;
+      }
+    }
+    tiles_.push_back(std::move(t));
+  }
+  // Distinct shards numbered in tile-index order (stable colours for the same sharding).
+  int next = 0;
+  for (auto& [index, id] : shard_ids) id = next++;
+  for (auto& t : tiles_) {
+    if (!t.tile_index.empty()) t.shard = shard_ids[t.tile_index];
+  }
+  distinct_ = sharding ? std::max(1, static_cast<int>(shard_ids.size())) : 0;
+  if (sharding && sharding->IsMaximal()) distinct_ = 1;
+  updateGeometry();
+  update();
+}
+
+DeviceGridWidget::Geometry DeviceGridWidget::geometryFor(int width) const {
+  Geometry g;
+  const int64_t k = mesh_.num_axes();
+  const int64_t n = std::max<int64_t>(1, mesh_.num_devices());
+  if (k <= 1) {
+    g.cols = static_cast<int>(std::min<int64_t>(n, 16));
+    g.rows = static_cast<int>((n + g.cols - 1) / g.cols);
+  } else {
+    g.rows = static_cast<int>(mesh_.axis_size(k - 2));
+    g.cols = static_cast<int>(mesh_.axis_size(k - 1));
+    g.slices = static_cast<int>(n / std::max(1, g.rows * g.cols));
+  }
+  const double avail = std::max(100, width - 36);
+  auto tile_for = [&](int slice_cols) {
+    return (avail - (slice_cols - 1) * g.slice_gap) / (slice_cols * g.cols) - g.gap;
+  };
+  g.slice_cols = 1;
+  for (int sc = g.slices; sc >= 1; --sc) {
+    if (tile_for(sc) >= 46) {
+      g.slice_cols = sc;
+      break;
+    }
+  }
+  g.tile = std::clamp(tile_for(g.slice_cols), 18.0, 86.0);
+  if (g.slices == 1) g.label_h = 0;
+  return g;
+}
+
+int DeviceGridWidget::heightForWidth(int width) const {
+  const Geometry g = geometryFor(width);
+  const int slice_rows = (g.slices + g.slice_cols - 1) / g.slice_cols;
+  return static_cast<int>(24 + slice_rows * (g.label_h + g.rows * (g.tile + g.gap) + g.slice_gap));
+}
+
+QSize DeviceGridWidget::sizeHint() const { return QSize(360, heightForWidth(360)); }
+QSize DeviceGridWidget::minimumSizeHint() const { return QSize(160, heightForWidth(std::max(160, width()))); }
+
+QRectF DeviceGridWidget::tileRect(const Geometry& g, size_t index) const {
+  const int per_slice = g.rows * g.cols;
+  const int slice = static_cast<int>(index) / per_slice;
+  const int within = static_cast<int>(index) % per_slice;
+  const int r = within / g.cols, c = within % g.cols;
+  const int sr = slice / g.slice_cols, sc = slice % g.slice_cols;
+  const double slice_w = g.cols * (g.tile + g.gap);
+  const double slice_h = g.label_h + g.rows * (g.tile + g.gap);
+  const double x0 = 30 + sc * (slice_w + g.slice_gap);
+  const double y0 = 22 + sr * (slice_h + g.slice_gap) + g.label_h;
+  return QRectF(x0 + c * (g.tile + g.gap), y0 + r * (g.tile + g.gap), g.tile, g.tile);
+}
+
+int DeviceGridWidget::tileAt(const QPointF& p) const {
+  const Geometry g = geometryFor(width());
+  for (size_t i = 0; i < tiles_.size(); ++i) {
+    if (tileRect(g, i).contains(p)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void DeviceGridWidget::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  p.setRenderHint(QPainter::Antialiasing);
+  const QPalette pal = palette();
+  const Geometry g = geometryFor(width());
+  const int64_t k = mesh_.num_axes();
+  QFont small = font();
+  small.setPointSizeF(std::max(6.5, font().pointSizeF() * 0.8));
+  QFont bold = font();
+  bold.setBold(true);
+  // Axis captions: columns along the last axis, rows along the one before it.
+  p.setPen(pal.color(QPalette::WindowText));
+  p.setFont(small);
+  if (k >= 1) {
+    const auto& col_axis = mesh_.axes()[static_cast<size_t>(k - 1)];
+    p.drawText(QRectF(30, 2, width() - 30, 18), Qt::AlignLeft | Qt::AlignVCenter,
+               QString("%1 (%2) \u2192").arg(Q(col_axis.name)).arg(col_axis.size));
+  }
+  if (k >= 2) {
+    const auto& row_axis = mesh_.axes()[static_cast<size_t>(k - 2)];
+    p.save();
+    p.translate(14, 22 + g.label_h);
+    p.rotate(90);
+    p.drawText(QRectF(0, -12, 200, 16), Qt::AlignLeft | Qt::AlignVCenter,
+               QString("%1 (%2) \u2192").arg(Q(row_axis.name)).arg(row_axis.size));
+    p.restore();
+  }
+  // Slice captions for 3-D and larger meshes: the leading coordinates.
+  if (g.slices > 1) {
+    for (int s = 0; s < g.slices; ++s) {
+      const size_t first = static_cast<size_t>(s) * static_cast<size_t>(g.rows * g.cols);
+      if (first >= tiles_.size()) break;
+      const QRectF r = tileRect(g, first);
+      QStringList parts;
+      for (int64_t a = 0; a + 2 < k; ++a) {
+        parts << QString("%1=%2").arg(Q(mesh_.axes()[static_cast<size_t>(a)].name)).arg(tiles_[first].coords[static_cast<size_t>(a)]);
+      }
+      p.setFont(bold);
+      p.drawText(QRectF(r.left(), r.top() - g.label_h, 200, g.label_h), Qt::AlignLeft | Qt::AlignVCenter, parts.join(", "));
+    }
+  }
+  for (size_t i = 0; i < tiles_.size(); ++i) {
+    const DeviceTile& t = tiles_[i];
+    const QRectF r = tileRect(g, i);
+    QColor fill = t.shard >= 0 ? ShardTileColor(t.shard, distinct_, pal) : pal.color(QPalette::Base);
+    if (!sharding_) fill = pal.color(QPalette::Button);
+    p.setPen(QPen(pal.color(QPalette::Mid), 1));
+    p.setBrush(fill);
+    p.drawRoundedRect(r, 4, 4);
+    const QColor text = TextColorOn(fill);
+    p.setPen(text);
+    p.setFont(small);
+    p.drawText(r.adjusted(3, 1, -2, 0), Qt::AlignLeft | Qt::AlignTop, QString::number(t.device));
+    if (g.tile >= 40 && sharding_) {
+      QString center;
+      if (!t.tile_index.empty()) {
+        QStringList idx;
+        for (int64_t v : t.tile_index) idx << QString::number(v);
+        center = "[" + idx.join(",") + "]";
+      } else {
+        center = t.shard >= 0 ? (sharding_->IsMaximal() ? "all" : QString::fromUtf8("\u2261")) : QString("\u2013");
+      }
+      p.setFont(bold);
+      p.drawText(r, Qt::AlignCenter, QFontMetricsF(bold).elidedText(center, Qt::ElideRight, r.width() - 4));
+    }
+  }
+}
+
+bool DeviceGridWidget::event(QEvent* e) {
+  if (e->type() == QEvent::ToolTip) {
+    auto* he = static_cast<QHelpEvent*>(e);
+    const int i = tileAt(he->pos());
+    if (i < 0) {
+      QToolTip::hideText();
+      e->ignore();
+      return true;
+    }
+    const DeviceTile& t = tiles_[static_cast<size_t>(i)];
+    QStringList coords;
+    for (int64_t a = 0; a < mesh_.num_axes(); ++a) {
+      coords << QString("%1=%2").arg(Q(mesh_.axes()[static_cast<size_t>(a)].name)).arg(t.coords[static_cast<size_t>(a)]);
+    }
+    QString tip = QString("<b>device %1</b> (%2)").arg(t.device).arg(coords.join(", "));
+    if (sharding_) {
+      if (t.shard < 0) tip += "<br>holds nothing of this tensor";
+      else tip += QString("<br>shard %1 of %2: [%3]<br>%4").arg(t.shard + 1).arg(distinct_).arg(t.ranges).arg(FormatBytes(t.bytes));
+    }
+    QToolTip::showText(he->globalPos(), tip, this);
+    return true;
+  }
+  return QWidget::event(e);
+}
+
+// ---- MeshView -------------------------------------------------------------------------------------
+
+MeshView::MeshView(QWidget* parent) : QWidget(parent) {
+  setObjectName("meshView");
+  auto* content = new QWidget;
+  auto* col = new QVBoxLayout(content);
+  col->setContentsMargins(6, 6, 6, 6);
+
+  // Mesh axes.
+  auto* mesh_box = new QGroupBox("Device mesh");
+  auto* mesh_col = new QVBoxLayout(mesh_box);
+  mesh_summary_ = new QLabel;
+  mesh_summary_->setWordWrap(true);
+  mesh_col->addWidget(mesh_summary_);
+  axes_box_ = new QWidget;
+  axes_grid_ = new QGridLayout(axes_box_);
+  axes_grid_->setContentsMargins(0, 0, 0, 0);
+  mesh_col->addWidget(axes_box_);
+  auto* add = new QPushButton("Add axis");
+  add->setToolTip("Add a mesh axis of size 1 (then resize it)");
+  connect(add, &QPushButton::clicked, this, [this] { addAxis(); });
+  auto* add_row = new QHBoxLayout;
+  add_row->addWidget(add);
+  add_row->addStretch();
+  mesh_col->addLayout(add_row);
+  col->addWidget(mesh_box);
+
+  // The selected tensor.
+  auto* tensor_box = new QGroupBox("Selected tensor");
+  auto* tcol = new QVBoxLayout(tensor_box);
+  tensor_title_ = new QLabel;
+  tensor_title_->setTextFormat(Qt::RichText);
+  tensor_title_->setWordWrap(true);
+  tensor_title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  tcol->addWidget(tensor_title_);
+  tensor_state_ = new QLabel;
+  tensor_state_->setWordWrap(true);
+  tcol->addWidget(tensor_state_);
+  chips_row_ = new QWidget;
+  new QHBoxLayout(chips_row_);
+  chips_row_->layout()->setContentsMargins(0, 0, 0, 0);
+  tcol->addWidget(chips_row_);
+  dims_box_ = new QWidget;
+  dims_layout_ = new QVBoxLayout(dims_box_);
+  dims_layout_->setContentsMargins(0, 0, 0, 0);
+  dims_layout_->setSpacing(2);
+  tcol->addWidget(dims_box_);
+  auto* named_row = new QHBoxLayout;
+  named_ = new QLineEdit;
+  named_->setObjectName("namedAxes");
+  named_->setPlaceholderText("[I_X, J_Y]");
+  named_->setToolTip("Named-axis notation: one entry per tensor dimension, I_X = split along mesh axis X, "
+                     "I_XY = along X then Y, I = not split");
+  apply_named_ = new QPushButton("Apply");
+  named_row->addWidget(named_, 1);
+  named_row->addWidget(apply_named_);
+  tcol->addLayout(named_row);
+  auto* buttons = new QHBoxLayout;
+  replicate_ = new QPushButton("Replicate");
+  replicate_->setToolTip("Annotate the tensor as replicated on every device");
+  clear_ = new QPushButton("Clear annotation");
+  clear_->setToolTip("Remove your annotation: propagation decides this tensor's sharding");
+  buttons->addWidget(replicate_);
+  buttons->addWidget(clear_);
+  buttons->addStretch();
+  tcol->addLayout(buttons);
+  col->addWidget(tensor_box);
+  connect(apply_named_, &QPushButton::clicked, this, [this] { applyNamedAxes(named_->text()); });
+  connect(named_, &QLineEdit::returnPressed, this, [this] { applyNamedAxes(named_->text()); });
+  connect(replicate_, &QPushButton::clicked, this, [this] { replicateSelected(); });
+  connect(clear_, &QPushButton::clicked, this, [this] { clearSelectedAnnotation(); });
+
+  // Devices.
+  auto* grid_box = new QGroupBox("Devices");
+  auto* gcol = new QVBoxLayout(grid_box);
+  grid_ = new DeviceGridWidget;
+  gcol->addWidget(grid_);
+  grid_info_ = new QLabel;
+  grid_info_->setWordWrap(true);
+  gcol->addWidget(grid_info_);
+  col->addWidget(grid_box);
+  col->addStretch();
+
+  auto* scroll = new QScrollArea;
+  scroll->setWidget(content);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  auto* outer = new QVBoxLayout(this);
+  outer->setContentsMargins(0, 0, 0, 0);
+  outer->addWidget(scroll);
+}
+
+void MeshView::setDocument(Document* doc) {
+  if (doc_) doc_->disconnect(this);
+  doc_ = doc;
+  if (!doc_) return;
+  connect(doc_, &Document::meshChanged, this, [this] {
+    rebuildAxes();
+    rebuildTensor();
+  });
+  connect(doc_, &Document::moduleReset, this, [this] {
+    rebuildAxes();
+    rebuildTensor();
+  });
+  connect(doc_, &Document::selectionChanged, this, [this](qint64) { rebuildTensor(); });
+  connect(doc_, &Document::annotationsChanged, this, [this] { rebuildTensor(); });
+  connect(doc_, &Document::shardingsUpdated, this, [this] { rebuildTensor(); });
+  rebuildAxes();
+  rebuildTensor();
+}
+
+const Instruction* MeshView::selectedTensor() const {
+  if (!doc_) return nullptr;
+  return doc_->instruction(doc_->selected());
+}
+
+void MeshView::rebuildAxes() {
+  if (!doc_) return;
+  const DeviceMesh& mesh = doc_->mesh();
+  mesh_summary_->setText(QString("<b>%1</b> &mdash; %2 devices").arg(Q(mesh.ToString()).toHtmlEscaped()).arg(mesh.num_devices()));
+  const int rows = static_cast<int>(mesh.num_axes());
+  // Same number of axes: update the editors in place (one of them may be emitting right now).
+  if (axes_grid_->rowCount() - 1 == rows && axes_grid_->count() == rows * 3 + 2) {
+    for (int a = 0; a < rows; ++a) {
+      auto* name = qobject_cast<QLineEdit*>(axes_grid_->itemAtPosition(a + 1, 0)->widget());
+      auto* size = qobject_cast<QSpinBox*>(axes_grid_->itemAtPosition(a + 1, 1)->widget());
+      if (!name || !size) break;
+      QSignalBlocker b1(name), b2(size);
+      if (!name->hasFocus()) name->setText(Q(mesh.axes()[static_cast<size_t>(a)].name));
+      size->setValue(static_cast<int>(mesh.axis_size(a)));
+    }
+    return;
+  }
+  ClearLayout(axes_grid_);
+  axes_grid_->addWidget(new QLabel("<small>axis</small>"), 0, 0);
+  axes_grid_->addWidget(new QLabel("<small>size</small>"), 0, 1);
+  for (int a = 0; a < rows; ++a) {
+    auto* name = new QLineEdit(Q(mesh.axes()[static_cast<size_t>(a)].name));
+    name->setObjectName(QString("axisName%1").arg(a));
+    name->setMaximumWidth(90);
+    name->setValidator(new QRegularExpressionValidator(QRegularExpression("[A-Za-z_][A-Za-z0-9_]*"), name));
+    auto* size = new QSpinBox;
+    size->setObjectName(QString("axisSize%1").arg(a));
+    size->setRange(1, 4096);
+    size->setKeyboardTracking(false);
+    size->setValue(static_cast<int>(mesh.axis_size(a)));
+    auto* remove = new QToolButton;
+    remove->setText(QString::fromUtf8("\u2715"));
+    remove->setToolTip("Remove this axis");
+    remove->setEnabled(rows > 1);
+    axes_grid_->addWidget(name, a + 1, 0);
+    axes_grid_->addWidget(size, a + 1, 1);
+    axes_grid_->addWidget(remove, a + 1, 2);
+    connect(name, &QLineEdit::editingFinished, this, [this, a, name] { setAxisName(a, name->text()); });
+    connect(size, &QSpinBox::valueChanged, this, [this, a](int v) { setAxisSize(a, v); });
+    connect(remove, &QToolButton::clicked, this, [this, a] { removeAxis(a); });
+  }
+  axes_grid_->setColumnStretch(3, 1);
+  auto* spacer = new QWidget;
+  axes_grid_->addWidget(spacer, rows + 1, 3);
+}
+
+std::vector<std::vector<int64_t>> MeshView::currentAssignment() const {
+  const Instruction* inst = selectedTensor();
+  if (!inst || !inst->shape().IsArray()) return {};
+  const int64_t rank = inst->shape().rank();
+  std::vector<std::vector<int64_t>> dims(static_cast<size_t>(rank));
+  auto s = doc_->sharding(inst->id());
+  if (!s) return dims;
+  auto axes = AxesOf(*s, rank, doc_->mesh());
+  if (!axes.ok()) return dims;
+  axes->dim_axes.resize(static_cast<size_t>(rank));
+  return axes->dim_axes;
+}
+
+void MeshView::rebuildTensor() {
+  if (!doc_) return;
+  ClearLayout(chips_row_->layout());
+  ClearLayout(dims_layout_);
+  const Instruction* inst = selectedTensor();
+  const DeviceMesh& mesh = doc_->mesh();
+  const bool array = inst && inst->shape().IsArray();
+  named_->setEnabled(array);
+  apply_named_->setEnabled(array);
+  replicate_->setEnabled(array);
+  clear_->setEnabled(inst && doc_->origin(inst->id()) == TensorOrigin::kUser);
+  if (!inst) {
+    tensor_title_->setText("<i>Select a tensor in the graph to shard it.</i>");
+    tensor_state_->clear();
+    named_->clear();
+    grid_->setState(mesh, std::nullopt, {}, 0);
+    grid_info_->setText(QString("%1 devices. Select a tensor to see which shard each device holds.").arg(mesh.num_devices()));
+    return;
+  }
+  const Shape& shape = inst->shape();
+  tensor_title_->setText(QString("<b>%1</b> = %2 &nbsp; <tt>%3</tt>")
+                             .arg(Q(inst->name()).toHtmlEscaped(), Q(inst->opcode_text()), ShapeText(shape).toHtmlEscaped()));
+  const auto sh = doc_->sharding(inst->id());
+  const TensorOrigin origin = doc_->origin(inst->id());
+  if (!array) {
+    tensor_state_->setText("This value is a tuple (or token): annotate its elements instead (get-tuple-element).");
+    named_->clear();
+    grid_->setState(mesh, std::nullopt, {}, 0);
+    grid_info_->clear();
+    return;
+  }
+  QString state;
+  if (!sh) state = "No sharding yet: assign its dimensions to mesh axes below.";
+  else {
+    state = QString("<b>%1</b> &mdash; %2")
+                .arg(NamedAxesText(*sh, shape, mesh, Q(inst->name())).toHtmlEscaped(),
+                     origin == TensorOrigin::kUser ? "your annotation" : "inferred by propagation");
+  }
+  tensor_state_->setText(state);
+  if (!named_->hasFocus()) {
+    named_->setText(sh ? NamedAxesText(*sh, shape, mesh, "") : QString());
+  }
+
+  // Axis chips to drag.
+  auto* chips = static_cast<QHBoxLayout*>(chips_row_->layout());
+  chips->addWidget(new QLabel("<small>Drag an axis onto a dimension, or click:</small>"));
+  for (int64_t a = 0; a < mesh.num_axes(); ++a) {
+    chips->addWidget(new AxisChip(static_cast<int>(a), mesh.axes()[static_cast<size_t>(a)], chips_row_));
+  }
+  chips->addStretch();
+
+  // One row per tensor dimension.
+  const auto assignment = currentAssignment();
+  for (int64_t d = 0; d < shape.rank(); ++d) {
+    auto* row = new DropRow([this, d](int axis) { assignAxis(static_cast<int>(d), axis); }, dims_box_);
+    auto* h = new QHBoxLayout(row);
+    h->setContentsMargins(2, 1, 2, 1);
+    QString axes_text;
+    const auto& on = assignment[static_cast<size_t>(d)];
+    for (int64_t a : on) axes_text += Q(mesh.axes()[static_cast<size_t>(a)].name);
+    int64_t ways = 1;
+    for (int64_t a : on) ways *= mesh.axis_size(a);
+    auto* label = new QLabel(QString("<b>%1%2</b> &nbsp;dim %3 &middot; %4%5")
+                                 .arg(DimLetter(d), axes_text.isEmpty() ? QString() : "<sub>" + axes_text.toHtmlEscaped() + "</sub>")
+                                 .arg(d)
+                                 .arg(shape.dim(d))
+                                 .arg(ways > 1 ? QString(" &rarr; %1 per device").arg((shape.dim(d) + ways - 1) / ways) : QString()));
+    label->setMinimumWidth(150);
+    h->addWidget(label);
+    for (int64_t a = 0; a < mesh.num_axes(); ++a) {
+      auto* b = new QToolButton;
+      b->setObjectName(QString("dim%1axis%2").arg(d).arg(a));
+      b->setText(Q(mesh.axes()[static_cast<size_t>(a)].name));
+      b->setCheckable(true);
+      b->setChecked(std::find(on.begin(), on.end(), a) != on.end());
+      b->setToolTip(QString("Split dimension %1 along mesh axis %2").arg(d).arg(Q(mesh.axes()[static_cast<size_t>(a)].name)));
+      connect(b, &QToolButton::clicked, this, [this, d, a] { toggleAxis(static_cast<int>(d), static_cast<int>(a)); });
+      h->addWidget(b);
+    }
+    h->addStretch();
+    dims_layout_->addWidget(row);
+  }
+  auto* rep_row = new DropRow([this](int axis) { assignAxis(-1, axis); }, dims_box_);
+  auto* rh = new QHBoxLayout(rep_row);
+  rh->setContentsMargins(2, 1, 2, 1);
+  rh->addWidget(new QLabel("<small><i>drop an axis here to stop splitting along it (replicate)</i></small>"));
+  dims_layout_->addWidget(rep_row);
+
+  refreshGrid();
+}
+
+void MeshView::refreshGrid() {
+  const Instruction* inst = selectedTensor();
+  if (!inst || !inst->shape().IsArray()) return;
+  const Shape& shape = inst->shape();
+  const auto sh = doc_->sharding(inst->id());
+  grid_->setState(doc_->mesh(), sh, shape.dims, PrimitiveTypeBytes(shape.type));
+  if (!sh) {
+    grid_info_->setText(QString("Unsharded: every device would hold the whole tensor (%1).").arg(FormatBytes(shape.ByteSize())));
+    return;
+  }
+  const int64_t n = doc_->mesh().num_devices();
+  const int distinct = grid_->distinctShards();
+  const int64_t per = BytesPerDevice(shape, sh);
+  QString info = QString("%1 distinct shard%2 over %3 devices").arg(distinct).arg(distinct == 1 ? "" : "s").arg(n);
+  if (distinct > 0 && n / distinct > 1 && !sh->IsMaximal()) info += QString(", each held by %1 devices (replicated)").arg(n / distinct);
+  info += QString(".<br><b>%1 per device</b> of %2 in total").arg(FormatBytes(per), FormatBytes(shape.ByteSize()));
+  if (per > 0 && shape.ByteSize() > per) info += QString(" (1/%1)").arg(std::round(static_cast<double>(shape.ByteSize()) / per));
+  info += ".";
+  grid_info_->setText(info);
+}
+
+bool MeshView::annotateWith(const std::vector<std::vector<int64_t>>& dims) {
+  const Instruction* inst = selectedTensor();
+  if (!inst || !inst->shape().IsArray()) {
+    emit message("Select an array-shaped tensor first.");
+    return false;
+  }
+  AxisAssignment assignment;
+  assignment.dim_axes = dims;
+  auto s = MeshShard(inst->shape().rank(), doc_->mesh(), assignment);
+  if (!s.ok()) {
+    emit message(Q(s.error().message));
+    return false;
+  }
+  return doc_->annotate(inst->id(), *s);
+}
+
+bool MeshView::toggleAxis(int dim, int axis) {
+  auto dims = currentAssignment();
+  if (dim < 0 || dim >= static_cast<int>(dims.size()) || axis < 0 || axis >= doc_->mesh().num_axes()) return false;
+  auto& on = dims[static_cast<size_t>(dim)];
+  auto it = std::find(on.begin(), on.end(), axis);
+  if (it != on.end()) {
+    on.erase(it);
+  } else {
+    for (auto& other : dims) other.erase(std::remove(other.begin(), other.end(), axis), other.end());
+    on.push_back(axis);
+  }
+  return annotateWith(dims);
+}
+
+bool MeshView::assignAxis(int dim, int axis) {
+  auto dims = currentAssignment();
+  if (dims.empty() || axis < 0 || axis >= doc_->mesh().num_axes() || dim >= static_cast<int>(dims.size())) return false;
+  for (auto& other : dims) other.erase(std::remove(other.begin(), other.end(), axis), other.end());
+  if (dim >= 0) dims[static_cast<size_t>(dim)].push_back(axis);
+  return annotateWith(dims);
+}
+
+bool MeshView::applyNamedAxes(const QString& text) {
+  const Instruction* inst = selectedTensor();
+  if (!inst || !inst->shape().IsArray()) {
+    emit message("Select an array-shaped tensor first.");
+    return false;
+  }
+  auto s = ParseNamedAxes(text.trimmed().toStdString(), inst->shape().rank(), doc_->mesh());
+  if (!s.ok()) {
+    emit message(QString("Cannot read \"%1\": %2").arg(text, Q(s.error().message)));
+    return false;
+  }
+  return doc_->annotate(inst->id(), *s);
+}
+
+bool MeshView::replicateSelected() {
+  const Instruction* inst = selectedTensor();
+  if (!inst) return false;
+  return doc_->annotate(inst->id(), HloSharding::Replicate());
+}
+
+bool MeshView::clearSelectedAnnotation() {
+  const Instruction* inst = selectedTensor();
+  return inst && doc_->clearAnnotation(inst->id());
+}
+
+bool MeshView::setAxisSize(int axis, int size) {
+  if (!doc_ || axis < 0 || axis >= doc_->mesh().num_axes() || size < 1) return false;
+  auto axes = doc_->mesh().axes();
+  axes[static_cast<size_t>(axis)].size = size;
+  return doc_->setMesh(DeviceMesh(axes));
+}
+
+bool MeshView::setAxisName(int axis, const QString& name) {
+  if (!doc_ || axis < 0 || axis >= doc_->mesh().num_axes()) return false;
+  const QString n = name.trimmed();
+  auto axes = doc_->mesh().axes();
+  if (Q(axes[static_cast<size_t>(axis)].name) == n) return true;
+  if (n.isEmpty() || doc_->mesh().AxisIndex(n.toStdString()) >= 0) {
+    emit message(QString("Axis names must be unique and not empty (\"%1\").").arg(n));
+    rebuildAxes();
+    return false;
+  }
+  axes[static_cast<size_t>(axis)].name = n.toStdString();
+  return doc_->setMesh(DeviceMesh(axes, doc_->mesh().device_order()));
+}
+
+bool MeshView::addAxis() {
+  if (!doc_) return false;
+  auto axes = doc_->mesh().axes();
+  static const char* kNames[] = {"X", "Y", "Z", "W", "V", "U", "T", "S"};
+  std::string name;
+  for (const char* c : kNames) {
+    if (doc_->mesh().AxisIndex(c) < 0) {
+      name = c;
+      break;
+    }
+  }
+  if (name.empty()) name = "A" + std::to_string(axes.size());
+  axes.push_back({name, 1});
+  return doc_->setMesh(DeviceMesh(axes, doc_->mesh().device_order()));
+}
+
+bool MeshView::removeAxis(int axis) {
+  if (!doc_ || doc_->mesh().num_axes() <= 1 || axis < 0 || axis >= doc_->mesh().num_axes()) return false;
+  auto axes = doc_->mesh().axes();
+  axes.erase(axes.begin() + axis);
+  return doc_->setMesh(DeviceMesh(axes));
+}
+
+}  // namespace shardscope::views

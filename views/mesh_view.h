@@ -1,0 +1,132 @@
+// The device mesh: axes named and resized with spin boxes, drawn as a grid of devices (3-D and
+// larger meshes as slices). With a tensor selected, its dimensions are assigned to mesh axes by
+// clicking the axis buttons of a dimension, dragging an axis chip onto a dimension, or typing the
+// named-axis notation ([I_X, J_Y]). The grid shows which shard each device holds (one colour per
+// distinct shard, so replication is visible) and the bytes per device. Every edit is an undoable
+// command on the Document.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <QPointer>
+#include <QWidget>
+
+#include "core/mesh.h"
+#include "core/sharding.h"
+
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QSpinBox;
+class QVBoxLayout;
+class QGridLayout;
+
+namespace shardscope {
+class Instruction;
+}
+
+namespace shardscope::views {
+
+class Document;
+
+// What one device holds of the selected tensor.
+struct DeviceTile {
+  int64_t device = -1;
+  std::vector<int64_t> coords;      // mesh coordinates
+  int shard = -1;                   // index of the distinct shard held (-1: holds nothing)
+  std::vector<int64_t> tile_index;  // per tensor dim
+  QString ranges;                   // "0:4, 0:1024"
+  int64_t bytes = 0;
+};
+
+// The painted device grid.
+class DeviceGridWidget : public QWidget {
+  Q_OBJECT
+ public:
+  explicit DeviceGridWidget(QWidget* parent = nullptr);
+  // `sharding` empty: just the devices. `dims`/`element_bytes` describe the selected tensor.
+  void setState(const DeviceMesh& mesh, const std::optional<HloSharding>& sharding, const std::vector<int64_t>& dims,
+                int64_t element_bytes);
+  const std::vector<DeviceTile>& tiles() const { return tiles_; }
+  int distinctShards() const { return distinct_; }
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+  bool hasHeightForWidth() const override { return true; }
+  int heightForWidth(int width) const override;
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  bool event(QEvent* event) override;  // tooltips
+
+ private:
+  struct Geometry {
+    int slices = 1, rows = 1, cols = 1, slice_cols = 1;
+    double tile = 60, gap = 4, slice_gap = 18, label_h = 16;
+  };
+  Geometry geometryFor(int width) const;
+  QRectF tileRect(const Geometry& g, size_t index) const;
+  int tileAt(const QPointF& p) const;
+
+  DeviceMesh mesh_;
+  std::optional<HloSharding> sharding_;
+  std::vector<DeviceTile> tiles_;  // in mesh order (row-major over the axes)
+  int distinct_ = 0;
+};
+
+class MeshView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit MeshView(QWidget* parent = nullptr);
+  void setDocument(Document* doc);
+
+  // ---- API used by the widgets and by tests (each is one undoable edit) ----
+  // Adds or removes mesh axis `axis` on tensor dim `dim` of the selected tensor (an axis is on at
+  // most one dim; turning it on elsewhere moves it).
+  bool toggleAxis(int dim, int axis);
+  // Moves mesh axis `axis` to tensor dim `dim` (-1: no dim, i.e. replicate along it).
+  bool assignAxis(int dim, int axis);
+  // "[I_X, J_Y]" / "A[I_XY, J]" for the selected tensor.
+  bool applyNamedAxes(const QString& text);
+  bool replicateSelected();
+  bool clearSelectedAnnotation();
+  bool setAxisSize(int axis, int size);
+  bool setAxisName(int axis, const QString& name);
+  bool addAxis();
+  bool removeAxis(int axis);
+
+  // The selected tensor's per-dim mesh axes as the view shows them (empty when none selected).
+  std::vector<std::vector<int64_t>> currentAssignment() const;
+  DeviceGridWidget* grid() const { return grid_; }
+  QLineEdit* namedAxesField() const { return named_; }
+
+ signals:
+  void message(const QString& text);
+
+ private:
+  void rebuildAxes();
+  void rebuildTensor();
+  void refreshGrid();
+  bool annotateWith(const std::vector<std::vector<int64_t>>& dims);
+  const Instruction* selectedTensor() const;
+
+  QPointer<Document> doc_;
+  QWidget* axes_box_;
+  QGridLayout* axes_grid_;
+  QLabel* mesh_summary_;
+  QLabel* tensor_title_;
+  QLabel* tensor_state_;
+  QWidget* chips_row_;
+  QWidget* dims_box_;
+  QVBoxLayout* dims_layout_;
+  QLineEdit* named_;
+  QPushButton* apply_named_;
+  QPushButton* replicate_;
+  QPushButton* clear_;
+  DeviceGridWidget* grid_;
+  QLabel* grid_info_;
+  bool rebuilding_ = false;
+};
+
+}  // namespace shardscope::views
