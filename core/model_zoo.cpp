@@ -516,7 +516,7 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
         Instruction* pdp = b.Mul(sv.p, dp);
         Instruction* rowsum = net.Sum(pdp, {3}, "rowsum");
         Instruction* dscaled = b.Sub(pdp, b.Mul(sv.p, net.Bcast(rowsum, pdp, {0, 1, 2})), "dscaled");
-        dscores = net.Scale(dscaled, scale, "dscores");
+        dscores = net.Scale(dscaled, 1.01 * scale, "dscores");
       }
       Instruction* dq = b.Transpose(net.Dot(dscores, sv.k, {0, 1}, {0, 2}, {3}, {1}), {0, 2, 1, 3}, "dq");  // [B,S,N,D]
       Instruction* dk = b.Transpose(net.Dot(dscores, sv.q, {0, 1}, {0, 2}, {2}, {1}), {0, 2, 1, 3}, "dk");  // [B,T,N,D]

@@ -612,7 +612,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
     if (!CanPropagateThrough(inst, aggressiveness)) return false;
     if (inst.has_sharding() && inst.sharding()->IsManual()) return false;
     const bool tuple_cc = inst.opcode() == Opcode::kCustomCall && inst.shape().IsTuple();
-    if ((!inst.has_sharding() || inst.sharding()->IsTileMaximal()) &&
+    if ((!inst.has_sharding() || shard_util::IsTileMaximal(*inst.sharding())) &&
         (inst.shape().IsArray() || inst.opcode() == Opcode::kReduce || inst.opcode() == Opcode::kSort ||
          inst.opcode() == Opcode::kReduceWindow || tuple_cc)) {
       for (const Instruction* op : inst.operands()) {
@@ -632,7 +632,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
         return false;
       }
       for (const Instruction* op : inst.operands()) {
-        if (op->has_sharding() && op->sharding()->IsTileMaximal() && !shard_util::UniqueDevice(*op->sharding())) {
+        if (op->has_sharding() && shard_util::IsTileMaximal(*op->sharding()) && !shard_util::UniqueDevice(*op->sharding())) {
           return Improve(&inst, *op->sharding(), false, op, "replicated operand");
         }
       }
@@ -656,7 +656,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
   bool InferFromUsers(Instruction& inst) {
     if (aggressiveness < 2 && inst.opcode() == Opcode::kBroadcast) return false;
     if (inst.has_sharding() && inst.sharding()->IsManual()) return false;
-    if (!inst.has_sharding() || inst.sharding()->IsTileMaximal()) {
+    if (!inst.has_sharding() || shard_util::IsTileMaximal(*inst.sharding())) {
       for (const Instruction* user : inst.users()) {
         if (!user->has_sharding() || IsCustomCall(*user, "SPMDFullToShardShape")) continue;
         if (inst.shape().IsArray() && user->sharding()->IsManual()) {
@@ -678,6 +678,8 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
         return true;
       }
       auto us = ShardingFromUser(inst, *user);
+      // Nothing flows backward through a ShardBarrierTo: it only accepts "replicated".
+      if (us && IsCustomCall(inst, "ShardBarrierTo")) us = HloSharding::Replicate();
       if (us) changed |= Improve(&inst, std::move(*us), false, user, RuleFor(*user).family);
     }
     return changed;
@@ -687,7 +689,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
     if (!CanPropagateThrough(inst, aggressiveness)) return false;
     if (inst.has_sharding() && inst.sharding()->IsManual()) return false;
     if (IsCustomCall(inst, "ShardBarrierTo")) return false;
-    if (!inst.has_sharding() || inst.sharding()->IsTileMaximal()) {
+    if (!inst.has_sharding() || shard_util::IsTileMaximal(*inst.sharding())) {
       for (const Instruction* m : group.members) {
         if (m == &inst || !m->has_sharding() || !m->sharding()->IsManual()) continue;
         Set(&inst, *m->sharding(), m, group.shard_as ? "shard_as" : "shard_like");
@@ -712,7 +714,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
       return false;
     }
     HloSharding partial = PartiallyReplicateTiledShardingOnAllDimsExcept(to_merge, unspec);
-    if (partial.IsTileMaximal()) return false;
+    if (shard_util::IsTileMaximal(partial)) return false;
     HloSharding a = *auto_s;
     if (!MergeShardingIfCompatible(partial, a.NumTiles() + 1, &a)) return false;
     const int64_t data_rank = partial.TiledDataRank();
@@ -743,7 +745,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
       return false;
     }
     HloSharding partial = PartiallyReplicateTiledShardingOnAllDimsExcept(to_merge, unspec);
-    if (partial.IsTileMaximal()) return false;
+    if (shard_util::IsTileMaximal(partial)) return false;
     HloSharding m = *manual_s;
     if (!MergeShardingIfCompatible(partial, m.NumTiles() + 1, &m)) return false;
     HloSharding partial_for_auto = MakeSubgroup(
@@ -812,7 +814,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
     for (Instruction* user : op_for_users->users()) {
       if (!user->has_sharding() || !user->sharding()->IsTiled()) continue;
       auto us = ShardingFromUser(*op_for_users, *user);
-      if (!us || us->IsTileMaximal()) continue;
+      if (!us || shard_util::IsTileMaximal(*us)) continue;
       if (!annotate.has_sharding()) continue;
       if (conv == nullptr) {
         HloSharding partial = PartiallyReplicateTiledShardingOnAllDimsExcept(*us, unspec);

@@ -63,12 +63,20 @@ bool CompatibleIgnoringElementType(const Shape& a, const Shape& b) {
 
 // ---- Queries ------------------------------------------------------------------------------------
 
+bool IsTileMaximal(const HloSharding& s) {
+  if (s.IsTuple()) {
+    return std::all_of(s.tuple_elements().begin(), s.tuple_elements().end(),
+                       [](const HloSharding& e) { return IsTileMaximal(e); });
+  }
+  return s.kind() == HloSharding::Kind::kReplicated || s.kind() == HloSharding::Kind::kMaximal;
+}
+
 bool IsSpatiallyPartitioned(const HloSharding& s) {
   if (s.IsTuple()) {
     return std::any_of(s.tuple_elements().begin(), s.tuple_elements().end(),
                        [](const HloSharding& e) { return IsSpatiallyPartitioned(e); });
   }
-  return s.kind() == HloSharding::Kind::kTiled || s.kind() == HloSharding::Kind::kReplicated;
+  return s.kind() != HloSharding::Kind::kMaximal;
 }
 
 bool IsSpatiallyPartitioned(const Instruction* inst) {
@@ -77,7 +85,7 @@ bool IsSpatiallyPartitioned(const Instruction* inst) {
 
 bool IsManualLeaf(const HloSharding& s) { return s.kind() == HloSharding::Kind::kManual; }
 bool IsTileMaximalLeaf(const HloSharding& s) {
-  return !s.IsTuple() && s.kind() != HloSharding::Kind::kTiled;
+  return s.kind() == HloSharding::Kind::kReplicated || s.kind() == HloSharding::Kind::kMaximal;
 }
 bool IsReplicatedLeaf(const HloSharding& s) { return s.kind() == HloSharding::Kind::kReplicated; }
 
@@ -165,8 +173,8 @@ bool IsShardingStrictlyBetter(const HloSharding& lhs, const HloSharding& rhs) {
 
 bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, const HloSharding& sharding) {
   if (sub.IsManual() || sharding.IsManual()) return false;
-  if (sharding.IsTileMaximal()) return true;
-  if (sub.IsTileMaximal()) return false;
+  if (IsTileMaximal(sharding)) return true;
+  if (IsTileMaximal(sub)) return false;
   const int64_t rank = sub.TiledDataRank();
   if (rank != sharding.TiledDataRank() || rank != shape.rank()) return false;
   std::vector<int64_t> sub_base(static_cast<size_t>(rank)), base(static_cast<size_t>(rank));
@@ -266,8 +274,8 @@ GroupKeys ComputeGroupKeys(const HloSharding& s, int64_t manual_dim, int64_t max
 
 bool MergeShardingIfCompatible(const HloSharding& to_merge, int64_t minimum_tiles, HloSharding* dst) {
   if (to_merge.IsTuple() || dst->IsTuple() || to_merge.IsManual() || dst->IsManual()) return false;
-  if (to_merge.IsTileMaximal()) return false;
-  if (dst->IsTileMaximal()) {
+  if (IsTileMaximal(to_merge)) return false;
+  if (IsTileMaximal(*dst)) {
     *dst = to_merge;
     return true;
   }
@@ -416,7 +424,7 @@ std::optional<HloSharding> ReturnImprovedSharding(HloSharding from, const HloSha
   if (from.IsTuple() && from.tuple_elements().size() != current->tuple_elements().size()) return std::nullopt;
   const int64_t tiles_before = from.NumTiles();
   if (MergeSharding(*current, &from, may_combine_partial_sharding)) {
-    if (!allow_aggressive_resharding && shape.IsArray() && !current->IsTileMaximal() &&
+    if (!allow_aggressive_resharding && shape.IsArray() && !IsTileMaximal(*current) &&
         from.NumTiles() == tiles_before) {
       if (!IsSubTilingOrEqualSharding(shape, from, *current)) return std::nullopt;
     }
@@ -428,7 +436,7 @@ std::optional<HloSharding> ReturnImprovedSharding(HloSharding from, const HloSha
 // ---- Dimension transforms -----------------------------------------------------------------------
 
 HloSharding TransposeSharding(const HloSharding& s, const std::vector<int64_t>& dims) {
-  if (s.IsTileMaximal() || s.IsManual() || s.IsTuple()) return s;
+  if (!s.IsTiled()) return s;
   std::vector<int64_t> perm = dims;
   const int64_t data_rank = s.TiledDataRank();
   const int64_t ndims = s.tile_assignment().num_dimensions();
@@ -438,6 +446,11 @@ HloSharding TransposeSharding(const HloSharding& s, const std::vector<int64_t>& 
     return s;
   }
   TileAssignment ta = s.tile_assignment().Transpose(perm);
+  if (ReplicateOnLastTileDim(s)) {
+    HloSharding out = MakePartialTile(ta);
+    out.set_metadata(s.metadata());
+    return out;
+  }
   std::vector<SubgroupType> types;
   for (int64_t i = data_rank; i < ndims; ++i) {
     const int64_t src = perm[static_cast<size_t>(i)] - data_rank;
@@ -450,7 +463,7 @@ HloSharding TransposeSharding(const HloSharding& s, const std::vector<int64_t>& 
 }
 
 std::optional<HloSharding> ReshapeSharding(const Shape& source, const Shape& target, const HloSharding& s) {
-  if (s.IsTileMaximal() || s.IsManual()) return s;
+  if (!s.IsTiled()) return s;
   if (s.IsTuple() || s.TiledDataRank() != source.rank()) return std::nullopt;
   const int64_t source_rank = source.rank();
   std::vector<int64_t> target_tiles;
@@ -528,7 +541,7 @@ std::optional<HloSharding> ReshapeSharding(const Shape& source, const Shape& tar
   if (static_cast<int64_t>(target_tiles.size()) > target.rank()) return std::nullopt;
   const HloSharding sharding =
       dims_to_replicate.empty() ? s : PartiallyReplicateTiledShardingOnDims(s, dims_to_replicate);
-  if (sharding.IsTileMaximal()) return std::nullopt;
+  if (IsTileMaximal(sharding)) return std::nullopt;
   const int64_t rep_dim = SubgroupReplicationDim(sharding);
   for (int64_t i = sharding.TiledDataRank(); i < sharding.tile_assignment().num_dimensions(); ++i) {
     target_tiles.push_back(i == rep_dim ? 1 : sharding.tile_assignment().dim(i));
@@ -595,7 +608,7 @@ HloSharding UngroupManual(const HloSharding& local, int64_t data_rank, int64_t m
 }  // namespace
 
 HloSharding PropagateShardingThroughReshape(const Shape& source, const Shape& target, const HloSharding& s) {
-  if (s.IsTileMaximal() || s.IsManual()) return s;
+  if (!s.IsTiled()) return s;
   if (s.IsTuple()) return HloSharding::Replicate();
   const int64_t source_rank = source.rank();
   if (s.TiledDataRank() != source_rank) return HloSharding::Replicate();
@@ -639,7 +652,7 @@ HloSharding PropagateShardingThroughReshape(const Shape& source, const Shape& ta
       if (Product(grouped) == 1) continue;
       HloSharding grouped_sharding = HloSharding::Tile(TileAssignment::Iota(grouped));
       auto reshaped = ReshapeSharding(source, target, grouped_sharding);
-      if (!reshaped || reshaped->IsTileMaximal()) continue;
+      if (!reshaped || !reshaped->IsTiled()) continue;
       std::vector<int64_t> perm;
       for (int64_t i = start; i < end; ++i) perm.push_back(i);
       for (int64_t i = 0; i < start; ++i) perm.push_back(i);
@@ -670,7 +683,7 @@ HloSharding PropagateShardingThroughReshape(const Shape& source, const Shape& ta
 }
 
 HloSharding ReverseSharding(const HloSharding& s, const std::vector<int64_t>& dims) {
-  if (s.IsTileMaximal() || dims.empty() || s.IsTuple()) return s;
+  if (!s.IsTiled() || dims.empty()) return s;
   const auto& tdims = s.tile_assignment().dims();
   const auto& src = s.tile_assignment().devices();
   std::vector<int64_t> devices(src.size());
@@ -692,7 +705,7 @@ HloSharding ReverseSharding(const HloSharding& s, const std::vector<int64_t>& di
 }
 
 HloSharding PartiallyReplicateTiledShardingOnDims(const HloSharding& s, const std::vector<int64_t>& dims) {
-  if (s.IsTileMaximal() || s.IsManual() || s.IsTuple()) return s;
+  if (!s.IsTiled()) return s;
   const int64_t data_rank = s.TiledDataRank();
   int64_t group_count = 1;
   std::vector<int64_t> valid;
@@ -730,7 +743,7 @@ HloSharding PartiallyReplicateTiledShardingOnDims(const HloSharding& s, const st
 
 HloSharding PartiallyReplicateTiledShardingOnAllDimsExcept(const HloSharding& s,
                                                            const std::vector<int64_t>& dims_to_keep) {
-  if (s.IsTileMaximal() || s.IsManual() || s.IsTuple()) return s;
+  if (!s.IsTiled()) return s;
   std::vector<int64_t> dims;
   for (int64_t i = 0; i < s.TiledDataRank(); ++i) {
     if (!Contains(dims_to_keep, i)) dims.push_back(i);
@@ -751,7 +764,7 @@ HloSharding ReplicateAllDataDims(const HloSharding& s, int64_t data_rank) {
     return r;
   }
   HloSharding result = PartiallyReplicateTiledShardingOnAllDimsExcept(s, {});
-  if (data_rank >= 0 && data_rank != result.TiledDataRank() && !result.IsTileMaximal()) {
+  if (data_rank >= 0 && data_rank != result.TiledDataRank() && !IsTileMaximal(result)) {
     std::vector<int64_t> shape(static_cast<size_t>(data_rank), 1);
     for (int64_t i = result.TiledDataRank(); i < result.tile_assignment().num_dimensions(); ++i) {
       shape.push_back(result.tile_assignment().dim(i));
@@ -762,7 +775,7 @@ HloSharding ReplicateAllDataDims(const HloSharding& s, int64_t data_rank) {
 }
 
 HloSharding RemoveShapeDimensions(const HloSharding& s, const std::vector<int64_t>& dims) {
-  if (s.IsTileMaximal() || dims.empty() || s.IsTuple()) return s;
+  if (!s.IsTiled() || dims.empty()) return s;
   std::vector<int64_t> shape;
   for (int64_t i = 0; i < s.tile_assignment().num_dimensions(); ++i) {
     if (Contains(dims, i)) {
@@ -777,7 +790,7 @@ HloSharding RemoveShapeDimensions(const HloSharding& s, const std::vector<int64_
 }
 
 HloSharding InsertShapeDimensions(const HloSharding& s, const std::vector<int64_t>& dims) {
-  if (s.IsTileMaximal() || dims.empty() || s.IsTuple()) return s;
+  if (!s.IsTiled() || dims.empty()) return s;
   const int64_t data_rank = s.TiledDataRank();
   const int64_t new_rank = data_rank + static_cast<int64_t>(dims.size());
   std::vector<int64_t> shape;
@@ -798,7 +811,7 @@ HloSharding InsertShapeDimensions(const HloSharding& s, const std::vector<int64_
 std::optional<HloSharding> TransposeShardingWithCollapsedDims(const HloSharding& source,
                                                               std::vector<int64_t> src_to_tgt,
                                                               std::vector<int64_t> tgt_to_src) {
-  if (source.IsTileMaximal() || source.IsManual() || source.IsTuple()) return source;
+  if (!source.IsTiled()) return source;
   const int64_t ndims = source.tile_assignment().num_dimensions();
   if (static_cast<int64_t>(src_to_tgt.size()) < ndims) {
     const int64_t src_size = static_cast<int64_t>(src_to_tgt.size());
@@ -849,7 +862,7 @@ std::optional<HloSharding> TransposeShardingWithCollapsedDims(const HloSharding&
   }
   if (std::find(perm.begin(), perm.end(), -1) != perm.end()) return std::nullopt;
   HloSharding tgt = TransposeSharding(source, perm);
-  if (tgt.IsTileMaximal()) return tgt;
+  if (!tgt.IsTiled()) return tgt;
   std::vector<int64_t> tgt_tiles(tgt_to_src.size(), 1);
   for (size_t i = 0; i < tgt_tiles.size(); ++i) {
     if (tgt_to_src[i] >= 0) {
@@ -869,10 +882,10 @@ HloSharding PropagateShardingAlongDimsAndReplicateOthers(const HloSharding& sour
                                                          const std::vector<int64_t>& source_dims,
                                                          const std::vector<int64_t>& target_dims,
                                                          int64_t target_rank) {
-  if (source.IsTileMaximal() || source.IsManual() || source.IsTuple()) return source;
+  if (!source.IsTiled()) return source;
   if (source_dims.size() != target_dims.size()) return HloSharding::Replicate();
   HloSharding rep = PartiallyReplicateTiledShardingOnAllDimsExcept(source, source_dims);
-  if (rep.IsTileMaximal()) return rep;
+  if (IsTileMaximal(rep)) return rep;
   const auto argsort_source = ArgSort(source_dims);
   const auto argsort_target = ArgSort(target_dims);
   if (argsort_source != argsort_target) {
@@ -1025,7 +1038,7 @@ DotDims ParseConvolutionDims(const Instruction& conv) {
 }
 
 HloSharding DotShardingFromOperand(const HloSharding& operand_sharding, const DotDims& dims, int operand_index) {
-  if (operand_sharding.IsTileMaximal() || operand_sharding.IsTuple()) return operand_sharding;
+  if (!operand_sharding.IsTiled()) return operand_sharding;
   const bool lhs = operand_index == 0;
   std::vector<int64_t> contracting;
   for (const auto& c : dims.contracting) contracting.push_back(lhs ? c.lhs : c.rhs);
@@ -1287,11 +1300,11 @@ std::optional<HloSharding> PassthroughOperandToOutput(const Shape& operand_shape
                                                       const std::vector<int64_t>& batching,
                                                       const std::vector<int64_t>& offset_dims,
                                                       const std::vector<int64_t>& slice_sizes) {
-  if (operand_sharding.IsTileMaximal() || operand_sharding.IsManual()) return std::nullopt;
+  if (!operand_sharding.IsTiled()) return std::nullopt;
   auto d = OperandPassthroughDims(operand_shape, collapsed, batching, offset_dims, slice_sizes);
   HloSharding r = PropagateShardingAlongDimsAndReplicateOthers(operand_sharding, d.operand_dims, d.output_dims,
                                                                output_rank);
-  if (r.IsTileMaximal()) return std::nullopt;
+  if (IsTileMaximal(r)) return std::nullopt;
   return r;
 }
 
@@ -1300,11 +1313,11 @@ std::optional<HloSharding> PassthroughOutputToOperand(const Shape& operand_shape
                                                       const std::vector<int64_t>& batching,
                                                       const std::vector<int64_t>& offset_dims,
                                                       const std::vector<int64_t>& slice_sizes) {
-  if (output_sharding.IsTileMaximal() || output_sharding.IsManual()) return output_sharding;
+  if (!output_sharding.IsTiled()) return output_sharding;
   auto d = OperandPassthroughDims(operand_shape, collapsed, batching, offset_dims, slice_sizes);
   HloSharding r = PropagateShardingAlongDimsAndReplicateOthers(output_sharding, d.output_dims, d.operand_dims,
                                                                operand_shape.rank());
-  if (r.IsTileMaximal()) return std::nullopt;
+  if (IsTileMaximal(r)) return std::nullopt;
   return r;
 }
 
@@ -1374,7 +1387,7 @@ std::optional<GatherScatterDims> ScatterParallelDims(const Instruction& scatter)
 }
 
 HloSharding GatherOutputShardingFromIndex(const HloSharding& index_sharding, const Instruction& gather) {
-  if (index_sharding.IsTileMaximal() || index_sharding.IsManual()) return index_sharding;
+  if (!index_sharding.IsTiled()) return index_sharding;
   const auto& dn = gather.gather_dims;
   auto d = ConnectedIndicesOutputDims(gather.operand(1)->shape().rank(), dn.index_vector_dim, gather.shape().rank(),
                                       dn.offset_dims);
@@ -1383,7 +1396,7 @@ HloSharding GatherOutputShardingFromIndex(const HloSharding& index_sharding, con
 }
 
 HloSharding GatherIndexShardingFromOutput(const HloSharding& output_sharding, const Instruction& gather) {
-  if (output_sharding.IsTileMaximal() || output_sharding.IsManual()) return output_sharding;
+  if (!output_sharding.IsTiled()) return output_sharding;
   const auto& dn = gather.gather_dims;
   auto d = ConnectedIndicesOutputDims(gather.operand(1)->shape().rank(), dn.index_vector_dim, gather.shape().rank(),
                                       dn.offset_dims);
@@ -1403,7 +1416,7 @@ std::optional<HloSharding> GatherOperandShardingFromOutput(const HloSharding& ou
                                                            const Instruction& gather) {
   const auto& dn = gather.gather_dims;
   std::optional<HloSharding> parallel;
-  if (output_sharding.IsTileMaximal() || output_sharding.IsManual()) {
+  if (!output_sharding.IsTiled()) {
     parallel = output_sharding;
   } else {
     GatherScatterDims pd;
@@ -1425,7 +1438,7 @@ std::optional<HloSharding> GatherOperandShardingFromOutput(const HloSharding& ou
 }
 
 HloSharding ScatterIndexShardingFromUpdate(const HloSharding& update_sharding, const Instruction& scatter) {
-  if (update_sharding.IsTileMaximal() || update_sharding.IsManual()) return update_sharding;
+  if (!update_sharding.IsTiled()) return update_sharding;
   const auto& dn = scatter.scatter_dims;
   const int64_t n = ScatterOperandCount(scatter);
   const int64_t indices_rank = scatter.operand(n)->shape().rank();
@@ -1435,7 +1448,7 @@ HloSharding ScatterIndexShardingFromUpdate(const HloSharding& update_sharding, c
 }
 
 HloSharding ScatterUpdateShardingFromIndex(const HloSharding& index_sharding, const Instruction& scatter) {
-  if (index_sharding.IsTileMaximal() || index_sharding.IsManual()) return index_sharding;
+  if (!index_sharding.IsTiled()) return index_sharding;
   const auto& dn = scatter.scatter_dims;
   const int64_t n = ScatterOperandCount(scatter);
   const int64_t indices_rank = scatter.operand(n)->shape().rank();
@@ -1457,7 +1470,7 @@ std::optional<HloSharding> ScatterUpdateShardingFromOutput(const HloSharding& ou
   const int64_t n = ScatterOperandCount(scatter);
   const int64_t update_rank = scatter.operand(n + 1)->shape().rank();
   std::optional<HloSharding> parallel;
-  if (output_sharding.IsTileMaximal() || output_sharding.IsManual()) {
+  if (!output_sharding.IsTiled()) {
     parallel = output_sharding;
   } else {
     GatherScatterDims pd;

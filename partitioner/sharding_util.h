@@ -19,7 +19,9 @@ using SubgroupType = HloSharding::SubgroupType;
 
 // ---- Queries ------------------------------------------------------------------------------------
 
-// Tiled or replicated (or a tuple with at least one such leaf): a sharding propagation may carry.
+// XLA's notion: replicated or a single device (manual and unknown are not tile-maximal).
+bool IsTileMaximal(const HloSharding& s);
+// Not pinned to one device (or a tuple with at least one such leaf): propagation may carry it.
 bool IsSpatiallyPartitioned(const HloSharding& s);
 bool IsSpatiallyPartitioned(const Instruction* inst);
 // Leaf-level kind tests (a tuple is never a leaf).

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/hlo_text.h"
+#include "core/numeric_verify.h"
 #include "partitioner/spmd/context.h"
 #include "partitioner/spmd_partitioner.h"
 
@@ -257,6 +258,18 @@ Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::o
       }
       int64_t checks = 0;
       auto fails = CheckSpmdExpectations(*part->module, run, &checks);
+      // Numerical verification: the partitioned program must compute the same thing.
+      int64_t largest = 0;
+      for (const auto& c : m->computations())
+        for (const auto& i : c->instructions()) largest = std::max(largest, i->shape().ElementCount());
+      if (options.verify_max_elements > 0 && largest <= options.verify_max_elements && r.supported) {
+        auto v = VerifyPartitioned(*m, *part->module, run.num_partitions, 7);
+        if (v.ok()) {
+          ++checks;
+          r.verified = v->match && r.verified != 0 ? 1 : 0;
+          if (!v->match) fails.push_back("numerical mismatch: max_abs_error " + std::to_string(v->max_abs_error));
+        }
+      }
       r.checks += checks;
       r.checks_held += checks - static_cast<int64_t>(fails.size());
       for (auto& f : fails) r.failures.push_back(f);
@@ -265,12 +278,17 @@ Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::o
     r.partitioned = all_partitioned;
     if (all_partitioned) ++sum.partitioned;
     r.match = all_ok;
+    if (r.verified >= 0) {
+      ++sum.verified;
+      if (r.verified == 0) ++sum.verify_mismatches;
+    }
     if (r.match) ++sum.matched;
     if (r.supported) {
       ++sum.supported;
       ++by_kind[r.category].first;
       if (r.match) {
         ++sum.matched_supported;
+        if (r.checks == 0) ++sum.matched_supported_without_checks;
         ++by_kind[r.category].second;
       }
     }
@@ -290,7 +308,9 @@ Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::o
   if (sum.unsupported_ops.empty()) out << " none";
   out << "\n";
   for (const auto& [op, n] : sum.unsupported_ops) out << "  " << op << ": " << n << "\n";
-  out << "\nparsed " << sum.parsed << "/" << sum.total << ", partitioned " << sum.partitioned << "/" << sum.total
+  out << "\nnumerically verified " << sum.verified << " cases (" << sum.verify_mismatches << " mismatches); "
+      << sum.matched_supported_without_checks << " matching cases had no checkable expectation at all\n";
+  out << "parsed " << sum.parsed << "/" << sum.total << ", partitioned " << sum.partitioned << "/" << sum.total
       << ", matched " << sum.matched << "/" << sum.total << " overall\n";
   const double pct = sum.supported ? 100.0 * static_cast<double>(sum.matched_supported) / static_cast<double>(sum.supported) : 0.0;
   out << "spmd: " << sum.matched_supported << "/" << sum.supported << " cases match (" << std::fixed

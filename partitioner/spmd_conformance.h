@@ -20,6 +20,9 @@ struct SpmdConformanceOptions {
   // propagation first (dot_handler_test cases). When empty those cases run without it.
   std::function<Status(Module&)> propagate;
   bool verbose = false;  // print every case, not just the failing ones
+  // Also run the original and the SPMD program on virtual devices and compare (core evaluator),
+  // for cases whose largest array has at most this many elements (0: never).
+  int64_t verify_max_elements = 1 << 16;
 };
 
 struct SpmdCaseResult {
@@ -29,6 +32,7 @@ struct SpmdCaseResult {
   bool supported = true;   // every op has a dedicated handler
   bool match = false;
   int64_t checks = 0, checks_held = 0;
+  int verified = -1;  // 1 numerically equal, 0 mismatch, -1 not run (too large / unsupported op)
   std::vector<std::string> failures;     // one line per failed check
   std::vector<std::string> unsupported;  // opcodes without a dedicated handler
   std::string category;                  // dominant op kind: dot, convolution, gather, ...
@@ -36,6 +40,8 @@ struct SpmdCaseResult {
 
 struct SpmdConformanceSummary {
   int64_t total = 0, parsed = 0, partitioned = 0, supported = 0, matched = 0, matched_supported = 0;
+  int64_t matched_supported_without_checks = 0;  // matched on numerical verification alone
+  int64_t verified = 0, verify_mismatches = 0;
   std::vector<SpmdCaseResult> cases;
   std::map<std::string, int64_t> unsupported_ops;  // opcode -> number of cases
 };

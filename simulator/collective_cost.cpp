@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace shardscope {
 
@@ -61,6 +62,14 @@ class StepSchedule {
     Touch(step);
     totals_[static_cast<size_t>(link)] += bytes;
     latency_[static_cast<size_t>(step)] = std::max(latency_[static_cast<size_t>(step)], topo_->link(link).latency);
+  }
+  // Bytes on a link without step detail, and a step's latency, for schedules computed in bulk.
+  void AddLoad(int64_t link, double bytes) {
+    if (bytes > 0) totals_[static_cast<size_t>(link)] += bytes;
+  }
+  void RaiseStepLatency(int64_t step, double latency) {
+    Touch(step);
+    latency_[static_cast<size_t>(step)] = std::max(latency_[static_cast<size_t>(step)], latency);
   }
   // Makes sure a step exists (keeps step counts honest when a step carries nothing).
   void Touch(int64_t step) {
@@ -212,6 +221,9 @@ struct GroupPlan {
   std::vector<int64_t> chips;
   bool closed = false;
   bool routed = false;  // some logical hop spans several physical links
+  // The group is exactly the chips of a sub-grid (one device per chip): axes/lo/size/ring/base
+  // describe it (also for a single-axis kSequence).
+  bool product = false;
   // kGrid: spanned physical axes, their ranges and whether each closes a ring; base coordinates.
   std::vector<int64_t> axes, lo, size;
   std::vector<bool> ring;
@@ -272,6 +284,12 @@ GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
         for (size_t i = 0; i < chips.size(); ++i) order.emplace_back(coords[i][static_cast<size_t>(varying[0])], chips[i]);
         std::sort(order.begin(), order.end());
         plan.kind = GroupPlan::Kind::kSequence;
+        plan.product = true;
+        plan.axes = varying;
+        plan.lo = lo;
+        plan.size = size;
+        plan.ring = ring;
+        plan.base = coords[0];
         for (const auto& [x, c] : order) plan.chips.push_back(c);
         plan.closed = ring[0];
         plan.description = std::string(plan.closed ? "ring with wraparound" : "line (no wraparound)") +
@@ -279,6 +297,7 @@ GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
         return plan;
       }
       plan.kind = GroupPlan::Kind::kGrid;
+      plan.product = true;
       plan.axes = varying;
       plan.lo = lo;
       plan.size = size;
@@ -468,10 +487,90 @@ int64_t AddGroupAllGather(const Topology& topo, StepSchedule& s, const GroupPlan
   return 0;
 }
 
+// All-to-all over a group that is exactly a sub-grid of chips, computed per axis. With dimension-
+// order routing a chunk from s to t crosses an axis-a link at coordinates c exactly when t agrees
+// with c on the axes before a, s agrees with c on the axes after a, and the 1-D route from s_a to
+// t_a crosses it; so every link's load is chunk x (product of the other group extents) x (number of
+// 1-D pairs crossing it). Same loads as routing every pair, in O(sum n_a^3 + links).
+int64_t AddProductAllToAll(const Topology& topo, StepSchedule& s, const GroupPlan& plan, double buffer, int64_t step0,
+                           bool bidirectional) {
+  const size_t m = plan.axes.size();
+  double n_total = 1;
+  for (int64_t sz : plan.size) n_total *= static_cast<double>(sz);
+  const double chunk = buffer / n_total;
+  int64_t steps = 0;
+  double hop_latency = 0;
+  for (size_t i = 0; i < m; ++i) {
+    const int64_t a = plan.axes[i];
+    const int64_t n_phys = topo.shape()[static_cast<size_t>(a)];
+    const bool wrap = topo.wraps(a);
+    std::vector<double> plus(static_cast<size_t>(n_phys), 0.0), minus(static_cast<size_t>(n_phys), 0.0);
+    int64_t max_hops = 0;
+    for (int64_t u = 0; u < plan.size[i]; ++u) {
+      for (int64_t v = 0; v < plan.size[i]; ++v) {
+        if (u == v) continue;
+        const int64_t from = plan.lo[i] + u, to = plan.lo[i] + v;
+        std::vector<std::tuple<double, int, int64_t>> variants;  // fraction, direction, hops
+        if (wrap) {
+          const int64_t fwd = ((to - from) % n_phys + n_phys) % n_phys, back = n_phys - fwd;
+          if (!bidirectional || fwd < back) variants.emplace_back(1.0, +1, fwd);
+          else if (back < fwd) variants.emplace_back(1.0, -1, back);
+          else variants = {{0.5, +1, fwd}, {0.5, -1, back}};
+        } else {
+          variants.emplace_back(1.0, to > from ? +1 : -1, std::abs(to - from));
+        }
+        for (const auto& [fraction, dir, hops] : variants) {
+          int64_t x = from;
+          for (int64_t h = 0; h < hops; ++h) {
+            (dir > 0 ? plus : minus)[static_cast<size_t>(x)] += fraction;
+            x = ((x + dir) % n_phys + n_phys) % n_phys;
+          }
+          max_hops = std::max(max_hops, hops);
+        }
+      }
+    }
+    steps += max_hops;
+    const double multiplicity = n_total / static_cast<double>(plan.size[i]);
+    // Every line along axis a through the group's sub-grid.
+    std::vector<int64_t> idx(m, 0);
+    while (true) {
+      std::vector<int64_t> coords = plan.base;
+      for (size_t b = 0; b < m; ++b) {
+        if (b != i) coords[static_cast<size_t>(plan.axes[b])] = plan.lo[b] + idx[b];
+      }
+      for (int64_t x = 0; x < n_phys; ++x) {
+        coords[static_cast<size_t>(a)] = x;
+        const int64_t chip = topo.ChipAt(coords);
+        for (int dir : {+1, -1}) {
+          const double crossings = (dir > 0 ? plus : minus)[static_cast<size_t>(x)];
+          if (crossings <= 0) continue;
+          const int64_t link = topo.NeighborLink(chip, a, dir);
+          if (link < 0) continue;  // cannot happen for a route that exists
+          s.AddLoad(link, chunk * multiplicity * crossings);
+          hop_latency = std::max(hop_latency, topo.link(link).latency);
+        }
+      }
+      size_t b = 0;
+      for (; b < m; ++b) {
+        if (b == i) continue;
+        if (++idx[b] < plan.size[b]) break;
+        idx[b] = 0;
+      }
+      if (b == m) break;
+    }
+  }
+  for (int64_t k = 0; k < steps; ++k) s.RaiseStepLatency(step0 + k, hop_latency);
+  return steps;
+}
+
 int64_t AddGroupAllToAll(const Topology& topo, StepSchedule& s, const std::vector<int64_t>& group, double buffer,
-                         int64_t step0, bool bidirectional) {
+                         int64_t step0, bool bidirectional, bool per_axis) {
   const int64_t n = static_cast<int64_t>(group.size());
   if (n <= 1) return 0;
+  if (per_axis && !topo.is_switch()) {
+    const GroupPlan plan = PlanGroup(topo, group);
+    if (plan.product) return AddProductAllToAll(topo, s, plan, buffer, step0, bidirectional);
+  }
   const double chunk = buffer / static_cast<double>(n);
   std::vector<int64_t> chips;
   for (int64_t d : group) chips.push_back(topo.ChipOfDevice(d));
@@ -485,20 +584,14 @@ int64_t AddGroupAllToAll(const Topology& topo, StepSchedule& s, const std::vecto
     s.Touch(step0);
     return 1;
   }
-  // Routes depend only on the chip pair; cache them.
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<double, std::vector<int64_t>>>> cache;
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       if (i == j) continue;
       const int64_t a = chips[static_cast<size_t>(i)], b = chips[static_cast<size_t>(j)];
-      auto it = cache.find({a, b});
-      if (it == cache.end()) {
-        std::vector<std::pair<double, std::vector<int64_t>>> routes;
-        if (bidirectional) routes = topo.SplitRoutes(a, b);
-        else routes.emplace_back(1.0, topo.Route(a, b, RoutePolicy::kPositiveOnly));
-        it = cache.emplace(std::make_pair(a, b), std::move(routes)).first;
-      }
-      for (const auto& [fraction, path] : it->second) {
+      std::vector<std::pair<double, std::vector<int64_t>>> routes;
+      if (bidirectional) routes = topo.SplitRoutes(a, b);
+      else routes.emplace_back(1.0, topo.Route(a, b, RoutePolicy::kPositiveOnly));
+      for (const auto& [fraction, path] : routes) {
         for (size_t k = 0; k < path.size(); ++k) s.AddLink(step0 + static_cast<int64_t>(k), path[k], chunk * fraction);
         steps = std::max(steps, static_cast<int64_t>(path.size()));
       }
@@ -578,7 +671,7 @@ Result<BuiltSchedule> BuildCollective(const Topology& topo, CollectiveKind kind,
         break;
       }
       case CollectiveKind::kAllToAll: {
-        AddGroupAllToAll(topo, b.schedule, g, bytes, 0, options.bidirectional);
+        AddGroupAllToAll(topo, b.schedule, g, bytes, 0, options.bidirectional, options.per_axis_all_to_all);
         description = topo.is_switch() ? "direct sends through the switch"
                                         : "shortest-route store-and-forward (ties round a ring split half/half)";
         break;

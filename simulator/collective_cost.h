@@ -22,11 +22,12 @@
 //  * CollectivePermute: point-to-point transfers routed hop by hop, links shared fairly (see
 //    SimulateTransfers).
 //
-// Time: a collective is a sequence of synchronous steps. A step's bandwidth time is its busiest
-// link's bytes / link bandwidth; its latency is the hop latency of its longest route (T_min = 1 us
-// per ICI hop). Default (LatencyModel::kOverlapped, the book's T_hop = max[T_min, bytes/W]): a step
-// takes max(latency, bandwidth time). LatencyModel::kAdditive (alpha-beta, as ASTRA-sim): the sum.
-// The regime is latency-bound when the summed latency exceeds the summed bandwidth time.
+// Time: the bandwidth time is the busiest one-way link's total bytes / its bandwidth (the steps of
+// the modelled algorithms pipeline, so the busiest link never waits); the latency is the sum over
+// the synchronous steps of each step's longest route (T_min = 1 us per ICI hop): N/2 steps round a
+// ring, N-1 along a line, sum over axes for several axes. Default (LatencyModel::kOverlapped, the
+// book's max[T_min x hops, V / W]): time = max(latency, bandwidth time). LatencyModel::kAdditive
+// (alpha-beta, as ASTRA-sim): their sum. The regime is latency-bound when latency > bandwidth time.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,10 @@ struct CollectiveOptions {
   // false: ring algorithms use one direction only (ASTRA-sim's default ring); lines and switches
   // are unaffected.
   bool bidirectional = true;
+  // All-to-all over a group that is exactly a sub-grid of chips: compute link loads per axis
+  // (identical to routing every pair, much faster for large groups). false routes every pair;
+  // kept for cross-checks.
+  bool per_axis_all_to_all = true;
 };
 
 struct LinkTraffic {
@@ -99,9 +104,11 @@ Result<CollectiveCost> EstimateCollectivePermute(const Topology& topology,
                                                  const std::vector<std::pair<int64_t, int64_t>>& source_target_pairs,
                                                  double bytes, const CollectiveOptions& options = {});
 
-// Several collectives issued at the same time (e.g. async collectives an engine overlaps): their
-// synchronous schedules run side by side, step i of each together, so a link used by several of
-// them at once is shared. Returns each collective's finish time (seconds from the common start).
+// Several collectives issued at the same time (e.g. async collectives an engine overlaps). Each is a
+// fluid job that must move its per-link bytes; jobs share every link max-min fairly (progressive
+// filling on their speed relative to running alone, re-solved when one finishes). A collective's
+// finish = its data-done time combined with its latency per the LatencyModel. Alone, a request
+// finishes exactly at EstimateCollective's time. Returns seconds from the common start.
 struct CollectiveRequest {
   CollectiveKind kind = CollectiveKind::kAllGather;
   std::vector<std::vector<int64_t>> groups;

@@ -288,13 +288,15 @@ void TestHloParser::parsesControlFlow() {
   QVERIFY(m);
   QCOMPARE(m->num_replicas, int64_t{2});
   QCOMPARE(m->num_partitions, int64_t{8});
-  QCOMPARE(m->computations().size(), size_t{6});
+  QCOMPARE(m->computations().size(), size_t{7});
   Computation* entry = m->entry();
   QCOMPARE(entry->name(), std::string("entry"));
   // parameter(1) is written first; parameters() is still indexed by number.
   QCOMPARE(entry->parameters().size(), size_t{2});
-  QCOMPARE(entry->parameter(0)->name(), std::string("v"));
+  QCOMPARE(entry->parameter(0)->shape().ToString(), std::string("f32[4]"));  // %v (renamed: body has a %v)
+  QCOMPARE(entry->parameter(0)->parameter_number, int64_t{0});
   QCOMPARE(entry->parameter(1)->name(), std::string("flag"));
+  QCOMPARE(entry->parameter(1)->parameter_number, int64_t{1});
 
   Instruction* loop = entry->Find("loop");
   QCOMPARE(loop->opcode(), Opcode::kWhile);
@@ -1009,7 +1011,7 @@ void TestHloParser::malformedInputs() {
 
 void TestHloParser::verifierErrorsArePositioned() {
   // The dot's declared shape is wrong: syntax is fine, the verifier rejects it, and the message
-  // points at the instruction's definition (line 5, column 3).
+  // points at the instruction name (line 5, column 8).
   const char* text =
       "HloModule v\n"
       "ENTRY %e {\n"
@@ -1020,7 +1022,7 @@ void TestHloParser::verifierErrorsArePositioned() {
   QVERIFY(Parse(text, /*verify=*/false));
   auto r = ParseHloModule(text, "v.hlo");
   QVERIFY(!r.ok());
-  QVERIFY2(r.error().message.rfind("v.hlo:5:3: error: ", 0) == 0, r.error().message.c_str());
+  QVERIFY2(r.error().message.rfind("v.hlo:5:8: error: ", 0) == 0, r.error().message.c_str());
   QVERIFY2(r.error().message.find("d") != std::string::npos, r.error().message.c_str());
   QCOMPARE(r.error().message.find('\n'), std::string::npos);
 }
@@ -1251,7 +1253,7 @@ void TestHloParser::cliCheckAndPrint() {
   QCOMPARE(p.exitCode(), 0);
   const QString summary = QString::fromUtf8(p.readAllStandardOutput());
   QVERIFY2(summary.contains("num_partitions: 8"), qPrintable(summary));
-  QVERIFY2(summary.contains("computations:   6 (entry: entry)"), qPrintable(summary));
+  QVERIFY2(summary.contains("computations:   7 (entry: entry)"), qPrintable(summary));
   QVERIFY2(summary.contains("instructions:   33"), qPrintable(summary));
   QVERIFY2(summary.contains("annotated:      2 instructions"), qPrintable(summary));
   QVERIFY2(summary.contains("parameter 10"), qPrintable(summary));

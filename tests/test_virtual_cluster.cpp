@@ -23,19 +23,29 @@ Tensor T(PrimitiveType t, std::vector<int64_t> dims, std::vector<double> v) {
 }
 Tensor F32(std::vector<int64_t> dims, std::vector<double> v) { return T(PrimitiveType::kF32, std::move(dims), std::move(v)); }
 
-std::unique_ptr<Module> Parse(const std::string& text, bool verify = true) {
+// Parses with the verifier; a parse failure fails the test (not fatal: the other tests still run).
+std::unique_ptr<Module> ParseOrFail(const std::string& text, const char* file, int line, bool verify = true) {
   ParseOptions po;
   po.verify = verify;
   auto m = ParseHloModule(text, "test.hlo", po);
-  if (!m.ok()) qFatal("parse failed: %s", m.error().message.c_str());
+  if (!m.ok()) {
+    QTest::qFail(("parse failed: " + m.error().message).c_str(), file, line);
+    return nullptr;
+  }
   return std::move(m).value();
 }
+#define PARSE(var, text)                                   \
+  auto var = ParseOrFail(text, __FILE__, __LINE__);        \
+  if (!var) return;
 
 // Runs `text` on `n` devices; args[d] for device d.
 Result<std::vector<Tensor>> Run(const std::string& text, int64_t n, const std::vector<std::vector<Tensor>>& args,
                                 const ClusterOptions& o = {}, bool verify = true) {
-  auto m = Parse(text, verify);
-  return RunSpmd(*m, n, args, o);
+  ParseOptions po;
+  po.verify = verify;
+  auto m = ParseHloModule(text, "test.hlo", po);
+  if (!m.ok()) return Error("parse failed: " + m.error().message);
+  return RunSpmd(**m, n, args, o);
 }
 
 // One f32 argument per device built by `f(d)`.
@@ -111,7 +121,7 @@ mx {
 }
 ENTRY e {
   x = f32[2] parameter(0)
-  ROOT r = f32[2] all-reduce(x), channel_id=1, replica_groups={}, use_global_device_ids=true, to_apply=mx
+  ROOT r = f32[2] all-reduce(x), channel_id=1, replica_groups={}, to_apply=mx
 })";
     r = Run(all, 4, PerDevice(4, [](int64_t d) { return F32({2}, {double(d), -1.0 * d}); }));
     EXPECT_OK(r);
@@ -119,32 +129,36 @@ ENTRY e {
   }
 
   void groupModes() {
-    auto m = Parse("HloModule m, num_partitions=4\n" + kAdd + R"(
+    PARSE(m, "HloModule m, num_partitions=4\n" + kAdd + R"(
 ENTRY e {
   x = f32[2] parameter(0)
-  a = f32[2] all-reduce(x), replica_groups={{0,1},{2,3}}, to_apply=add
-  b = f32[2] all-reduce(x), channel_id=2, replica_groups={{0}}, to_apply=add
-  c = f32[2] all-reduce(x), replica_groups={{0}}, to_apply=add
-  ROOT t = (f32[2], f32[2], f32[2]) tuple(a, b, c)
+  ar_a = f32[2] all-reduce(x), replica_groups={{0,1},{2,3}}, to_apply=add
+  ar_b = f32[2] all-reduce(x), channel_id=2, replica_groups={{0}}, to_apply=add
+  ar_c = f32[2] all-reduce(x), replica_groups={{0}}, to_apply=add
+  ROOT t = (f32[2], f32[2], f32[2]) tuple(ar_a, ar_b, ar_c)
 })");
     const Computation* e = m->entry();
+    const Instruction* a = e->Find("ar_a");
+    const Instruction* b = e->Find("ar_b");
+    const Instruction* c = e->Find("ar_c");
+    QVERIFY(a && b && c);
     // Single replica: replica-id groups that only make sense as partition ids are partition ids.
-    auto ga = CollectiveParticipantGroups(*e->Find("a"), 1, 4);
+    auto ga = CollectiveParticipantGroups(*a, 1, 4);
     EXPECT_OK(ga);
     QCOMPARE(ga.value(), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
     // channel_id without use_global_device_ids: replica groups spanning all partitions.
-    auto gb = CollectiveParticipantGroups(*e->Find("b"), 1, 4);
+    auto gb = CollectiveParticipantGroups(*b, 1, 4);
     EXPECT_OK(gb);
     QCOMPARE(gb.value(), (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}}));
     // No channel_id, {{0}}: cross-replica, each partition alone.
-    auto gc = CollectiveParticipantGroups(*e->Find("c"), 1, 4);
+    auto gc = CollectiveParticipantGroups(*c, 1, 4);
     EXPECT_OK(gc);
     QCOMPARE(gc.value(), (std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {3}}));
     // 2 replicas x 2 partitions: cross-replica groups {{0,1}} pair device r*2+p across replicas.
-    auto g2 = CollectiveParticipantGroups(*e->Find("a"), 4, 1);
+    auto g2 = CollectiveParticipantGroups(*a, 4, 1);
     EXPECT_OK(g2);
     QCOMPARE(g2.value(), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
-    auto g3 = CollectiveParticipantGroups(*e->Find("b"), 2, 2);  // replica 0 -> devices 0,1
+    auto g3 = CollectiveParticipantGroups(*b, 2, 2);  // replica 0 -> devices 0,1
     EXPECT_OK(g3);
     QCOMPARE(g3.value(), (std::vector<std::vector<int64_t>>{{0, 1}}));
 
@@ -397,7 +411,7 @@ ENTRY e {
     QVERIFY2(r.error().message.find("device 2") != std::string::npos, r.error().message.c_str());
 
     // Wrong number of argument lists / argument shapes.
-    auto m2 = Parse(uncovered);
+    PARSE(m2, uncovered);
     QVERIFY(!RunSpmd(*m2, 4, PerDevice(3, [](int64_t) { return F32({1}, {1}); })).ok());
     auto bad = RunSpmd(*m2, 4, PerDevice(4, [](int64_t) { return F32({2}, {1, 2}); }));
     QVERIFY(!bad.ok());
@@ -405,7 +419,7 @@ ENTRY e {
   }
 
   void singleDeviceEvaluateWithCollectives() {
-    auto m = Parse("HloModule m\n" + kAdd + R"(
+    PARSE(m, "HloModule m\n" + kAdd + R"(
 ENTRY e {
   x = f32[2] parameter(0)
   ROOT r = f32[2] all-reduce(x), channel_id=1, replica_groups={{0}}, use_global_device_ids=true, to_apply=add
@@ -420,13 +434,13 @@ ENTRY e {
   void verifyRowShardedMatmulWithAllReduce() {
     // C[4,3] = X[4,6] . W[6,3], contracting dim split over 2 devices (W row-sharded): each device
     // computes a partial sum that an all-reduce completes.
-    auto original = Parse(R"(HloModule matmul, num_partitions=2
+    PARSE(original, R"(HloModule matmul, num_partitions=2
 ENTRY e {
   x = f32[4,6] parameter(0), sharding={devices=[1,2]0,1}
   w = f32[6,3] parameter(1), sharding={devices=[2,1]0,1}
   ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
 })");
-    auto spmd = Parse("HloModule matmul_spmd, num_partitions=2\n" + kAdd + R"(
+    PARSE(spmd, "HloModule matmul_spmd, num_partitions=2\n" + kAdd + R"(
 ENTRY e {
   x = f32[4,3] parameter(0), sharding={devices=[1,2]0,1}
   w = f32[3,3] parameter(1), sharding={devices=[2,1]0,1}
@@ -442,7 +456,7 @@ ENTRY e {
 
     // The same program without the all-reduce returns partial sums: a mismatch, reported with the
     // first differing element.
-    auto wrong = Parse(R"(HloModule matmul_wrong, num_partitions=2
+    PARSE(wrong, R"(HloModule matmul_wrong, num_partitions=2
 ENTRY e {
   x = f32[4,3] parameter(0), sharding={devices=[1,2]0,1}
   w = f32[3,3] parameter(1), sharding={devices=[2,1]0,1}
@@ -466,13 +480,13 @@ ENTRY e {
   void verifyOutputShardedWithPartitionIdSlicing() {
     // The original's x is replicated and its result is row-sharded: each device slices its rows
     // with dynamic-slice at partition-id * 2 and multiplies them.
-    auto original = Parse(R"(HloModule rows, num_partitions=2
+    PARSE(original, R"(HloModule rows, num_partitions=2
 ENTRY e {
   x = f32[4,6] parameter(0), sharding={replicated}
   w = f32[6,3] parameter(1), sharding={replicated}
   ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1]0,1}
 })");
-    auto spmd = Parse(R"(HloModule rows_spmd, num_partitions=2
+    PARSE(spmd, R"(HloModule rows_spmd, num_partitions=2
 ENTRY e {
   x = f32[4,6] parameter(0)
   w = f32[6,3] parameter(1)
@@ -488,7 +502,7 @@ ENTRY e {
     QVERIFY2(rep->match, rep->detail.c_str());
     // Reversed device order in the output sharding: device 1 holds rows 0-1, so the same program
     // now reassembles the halves swapped.
-    auto swapped = Parse(R"(HloModule rows, num_partitions=2
+    PARSE(swapped, R"(HloModule rows, num_partitions=2
 ENTRY e {
   x = f32[4,6] parameter(0), sharding={replicated}
   w = f32[6,3] parameter(1), sharding={replicated}
@@ -501,7 +515,7 @@ ENTRY e {
 
   void verifyUnevenAndPartiallyReplicatedShards() {
     // f32[5] over 2 devices: shards of 3, device 1 holds elements 3,4 and one padding element.
-    auto original = Parse(R"(HloModule uneven, num_partitions=2
+    PARSE(original, R"(HloModule uneven, num_partitions=2
 ENTRY e {
   x = f32[5] parameter(0), sharding={devices=[2]0,1}
   i = s32[5] parameter(1), sharding={devices=[2]0,1}
@@ -509,7 +523,7 @@ ENTRY e {
   j = s32[5] add(i, i), sharding={devices=[2]0,1}
   ROOT t = (f32[5], s32[5]) tuple(y, j), sharding={{devices=[2]0,1}, {devices=[2]0,1}}
 })");
-    auto spmd = Parse(R"(HloModule uneven_spmd, num_partitions=2
+    PARSE(spmd, R"(HloModule uneven_spmd, num_partitions=2
 ENTRY e {
   x = f32[3] parameter(0)
   i = s32[3] parameter(1)
@@ -523,7 +537,7 @@ ENTRY e {
     QVERIFY2(rep->detail.find("result{1} s32[5]: exact match") != std::string::npos, rep->detail.c_str());
 
     // An integer off by one is a mismatch (ints compare exactly).
-    auto off = Parse(R"(HloModule uneven_off, num_partitions=2
+    PARSE(off, R"(HloModule uneven_off, num_partitions=2
 ENTRY e {
   x = f32[3] parameter(0)
   i = s32[3] parameter(1)
@@ -541,12 +555,12 @@ ENTRY e {
     QCOMPARE(bad->tolerance, 0.0);
 
     // Partially replicated over 4 devices: rows split in 2, each half on 2 devices.
-    auto orig4 = Parse(R"(HloModule partial, num_partitions=4
+    PARSE(orig4, R"(HloModule partial, num_partitions=4
 ENTRY e {
   x = f32[4,2] parameter(0), sharding={devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}
   ROOT n = f32[4,2] negate(x), sharding={devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}
 })");
-    auto spmd4 = Parse(R"(HloModule partial_spmd, num_partitions=4
+    PARSE(spmd4, R"(HloModule partial_spmd, num_partitions=4
 ENTRY e {
   x = f32[2,2] parameter(0)
   ROOT n = f32[2,2] negate(x)
@@ -560,13 +574,13 @@ ENTRY e {
     // bf16 matmul with K = 64 split over 4 devices: the partial sums are rounded to bf16 on each
     // device, so the result differs from the one-device result in the last bits but matches within
     // the bf16 tolerance.
-    auto original = Parse(R"(HloModule bf, num_partitions=4
+    PARSE(original, R"(HloModule bf, num_partitions=4
 ENTRY e {
   x = bf16[8,64] parameter(0), sharding={devices=[1,4]0,1,2,3}
   w = bf16[64,8] parameter(1), sharding={devices=[4,1]0,1,2,3}
   ROOT d = bf16[8,8] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
 })");
-    auto spmd = Parse(R"(HloModule bf_spmd, num_partitions=4
+    PARSE(spmd, R"(HloModule bf_spmd, num_partitions=4
 add {
   a = bf16[] parameter(0)
   b = bf16[] parameter(1)
@@ -586,12 +600,12 @@ ENTRY e {
   }
 
   void verifyReportsModulesThatDoNotFit() {
-    auto original = Parse(R"(HloModule m, num_partitions=2
+    PARSE(original, R"(HloModule m, num_partitions=2
 ENTRY e {
   x = f32[4] parameter(0), sharding={devices=[2]0,1}
   ROOT n = f32[4] negate(x), sharding={devices=[2]0,1}
 })");
-    auto spmd = Parse(R"(HloModule s, num_partitions=2
+    PARSE(spmd, R"(HloModule s, num_partitions=2
 ENTRY e {
   x = f32[4] parameter(0)
   ROOT n = f32[4] negate(x)

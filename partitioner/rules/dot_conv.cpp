@@ -85,7 +85,7 @@ bool ConvolutionForward(Instruction& inst, RuleContext& ctx) {
   auto partitions = [&](const Instruction* op, bool lhs) {
     const HloSharding* s = ctx.ShardingOf(op);
     int64_t p = 1;
-    if (s == nullptr || s->IsTileMaximal() || s->IsTuple()) return p;
+    if (s == nullptr || !s->IsTiled()) return p;
     for (const auto& d : dims.conv_spatial) p *= s->DimensionTiles(lhs ? d.lhs : d.rhs);
     return p;
   };
@@ -96,7 +96,7 @@ bool ConvolutionForward(Instruction& inst, RuleContext& ctx) {
   const Instruction* lhs = inst.operand(0);
   if (!ctx.IsSpatiallyPartitioned(lhs)) return false;
   const HloSharding& ls = *ctx.ShardingOf(lhs);
-  if (ls.IsTileMaximal()) return ctx.Improve(&inst, ls, false, lhs, "convolution");
+  if (shard_util::IsTileMaximal(ls)) return ctx.Improve(&inst, ls, false, lhs, "convolution");
   const auto& cd = inst.conv_dims;
   if (IsConvolutionKernelSmall(inst)) {
     if (ls.DimensionTiles(cd.input_feature) > 1) return false;

@@ -49,18 +49,22 @@ std::optional<HloSharding> DefaultBackward(const Instruction& operand, const Ins
 namespace {
 
 bool CustomCallForward(Instruction& inst, RuleContext& ctx) {
-  if (IsCustomCall(inst, "X64Combine")) return false;
   if (ctx.replace_sharding_with_copy && IsCustomCall(inst, "Sharding")) return DefaultForward(inst, ctx);
+  // Shard barriers: nothing flows forward through ShardBarrierFrom; ShardBarrierTo takes its
+  // operand's sharding as is.
   if (IsCustomCall(inst, "ShardBarrierFrom")) return false;
+  if (IsCustomCall(inst, "ShardBarrierTo")) {
+    if (inst.operand_count() != 1 || !ctx.HasSharding(inst.operand(0))) return false;
+    return ctx.Improve(&inst, *ctx.ShardingOf(inst.operand(0)), NonRootUsers(inst) == 1, inst.operand(0),
+                       "shard barrier");
+  }
   const Instruction* op = PickRepresentativeOperand(inst, ctx);
-  if (IsCustomCall(inst, "ShardBarrierTo") && inst.operand_count() == 1) op = inst.operand(0);
   if (op == nullptr || !ctx.IsSpatiallyPartitioned(op)) return false;
   return ctx.Improve(&inst, *ctx.ShardingOf(op), NonRootUsers(inst) == 1, op, "custom-call");
 }
 
 std::optional<HloSharding> CustomCallBackward(const Instruction& operand, const Instruction& user,
                                               const HloSharding& user_sharding, RuleContext&) {
-  if (IsCustomCall(user, "ShardBarrierTo")) return std::nullopt;
   if (!CompatibleIgnoringElementType(operand.shape(), user.shape())) return std::nullopt;
   return user_sharding;
 }

@@ -156,10 +156,10 @@ std::optional<HloSharding> ScatterBackward(const Instruction& operand, const Ins
       if (!from_indices.IsManual() && !from_indices.IsTuple() && !from_output->IsManual() && !from_output->IsTuple()) {
         MergeShardingIfCompatible(from_indices, &*from_output);
       }
-      if (!from_output->IsTileMaximal()) return from_output;
+      if (!shard_util::IsTileMaximal(*from_output)) return from_output;
     }
   }
-  if (!from_indices.IsTileMaximal()) return from_indices;
+  if (!shard_util::IsTileMaximal(from_indices)) return from_indices;
   return std::nullopt;
 }
 

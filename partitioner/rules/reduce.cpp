@@ -49,7 +49,7 @@ std::optional<HloSharding> ReduceBackward(const Instruction& operand, const Inst
   const int64_t idx = OperandIndex(user, operand);
   HloSharding s = user.shape().IsTuple() ? TupleElementSharding(us, user.shape(), idx) : us;
   if (s.IsTuple()) return std::nullopt;
-  if (!s.IsTileMaximal()) {
+  if (s.IsTiled()) {
     const int64_t total = operand.shape().rank() + static_cast<int64_t>(s.subgroup_types().size());
     std::vector<int64_t> tiles(static_cast<size_t>(total), 1);
     int64_t next = 0;
@@ -122,7 +122,7 @@ bool SortForward(Instruction& inst, RuleContext& ctx) {
   if (op == nullptr || !ctx.IsSpatiallyPartitioned(op)) return false;
   const HloSharding& s = *ctx.ShardingOf(op);
   const int64_t sort_dim = inst.dimensions.empty() ? 0 : inst.dimensions[0];
-  if (!s.IsTileMaximal() && s.DimensionTiles(sort_dim) != 1 && !CanMoveShardingOffDim(op->shape(), s, sort_dim)) {
+  if (s.IsTiled() && s.DimensionTiles(sort_dim) != 1 && !CanMoveShardingOffDim(op->shape(), s, sort_dim)) {
     return false;
   }
   return ctx.Improve(&inst, MaybeTuple(inst, s), NonRootUsers(inst) == 1, op, "sort");

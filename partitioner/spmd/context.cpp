@@ -354,9 +354,38 @@ Result<ReshardPlan> SpmdContext::PlanReshard(const HloSharding& from, const HloS
     plan.identity = true;
     return plan;
   }
+  // A maximal (single-device) value reaches the others the way XLA does it: the owner keeps its
+  // value, everyone else contributes zeros, and an all-reduce sums (GSPMD's broadcast by
+  // all-reduce). A maximal target needs the value on its device; every device computing the same
+  // replicated value satisfies that.
+  if (from.IsMaximal() && !to.IsMaximal()) {
+    auto rest = PlanReshard(HloSharding::Replicate(), to, base);
+    if (!rest.ok()) return rest;
+    auto rep = TileMap::FromSharding(HloSharding::Replicate(), base.rank(), n_);
+    if (!rep.ok()) return rep.error();
+    const int64_t bytes = base.ByteSize() * 2 * (n_ - 1) / std::max<int64_t>(n_, 1);
+    ReshardPlan p;
+    p.steps.push_back({ReshardStep::Kind::kBroadcastFromDevice, {from.maximal_device()}, *rep, *rep, bytes});
+    p.bytes = bytes + rest->bytes;
+    for (auto& st : rest->steps) p.steps.push_back(st);
+    return p;
+  }
+  const HloSharding& to_eff = to.IsMaximal() ? HloSharding::Replicate() : to;
+  if (to.IsMaximal() && from.IsMaximal()) {
+    if (from.maximal_device() == to.maximal_device()) {
+      plan.identity = true;
+      return plan;
+    }
+    auto rep = TileMap::FromSharding(HloSharding::Replicate(), base.rank(), n_);
+    if (!rep.ok()) return rep.error();
+    const int64_t bytes = base.ByteSize() * 2 * (n_ - 1) / std::max<int64_t>(n_, 1);
+    plan.steps.push_back({ReshardStep::Kind::kBroadcastFromDevice, {from.maximal_device()}, *rep, *rep, bytes});
+    plan.bytes = bytes;
+    return plan;
+  }
   auto fm = TileMap::FromSharding(from, base.rank(), n_);
   if (!fm.ok()) return fm.error();
-  auto tm = TileMap::FromSharding(to, base.rank(), n_);
+  auto tm = TileMap::FromSharding(to_eff, base.rank(), n_);
   if (!tm.ok()) return tm.error();
   const TileMap& F = *fm;
   const TileMap& T = *tm;
@@ -438,6 +467,72 @@ Result<ReshardPlan> SpmdContext::PlanReshard(const HloSharding& from, const HloS
     if (!cur.SameAs(T)) p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, cur, T, 0});
     candidates.push_back(p);
   }
+  // 5. All-to-all first, then a local refinement or a collective-permute (sharding moves to
+  //    another dim and is then refined / reordered: XLA's multi-step resharding).
+  for (int64_t a = 0; a < base.rank(); ++a) {
+    for (int64_t b = 0; b < base.rank(); ++b) {
+      const int64_t k = F.tiles(a);
+      if (a == b || k <= 1 || F.tiles(b) != 1) continue;
+      if (full[static_cast<size_t>(a)] % k != 0 || full[static_cast<size_t>(b)] % k != 0) continue;
+      if (T.tiles(b) % k != 0 && T.tiles(b) != k) continue;
+      std::vector<int64_t> tiles = F.tiles();
+      tiles[static_cast<size_t>(b)] = k;
+      tiles[static_cast<size_t>(a)] = 1;
+      std::vector<DeviceTile> devs;
+      for (int64_t dev = 0; dev < n_; ++dev) {
+        DeviceTile dt = F.device(dev);
+        dt.index[static_cast<size_t>(b)] = dt.index[static_cast<size_t>(a)];
+        dt.index[static_cast<size_t>(a)] = 0;
+        devs.push_back(dt);
+      }
+      TileMap mid(tiles, devs);
+      const int64_t a2a = ShardBytes(F, base) * (k - 1) / k;
+      ReshardPlan p;
+      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, mid, a2a});
+      p.bytes = a2a;
+      if (mid.SameAs(T)) {
+        // already covered by candidate 2
+      } else if (IsLocalRefinement(mid, T, full)) {
+        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
+        candidates.push_back(p);
+      } else if (mid.tiles() == T.tiles()) {
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base)});
+        p.bytes += ShardBytes(mid, base);
+        candidates.push_back(p);
+      }
+    }
+  }
+  // 6. Reorder devices first (collective-permute into a layout from which the target is a local
+  //    refinement): a partially replicated value whose groups are permuted.
+  if (F.tiles() != T.tiles()) {
+    // Map T onto F's tile grid: a device's F-tile is the T-tile it needs, coarsened.
+    bool ok = true;
+    std::vector<DeviceTile> devs;
+    for (int64_t dev = 0; dev < n_ && ok; ++dev) {
+      DeviceTile dt;
+      dt.index.resize(static_cast<size_t>(base.rank()));
+      for (int64_t d = 0; d < base.rank(); ++d) {
+        const int64_t ft = F.tiles(d), tt = T.tiles(d);
+        if (ft > tt || tt % ft != 0) ok = false;
+        else dt.index[static_cast<size_t>(d)] = T.device(dev).index[static_cast<size_t>(d)] / (tt / ft);
+      }
+      devs.push_back(dt);
+    }
+    if (ok) {
+      TileMap mid(F.tiles(), devs);
+      std::map<std::vector<int64_t>, int64_t> count;
+      for (auto& dt : devs) ++count[dt.index];
+      bool grid = true;
+      for (auto& [k, c] : count) grid &= c == F.replication();
+      if (grid && !mid.SameAs(F) && IsLocalRefinement(mid, T, full)) {
+        ReshardPlan p;
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base)});
+        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
+        p.bytes = ShardBytes(F, base);
+        candidates.push_back(p);
+      }
+    }
+  }
   if (candidates.empty()) return Error("no resharding plan from " + from.ToString() + " to " + to.ToString());
   auto best = std::min_element(candidates.begin(), candidates.end(), [](const ReshardPlan& x, const ReshardPlan& y) {
     if (x.bytes != y.bytes) return x.bytes < y.bytes;
@@ -518,6 +613,26 @@ Result<Instruction*> SpmdContext::EmitPlan(const PValue& v, const ReshardPlan& p
           }
         }
         x = Reshape(x, out);
+        break;
+      }
+      case ReshardStep::Kind::kBroadcastFromDevice: {
+        const int64_t owner = st.dims[0];
+        std::vector<int64_t> is_owner(static_cast<size_t>(n_), 0);
+        if (owner >= 0 && owner < n_) is_owner[static_cast<size_t>(owner)] = 1;
+        Instruction* flag = TableLookup(is_owner);
+        Instruction* one = ConstantScalar(PrimitiveType::kS32, 1);
+        Instruction* eq = Emit(Opcode::kCompare, Shape::Scalar(PrimitiveType::kPred), {flag, one});
+        eq->comparison = ComparisonDirection::kEq;
+        const Shape& ls = x->shape();
+        Instruction* mask = Emit(Opcode::kBroadcast, Shape(PrimitiveType::kPred, ls.dims), {eq});
+        mask->has_dimensions_attr = true;
+        Instruction* zero = Broadcast(ConstantScalar(ls.type, 0.0), ls);
+        Instruction* sel = Emit(Opcode::kSelect, ls, {mask, x, zero});
+        std::vector<int64_t> all(static_cast<size_t>(n_));
+        for (int64_t i = 0; i < n_; ++i) all[static_cast<size_t>(i)] = i;
+        PrimitiveType rt = ls.type == PrimitiveType::kPred ? PrimitiveType::kPred : ls.type;
+        x = AllReduce(sel, ScalarReducer(rt == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd, rt), {all},
+                      "broadcast from device " + std::to_string(owner));
         break;
       }
       case ReshardStep::Kind::kCollectivePermute: {

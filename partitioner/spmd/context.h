@@ -28,8 +28,9 @@ struct PValue {
 
 // One step of a resharding plan.
 struct ReshardStep {
-  enum class Kind { kDynamicSlice, kAllGather, kAllToAll, kCollectivePermute } kind;
-  std::vector<int64_t> dims;        // all-gather: gathered dim; all-to-all: {from_dim, to_dim}
+  enum class Kind { kDynamicSlice, kAllGather, kAllToAll, kCollectivePermute, kBroadcastFromDevice } kind;
+  std::vector<int64_t> dims;        // all-gather: gathered dim; all-to-all: {from_dim, to_dim};
+                                    // broadcast-from-device: {device}
   TileMap before, after;            // maps before/after the step
   int64_t bytes = 0;                // bytes received per device
 };

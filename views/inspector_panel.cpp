@@ -1,0 +1,149 @@
+#include "views/inspector_panel.h"
+
+#include <QTextBrowser>
+#include <QUrl>
+#include <QVBoxLayout>
+
+#include "core/ir.h"
+#include "views/document.h"
+#include "views/sharding_style.h"
+
+namespace shardscope::views {
+
+namespace {
+
+QString Q(const std::string& s) { return QString::fromStdString(s); }
+QString Esc(const QString& s) { return s.toHtmlEscaped(); }
+
+QString Link(const Instruction* inst) {
+  if (!inst) return QString();
+  return QString("<a href=\"inst:%1\">%2</a>").arg(inst->id()).arg(Esc(Q(inst->name())));
+}
+
+}  // namespace
+
+InspectorPanel::InspectorPanel(QWidget* parent) : QWidget(parent), browser_(new QTextBrowser(this)) {
+  setObjectName("inspector");
+  browser_->setOpenLinks(false);
+  browser_->setOpenExternalLinks(false);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(browser_);
+  connect(browser_, &QTextBrowser::anchorClicked, this, [this](const QUrl& url) {
+    if (!doc_ || url.scheme() != "inst") return;
+    bool ok = false;
+    const qint64 id = url.path().toLongLong(&ok);
+    if (ok) doc_->select(id);
+  });
+}
+
+void InspectorPanel::setDocument(Document* doc) {
+  if (doc_) doc_->disconnect(this);
+  doc_ = doc;
+  if (!doc_) return;
+  connect(doc_, &Document::selectionChanged, this, &InspectorPanel::refresh);
+  connect(doc_, &Document::shardingsUpdated, this, &InspectorPanel::refresh);
+  connect(doc_, &Document::annotationsChanged, this, &InspectorPanel::refresh);
+  connect(doc_, &Document::meshChanged, this, &InspectorPanel::refresh);
+  connect(doc_, &Document::moduleReset, this, &InspectorPanel::refresh);
+  connect(doc_, &Document::partitionUpdated, this, &InspectorPanel::refresh);
+  refresh();
+}
+
+QString InspectorPanel::html() const { return browser_->toHtml(); }
+
+void InspectorPanel::refresh() {
+  if (!doc_) return;
+  const Instruction* inst = doc_->instruction(doc_->selected());
+  if (!inst) {
+    QString h = "<p><i>Select a tensor in the graph (or the instruction table) to see its sharding and why it "
+                "is sharded that way.</i></p>";
+    if (doc_->module()) {
+      const auto& prop = doc_->propagation();
+      h += QString("<p><b>%1</b>: %2 instructions, mesh <tt>%3</tt>, %4 annotations.</p>")
+               .arg(Esc(Q(doc_->module()->name())))
+               .arg(doc_->module()->instruction_count())
+               .arg(Esc(Q(doc_->mesh().ToString())))
+               .arg(doc_->annotations().size());
+      if (!prop.message.empty()) h += QString("<p><small>%1</small></p>").arg(Esc(Q(prop.message)));
+    }
+    browser_->setHtml(h);
+    return;
+  }
+  const DeviceMesh& mesh = doc_->mesh();
+  const Shape& shape = inst->shape();
+  const auto sh = doc_->sharding(inst->id());
+  const TensorOrigin origin = doc_->origin(inst->id());
+  QString h;
+  h += QString("<h3 style='margin-bottom:2px'>%1</h3>").arg(Esc(Q(inst->name())));
+  h += QString("<p style='margin-top:0'><tt>%1</tt> &nbsp;%2").arg(Esc(ShapeText(shape)), Esc(Q(inst->opcode_text())));
+  if (inst->parent()) h += QString(" &nbsp;<small>in %1</small>").arg(Esc(Q(inst->parent()->name())));
+  h += "</p>";
+  if (sh) {
+    const QColor fill = ShardingFillColor(*sh, palette());
+    h += QString("<p><span style='background-color:%1; color:%2'>&nbsp;%3&nbsp;</span> &nbsp;<b>%4</b></p>")
+             .arg(fill.name(), TextColorOn(fill).name(), Esc(NamedAxesText(*sh, shape, mesh, Q(inst->name()))),
+                  origin == TensorOrigin::kUser ? "your annotation" : "inferred");
+    h += QString("<p>HLO: <tt>%1</tt></p>").arg(Esc(HloShardingText(*sh)));
+    h += QString("<p>Per device: <tt>%1</tt> &middot; <b>%2</b> of %3</p>")
+             .arg(Esc(LocalShapeText(shape, sh)), FormatBytes(BytesPerDevice(shape, sh)), FormatBytes(shape.ByteSize()));
+  } else {
+    h += "<p><i>No sharding yet.</i> Assign its dimensions to mesh axes in the Mesh panel.</p>";
+  }
+  // Why.
+  h += "<h4>Why is it sharded like this?</h4>";
+  const auto steps = doc_->why(inst->id());
+  if (steps.empty()) {
+    h += sh ? "<p><i>No provenance recorded.</i></p>" : "<p><i>Nothing reached it: no annotation propagates here.</i></p>";
+  } else {
+    h += "<ol style='margin-left:-20px'>";
+    for (const WhyStep& step : steps) {
+      const Instruction* at = doc_->instruction(step.instruction_id);
+      QString line = Esc(Q(step.text));
+      if (at && !step.instruction.empty()) {
+        // Make the instruction's name in the text a link.
+        const QString name = Esc(Q(step.instruction));
+        if (line.contains(name)) line.replace(line.indexOf(name), name.size(), Link(at));
+        else line = Link(at) + ": " + line;
+      }
+      h += "<li>" + line + "</li>";
+    }
+    h += "</ol>";
+  }
+  if (!doc_->propagation().engine_available) {
+    h += "<p><small>Sharding propagation is not built into this binary: only your annotations are shown.</small></p>";
+  }
+  // Neighbours.
+  if (!inst->operands().empty()) {
+    QStringList ops;
+    for (const Instruction* op : inst->operands()) ops << Link(op);
+    h += "<p><b>Operands:</b> " + ops.join(", ") + "</p>";
+  }
+  if (!inst->users().empty()) {
+    QStringList users;
+    for (const Instruction* u : inst->users()) users << Link(u);
+    h += "<p><b>Users:</b> " + users.join(", ") + "</p>";
+  }
+  // What the partitioner turned it into.
+  const auto& part = doc_->partition();
+  if (part.ok) {
+    auto it = part.became.find(doc_->qualifiedName(inst).toStdString());
+    if (it != part.became.end() && !it->second.empty()) {
+      QStringList became;
+      for (const auto& n : it->second) became << "<tt>" + Esc(Q(n)) + "</tt>";
+      h += "<p><b>Partitioned into:</b> " + became.join(", ") + "</p>";
+    }
+    QStringList colls;
+    for (const auto& c : part.collectives) {
+      if (c.origin == inst->name()) {
+        colls << QString("%1 (%2, %3/device): %4").arg(Esc(Q(c.kind)), Esc(Q(c.replica_groups)), FormatBytes(c.bytes_per_device), Esc(Q(c.reason)));
+      }
+    }
+    if (!colls.isEmpty()) h += "<p><b>Collectives it needs:</b><br>" + colls.join("<br>") + "</p>";
+  }
+  const std::string op_name = inst->op_name();
+  if (!op_name.empty()) h += QString("<p><small>op_name: %1</small></p>").arg(Esc(Q(op_name)));
+  browser_->setHtml(h);
+}
+
+}  // namespace shardscope::views
