@@ -5,7 +5,7 @@
 //   auto* x = b.Parameter(0, Shape(PrimitiveType::kF32, {B, D}), "x");
 //   auto* w = b.Parameter(1, Shape(PrimitiveType::kF32, {D, H}), "w");
 //   auto scope = b.Scope("layer0/ffn");                      // metadata op_name="layer0/ffn/..."
-//   auto* y = b.Dot(x, w, {.lhs_contracting = {1}, .rhs_contracting = {0}}, "wi");
+//   auto* y = b.Dot(x, w, DotDims(/*lhs_contracting=*/{1}, /*rhs_contracting=*/{0}), "wi");
 //   auto* s = b.Reduce(y, b.ConstantScalar(PrimitiveType::kF32, 0), {1}, ScalarAdd(m, PrimitiveType::kF32));
 //   b.SetRoot(b.Tuple({y, s}));
 //   if (!b.ok()) ... b.status().error().message
@@ -204,6 +204,18 @@ class Builder {
   std::vector<std::string> scopes_;
   bool scoped_names_ = false;
 };
+
+// Dot dimension numbers in one call (designated initializers such as
+// {.lhs_contracting = {1}, .rhs_contracting = {0}} work too, but trip -Wmissing-field-initializers).
+inline DotDimensionNumbers DotDims(std::vector<int64_t> lhs_contracting, std::vector<int64_t> rhs_contracting,
+                                   std::vector<int64_t> lhs_batch = {}, std::vector<int64_t> rhs_batch = {}) {
+  DotDimensionNumbers d;
+  d.lhs_contracting = std::move(lhs_contracting);
+  d.rhs_contracting = std::move(rhs_contracting);
+  d.lhs_batch = std::move(lhs_batch);
+  d.rhs_batch = std::move(rhs_batch);
+  return d;
+}
 
 // Scalar binary computations (two scalar parameters, root = op(p0, p1)), e.g. reducers for reduce
 // and all-reduce. Reuses an existing computation of the same name in `module` when its signature

@@ -1656,10 +1656,11 @@ Result<Tensor> EvalMap(Evaluator& ev, const Instruction& inst, const std::vector
 
 // Slices `device`'s tile of `full` according to `sharding` (zero padded to the shard shape).
 Result<Tensor> TileOf(const Tensor& full, const HloSharding& sharding, int64_t device, const Shape& want) {
-  const auto shard = sharding.ShardShape(full.dims());
-  const auto offset = sharding.ShardOffset(full.dims(), device);
-  if (shard != want.dims || static_cast<int64_t>(offset.size()) != full.rank())
-    return Error("the operand's sharding " + sharding.ToString() + " does not give the result shape " + want.ToString(false));
+  if (want.rank() != full.rank() || want.type != full.type()) return Error("the manual shard shape does not fit the operand");
+  auto block = ManualBlockIndex(sharding, full.dims(), want.dims, device);
+  if (!block.ok()) return block.error();
+  std::vector<int64_t> offset(static_cast<size_t>(full.rank()));
+  for (int64_t d = 0; d < full.rank(); ++d) offset[static_cast<size_t>(d)] = block.value()[static_cast<size_t>(d)] * want.dims[static_cast<size_t>(d)];
   Tensor out(want);
   if (out.size() == 0) return out;
   const auto fs = RowMajorStrides(full.dims());
@@ -1676,6 +1677,76 @@ Result<Tensor> TileOf(const Tensor& full, const HloSharding& sharding, int64_t d
     if (inside) CopyElem(out, i, full, src);
     ++i;
   } while (NextIndex(idx, out.dims()));
+  return out;
+}
+
+// Integer after "key=" in a backend_config string ("dimension=0,amount=2"); nullopt if absent.
+std::optional<int64_t> ConfigInt(const std::string& config, const std::string& key) {
+  size_t pos = 0;
+  while ((pos = config.find(key + "=", pos)) != std::string::npos) {
+    if (pos == 0 || !std::isalnum(static_cast<unsigned char>(config[pos - 1])) ) {
+      const char* p = config.c_str() + pos + key.size() + 1;
+      char* end = nullptr;
+      const long long v = std::strtoll(p, &end, 10);
+      if (end != p) return static_cast<int64_t>(v);
+      return std::nullopt;
+    }
+    pos += key.size();
+  }
+  return std::nullopt;
+}
+
+// XLA's TopK custom-call: (values, s32 indices) of the k largest along the last dimension, largest
+// first; ties keep the lower index first.
+Result<Tensor> EvalTopK(const Instruction& inst, const std::vector<const Tensor*>& ops) {
+  if (ops.size() != 1 || !IsArrayOf(ops[0]) || ops[0]->rank() < 1) return Error("TopK takes one array operand");
+  const Shape& s = inst.shape();
+  if (!s.IsTuple() || s.tuple.size() != 2 || !s.tuple[0].IsArray() || !s.tuple[1].IsArray())
+    return Error("TopK returns (values, indices)");
+  const Tensor& a = *ops[0];
+  const int64_t r = a.rank();
+  const int64_t n = a.dim(r - 1);
+  const int64_t k = s.tuple[0].rank() == r ? s.tuple[0].dims[static_cast<size_t>(r - 1)] : -1;
+  std::vector<int64_t> want = a.dims();
+  want[static_cast<size_t>(r - 1)] = k;
+  if (k < 0 || k > n || s.tuple[0].dims != want || s.tuple[1].dims != want || s.tuple[0].type != a.type())
+    return Error("TopK result shapes do not fit the operand");
+  Tensor vals(s.tuple[0]), idxs(s.tuple[1]);
+  const int64_t rows = n == 0 ? 0 : a.size() / n;
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t row = 0; row < rows; ++row) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) {
+      return CompareElems(ComparisonDirection::kGt, a, row * n + x, a, row * n + y, false);
+    });
+    for (int64_t j = 0; j < k; ++j) {
+      CopyElem(vals, row * k + j, a, row * n + perm[static_cast<size_t>(j)]);
+      idxs.SetInt(row * k + j, perm[static_cast<size_t>(j)]);
+    }
+  }
+  return Tensor::Tuple({std::move(vals), std::move(idxs)});
+}
+
+// XLA's internal rotate: result[i] = operand[(i - amount) mod n] along `dimension`.
+Result<Tensor> EvalRotateRight(const Instruction& inst, const std::vector<const Tensor*>& ops) {
+  if (ops.size() != 1 || !IsArrayOf(ops[0])) return Error("RotateRight takes one array operand");
+  const Tensor& a = *ops[0];
+  const auto dim = ConfigInt(inst.backend_config, "dimension");
+  const auto amount = ConfigInt(inst.backend_config, "amount");
+  if (!dim || !amount || *dim < 0 || *dim >= a.rank()) return Error("RotateRight needs backend_config dimension=D,amount=A");
+  if (!inst.shape().Compatible(a.shape())) return Error("RotateRight changes the shape");
+  Tensor out(a.shape());
+  const int64_t n = a.dim(*dim);
+  if (a.size() == 0 || n == 0) return out;
+  const auto st = RowMajorStrides(a.dims());
+  std::vector<int64_t> idx(static_cast<size_t>(a.rank()), 0);
+  int64_t i = 0;
+  do {
+    const int64_t x = idx[static_cast<size_t>(*dim)];
+    const int64_t src_x = (((x - *amount) % n) + n) % n;
+    CopyElem(out, i, a, i + (src_x - x) * st[static_cast<size_t>(*dim)]);
+    ++i;
+  } while (NextIndex(idx, a.dims()));
   return out;
 }
 
@@ -1814,7 +1885,7 @@ Result<Tensor> Evaluator::Dispatch(const Instruction& inst, const std::vector<co
       const std::string& target = inst.custom_call_target;
       if (target == "Sharding" || target == "SPMDFullToShardShape" || target == "SPMDShardToFullShape" ||
           target == "ShardBarrierFrom" || target == "ShardBarrierTo" || target == "X64Combine" || target == "MoveToHost" ||
-          target == "MoveToDevice" || target == "AllocateBuffer") {
+          target == "MoveToDevice" || target == "AllocateBuffer" || target == "LayoutConstraint") {
         if (ops.empty()) return Error("custom-call " + target + " has no operand");
         if (ops[0]->shape().Compatible(inst.shape())) return *ops[0];
         if (target == "SPMDFullToShardShape" && inst.operand(0)->has_sharding() && ops[0]->IsArray() && inst.shape().IsArray())
@@ -1822,6 +1893,8 @@ Result<Tensor> Evaluator::Dispatch(const Instruction& inst, const std::vector<co
         return Error("custom-call " + target + " changes the shape from " + ops[0]->shape().ToString(false) + " to " +
                      inst.shape().ToString(false) + "; on one device that is not defined");
       }
+      if (target == "TopK") return EvalTopK(inst, ops);
+      if (target == "_SPMDInternalOp_RotateRight") return EvalRotateRight(inst, ops);
       return Error("custom-call target \"" + target + "\" is not supported by the evaluator");
     }
     case Opcode::kRng: {
@@ -1854,6 +1927,44 @@ Result<Tensor> Evaluator::Dispatch(const Instruction& inst, const std::vector<co
   if (op == Opcode::kGeneric && inst.opcode_text() == "add-dependency" && !ops.empty()) return *ops[0];
   return Error("op '" + inst.opcode_text() + "' is not supported by the evaluator");
 #undef NEED
+}
+
+Result<std::vector<int64_t>> ManualBlockIndex(const HloSharding& sharding, const std::vector<int64_t>& full,
+                                              const std::vector<int64_t>& piece, int64_t device) {
+  const int64_t r = static_cast<int64_t>(full.size());
+  if (static_cast<int64_t>(piece.size()) != r) return Error("manual shard rank differs from the full rank");
+  std::vector<int64_t> block(static_cast<size_t>(r), 0);
+  const bool tiled = sharding.IsTiled() && sharding.TiledDataRank() == r;
+  std::vector<int64_t> index;
+  if (tiled) {
+    index = sharding.tile_assignment().IndexOfDevice(device);
+    if (static_cast<int64_t>(index.size()) < r)
+      return Error("device " + std::to_string(device) + " is not in the tile assignment of " + sharding.ToString());
+  }
+  for (int64_t d = 0; d < r; ++d) {
+    const int64_t f = full[static_cast<size_t>(d)], p = piece[static_cast<size_t>(d)];
+    if (p <= 0 || p > f) return Error("manual shard dim " + std::to_string(p) + " does not fit full dim " + std::to_string(f));
+    const int64_t split = (f + p - 1) / p;
+    if (split == 1) continue;
+    const int64_t tiles = tiled ? sharding.tile_assignment().dim(d) : 1;
+    if (tiles % split != 0)
+      return Error("sharding " + sharding.ToString() + " splits dim " + std::to_string(d) + " " + std::to_string(tiles) +
+                   " ways, which does not refine the manual split of " + std::to_string(f) + " into blocks of " + std::to_string(p));
+    block[static_cast<size_t>(d)] = index[static_cast<size_t>(d)] / (tiles / split);
+  }
+  return block;
+}
+
+std::vector<int64_t> ManualGroupKey(const HloSharding& sharding, int64_t device) {
+  std::vector<int64_t> key;
+  if (!sharding.IsTiled()) return key;
+  const auto index = sharding.tile_assignment().IndexOfDevice(device);
+  const int64_t data = sharding.TiledDataRank();
+  const auto& types = sharding.subgroup_types();
+  for (size_t i = 0; i < types.size(); ++i)
+    if (types[i] == HloSharding::SubgroupType::kManual && static_cast<size_t>(data) + i < index.size())
+      key.push_back(index[static_cast<size_t>(data) + i]);
+  return key;
 }
 
 Result<Tensor> CombineElementwise(Evaluator& ev, const Computation& fn, const std::vector<const Tensor*>& values) {

@@ -72,6 +72,16 @@ Status CheckArguments(const Computation& c, const std::vector<Tensor>& args);
 // other computation is called per element.
 Result<Tensor> CombineElementwise(Evaluator& ev, const Computation& fn, const std::vector<const Tensor*>& values);
 
+// Manual regions (SPMDFullToShardShape / SPMDShardToFullShape): a `full`-shaped array is cut into
+// `piece`-shaped blocks (ceil(full / piece) per dim); returns which block `device` holds, reading
+// the data tiling of `sharding` (its tile count per dim must be a multiple of the block count; a
+// finer tiling leaves several devices on one block).
+Result<std::vector<int64_t>> ManualBlockIndex(const HloSharding& sharding, const std::vector<int64_t>& full,
+                                              const std::vector<int64_t>& piece, int64_t device);
+// The index of `device` along the manual subgroup dims of `sharding` (empty when it has none):
+// devices with equal keys are in the same manual group.
+std::vector<int64_t> ManualGroupKey(const HloSharding& sharding, int64_t device);
+
 // "%name (opcode) in computation" for messages.
 std::string DescribeInstruction(const Instruction& inst);
 

@@ -12,6 +12,7 @@
 //  - instruction names repeated in different computations are uniquified module-wide the way
 //    XLA's name uniquer does (the later one becomes name.N); references resolve per computation.
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -42,6 +43,51 @@ struct NameEntry {
   size_t offset;
 };
 
+// Instruction names of one computation -> definition. Open addressing over a flat array: no
+// allocation per name and good locality for 100k-instruction computations.
+class NameTable {
+ public:
+  const NameEntry* Find(std::string_view name) const {
+    if (slots_.empty()) return nullptr;
+    const uint64_t h = Hash(name);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.index == 0) return nullptr;
+      if (s.hash == h && entries_[s.index - 1].first == name) return &entries_[s.index - 1].second;
+    }
+  }
+  // The caller checks Find() first; names are unique here.
+  void Insert(std::string_view name, NameEntry e) {
+    if ((entries_.size() + 1) * 2 > slots_.size()) Grow();
+    entries_.emplace_back(name, e);
+    Place(Hash(name), static_cast<uint32_t>(entries_.size()));
+  }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t index = 0;  // 1-based into entries_, 0 = empty
+  };
+  static uint64_t Hash(std::string_view s) { return std::hash<std::string_view>()(s); }
+  void Place(uint64_t h, uint32_t index) {
+    for (size_t i = h & mask_;; i = (i + 1) & mask_)
+      if (slots_[i].index == 0) {
+        slots_[i] = Slot{h, index};
+        return;
+      }
+  }
+  void Grow() {
+    const size_t n = slots_.empty() ? 64 : slots_.size() * 2;
+    slots_.assign(n, Slot{});
+    mask_ = n - 1;
+    for (size_t i = 0; i < entries_.size(); ++i) Place(Hash(entries_[i].first), static_cast<uint32_t>(i + 1));
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  std::vector<std::pair<std::string_view, NameEntry>> entries_;
+};
+
 struct NameRef {
   std::string_view name;
   size_t offset = 0;
@@ -59,7 +105,7 @@ struct ComputationState {
   Computation* comp = nullptr;
   std::string_view name;
   size_t name_offset = 0;
-  std::unordered_map<std::string_view, NameEntry> names;
+  NameTable names;
   Instruction* root = nullptr;
   size_t root_offset = 0;
   Instruction* last = nullptr;
@@ -72,6 +118,28 @@ struct CalledRefs {
   std::optional<NameRef> to_apply, condition, body, true_comp, false_comp, select, scatter;
   std::vector<NameRef> branches, calls;
   bool has_branches = false, has_calls = false;
+};
+
+// Attribute keys seen on one instruction: a handful, kept inline (no allocation per instruction).
+class KeySet {
+ public:
+  bool Insert(std::string_view k) {
+    if (Contains(k)) return false;
+    if (n_ < kInline) inline_[n_++] = k;
+    else more_.push_back(k);
+    return true;
+  }
+  bool Contains(std::string_view k) const {
+    for (size_t i = 0; i < n_; ++i)
+      if (inline_[i] == k) return true;
+    return std::find(more_.begin(), more_.end(), k) != more_.end();
+  }
+
+ private:
+  static constexpr size_t kInline = 16;
+  std::array<std::string_view, kInline> inline_;
+  size_t n_ = 0;
+  std::vector<std::string_view> more_;
 };
 
 std::string_view OpName(const Instruction* inst) {
@@ -103,8 +171,11 @@ class Parser {
     }
     return false;
   }
-  bool FailExpected(size_t off, std::string_view what) {
-    return Fail(off, "expected " + std::string(what) + ", found " + Describe(off));
+  // Messages are assembled from parts only when a check fails: the success path allocates nothing.
+  bool FailExpected(size_t off, std::string_view what, std::string_view what2 = {}, std::string_view what3 = {}) {
+    std::string m = "expected ";
+    m.append(what).append(what2).append(what3).append(", found ").append(Describe(off));
+    return Fail(off, std::move(m));
   }
 
   // What sits at `off`, for "found ..." messages.
@@ -203,9 +274,9 @@ class Parser {
     ++p_;
     return true;
   }
-  bool Expect(char c, std::string_view what) {
+  bool Expect(char c, std::string_view what, std::string_view what2 = {}, std::string_view what3 = {}) {
     SkipWs();
-    if (Cur() != c) return FailExpected(p_, what);
+    if (Cur() != c) return FailExpected(p_, what, what2, what3);
     ++p_;
     return true;
   }
@@ -223,20 +294,20 @@ class Parser {
   }
 
   // name ::= '%'? [A-Za-z0-9_.-]+
-  bool ParseName(std::string_view* out, size_t* off, std::string_view what) {
+  bool ParseName(std::string_view* out, size_t* off, std::string_view what, std::string_view what2 = {}) {
     SkipWs();
     *off = p_;
     size_t b = p_;
     if (Cur() == '%') ++p_;
     if (Cur() == '-' || !IsNameChar(Cur())) {
       p_ = b;
-      return FailExpected(b, what);
+      return FailExpected(b, what, what2);
     }
     *out = ReadNameChars();
     return true;
   }
 
-  bool ParseInt(int64_t* v, std::string_view what, bool allow_negative) {
+  bool ParseInt(int64_t* v, std::string_view what, bool allow_negative, std::string_view what2 = {}) {
     SkipWs();
     const size_t b = p_;
     if (allow_negative && Cur() == '-') ++p_;
@@ -244,26 +315,28 @@ class Parser {
     while (IsDigit(Cur())) ++p_;
     if (p_ == d) {
       p_ = b;
-      return FailExpected(b, what);
+      return FailExpected(b, what, what2);
     }
     auto r = std::from_chars(t_.data() + b, t_.data() + p_, *v);
     if (r.ec != std::errc()) {
-      return Fail(b, "expected " + std::string(what) + ", found out-of-range integer '" +
+      return Fail(b, "expected " + std::string(what) + std::string(what2) + ", found out-of-range integer '" +
                          std::string(t_.substr(b, std::min<size_t>(p_ - b, 30))) + "'");
     }
     return true;
   }
 
-  bool ParseNonNegative(int64_t* v, std::string_view what) { return ParseInt(v, what, false); }
+  bool ParseNonNegative(int64_t* v, std::string_view what, std::string_view what2 = {}) {
+    return ParseInt(v, what, false, what2);
+  }
 
   // '{' (int (',' int)*)? '}'
   bool ParseIntList(std::vector<int64_t>* out, std::string_view what) {
     out->clear();
-    if (!Expect('{', "'{' to start " + std::string(what))) return false;
+    if (!Expect('{', "'{' to start ", what)) return false;
     if (Eat('}')) return true;
     while (true) {
       int64_t v;
-      if (!ParseNonNegative(&v, "a non-negative integer in " + std::string(what))) return false;
+      if (!ParseNonNegative(&v, "a non-negative integer in ", what)) return false;
       out->push_back(v);
       SkipWs();
       if (Cur() == ',') {
@@ -281,11 +354,12 @@ class Parser {
   // '[' (int (',' int)*)? ']'  (iota replica groups)
   bool ParseBracketList(std::vector<int64_t>* out, char open, char close, std::string_view what) {
     out->clear();
-    if (!Expect(open, std::string("'") + open + "' to start " + std::string(what))) return false;
+    const char open_text[] = {'\'', open, '\'', '\0'};
+    if (!Expect(open, open_text, " to start ", what)) return false;
     if (Eat(close)) return true;
     while (true) {
       int64_t v;
-      if (!ParseNonNegative(&v, "a non-negative integer in " + std::string(what))) return false;
+      if (!ParseNonNegative(&v, "a non-negative integer in ", what)) return false;
       out->push_back(v);
       SkipWs();
       if (Cur() == ',') {
@@ -802,10 +876,10 @@ class Parser {
     std::string_view name;
     size_t name_off;
     if (!ParseName(&name, &name_off, "an instruction name or '}'")) return false;
-    if (auto it = st.names.find(name); it != st.names.end())
+    if (const NameEntry* prev = st.names.Find(name))
       return Fail(name_off, "redefinition of instruction '" + std::string(name) + "' (first defined at " +
-                                Where(it->second.offset) + ")");
-    if (!Expect('=', "'=' after instruction name '" + std::string(name) + "'")) return false;
+                                Where(prev->offset) + ")");
+    if (!Expect('=', "'=' after instruction name '", name, "'")) return false;
     // The result shape may be omitted where XLA can infer it ("ROOT t = tuple(a, b)").
     Shape shape;
     bool shape_given = true;
@@ -898,7 +972,7 @@ class Parser {
 
     // Attributes.
     CalledRefs refs;
-    std::vector<std::string_view> seen;
+    KeySet seen;
     while (true) {
       SkipWs();
       if (Cur() != ',') break;
@@ -908,7 +982,7 @@ class Parser {
     if (!FinishAttributes(inst, op_off, refs, seen)) return false;
     if (!shape_given) pending_shapes_.emplace_back(inst, op_off);
 
-    st.names.emplace(name, NameEntry{inst, name_off});
+    st.names.Insert(name, NameEntry{inst, name_off});
     st.last = inst;
     if (is_root) {
       if (st.root)
@@ -940,13 +1014,12 @@ class Parser {
     std::string_view name;
     size_t noff;
     if (!ParseName(&name, &noff, "an operand name")) return false;
-    auto it = st.names.find(name);
-    if (it == st.names.end()) return FailUndefined(st, name, noff, "operand");
-    if (declared && it->second.inst->shape().type != PrimitiveType::kInvalid &&
-        !declared->Compatible(it->second.inst->shape()))
-      return Fail(off, "expected operand shape " + it->second.inst->shape().ToString() + " (the shape of '" +
+    const NameEntry* def = st.names.Find(name);
+    if (!def) return FailUndefined(st, name, noff, "operand");
+    if (declared && def->inst->shape().type != PrimitiveType::kInvalid && !declared->Compatible(def->inst->shape()))
+      return Fail(off, "expected operand shape " + def->inst->shape().ToString() + " (the shape of '" +
                            std::string(name) + "'), found " + declared->ToString());
-    *out = it->second.inst;
+    *out = def->inst;
     return true;
   }
 
@@ -1039,14 +1112,16 @@ class Parser {
 
   // ---- attributes -----------------------------------------------------------------------------
 
-  bool ParseNameRef(NameRef* r, std::string_view what) { return ParseName(&r->name, &r->offset, what); }
+  bool ParseNameRef(NameRef* r, std::string_view what, std::string_view what2 = {}) {
+    return ParseName(&r->name, &r->offset, what, what2);
+  }
 
   bool ParseNameRefList(std::vector<NameRef>* out, std::string_view what) {
-    if (!Expect('{', "'{' to start " + std::string(what))) return false;
+    if (!Expect('{', "'{' to start ", what)) return false;
     if (Eat('}')) return true;
     while (true) {
       NameRef r;
-      if (!ParseNameRef(&r, "a computation name in " + std::string(what))) return false;
+      if (!ParseNameRef(&r, "a computation name in ", what)) return false;
       out->push_back(r);
       SkipWs();
       if (Cur() == ',') {
@@ -1082,7 +1157,7 @@ class Parser {
   bool ParseComputationAttr(std::string_view key, CalledRefs* refs) {
     auto single = [&](std::optional<NameRef>* slot) {
       NameRef r;
-      if (!ParseNameRef(&r, "a computation name for " + std::string(key))) return false;
+      if (!ParseNameRef(&r, "a computation name for ", key)) return false;
       *slot = r;
       return true;
     };
@@ -1100,22 +1175,20 @@ class Parser {
     // calls / called_computations: a single name or a braced list.
     refs->has_calls = true;
     SkipWs();
-    if (Cur() == '{') return ParseNameRefList(&refs->calls, std::string(key));
+    if (Cur() == '{') return ParseNameRefList(&refs->calls, key);
     NameRef r;
-    if (!ParseNameRef(&r, "a computation name for " + std::string(key))) return false;
+    if (!ParseNameRef(&r, "a computation name for ", key)) return false;
     refs->calls.push_back(r);
     return true;
   }
 
-  bool ParseAttribute(ComputationState& st, Instruction* inst, CalledRefs* refs, std::vector<std::string_view>* seen) {
+  bool ParseAttribute(ComputationState& st, Instruction* inst, CalledRefs* refs, KeySet* seen) {
     SkipWs();
     const size_t koff = p_;
     const std::string_view key = ReadNameChars();
     if (key.empty()) return FailExpected(koff, "an attribute name");
-    if (!Expect('=', "'=' after attribute name '" + std::string(key) + "'")) return false;
-    if (std::find(seen->begin(), seen->end(), key) != seen->end())
-      return Fail(koff, "duplicate attribute '" + std::string(key) + "'");
-    seen->push_back(key);
+    if (!Expect('=', "'=' after attribute name '", key, "'")) return false;
+    if (!seen->Insert(key)) return Fail(koff, "duplicate attribute '" + std::string(key) + "'");
     SkipWs();
     const size_t voff = p_;
     const Opcode op = inst->opcode();
@@ -1264,6 +1337,11 @@ class Parser {
         --depth;
       }
     }
+    // Real modules repeat a few sharding texts many times: parse each distinct text once.
+    if (auto it = sharding_cache_.find(text); it != sharding_cache_.end()) {
+      inst->set_sharding(it->second);
+      return true;
+    }
     auto r = HloSharding::Parse(text);
     if (!r.ok()) {
       size_t off = b;
@@ -1273,6 +1351,7 @@ class Parser {
       if (msg.rfind("error: ", 0) == 0) msg.erase(0, 7);
       return Fail(off, msg.empty() ? "invalid sharding" : msg);
     }
+    if (sharding_cache_.size() < 4096) sharding_cache_.emplace(text, *r);
     inst->set_sharding(std::move(r).value());
     return true;
   }
@@ -1284,9 +1363,9 @@ class Parser {
       std::string_view name;
       size_t off;
       if (!ParseName(&name, &off, "an instruction name in control-predecessors")) return false;
-      auto it = st.names.find(name);
-      if (it == st.names.end()) return FailUndefined(st, name, off, "control predecessor");
-      inst->control_predecessors.push_back(it->second.inst);
+      const NameEntry* def = st.names.Find(name);
+      if (!def) return FailUndefined(st, name, off, "control predecessor");
+      inst->control_predecessors.push_back(def->inst);
       SkipWs();
       if (Cur() == ',') {
         ++p_;
@@ -1621,18 +1700,14 @@ class Parser {
     }
   }
 
-  static bool Seen(const std::vector<std::string_view>& seen, std::string_view k) {
-    return std::find(seen.begin(), seen.end(), k) != seen.end();
-  }
 
   // Required attributes and called computations in XLA's order.
   bool FinishAttributes(Instruction* inst, size_t op_off, const CalledRefs& refs,
-                        const std::vector<std::string_view>& seen) {
+                        const KeySet& seen) {
     const Opcode op = inst->opcode();
-    const std::string opname(OpName(inst));
     auto need = [&](std::string_view key) {
-      if (Seen(seen, key)) return true;
-      return Fail(op_off, "expected attribute " + std::string(key) + "= on " + opname + ", found none");
+      if (seen.Contains(key)) return true;
+      return Fail(op_off, "expected attribute " + std::string(key) + "= on " + std::string(OpName(inst)) + ", found none");
     };
     bool ok = true;
     switch (op) {
@@ -1790,6 +1865,7 @@ class Parser {
   std::vector<CompRef> comp_refs_;
   std::vector<CallEdge> calls_;
   std::vector<size_t> inst_offsets_;  // by instruction id
+  std::unordered_map<std::string_view, HloSharding> sharding_cache_;  // sharding text -> parsed
   std::vector<std::pair<Instruction*, size_t>> pending_shapes_;  // shape to infer, opcode offset
   bool needs_parameter_fixup_ = false;
 };

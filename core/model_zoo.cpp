@@ -365,6 +365,9 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
   auto module = std::make_unique<Module>(c.layers == 1 ? "transformer_layer" : "transformer");
   module->num_partitions = c.mesh_x * c.mesh_y;
   Module& m = *module;
+  // Reducers first, so the module lists callees before their callers (as XLA's text does).
+  ScalarAdd(m, A);
+  ScalarMax(m, A);
   Builder b(m.AddComputation("main", /*is_entry=*/true));
   b.set_scoped_names(true);
   Net net(m, b, A);
@@ -516,7 +519,7 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
         Instruction* pdp = b.Mul(sv.p, dp);
         Instruction* rowsum = net.Sum(pdp, {3}, "rowsum");
         Instruction* dscaled = b.Sub(pdp, b.Mul(sv.p, net.Bcast(rowsum, pdp, {0, 1, 2})), "dscaled");
-        dscores = net.Scale(dscaled, 1.01 * scale, "dscores");
+        dscores = net.Scale(dscaled, scale, "dscores");
       }
       Instruction* dq = b.Transpose(net.Dot(dscores, sv.k, {0, 1}, {0, 2}, {3}, {1}), {0, 2, 1, 3}, "dq");  // [B,S,N,D]
       Instruction* dk = b.Transpose(net.Dot(dscores, sv.q, {0, 1}, {0, 2}, {2}, {1}), {0, 2, 1, 3}, "dk");  // [B,T,N,D]
@@ -562,6 +565,8 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
   auto module = std::make_unique<Module>("mlp");
   module->num_partitions = c.mesh_x * c.mesh_y;
   Module& m = *module;
+  // Reducers first, so the module lists callees before their callers (as XLA's text does).
+  ScalarAdd(m, A);
   Builder b(m.AddComputation("main", /*is_entry=*/true));
   b.set_scoped_names(true);
   Net net(m, b, A);

@@ -75,7 +75,10 @@ const HloSharding& LeafSharding(const HloSharding& s, int64_t leaf, const HloSha
 }
 
 Result<Tensor> ShardLeaf(const Tensor& full, const HloSharding& s, int64_t device) {
-  if (!s.IsTiled()) return full;  // replicated, maximal, manual, unknown, unreduced: whole
+  // Unreduced: the devices' values sum to the full value; device 0 holds it all, the others zeros.
+  if (s.kind() == HloSharding::Kind::kUnreduced) return device == 0 ? full : Tensor(full.shape());
+  // Replicated, maximal, manual, unknown, unreduced, or only subgroup dims: the whole array.
+  if (!s.IsTiled() || s.TiledDataRank() == 0) return full;
   if (s.TiledDataRank() != full.rank())
     return Error("sharding " + s.ToString() + " does not fit " + full.shape().ToString(false));
   if (s.TileIndexForDevice(device).empty())
@@ -125,7 +128,7 @@ Result<Tensor> AssembleLeaf(const std::vector<const Tensor*>& pieces, const HloS
     for (int64_t i = 0; i < full.size(); ++i) full.SetDouble(i, acc[static_cast<size_t>(i)]);
     return full;
   }
-  if (!s.IsTiled()) {
+  if (!s.IsTiled() || s.TiledDataRank() == 0) {
     if (n == 0 || !check_full(*pieces[0]))
       return Error("device 0 returned " + (n ? pieces[0]->shape().ToString(false) : std::string("nothing")) + " for a " +
                    s.ToString() + " result of " + full_shape.ToString(false));
@@ -293,6 +296,17 @@ void CompareRec(const Tensor& e, const Tensor& a, int64_t red, const NumericVeri
   rep.detail += lc.line + "\n";
 }
 
+bool NeedsClusterReference(const Module& m) {
+  if (ModuleHasCollectives(m)) return true;
+  for (const auto& c : m.computations())
+    for (const auto& inst : c->instructions())
+      if (inst->opcode() == Opcode::kCustomCall &&
+          (inst->custom_call_target == "SPMDFullToShardShape" || inst->custom_call_target == "SPMDShardToFullShape") &&
+          inst->operand_count() == 1 && !inst->operand(0)->shape().Compatible(inst->shape()))
+        return true;
+  return false;
+}
+
 }  // namespace
 
 Tensor RandomTensor(const Shape& shape, std::mt19937_64& rng, const NumericVerifyOptions& o) {
@@ -413,10 +427,23 @@ Result<VerifyReport> VerifyPartitioned(const Module& original, const Module& spm
       return Error("verify: parameter " + std::to_string(i) + " has type " +
                    std::string(PrimitiveTypeName(oe->parameters()[i]->shape().type)) + ", which the evaluator does not support");
   }
-  EvalOptions eo;
-  eo.rng_seed = options.rng_seed;
-  auto ref = Evaluate(original, args, eo);
-  if (!ref.ok()) return Error("verify: running the original: " + ref.error().message);
+  // The reference: the original on one device. An original that is already partly manual
+  // (collectives, SPMDFullToShardShape / SPMDShardToFullShape regions) runs on the virtual cluster
+  // with every device holding the full inputs; device 0's output is the reference.
+  Result<Tensor> ref = Error("not run");
+  if (NeedsClusterReference(original)) {
+    ClusterOptions co;
+    co.rng_seed = options.rng_seed;
+    auto outs = RunSpmd(original, num_devices, std::vector<std::vector<Tensor>>(static_cast<size_t>(num_devices), args), co);
+    if (!outs.ok()) return Error("verify: running the original (it contains manual regions or collectives, so on " +
+                                 std::to_string(num_devices) + " devices with replicated inputs): " + outs.error().message);
+    ref = std::move(outs.value()[0]);
+  } else {
+    EvalOptions eo;
+    eo.rng_seed = options.rng_seed;
+    ref = Evaluate(original, args, eo);
+    if (!ref.ok()) return Error("verify: running the original: " + ref.error().message);
+  }
 
   std::vector<std::vector<Tensor>> dev_args(static_cast<size_t>(num_devices));
   static const HloSharding kReplicated = HloSharding::Replicate();

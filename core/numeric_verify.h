@@ -56,11 +56,13 @@ Tensor RandomTensor(const Shape& shape, std::mt19937_64& rng, const NumericVerif
 std::vector<Tensor> MakeRandomArguments(const Computation& c, uint64_t seed, const NumericVerifyOptions& options = {});
 
 // Device `device`'s piece of `full` under `sharding` (tuple shardings per leaf; a non-tuple
-// sharding on a tuple applies to every leaf).
+// sharding on a tuple applies to every leaf). Unreduced: device 0 holds the full value and the
+// others zeros (the devices' values sum to it).
 Result<Tensor> ShardForDevice(const Tensor& full, const HloSharding& sharding, int64_t device);
 // The full tensor of shape `full_shape` reassembled from per-device pieces under `sharding` (each
 // tile taken from the lowest-numbered device holding it, padding dropped). A device piece that
-// already has the full shape is accepted as-is for a replicated result.
+// already has the full shape is accepted as-is for a replicated result; an unreduced result is the
+// sum over the devices.
 Result<Tensor> AssembleFromDevices(const std::vector<Tensor>& per_device, const HloSharding& sharding, const Shape& full_shape);
 
 // Compares `actual` with `expected` leaf by leaf; `reduction_size` scales float tolerances.

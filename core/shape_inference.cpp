@@ -1078,7 +1078,15 @@ Result<Shape> InferCollectivePermute(const Instruction& inst) {
     return x;
   }
   // In-place form (operand, output buffer, input offsets, output offsets): result is the buffer.
-  return inst.operand(1)->shape();
+  auto is_offsets = [&](const Shape& s) {
+    return s.IsTuple() || (s.IsArray() && IsInteger(s.type) && s.rank() <= 1 && !s.Compatible(x));
+  };
+  if (inst.operand_count() == 4 && is_offsets(inst.operand(2)->shape()) && is_offsets(inst.operand(3)->shape()))
+    return inst.operand(1)->shape();
+  // Combined form: several arrays permuted together, a tuple of their shapes.
+  std::vector<Shape> out;
+  for (int64_t i = 0; i < inst.operand_count(); ++i) out.push_back(inst.operand(i)->shape());
+  return Shape::Tuple(std::move(out));
 }
 
 // Checks the own-shape of a parameter / constant / iota etc. is a well-formed shape.

@@ -264,11 +264,11 @@ Status VerifyComputation(const Module& module, const Computation& comp, const Ve
 // Detects computations that (transitively) call themselves.
 Status CheckNoRecursion(const Module& module) {
   std::unordered_map<const Computation*, int> state;  // 1 = on stack, 2 = done
+  // Flattened callee lists per computation, computed on demand.
+  std::unordered_map<const Computation*, std::vector<const Computation*>> callees;
   for (const auto& start : module.computations()) {
     if (state[start.get()] == 2) continue;
     std::vector<std::pair<const Computation*, size_t>> stack{{start.get(), 0}};
-    // Flattened callee lists per computation, computed on demand.
-    std::unordered_map<const Computation*, std::vector<const Computation*>> callees;
     auto callees_of = [&](const Computation* c) -> const std::vector<const Computation*>& {
       auto it = callees.find(c);
       if (it != callees.end()) return it->second;
@@ -285,7 +285,7 @@ Status CheckNoRecursion(const Module& module) {
       if (next < ks.size()) {
         const Computation* k = ks[next++];
         int& st = state[k];
-        if (st == 1) return Error(k->name() + ": computation calls itself (recursion is not allowed)");
+        if (st == 1) return Error(k->name() + ": computation calls itself, directly or through other computations (recursion is not allowed)");
         if (st == 0) {
           st = 1;
           stack.emplace_back(k, 0);

@@ -1,7 +1,10 @@
 #include "core/virtual_cluster.h"
 
+
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -97,6 +100,12 @@ GroupMode ModeOf(const Instruction& inst) {
   return channel ? GroupMode::kCrossReplicaAndPartition : GroupMode::kCrossReplica;
 }
 
+// A shard-to-full custom-call that changes the shape (the end of a manual region).
+bool IsShardToFull(const Instruction& inst) {
+  return inst.opcode() == Opcode::kCustomCall && inst.custom_call_target == "SPMDShardToFullShape" &&
+         inst.operand_count() == 1 && !inst.operand(0)->shape().Compatible(inst.shape());
+}
+
 bool AnyIdAtLeast(const std::vector<std::vector<int64_t>>& groups, int64_t limit) {
   for (const auto& g : groups)
     for (int64_t id : g)
@@ -110,10 +119,11 @@ Result<std::vector<std::vector<int64_t>>> CollectiveParticipantGroups(const Inst
   const int64_t N = R * P;
   GroupMode mode = ModeOf(inst);
   const auto& raw = inst.replica_groups.groups;
-  // Pure partition mode (one replica): ids that cannot be replica ids are partition ids, and a
-  // cross-replica collective over "all replicas" (empty groups) means all partitions.
-  if (R == 1 && mode == GroupMode::kCrossReplica && (raw.empty() || AnyIdAtLeast(raw, 1))) mode = GroupMode::kCrossPartition;
-  if (R == 1 && mode == GroupMode::kCrossReplicaAndPartition && AnyIdAtLeast(raw, 1)) mode = GroupMode::kCrossPartition;
+  // Pure partition mode (one replica): ids that cannot be replica ids are read as partition ids
+  // (XLA would reject them). Empty groups keep XLA's meaning: all replicas, i.e. without a
+  // channel_id every partition alone.
+  if (R == 1 && (mode == GroupMode::kCrossReplica || mode == GroupMode::kCrossReplicaAndPartition) && AnyIdAtLeast(raw, 1))
+    mode = GroupMode::kCrossPartition;
   std::vector<std::vector<int64_t>> out;
   auto all = [](int64_t n) {
     std::vector<int64_t> v(static_cast<size_t>(n));
@@ -246,6 +256,7 @@ class Cluster {
   using PerDevice = std::vector<Tensor>;
   bool NeedsLockstep(const Instruction& inst) {
     if (IsCollective(inst.opcode())) return true;
+    if (IsShardToFull(inst)) return true;
     for (const Computation* callee : inst.called_computations())
       if (callee && HasCollectives(*callee)) return true;
     return false;
@@ -259,6 +270,7 @@ class Cluster {
   }
   Result<PerDevice> Lockstep(const Instruction& inst, const std::vector<std::vector<const Tensor*>>& ops);
   Result<PerDevice> Collective(const Instruction& inst, const std::vector<std::vector<const Tensor*>>& ops);
+  Result<PerDevice> ShardToFull(const Instruction& inst, const std::vector<std::vector<const Tensor*>>& ops);
 
   int64_t n_, R_, P_;
   ClusterOptions options_;
@@ -325,6 +337,7 @@ Result<std::vector<Tensor>> Cluster::Run(const Computation& c, const std::vector
 
 Result<Cluster::PerDevice> Cluster::Lockstep(const Instruction& inst, const std::vector<std::vector<const Tensor*>>& ops) {
   if (IsCollective(inst.opcode())) return Collective(inst, ops);
+  if (IsShardToFull(inst)) return ShardToFull(inst, ops);
   auto args_of = [&](size_t first, size_t count) {
     std::vector<std::vector<Tensor>> a(static_cast<size_t>(n_));
     for (int64_t d = 0; d < n_; ++d)
@@ -390,6 +403,61 @@ Result<Cluster::PerDevice> Cluster::Lockstep(const Instruction& inst, const std:
     default:
       return CollError(inst, "op calls a computation that contains collectives; only while, call and conditional may");
   }
+}
+
+// The end of a manual region: each device's piece is one block of the full array (block index
+// from the result sharding's data tiling); the devices of one manual group (equal index along the
+// sharding's manual subgroup dims; all devices when it has none) assemble their blocks.
+Result<Cluster::PerDevice> Cluster::ShardToFull(const Instruction& inst, const std::vector<std::vector<const Tensor*>>& ops) {
+  if (!inst.has_sharding() || !inst.sharding()->IsTiled())
+    return CollError(inst, "SPMDShardToFullShape needs a tiled sharding to assemble the full array from the shards");
+  const HloSharding& sh = *inst.sharding();
+  const Shape& full_shape = inst.shape();
+  if (!full_shape.IsArray()) return CollError(inst, "SPMDShardToFullShape of a tuple is not supported");
+  std::map<std::vector<int64_t>, Tensor> groups;  // manual key -> assembled array
+  std::map<std::vector<int64_t>, std::set<std::vector<int64_t>>> filled;
+  for (int64_t d = 0; d < n_; ++d) {
+    if (ops[static_cast<size_t>(d)].size() != 1) return CollError(inst, "SPMDShardToFullShape takes one operand");
+    const Tensor& p = *ops[static_cast<size_t>(d)][0];
+    if (!p.IsArray() || p.type() != full_shape.type || p.rank() != full_shape.rank())
+      return CollError(inst, "device " + std::to_string(d) + " holds " + p.shape().ToString(false) + ", which is no block of " +
+                                 full_shape.ToString(false));
+    auto block = ManualBlockIndex(sh, full_shape.dims, p.dims(), d);
+    if (!block.ok()) return CollError(inst, block.error().message);
+    const auto key = ManualGroupKey(sh, d);
+    auto it = groups.find(key);
+    if (it == groups.end()) it = groups.emplace(key, Tensor(full_shape)).first;
+    if (!filled[key].insert(block.value()).second) continue;
+    Tensor& full = it->second;
+    const auto fs = RowMajorStrides(full.dims());
+    if (p.size() == 0) continue;
+    std::vector<int64_t> idx(static_cast<size_t>(p.rank()), 0);
+    int64_t i = 0;
+    do {
+      int64_t dst = 0;
+      bool inside = true;
+      for (int64_t k = 0; k < p.rank(); ++k) {
+        const int64_t pos = block.value()[static_cast<size_t>(k)] * p.dim(k) + idx[static_cast<size_t>(k)];
+        if (pos >= full.dim(k)) { inside = false; break; }
+        dst += pos * fs[static_cast<size_t>(k)];
+      }
+      if (inside) CopyElem(full, dst, p, i);
+      ++i;
+    } while (NextIndex(idx, p.dims()));
+  }
+  PerDevice out(static_cast<size_t>(n_));
+  for (int64_t d = 0; d < n_; ++d) {
+    const auto key = ManualGroupKey(sh, d);
+    const auto& blocks = filled[key];
+    int64_t need = 1;
+    const auto& p0 = *ops[static_cast<size_t>(d)][0];
+    for (int64_t k = 0; k < full_shape.rank(); ++k) need *= (full_shape.dims[static_cast<size_t>(k)] + p0.dim(k) - 1) / p0.dim(k);
+    if (static_cast<int64_t>(blocks.size()) != need)
+      return CollError(inst, "the manual group of device " + std::to_string(d) + " holds " + std::to_string(blocks.size()) + " of the " +
+                                 std::to_string(need) + " blocks of " + full_shape.ToString(false));
+    out[static_cast<size_t>(d)] = groups[key];
+  }
+  return out;
 }
 
 Result<Cluster::PerDevice> Cluster::Collective(const Instruction& inst, const std::vector<std::vector<const Tensor*>>& ops) {

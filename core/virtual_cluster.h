@@ -19,11 +19,11 @@
 //                                            partitions); all-to-all/collective-permute: cross-
 //                                            partition (groups/pairs of partition ids, per replica)
 //   channel_id, use_global_device_ids=true  -> flattened ids (groups of global device ids)
-//   Empty groups mean all participants of the mode. With a single replica (pure partition mode),
-//   ids that would be out of range as replica ids are read as partition ids, and a cross-replica
-//   collective with empty groups spans all partitions, so hand-written SPMD programs without
-//   channel_id work as their author meant (replica_groups={{0}} keeps XLA's meaning: each device
-//   alone without channel_id, all partitions with one).
+//   Empty groups mean all participants of the mode (so with one replica, an all-reduce without
+//   channel_id and with replica_groups={} leaves every partition's value alone, as in XLA). With a
+//   single replica (pure partition mode), replica ids that would be out of range (XLA rejects
+//   them) are read as partition ids, so hand-written SPMD programs that omit channel_id but list
+//   partition groups ({{0,1},{2,3}}) work as their author meant.
 #pragma once
 
 #include <cstdint>

@@ -1186,7 +1186,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
 
   bool Propagate() {
     bool changed = false;
-    for (int aggr = 0; aggr < 4; ++aggr) changed |= RunToFixPoint(aggr, true);
+    for (int aggr = options.use_priorities ? 0 : 3; aggr < 4; ++aggr) changed |= RunToFixPoint(aggr, true);
     AlignShardAsGroups();
     changed |= RunToFixPoint(3, true);
     PostProcess();
@@ -1240,7 +1240,12 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
       for (const Instruction* op : i->operands()) add(op);
       for (const Instruction* u : i->users()) {
         add(u);
-        for (const Instruction* sib : u->operands()) add(sib);
+        // Backward rules of these users read their other operands too (dot: the other operand,
+        // reduce: the other inputs, scatter: indices and updates).
+        const Opcode uo = u->opcode();
+        if (uo == Opcode::kDot || uo == Opcode::kConvolution || uo == Opcode::kReduce || uo == Opcode::kScatter) {
+          for (const Instruction* sib : u->operands()) add(sib);
+        }
         for (const Computation* c : u->called_computations()) {
           for (const Instruction* p : c->parameters()) add(p);
           if (c->root()) add(c->root());

@@ -40,6 +40,10 @@ struct PropagationOptions {
   // Only shard scalar broadcasts (to stop CSE merging them across layers); everything else is
   // reverted afterwards.
   bool cse_prevention_only = false;
+  // Priority-ordered propagation (paper §3.5): elementwise ops first, then ops that add or remove
+  // dimensions, broadcast last forward. Off: every op propagates from the first sweep (only to
+  // compare, e.g. Fig. 4).
+  bool use_priorities = true;
   // Record, for every sharding set, the reason (cheap; on by default).
   bool record_provenance = true;
 };

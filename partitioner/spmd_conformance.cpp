@@ -1,6 +1,8 @@
 #include "partitioner/spmd_conformance.h"
 
 #include <algorithm>
+#include <functional>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -260,8 +262,18 @@ Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::o
       auto fails = CheckSpmdExpectations(*part->module, run, &checks);
       // Numerical verification: the partitioned program must compute the same thing.
       int64_t largest = 0;
+      bool unreduced = false;  // partial sums: the one-device reference has no meaning for them
+      std::function<void(const HloSharding&)> scan = [&](const HloSharding& s) {
+        if (s.kind() == HloSharding::Kind::kUnreduced) unreduced = true;
+        for (auto t : s.subgroup_types()) unreduced |= t == HloSharding::SubgroupType::kUnreduced;
+        for (const auto& e : s.tuple_elements()) scan(e);
+      };
       for (const auto& c : m->computations())
-        for (const auto& i : c->instructions()) largest = std::max(largest, i->shape().ElementCount());
+        for (const auto& i : c->instructions()) {
+          largest = std::max(largest, i->shape().ElementCount());
+          if (i->has_sharding()) scan(*i->sharding());
+        }
+      if (unreduced) largest = std::numeric_limits<int64_t>::max();
       if (options.verify_max_elements > 0 && largest <= options.verify_max_elements && r.supported) {
         auto v = VerifyPartitioned(*m, *part->module, run.num_partitions, 7);
         if (v.ok()) {

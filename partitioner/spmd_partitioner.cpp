@@ -1,5 +1,7 @@
 #include "partitioner/spmd_partitioner.h"
 
+#include <functional>
+
 #include "partitioner/spmd/context.h"
 
 namespace shardscope {
@@ -74,7 +76,22 @@ Result<Computation*> SpmdContext::PartitionCalled(const Computation* callee,
 Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions& options) {
   (void)spmd::DotHandlerAnchor();
   if (!module.entry()) return Error("module has no entry computation");
-  const int64_t n = options.num_partitions > 0 ? options.num_partitions : module.num_partitions;
+  int64_t n = options.num_partitions > 0 ? options.num_partitions : module.num_partitions;
+  if (options.num_partitions <= 0 && n <= 1) {
+    // No num_partitions in the header: the devices the shardings span decide.
+    std::function<void(const HloSharding&)> scan = [&](const HloSharding& s) {
+      if (s.IsTuple()) {
+        for (const auto& e : s.tuple_elements()) scan(e);
+      } else if (s.IsTiled()) {
+        n = std::max(n, s.tile_assignment().num_elements());
+      } else if (s.IsMaximal()) {
+        n = std::max(n, s.maximal_device() + 1);
+      }
+    };
+    for (const auto& c : module.computations())
+      for (const auto& i : c->instructions())
+        if (i->has_sharding()) scan(*i->sharding());
+  }
   if (n < 1) return Error("num_partitions must be at least 1");
   PartitionResult result;
   result.module = std::make_unique<Module>(module.name() + ".spmd");

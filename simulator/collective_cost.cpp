@@ -224,6 +224,7 @@ struct GroupPlan {
   // The group is exactly the chips of a sub-grid (one device per chip): axes/lo/size/ring/base
   // describe it (also for a single-axis kSequence).
   bool product = false;
+  int64_t per_chip = 1;  // group devices on each chip (product plans): a chip's shard is per_chip shards
   // kGrid: spanned physical axes, their ranges and whether each closes a ring; base coordinates.
   std::vector<int64_t> axes, lo, size;
   std::vector<bool> ring;
@@ -252,12 +253,34 @@ GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
     plan.description = "direct sends through the switch";
     return plan;
   }
-  std::set<int64_t> distinct(chips.begin(), chips.end());
-  if (static_cast<int64_t>(distinct.size()) == n) {
+  // Several devices of the group on one chip (two cores per chip): when every chip holds the same
+  // number k of them, plan over the chips; the chips' devices exchange data on-chip for free and a
+  // chip's shard is k device shards.
+  std::map<int64_t, int64_t> per_chip;
+  for (int64_t c : chips) ++per_chip[c];
+  int64_t k = per_chip.begin()->second;
+  for (const auto& [c, count] : per_chip) {
+    if (count != k) k = -1;
+  }
+  std::vector<int64_t> cand = chips;  // the chips to lay out (distinct when k >= 1)
+  if (k > 1) {
+    cand.clear();
+    std::set<int64_t> seen;
+    for (int64_t c : chips) {
+      if (seen.insert(c).second) cand.push_back(c);
+    }
+    if (cand.size() == 1) {
+      plan.per_chip = k;
+      plan.description = "all devices on one chip (exchanged on-chip, free)";
+      return plan;
+    }
+  }
+  const int64_t nc = static_cast<int64_t>(cand.size());
+  if (k >= 1) {
     // Which axes vary, and is the group a full product of contiguous ranges?
     const int64_t axes = topo.num_axes();
     std::vector<std::vector<int64_t>> coords;
-    for (int64_t c : chips) coords.push_back(topo.ChipCoords(c));
+    for (int64_t c : cand) coords.push_back(topo.ChipCoords(c));
     std::vector<int64_t> varying, lo, size;
     int64_t product = 1;
     bool contiguous = true;
@@ -272,7 +295,8 @@ GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
       size.push_back(static_cast<int64_t>(values.size()));
       product *= static_cast<int64_t>(values.size());
     }
-    if (contiguous && product == n) {
+    if (contiguous && product == nc) {
+      plan.per_chip = k;
       std::vector<bool> ring;
       for (size_t i = 0; i < varying.size(); ++i) {
         const int64_t a = varying[i];
@@ -281,7 +305,7 @@ GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
       if (varying.size() == 1) {
         // Order by coordinate along the axis.
         std::vector<std::pair<int64_t, int64_t>> order;
-        for (size_t i = 0; i < chips.size(); ++i) order.emplace_back(coords[i][static_cast<size_t>(varying[0])], chips[i]);
+        for (size_t i = 0; i < cand.size(); ++i) order.emplace_back(coords[i][static_cast<size_t>(varying[0])], cand[i]);
         std::sort(order.begin(), order.end());
         plan.kind = GroupPlan::Kind::kSequence;
         plan.product = true;
@@ -294,6 +318,7 @@ GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
         plan.closed = ring[0];
         plan.description = std::string(plan.closed ? "ring with wraparound" : "line (no wraparound)") +
                            " along physical axis " + std::to_string(varying[0]);
+        if (k > 1) plan.description += " (" + std::to_string(k) + " devices per chip, exchanged on-chip)";
         return plan;
       }
       plan.kind = GroupPlan::Kind::kGrid;
@@ -308,6 +333,7 @@ GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
         kinds += (i ? " x " : "") + std::to_string(size[i]) + (ring[i] ? " ring" : " line");
       }
       plan.description = "multi-axis gather over physical axes " + AxisList(varying) + " (" + kinds + ")";
+      if (k > 1) plan.description += " (" + std::to_string(k) + " devices per chip, exchanged on-chip)";
       return plan;
     }
   }
@@ -472,8 +498,10 @@ int64_t AddGroupAllGather(const Topology& topo, StepSchedule& s, const GroupPlan
   switch (plan.kind) {
     case GroupPlan::Kind::kTrivial: return 0;
     case GroupPlan::Kind::kSequence:
-      return AddSequenceAllGather(topo, s, plan.chips, plan.closed, shard, step0, bidirectional);
-    case GroupPlan::Kind::kGrid: return AddGridAllGather(topo, s, plan, shard, step0, bidirectional);
+      return AddSequenceAllGather(topo, s, plan.chips, plan.closed, shard * static_cast<double>(plan.per_chip), step0,
+                                  bidirectional);
+    case GroupPlan::Kind::kGrid:
+      return AddGridAllGather(topo, s, plan, shard * static_cast<double>(plan.per_chip), step0, bidirectional);
     case GroupPlan::Kind::kSwitch: {
       for (size_t i = 0; i < plan.chips.size(); ++i) {
         for (size_t j = 0; j < plan.chips.size(); ++j) {
@@ -569,7 +597,7 @@ int64_t AddGroupAllToAll(const Topology& topo, StepSchedule& s, const std::vecto
   if (n <= 1) return 0;
   if (per_axis && !topo.is_switch()) {
     const GroupPlan plan = PlanGroup(topo, group);
-    if (plan.product) return AddProductAllToAll(topo, s, plan, buffer, step0, bidirectional);
+    if (plan.product && plan.per_chip == 1) return AddProductAllToAll(topo, s, plan, buffer, step0, bidirectional);
   }
   const double chunk = buffer / static_cast<double>(n);
   std::vector<int64_t> chips;

@@ -704,6 +704,24 @@ ENTRY e {
     EXPECT_VALUES(r->element(2), {0});
   }
 
+  void topKAndRotateCustomCalls() {
+    auto r = Eval(R"(HloModule m
+ENTRY e {
+  x = f32[2,5] parameter(0)
+  t = (f32[2,3], s32[2,3]) custom-call(x), custom_call_target="TopK"
+  y = f32[6] parameter(1)
+  rr = f32[6] custom-call(y), custom_call_target="_SPMDInternalOp_RotateRight", backend_config="dimension=0,amount=2"
+  v = f32[2,3] get-tuple-element(t), index=0
+  i = s32[2,3] get-tuple-element(t), index=1
+  ROOT o = (f32[2,3], s32[2,3], f32[6]) tuple(v, i, rr)
+})",
+                  {F32({2, 5}, {1, 5, 3, 5, 2, 0, -1, 4, 2, 9}), F32({6}, {0, 1, 2, 3, 4, 5})});
+    EXPECT_OK(r);
+    EXPECT_VALUES(r->element(0), {5, 5, 3, 9, 4, 2});
+    EXPECT_VALUES(r->element(1), {1, 3, 2, 4, 2, 3});  // ties: lower index first
+    EXPECT_VALUES(r->element(2), {4, 5, 0, 1, 2, 3});  // result[i] = y[(i - 2) mod 6]
+  }
+
   void rngIsSeeded() {
     const char* text = R"(HloModule m
 ENTRY e {

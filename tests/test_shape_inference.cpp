@@ -184,23 +184,23 @@ class TestShapeInference : public QObject {
     Fixture f;
     auto* a = f.P(Shape(F32, {2, 3}));
     auto* b = f.P(Shape(F32, {3, 4}));
-    QCOMPARE(Str(f.b.Dot(a, b, {.lhs_contracting = {1}, .rhs_contracting = {0}})), std::string("f32[2,4]"));
+    QCOMPARE(Str(f.b.Dot(a, b, DotDims({1}, {0}))), std::string("f32[2,4]"));
     // Batch dims first, then lhs non-contracting, then rhs non-contracting.
     auto* q = f.P(Shape(F32, {8, 16, 4, 32}));  // [B,S,N,D]
     auto* k = f.P(Shape(F32, {8, 12, 4, 32}));  // [B,T,N,D]
-    QCOMPARE(Str(f.b.Dot(q, k, {.lhs_batch = {0, 2}, .rhs_batch = {0, 2}, .lhs_contracting = {3}, .rhs_contracting = {3}})),
+    QCOMPARE(Str(f.b.Dot(q, k, DotDims({3}, {3}, {0, 2}, {0, 2}))),
              std::string("f32[8,4,16,12]"));
     // Outer product (no contraction) and result type override.
     auto* u = f.P(Shape(BF16, {5}));
     auto* v = f.P(Shape(BF16, {6}));
     QCOMPARE(Str(f.b.DotAs(u, v, {}, F32)), std::string("f32[5,6]"));
     QVERIFY(f.b.ok());
-    QCOMPARE(f.b.Dot(a, a, {.lhs_contracting = {1}, .rhs_contracting = {0}}), nullptr);
+    QCOMPARE(f.b.Dot(a, a, DotDims({1}, {0})), nullptr);
     QVERIFY(Contains(f.error(), "dot contracting dimension sizes differ: lhs f32[2,3] dim 1 (size 3) vs rhs f32[2,3] dim 0 (size 2)"));
 
     Fixture g;
     auto* x = g.P(Shape(F32, {2, 3}));
-    QCOMPARE(g.b.Dot(x, x, {.lhs_contracting = {2}, .rhs_contracting = {1}}), nullptr);
+    QCOMPARE(g.b.Dot(x, x, DotDims({2}, {1})), nullptr);
     QVERIFY(Contains(g.error(), "dot lhs_contracting_dims {2} has dimension 2 out of range for rank 2"));
   }
 
@@ -520,7 +520,7 @@ class TestShapeInference : public QObject {
       auto s1 = b.Scope("layer0");
       auto s2 = b.Scope("ffn");
       QCOMPARE(b.CurrentScope(), std::string("layer0/ffn"));
-      y = b.Dot(x, w, {.lhs_contracting = {1}, .rhs_contracting = {0}}, "wi");
+      y = b.Dot(x, w, DotDims({1}, {0}), "wi");
     }
     QCOMPARE(b.CurrentScope(), std::string());
     QVERIFY(y);

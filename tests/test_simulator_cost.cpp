@@ -60,6 +60,12 @@ CollectiveCost Cost(const Topology& t, CollectiveKind kind, const std::vector<st
   return c.value();
 }
 
+double EstimatePermuteTime(const Topology& t, const CollectiveRequest& r) {
+  auto c = EstimateCollectivePermute(t, r.source_target_pairs, r.operand_bytes);
+  if (!c.ok()) qFatal("permute: %s", c.error().message.c_str());
+  return c->time_s;
+}
+
 bool Within(double value, double reference, double rel) { return std::fabs(value - reference) <= rel * std::fabs(reference); }
 
 #define QVERIFY_WITHIN(value, reference, rel)                                                                       \
@@ -488,11 +494,20 @@ class TestSimulatorCost : public QObject {
     const CollectiveCost same_chip = Cost(t, CollectiveKind::kAllGather, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}, 1e6);
     QCOMPARE(same_chip.time_s, 0.0);
     QCOMPARE(same_chip.total_link_bytes, 0.0);
-    // Devices on two chips: chip 1 must receive both shards of chip 0 over one link (>= 2 S / w).
+    // Devices on two chips: the chips' devices are combined on-chip, then chip 1 receives both
+    // shards of chip 0 over the one link between them (and back): 2 S / w, the lower bound.
     const double S = 1e7;
     const CollectiveCost across = Cost(t, CollectiveKind::kAllGather, {{0, 1, 2, 3}}, S);
-    QVERIFY(across.time_s >= 2 * S / 1e11);
-    QVERIFY(across.time_s <= 3 * S / 1e11 * (1 + 1e-12));
+    QVERIFY_WITHIN(across.time_s, 2 * S / 1e11, 1e-12);
+    QCOMPARE(across.max_link_bytes, 2 * S);
+    QVERIFY(across.algorithm.find("2 devices per chip") != std::string::npos);
+    // All-reduce of 4 MB over those 4 devices: reduce on-chip, then RS + AG between the 2 chips.
+    QVERIFY_WITHIN(Cost(t, CollectiveKind::kAllReduce, {{0, 1, 2, 3}}, 4e6).max_link_bytes, 4e6, 1e-12);
+    // Uneven placement ({0, 1, 2}: two devices on chip 0, one on chip 1) falls back to a ring over
+    // the devices.
+    const CollectiveCost uneven = Cost(t, CollectiveKind::kAllGather, {{0, 1, 2}}, S);
+    QVERIFY(uneven.algorithm.find("ring over the group") != std::string::npos);
+    QVERIFY(uneven.time_s >= 2 * S / 1e11);
   }
 
   void badInputIsAnError() {
@@ -575,10 +590,9 @@ class TestSimulatorCost : public QObject {
     auto chain = SimulateTransfers(line, {{0, 1, b, 0}, {0, 2, b, 0}, {1, 2, b, 0}});
     for (const auto& t : chain.value()) QVERIFY_WITHIN(t.data_done_s, 2 * b / w, 1e-9);
     QCOMPARE(chain.value()[1].hops, int64_t{2});
-    // Disjoint links do not interfere; a late start shares only while both are active.
+    // A later start shares the link only while both are active. Starting at b/w, the second finds
+    // the first already done.
     auto late = SimulateTransfers(line, {{0, 1, b, 0}, {0, 1, b, b / w}});
-    // First alone for b/w (half done... no: all of b/2? it sends b in b/w alone? it has b, so at
-    // t = b/w it is done exactly as the second starts.
     QVERIFY_WITHIN(late.value()[0].finish_s, b / w, 1e-9);
     QVERIFY_WITHIN(late.value()[1].finish_s, 2 * b / w, 1e-9);
     auto overlap = SimulateTransfers(line, {{0, 1, b, 0}, {0, 1, b, b / (2 * w)}});
@@ -612,6 +626,17 @@ class TestSimulatorCost : public QObject {
     auto disjoint = EstimateConcurrentCollectives(t, {rx, ry});
     QVERIFY_WITHIN(disjoint.value()[0], alone, 1e-9);
     QVERIFY_WITHIN(disjoint.value()[1], alone, 1e-9);
+    // Alone, a request finishes at EstimateCollective's time.
+    QVERIFY_WITHIN(EstimateConcurrentCollectives(t, {rx}).value()[0], alone, 1e-9);
+    // Unequal sizes on the same links: both run at half speed until the small one is done (2T),
+    // then the big one (3T alone, 1/3 done) finishes its remaining 2T alone: 4T.
+    CollectiveRequest big{CollectiveKind::kAllGather, Groups(mesh, {"X"}), 3 * S, {}};
+    auto mixed = EstimateConcurrentCollectives(t, {rx, big});
+    QVERIFY_WITHIN(mixed.value()[0], 2 * alone, 1e-9);
+    QVERIFY_WITHIN(mixed.value()[1], 4 * alone, 1e-9);
+    // A collective-permute request is routed like EstimateCollectivePermute.
+    CollectiveRequest perm{CollectiveKind::kCollectivePermute, {}, S, ShiftPairsAlongAxis(mesh, "Z", 1, true).value()};
+    QVERIFY_WITHIN(EstimateConcurrentCollectives(t, {perm}).value()[0], EstimatePermuteTime(t, perm), 1e-9);
   }
 
   // ---- compute ------------------------------------------------------------------------------------------------

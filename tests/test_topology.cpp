@@ -134,6 +134,14 @@ class TestTopology : public QObject {
     QCOMPARE(fromFile->interconnect, InterconnectKind::kSwitch);
     QCOMPARE(fromFile->ici_link_bandwidth, 2e11);
     std::remove(path.toStdString().c_str());
+    {
+      std::ofstream f(path.toStdString());
+      f << "{\"base\": \"h100\",\n  \"ici_bandwidth\": \"fast\"}\n";
+    }
+    auto badFile = LoadChipSpecFile(path.toStdString());
+    QVERIFY(!badFile.ok());
+    QVERIFY2(badFile.error().message.rfind(path.toStdString() + ":2:20: ", 0) == 0, badFile.error().message.c_str());
+    std::remove(path.toStdString().c_str());
     auto missing = ResolveChip("/nonexistent/dir/chip.json");
     QVERIFY(!missing.ok());
     QVERIFY(missing.error().message.find("/nonexistent/dir/chip.json") != std::string::npos);

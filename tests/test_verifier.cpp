@@ -31,7 +31,7 @@ struct Sample {
     Builder b(main);
     x = b.Parameter(0, Shape(F32, {8, 4}), "x");
     w = b.Parameter(1, Shape(F32, {4, 16}), "w");
-    dot = b.Dot(x, w, {.lhs_contracting = {1}, .rhs_contracting = {0}}, "dot.3");
+    dot = b.Dot(x, w, DotDims({1}, {0}), "dot.3");
     sum = b.Reduce(dot, b.ConstantScalar(F32, 0), {1}, ScalarAdd(*m, F32), "sum");
     root = b.Tuple({dot, sum}, "out");
     b.SetRoot(root);
@@ -192,7 +192,7 @@ class TestVerifier : public QObject {
     Instruction* call = f->AddInstruction(Opcode::kCall, Shape(F32, {2}), {p}, "self_call");
     call->mutable_called_computations() = {f};
     f->set_root(call);
-    QCOMPARE(Reject(*s.m), std::string("f: computation calls itself (recursion is not allowed)"));
+    QCOMPARE(Reject(*s.m), std::string("f: computation calls itself, directly or through other computations (recursion is not allowed)"));
   }
 
   // 15. While loop whose body changes the state shape, and a reducer of the wrong signature.

@@ -135,7 +135,8 @@ ENTRY e {
   ar_a = f32[2] all-reduce(x), replica_groups={{0,1},{2,3}}, to_apply=add
   ar_b = f32[2] all-reduce(x), channel_id=2, replica_groups={{0}}, to_apply=add
   ar_c = f32[2] all-reduce(x), replica_groups={{0}}, to_apply=add
-  ROOT t = (f32[2], f32[2], f32[2]) tuple(ar_a, ar_b, ar_c)
+  ar_d = f32[2] all-reduce(x), replica_groups={}, to_apply=add
+  ROOT t = (f32[2], f32[2], f32[2], f32[2]) tuple(ar_a, ar_b, ar_c, ar_d)
 })");
     const Computation* e = m->entry();
     const Instruction* a = e->Find("ar_a");
@@ -167,6 +168,9 @@ ENTRY e {
     EXPECT_VALUES((*r)[2].element(0), {7, 0});
     EXPECT_VALUES((*r)[2].element(1), {10, 0});
     EXPECT_VALUES((*r)[2].element(2), {3, 0});
+    // Without channel_id, replica_groups={} is all replicas: with one replica each partition keeps
+    // its value (XLA's TiledAllReduce case relies on this).
+    EXPECT_VALUES((*r)[2].element(3), {3, 0});
 
     // Replicas: 2 replicas x 2 partitions, cross-replica all-reduce over all replicas sums the
     // devices with the same partition id (0+2, 1+3).
@@ -597,6 +601,43 @@ ENTRY e {
     QVERIFY2(rep->match, rep->detail.c_str());
     QVERIFY(rep->max_abs_error > 0);  // bf16 rounding of partial sums is visible...
     QVERIFY(rep->tolerance >= 1e-2);  // ...and covered by the bf16 tolerance
+  }
+
+  void manualRegionsInTheOriginal() {
+    // An original that is already partly manual: each device negates its half of x, the halves
+    // are summed across devices, and SPMDShardToFullShape reassembles the full array.
+    const std::string manual = "HloModule manual, num_partitions=2\n" + kAdd + R"(
+ENTRY e {
+  x = f32[4,2] parameter(0), sharding={replicated}
+  s = f32[4,2] custom-call(x), custom_call_target="Sharding", sharding={devices=[2,1]0,1}
+  m = f32[2,2] custom-call(s), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  n = f32[2,2] negate(m), sharding={manual}
+  ar = f32[2,2] all-reduce(n), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add, sharding={manual}
+  ROOT f = f32[4,2] custom-call(ar), custom_call_target="SPMDShardToFullShape", sharding={devices=[2,1]0,1}
+})";
+    Tensor x = F32({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+    auto r = Run(manual, 2, {{x}, {x}}, {}, /*verify=*/false);
+    EXPECT_OK(r);
+    EXPECT_VALUES((*r)[0], {-6, -8, -10, -12, -6, -8, -10, -12});
+    EXPECT_VALUES((*r)[1], {-6, -8, -10, -12, -6, -8, -10, -12});
+
+    // Its SPMD form: slice by partition-id, negate, all-reduce; the result stays row-sharded.
+    auto original = ParseOrFail(manual, __FILE__, __LINE__, /*verify=*/false);
+    QVERIFY(original);
+    PARSE(spmd, "HloModule manual_spmd, num_partitions=2\n" + kAdd + R"(
+ENTRY e {
+  x = f32[4,2] parameter(0)
+  pid = u32[] partition-id()
+  two = u32[] constant(2)
+  off = u32[] multiply(pid, two)
+  zero = u32[] constant(0)
+  m = f32[2,2] dynamic-slice(x, off, zero), dynamic_slice_sizes={2,2}
+  n = f32[2,2] negate(m)
+  ROOT ar = f32[2,2] all-reduce(n), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+})");
+    auto rep = VerifyPartitioned(*original, *spmd, 2, 9);
+    EXPECT_OK(rep);
+    QVERIFY2(rep->match, rep->detail.c_str());
   }
 
   void verifyReportsModulesThatDoNotFit() {

@@ -457,7 +457,7 @@ std::vector<WhyStep> Document::why(int64_t id) const {
 }
 
 void Document::resetSession() {
-  if (!module_) {
+  if (!module_ || !propagation_enabled_) {
     session_.reset();
     return;
   }
@@ -465,7 +465,7 @@ void Document::resetSession() {
 }
 
 void Document::schedulePropagation() {
-  if (!module_) return;
+  if (!module_ || !propagation_enabled_) return;
   // Coalesce bursts of edits (undo of a macro, a mesh change) into one request.
   latest_request_->store(++request_generation_);
   if (propagation_scheduled_) return;

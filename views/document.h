@@ -104,6 +104,10 @@ class Document : public QObject {
   const PartitionOutput& partition() const { return partition_; }
   bool partitionBusy() const { return partition_pending_ > 0; }
 
+  // A document that only displays a module (the partitioned program) runs no propagation.
+  void setPropagationEnabled(bool on) { propagation_enabled_ = on; }
+  bool propagationEnabled() const { return propagation_enabled_; }
+
   // ---- Selection ----
   int64_t selected() const { return selected_; }
   void select(int64_t id);
@@ -134,6 +138,7 @@ class Document : public QObject {
   QString file_path_, source_kind_, source_;
   QUndoStack* undo_stack_ = nullptr;
   int64_t selected_ = -1;
+  bool propagation_enabled_ = true;
 
   QThreadPool* pool_ = nullptr;  // one thread: requests run in order
   std::shared_ptr<PropagationSession> session_;

@@ -583,6 +583,12 @@ GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* toolt
   look.sharded = sh.has_value();
   look.fill = sh ? ShardingFillColor(*sh, pal) : UnshardedFillColor(pal);
   look.sharding_line = sh ? NamedAxesText(*sh, inst->shape(), mesh, "") : QString("unsharded");
+  if (!sh && !doc_->propagationEnabled()) {
+    // A displayed program (the SPMD one): shapes are per device; collectives stand out.
+    look.sharding_line.clear();
+    look.sharded = true;
+    if (IsCollective(inst->opcode())) look.fill = IsDarkPalette(pal) ? QColor(150, 90, 40) : QColor(255, 196, 140);
+  }
   if (inst->opcode() == Opcode::kParameter) look.shape = GraphNodeItem::Look::Shape::kParameter;
   else if (inst->opcode() == Opcode::kConstant) look.shape = GraphNodeItem::Look::Shape::kConstant;
   else if (IsCollective(inst->opcode())) look.shape = GraphNodeItem::Look::Shape::kCollective;

@@ -1,27 +1,127 @@
 // shardscope: the GUI.
+//   shardscope [FILE.hlo | PROJECT.shardscope]
+//   shardscope --screenshot OUT.png [--example NAME] [--view NAME] [--select INSTRUCTION]
+//              [--theme system|light|dark] [--size WxH] [FILE]
+// --screenshot loads, waits for propagation and layout, renders the main window to a PNG and exits
+// (0 on success, 2 on bad input, 1 when it cannot finish or write the image). It runs headless: the
+// offscreen platform is used unless QT_QPA_PLATFORM says otherwise.
+#include <cstdio>
+#include <cstring>
+
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QIcon>
-#include <QLabel>
-#include <QMainWindow>
+#include <QImage>
+#include <QMessageBox>
+#include <QPixmap>
+#include <QTimer>
 
+#include "app/gui/main_window.h"
 #include "shardscope_version.h"
+#include "views/document.h"
+#include "views/engine.h"
+
+namespace {
+
+bool WantsScreenshot(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--screenshot") == 0 || std::strncmp(argv[i], "--screenshot=", 13) == 0) return true;
+  }
+  return false;
+}
+
+int Fail(int code, const QString& message) {
+  std::fprintf(stderr, "shardscope: %s\n", qPrintable(message));
+  return code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  const bool screenshot_mode = WantsScreenshot(argc, argv);
+  if (screenshot_mode && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication app(argc, argv);
   QApplication::setApplicationName("ShardScope");
   QApplication::setOrganizationName("ShardScope");
   QApplication::setApplicationVersion(SHARDSCOPE_VERSION);
   QApplication::setWindowIcon(QIcon(":/icons/shardscope.svg"));
+
   QCommandLineParser parser;
   parser.setApplicationDescription("Explore how an ML computation graph is sharded across a device mesh");
   parser.addHelpOption();
   parser.addVersionOption();
+  QCommandLineOption screenshot("screenshot", "Render the main window to OUT.png and exit.", "OUT.png");
+  QCommandLineOption example("example", "Open the model-zoo example NAME.", "NAME");
+  QCommandLineOption view("view", "Raise a panel: graph, mesh, inspector, instructions, partitioned, simulation, history.", "NAME");
+  QCommandLineOption select("select", "Select the instruction NAME.", "NAME");
+  QCommandLineOption theme("theme", "Colour theme: system, light or dark.", "THEME");
+  QCommandLineOption size("size", "Window size for --screenshot (default 1600x1000).", "WxH");
+  QCommandLineOption timeout("timeout", "Seconds --screenshot waits for the engines (default 120).", "SECONDS");
+  parser.addOptions({screenshot, example, view, select, theme, size, timeout});
+  parser.addPositionalArgument("file", "An HLO module (.hlo) or a ShardScope project (.shardscope).", "[FILE]");
   parser.process(app);
-  QMainWindow w;
-  w.setWindowTitle("ShardScope");
-  w.setCentralWidget(new QLabel("ShardScope"));
-  w.resize(1400, 900);
-  w.show();
+
+  shardscope::gui::MainWindow window;
+  window.setBatchMode(screenshot_mode);
+  if (!screenshot_mode) window.restoreSettings();
+  if (parser.isSet(theme)) window.applyTheme(parser.value(theme));
+  if (screenshot_mode) {
+    int w = 1600, h = 1000;
+    if (parser.isSet(size)) {
+      const QStringList parts = parser.value(size).split('x');
+      if (parts.size() != 2 || parts[0].toInt() < 200 || parts[1].toInt() < 200) {
+        return Fail(2, QString("--size: expected WxH such as 1600x1000, got \"%1\"").arg(parser.value(size)));
+      }
+      w = parts[0].toInt();
+      h = parts[1].toInt();
+    }
+    window.resize(w, h);
+  }
+  window.show();
+
+  // What to open: a file, an example, or the default example so a new user sees something at once.
+  QString error;
+  bool opened = false;
+  const QStringList files = parser.positionalArguments();
+  if (!files.isEmpty()) {
+    opened = window.openPath(files.first(), &error);
+    if (!opened) {
+      if (screenshot_mode) return Fail(2, error);
+      QMessageBox box(QMessageBox::Critical, "Cannot open file", error, QMessageBox::Ok, &window);
+      box.setTextInteractionFlags(Qt::TextSelectableByMouse);
+      box.exec();
+    }
+  } else if (parser.isSet(example)) {
+    opened = window.openExample(parser.value(example), &error);
+    if (!opened) {
+      if (screenshot_mode) return Fail(2, error);
+      QMessageBox::critical(&window, "Cannot open example", error);
+    }
+  }
+  if (!opened && !(screenshot_mode && !files.isEmpty())) {
+    QString ignored;
+    window.openExample(QString::fromStdString(shardscope::views::DefaultExampleName()), &ignored);
+  }
+  if (parser.isSet(select) && !window.selectInstruction(parser.value(select))) {
+    if (screenshot_mode) return Fail(2, QString("--select: no instruction named \"%1\"").arg(parser.value(select)));
+  }
+  if (parser.isSet(view) && !window.showView(parser.value(view))) {
+    const QString msg = QString("--view: unknown panel \"%1\"").arg(parser.value(view));
+    if (screenshot_mode) return Fail(2, msg);
+    std::fprintf(stderr, "shardscope: %s\n", qPrintable(msg));
+  }
+
+  if (screenshot_mode) {
+    const int seconds = parser.isSet(timeout) ? parser.value(timeout).toInt() : 120;
+    if (!window.waitUntilReady(std::max(1, seconds) * 1000)) return Fail(1, "timed out waiting for propagation and layout");
+    // A selected instruction is centred after layout; let that settle too.
+    window.waitUntilReady(5000);
+    const QPixmap shot = window.grab();
+    if (shot.isNull() || !shot.save(parser.value(screenshot))) {
+      return Fail(1, QString("cannot write %1").arg(parser.value(screenshot)));
+    }
+    std::fprintf(stdout, "saved %s (%dx%d)\n", qPrintable(parser.value(screenshot)), shot.width(), shot.height());
+    return 0;
+  }
   return app.exec();
 }

@@ -110,6 +110,9 @@ TileMap Project(const TileMap& joint, const std::vector<int64_t>& label_of_dim) 
   return joint.Gathered(dropped).Permuted(label_of_dim);
 }
 
+// Same per-collective latency term as the resharding planner's (context.cpp).
+constexpr int64_t kDotCollectiveOverheadBytes = 16 * 1024;
+
 struct DotPlan {
   TileMap joint;
   HloSharding lhs, rhs, partial_out;  // partial_out: after the all-reduce
@@ -209,10 +212,10 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
           p.rs_dim = k;
           p.reduce_groups = groups;
           after = target;
-          p.cost += partial_bytes * (g - 1) / g;
+          p.cost += partial_bytes * (g - 1) / g + kDotCollectiveOverheadBytes;
         }
       }
-      if (!rs_ok) p.cost += 2 * partial_bytes * (g - 1) / g;
+      if (!rs_ok) p.cost += 2 * partial_bytes * (g - 1) / g + kDotCollectiveOverheadBytes;
     }
     auto c3 = ctx.PlanReshard(after, target, dot.shape());
     if (!c3.ok()) continue;

@@ -131,6 +131,37 @@ std::vector<std::vector<int64_t>> TileMap::GroupsAlong(const std::vector<int64_t
   return out;
 }
 
+std::vector<std::vector<int64_t>> TileMap::GroupsGatheringBy(int64_t d, int64_t k) const {
+  std::map<std::vector<int64_t>, std::vector<std::pair<int64_t, int64_t>>> groups;
+  for (int64_t dev = 0; dev < num_devices(); ++dev) {
+    const auto& dt = devices_[static_cast<size_t>(dev)];
+    std::vector<int64_t> key = dt.index;
+    key[static_cast<size_t>(d)] /= k;
+    key.push_back(dt.replica);
+    groups[key].emplace_back(dt.index[static_cast<size_t>(d)] % k, dev);
+  }
+  std::vector<std::vector<int64_t>> out;
+  for (auto& [key, members] : groups) {
+    std::sort(members.begin(), members.end());
+    std::vector<int64_t> g;
+    for (auto& [o, dev] : members) g.push_back(dev);
+    out.push_back(std::move(g));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TileMap TileMap::GatheredBy(int64_t d, int64_t k) const {
+  TileMap m = *this;
+  for (auto& dt : m.devices_) {
+    const int64_t i = dt.index[static_cast<size_t>(d)];
+    dt.replica = dt.replica * k + i % k;
+    dt.index[static_cast<size_t>(d)] = i / k;
+  }
+  m.tiles_[static_cast<size_t>(d)] /= k;
+  return m;
+}
+
 TileMap TileMap::Gathered(const std::vector<int64_t>& dims) const {
   TileMap m = *this;
   int64_t gathered_tiles = 1;

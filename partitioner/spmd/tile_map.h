@@ -51,6 +51,12 @@ class TileMap {
   // ordered by the row-major tile index over `dims` (the order an all-gather concatenates in).
   std::vector<std::vector<int64_t>> GroupsAlong(const std::vector<int64_t>& dims) const;
 
+  // Partial gather of dim d by factor k (tiles(d) % k == 0): groups of k devices whose tile
+  // indices along d agree except for index % k, ordered by index % k; the result tiles d
+  // tiles(d)/k ways.
+  std::vector<std::vector<int64_t>> GroupsGatheringBy(int64_t d, int64_t k) const;
+  TileMap GatheredBy(int64_t d, int64_t k) const;
+
   // The map after gathering `dims` (their tiles become replicas).
   TileMap Gathered(const std::vector<int64_t>& dims) const;
   // The map with dims permuted: result dim i is input dim perm[i].

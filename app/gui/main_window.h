@@ -1,0 +1,105 @@
+// The ShardScope main window: the graph in the centre, docks for the mesh, the inspector ("why"),
+// the instruction table, the partitioned program, the simulation and the undo history; menus and
+// standard shortcuts; settings (dock layout, recent files, theme) persisted with QSettings.
+#pragma once
+
+#include <QMainWindow>
+#include <QStringList>
+
+class QAction;
+class QDockWidget;
+class QLabel;
+class QMenu;
+class QSortFilterProxyModel;
+class QTableView;
+class QUndoView;
+
+namespace shardscope::views {
+class Document;
+class GraphPane;
+class InspectorPanel;
+class InstructionTableModel;
+class MeshView;
+class PartitionedView;
+}  // namespace shardscope::views
+
+namespace shardscope::gui {
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  views::Document* document() const { return doc_; }
+  views::GraphPane* graphPane() const { return graph_; }
+
+  // Open an HLO file or a project (.shardscope / .json). On failure `error` says why (with
+  // FILE:LINE:COLUMN for parse errors) and the current document is unchanged.
+  bool openPath(const QString& path, QString* error);
+  bool openExample(const QString& name, QString* error);
+  // Raises a dock: "graph", "mesh", "inspector", "instructions", "partitioned", "simulation",
+  // "history". Returns false for an unknown name.
+  bool showView(const QString& name);
+  // Selects an instruction by name; false when there is none.
+  bool selectInstruction(const QString& name);
+  // Waits (processing events) until propagation, layout and partitioning are done.
+  bool waitUntilReady(int timeout_ms);
+  // No dialogs, no settings written (for --screenshot).
+  void setBatchMode(bool on) { batch_ = on; }
+  // "system", "light" or "dark".
+  void applyTheme(const QString& theme);
+  // Dock layout, geometry and theme from QSettings (not in batch mode).
+  void restoreSettings();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void createDocks();
+  void createActions();
+  void createMenus();
+  void updateTitle();
+  void updateStatus();
+  void addRecentFile(const QString& path);
+  void rebuildRecentMenu();
+  void rebuildExamplesMenu();
+  bool maybeSave();
+  bool saveProjectTo(const QString& path);
+  void showError(const QString& title, const QString& message);
+  void saveSettings();
+
+  void openFileDialog();
+  void openProjectDialog();
+  bool saveProject();
+  bool saveProjectAs();
+  void exportHlo();
+  void exportGraphImage();
+  void about();
+
+  views::Document* doc_;
+  views::GraphPane* graph_;
+  views::MeshView* mesh_;
+  views::InspectorPanel* inspector_;
+  views::InstructionTableModel* table_model_;
+  QSortFilterProxyModel* table_proxy_;
+  QTableView* table_;
+  views::PartitionedView* partitioned_;
+  QUndoView* undo_view_;
+  QDockWidget *mesh_dock_, *inspector_dock_, *table_dock_, *partitioned_dock_, *simulation_dock_, *history_dock_;
+
+  QMenu* recent_menu_ = nullptr;
+  QMenu* examples_menu_ = nullptr;
+  QMenu* view_menu_ = nullptr;
+  QAction *open_act_, *open_project_act_, *save_act_, *save_as_act_, *export_hlo_act_, *export_image_act_, *quit_act_;
+  QAction *undo_act_, *redo_act_, *find_act_;
+  QAction *fit_act_, *zoom_in_act_, *zoom_out_act_, *reset_zoom_act_, *partition_act_;
+  QAction *about_act_;
+  QLabel* summary_label_;
+  QLabel* engine_label_;
+  QLabel* busy_label_;
+  QString theme_ = "system";
+  bool batch_ = false;
+};
+
+}  // namespace shardscope::gui

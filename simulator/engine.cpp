@@ -1,0 +1,749 @@
+#include "simulator/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+
+#include "core/hlo_text.h"
+
+namespace shardscope {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- collective timing per distinct collective ------------------------------------------------------------
+
+struct SpecTiming {
+  std::vector<int32_t> group_of;     // device -> group (-1: not a member)
+  std::vector<int32_t> group_size;
+  std::vector<double> group_time;    // seconds, per group
+  double max_time = 0;
+  double alone_time = 0;             // the whole collective alone on the network
+  CollectiveCost cost;               // over all groups
+  int64_t members = 0;
+  CollectiveRequest request;
+};
+
+Result<SpecTiming> TimeCollective(const CollectiveSpec& spec, const Topology& topo, const CollectiveOptions& copts) {
+  SpecTiming t;
+  const int64_t n = topo.num_devices();
+  t.group_of.assign(static_cast<size_t>(n), -1);
+  t.request.kind = spec.kind;
+  t.request.operand_bytes = spec.operand_bytes;
+  if (spec.kind == CollectiveKind::kCollectivePermute) {
+    t.request.source_target_pairs = spec.pairs;
+    // Groups: connected components of the pairs (a ring rotation is one group).
+    std::vector<int64_t> parent(static_cast<size_t>(n));
+    std::iota(parent.begin(), parent.end(), 0);
+    auto find = [&](int64_t x) {
+      while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+      return x;
+    };
+    std::vector<char> member(static_cast<size_t>(n), 0);
+    for (const auto& [s, d] : spec.pairs) {
+      if (s < 0 || s >= n || d < 0 || d >= n) {
+        return Error("collective-permute pair {" + std::to_string(s) + "," + std::to_string(d) +
+                     "} names a device outside the slice's " + std::to_string(n) + " devices");
+      }
+      member[static_cast<size_t>(s)] = member[static_cast<size_t>(d)] = 1;
+      parent[static_cast<size_t>(find(s))] = find(d);
+    }
+    std::unordered_map<int64_t, int32_t> root_group;
+    for (int64_t d = 0; d < n; ++d) {
+      if (!member[static_cast<size_t>(d)]) continue;
+      auto [it, fresh] = root_group.emplace(find(d), static_cast<int32_t>(t.group_size.size()));
+      if (fresh) t.group_size.push_back(0);
+      t.group_of[static_cast<size_t>(d)] = it->second;
+      ++t.group_size[static_cast<size_t>(it->second)];
+      ++t.members;
+    }
+    auto cost = EstimateCollectivePermute(topo, spec.pairs, spec.operand_bytes, copts);
+    if (!cost.ok()) return cost.error();
+    t.cost = std::move(cost).value();
+    t.group_time.assign(t.group_size.size(), t.cost.time_s);
+    t.max_time = t.alone_time = t.cost.time_s;
+    return t;
+  }
+  std::vector<std::vector<int64_t>> groups = spec.groups;
+  if (groups.empty()) {
+    groups.emplace_back(static_cast<size_t>(n));
+    std::iota(groups.back().begin(), groups.back().end(), 0);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (int64_t d : groups[g]) {
+      if (d < 0 || d >= n) {
+        return Error(std::string(CollectiveKindName(spec.kind)) + " replica group " + std::to_string(g) + " names device " +
+                     std::to_string(d) + " but the slice has devices 0.." + std::to_string(n - 1));
+      }
+      if (t.group_of[static_cast<size_t>(d)] >= 0) {
+        return Error(std::string(CollectiveKindName(spec.kind)) + ": device " + std::to_string(d) +
+                     " appears in more than one replica group");
+      }
+      t.group_of[static_cast<size_t>(d)] = static_cast<int32_t>(g);
+    }
+    t.group_size.push_back(static_cast<int32_t>(groups[g].size()));
+    t.members += static_cast<int64_t>(groups[g].size());
+  }
+  t.request.groups = groups;
+  auto cost = EstimateCollective(topo, spec.kind, groups, spec.operand_bytes, copts);
+  if (!cost.ok()) return cost.error();
+  t.cost = std::move(cost).value();
+  t.alone_time = t.cost.time_s;
+  t.group_time.assign(groups.size(), t.cost.time_s);
+  if (groups.size() > 1) {
+    // Groups laid out differently (not translates of each other on the topology) get their own
+    // times; identical layouts keep the joint estimate (which includes links the groups share).
+    double lo = kInf, hi = 0;
+    for (const auto& g : groups) {
+      auto c = EstimateCollective(topo, spec.kind, {g}, spec.operand_bytes, copts);
+      if (!c.ok()) return c.error();
+      lo = std::min(lo, c->time_s);
+      hi = std::max(hi, c->time_s);
+    }
+    if (hi - lo > 1e-9 * hi) {
+      std::vector<CollectiveRequest> reqs;
+      for (const auto& g : groups) {
+        CollectiveRequest r;
+        r.kind = spec.kind;
+        r.groups = {g};
+        r.operand_bytes = spec.operand_bytes;
+        reqs.push_back(std::move(r));
+      }
+      auto f = EstimateConcurrentCollectives(topo, reqs, copts);
+      if (!f.ok()) return f.error();
+      t.group_time = std::move(f).value();
+    }
+  }
+  t.max_time = *std::max_element(t.group_time.begin(), t.group_time.end());
+  return t;
+}
+
+// ---- classes ------------------------------------------------------------------------------------------------
+
+struct InFlight {
+  int32_t op = -1;
+  double remaining = 0;  // seconds of work at full speed
+  double rate = 1;       // progress per second (1 = alone)
+  double finish = 0;
+};
+
+struct ClassState {
+  std::vector<int64_t> devices;
+  std::vector<double> start, end;  // per op; NaN = not yet
+  size_t next_compute = 0, next_comm = 0;
+  int32_t running = -1;
+  double running_end = 0;
+  std::vector<InFlight> inflight;
+  double inflight_t = 0;
+  std::vector<int32_t> waiting;  // collectives arrived, not started
+};
+
+struct SyncState {
+  std::vector<int32_t> arrived;  // per group
+  std::vector<char> complete;    // per group
+  std::vector<int32_t> classes;  // classes waiting on this collective
+};
+
+class Engine {
+ public:
+  Engine(const ExecProgram& p, const std::vector<SpecTiming>& timing, const Topology& topo, const SimulationOptions& o,
+         std::vector<std::string>* warnings)
+      : prog_(p), timing_(timing), topo_(topo), opt_(o), warnings_(warnings) {
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      if (p.ops[i].kind == ExecKind::kCompute) compute_order_.push_back(static_cast<int32_t>(i));
+      else comm_order_.push_back(static_cast<int32_t>(i));
+    }
+  }
+
+  Status Run() {
+    ClassState c0;
+    c0.devices.resize(static_cast<size_t>(topo_.num_devices()));
+    std::iota(c0.devices.begin(), c0.devices.end(), 0);
+    c0.start.assign(prog_.ops.size(), kNaN);
+    c0.end.assign(prog_.ops.size(), kNaN);
+    classes_.push_back(std::move(c0));
+    now_ = 0;
+    Advance(0);
+    for (int64_t guard = 0;; ++guard) {
+      if (Status s = Resolve(); !s.ok()) return s;
+      double t = kInf;
+      for (const ClassState& c : classes_) t = std::min(t, NextEvent(c));
+      if (!(t < kInf)) break;
+      now_ = t;
+      const size_t n = classes_.size();
+      for (size_t c = 0; c < n; ++c) {
+        if (ProcessEvents(c)) Advance(c);
+      }
+    }
+    // Everything done?
+    for (size_t c = 0; c < classes_.size(); ++c) {
+      const ClassState& cs = classes_[c];
+      for (size_t o = 0; o < prog_.ops.size(); ++o) {
+        if (std::isnan(cs.end[o])) {
+          std::string why = "simulation stalled: " + prog_.ops[o].name + " never finished on device " +
+                            std::to_string(cs.devices.front());
+          if (!cs.waiting.empty()) why += " (waiting for the replica group of " + prog_.ops[static_cast<size_t>(cs.waiting.front())].name + ")";
+          return Error(why);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  std::vector<ClassState>& classes() { return classes_; }
+
+ private:
+  bool DepsDone(const ClassState& c, int32_t op) const {
+    for (int32_t d : prog_.ops[static_cast<size_t>(op)].deps) {
+      const double e = c.end[static_cast<size_t>(d)];
+      if (!(e <= now_)) return false;
+    }
+    return true;
+  }
+
+  static double NextEvent(const ClassState& c) {
+    double t = c.running >= 0 ? c.running_end : kInf;
+    for (const InFlight& f : c.inflight) t = std::min(t, f.finish);
+    return t;
+  }
+
+  void Advance(size_t ci) {
+    for (;;) {
+      ClassState& c = classes_[ci];
+      bool progress = false;
+      if (c.running < 0 && c.next_compute < compute_order_.size()) {
+        const int32_t op = compute_order_[c.next_compute];
+        if (DepsDone(c, op)) {
+          const double dur = prog_.ops[static_cast<size_t>(op)].duration_s;
+          c.start[static_cast<size_t>(op)] = now_;
+          ++c.next_compute;
+          if (dur <= 0) {
+            c.end[static_cast<size_t>(op)] = now_;
+            progress = true;
+          } else {
+            c.running = op;
+            c.running_end = now_ + dur;
+          }
+        }
+      }
+      while (c.next_comm < comm_order_.size() &&
+             static_cast<int64_t>(c.inflight.size() + c.waiting.size()) < opt_.max_concurrent_collectives) {
+        const int32_t op = comm_order_[c.next_comm];
+        if (!DepsDone(c, op)) break;
+        ++c.next_comm;
+        Arrive(ci, op);
+        progress = true;
+      }
+      if (!progress) break;
+    }
+  }
+
+  void Arrive(size_t ci, int32_t op) {
+    ClassState& c = classes_[ci];
+    const SpecTiming& t = timing_[static_cast<size_t>(prog_.ops[static_cast<size_t>(op)].collective)];
+    SyncState& s = syncs_[op];
+    if (s.arrived.empty()) {
+      s.arrived.assign(t.group_size.size(), 0);
+      s.complete.assign(t.group_size.size(), 0);
+    }
+    for (int64_t d : c.devices) {
+      const int32_t g = t.group_of[static_cast<size_t>(d)];
+      if (g < 0) continue;
+      if (++s.arrived[static_cast<size_t>(g)] == t.group_size[static_cast<size_t>(g)]) s.complete[static_cast<size_t>(g)] = 1;
+    }
+    s.classes.push_back(static_cast<int32_t>(ci));
+    c.waiting.push_back(op);
+    pending_.push_back(op);
+  }
+
+  // Starts collectives whose groups are complete; splits classes whose members diverge.
+  Status Resolve() {
+    while (!pending_.empty()) {
+      const int32_t op = pending_.back();
+      pending_.pop_back();
+      auto sit = syncs_.find(op);
+      if (sit == syncs_.end()) continue;
+      const SpecTiming& t = timing_[static_cast<size_t>(prog_.ops[static_cast<size_t>(op)].collective)];
+      const std::vector<int32_t> waiting = sit->second.classes;
+      std::vector<int32_t> still;
+      for (int32_t ci : waiting) {
+        // Partition the class's devices: not ready (-1) or ready with a duration.
+        std::map<double, std::vector<int64_t>> ready;
+        std::vector<int64_t> not_ready;
+        {
+          const SyncState& s = syncs_[op];
+          for (int64_t d : classes_[static_cast<size_t>(ci)].devices) {
+            const int32_t g = t.group_of[static_cast<size_t>(d)];
+            if (g < 0) ready[0.0].push_back(d);
+            else if (s.complete[static_cast<size_t>(g)]) ready[t.group_time[static_cast<size_t>(g)]].push_back(d);
+            else not_ready.push_back(d);
+          }
+        }
+        if (ready.empty()) {
+          still.push_back(ci);
+          continue;
+        }
+        const size_t parts = ready.size() + (not_ready.empty() ? 0 : 1);
+        if (parts == 1) {
+          StartCollective(static_cast<size_t>(ci), op, ready.begin()->first);
+          continue;
+        }
+        if (static_cast<int64_t>(classes_.size() + parts - 1) > opt_.max_device_classes) {
+          if (!warned_cap_) {
+            warned_cap_ = true;
+            warnings_->push_back("more than " + std::to_string(opt_.max_device_classes) +
+                                 " distinct device timelines: further differences are merged (a class waits for "
+                                 "all its replica groups and takes the slowest group's time)");
+          }
+          if (!not_ready.empty()) {
+            still.push_back(ci);
+            continue;
+          }
+          StartCollective(static_cast<size_t>(ci), op, ready.rbegin()->first);
+          continue;
+        }
+        // Split: the original class keeps the not-ready devices (or the first ready part).
+        std::vector<std::pair<std::vector<int64_t>, double>> ready_parts;
+        for (auto& [dur, devs] : ready) ready_parts.emplace_back(std::move(devs), dur);
+        std::vector<std::pair<size_t, double>> to_start;
+        if (!not_ready.empty()) {
+          for (auto& [devs, dur] : ready_parts) to_start.emplace_back(Split(static_cast<size_t>(ci), std::move(devs)), dur);
+          classes_[static_cast<size_t>(ci)].devices = std::move(not_ready);
+          still.push_back(ci);
+        } else {
+          for (size_t k = 1; k < ready_parts.size(); ++k) {
+            to_start.emplace_back(Split(static_cast<size_t>(ci), std::move(ready_parts[k].first)), ready_parts[k].second);
+          }
+          classes_[static_cast<size_t>(ci)].devices = std::move(ready_parts[0].first);
+          to_start.emplace_back(static_cast<size_t>(ci), ready_parts[0].second);
+        }
+        for (const auto& [cls, dur] : to_start) StartCollective(cls, op, dur);
+      }
+      // Classes created by splits while waiting were registered in syncs_[op].classes by Split;
+      // keep only those still waiting.
+      SyncState& s = syncs_[op];
+      std::vector<int32_t> keep;
+      for (int32_t ci : s.classes) {
+        const auto& w = classes_[static_cast<size_t>(ci)].waiting;
+        if (std::find(w.begin(), w.end(), op) != w.end()) keep.push_back(ci);
+      }
+      std::sort(keep.begin(), keep.end());
+      keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+      if (keep.empty()) syncs_.erase(op);
+      else s.classes = std::move(keep);
+    }
+    return Status::Ok();
+  }
+
+  // A new class with `devices` taken from class `ci` (same state). Returns its index.
+  size_t Split(size_t ci, std::vector<int64_t> devices) {
+    ClassState copy = classes_[ci];
+    copy.devices = std::move(devices);
+    classes_.push_back(std::move(copy));
+    const size_t ni = classes_.size() - 1;
+    for (int32_t op : classes_[ni].waiting) syncs_[op].classes.push_back(static_cast<int32_t>(ni));
+    return ni;
+  }
+
+  void StartCollective(size_t ci, int32_t op, double duration) {
+    ClassState& c = classes_[ci];
+    c.waiting.erase(std::find(c.waiting.begin(), c.waiting.end(), op));
+    c.start[static_cast<size_t>(op)] = now_;
+    if (duration <= 0) {
+      c.end[static_cast<size_t>(op)] = now_;
+      Advance(ci);
+      return;
+    }
+    AdvanceInFlight(c);
+    c.inflight.push_back({op, duration, 1.0, now_ + duration});
+    UpdateRates(c);
+    Advance(ci);  // a slot may have been taken; nothing new can start, but keep the invariant
+  }
+
+  void AdvanceInFlight(ClassState& c) {
+    const double dt = now_ - c.inflight_t;
+    if (dt > 0) {
+      for (InFlight& f : c.inflight) f.remaining = std::max(0.0, f.remaining - dt * f.rate);
+    }
+    c.inflight_t = now_;
+  }
+
+  void UpdateRates(ClassState& c) {
+    if (c.inflight.size() == 1) {
+      c.inflight[0].rate = 1;
+    } else if (!c.inflight.empty()) {
+      std::vector<size_t> idx(c.inflight.size());
+      std::iota(idx.begin(), idx.end(), 0);
+      auto spec_of = [&](size_t k) { return prog_.ops[static_cast<size_t>(c.inflight[k].op)].collective; };
+      std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return spec_of(a) < spec_of(b); });
+      std::vector<int32_t> key;
+      for (size_t k : idx) key.push_back(spec_of(k));
+      const std::vector<double>& slow = Slowdowns(key);
+      for (size_t j = 0; j < idx.size(); ++j) c.inflight[idx[j]].rate = 1.0 / slow[j];
+    }
+    for (InFlight& f : c.inflight) f.finish = now_ + f.remaining / f.rate;
+  }
+
+  const std::vector<double>& Slowdowns(const std::vector<int32_t>& key) {
+    auto it = slowdowns_.find(key);
+    if (it != slowdowns_.end()) return it->second;
+    std::vector<CollectiveRequest> reqs;
+    for (int32_t s : key) reqs.push_back(timing_[static_cast<size_t>(s)].request);
+    std::vector<double> slow(key.size(), 1.0);
+    auto f = EstimateConcurrentCollectives(topo_, reqs, opt_.collectives);
+    if (f.ok()) {
+      for (size_t j = 0; j < key.size(); ++j) {
+        const double alone = timing_[static_cast<size_t>(key[j])].alone_time;
+        if (alone > 0 && (*f)[j] > alone) slow[j] = (*f)[j] / alone;
+      }
+    } else if (!warned_contention_) {
+      warned_contention_ = true;
+      warnings_->push_back("contention between concurrent collectives not modelled: " + f.error().message);
+    }
+    return slowdowns_.emplace(key, std::move(slow)).first->second;
+  }
+
+  bool ProcessEvents(size_t ci) {
+    ClassState& c = classes_[ci];
+    bool any = false;
+    if (c.running >= 0 && c.running_end <= now_) {
+      c.end[static_cast<size_t>(c.running)] = now_;
+      c.running = -1;
+      any = true;
+    }
+    bool done_comm = false;
+    for (const InFlight& f : c.inflight) done_comm = done_comm || f.finish <= now_;
+    if (done_comm) {
+      AdvanceInFlight(c);
+      std::vector<InFlight> rest;
+      for (const InFlight& f : c.inflight) {
+        if (f.finish <= now_) c.end[static_cast<size_t>(f.op)] = now_;
+        else rest.push_back(f);
+      }
+      c.inflight = std::move(rest);
+      UpdateRates(c);
+      any = true;
+    }
+    return any;
+  }
+
+  const ExecProgram& prog_;
+  const std::vector<SpecTiming>& timing_;
+  const Topology& topo_;
+  const SimulationOptions& opt_;
+  std::vector<std::string>* warnings_;
+  std::vector<int32_t> compute_order_, comm_order_;
+  std::vector<ClassState> classes_;
+  std::unordered_map<int32_t, SyncState> syncs_;
+  std::vector<int32_t> pending_;
+  std::map<std::vector<int32_t>, std::vector<double>> slowdowns_;
+  double now_ = 0;
+  bool warned_cap_ = false;
+  bool warned_contention_ = false;
+};
+
+// ---- summary figures -------------------------------------------------------------------------------------
+
+using Intervals = std::vector<std::pair<double, double>>;
+
+Intervals Union(Intervals v) {
+  std::sort(v.begin(), v.end());
+  Intervals out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+double Length(const Intervals& v) {
+  double s = 0;
+  for (const auto& iv : v) s += iv.second - iv.first;
+  return s;
+}
+
+// Total length of the intersection of two sorted, disjoint interval lists.
+double Overlap(const Intervals& a, const Intervals& b) {
+  double s = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const double lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) s += hi - lo;
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
+  }
+  return s;
+}
+
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string Hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string FormatSeconds(double s) {
+  char buf[64];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.4g s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.4g ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.4g us", s * 1e6);
+  return buf;
+}
+
+std::string FormatBytes(double b) {
+  char buf[64];
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.4g GB", b / 1e9);
+  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.4g MB", b / 1e6);
+  else if (b >= 1e3) std::snprintf(buf, sizeof buf, "%.4g kB", b / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+}  // namespace
+
+Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& topology, const SimulationOptions& options) {
+  if (options.max_concurrent_collectives < 1) return Error("max_concurrent_collectives must be >= 1");
+  if (options.max_device_classes < 1) return Error("max_device_classes must be >= 1");
+  if (topology.num_devices() < 1) return Error("the topology has no devices");
+  Simulation sim;
+  sim.warnings = program.warnings;
+  const int64_t n = topology.num_devices();
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<SpecTiming> timing;
+  timing.reserve(program.collectives.size());
+  for (const CollectiveSpec& spec : program.collectives) {
+    auto t = TimeCollective(spec, topology, options.collectives);
+    if (!t.ok()) return t.error();
+    timing.push_back(std::move(t).value());
+  }
+  sim.stats.collective_cost_ms = MsSince(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  Engine engine(program, timing, topology, options, &sim.warnings);
+  if (Status s = engine.Run(); !s.ok()) return s.error();
+  std::vector<ClassState>& classes = engine.classes();
+  sim.stats.engine_ms = MsSince(t0);
+
+  // Per-class detail.
+  t0 = std::chrono::steady_clock::now();
+  RunResult& run = sim.run;
+  DeviceClassBuilder builder;
+  struct ClassFigures {
+    double step = 0, compute = 0, comm = 0, idle = 0, exposed = 0;
+    int64_t peak = 0;
+  };
+  std::vector<ClassFigures> figures(classes.size());
+  for (size_t ci = 0; ci < classes.size(); ++ci) {
+    const ClassState& c = classes[ci];
+    DeviceClass detail;
+    double step_end = 0;
+    Intervals compute, comm;
+    for (size_t o = 0; o < program.ops.size(); ++o) {
+      const ExecOp& op = program.ops[o];
+      const double s = c.start[o], e = c.end[o];
+      step_end = std::max(step_end, e);
+      if (op.kind == ExecKind::kCompute) {
+        if (e > s) {
+          compute.emplace_back(s, e);
+          detail.events.push_back({-1, Stream::kCompute, s, e - s, op.name, op.kind_name,
+                                   static_cast<int64_t>(std::llround(op.bytes)), op.flops});
+        }
+      } else {
+        const SpecTiming& t = timing[static_cast<size_t>(op.collective)];
+        comm.emplace_back(s, e);
+        detail.events.push_back({-1, Stream::kCommunication, s, e - s, op.name, op.kind_name,
+                                 static_cast<int64_t>(std::llround(t.cost.bytes_per_device)), 0.0});
+      }
+    }
+    auto mem = ComputeMemoryProfile(program, c.start, c.end, step_end, options.memory);
+    if (!mem.ok()) return mem.error();
+    detail.peak_memory_bytes = mem->peak_bytes;
+    detail.peak_memory_time_s = mem->peak_time_s;
+    detail.memory = std::move(mem->samples);
+    detail.peak_buffers = std::move(mem->peak_buffers);
+    ClassFigures& f = figures[ci];
+    f.step = step_end;
+    f.peak = detail.peak_memory_bytes;
+    const Intervals cu = Union(compute), mu = Union(comm);
+    f.compute = Length(cu);
+    f.comm = Length(mu);
+    const double both = Overlap(cu, mu);
+    f.exposed = f.comm - both;
+    f.idle = std::max(0.0, step_end - (f.compute + f.comm - both));
+    auto idx = builder.Add(c.devices.front(), std::move(detail));
+    if (!idx.ok()) return idx.error();
+    for (size_t k = 1; k < c.devices.size(); ++k) {
+      if (Status s = builder.AddToClass(c.devices[k], *idx); !s.ok()) return s.error();
+    }
+  }
+  if (Status s = builder.Finish(run); !s.ok()) return s.error();
+  sim.stats.memory_ms = MsSince(t0);
+  // Labels: which devices each class holds.
+  {
+    std::vector<std::vector<int64_t>> members(run.classes.size());
+    for (size_t d = 0; d < run.device_class.size(); ++d) members[static_cast<size_t>(run.device_class[d])].push_back(static_cast<int64_t>(d));
+    for (size_t k = 0; k < run.classes.size(); ++k) {
+      const auto& m = members[k];
+      std::string label = run.classes.size() == 1 ? "all " + std::to_string(m.size()) + " devices"
+                                                  : std::to_string(m.size()) + (m.size() == 1 ? " device: " : " devices: ");
+      if (run.classes.size() > 1) {
+        for (size_t j = 0; j < m.size() && j < 8; ++j) label += (j ? "," : "") + std::to_string(m[j]);
+        if (m.size() > 8) label += ",...";
+      }
+      run.classes[k].label = label;
+    }
+  }
+
+  // Summary: the slowest class.
+  size_t slow = 0;
+  for (size_t ci = 1; ci < figures.size(); ++ci)
+    if (figures[ci].step > figures[slow].step) slow = ci;
+  RunSummary& sum = run.summary;
+  sum.num_devices = n;
+  sum.step_time_s = figures[slow].step;
+  sum.compute_time_s = figures[slow].compute;
+  sum.communication_time_s = figures[slow].comm;
+  sum.idle_time_s = figures[slow].idle;
+  sum.exposed_communication_s = figures[slow].exposed;
+  for (const ClassFigures& f : figures) sum.peak_memory_bytes = std::max(sum.peak_memory_bytes, f.peak);
+  sum.total_flops = program.flops * static_cast<double>(n);
+  double comm_bytes = 0;
+  for (const ExecOp& op : program.ops) {
+    if (op.kind != ExecKind::kCollective) continue;
+    const SpecTiming& t = timing[static_cast<size_t>(op.collective)];
+    comm_bytes += t.cost.bytes_per_device * static_cast<double>(t.members);
+  }
+  sum.bytes_communicated = static_cast<int64_t>(std::llround(comm_bytes));
+  const double useful = options.model_flops > 0 ? options.model_flops : sum.total_flops;
+  const double peak = topology.chip().device_peak_flops() * static_cast<double>(n);
+  sum.mfu = sum.step_time_s > 0 && peak > 0 ? useful / (sum.step_time_s * peak) : 0;
+
+  // Collectives (durations on the slowest class).
+  for (size_t o = 0; o < program.ops.size(); ++o) {
+    const ExecOp& op = program.ops[o];
+    if (op.kind != ExecKind::kCollective) continue;
+    const SpecTiming& t = timing[static_cast<size_t>(op.collective)];
+    const CollectiveSpec& spec = program.collectives[static_cast<size_t>(op.collective)];
+    CollectiveRecord r;
+    r.instruction = op.name;
+    r.kind = op.kind_name;
+    r.replica_groups = spec.groups_text;
+    r.bytes = static_cast<int64_t>(std::llround(op.bytes));
+    r.time_s = classes[slow].end[o] - classes[slow].start[o];
+    r.regime = std::string(CostRegimeName(t.cost.regime));
+    run.collectives.push_back(std::move(r));
+  }
+
+  // Inputs.
+  run.label = options.label;
+  run.inputs.chip_preset = topology.chip().name;
+  run.inputs.mesh_text = options.mesh_text;
+  run.inputs.topology_options = topology.Describe();
+  auto& st = run.inputs.settings;
+  st.emplace_back("schedule", std::string(ScheduleKindName(options.program.schedule)));
+  st.emplace_back("fuse_elementwise", options.program.fuse_elementwise ? "1" : "0");
+  st.emplace_back("in_place_reuse", options.program.in_place_reuse ? "1" : "0");
+  st.emplace_back("donate_parameters", options.program.donate_parameters ? "1" : "0");
+  st.emplace_back("default_trip_count", std::to_string(options.program.default_trip_count));
+  st.emplace_back("max_concurrent_collectives", std::to_string(options.max_concurrent_collectives));
+  st.emplace_back("latency_model", options.collectives.latency_model == LatencyModel::kAdditive ? "additive" : "overlapped");
+  st.emplace_back("bidirectional", options.collectives.bidirectional ? "1" : "0");
+  st.emplace_back("flops_efficiency", std::to_string(topology.chip().flops_efficiency));
+  st.emplace_back("hbm_efficiency", std::to_string(topology.chip().hbm_efficiency));
+  if (options.model_flops > 0) st.emplace_back("model_flops", std::to_string(options.model_flops));
+
+  sim.stats.exec_ops = static_cast<int64_t>(program.ops.size());
+  for (const ExecOp& op : program.ops) (op.kind == ExecKind::kCompute ? sim.stats.compute_ops : sim.stats.collective_ops)++;
+  sim.stats.distinct_collectives = static_cast<int64_t>(program.collectives.size());
+  sim.stats.buffers = static_cast<int64_t>(program.buffers.size());
+  sim.stats.device_classes = static_cast<int64_t>(classes.size());
+  if (Status s = run.Validate(); !s.ok()) return Error("internal: the simulated run is inconsistent: " + s.error().message);
+  return sim;
+}
+
+Result<Simulation> Simulate(const Module& module, const Topology& topology, const SimulationOptions& options) {
+  const int64_t n = topology.num_devices();
+  if (module.num_partitions > 1 && module.num_partitions != n) {
+    return Error("the module is partitioned for " + std::to_string(module.num_partitions) + " devices but the topology (" +
+                 topology.ShapeString() + ") has " + std::to_string(n) + "; choose a mesh with " +
+                 std::to_string(module.num_partitions) + " devices");
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto program = BuildExecProgram(module, topology.chip(), options.program);
+  if (!program.ok()) return program.error();
+  const double build_ms = MsSince(t0);
+  auto sim = SimulateProgram(*program, topology, options);
+  if (!sim.ok()) return sim.error();
+  sim->stats.build_ms = build_ms;
+  sim->run.inputs.module_name = module.name();
+  sim->run.inputs.module_hash = Hex(Fnv1a(PrintHloModule(module)));
+  return sim;
+}
+
+std::string DescribeSimulation(const Simulation& sim) {
+  const RunSummary& s = sim.run.summary;
+  std::ostringstream os;
+  auto pct = [&](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f%%", s.step_time_s > 0 ? 100.0 * v / s.step_time_s : 0.0);
+    return std::string(buf);
+  };
+  os << "devices: " << s.num_devices << " (" << sim.run.classes.size() << " distinct timeline"
+     << (sim.run.classes.size() == 1 ? "" : "s") << ")\n";
+  os << "step time: " << FormatSeconds(s.step_time_s) << "\n";
+  os << "  compute: " << FormatSeconds(s.compute_time_s) << " (" << pct(s.compute_time_s) << ")\n";
+  os << "  communication: " << FormatSeconds(s.communication_time_s) << " (" << pct(s.communication_time_s)
+     << "), exposed " << FormatSeconds(s.exposed_communication_s) << " (" << pct(s.exposed_communication_s) << ")\n";
+  os << "  idle: " << FormatSeconds(s.idle_time_s) << " (" << pct(s.idle_time_s) << ")\n";
+  char mfu[32];
+  std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * s.mfu);
+  os << "FLOP utilisation (MFU): " << mfu << " (" << s.total_flops << " FLOPs per step)\n";
+  os << "collectives: " << sim.run.collectives.size() << ", " << FormatBytes(static_cast<double>(s.bytes_communicated))
+     << " moved in total\n";
+  os << "peak memory per device: " << FormatBytes(static_cast<double>(s.peak_memory_bytes)) << " (" << s.peak_memory_bytes
+     << " bytes)\n";
+  // Breakdown at the peak of the class holding the highest peak.
+  const DeviceClass* top = nullptr;
+  for (const DeviceClass& c : sim.run.classes)
+    if (!top || c.peak_memory_bytes > top->peak_memory_bytes) top = &c;
+  if (top) {
+    std::array<int64_t, kNumMemoryCategories> by{};
+    for (const PeakBuffer& b : top->peak_buffers) by[static_cast<size_t>(b.category)] += b.bytes;
+    for (int k = 0; k < kNumMemoryCategories; ++k) {
+      os << "  " << MemoryCategoryName(static_cast<MemoryCategory>(k)) << ": "
+         << FormatBytes(static_cast<double>(by[static_cast<size_t>(k)])) << "\n";
+    }
+    os << "  at " << FormatSeconds(top->peak_memory_time_s) << "; largest live buffers:";
+    for (size_t k = 0; k < top->peak_buffers.size() && k < 5; ++k) {
+      os << (k ? ", " : " ") << top->peak_buffers[k].name << " (" << FormatBytes(static_cast<double>(top->peak_buffers[k].bytes)) << ")";
+    }
+    os << "\n";
+  }
+  for (const std::string& w : sim.warnings) os << "warning: " << w << "\n";
+  return os.str();
+}
+
+}  // namespace shardscope

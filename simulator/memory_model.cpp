@@ -1,0 +1,223 @@
+#include "simulator/memory_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <string_view>
+
+namespace shardscope {
+
+namespace {
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool Contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
+bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool EndsWith(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+bool HasOptimizerWord(std::string_view s) {
+  static constexpr std::string_view kWords[] = {"adam", "momentum", "velocity", "opt_state", "optimizer_state",
+                                                "moment", "accumulator", "slot", "adafactor"};
+  for (auto w : kWords)
+    if (Contains(s, w)) return true;
+  return false;
+}
+
+bool IsInputName(std::string_view n) {
+  if (n == "x" || n == "y") return true;
+  static constexpr std::string_view kPrefixes[] = {"input", "target", "label", "batch", "data", "tokens", "images",
+                                                   "features"};
+  for (auto p : kPrefixes)
+    if (StartsWith(n, p)) return true;
+  return false;
+}
+
+bool InOptimizerScope(std::string_view name, std::string_view op_name) {
+  return StartsWith(op_name, "optimizer") || StartsWith(name, "optimizer") || Contains(op_name, "/optimizer/");
+}
+
+bool IsBackward(std::string_view name, std::string_view op_name) {
+  return StartsWith(op_name, "backward") || Contains(op_name, "/backward/") || StartsWith(name, "backward") ||
+         Contains(name, "_backward_") || Contains(name, "grad");
+}
+
+bool IsDataMovement(Opcode op) {
+  switch (op) {
+    case Opcode::kConvert: case Opcode::kCopy: case Opcode::kTranspose: case Opcode::kSlice:
+    case Opcode::kDynamicSlice: case Opcode::kDynamicUpdateSlice: case Opcode::kPad: case Opcode::kConcatenate:
+    case Opcode::kReverse: case Opcode::kGather: case Opcode::kBitcast: case Opcode::kReshape:
+    case Opcode::kAllGather: case Opcode::kAllGatherStart: case Opcode::kAllReduce: case Opcode::kAllReduceStart:
+    case Opcode::kReduceScatter: case Opcode::kAllToAll: case Opcode::kCollectivePermute:
+    case Opcode::kCollectivePermuteStart:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+MemoryCategory ClassifyValue(const Instruction& inst, bool is_entry_parameter,
+                             const std::set<std::string, std::less<>>& entry_parameter_names,
+                             std::optional<MemoryCategory> operand_category) {
+  const std::string name = Lower(inst.name());
+  const std::string op_name = Lower(inst.op_name());
+  if (is_entry_parameter) {
+    if (HasOptimizerWord(name) || Contains(name, "optimizer") || HasOptimizerWord(op_name)) {
+      return MemoryCategory::kOptimizerState;
+    }
+    if ((EndsWith(inst.name(), "_m") || EndsWith(inst.name(), "_v")) &&
+        entry_parameter_names.count(std::string_view(inst.name()).substr(0, inst.name().size() - 2))) {
+      return MemoryCategory::kOptimizerState;
+    }
+    if (IsInputName(name)) return MemoryCategory::kActivations;
+    return MemoryCategory::kParameters;
+  }
+  // 2. optimizer state
+  if (HasOptimizerWord(name) || HasOptimizerWord(op_name) || EndsWith(name, "_m_new") || EndsWith(name, "_v_new")) {
+    return MemoryCategory::kOptimizerState;
+  }
+  // 3. updated weights
+  const bool optimizer = InOptimizerScope(name, op_name);
+  if (optimizer && EndsWith(name, "_new")) return MemoryCategory::kParameters;
+  // 4. data movement inherits
+  if (IsDataMovement(inst.opcode()) && operand_category) return *operand_category;
+  // 5. optimizer temporaries
+  if (optimizer) return MemoryCategory::kTemporaries;
+  // 6. gradients
+  if (IsBackward(name, op_name)) return MemoryCategory::kGradients;
+  // 7. forward / loss scopes
+  if (!op_name.empty()) return MemoryCategory::kActivations;
+  return MemoryCategory::kTemporaries;
+}
+
+Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std::vector<double>& op_start,
+                                           const std::vector<double>& op_end, double step_end_s,
+                                           const MemoryProfileOptions& options) {
+  const size_t nops = program.ops.size();
+  if (op_start.size() != nops || op_end.size() != nops) {
+    return Error("memory profile: " + std::to_string(nops) + " ops but " + std::to_string(op_start.size()) +
+                 " start and " + std::to_string(op_end.size()) + " end times");
+  }
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const size_t nb = program.buffers.size();
+  MemoryProfile prof;
+  prof.lifetimes.assign(nb, {});
+  std::vector<double> last_use(nb, -1.0);
+  std::vector<int32_t> taken_by(nb, -1);
+  for (size_t o = 0; o < nops; ++o) {
+    const ExecOp& op = program.ops[o];
+    for (int32_t b : op.uses) {
+      double& lu = last_use[static_cast<size_t>(b)];
+      lu = std::max(lu, op_end[o]);
+    }
+    for (const auto& [out, in] : op.in_place) taken_by[static_cast<size_t>(in)] = static_cast<int32_t>(o);
+  }
+  // Uses other than the in-place taker (the taker frees the buffer when it starts).
+  std::vector<double> other_use(nb, -1.0);
+  for (size_t o = 0; o < nops; ++o) {
+    for (int32_t b : program.ops[o].uses) {
+      if (taken_by[static_cast<size_t>(b)] == static_cast<int32_t>(o)) continue;
+      double& u = other_use[static_cast<size_t>(b)];
+      u = std::max(u, op_end[o]);
+    }
+  }
+  for (size_t b = 0; b < nb; ++b) {
+    const Buffer& buf = program.buffers[b];
+    BufferLifetime& lt = prof.lifetimes[b];
+    lt.alloc_s = buf.def_op >= 0 ? op_start[static_cast<size_t>(buf.def_op)] : 0.0;
+    if (buf.is_output || buf.is_constant || (buf.is_parameter && !buf.donated)) {
+      lt.free_s = kInf;
+    } else if (taken_by[b] >= 0) {
+      lt.free_s = std::max(op_start[static_cast<size_t>(taken_by[b])], other_use[b]);
+    } else if (last_use[b] >= 0) {
+      lt.free_s = last_use[b];
+    } else {
+      lt.free_s = buf.def_op >= 0 ? op_end[static_cast<size_t>(buf.def_op)] : lt.alloc_s;
+    }
+    if (lt.free_s < lt.alloc_s) lt.free_s = lt.alloc_s;
+  }
+  // Events: (time, buffer, +1 alloc / -1 free). The level after all events at one instant counts.
+  struct Ev {
+    double t;
+    int32_t b;
+    int8_t sign;
+  };
+  std::vector<Ev> ev;
+  ev.reserve(nb * 2);
+  for (size_t b = 0; b < nb; ++b) {
+    if (program.buffers[b].bytes == 0) continue;
+    const BufferLifetime& lt = prof.lifetimes[b];
+    if (!(lt.free_s > lt.alloc_s)) continue;  // never live at any instant's end
+    ev.push_back({lt.alloc_s, static_cast<int32_t>(b), +1});
+    if (lt.free_s < kInf) ev.push_back({lt.free_s, static_cast<int32_t>(b), -1});
+  }
+  std::sort(ev.begin(), ev.end(), [](const Ev& a, const Ev& b) { return a.t < b.t; });
+  MemorySample level;
+  prof.samples.reserve(ev.size() / 2 + 2);
+  bool have_peak = false;
+  for (size_t i = 0; i < ev.size();) {
+    const double t = ev[i].t;
+    for (; i < ev.size() && ev[i].t == t; ++i) {
+      const Buffer& buf = program.buffers[static_cast<size_t>(ev[i].b)];
+      level.at(buf.category) += ev[i].sign * buf.bytes;
+    }
+    level.time_s = t;
+    if (!prof.samples.empty() && prof.samples.back().bytes == level.bytes) continue;
+    prof.samples.push_back(level);
+    const int64_t total = level.total();
+    if (!have_peak || total > prof.peak_bytes) {
+      have_peak = true;
+      prof.peak_bytes = total;
+      prof.peak_time_s = t;
+      prof.peak_by_category = level.bytes;
+    }
+  }
+  if (prof.samples.empty() || prof.samples.front().time_s > 0) {
+    MemorySample zero;
+    prof.samples.insert(prof.samples.begin(), zero);
+  }
+  if (step_end_s > prof.samples.back().time_s) {
+    MemorySample last = prof.samples.back();
+    last.time_s = step_end_s;
+    prof.samples.push_back(last);
+  }
+  // Buffers live at the peak.
+  for (size_t b = 0; b < nb; ++b) {
+    const Buffer& buf = program.buffers[b];
+    const BufferLifetime& lt = prof.lifetimes[b];
+    if (buf.bytes > 0 && lt.alloc_s <= prof.peak_time_s && lt.free_s > prof.peak_time_s) {
+      prof.peak_buffers.push_back({buf.name, buf.bytes, buf.category});
+    }
+  }
+  std::stable_sort(prof.peak_buffers.begin(), prof.peak_buffers.end(),
+                   [](const PeakBuffer& a, const PeakBuffer& b) { return a.bytes > b.bytes; });
+  // Downsampling keeps each bucket's highest sample (and the first and last).
+  if (options.max_samples >= 3 && prof.samples.size() > options.max_samples) {
+    const size_t n = prof.samples.size();
+    const size_t buckets = options.max_samples - 2;
+    std::vector<MemorySample> out;
+    out.reserve(options.max_samples);
+    out.push_back(prof.samples.front());
+    for (size_t k = 0; k < buckets; ++k) {
+      const size_t lo = 1 + (n - 2) * k / buckets, hi = 1 + (n - 2) * (k + 1) / buckets;
+      if (lo >= hi) continue;
+      size_t best = lo;
+      for (size_t j = lo; j < hi; ++j)
+        if (prof.samples[j].total() > prof.samples[best].total()) best = j;
+      out.push_back(prof.samples[best]);
+    }
+    out.push_back(prof.samples.back());
+    prof.samples = std::move(out);
+  }
+  return prof;
+}
+
+}  // namespace shardscope

@@ -1,0 +1,1167 @@
+#include "simulator/schedule.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <queue>
+#include <set>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "simulator/compute_cost.h"
+#include "simulator/memory_model.h"
+
+namespace shardscope {
+
+std::string_view ScheduleKindName(ScheduleKind k) {
+  return k == ScheduleKind::kCollectivesEarly ? "collectives-early" : "program-order";
+}
+
+Result<ScheduleKind> ScheduleKindFromName(std::string_view name) {
+  std::string n;
+  for (char c : name) n += (c == '_' || c == ' ') ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (n == "program-order" || n == "program" || n == "in-order") return ScheduleKind::kProgramOrder;
+  if (n == "collectives-early" || n == "list" || n == "early" || n == "list-scheduler") return ScheduleKind::kCollectivesEarly;
+  return Error("unknown schedule '" + std::string(name) + "' (use program-order or collectives-early)");
+}
+
+namespace {
+
+
+// ---- instruction roles -------------------------------------------------------------------------------
+
+enum class Role : uint8_t {
+  kParameter,
+  kConstant,
+  kAlias,       // no memory, no time: value of its operands
+  kInline,      // broadcast / iota / partition-id fused into every consumer
+  kCompute,
+  kCollective,  // a collective (or the -start half of an async pair)
+  kWhile,
+  kCall,
+  kConditional,
+};
+
+bool IsGenericNamed(const Instruction& i, std::string_view text) {
+  return i.opcode() == Opcode::kGeneric && i.opcode_text() == text;
+}
+
+bool IsAnnotationCustomCall(const Instruction& i) {
+  if (i.opcode() != Opcode::kCustomCall) return false;
+  const std::string& t = i.custom_call_target;
+  return t == "Sharding" || t == "SPMDFullToShardShape" || t == "SPMDShardToFullShape" || t == "ShardBarrierFrom" ||
+         t == "ShardBarrierTo" || t == "X64Combine";
+}
+
+bool IsCollectiveOp(Opcode op) {
+  switch (op) {
+    case Opcode::kAllGather: case Opcode::kAllGatherStart: case Opcode::kAllReduce: case Opcode::kAllReduceStart:
+    case Opcode::kReduceScatter: case Opcode::kAllToAll: case Opcode::kCollectivePermute:
+    case Opcode::kCollectivePermuteStart:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsAsyncDone(Opcode op) {
+  return op == Opcode::kAllGatherDone || op == Opcode::kAllReduceDone || op == Opcode::kCollectivePermuteDone ||
+         op == Opcode::kCopyDone;
+}
+
+Role BaseRole(const Instruction& i) {
+  switch (i.opcode()) {
+    case Opcode::kParameter: return Role::kParameter;
+    case Opcode::kConstant: return Role::kConstant;
+    case Opcode::kTuple: case Opcode::kGetTupleElement: case Opcode::kBitcast: case Opcode::kReshape:
+    case Opcode::kOptimizationBarrier: case Opcode::kDomain: case Opcode::kAfterAll:
+      return Role::kAlias;
+    case Opcode::kWhile: return Role::kWhile;
+    case Opcode::kCall: return Role::kCall;
+    case Opcode::kConditional: return Role::kConditional;
+    default: break;
+  }
+  if (IsAsyncDone(i.opcode())) return Role::kAlias;
+  if (IsCollectiveOp(i.opcode())) return Role::kCollective;
+  if (IsAnnotationCustomCall(i) || IsGenericNamed(i, "add-dependency")) return Role::kAlias;
+  return Role::kCompute;
+}
+
+bool IsInlineCandidate(Opcode op) {
+  return op == Opcode::kBroadcast || op == Opcode::kIota || op == Opcode::kPartitionId || op == Opcode::kReplicaId;
+}
+
+bool IsHeavy(const Instruction& i) {
+  return i.opcode() == Opcode::kDot || i.opcode() == Opcode::kConvolution || IsGenericNamed(i, "fusion");
+}
+
+bool IsSliceLike(Opcode op) { return op == Opcode::kSlice || op == Opcode::kDynamicSlice || op == Opcode::kGather; }
+
+int64_t LeafCount(const Shape& s) {
+  if (!s.IsTuple()) return 1;
+  int64_t n = 0;
+  for (const auto& e : s.tuple) n += LeafCount(e);
+  return n;
+}
+
+void CollectLeaves(const Shape& s, std::vector<const Shape*>* out) {
+  if (!s.IsTuple()) {
+    out->push_back(&s);
+    return;
+  }
+  for (const auto& e : s.tuple) CollectLeaves(e, out);
+}
+
+int64_t LeafBytes(const Shape& s) { return s.IsArray() ? s.ByteSize() : 0; }
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// ---- FLOPs ------------------------------------------------------------------------------------------
+
+double InstructionFlops(const Instruction& i, std::unordered_map<const Computation*, double>* memo);
+
+double ComputationFlops(const Computation* c, std::unordered_map<const Computation*, double>* memo) {
+  if (!c) return 0;
+  auto it = memo->find(c);
+  if (it != memo->end()) return it->second;
+  (*memo)[c] = 0;  // recursion guard
+  double f = 0;
+  for (const auto& inst : c->instructions()) f += InstructionFlops(*inst, memo);
+  (*memo)[c] = f;
+  return f;
+}
+
+double InstructionFlops(const Instruction& i, std::unordered_map<const Computation*, double>* memo) {
+  if (i.opcode() == Opcode::kDot || i.opcode() == Opcode::kConvolution) {
+    auto f = CountFlops(i);
+    return f.ok() ? *f : 0.0;
+  }
+  if (IsGenericNamed(i, "fusion") && !i.called_computations().empty()) {
+    return ComputationFlops(i.called_computations()[0], memo);
+  }
+  return 0;
+}
+
+// ---- trip counts ------------------------------------------------------------------------------------
+
+std::optional<int64_t> KnownTripCountFromConfig(const std::string& config) {
+  auto p = config.find("known_trip_count");
+  if (p == std::string::npos) return std::nullopt;
+  auto n = config.find("\"n\"", p);
+  if (n == std::string::npos) return std::nullopt;
+  size_t i = n + 3;
+  while (i < config.size() && (config[i] == ':' || config[i] == ' ' || config[i] == '"')) ++i;
+  int64_t v = 0;
+  bool any = false;
+  while (i < config.size() && std::isdigit(static_cast<unsigned char>(config[i]))) {
+    v = v * 10 + (config[i] - '0');
+    any = true;
+    if (v > (int64_t{1} << 40)) return std::nullopt;
+    ++i;
+  }
+  if (!any) return std::nullopt;
+  return v;
+}
+
+const Instruction* SkipConverts(const Instruction* i) {
+  while (i && (i->opcode() == Opcode::kConvert || i->opcode() == Opcode::kReshape || i->opcode() == Opcode::kBitcast) &&
+         i->operand_count() == 1) {
+    i = i->operand(0);
+  }
+  return i;
+}
+
+std::optional<double> ScalarConstant(const Instruction* i) {
+  i = SkipConverts(i);
+  if (i && i->opcode() == Opcode::kBroadcast && i->operand_count() == 1) i = SkipConverts(i->operand(0));
+  if (!i || i->opcode() != Opcode::kConstant || i->literal.values.size() != 1) return std::nullopt;
+  return i->literal.values[0];
+}
+
+// tuple index k when `i` is get-tuple-element(parameter(0), k)
+std::optional<int64_t> CounterIndex(const Instruction* i) {
+  i = SkipConverts(i);
+  if (!i || i->opcode() != Opcode::kGetTupleElement || i->operand_count() != 1) return std::nullopt;
+  if (i->operand(0)->opcode() != Opcode::kParameter) return std::nullopt;
+  return i->tuple_index;
+}
+
+}  // namespace
+
+std::optional<int64_t> WhileTripCount(const Instruction& w) {
+  if (w.opcode() != Opcode::kWhile) return std::nullopt;
+  if (auto n = KnownTripCountFromConfig(w.backend_config)) return n;
+  const Computation* cond = w.while_condition();
+  const Computation* body = w.while_body();
+  if (!cond || !body || !cond->root()) return std::nullopt;
+  const Instruction* root = cond->root();
+  if (root->opcode() != Opcode::kCompare || root->operand_count() != 2) return std::nullopt;
+  ComparisonDirection dir = root->comparison;
+  std::optional<int64_t> k = CounterIndex(root->operand(0));
+  std::optional<double> limit = ScalarConstant(root->operand(1));
+  if (!k || !limit) {
+    k = CounterIndex(root->operand(1));
+    limit = ScalarConstant(root->operand(0));
+    if (!k || !limit) return std::nullopt;
+    switch (dir) {  // constant OP counter  ->  counter OP' constant
+      case ComparisonDirection::kLt: dir = ComparisonDirection::kGt; break;
+      case ComparisonDirection::kLe: dir = ComparisonDirection::kGe; break;
+      case ComparisonDirection::kGt: dir = ComparisonDirection::kLt; break;
+      case ComparisonDirection::kGe: dir = ComparisonDirection::kLe; break;
+      default: break;
+    }
+  }
+  // Initial value: the while operand's tuple element k when it is a constant (else 0).
+  double init = 0;
+  if (w.operand_count() == 1 && w.operand(0)->opcode() == Opcode::kTuple && *k >= 0 &&
+      *k < w.operand(0)->operand_count()) {
+    if (auto c = ScalarConstant(w.operand(0)->operand(*k))) init = *c;
+  }
+  // Step: body root tuple element k = add(counter, constant) / subtract(counter, constant) (else 1).
+  double step = 1;
+  const Instruction* broot = body->root();
+  if (broot && broot->opcode() == Opcode::kTuple && *k >= 0 && *k < broot->operand_count()) {
+    const Instruction* upd = SkipConverts(broot->operand(*k));
+    if (upd && (upd->opcode() == Opcode::kAdd || upd->opcode() == Opcode::kSubtract) && upd->operand_count() == 2) {
+      std::optional<double> s;
+      if (CounterIndex(upd->operand(0)) == k) s = ScalarConstant(upd->operand(1));
+      else if (upd->opcode() == Opcode::kAdd && CounterIndex(upd->operand(1)) == k) s = ScalarConstant(upd->operand(0));
+      if (s) step = upd->opcode() == Opcode::kSubtract ? -*s : *s;
+    }
+  }
+  if (step == 0) return std::nullopt;
+  const double c = *limit;
+  double n = 0;
+  bool counts = true;  // false: the counter never reaches the limit this way
+  switch (dir) {
+    case ComparisonDirection::kLt: counts = step > 0; n = std::ceil((c - init) / step); break;
+    case ComparisonDirection::kLe: counts = step > 0; n = std::floor((c - init) / step) + 1; break;
+    case ComparisonDirection::kGt: counts = step < 0; n = std::ceil((init - c) / -step); break;
+    case ComparisonDirection::kGe: counts = step < 0; n = std::floor((init - c) / -step) + 1; break;
+    case ComparisonDirection::kNe: {
+      n = (c - init) / step;
+      counts = n >= 0 && n == std::floor(n);
+      break;
+    }
+    case ComparisonDirection::kEq: return std::nullopt;
+  }
+  if (!counts || !std::isfinite(n) || n > 1e12) return std::nullopt;
+  return static_cast<int64_t>(std::max(0.0, n));
+}
+
+double CountModuleFlops(const Module& module) {
+  std::unordered_map<const Computation*, double> memo;
+  // Per computation: its own flops plus callees (while bodies x trip count).
+  std::unordered_map<const Computation*, double> total;
+  for (Computation* c : module.MakeComputationPostOrder()) {
+    double f = 0;
+    for (const auto& inst : c->instructions()) {
+      const Instruction& i = *inst;
+      f += InstructionFlops(i, &memo);
+      if (i.opcode() == Opcode::kWhile) {
+        const int64_t trips = WhileTripCount(i).value_or(1);
+        f += static_cast<double>(trips) * total[i.while_body()] + static_cast<double>(trips + 1) * total[i.while_condition()];
+      } else if (i.opcode() == Opcode::kCall) {
+        f += total[i.to_apply()];
+      } else if (i.opcode() == Opcode::kConditional && !i.called_computations().empty()) {
+        f += total[i.called_computations()[0]];
+      }
+    }
+    total[c] = f;
+  }
+  return module.entry() ? total[module.entry()] : 0.0;
+}
+
+std::string ReplicaGroupsText(const ReplicaGroups& g, size_t max_chars) {
+  auto join = [](const std::vector<int64_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    return s;
+  };
+  if (g.iota_form && !g.iota_dims.empty()) {
+    std::string s = "[" + join(g.iota_dims) + "]<=[" + join(g.iota_reshape) + "]";
+    if (!g.iota_perm.empty()) s += "T(" + join(g.iota_perm) + ")";
+    return s;
+  }
+  std::string s = "{";
+  for (size_t i = 0; i < g.groups.size(); ++i) {
+    s += (i ? ",{" : "{") + join(g.groups[i]) + "}";
+    if (s.size() > max_chars) {
+      std::string head = "{{";
+      const auto& first = g.groups[0];
+      for (size_t j = 0; j < first.size() && j < 4; ++j) head += (j ? "," : "") + std::to_string(first[j]);
+      head += first.size() > 4 ? ",...},...}" : "},...}";
+      return head + " (" + std::to_string(g.groups.size()) + " groups of " + std::to_string(first.size()) + ")";
+    }
+  }
+  return s + "}";
+}
+
+namespace {
+
+// ---- per-computation plan: order, roles, fusion groups -------------------------------------------------
+
+struct Group {
+  std::vector<const Instruction*> members;
+  int first_pos = 0;
+  bool heavy = false;
+  bool has_reduce = false;
+  const Instruction* main = nullptr;
+};
+
+struct Step {
+  enum class Kind : uint8_t { kInstruction, kGroup } kind = Kind::kInstruction;
+  int pos = 0;
+  const Instruction* inst = nullptr;
+  int group = -1;
+};
+
+struct CompPlan {
+  std::vector<const Instruction*> order;
+  std::unordered_map<const Instruction*, int> pos;
+  std::unordered_map<const Instruction*, Role> role;
+  std::unordered_map<const Instruction*, int> group_of;
+  std::vector<Group> groups;
+  std::vector<Step> steps;
+  // group members whose value is read outside their group (or is the root)
+  std::unordered_set<const Instruction*> group_outputs;
+};
+
+std::vector<const Instruction*> ListSchedule(const Computation& comp) {
+  std::vector<const Instruction*> order0;
+  std::unordered_map<const Instruction*, int> pos;
+  for (const auto& i : comp.instructions()) {
+    pos[i.get()] = static_cast<int>(order0.size());
+    order0.push_back(i.get());
+  }
+  const int n = static_cast<int>(order0.size());
+  constexpr int kInf = std::numeric_limits<int>::max();
+  std::vector<int> rank(static_cast<size_t>(n), kInf);
+  for (int p = n - 1; p >= 0; --p) {
+    const Instruction* i = order0[static_cast<size_t>(p)];
+    int r = IsCollectiveOp(i->opcode()) ? p : kInf;
+    for (const Instruction* u : i->users()) {
+      auto it = pos.find(u);
+      if (it != pos.end() && it->second > p) r = std::min(r, rank[static_cast<size_t>(it->second)]);
+    }
+    rank[static_cast<size_t>(p)] = r;
+  }
+  std::vector<int> indeg(static_cast<size_t>(n), 0);
+  std::vector<std::vector<int>> succ(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    const Instruction* i = order0[static_cast<size_t>(p)];
+    std::set<int> preds;
+    for (const Instruction* o : i->operands()) {
+      auto it = pos.find(o);
+      if (it != pos.end()) preds.insert(it->second);
+    }
+    for (const Instruction* o : i->control_predecessors) {
+      auto it = pos.find(o);
+      if (it != pos.end()) preds.insert(it->second);
+    }
+    for (int q : preds) {
+      succ[static_cast<size_t>(q)].push_back(p);
+      ++indeg[static_cast<size_t>(p)];
+    }
+  }
+  using Key = std::tuple<int, int, int>;
+  std::priority_queue<Key, std::vector<Key>, std::greater<>> ready;
+  auto push = [&](int p) {
+    const Instruction* i = order0[static_cast<size_t>(p)];
+    ready.emplace(IsCollectiveOp(i->opcode()) ? 0 : 1, rank[static_cast<size_t>(p)], p);
+  };
+  for (int p = 0; p < n; ++p)
+    if (indeg[static_cast<size_t>(p)] == 0) push(p);
+  std::vector<const Instruction*> out;
+  while (!ready.empty()) {
+    const int p = std::get<2>(ready.top());
+    ready.pop();
+    out.push_back(order0[static_cast<size_t>(p)]);
+    for (int s : succ[static_cast<size_t>(p)])
+      if (--indeg[static_cast<size_t>(s)] == 0) push(s);
+  }
+  if (static_cast<int>(out.size()) != n) return order0;  // a cycle would be a malformed module: keep order
+  return out;
+}
+
+// True when the value of `i` is read by something outside group `g` (through inlined ops and
+// aliases), or is the computation's root.
+bool UsedOutside(const CompPlan& plan, const Computation& comp, const Instruction* i, int g, int depth) {
+  if (i == comp.root() || depth > 32) return true;
+  for (const Instruction* u : i->users()) {
+    auto gi = plan.group_of.find(u);
+    if (gi != plan.group_of.end() && gi->second == g) continue;
+    auto r = plan.role.find(u);
+    if (r != plan.role.end() && (r->second == Role::kInline || r->second == Role::kAlias)) {
+      if (UsedOutside(plan, comp, u, g, depth + 1)) return true;
+      continue;
+    }
+    return true;
+  }
+  return false;
+}
+
+CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
+  CompPlan plan;
+  plan.order = opt.schedule == ScheduleKind::kCollectivesEarly ? ListSchedule(comp) : [&] {
+    std::vector<const Instruction*> o;
+    for (const auto& i : comp.instructions()) o.push_back(i.get());
+    return o;
+  }();
+  for (size_t p = 0; p < plan.order.size(); ++p) plan.pos[plan.order[p]] = static_cast<int>(p);
+  const bool fuse = opt.fuse_elementwise;
+  for (const Instruction* i : plan.order) plan.role[i] = BaseRole(*i);
+  // Inline broadcasts/iotas whose users are all compute ops of this computation.
+  if (fuse) {
+    // Reverse order so that a broadcast feeding an inlined broadcast sees its final role.
+    for (auto it = plan.order.rbegin(); it != plan.order.rend(); ++it) {
+      const Instruction* i = *it;
+      if (plan.role[i] != Role::kCompute || !IsInlineCandidate(i->opcode()) || i == comp.root()) continue;
+      if (i->users().empty()) continue;
+      bool all_compute = true;
+      for (const Instruction* u : i->users()) {
+        auto r = plan.role.find(u);
+        if (r == plan.role.end() || (r->second != Role::kCompute && r->second != Role::kInline)) all_compute = false;
+      }
+      if (all_compute) plan.role[i] = Role::kInline;
+    }
+  }
+  // Effective sources: through aliases and inlined ops to the instructions that produce memory.
+  std::unordered_map<const Instruction*, std::vector<const Instruction*>> sources;
+  auto src_of = [&](const Instruction* i) -> const std::vector<const Instruction*>& {
+    return sources[i];
+  };
+  for (const Instruction* i : plan.order) {
+    const Role r = plan.role[i];
+    std::vector<const Instruction*> s;
+    if ((r == Role::kAlias || r == Role::kInline) && i->operand_count() > 0) {
+      for (const Instruction* o : i->operands()) {
+        auto it = sources.find(o);
+        if (it != sources.end()) s.insert(s.end(), it->second.begin(), it->second.end());
+      }
+      std::sort(s.begin(), s.end());
+      s.erase(std::unique(s.begin(), s.end()), s.end());
+    } else if (r != Role::kAlias && r != Role::kInline) {
+      s.push_back(i);
+    }
+    sources[i] = std::move(s);
+  }
+  auto joinable = [&](int g, const Instruction* i) {
+    const Group& G = plan.groups[static_cast<size_t>(g)];
+    for (const Instruction* o : i->operands()) {
+      for (const Instruction* s : src_of(o)) {
+        auto gi = plan.group_of.find(s);
+        if (gi != plan.group_of.end() && gi->second == g) continue;
+        if (plan.pos[s] >= G.first_pos) return false;
+      }
+    }
+    return true;
+  };
+  auto new_group = [&](const Instruction* i) {
+    Group g;
+    g.members.push_back(i);
+    g.first_pos = plan.pos[i];
+    g.heavy = IsHeavy(*i);
+    g.has_reduce = i->opcode() == Opcode::kReduce;
+    plan.group_of[i] = static_cast<int>(plan.groups.size());
+    plan.groups.push_back(std::move(g));
+  };
+  for (const Instruction* i : plan.order) {
+    if (plan.role[i] != Role::kCompute) continue;
+    int target = -1;
+    if (fuse && IsElementwise(i->opcode())) {
+      for (const Instruction* o : i->operands()) {
+        for (const Instruction* s : src_of(o)) {
+          auto gi = plan.group_of.find(s);
+          if (gi == plan.group_of.end()) continue;
+          if (joinable(gi->second, i)) {
+            target = gi->second;
+            break;
+          }
+        }
+        if (target >= 0) break;
+      }
+    } else if (fuse && i->opcode() == Opcode::kReduce && i->operand_count() >= 1) {
+      for (const Instruction* s : src_of(i->operand(0))) {
+        auto gi = plan.group_of.find(s);
+        if (gi == plan.group_of.end()) continue;
+        const Group& G = plan.groups[static_cast<size_t>(gi->second)];
+        if (!G.heavy && !G.has_reduce && joinable(gi->second, i)) {
+          target = gi->second;
+          break;
+        }
+      }
+    }
+    if (target < 0) {
+      new_group(i);
+    } else {
+      Group& G = plan.groups[static_cast<size_t>(target)];
+      G.members.push_back(i);
+      G.has_reduce = G.has_reduce || i->opcode() == Opcode::kReduce;
+      plan.group_of[i] = target;
+    }
+  }
+  for (Group& g : plan.groups) {
+    g.main = g.members.back();
+    for (const Instruction* m : g.members) {
+      if (IsHeavy(*m)) {
+        g.main = m;
+        break;
+      }
+    }
+    if (!g.heavy) {
+      for (const Instruction* m : g.members)
+        if (m->opcode() == Opcode::kReduce) g.main = m;
+    }
+    const int mg = plan.group_of[g.members.front()];
+    for (const Instruction* m : g.members) {
+      if (UsedOutside(plan, comp, m, mg, 0)) plan.group_outputs.insert(m);
+    }
+  }
+  // Control predecessors of members are outputs of nothing; ignore. Steps in position order.
+  for (const Instruction* i : plan.order) {
+    const Role r = plan.role[i];
+    if (r == Role::kAlias || r == Role::kInline) continue;
+    if (r == Role::kCompute) {
+      const int g = plan.group_of[i];
+      if (plan.groups[static_cast<size_t>(g)].members.front() != i) continue;
+      plan.steps.push_back({Step::Kind::kGroup, plan.pos[i], i, g});
+    } else {
+      plan.steps.push_back({Step::Kind::kInstruction, plan.pos[i], i, -1});
+    }
+  }
+  return plan;
+}
+
+// ---- expansion ------------------------------------------------------------------------------------------
+
+using Value = std::vector<int32_t>;  // leaf buffer ids (-1: a leaf without memory, e.g. a token)
+
+struct CollectiveKey {
+  int kind;
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  double bytes;
+  bool operator<(const CollectiveKey& o) const {
+    return std::tie(kind, bytes, groups, pairs) < std::tie(o.kind, o.bytes, o.groups, o.pairs);
+  }
+};
+
+struct ReuseCandidate {
+  int32_t op = -1;
+  int32_t out = -1;
+  std::vector<int32_t> inputs;
+  bool same_size_only = true;
+};
+
+class Expander {
+ public:
+  Expander(const Module& m, const ChipSpec& chip, const ExecProgramOptions& opt) : module_(m), chip_(chip), opt_(opt) {
+    if (m.entry()) {
+      for (const Instruction* p : m.entry()->parameters())
+        if (p) param_names_.insert(p->name());
+    }
+  }
+
+  Status Run(ExecProgram* out) {
+    prog_ = out;
+    const Computation* entry = module_.entry();
+    if (!entry) return Error("the module has no entry computation");
+    if (!entry->root()) return Error("the entry computation has no root instruction");
+    std::vector<Value> args;
+    for (const Instruction* p : entry->parameters()) {
+      if (!p) return Error("entry parameter missing");
+      Value v;
+      std::vector<const Shape*> leaves;
+      CollectLeaves(p->shape(), &leaves);
+      const MemoryCategory cat = ClassifyValue(*p, true, param_names_, std::nullopt);
+      for (size_t k = 0; k < leaves.size(); ++k) {
+        if (!leaves[k]->IsArray()) {
+          v.push_back(-1);
+          continue;
+        }
+        Buffer b;
+        b.name = leaves.size() == 1 ? p->name() : p->name() + "{" + std::to_string(k) + "}";
+        b.bytes = LeafBytes(*leaves[k]);
+        b.category = cat;
+        b.is_parameter = true;
+        b.donated = opt_.donate_parameters;
+        v.push_back(AddBuffer(std::move(b)));
+      }
+      args.push_back(std::move(v));
+    }
+    auto root = Expand(*entry, args, "", 0);
+    if (!root.ok()) return root.error();
+    for (int32_t b : *root)
+      if (b >= 0) prog_->buffers[static_cast<size_t>(b)].is_output = true;
+    FinishInPlace();
+    for (const ExecOp& op : prog_->ops) prog_->flops += op.flops;
+    prog_->instructions = module_.instruction_count();
+    return Status::Ok();
+  }
+
+ private:
+  int32_t AddBuffer(Buffer b) {
+    prog_->buffers.push_back(std::move(b));
+    return static_cast<int32_t>(prog_->buffers.size() - 1);
+  }
+
+  const CompPlan& PlanOf(const Computation& c) {
+    auto it = plans_.find(&c);
+    if (it != plans_.end()) return it->second;
+    return plans_.emplace(&c, MakePlan(c, opt_)).first->second;
+  }
+
+  Status CheckBudget() {
+    if (static_cast<int64_t>(prog_->ops.size()) > opt_.max_exec_ops) {
+      return Error("the unrolled program exceeds " + std::to_string(opt_.max_exec_ops) +
+                   " ops (while loops are unrolled by their trip count); lower the trip counts or raise max_exec_ops");
+    }
+    return Status::Ok();
+  }
+
+  std::string Qualified(const Computation& c, const Instruction& i, const std::string& iter) const {
+    if (&c == module_.entry()) return i.name() + iter;
+    return c.name() + "/" + i.name() + iter;
+  }
+
+  std::optional<MemoryCategory> CategoryOfValue(const Value& v) const {
+    for (int32_t b : v)
+      if (b >= 0) return prog_->buffers[static_cast<size_t>(b)].category;
+    return std::nullopt;
+  }
+
+  // New buffers for a value of `shape` defined by `inst` in op `op`.
+  Value NewValue(const Instruction& inst, const Shape& shape, const std::string& qname, int32_t op,
+                 MemoryCategory cat) {
+    (void)inst;
+    Value v;
+    std::vector<const Shape*> leaves;
+    CollectLeaves(shape, &leaves);
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      if (!leaves[k]->IsArray()) {
+        v.push_back(-1);
+        continue;
+      }
+      Buffer b;
+      b.name = leaves.size() == 1 ? qname : qname + "{" + std::to_string(k) + "}";
+      b.bytes = LeafBytes(*leaves[k]);
+      b.category = cat;
+      b.def_op = op;
+      v.push_back(AddBuffer(std::move(b)));
+    }
+    return v;
+  }
+
+  struct Frame {
+    const Computation* comp = nullptr;
+    const CompPlan* plan = nullptr;
+    const std::vector<Value>* args = nullptr;
+    std::unordered_map<const Instruction*, Value> values;
+    std::unordered_map<const Instruction*, int32_t> op_of;  // instruction -> exec op (deps of control edges)
+    std::string iter;
+  };
+
+  // The value of `i` in frame `f`, resolving aliases and inlined ops lazily.
+  Result<Value> ValueOf(Frame& f, const Instruction* i) {
+    auto it = f.values.find(i);
+    if (it != f.values.end()) return it->second;
+    const Role r = f.plan->role.at(i);
+    Value v;
+    if (r == Role::kParameter) {
+      const int64_t n = i->parameter_number;
+      if (n < 0 || n >= static_cast<int64_t>(f.args->size())) {
+        return Error("computation " + f.comp->name() + ": parameter " + std::to_string(n) + " has no argument");
+      }
+      v = (*f.args)[static_cast<size_t>(n)];
+    } else if (r == Role::kInline) {
+      for (const Instruction* o : i->operands()) {
+        auto ov = ValueOf(f, o);
+        if (!ov.ok()) return ov.error();
+        v.insert(v.end(), ov->begin(), ov->end());
+      }
+    } else if (r == Role::kAlias) {
+      auto res = AliasValue(f, i);
+      if (!res.ok()) return res.error();
+      v = std::move(res).value();
+    } else {
+      return Error("internal: value of " + i->name() + " (" + std::string(OpcodeName(i->opcode())) +
+                   ") used before it was computed");
+    }
+    f.values[i] = v;
+    return v;
+  }
+
+  Result<Value> AliasValue(Frame& f, const Instruction* i) {
+    Value v;
+    switch (i->opcode()) {
+      case Opcode::kTuple:
+        for (const Instruction* o : i->operands()) {
+          auto ov = ValueOf(f, o);
+          if (!ov.ok()) return ov.error();
+          v.insert(v.end(), ov->begin(), ov->end());
+        }
+        return v;
+      case Opcode::kGetTupleElement: {
+        if (i->operand_count() != 1) return Error(i->name() + ": get-tuple-element needs one operand");
+        auto ov = ValueOf(f, i->operand(0));
+        if (!ov.ok()) return ov.error();
+        const Shape& ts = i->operand(0)->shape();
+        if (!ts.IsTuple() || i->tuple_index < 0 || i->tuple_index >= static_cast<int64_t>(ts.tuple.size())) {
+          return Error(i->name() + ": get-tuple-element index out of range");
+        }
+        int64_t off = 0;
+        for (int64_t k = 0; k < i->tuple_index; ++k) off += LeafCount(ts.tuple[static_cast<size_t>(k)]);
+        const int64_t cnt = LeafCount(ts.tuple[static_cast<size_t>(i->tuple_index)]);
+        if (off + cnt > static_cast<int64_t>(ov->size())) return Error(i->name() + ": tuple leaves do not match");
+        v.assign(ov->begin() + off, ov->begin() + off + cnt);
+        return v;
+      }
+      default: break;
+    }
+    if (IsAsyncDone(i->opcode())) {
+      if (i->operand_count() < 1) return Error(i->name() + ": needs an operand");
+      auto ov = ValueOf(f, i->operand(0));
+      if (!ov.ok()) return ov.error();
+      const Shape& ss = i->operand(0)->shape();
+      if (ss.IsTuple() && !(ss == i->shape()) && ss.tuple.size() >= 2) {
+        const int64_t off = LeafCount(ss.tuple[0]);
+        const int64_t cnt = LeafCount(ss.tuple[1]);
+        if (off + cnt <= static_cast<int64_t>(ov->size())) v.assign(ov->begin() + off, ov->begin() + off + cnt);
+        return v;
+      }
+      return ov;
+    }
+    // bitcast, reshape, opt-barrier, domain, annotation custom-calls, add-dependency: operand 0's value
+    // (opt-barrier of a tuple: the tuple's value). after-all: no memory.
+    if (i->opcode() == Opcode::kAfterAll) {
+      v.push_back(-1);
+      return v;
+    }
+    if (i->operand_count() >= 1) return ValueOf(f, i->operand(0));
+    v.push_back(-1);
+    return v;
+  }
+
+  // Buffers (unique, >= 0) of a list of values.
+  static void AddBuffers(const Value& v, std::vector<int32_t>* out) {
+    for (int32_t b : v)
+      if (b >= 0) out->push_back(b);
+  }
+
+  void FinalizeDeps(ExecOp& op) {
+    std::sort(op.uses.begin(), op.uses.end());
+    op.uses.erase(std::unique(op.uses.begin(), op.uses.end()), op.uses.end());
+    for (int32_t b : op.uses) {
+      const int32_t d = prog_->buffers[static_cast<size_t>(b)].def_op;
+      if (d >= 0) op.deps.push_back(d);
+    }
+    std::sort(op.deps.begin(), op.deps.end());
+    op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+  }
+
+  void AddControlDeps(Frame& f, const std::vector<const Instruction*>& members, ExecOp& op) {
+    for (const Instruction* m : members) {
+      for (const Instruction* p : m->control_predecessors) {
+        auto it = f.op_of.find(p);
+        if (it != f.op_of.end()) op.deps.push_back(it->second);
+      }
+    }
+  }
+
+  // Category of operand `o` of a group member: through single-operand aliases to a member (whose
+  // category is being computed) or to a value that already exists.
+  std::optional<MemoryCategory> OperandCategory(Frame& f, const Instruction* o,
+                                                const std::unordered_map<const Instruction*, MemoryCategory>& member_cat) {
+    for (int hops = 0; o && hops < 64; ++hops) {
+      auto mc = member_cat.find(o);
+      if (mc != member_cat.end()) return mc->second;
+      auto fv = f.values.find(o);
+      if (fv != f.values.end()) return CategoryOfValue(fv->second);
+      const Role r = f.plan->role.at(o);
+      if ((r == Role::kAlias || r == Role::kInline) && o->operand_count() >= 1) {
+        o = o->operand(0);
+        continue;
+      }
+      auto v = ValueOf(f, o);
+      if (v.ok()) return CategoryOfValue(*v);
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+
+  Status RunGroup(Frame& f, const Group& g) {
+    const int32_t op_id = static_cast<int32_t>(prog_->ops.size());
+    ExecOp op;
+    op.kind = ExecKind::kCompute;
+    op.name = Qualified(*f.comp, *g.main, f.iter);
+    op.members = static_cast<int32_t>(g.members.size());
+    if (g.members.size() == 1) {
+      if (g.main->opcode() == Opcode::kCustomCall) op.kind_name = "custom-call";
+      else if (g.main->opcode() == Opcode::kGeneric) op.kind_name = g.main->opcode_text();
+      else op.kind_name = std::string(OpcodeName(g.main->opcode()));
+    } else if (IsGenericNamed(*g.main, "fusion") || !g.heavy) {
+      op.kind_name = "fusion";
+    } else {
+      op.kind_name = std::string(OpcodeName(g.main->opcode())) + "-fusion";
+    }
+    std::unordered_set<const Instruction*> member_set(g.members.begin(), g.members.end());
+    // 1. Categories of every member, in order (internal ones too, for inheritance).
+    std::unordered_map<const Instruction*, MemoryCategory> member_cat;
+    for (const Instruction* m : g.members) {
+      std::optional<MemoryCategory> oc;
+      if (m->operand_count() > 0) oc = OperandCategory(f, m->operand(0), member_cat);
+      member_cat[m] = ClassifyValue(*m, false, param_names_, oc);
+    }
+    // 2. Values: new buffers for members read outside the group, nothing for the others.
+    std::vector<ReuseCandidate> reuse;
+    double write_bytes = 0;
+    for (const Instruction* m : g.members) {
+      if (!f.plan->group_outputs.count(m)) {
+        f.values[m] = Value{};
+        f.op_of[m] = op_id;
+        continue;
+      }
+      Value v = NewValue(*m, m->shape(), Qualified(*f.comp, *m, f.iter), op_id, member_cat[m]);
+      f.values[m] = v;
+      f.op_of[m] = op_id;
+      for (int32_t b : v) {
+        if (b < 0) continue;
+        op.defs.push_back(b);
+        double wb = static_cast<double>(prog_->buffers[static_cast<size_t>(b)].bytes);
+        if (m->opcode() == Opcode::kDynamicUpdateSlice && m->operand_count() > 1) {
+          wb = std::min(wb, static_cast<double>(m->operand(1)->shape().ByteSize()));
+        }
+        write_bytes += wb;
+      }
+    }
+    // 3. External reads: buffer -> bytes read (slices read only what they keep; a
+    //    dynamic-update-slice reads only its update).
+    std::map<int32_t, double> reads;
+    for (const Instruction* m : g.members) {
+      op.flops += InstructionFlops(*m, &flops_memo_);
+      for (int64_t k = 0; k < m->operand_count(); ++k) {
+        const Instruction* o = m->operand(k);
+        if (member_set.count(o)) continue;
+        auto ov = ValueOf(f, o);
+        if (!ov.ok()) return ov.error();
+        for (int32_t b : *ov) {
+          if (b < 0 || prog_->buffers[static_cast<size_t>(b)].def_op == op_id) continue;
+          double bytes = static_cast<double>(prog_->buffers[static_cast<size_t>(b)].bytes);
+          if (k == 0 && IsSliceLike(m->opcode())) bytes = std::min(bytes, static_cast<double>(m->shape().ByteSize()));
+          if (k == 0 && m->opcode() == Opcode::kDynamicUpdateSlice && m->operand_count() > 1) bytes = 0;
+          auto [it, fresh] = reads.emplace(b, bytes);
+          if (!fresh) it->second = std::max(it->second, bytes);
+          op.uses.push_back(b);
+        }
+      }
+    }
+    // 4. In-place candidates for single-buffer outputs.
+    if (opt_.in_place_reuse) {
+      for (const Instruction* m : g.members) {
+        if (!f.plan->group_outputs.count(m)) continue;
+        const Value& v = f.values[m];
+        if (v.size() != 1 || v[0] < 0) continue;
+        ReuseCandidate rc;
+        rc.op = op_id;
+        rc.out = v[0];
+        if (IsSliceLike(m->opcode()) || m->opcode() == Opcode::kDynamicUpdateSlice) {
+          if (m->operand_count() > 0 && !member_set.count(m->operand(0))) {
+            auto ov = ValueOf(f, m->operand(0));
+            if (ov.ok()) AddBuffers(*ov, &rc.inputs);
+            rc.same_size_only = false;
+          }
+        } else if (IsElementwise(m->opcode()) || IsGenericNamed(*m, "fusion")) {
+          for (const auto& [b, bytes] : reads) rc.inputs.push_back(b);
+        }
+        if (!rc.inputs.empty()) reuse.push_back(std::move(rc));
+      }
+    }
+    double read_bytes = 0;
+    for (const auto& [b, bytes] : reads) read_bytes += bytes;
+    op.bytes = read_bytes + write_bytes;
+    op.duration_s = ComputeCost(op.flops, op.bytes, chip_);
+    AddControlDeps(f, g.members, op);
+    FinalizeDeps(op);
+    prog_->ops.push_back(std::move(op));
+    for (auto& rc : reuse) reuse_.push_back(std::move(rc));
+    return CheckBudget();
+  }
+
+  Status RunCollective(Frame& f, const Instruction& i) {
+    const int32_t op_id = static_cast<int32_t>(prog_->ops.size());
+    ExecOp op;
+    op.kind = ExecKind::kCollective;
+    op.name = Qualified(*f.comp, i, f.iter);
+    CollectiveKind kind = CollectiveKind::kAllReduce;
+    switch (i.opcode()) {
+      case Opcode::kAllGather: case Opcode::kAllGatherStart: kind = CollectiveKind::kAllGather; break;
+      case Opcode::kAllReduce: case Opcode::kAllReduceStart: kind = CollectiveKind::kAllReduce; break;
+      case Opcode::kReduceScatter: kind = CollectiveKind::kReduceScatter; break;
+      case Opcode::kAllToAll: kind = CollectiveKind::kAllToAll; break;
+      default: kind = CollectiveKind::kCollectivePermute; break;
+    }
+    op.kind_name = std::string(CollectiveKindName(kind));
+    double operand_bytes = 0;
+    Value operand_value;
+    for (const Instruction* o : i.operands()) {
+      auto ov = ValueOf(f, o);
+      if (!ov.ok()) return ov.error();
+      operand_value.insert(operand_value.end(), ov->begin(), ov->end());
+      if (o->shape().IsArray()) operand_bytes += static_cast<double>(o->shape().ByteSize());
+      else if (o->shape().IsTuple()) operand_bytes += static_cast<double>(o->shape().ByteSize());
+    }
+    AddBuffers(operand_value, &op.uses);
+    op.bytes = operand_bytes;
+    // Result value: a -start with a tuple shape holds (operands, results, context...).
+    const MemoryCategory cat = ClassifyValue(i, false, param_names_, CategoryOfValue(operand_value));
+    Value v;
+    const Shape& s = i.shape();
+    const bool start_tuple = (i.opcode() == Opcode::kAllGatherStart || i.opcode() == Opcode::kCollectivePermuteStart) &&
+                             s.IsTuple() && s.tuple.size() >= 2;
+    if (start_tuple) {
+      const int64_t n0 = LeafCount(s.tuple[0]);
+      for (int64_t k = 0; k < n0; ++k) v.push_back(k < static_cast<int64_t>(operand_value.size()) ? operand_value[static_cast<size_t>(k)] : -1);
+      Value r = NewValue(i, s.tuple[1], Qualified(*f.comp, i, f.iter), op_id, cat);
+      v.insert(v.end(), r.begin(), r.end());
+      AddBuffers(r, &op.defs);
+      for (size_t e = 2; e < s.tuple.size(); ++e)
+        for (int64_t k = 0; k < LeafCount(s.tuple[e]); ++k) v.push_back(-1);
+    } else {
+      v = NewValue(i, s, Qualified(*f.comp, i, f.iter), op_id, cat);
+      AddBuffers(v, &op.defs);
+    }
+    f.values[&i] = v;
+    f.op_of[&i] = op_id;
+    // In place: all-reduce (same size), all-gather / reduce-scatter (operand 0, resized).
+    if (opt_.in_place_reuse && op.defs.size() == 1) {
+      ReuseCandidate rc;
+      rc.op = op_id;
+      rc.out = op.defs[0];
+      if (kind == CollectiveKind::kAllReduce) {
+        AddBuffers(operand_value, &rc.inputs);
+      } else if ((kind == CollectiveKind::kAllGather || kind == CollectiveKind::kReduceScatter) && i.operand_count() >= 1) {
+        auto ov = ValueOf(f, i.operand(0));
+        if (ov.ok()) AddBuffers(*ov, &rc.inputs);
+        rc.same_size_only = false;
+      }
+      if (!rc.inputs.empty()) reuse_.push_back(std::move(rc));
+    }
+    // The distinct collective.
+    CollectiveKey key;
+    key.kind = static_cast<int>(kind);
+    key.bytes = operand_bytes;
+    if (kind == CollectiveKind::kCollectivePermute) {
+      key.pairs = i.source_target_pairs;
+    } else {
+      key.groups = i.replica_groups.groups;
+    }
+    auto it = collective_index_.find(key);
+    if (it == collective_index_.end()) {
+      CollectiveSpec spec;
+      spec.kind = kind;
+      spec.groups = key.groups;
+      spec.pairs = key.pairs;
+      spec.operand_bytes = operand_bytes;
+      if (kind == CollectiveKind::kCollectivePermute) {
+        std::string t = "{";
+        for (size_t k = 0; k < spec.pairs.size(); ++k) {
+          t += (k ? ",{" : "{") + std::to_string(spec.pairs[k].first) + "," + std::to_string(spec.pairs[k].second) + "}";
+        }
+        t += "}";
+        if (t.size() > 2000) t = "(" + std::to_string(spec.pairs.size()) + " source-target pairs)";
+        spec.groups_text = t;
+      } else {
+        spec.groups_text = ReplicaGroupsText(i.replica_groups);
+      }
+      it = collective_index_.emplace(key, static_cast<int32_t>(prog_->collectives.size())).first;
+      prog_->collectives.push_back(std::move(spec));
+    }
+    op.collective = it->second;
+    AddControlDeps(f, {&i}, op);
+    FinalizeDeps(op);
+    prog_->ops.push_back(std::move(op));
+    return CheckBudget();
+  }
+
+  Status RunConstant(Frame& f, const Instruction& i) {
+    auto it = constants_.find(&i);
+    if (it == constants_.end()) {
+      Value v;
+      std::vector<const Shape*> leaves;
+      CollectLeaves(i.shape(), &leaves);
+      for (size_t k = 0; k < leaves.size(); ++k) {
+        if (!leaves[k]->IsArray()) {
+          v.push_back(-1);
+          continue;
+        }
+        Buffer b;
+        b.name = Qualified(*f.comp, i, "");
+        b.bytes = LeafBytes(*leaves[k]);
+        b.category = MemoryCategory::kTemporaries;
+        b.is_constant = true;
+        v.push_back(AddBuffer(std::move(b)));
+      }
+      it = constants_.emplace(&i, std::move(v)).first;
+    }
+    f.values[&i] = it->second;
+    return Status::Ok();
+  }
+
+  Result<Value> Expand(const Computation& comp, const std::vector<Value>& args, const std::string& iter, int depth) {
+    if (depth > 64) return Error("computation " + comp.name() + ": calls nest deeper than 64 levels (recursion?)");
+    Frame f;
+    f.comp = &comp;
+    f.plan = &PlanOf(comp);
+    f.args = &args;
+    f.iter = iter;
+    for (const Step& s : f.plan->steps) {
+      if (s.kind == Step::Kind::kGroup) {
+        if (Status st = RunGroup(f, f.plan->groups[static_cast<size_t>(s.group)]); !st.ok()) return st.error();
+        continue;
+      }
+      const Instruction& i = *s.inst;
+      switch (f.plan->role.at(&i)) {
+        case Role::kParameter: {
+          auto v = ValueOf(f, &i);
+          if (!v.ok()) return v.error();
+          break;
+        }
+        case Role::kConstant:
+          if (Status st = RunConstant(f, i); !st.ok()) return st.error();
+          break;
+        case Role::kCollective:
+          if (Status st = RunCollective(f, i); !st.ok()) return st.error();
+          break;
+        case Role::kWhile: {
+          if (Status st = RunWhile(f, i, depth); !st.ok()) return st.error();
+          break;
+        }
+        case Role::kCall: {
+          const Computation* callee = i.to_apply();
+          if (!callee) return Error(i.name() + ": call without a computation");
+          std::vector<Value> a;
+          for (const Instruction* o : i.operands()) {
+            auto ov = ValueOf(f, o);
+            if (!ov.ok()) return ov.error();
+            a.push_back(std::move(ov).value());
+          }
+          auto r = Expand(*callee, a, iter, depth + 1);
+          if (!r.ok()) return r.error();
+          f.values[&i] = std::move(r).value();
+          break;
+        }
+        case Role::kConditional: {
+          const auto& branches = i.called_computations();
+          if (branches.empty() || i.operand_count() < 1 + static_cast<int64_t>(branches.size())) {
+            return Error(i.name() + ": conditional needs a predicate and one operand per branch");
+          }
+          size_t b = 0;
+          if (auto c = ScalarConstant(i.operand(0))) {
+            if (i.operand(0)->shape().type == PrimitiveType::kPred) b = *c != 0 ? 0 : 1;
+            else b = *c < 0 || *c >= static_cast<double>(branches.size()) ? branches.size() - 1 : static_cast<size_t>(*c);
+            b = std::min(b, branches.size() - 1);
+          } else {
+            prog_->warnings.push_back("conditional " + Qualified(*f.comp, i, iter) +
+                                      ": the branch taken is not known; simulated branch 0");
+          }
+          auto ov = ValueOf(f, i.operand(static_cast<int64_t>(1 + b)));
+          if (!ov.ok()) return ov.error();
+          std::vector<Value> a{std::move(ov).value()};
+          auto r = Expand(*branches[b], a, iter, depth + 1);
+          if (!r.ok()) return r.error();
+          f.values[&i] = std::move(r).value();
+          break;
+        }
+        default: break;
+      }
+    }
+    if (!comp.root()) return Error("computation " + comp.name() + " has no root");
+    return ValueOf(f, comp.root());
+  }
+
+  Status RunWhile(Frame& f, const Instruction& w, int depth) {
+    const Computation* cond = w.while_condition();
+    const Computation* body = w.while_body();
+    if (!cond || !body) return Error(w.name() + ": while needs a condition and a body");
+    if (w.operand_count() != 1) return Error(w.name() + ": while takes one operand");
+    int64_t trips = 0;
+    if (auto t = WhileTripCount(w)) {
+      trips = *t;
+    } else {
+      trips = opt_.default_trip_count;
+      prog_->warnings.push_back("while " + Qualified(*f.comp, w, f.iter) + ": trip count unknown; assumed " +
+                                std::to_string(trips));
+    }
+    auto init = ValueOf(f, w.operand(0));
+    if (!init.ok()) return init.error();
+    Value state = std::move(init).value();
+    for (int64_t t = 0; t <= trips; ++t) {
+      const std::string it = f.iter + "[" + std::to_string(t) + "]";
+      std::vector<Value> a{state};
+      auto c = Expand(*cond, a, it, depth + 1);
+      if (!c.ok()) return c.error();
+      if (t == trips) break;
+      auto r = Expand(*body, a, it, depth + 1);
+      if (!r.ok()) return r.error();
+      state = std::move(r).value();
+    }
+    f.values[&w] = state;
+    return Status::Ok();
+  }
+
+  // Chooses in-place reuse now that every buffer's last user (in issue order) is known.
+  void FinishInPlace() {
+    const size_t nb = prog_->buffers.size();
+    std::vector<int32_t> last_user(nb, -1);
+    for (size_t o = 0; o < prog_->ops.size(); ++o)
+      for (int32_t b : prog_->ops[o].uses) last_user[static_cast<size_t>(b)] = std::max(last_user[static_cast<size_t>(b)], static_cast<int32_t>(o));
+    std::vector<char> taken(nb, 0), filled(nb, 0);
+    for (const ReuseCandidate& rc : reuse_) {
+      if (filled[static_cast<size_t>(rc.out)]) continue;
+      const Buffer& out = prog_->buffers[static_cast<size_t>(rc.out)];
+      for (int32_t x : rc.inputs) {
+        const Buffer& in = prog_->buffers[static_cast<size_t>(x)];
+        if (taken[static_cast<size_t>(x)] || last_user[static_cast<size_t>(x)] != rc.op) continue;
+        if (in.is_output || in.is_constant || (in.is_parameter && !in.donated)) continue;
+        if (rc.same_size_only && in.bytes != out.bytes) continue;
+        taken[static_cast<size_t>(x)] = 1;
+        filled[static_cast<size_t>(rc.out)] = 1;
+        prog_->ops[static_cast<size_t>(rc.op)].in_place.emplace_back(rc.out, x);
+        break;
+      }
+    }
+  }
+
+  const Module& module_;
+  const ChipSpec& chip_;
+  const ExecProgramOptions& opt_;
+  ExecProgram* prog_ = nullptr;
+  std::set<std::string, std::less<>> param_names_;
+  std::unordered_map<const Computation*, CompPlan> plans_;
+  std::unordered_map<const Computation*, double> flops_memo_;
+  std::unordered_map<const Instruction*, Value> constants_;
+  std::map<CollectiveKey, int32_t> collective_index_;
+  std::vector<ReuseCandidate> reuse_;
+};
+
+}  // namespace
+
+Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options) {
+  if (options.default_trip_count < 0) return Error("default_trip_count must be >= 0");
+  if (options.max_exec_ops < 1) return Error("max_exec_ops must be >= 1");
+  ExecProgram program;
+  Expander ex(module, chip, options);
+  if (Status s = ex.Run(&program); !s.ok()) return s.error();
+  return program;
+}
+
+}  // namespace shardscope

@@ -1,0 +1,139 @@
+// From an SPMD module to the flat program one device executes: the "executable program" the event
+// engine (simulator/engine.h) runs and the memory model (simulator/memory_model.h) measures.
+//
+// What BuildExecProgram does, in order:
+//  1. Orders each computation: program order (the instructions as written, which is a valid
+//     topological order), or, with ScheduleKind::kCollectivesEarly, a list schedule that starts
+//     every collective as early as its operands allow (see below).
+//  2. Fuses (FusionOptions::fuse_elementwise, on by default), per computation:
+//     - broadcast and iota whose users are all compute ops are inlined into them (never
+//       materialised; their consumers read the broadcast's small operand);
+//     - an elementwise op joins the fusion group of an operand (output fusion into a dot,
+//       convolution, reduce, ..., or a chain of elementwise ops) when all its other operands were
+//       computed before the group's first member (so grouping can never create a cycle);
+//     - a reduce joins its operand's group when that group holds only elementwise ops (an input
+//       fusion).
+//     A group runs as one compute op: FLOPs of its dots/convolutions, bytes = the buffers it reads
+//     from outside plus the values it writes that are used outside (roofline on the sum). Values
+//     used only inside a group are never materialised. Slices and dynamic-slices read only what
+//     they keep; dynamic-update-slice writes only its update.
+//  3. Expands control flow: while loops are unrolled by their trip count (backend_config
+//     known_trip_count, else the pattern `compare(get-tuple-element(param, i), constant)` with the
+//     counter's init value and step, else SimulationOptions::default_trip_count with a warning);
+//     the condition runs trip+1 times; call and conditional bodies are inlined (a conditional runs
+//     the branch its constant predicate/index selects, otherwise branch 0, with a warning).
+//  4. Tracks buffers: every materialised array value is a Buffer (bytes, category, definer);
+//     tuple, get-tuple-element, bitcast, reshape, opt-barrier, domain and the -done halves of async
+//     pairs are aliases (no memory, no time). Parameters and constants are live from time 0.
+//     In-place reuse (MemoryOptions::in_place_reuse): an op may take over the buffer of an operand
+//     whose last use it is — same size: elementwise/fused groups, all-reduce; any size (the buffer
+//     is resized): slice, dynamic-slice, dynamic-update-slice (operand 0), all-gather,
+//     reduce-scatter. This mirrors XLA's buffer sharing for elementwise and in-place ops and is
+//     what makes the weight-update-sharding memory formula (validation M1) come out exactly.
+//
+// Collectives are separate ops (never fused). The async forms (all-gather-start/-done, ...) are the
+// same collective: -start is the op, -done an alias of its result.
+//
+// Scheduling kCollectivesEarly: a topological list schedule per computation whose priority is
+// (collective first, then instructions feeding the earliest collective, then program order). The
+// engine starts each collective as soon as its operand is ready anyway; this schedule makes the
+// operands ready sooner so collectives overlap more compute (and buffers may live longer).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/ir.h"
+#include "core/status.h"
+#include "simulator/collective_cost.h"
+#include "simulator/hardware.h"
+#include "simulator/run_result.h"
+
+namespace shardscope {
+
+enum class ScheduleKind : uint8_t {
+  kProgramOrder,      // instructions in the order written
+  kCollectivesEarly,  // list schedule: collectives (and what feeds them) as early as possible
+};
+std::string_view ScheduleKindName(ScheduleKind k);  // "program-order" | "collectives-early"
+Result<ScheduleKind> ScheduleKindFromName(std::string_view name);
+
+struct ExecProgramOptions {
+  ScheduleKind schedule = ScheduleKind::kProgramOrder;
+  bool fuse_elementwise = true;
+  // Trip count for while loops whose count cannot be found (a warning names the loop).
+  int64_t default_trip_count = 1;
+  // Guard against huge unrolls: an error when the expanded program would exceed this many ops.
+  int64_t max_exec_ops = 5'000'000;
+  bool in_place_reuse = true;
+  // Entry parameters are donated (a training step's state is replaced by its outputs): they are
+  // freed after their last use and may be reused in place. Off: parameters live the whole step.
+  bool donate_parameters = true;
+};
+
+enum class ExecKind : uint8_t { kCompute, kCollective };
+
+// One unit of work on a device: a (fused) compute op on the compute stream, or a collective on the
+// communication stream.
+struct ExecOp {
+  ExecKind kind = ExecKind::kCompute;
+  std::string name;  // instruction name; "comp/name" outside the entry; "[i]" per enclosing loop
+  std::string kind_name;  // "dot", "fusion", "reduce", "all-gather", ...
+  double duration_s = 0;  // compute ops: roofline time
+  double flops = 0;       // dot/convolution FLOPs
+  double bytes = 0;       // compute: bytes accessed; collective: operand bytes per device
+  int32_t collective = -1;  // index into ExecProgram::collectives
+  std::vector<int32_t> deps;   // ops that must finish first (ascending, unique)
+  std::vector<int32_t> uses;   // buffers read
+  std::vector<int32_t> defs;   // buffers written (allocated when the op starts)
+  // (output buffer, operand buffer): the output takes over the operand's memory when the op starts.
+  std::vector<std::pair<int32_t, int32_t>> in_place;
+  int32_t members = 1;  // instructions fused into this op
+};
+
+struct Buffer {
+  std::string name;  // the instruction that defines it ("x", "layer0_ffn_wi", "while.3{1}" for leaves)
+  int64_t bytes = 0;
+  MemoryCategory category = MemoryCategory::kTemporaries;
+  int32_t def_op = -1;  // -1: entry parameter or constant (allocated at time 0)
+  bool is_parameter = false;
+  bool is_constant = false;
+  bool is_output = false;  // part of the entry result: live until the end of the step
+  bool donated = false;    // parameter that may be freed after its last use
+};
+
+// A distinct collective (kind, groups and payload), shared by every op that performs it.
+struct CollectiveSpec {
+  CollectiveKind kind = CollectiveKind::kAllGather;
+  std::vector<std::vector<int64_t>> groups;                // empty: one group of all devices
+  std::vector<std::pair<int64_t, int64_t>> pairs;          // collective-permute
+  double operand_bytes = 0;                                // per device (EstimateCollective's meaning)
+  std::string groups_text;                                 // as in HLO text (abbreviated when huge)
+};
+
+struct ExecProgram {
+  std::vector<ExecOp> ops;  // in issue order
+  std::vector<Buffer> buffers;
+  std::vector<CollectiveSpec> collectives;
+  std::vector<std::string> warnings;
+  int64_t instructions = 0;  // instructions of the module considered
+  double flops = 0;          // per device, one step
+};
+
+// Builds the program one device runs. `chip` prices compute ops (roofline).
+Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options = {});
+
+// Trip count of a while instruction: known_trip_count, the counter pattern, or nullopt.
+std::optional<int64_t> WhileTripCount(const Instruction& while_inst);
+
+// FLOPs of dots and convolutions in the module with loops unrolled by their trip counts (unknown
+// loops count once): the "useful" work of a step, e.g. of the unpartitioned module for MFU.
+double CountModuleFlops(const Module& module);
+
+// Text of replica groups as in HLO ("{{0,1},{2,3}}", or the iota form when it was given so);
+// abbreviated ("{{0,1,...},...} (256 groups of 8)") beyond `max_chars`.
+std::string ReplicaGroupsText(const ReplicaGroups& groups, size_t max_chars = 2000);
+
+}  // namespace shardscope
