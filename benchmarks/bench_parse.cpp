@@ -36,6 +36,9 @@ std::string GenerateModule(int64_t target) {
          "), sharding={devices=[2,2]<=[4] last_tile_dim_replicate}, metadata={op_name=\"params/b" + i + "\"}\n";
     count += 2;
   }
+  // Scalar constants make the count exact; then layers of 5 instructions.
+  for (int64_t c = 0; (target - count) % 5 != 0; ++c, ++count)
+    s += "  %c." + std::to_string(c) + " = f32[] constant(" + std::to_string(c) + "), sharding={replicated}\n";
   int64_t layer = 0;
   std::string prev = "h.0";
   while (count + 5 <= target) {

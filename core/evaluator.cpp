@@ -1068,10 +1068,88 @@ Result<Tensor> EvalConvolution(const Instruction& inst, const Tensor& in, const 
   for (size_t s = 0; s < ns; ++s) ksp[s] = ker.dim(cd.kernel_spatial[s]);
   const int64_t kcount = Product(ksp);
   if (out.size() == 0) return out;
-  // Iterate over output elements via an output multi-index.
+  const bool int_math = out.storage() == Storage::kInt;
+  if (!int_math && BG == 1) {
+    // im2col + GEMM per batch element and feature group: patches [out spatial, K_in x window]
+    // times kernel [K_in x window, out features of the group].
+    using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    std::vector<int64_t> osp(ns);
+    for (size_t s = 0; s < ns; ++s) osp[s] = out.dim(cd.output_spatial[s]);
+    const int64_t rows = Product(osp), cols = K_in * kcount;
+    const std::vector<double> in_d = in.ToDoubles();
+    // Kernel matrices per feature group.
+    std::vector<MatD> W(static_cast<size_t>(G), MatD::Zero(cols, out_per_fg));
+    {
+      std::vector<int64_t> kk(ns, 0);
+      int64_t kpos = 0;
+      if (kcount > 0) do {
+        int64_t k_off = 0;
+        for (size_t s = 0; s < ns; ++s) {
+          const int64_t kr = win[s].window_reversal ? ksp[s] - 1 - kk[s] : kk[s];
+          k_off += kr * ks[static_cast<size_t>(cd.kernel_spatial[s])];
+        }
+        for (int64_t g = 0; g < G; ++g)
+          for (int64_t ki = 0; ki < K_in; ++ki)
+            for (int64_t oc = 0; oc < out_per_fg; ++oc)
+              W[static_cast<size_t>(g)](ki * kcount + kpos, oc) =
+                  ker.GetDouble(k_off + ki * ks[static_cast<size_t>(cd.kernel_input_feature)] +
+                                (g * out_per_fg + oc) * ks[static_cast<size_t>(cd.kernel_output_feature)]);
+        ++kpos;
+      } while (NextIndex(kk, ksp));
+    }
+    // Input offsets (or -1) of every (output position, window position) pair, shared by all batches.
+    std::vector<int64_t> tap(static_cast<size_t>(rows * kcount), -1);
+    {
+      std::vector<int64_t> o(ns, 0), kk(ns, 0);
+      int64_t row = 0;
+      if (rows > 0) do {
+        int64_t kpos = 0;
+        if (kcount > 0) {
+          std::fill(kk.begin(), kk.end(), 0);
+          do {
+            int64_t off = 0;
+            bool valid = true;
+            for (size_t s = 0; s < ns; ++s) {
+              const int64_t p = WindowInputPos(win[s], o[s], kk[s], in.dim(cd.input_spatial[s]));
+              if (p < 0) { valid = false; break; }
+              off += p * is[static_cast<size_t>(cd.input_spatial[s])];
+            }
+            tap[static_cast<size_t>(row * kcount + kpos)] = valid ? off : -1;
+            ++kpos;
+          } while (NextIndex(kk, ksp));
+        }
+        ++row;
+      } while (NextIndex(o, osp));
+    }
+    MatD P(rows, cols);
+    std::vector<int64_t> o(ns, 0);
+    for (int64_t b = 0; b < O_b; ++b) {
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t base = b * is[static_cast<size_t>(cd.input_batch)];
+        for (int64_t row = 0; row < rows; ++row)
+          for (int64_t ki = 0; ki < K_in; ++ki) {
+            const int64_t foff = base + (g * K_in + ki) * is[static_cast<size_t>(cd.input_feature)];
+            for (int64_t kpos = 0; kpos < kcount; ++kpos) {
+              const int64_t t = tap[static_cast<size_t>(row * kcount + kpos)];
+              P(row, ki * kcount + kpos) = t < 0 ? 0.0 : in_d[static_cast<size_t>(foff + t)];
+            }
+          }
+        const MatD C = cols == 0 ? MatD::Zero(rows, out_per_fg) : MatD(P * W[static_cast<size_t>(g)]);
+        std::fill(o.begin(), o.end(), 0);
+        for (int64_t row = 0; row < rows; ++row) {
+          int64_t obase = b * os[static_cast<size_t>(cd.output_batch)];
+          for (size_t s = 0; s < ns; ++s) obase += o[s] * os[static_cast<size_t>(cd.output_spatial[s])];
+          for (int64_t oc = 0; oc < out_per_fg; ++oc)
+            out.SetDouble(obase + (g * out_per_fg + oc) * os[static_cast<size_t>(cd.output_feature)], C(row, oc));
+          NextIndex(o, osp);
+        }
+      }
+    }
+    return out;
+  }
+  // General loop (integers, batch groups): one output element at a time.
   std::vector<int64_t> oidx(static_cast<size_t>(out.rank()), 0);
   std::vector<int64_t> kidx(ns, 0);
-  const bool int_math = out.storage() == Storage::kInt;
   do {
     const int64_t b = oidx[static_cast<size_t>(cd.output_batch)];
     const int64_t f = oidx[static_cast<size_t>(cd.output_feature)];

@@ -243,7 +243,8 @@ std::string ReplicaGroupsToString(const ReplicaGroups& g) {
   if (g.iota_form && g.iota_dims.size() == 2) {
     list('[', g.iota_dims, ']');
     s += "<=";
-    list('[', g.iota_reshape, ']');
+    if (g.iota_reshape.empty()) list('[', {g.iota_dims[0] * g.iota_dims[1]}, ']');
+    else list('[', g.iota_reshape, ']');
     if (!g.iota_perm.empty()) {
       s += 'T';
       list('(', g.iota_perm, ')');

@@ -426,6 +426,9 @@ namespace {
 
 bool LiteralsEqual(const Literal& a, const Literal& b) {
   if (a.text == b.text) return true;
+  // A constant built without text or values prints as the elided "{...}" (or "{}").
+  auto elided = [](const Literal& l) { return l.values.empty() && (l.text.empty() || l.text == "{...}"); };
+  if (elided(a) && elided(b)) return true;
   if (a.values.empty() || b.values.empty() || a.values.size() != b.values.size()) return false;
   for (size_t i = 0; i < a.values.size(); ++i) {
     const double x = a.values[i], y = b.values[i];

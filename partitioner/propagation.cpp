@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "partitioner/rules/rules_common.h"
 #include "partitioner/sharding_util.h"
 
 namespace shardscope {
@@ -473,27 +474,29 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
   // ================================================================================================
   // RuleContext
 
-  bool Improve(Instruction* inst, HloSharding candidate, bool allow_aggressive_resharding, const Instruction* source,
-               std::string_view rule) override {
+  bool Improve(Instruction* inst, const HloSharding& candidate, bool allow_aggressive_resharding,
+               const Instruction* source, std::string_view rule) override {
     const HloSharding* cur = inst->has_sharding() ? &*inst->sharding() : nullptr;
-    auto next = shard_util::ReturnImprovedSharding(std::move(candidate), cur, inst->shape(), may_combine_partial,
+    // Offering the sharding an instruction already has never changes it (the common case).
+    if (cur != nullptr && candidate.kind() == cur->kind() && candidate == *cur) return false;
+    auto next = shard_util::ReturnImprovedSharding(candidate, cur, inst->shape(), may_combine_partial,
                                                    allow_aggressive_resharding);
     if (!next) return false;
     Assign(inst, std::move(*next), direction, source, rule);
     return true;
   }
 
-  bool ImproveElement(Instruction* inst, HloSharding candidate, int64_t index, bool allow_aggressive_resharding,
+  bool ImproveElement(Instruction* inst, const HloSharding& candidate, int64_t index, bool allow_aggressive_resharding,
                       const Instruction* source, std::string_view rule) override {
     const Shape& shape = inst->shape();
     if (!shape.IsTuple()) {
       if (index != 0) return false;
-      return Improve(inst, std::move(candidate), allow_aggressive_resharding, source, rule);
+      return Improve(inst, candidate, allow_aggressive_resharding, source, rule);
     }
     if (index < 0 || index >= static_cast<int64_t>(shape.tuple.size())) return false;
     std::optional<HloSharding> cur_sub;
     if (inst->has_sharding()) cur_sub = shard_util::TupleElementSharding(*inst->sharding(), shape, index);
-    auto next = shard_util::ReturnImprovedSharding(std::move(candidate), cur_sub ? &*cur_sub : nullptr,
+    auto next = shard_util::ReturnImprovedSharding(candidate, cur_sub ? &*cur_sub : nullptr,
                                                    shape.tuple[static_cast<size_t>(index)], may_combine_partial,
                                                    allow_aggressive_resharding);
     if (!next) return false;
@@ -647,7 +650,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
     if (!CanPropagateThrough(user, aggressiveness)) return std::nullopt;
     const HloSharding* us = ShardingOf(&user);
     if (us == nullptr || !shard_util::IsSpatiallyPartitioned(*us)) return std::nullopt;
-    const prop::OpRule& rule = RuleFor(user);
+    const prop::OpRule& rule = Known(&user) ? *rule_of[Id(&user)] : RuleFor(user);
     if (rule.backward == nullptr) return std::nullopt;
     ++rule_evaluations;
     return rule.backward(inst, user, *us, *this);
@@ -676,6 +679,17 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
       if (prop::IsGeneric(*user, "rng-bit-generator")) {
         Set(&inst, HloSharding::Replicate(), user, "rng-bit-generator seed");
         return true;
+      }
+      const prop::OpRule& urule = *rule_of[Id(user)];
+      if (urule.backward == &prop::rules::DefaultBackward && !IsCustomCall(inst, "ShardBarrierTo")) {
+        // Same-shape users hand their sharding over as is: compare in place, copy only on change.
+        if (!CanPropagateThrough(*user, aggressiveness) || !user->has_sharding()) continue;
+        const HloSharding& us = *user->sharding();
+        if (!shard_util::IsSpatiallyPartitioned(us)) continue;
+        ++rule_evaluations;
+        if (!prop::CompatibleIgnoringElementType(inst.shape(), user->shape())) continue;
+        changed |= Improve(&inst, us, false, user, urule.family);
+        continue;
       }
       auto us = ShardingFromUser(inst, *user);
       // Nothing flows backward through a ShardBarrierTo: it only accepts "replicated".

@@ -25,10 +25,6 @@ bool RuleContext::IsSpatiallyPartitioned(const Instruction* inst) const {
   return s != nullptr && shard_util::IsSpatiallyPartitioned(*s);
 }
 
-bool IsCustomCall(const Instruction& inst, std::string_view target) {
-  return inst.opcode() == Opcode::kCustomCall && inst.custom_call_target == target;
-}
-
 bool IsGeneric(const Instruction& inst, std::string_view name) {
   return inst.opcode() == Opcode::kGeneric && inst.opcode_text() == name;
 }

@@ -51,10 +51,10 @@ class RuleContext {
 
   // Refines `inst` with `candidate` if it is an improvement (XLA MaybeImproveInstructionSharding);
   // records `source` and `rule` as the reason. Returns true when the sharding changed.
-  virtual bool Improve(Instruction* inst, HloSharding candidate, bool allow_aggressive_resharding,
+  virtual bool Improve(Instruction* inst, const HloSharding& candidate, bool allow_aggressive_resharding,
                        const Instruction* source, std::string_view rule) = 0;
   // Same for element `index` of a tuple-shaped instruction (index 0 of an array means the array).
-  virtual bool ImproveElement(Instruction* inst, HloSharding candidate, int64_t index,
+  virtual bool ImproveElement(Instruction* inst, const HloSharding& candidate, int64_t index,
                               bool allow_aggressive_resharding, const Instruction* source,
                               std::string_view rule) = 0;
   // Sets a sharding unconditionally (manual propagation, tuples), recording the reason.
@@ -86,7 +86,9 @@ const OpRule& RuleFor(const Instruction& inst);
 
 // ---- Op classification shared by the driver and the rules ----------------------------------------
 
-bool IsCustomCall(const Instruction& inst, std::string_view target);
+inline bool IsCustomCall(const Instruction& inst, std::string_view target) {
+  return inst.opcode() == Opcode::kCustomCall && inst.custom_call_target == target;
+}
 // XLA's IsElementwise: unary/binary elementwise, select, clamp, map, rng, copy, converts.
 bool IsElementwiseOp(const Instruction& inst);
 // Sharding custom-call, X64Combine, LayoutConstraint and shape-preserving custom-calls that pass a

@@ -8,6 +8,7 @@ namespace shardscope {
 namespace spmd {
 
 int DotHandlerAnchor();
+int FormattingHandlersAnchor();
 
 Status SpmdContext::PartitionComputation(const Computation* orig, Computation* out) {
   Computation* saved = comp_;
@@ -75,6 +76,7 @@ Result<Computation*> SpmdContext::PartitionCalled(const Computation* callee,
 
 Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions& options) {
   (void)spmd::DotHandlerAnchor();
+  (void)spmd::FormattingHandlersAnchor();
   if (!module.entry()) return Error("module has no entry computation");
   int64_t n = options.num_partitions > 0 ? options.num_partitions : module.num_partitions;
   if (options.num_partitions <= 0 && n <= 1) {
@@ -101,9 +103,19 @@ Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions&
   Computation* entry = result.module->AddComputation(module.entry()->name(), /*is_entry=*/false);
   Status s = ctx.PartitionComputation(module.entry(), entry);
   if (!s.ok()) return s.error();
-  // The entry root keeps the sharding of the original root.
+  // The program's output has the original root's sharding (replicated when it has none, as XLA
+  // treats an unsharded entry output).
   const Instruction* root = module.entry()->root();
-  if (root && root->has_sharding()) entry->root()->set_sharding(*root->sharding());
+  if (root) {
+    ctx.set_comp(entry);
+    ctx.set_origin(root);
+    const HloSharding want = spmd::SpmdContext::ShardingOf(*root);
+    auto r = ctx.ReshardAny(ctx.Get(root), want);
+    if (!r.ok()) return Error(root->name() + ": " + r.error().message);
+    entry->set_root(*r);
+    (*r)->set_sharding(want);
+    ctx.set_origin(nullptr);
+  }
   // Make the entry the last computation (callees first when printed).
   result.module->set_entry(entry);
   return result;

@@ -15,8 +15,11 @@
 //  * AllToAll: every device sends 1/N of its buffer to every other member along its shortest route
 //    (ties round a ring split half/half), store-and-forward one hop per step; on a bidirectional
 //    ring this is the book's AllGather / 4 for large N (exactly N/(4(N-1)) of the exact AllGather).
+//  * When every chip of a group holds the same number k of its devices (two cores per chip), the
+//    group is planned over its chips: devices of one chip exchange data on-chip for free and a
+//    chip's shard is k device shards.
 //  * Groups that are neither a physical ring, a line nor a full sub-grid (strided or scattered
-//    replica groups, devices sharing a chip) run the bidirectional ring over the group in its given
+//    replica groups, uneven placements) run the bidirectional ring over the group in its given
 //    order, each logical hop routed over the physical links (dimension order); groups share links.
 //  * A switch (NVSwitch): direct sends, one step, through each chip's up- and down-link.
 //  * CollectivePermute: point-to-point transfers routed hop by hop, links shared fairly (see

@@ -118,11 +118,6 @@ void CollectLeaves(const Shape& s, std::vector<const Shape*>* out) {
 
 int64_t LeafBytes(const Shape& s) { return s.IsArray() ? s.ByteSize() : 0; }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // ---- FLOPs ------------------------------------------------------------------------------------------
 

@@ -453,6 +453,61 @@ ENTRY e {
     EXPECT_VALUES(*r2, {1 + 2 + 4 + 5 + 4, 2 + 3 + 5 + 6 + 4, 4 + 5 + 7 + 8 + 4, 5 + 6 + 8 + 9 + 4});
   }
 
+  void convolutionBatchGroups() {
+    // batch_group_count=2: output feature f convolves input batch f with kernel feature f.
+    auto r = Eval(R"(HloModule m
+ENTRY e {
+  x = f32[2,1,3] parameter(0)
+  k = f32[2,1,2] parameter(1)
+  ROOT c = f32[1,2,2] convolution(x, k), window={size=2}, dim_labels=bf0_0io->bf0, batch_group_count=2
+})",
+                  {F32({2, 1, 3}, {1, 2, 3, 10, 20, 30}), F32({2, 1, 2}, {1, 1, 1, -1})});
+    EXPECT_OK(r);
+    EXPECT_VALUES(*r, {3, 5, -10, -10});
+  }
+
+  void convolutionFastPathMatchesReferenceLoop() {
+    // Float convolutions run as im2col + GEMM, integer ones as a direct loop: on integer-valued
+    // inputs both must give identical results for every window feature.
+    const char* windows[] = {"size=3x2", "size=3x2 stride=2x1 pad=1_2x0_1", "size=3x2 lhs_dilate=2x1 rhs_dilate=1x2 pad=1_1x1_1",
+                             "size=3x2 rhs_reversal=1x0 stride=1x2"};
+    std::vector<double> xv(2 * 5 * 4 * 4), kv(3 * 2 * 2 * 6);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<double>((i * 7) % 11) - 5;
+    for (size_t i = 0; i < kv.size(); ++i) kv[i] = static_cast<double>((i * 5) % 7) - 3;
+    for (const char* w : windows) {
+      for (const char* type : {"f32", "s32"}) {
+        std::string t = R"(HloModule m
+ENTRY e {
+  x = T[2,5,4,4] parameter(0)
+  k = T[3,2,2,6] parameter(1)
+  ROOT c = T[2,OUT,6] convolution(x, k), window={WIN}, dim_labels=b01f_01io->b01f, feature_group_count=2
+})";
+        auto subst = [&](const std::string& from, const std::string& to) {
+          for (size_t p; (p = t.find(from)) != std::string::npos;) t.replace(p, from.size(), to);
+        };
+        subst("WIN", w);
+        // Output spatial sizes for each window above.
+        const std::string out = std::string(w) == "size=3x2" ? "3,3" : std::string(w).find("stride=2x1") != std::string::npos ? "3,4"
+                              : std::string(w).find("lhs_dilate") != std::string::npos ? "9,4" : "3,2";
+        subst("OUT", out);
+        subst("T[", std::string(type) + "[");
+        const PrimitiveType pt = std::string(type) == "f32" ? PrimitiveType::kF32 : PrimitiveType::kS32;
+        auto r = Eval(t, {T(pt, {2, 5, 4, 4}, xv), T(pt, {3, 2, 2, 6}, kv)});
+        QVERIFY2(r.ok(), (std::string(w) + ": " + (r.ok() ? "" : r.error().message)).c_str());
+        static Tensor float_result;
+        if (pt == PrimitiveType::kF32) {
+          float_result = *r;
+        } else {
+          const std::string d = Diff(r->ToDoubles(), float_result.ToDoubles(), 0);
+          QVERIFY2(d.empty(), (std::string(w) + ": " + d).c_str());
+          double sum_abs = 0;
+          for (double v : r->ToDoubles()) sum_abs += std::fabs(v);
+          QVERIFY(sum_abs > 0);
+        }
+      }
+    }
+  }
+
   void reduceFastAndGeneralPaths() {
     const std::string text = std::string("HloModule m\n") + kAdd + kMax + R"(
 sumsq {

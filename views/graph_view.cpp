@@ -530,7 +530,7 @@ void GraphView::applyLayout(std::shared_ptr<const LayoutResult> layout, const Vi
   updateSelection();
   if (fit_after_layout_) {
     fit_after_layout_ = false;
-    fitAll();
+    fitReadable();
   }
   if (center_after_layout_ >= 0) {
     if (GraphNodeItem* n = nodeForInstruction(center_after_layout_)) centerOn(n);
@@ -781,6 +781,24 @@ void GraphView::fitAll() {
   }
   minimap_->update();
   emit zoomChanged(transform().m11());
+}
+
+void GraphView::fitReadable() {
+  if (scene_->items().isEmpty()) return;
+  const QRectF sr = scene_->sceneRect();
+  const QRectF vp = viewport()->rect();
+  const double whole = std::min(vp.width() / sr.width(), vp.height() / sr.height());
+  if (whole >= 0.6) {  // the whole graph is readable at once
+    fitAll();
+    return;
+  }
+  // A long graph: fit its width (within readable bounds) and start at the top, where the inputs are.
+  const double s = std::clamp(vp.width() / sr.width(), 0.6, 1.0);
+  resetTransform();
+  scale(s, s);
+  centerOn(sr.center().x(), sr.top() + vp.height() / (2 * s));
+  minimap_->update();
+  emit zoomChanged(s);
 }
 
 void GraphView::wheelEvent(QWheelEvent* event) {

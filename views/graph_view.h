@@ -175,6 +175,8 @@ class GraphView : public QGraphicsView {
   void zoomIn();
   void zoomOut();
   void fitAll();
+  // Fits when the whole graph stays readable, else fits the width and shows the top.
+  void fitReadable();
   void resetZoom();
   void recolour();
 

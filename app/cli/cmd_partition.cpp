@@ -20,6 +20,7 @@ struct Prepared {
 // code to use (2: bad input).
 int Prepare(const std::string& cmd, std::vector<std::string>& args, Prepared* out) {
   const bool no_propagate = TakeFlag(args, "no-propagate");
+  const bool keep_io = TakeFlag(args, "keep-io-shardings");
   std::string np_text;
   const bool has_np = TakeOption(args, "num-partitions", &np_text);
   if (args.size() != 1) return UsageError(cmd, "expected exactly one FILE.hlo (see --help)");
@@ -31,7 +32,14 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, Prepared* ou
     return 2;
   }
   if (!no_propagate) {
-    auto p = PropagateShardings(**m);
+    // By default the pass may also shard the entry's parameters and outputs (what JAX asks for
+    // when no in/out shardings are given); --keep-io-shardings uses XLA's pass defaults.
+    PropagationOptions po;
+    if (!keep_io) {
+      po.propagate_to_output = {true};
+      po.propagate_to_parameters = {true};
+    }
+    auto p = PropagateShardings(**m, po);
     if (!p.ok()) {
       std::cerr << args[0] << ": error: sharding propagation failed: " << p.error().message << "\n";
       return 2;
@@ -113,10 +121,10 @@ int RunVerify(const std::vector<std::string>& argv) {
   return v->match ? 0 : 1;
 }
 
-const bool kPartition = Register({"partition", "FILE.hlo [-o OUT.hlo] [--no-propagate] [--num-partitions N] [--summary]",
+const bool kPartition = Register({"partition", "FILE.hlo [-o OUT.hlo] [--no-propagate] [--keep-io-shardings] [--num-partitions N] [--summary]",
                                   "Propagate shardings, then partition into the SPMD program every device runs",
                                   &RunPartition});
-const bool kVerify = Register({"verify", "FILE.hlo [--seed N] [--no-propagate] [--num-partitions N]",
+const bool kVerify = Register({"verify", "FILE.hlo [--seed N] [--no-propagate] [--keep-io-shardings] [--num-partitions N]",
                                "Run the module unpartitioned and partitioned on virtual devices and compare",
                                &RunVerify});
 

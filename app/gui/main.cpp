@@ -100,7 +100,10 @@ int main(int argc, char** argv) {
   }
   if (!opened && !(screenshot_mode && !files.isEmpty())) {
     QString ignored;
-    window.openExample(QString::fromStdString(shardscope::views::DefaultExampleName()), &ignored);
+    if (window.openExample(QString::fromStdString(shardscope::views::DefaultExampleName()), &ignored) &&
+        !parser.isSet(select)) {
+      window.selectInteresting();
+    }
   }
   if (parser.isSet(select) && !window.selectInstruction(parser.value(select))) {
     if (screenshot_mode) return Fail(2, QString("--select: no instruction named \"%1\"").arg(parser.value(select)));

@@ -1,6 +1,7 @@
 #include "app/gui/main_window.h"
 
 #include <QAction>
+#include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDockWidget>
@@ -131,16 +132,6 @@ void MainWindow::createDocks() {
   mesh_->setDocument(doc_);
   mesh_dock_ = make_dock("Mesh", "meshDock", mesh_, Qt::RightDockWidgetArea);
 
-  inspector_ = new views::InspectorPanel;
-  inspector_->setDocument(doc_);
-  inspector_dock_ = make_dock("Inspector \u2014 why", "inspectorDock", inspector_, Qt::RightDockWidgetArea);
-
-  undo_view_ = new QUndoView(doc_->undoStack());
-  undo_view_->setEmptyLabel("Opened");
-  history_dock_ = make_dock("Edit history", "historyDock", undo_view_, Qt::RightDockWidgetArea);
-  tabifyDockWidget(inspector_dock_, history_dock_);
-  inspector_dock_->raise();
-
   // Instruction table with a filter.
   auto* table_box = new QWidget;
   auto* tcol = new QVBoxLayout(table_box);
@@ -189,6 +180,16 @@ void MainWindow::createDocks() {
   connect(doc_, &views::Document::moduleReset, this, [this] { table_->resizeColumnsToContents(); });
   table_dock_ = make_dock("Instructions", "instructionsDock", table_box, Qt::BottomDockWidgetArea);
 
+  inspector_ = new views::InspectorPanel;
+  inspector_->setDocument(doc_);
+  inspector_dock_ = make_dock("Inspector \u2014 why", "inspectorDock", inspector_, Qt::BottomDockWidgetArea);
+  splitDockWidget(table_dock_, inspector_dock_, Qt::Horizontal);
+  undo_view_ = new QUndoView(doc_->undoStack());
+  undo_view_->setEmptyLabel("Opened");
+  history_dock_ = make_dock("Edit history", "historyDock", undo_view_, Qt::BottomDockWidgetArea);
+  tabifyDockWidget(inspector_dock_, history_dock_);
+  inspector_dock_->raise();
+
   partitioned_ = new views::PartitionedView;
   partitioned_->setDocument(doc_);
   partitioned_->setAutoUpdate(true);
@@ -203,9 +204,11 @@ void MainWindow::createDocks() {
   tabifyDockWidget(partitioned_dock_, simulation_dock_);
   table_dock_->raise();
 
-  resizeDocks({mesh_dock_, inspector_dock_}, {520, 360}, Qt::Vertical);
-  resizeDocks({mesh_dock_}, {430}, Qt::Horizontal);
-  resizeDocks({table_dock_}, {230}, Qt::Vertical);
+  // The mesh takes the whole right-hand column; the table and the inspector sit under the graph.
+  setCorner(Qt::BottomRightCorner, Qt::RightDockWidgetArea);
+  resizeDocks({mesh_dock_}, {440}, Qt::Horizontal);
+  resizeDocks({table_dock_}, {250}, Qt::Vertical);
+  resizeDocks({table_dock_, inspector_dock_}, {700, 460}, Qt::Horizontal);
 }
 
 // ---- Actions and menus --------------------------------------------------------------------------------
@@ -537,6 +540,22 @@ bool MainWindow::selectInstruction(const QString& name) {
   if (!inst) return false;
   doc_->select(inst->id());
   return true;
+}
+
+void MainWindow::selectInteresting() {
+  const Module* m = doc_->module();
+  if (!m || !m->entry() || doc_->selected() >= 0) return;
+  doc_->waitUntilIdle(10000);
+  const Instruction* pick = nullptr;
+  for (const auto& inst : m->entry()->instructions()) {
+    if (inst->opcode() != Opcode::kDot) continue;
+    if (!pick) pick = inst.get();
+    if (doc_->origin(inst->id()) == views::TensorOrigin::kInferred) {
+      pick = inst.get();
+      break;
+    }
+  }
+  if (pick) doc_->select(pick->id());
 }
 
 bool MainWindow::waitUntilReady(int timeout_ms) {

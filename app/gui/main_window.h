@@ -43,6 +43,9 @@ class MainWindow : public QMainWindow {
   bool showView(const QString& name);
   // Selects an instruction by name; false when there is none.
   bool selectInstruction(const QString& name);
+  // Selects the first dot whose sharding propagation inferred (so a new user sees the mesh tiles
+  // and a "why" chain at once); does nothing when something is selected.
+  void selectInteresting();
   // Waits (processing events) until propagation, layout and partitioning are done.
   bool waitUntilReady(int timeout_ms);
   // No dialogs, no settings written (for --screenshot).

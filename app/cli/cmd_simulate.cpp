@@ -1,0 +1,289 @@
+// shardscope-cli simulate: partition (when needed), simulate one step on a modelled pod, store, export.
+//
+// A module counts as already partitioned (an SPMD program) when it contains partition-id,
+// replica-id or a collective, or when no instruction carries a tiled sharding; otherwise its
+// shardings are propagated and it is partitioned for the mesh's device count first (--partition /
+// --no-partition force the choice). The run is stored only when --db is given.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "app/cli/cli.h"
+#include "core/hlo_text.h"
+#include "core/mesh.h"
+#include "partitioner/propagation.h"
+#include "partitioner/spmd_partitioner.h"
+#include "simulator/engine.h"
+#include "simulator/hardware.h"
+#include "simulator/run_store.h"
+#include "simulator/topology.h"
+#include "simulator/trace_export.h"
+
+namespace shardscope::cli {
+namespace {
+
+constexpr const char* kName = "simulate";
+
+bool ParseInt(const std::string& text, int64_t lo, int64_t* out) {
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(text, &used);
+    if (used != text.size() || v < lo) return false;
+    *out = v;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool NeedsPartitioning(const Module& m) {
+  bool tiled = false;
+  for (const auto& c : m.computations()) {
+    for (const auto& i : c->instructions()) {
+      const Opcode op = i->opcode();
+      if (op == Opcode::kPartitionId || op == Opcode::kReplicaId || IsCollective(op)) return false;
+      if (i->has_sharding()) {
+        const HloSharding& s = *i->sharding();
+        if (s.IsTuple()) {
+          for (const auto& e : s.tuple_elements()) tiled = tiled || e.IsTiled();
+        } else {
+          tiled = tiled || s.IsTiled();
+        }
+      }
+    }
+  }
+  return tiled;
+}
+
+std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned) {
+  const RunSummary& s = sim.run.summary;
+  std::ostringstream os;
+  os << "{\"module\":" << JsonQuote(sim.run.inputs.module_name) << ",\"chip\":" << JsonQuote(sim.run.inputs.chip_preset)
+     << ",\"mesh\":" << JsonQuote(sim.run.inputs.mesh_text) << ",\"topology\":" << JsonQuote(sim.run.inputs.topology_options)
+     << ",\"partitioned_here\":" << (partitioned ? "true" : "false") << ",\"num_devices\":" << s.num_devices
+     << ",\"device_classes\":" << sim.run.classes.size() << ",\"step_time_s\":" << FormatDouble(s.step_time_s)
+     << ",\"compute_time_s\":" << FormatDouble(s.compute_time_s)
+     << ",\"communication_time_s\":" << FormatDouble(s.communication_time_s)
+     << ",\"exposed_communication_s\":" << FormatDouble(s.exposed_communication_s)
+     << ",\"idle_time_s\":" << FormatDouble(s.idle_time_s) << ",\"mfu\":" << FormatDouble(s.mfu)
+     << ",\"total_flops\":" << FormatDouble(s.total_flops) << ",\"bytes_communicated\":" << s.bytes_communicated
+     << ",\"peak_memory_bytes\":" << s.peak_memory_bytes;
+  // Peak breakdown of the class with the highest peak.
+  const DeviceClass* top = nullptr;
+  for (const DeviceClass& c : sim.run.classes)
+    if (!top || c.peak_memory_bytes > top->peak_memory_bytes) top = &c;
+  if (top) {
+    std::array<int64_t, kNumMemoryCategories> by{};
+    for (const PeakBuffer& b : top->peak_buffers) by[static_cast<size_t>(b.category)] += b.bytes;
+    os << ",\"peak_memory_time_s\":" << FormatDouble(top->peak_memory_time_s) << ",\"peak_memory_by_category\":{";
+    for (int k = 0; k < kNumMemoryCategories; ++k) {
+      os << (k ? "," : "") << JsonQuote(MemoryCategoryName(static_cast<MemoryCategory>(k))) << ":" << by[static_cast<size_t>(k)];
+    }
+    os << "}";
+  }
+  os << ",\"collectives\":[";
+  for (size_t k = 0; k < sim.run.collectives.size(); ++k) {
+    const CollectiveRecord& c = sim.run.collectives[k];
+    os << (k ? "," : "") << "{\"instruction\":" << JsonQuote(c.instruction) << ",\"kind\":" << JsonQuote(c.kind)
+       << ",\"bytes\":" << c.bytes << ",\"time_s\":" << FormatDouble(c.time_s) << ",\"regime\":" << JsonQuote(c.regime)
+       << "}";
+  }
+  os << "],\"warnings\":[";
+  for (size_t k = 0; k < sim.warnings.size(); ++k) os << (k ? "," : "") << JsonQuote(sim.warnings[k]);
+  os << "]";
+  if (run_id > 0) os << ",\"run_id\":" << run_id;
+  os << "}";
+  return os.str();
+}
+
+int Run(const std::vector<std::string>& in) {
+  std::vector<std::string> args = in;
+  std::string chip_text, mesh_text, db_path, trace_path, csv_path, csv_kind = "timeline", topology_text, cores_text,
+      schedule_text, concurrent_text, trips_text, latency_text, label;
+  const bool have_chip = TakeOption(args, "chip", &chip_text);
+  const bool have_mesh = TakeOption(args, "mesh", &mesh_text);
+  const bool have_db = TakeOption(args, "db", &db_path);
+  const bool have_trace = TakeOption(args, "trace", &trace_path);
+  const bool have_csv = TakeOption(args, "csv", &csv_path);
+  TakeOption(args, "csv-kind", &csv_kind);
+  const bool have_topology = TakeOption(args, "topology", &topology_text);
+  const bool have_cores = TakeOption(args, "cores-per-chip", &cores_text);
+  const bool have_schedule = TakeOption(args, "schedule", &schedule_text);
+  const bool have_concurrent = TakeOption(args, "concurrent-collectives", &concurrent_text);
+  const bool have_trips = TakeOption(args, "trip-count", &trips_text);
+  const bool have_latency = TakeOption(args, "latency-model", &latency_text);
+  TakeOption(args, "label", &label);
+  const bool json = TakeFlag(args, "json");
+  const bool no_wrap = TakeFlag(args, "no-wraparound");
+  const bool wrap = TakeFlag(args, "wraparound");
+  const bool no_fusion = TakeFlag(args, "no-fusion");
+  const bool no_in_place = TakeFlag(args, "no-in-place");
+  const bool no_donate = TakeFlag(args, "no-donation");
+  const bool one_direction = TakeFlag(args, "one-direction");
+  const bool force_partition = TakeFlag(args, "partition");
+  const bool force_no_partition = TakeFlag(args, "no-partition");
+  const bool trace_all = TakeFlag(args, "trace-all-devices");
+
+  for (const auto& a : args) {
+    if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
+  }
+  if (args.size() != 1) return UsageError(kName, "expected exactly one FILE.hlo (see --help)");
+  if (!have_chip) return UsageError(kName, "missing --chip (a preset such as tpu-v5e, or a chip .json file)");
+  if (!have_mesh) return UsageError(kName, "missing --mesh (e.g. X=4,Y=4)");
+  if (no_wrap && wrap) return UsageError(kName, "--wraparound and --no-wraparound contradict each other");
+  if (force_partition && force_no_partition) return UsageError(kName, "--partition and --no-partition contradict each other");
+  if (csv_kind != "timeline" && csv_kind != "summary" && csv_kind != "memory") {
+    return UsageError(kName, "--csv-kind must be timeline, summary or memory, not '" + csv_kind + "'");
+  }
+
+  auto chip = ResolveChip(chip_text);
+  if (!chip.ok()) return UsageError(kName, chip.error().message);
+  ChipSpec spec = chip.value();
+  if (have_cores) {
+    int64_t cores = 0;
+    if (!ParseInt(cores_text, 1, &cores)) return UsageError(kName, "--cores-per-chip must be 1 or 2, not '" + cores_text + "'");
+    auto c = WithCoresPerChip(spec, cores);
+    if (!c.ok()) return UsageError(kName, c.error().message);
+    spec = c.value();
+  }
+  auto mesh = DeviceMesh::Parse(mesh_text);
+  if (!mesh.ok()) return UsageError(kName, "--mesh '" + mesh_text + "': " + mesh.error().message);
+  std::vector<int64_t> slice;
+  if (have_topology) {
+    std::string cur;
+    for (char c : topology_text + "x") {
+      if (c == 'x' || c == ',') {
+        int64_t v = 0;
+        if (!ParseInt(cur, 1, &v)) return UsageError(kName, "--topology '" + topology_text + "' is not a slice shape such as 4x4x4");
+        slice.push_back(v);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+  }
+  TopologyOptions topo_options;
+  if (no_wrap) topo_options.wraparound = TopologyOptions::Wraparound::kNone;
+  if (wrap) topo_options.wraparound = TopologyOptions::Wraparound::kAll;
+  auto topology = Topology::ForMesh(spec, mesh.value(), slice, topo_options);
+  if (!topology.ok()) return UsageError(kName, topology.error().message);
+
+  SimulationOptions options;
+  options.mesh_text = mesh->ToString();
+  options.label = label;
+  options.program.fuse_elementwise = !no_fusion;
+  options.program.in_place_reuse = !no_in_place;
+  options.program.donate_parameters = !no_donate;
+  options.collectives.bidirectional = !one_direction;
+  if (have_schedule) {
+    auto s = ScheduleKindFromName(schedule_text);
+    if (!s.ok()) return UsageError(kName, "--schedule: " + s.error().message);
+    options.program.schedule = s.value();
+  }
+  if (have_concurrent && !ParseInt(concurrent_text, 1, &options.max_concurrent_collectives)) {
+    return UsageError(kName, "--concurrent-collectives takes a positive integer");
+  }
+  if (have_trips && !ParseInt(trips_text, 0, &options.program.default_trip_count)) {
+    return UsageError(kName, "--trip-count takes a non-negative integer (used for while loops of unknown trip count)");
+  }
+  if (have_latency) {
+    if (latency_text == "overlapped") options.collectives.latency_model = LatencyModel::kOverlapped;
+    else if (latency_text == "additive") options.collectives.latency_model = LatencyModel::kAdditive;
+    else return UsageError(kName, "--latency-model must be overlapped or additive, not '" + latency_text + "'");
+  }
+
+  std::string text;
+  if (!ReadFile(args[0], &text)) return 2;
+  auto parsed = ParseHloModule(text, args[0]);
+  if (!parsed.ok()) {
+    std::cerr << parsed.error().message << "\n";
+    return 2;
+  }
+  std::unique_ptr<Module> module = std::move(parsed).value();
+  const int64_t devices = topology->num_devices();
+  const bool partition = force_partition || (!force_no_partition && NeedsPartitioning(*module));
+  if (partition) {
+    options.model_flops = CountModuleFlops(*module);
+    auto p = PropagateShardings(*module);
+    if (!p.ok()) {
+      std::cerr << args[0] << ": error: sharding propagation failed: " << p.error().message << "\n";
+      return 2;
+    }
+    SpmdOptions so;
+    so.num_partitions = devices;
+    auto r = PartitionModule(*module, so);
+    if (!r.ok()) {
+      std::cerr << args[0] << ": error: partitioning for " << devices << " devices failed: " << r.error().message << "\n";
+      return 2;
+    }
+    module = std::move(r->module);
+    if (!json) std::cout << "partitioned for " << devices << " devices (" << module->instruction_count() << " instructions)\n";
+  }
+  auto sim = Simulate(*module, topology.value(), options);
+  if (!sim.ok()) {
+    std::cerr << args[0] << ": error: " << sim.error().message << "\n";
+    return 2;
+  }
+
+  int64_t run_id = 0;
+  if (have_db) {
+    auto store = RunStore::Open(db_path);
+    if (!store.ok()) {
+      std::cerr << db_path << ": error: " << store.error().message << "\n";
+      return 2;
+    }
+    auto id = store->SaveRun(sim->run);
+    if (!id.ok()) {
+      std::cerr << db_path << ": error: storing the run failed: " << id.error().message << "\n";
+      return 2;
+    }
+    run_id = id.value();
+  }
+  // Exports: every device for small runs; one device per class beyond 64 devices (all devices of a
+  // class share one timeline) unless --trace-all-devices.
+  ExportSelection selection;
+  selection.one_device_per_class = devices > 64 && !trace_all;
+  if (have_trace) {
+    TraceExportOptions to;
+    to.selection = selection;
+    if (Status s = ExportChromeTrace(sim->run, trace_path, to); !s.ok()) {
+      std::cerr << trace_path << ": error: " << s.error().message << "\n";
+      return 2;
+    }
+  }
+  if (have_csv) {
+    if (Status s = ExportCsv(sim->run, csv_kind, csv_path, selection); !s.ok()) {
+      std::cerr << csv_path << ": error: " << s.error().message << "\n";
+      return 2;
+    }
+  }
+
+  if (json) {
+    std::cout << SummaryJson(sim.value(), run_id, partition) << "\n";
+  } else {
+    std::cout << "chip: " << topology->chip().name << ", " << topology->Describe() << ", mesh " << mesh->ToString() << "\n";
+    std::cout << DescribeSimulation(sim.value());
+    if (run_id > 0) std::cout << "stored run " << run_id << " in " << db_path << "\n";
+    if (have_trace) std::cout << "trace: " << trace_path << (selection.one_device_per_class ? " (one device per class)" : "") << "\n";
+    if (have_csv) std::cout << csv_kind << " csv: " << csv_path << "\n";
+  }
+  char last[128];
+  std::snprintf(last, sizeof last, "step_time_us: %.3f peak_memory_bytes: %lld", sim->run.summary.step_time_s * 1e6,
+                static_cast<long long>(sim->run.summary.peak_memory_bytes));
+  std::cout << last << "\n";
+  return 0;
+}
+
+const bool kRegistered = Register(
+    {"simulate",
+     "FILE.hlo --chip CHIP --mesh X=4,Y=4 [--db FILE] [--trace OUT.json] [--csv OUT.csv] [--csv-kind timeline|summary|memory] "
+     "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--cores-per-chip 2] "
+     "[--schedule program-order|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
+     "[--no-in-place] [--no-donation] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
+     "[--trace-all-devices] [--label TEXT]",
+     "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
+     &Run});
+
+}  // namespace
+}  // namespace shardscope::cli

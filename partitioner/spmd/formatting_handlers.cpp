@@ -1,0 +1,130 @@
+// Data-formatting and windowed ops (slice, pad, concatenate, reverse, dynamic-slice,
+// dynamic-update-slice, sort, reduce-window): every dimension the op leaves untouched keeps its
+// sharding and runs locally; only the dimensions the op changes are gathered first. (Keeping
+// touched dimensions sharded needs halo exchange — GSPMD §4.3 — which slots in here per op.)
+#include <algorithm>
+
+#include "partitioner/spmd/context.h"
+
+namespace shardscope::spmd {
+namespace {
+
+// The dims of the result that `op` changes (extent, index mapping, or cross-element dependence).
+std::vector<int64_t> TouchedDims(const Instruction& op) {
+  std::vector<int64_t> t;
+  const Shape& out = op.shape().IsTuple() ? op.shape().tuple.at(0) : op.shape();
+  const int64_t rank = out.rank();
+  auto add = [&](int64_t d) {
+    if (d >= 0 && d < rank && std::find(t.begin(), t.end(), d) == t.end()) t.push_back(d);
+  };
+  switch (op.opcode()) {
+    case Opcode::kSlice:
+      for (int64_t d = 0; d < rank; ++d) {
+        const auto i = static_cast<size_t>(d);
+        if (op.slice.starts[i] != 0 || op.slice.limits[i] != op.operand(0)->shape().dim(d) || op.slice.strides[i] != 1)
+          add(d);
+      }
+      break;
+    case Opcode::kPad:
+      for (int64_t d = 0; d < rank; ++d) {
+        const auto& p = op.padding[static_cast<size_t>(d)];
+        if (p.low || p.high || p.interior) add(d);
+      }
+      break;
+    case Opcode::kConcatenate:
+    case Opcode::kReverse:
+    case Opcode::kSort:
+      for (int64_t d : op.dimensions) add(d);
+      break;
+    case Opcode::kDynamicSlice:
+      for (int64_t d = 0; d < rank; ++d)
+        if (op.dynamic_slice_sizes[static_cast<size_t>(d)] != op.operand(0)->shape().dim(d)) add(d);
+      break;
+    case Opcode::kDynamicUpdateSlice:
+      for (int64_t d = 0; d < rank; ++d)
+        if (op.operand(1)->shape().dim(d) != op.operand(0)->shape().dim(d)) add(d);
+      break;
+    case Opcode::kReduceWindow:
+      for (int64_t d = 0; d < rank && d < static_cast<int64_t>(op.window.dims.size()); ++d) {
+        const auto& w = op.window.dims[static_cast<size_t>(d)];
+        if (w.size != 1 || w.stride != 1 || w.padding_low || w.padding_high || w.base_dilation != 1 ||
+            w.window_dilation != 1)
+          add(d);
+      }
+      break;
+    default:
+      for (int64_t d = 0; d < rank; ++d) add(d);
+  }
+  return t;
+}
+
+Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
+  const HloSharding target = SpmdContext::ShardingOf(op);
+  const Shape& out = op.shape().IsTuple() ? op.shape().tuple.at(0) : op.shape();
+  // Sort with several operands has a tuple result whose leaves share one sharding.
+  HloSharding leaf = target.IsTuple() ? (target.tuple_elements().empty() ? HloSharding::Replicate()
+                                                                          : target.tuple_elements()[0])
+                                      : target;
+  auto m = TileMap::FromSharding(leaf, out.rank(), ctx.num_devices());
+  if (!m.ok() || (op.shape().IsTuple() && op.opcode() != Opcode::kSort)) return PartitionWithFallback(ctx, op);
+  const std::vector<int64_t> touched = TouchedDims(op);
+  const TileMap work = m->Gathered(touched);
+  auto ws = work.ToSharding();
+  if (!ws.ok()) return PartitionWithFallback(ctx, op);
+  // Operands: same-rank arrays take the working sharding; scalars / index operands replicate.
+  std::vector<Instruction*> ops;
+  for (int64_t i = 0; i < op.operand_count(); ++i) {
+    const Instruction* o = op.operand(i);
+    const bool data = o->shape().IsArray() && o->shape().rank() == out.rank() && o->shape().rank() > 0 &&
+                      !(op.opcode() == Opcode::kPad && i == 1);
+    auto r = ctx.Reshard(ctx.Get(o), data ? *ws : HloSharding::Replicate());
+    if (!r.ok()) return Error(op.name() + ": " + r.error().message);
+    ops.push_back(*r);
+  }
+  auto local = ctx.ShardShapeOf(op.shape(), op.shape().IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(op.shape().tuple.size(), *ws)) : *ws);
+  if (!local.ok()) return PartitionWithFallback(ctx, op);
+  Instruction* x = ctx.Emit(op.opcode(), *local, ops);
+  // Attributes: untouched sharded dims cover the whole local shard.
+  x->dimensions = op.dimensions;
+  x->has_dimensions_attr = op.has_dimensions_attr;
+  x->padding = op.padding;
+  x->window = op.window;
+  x->has_window = op.has_window;
+  x->is_stable = op.is_stable;
+  x->raw_attributes = op.raw_attributes;
+  std::vector<Computation*> called;
+  for (Computation* c : op.called_computations()) called.push_back(ctx.CloneScalarComputation(c));
+  x->mutable_called_computations() = called;
+  const Shape& lout = local->IsTuple() ? local->tuple.at(0) : *local;
+  if (op.opcode() == Opcode::kSlice) {
+    x->slice = op.slice;
+    for (int64_t d = 0; d < out.rank(); ++d)
+      if (work.tiles(d) > 1) {
+        x->slice.starts[static_cast<size_t>(d)] = 0;
+        x->slice.limits[static_cast<size_t>(d)] = lout.dim(d);
+        x->slice.strides[static_cast<size_t>(d)] = 1;
+      }
+  }
+  if (op.opcode() == Opcode::kDynamicSlice) {
+    x->dynamic_slice_sizes = op.dynamic_slice_sizes;
+    for (int64_t d = 0; d < out.rank(); ++d)
+      if (work.tiles(d) > 1) x->dynamic_slice_sizes[static_cast<size_t>(d)] = lout.dim(d);
+  }
+  PValue v{x, op.shape().IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(op.shape().tuple.size(), *ws)) : *ws,
+           op.shape()};
+  auto fin = ctx.ReshardAny(v, target);
+  if (!fin.ok()) return Error(op.name() + ": " + fin.error().message);
+  ctx.Set(&op, {*fin, target, op.shape()});
+  return Status::Ok();
+}
+
+const RegisterHandler kFormatting({Opcode::kSlice, Opcode::kPad, Opcode::kConcatenate, Opcode::kReverse,
+                                   Opcode::kDynamicSlice, Opcode::kDynamicUpdateSlice, Opcode::kSort,
+                                   Opcode::kReduceWindow},
+                                  HandleKeepUntouched);
+
+}  // namespace
+
+int FormattingHandlersAnchor() { return 1; }
+
+}  // namespace shardscope::spmd
