@@ -647,6 +647,8 @@ Result<Tensor> Elementwise(const Instruction& inst, const std::vector<const Tens
     const Tensor& lo = *ops[0];
     const Tensor& x = *ops[1];
     const Tensor& hi = *ops[2];
+    if (lo.type() != out.type() || x.type() != out.type() || hi.type() != out.type())
+      return Error("clamp operand types differ from the result");
     bool ok = true;
     for (int64_t i = 0; i < n; ++i) {
       if (out.storage() == Storage::kInt) {
@@ -893,7 +895,8 @@ Result<Tensor> EvalPad(const Instruction& inst, const Tensor& a, const Tensor& p
   const int64_t r = a.rank();
   if (static_cast<int64_t>(inst.padding.size()) != r) return Error("padding config rank does not match operand rank");
   Tensor out(inst.shape());
-  if (out.type() != a.type() || out.rank() != r || pv.size() != 1) return Error("result / padding value do not fit the operand");
+  if (out.type() != a.type() || out.rank() != r || pv.size() != 1 || pv.type() != a.type())
+    return Error("result / padding value do not fit the operand");
   for (int64_t d = 0; d < r; ++d) {
     const auto& p = inst.padding[static_cast<size_t>(d)];
     if (p.interior < 0) return Error("negative interior padding");
@@ -1386,7 +1389,9 @@ Result<Tensor> EvalSelectAndScatter(Evaluator& ev, const Instruction& inst, cons
   const Computation* select = called[0];
   const Computation* scatter = called[1];
   Tensor out(inst.shape());
-  if (out.dims() != a.dims() || out.type() != a.type() || init.size() != 1) return Error("result shape does not fit");
+  if (out.dims() != a.dims() || out.type() != a.type() || init.size() != 1 || init.type() != a.type())
+    return Error("result / init value do not fit the operand");
+  if (src.type() != a.type()) return Error("source type differs from the operand type");
   FillWith(out, init, 0);
   // Fast select: compare(p0, p1) with a direction.
   std::optional<ComparisonDirection> fast_sel;
@@ -1482,6 +1487,10 @@ Result<Tensor> EvalGather(const Instruction& inst, const Tensor& a, const Tensor
   for (int64_t d = 0; d < out.rank(); ++d)
     if (!Contains(dn.offset_dims, d)) batch_out.push_back(d);
   if (static_cast<int64_t>(batch_out.size()) != (ivd == ir ? ir : ir - 1)) return Error("output batch rank does not match the indices");
+  for (int64_t d = 0, bi = 0; d < ir; ++d) {
+    if (d == ivd) continue;
+    if (out.dim(batch_out[static_cast<size_t>(bi++)]) != ind.dim(d)) return Error("output batch dims do not match the indices");
+  }
   std::vector<int64_t> offset_operand;  // operand dims that appear as offset dims, in order
   for (int64_t d = 0; d < r; ++d)
     if (!Contains(dn.collapsed_slice_dims, d) && !Contains(dn.operand_batching_dims, d)) offset_operand.push_back(d);
@@ -1555,6 +1564,12 @@ Result<Tensor> EvalScatter(Evaluator& ev, const Instruction& inst, const std::ve
   for (int64_t d = 0; d < u0.rank(); ++d)
     if (!Contains(dn.update_window_dims, d)) upd_scatter.push_back(d);
   if (static_cast<int64_t>(upd_scatter.size()) != (ivd == ir ? ir : ir - 1)) return Error("update scatter rank does not match the indices");
+  for (int64_t d = 0, bi = 0; d < ir; ++d) {
+    if (d == ivd) continue;
+    if (u0.dim(upd_scatter[static_cast<size_t>(bi++)]) != ind.dim(d)) return Error("update scatter dims do not match the indices");
+  }
+  for (size_t k = 0; k < n; ++k)
+    if (ops[n + 1 + k]->type() != ops[k]->type()) return Error("update type differs from the operand type");
   std::vector<int64_t> window_operand;
   for (int64_t d = 0; d < r; ++d)
     if (!Contains(dn.inserted_window_dims, d) && !Contains(dn.input_batching_dims, d)) window_operand.push_back(d);
@@ -1977,6 +1992,7 @@ Result<Tensor> Evaluator::Dispatch(const Instruction& inst, const std::vector<co
     }
     case Opcode::kRng: {
       NEED(2);
+      if (ops[0]->size() != 1 || ops[1]->size() != 1) return Error("rng bounds must be scalars");
       Tensor out(inst.shape());
       std::string dist = "rng_uniform";
       for (const auto& ra : inst.raw_attributes)

@@ -137,6 +137,46 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
   int64_t inferred = 0;
   bool allow_output = false, allow_params = false;
 
+  // Every change of an instruction's sharding bumps its version; memoised rule results are keyed
+  // by the versions they read.
+  std::vector<uint32_t> version;
+  std::vector<std::unique_ptr<shard_util::DotDims>> dot_dims;
+  struct ForwardMemo {
+    uint32_t operand_version = 0;
+    HloSharding result;
+  };
+  std::unordered_map<uint64_t, ForwardMemo> dot_forward_memo;  // key: dot id * 2 + operand
+  struct BackwardMemo {
+    uint32_t user_version = 0, other_version = 0;
+    bool combine = false, early = false;
+    std::optional<HloSharding> result;
+  };
+  std::unordered_map<uint64_t, BackwardMemo> backward_memo;  // key: user id << 24 | operand index
+
+  void Bump(const Instruction* inst) {
+    if (Known(inst)) ++version[Id(inst)];
+  }
+
+  const shard_util::DotDims& DotDimsOf(const Instruction& dot) override {
+    auto& slot = dot_dims[Id(&dot)];
+    if (!slot) {
+      slot = std::make_unique<shard_util::DotDims>(dot.opcode() == Opcode::kDot ? shard_util::ParseDotDims(dot)
+                                                                                : shard_util::ParseConvolutionDims(dot));
+    }
+    return *slot;
+  }
+
+  const HloSharding& OutputShardingFromDotOperand(const Instruction& dot, int operand_index) override {
+    const Instruction* op = dot.operand(operand_index);
+    const uint64_t key = static_cast<uint64_t>(Id(&dot)) * 2 + static_cast<uint64_t>(operand_index);
+    const uint32_t v = version[Id(op)];
+    auto it = dot_forward_memo.find(key);
+    if (it != dot_forward_memo.end() && it->second.operand_version == v) return it->second.result;
+    ForwardMemo memo{v, shard_util::DotShardingFromOperand(*op->sharding(), DotDimsOf(dot), operand_index)};
+    auto [pos, inserted] = dot_forward_memo.insert_or_assign(key, std::move(memo));
+    return pos->second.result;
+  }
+
   // ================================================================================================
   // Indexing
 
@@ -196,6 +236,11 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
     comp_of.assign(n, -1);
     pos_of.assign(n, -1);
     rule_of.assign(n, nullptr);
+    version.assign(n, 0);
+    dot_dims.clear();
+    dot_dims.resize(n);
+    dot_forward_memo.clear();
+    backward_memo.clear();
     comps.clear();
     caller.clear();
     unsupported.clear();
@@ -548,6 +593,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
 
   void Assign(Instruction* inst, HloSharding sharding, Direction dir, const Instruction* source, std::string_view rule) {
     inst->set_sharding(std::move(sharding));
+    Bump(inst);
     ++inferred;
     if (options.record_provenance && Known(inst)) {
       origin[Id(inst)] = ShardingOrigin{dir, source, nullptr, rule, aggressiveness == INT_MAX ? 3 : aggressiveness, iteration};
@@ -646,14 +692,49 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
     return rule.forward ? rule.forward(inst, *this) : false;
   }
 
-  std::optional<HloSharding> ShardingFromUser(const Instruction& inst, const Instruction& user) {
-    if (!CanPropagateThrough(user, aggressiveness)) return std::nullopt;
+  // The sharding `user` offers its operand `inst` (XLA GetShardingFromUser). Points into a memo or
+  // into *scratch; nullptr when the user offers nothing.
+  const HloSharding* CandidateFromUser(const Instruction& inst, const Instruction& user,
+                                       std::optional<HloSharding>* scratch) {
+    if (!CanPropagateThrough(user, aggressiveness)) return nullptr;
     const HloSharding* us = ShardingOf(&user);
-    if (us == nullptr || !shard_util::IsSpatiallyPartitioned(*us)) return std::nullopt;
+    if (us == nullptr || !shard_util::IsSpatiallyPartitioned(*us)) return nullptr;
     const prop::OpRule& rule = Known(&user) ? *rule_of[Id(&user)] : RuleFor(user);
-    if (rule.backward == nullptr) return std::nullopt;
+    if (rule.backward == nullptr) return nullptr;
     ++rule_evaluations;
-    return rule.backward(inst, user, *us, *this);
+    if (rule.backward_inputs != prop::BackwardInputs::kAny && overrides_.empty() && Known(&user)) {
+      const int64_t idx = prop::rules::OperandIndex(user, inst);
+      const Instruction* other = nullptr;
+      if (rule.backward_inputs == prop::BackwardInputs::kUserAndOtherOperand) {
+        if (user.operand_count() != 2 || user.operand(0) == user.operand(1) || idx < 0) {
+          *scratch = rule.backward(inst, user, *us, *this);
+          return scratch->has_value() ? &**scratch : nullptr;
+        }
+        other = user.operand(1 - idx);
+      }
+      const uint64_t key = (static_cast<uint64_t>(Id(&user)) << 24) | static_cast<uint64_t>(idx & 0xffffff);
+      const uint32_t other_version = other ? version[Id(other)] : 0;
+      const bool early = aggressiveness == 0;
+      auto it = backward_memo.find(key);
+      if (it == backward_memo.end() || it->second.user_version != version[Id(&user)] ||
+          it->second.other_version != other_version || it->second.combine != may_combine_partial ||
+          it->second.early != early) {
+        BackwardMemo memo{version[Id(&user)], other_version, may_combine_partial, early,
+                          rule.backward(inst, user, *us, *this)};
+        it = backward_memo.insert_or_assign(key, std::move(memo)).first;
+      }
+      return it->second.result.has_value() ? &*it->second.result : nullptr;
+    }
+    *scratch = rule.backward(inst, user, *us, *this);
+    return scratch->has_value() ? &**scratch : nullptr;
+  }
+
+  std::optional<HloSharding> ShardingFromUser(const Instruction& inst, const Instruction& user) {
+    std::optional<HloSharding> scratch;
+    const HloSharding* s = CandidateFromUser(inst, user, &scratch);
+    if (s == nullptr) return std::nullopt;
+    if (s == &*scratch) return scratch;
+    return *s;
   }
 
   bool InferFromUsers(Instruction& inst) {
@@ -691,10 +772,15 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
         changed |= Improve(&inst, us, false, user, urule.family);
         continue;
       }
-      auto us = ShardingFromUser(inst, *user);
+      std::optional<HloSharding> scratch;
+      const HloSharding* us = CandidateFromUser(inst, *user, &scratch);
+      if (us == nullptr) continue;
       // Nothing flows backward through a ShardBarrierTo: it only accepts "replicated".
-      if (us && IsCustomCall(inst, "ShardBarrierTo")) us = HloSharding::Replicate();
-      if (us) changed |= Improve(&inst, std::move(*us), false, user, RuleFor(*user).family);
+      if (IsCustomCall(inst, "ShardBarrierTo")) {
+        scratch = HloSharding::Replicate();
+        us = &*scratch;
+      }
+      changed |= Improve(&inst, *us, false, user, urule.family);
     }
     return changed;
   }
@@ -740,7 +826,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
       std::vector<int64_t> perm(static_cast<size_t>(man.num_dimensions()));
       std::iota(perm.begin(), perm.end(), 0);
       std::swap(perm.back(), perm[static_cast<size_t>(data_rank)]);
-      man = man.Transpose(perm);
+      man = shard_util::Plain(man).Transpose(perm);
     }
     HloSharding tmp = MakePartialTile(man);
     if (!MergeShardingIfCompatible(partial_for_manual, tmp.NumTiles() + 1, &tmp)) return false;
@@ -888,6 +974,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
           Assign(r, *inst->sharding(), Direction::kComputation, inst, "loop/call boundary");
         } else {
           r->clear_sharding();
+          Bump(r);
         }
         changed->push_back(r);
         ComputationPropagation(r, changed);
@@ -1103,14 +1190,17 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
             HloSharding s = *inst->sharding();
             s.set_metadata({ShardingMetadata{"op_name=\"_sharding_propagation_cse_prevention\""}});
             inst->set_sharding(std::move(s));
+            Bump(inst);
           }
           continue;
         }
         if (original) {
           inst->set_sharding(*original);
+          Bump(inst);
           origin[Id(inst)] = ShardingOrigin{Direction::kAnnotation, nullptr, nullptr, "user annotation", -1, -1};
         } else {
           inst->clear_sharding();
+          Bump(inst);
           origin[Id(inst)] = ShardingOrigin{};
         }
       }
@@ -1125,6 +1215,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
         if (!out_vec[i] && !setup.saved_root[i].IsUnknown()) leaves[i] = setup.saved_root[i];
       }
       root_mut->set_sharding(std::move(rs));
+      Bump(root_mut);
     }
     const auto& params = module->entry()->parameters();
     const auto& par_vec = options.propagate_to_parameters;
@@ -1136,9 +1227,11 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
           auto it = setup.saved_params.find(static_cast<int64_t>(i));
           if (it != setup.saved_params.end() && !it->second.IsUnknown()) {
             p->set_sharding(it->second);
+            Bump(p);
             origin[Id(p)] = ShardingOrigin{Direction::kAnnotation, nullptr, nullptr, "user annotation", -1, -1};
           } else {
             p->clear_sharding();
+            Bump(p);
             origin[Id(p)] = ShardingOrigin{};
           }
         }
@@ -1152,6 +1245,7 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
           if (!par_vec[i] && !saved.IsUnknown()) ps = shard_util::SetTupleElementSharding(ps, shape, static_cast<int64_t>(i), saved);
         }
         params[0]->set_sharding(std::move(ps));
+        Bump(params[0]);
       }
     }
     // An output or parameter sharding that does not split its shape evenly is replicated.
@@ -1204,6 +1298,17 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
     AlignShardAsGroups();
     changed |= RunToFixPoint(3, true);
     PostProcess();
+    // Write tile assignments the way XLA prints them (iota forms), once per distinct device list.
+    shard_util::IotaCache cache;
+    for (size_t i = 0; i < by_id.size(); ++i) {
+      Instruction* inst = by_id[i];
+      if (!inst || !in_region[i] || !inst->has_sharding()) continue;
+      const HloSharding& s = *inst->sharding();
+      if (s.IsTuple() || (s.IsTiled() && !s.tile_assignment().is_iota())) {
+        HloSharding canonical = shard_util::WithIotaForm(s, &cache);
+        if (canonical.IsTuple() || canonical.tile_assignment().is_iota()) inst->set_sharding(std::move(canonical));
+      }
+    }
     return changed;
   }
 
@@ -1213,8 +1318,10 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
       if (!inst || !in_region[i]) continue;
       if (setup.initial[i]) {
         inst->set_sharding(*setup.initial[i]);
+        Bump(inst);
       } else {
         inst->clear_sharding();
+        Bump(inst);
       }
       origin[i] = setup.origin[i];
     }

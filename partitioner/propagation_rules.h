@@ -13,6 +13,7 @@
 
 #include "core/ir.h"
 #include "core/sharding.h"
+#include "partitioner/sharding_util.h"
 
 namespace shardscope::prop {
 
@@ -64,6 +65,10 @@ class RuleContext {
   virtual const Instruction* CallerOf(const Computation* computation) const = 0;
   // The user sharding a single-user chain ends in, mapped back to `inst` (dot lookahead).
   virtual std::optional<HloSharding> LookaheadUserSharding(const Instruction* inst) = 0;
+  // Memoised dimension analysis of a dot or convolution, and the output sharding one operand's
+  // current sharding implies (contracting dims replicated).
+  virtual const shard_util::DotDims& DotDimsOf(const Instruction& dot) = 0;
+  virtual const HloSharding& OutputShardingFromDotOperand(const Instruction& dot, int operand_index) = 0;
   // Records that the instruction's current sharding also drew on `other` (merges from two sides).
   virtual void NoteSecondSource(const Instruction* inst, const Instruction* other) = 0;
 
@@ -75,10 +80,18 @@ using ForwardRule = bool (*)(Instruction& inst, RuleContext& ctx);
 using BackwardRule = std::optional<HloSharding> (*)(const Instruction& operand, const Instruction& user,
                                                     const HloSharding& user_sharding, RuleContext& ctx);
 
+// What a backward rule reads besides the structure (lets the driver memoise its results).
+enum class BackwardInputs : uint8_t {
+  kAny,                  // anything (not memoised)
+  kUser,                 // only the user's sharding
+  kUserAndOtherOperand,  // the user's sharding and its other operand's (dot, convolution)
+};
+
 struct OpRule {
   std::string_view family;         // "elementwise", "dot", "broadcast", ...
   ForwardRule forward = nullptr;    // nullptr: no sharding from operands
   BackwardRule backward = nullptr;  // nullptr: users of this kind don't inform operands
+  BackwardInputs backward_inputs = BackwardInputs::kAny;
 };
 
 // The rule for an instruction's opcode (custom-calls and generic ops resolved by name).

@@ -215,6 +215,41 @@ bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, cons
 
 // ---- Construction -------------------------------------------------------------------------------
 
+TileAssignment Plain(const TileAssignment& t) {
+  return t.is_iota() ? TileAssignment::Explicit(t.dims(), t.devices()) : t;
+}
+
+HloSharding WithIotaForm(const HloSharding& s, IotaCache* cache) {
+  if (s.IsTuple()) {
+    std::vector<HloSharding> elements;
+    elements.reserve(s.tuple_elements().size());
+    bool changed = false;
+    for (const auto& e : s.tuple_elements()) {
+      elements.push_back(WithIotaForm(e, cache));
+      changed |= elements.back().tile_assignment().is_iota() != e.tile_assignment().is_iota();
+    }
+    if (!changed) return s;
+    HloSharding out = HloSharding::Tuple(std::move(elements));
+    out.set_metadata(s.metadata());
+    return out;
+  }
+  if (!s.IsTiled() || s.tile_assignment().is_iota()) return s;
+  const auto& devices = s.tile_assignment().devices();
+  std::optional<IotaForm> form;
+  if (cache != nullptr) {
+    auto it = cache->find(devices);
+    if (it == cache->end()) it = cache->emplace(devices, DetectIota(devices)).first;
+    form = it->second;
+  } else {
+    form = DetectIota(devices);
+  }
+  if (!form) return s;
+  HloSharding out = MakeSubgroup(TileAssignment::Iota(s.tile_assignment().dims(), form->reshape_dims, form->perm),
+                                 s.subgroup_types());
+  out.set_metadata(s.metadata());
+  return out;
+}
+
 HloSharding MakeSubgroup(const TileAssignment& tiles, const std::vector<SubgroupType>& types) {
   if (types.empty()) return HloSharding::Tile(tiles);
   return HloSharding::Subgroup(tiles, types);
@@ -361,8 +396,7 @@ bool MergeShardingIfCompatible(const HloSharding& to_merge, int64_t minimum_tile
       metadata.push_back(m);
     }
   }
-  TileAssignment ta = TileAssignment::Explicit(tile_dims, devices);
-  if (auto form = DetectIota(devices)) ta = TileAssignment::Iota(tile_dims, form->reshape_dims, form->perm);
+  TileAssignment ta = TileAssignment::Explicit(tile_dims, std::move(devices));
   *dst = MakeSubgroup(ta, types);
   dst->set_metadata(std::move(metadata));
   return true;
@@ -445,7 +479,7 @@ HloSharding TransposeSharding(const HloSharding& s, const std::vector<int64_t>& 
   } else if (static_cast<int64_t>(perm.size()) != ndims) {
     return s;
   }
-  TileAssignment ta = s.tile_assignment().Transpose(perm);
+  TileAssignment ta = Plain(s.tile_assignment()).Transpose(perm);
   if (ReplicateOnLastTileDim(s)) {
     HloSharding out = MakePartialTile(ta);
     out.set_metadata(s.metadata());
@@ -621,7 +655,7 @@ HloSharding PropagateShardingThroughReshape(const Shape& source, const Shape& ta
     for (int64_t i = 0; i < static_cast<int64_t>(dims.size()); ++i) {
       if (i != manual_dim) perm.push_back(i);
     }
-    TileAssignment moved = s.tile_assignment().Transpose(perm);
+    TileAssignment moved = Plain(s.tile_assignment()).Transpose(perm);
     const int64_t m = dims[static_cast<size_t>(manual_dim)];
     const int64_t group_size = moved.num_elements() / m;
     std::vector<std::vector<int64_t>> groups(static_cast<size_t>(m));
@@ -669,7 +703,7 @@ HloSharding PropagateShardingThroughReshape(const Shape& source, const Shape& ta
       } else {
         continue;
       }
-      HloSharding ungrouped = MakePartialTile(s.tile_assignment().Transpose(perm).Reshape(reshape_dims));
+      HloSharding ungrouped = MakePartialTile(Plain(s.tile_assignment()).Transpose(perm).Reshape(reshape_dims));
       if (MergeShardingIfCompatible(ungrouped, &result)) {
         start = end;
         found = true;

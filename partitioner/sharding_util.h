@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
 #include "core/ir.h"
 #include "core/shape.h"
 #include "core/sharding.h"
+#include "core/sharding_util.h"
 
 namespace shardscope::shard_util {
 
@@ -46,6 +48,13 @@ bool IsShardingStrictlyBetter(const HloSharding& lhs, const HloSharding& rhs);
 bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, const HloSharding& sharding);
 
 // ---- Construction -------------------------------------------------------------------------------
+
+// The same tile assignment without an iota description (transforms on it skip iota detection).
+TileAssignment Plain(const TileAssignment& t);
+// The same sharding with its tile assignment written in XLA's iota form when it is one
+// ("devices=[4,2]<=[2,4]T(1,0)"); `cache` remembers device lists already examined.
+using IotaCache = std::map<std::vector<int64_t>, std::optional<IotaForm>>;
+HloSharding WithIotaForm(const HloSharding& s, IotaCache* cache = nullptr);
 
 // A tiled sharding from a tile assignment and trailing subgroup types, normalised as XLA does.
 HloSharding MakeSubgroup(const TileAssignment& tiles, const std::vector<SubgroupType>& types);

@@ -161,8 +161,20 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
   }
   std::sort(ev.begin(), ev.end(), [](const Ev& a, const Ev& b) { return a.t < b.t; });
   MemorySample level;
-  prof.samples.reserve(ev.size() / 2 + 2);
-  bool have_peak = false;
+  prof.samples.reserve(ev.size() / 2 + 3);
+  // The state before anything runs: parameters and constants (an op starting at time 0 may free
+  // one in place at once; the memory held before it still counts).
+  bool initial_is_peak = true;
+  for (size_t b = 0; b < nb; ++b) {
+    const Buffer& buf = program.buffers[b];
+    if (buf.def_op < 0) level.at(buf.category) += buf.bytes;
+  }
+  level.time_s = 0;
+  prof.samples.push_back(level);
+  prof.peak_bytes = level.total();
+  prof.peak_time_s = 0;
+  prof.peak_by_category = level.bytes;
+  level = MemorySample{};
   for (size_t i = 0; i < ev.size();) {
     const double t = ev[i].t;
     for (; i < ev.size() && ev[i].t == t; ++i) {
@@ -170,32 +182,28 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
       level.at(buf.category) += ev[i].sign * buf.bytes;
     }
     level.time_s = t;
-    if (!prof.samples.empty() && prof.samples.back().bytes == level.bytes) continue;
+    if (prof.samples.back().bytes == level.bytes) continue;
     prof.samples.push_back(level);
     const int64_t total = level.total();
-    if (!have_peak || total > prof.peak_bytes) {
-      have_peak = true;
+    if (total > prof.peak_bytes) {
+      initial_is_peak = false;
       prof.peak_bytes = total;
       prof.peak_time_s = t;
       prof.peak_by_category = level.bytes;
     }
-  }
-  if (prof.samples.empty() || prof.samples.front().time_s > 0) {
-    MemorySample zero;
-    prof.samples.insert(prof.samples.begin(), zero);
   }
   if (step_end_s > prof.samples.back().time_s) {
     MemorySample last = prof.samples.back();
     last.time_s = step_end_s;
     prof.samples.push_back(last);
   }
-  // Buffers live at the peak.
+  // Buffers live at the peak (before anything ran: the parameters and constants).
   for (size_t b = 0; b < nb; ++b) {
     const Buffer& buf = program.buffers[b];
     const BufferLifetime& lt = prof.lifetimes[b];
-    if (buf.bytes > 0 && lt.alloc_s <= prof.peak_time_s && lt.free_s > prof.peak_time_s) {
-      prof.peak_buffers.push_back({buf.name, buf.bytes, buf.category});
-    }
+    const bool live = initial_is_peak ? buf.def_op < 0
+                                      : lt.alloc_s <= prof.peak_time_s && lt.free_s > prof.peak_time_s;
+    if (buf.bytes > 0 && live) prof.peak_buffers.push_back({buf.name, buf.bytes, buf.category});
   }
   std::stable_sort(prof.peak_buffers.begin(), prof.peak_buffers.end(),
                    [](const PeakBuffer& a, const PeakBuffer& b) { return a.bytes > b.bytes; });

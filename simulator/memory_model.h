@@ -7,8 +7,9 @@
 // are donated (the default for a training step). When an op takes over an operand's buffer in
 // place, the operand is freed and the output allocated at the op's start. The level at an instant
 // is the one after every allocation and free at that instant (an op that frees X as the next op
-// allocates Y never holds both). Peak = the highest level; the buffers live at its first moment are
-// listed, largest first.
+// allocates Y never holds both); the first sample is the state before anything runs (parameters and
+// constants). Peak = the highest level; the buffers live at its first moment are listed, largest
+// first.
 //
 // Categories (the rule, applied to the instruction defining the value; names and metadata op_name
 // scopes are matched lower-case):
@@ -58,7 +59,7 @@ struct BufferLifetime {
 };
 
 struct MemoryProfile {
-  std::vector<MemorySample> samples;  // time order; the first at time 0
+  std::vector<MemorySample> samples;  // time order; the first (time 0) is the state before any op
   int64_t peak_bytes = 0;
   double peak_time_s = 0;
   std::array<int64_t, kNumMemoryCategories> peak_by_category{};

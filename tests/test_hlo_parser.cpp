@@ -185,6 +185,7 @@ ENTRY %e (img: f32[1,8,8,3], k: f32[3,3,3,16], table: f32[10,4], idx: s32[5,1]) 
   %ds = f32[2,4] dynamic-slice(%sc, %start, %start), dynamic_slice_sizes={2,4}
   %c = f32[2,3] constant({ {1.5, -2, 3e2}, {inf, nan, 0} })
   %mask = pred[3] constant({true, false, true})
+  %tl = (f32[], s32[2]) constant((1.5, {1, 2}))
   %fft = c64[10,4] fft(c64[10,4] %cplx), fft_type=FFT, fft_length={4}
   %tr = f32[4,10] transpose(%sc), dimensions={1,0}
   %rbg = (u32[2], u32[8]) rng-bit-generator(u32[2] %seed), algorithm=rng_default
@@ -207,6 +208,7 @@ class TestHloParser : public QObject {
   void malformedInputs_data();
   void malformedInputs();
   void verifierErrorsArePositioned();
+  void shardingErrorsPointIntoTheFile();
   void roundTripsEmbeddedModules();
   void printsCanonicalInstructions();
   void printerOptions();
@@ -414,6 +416,8 @@ void TestHloParser::parsesArrayOps() {
   QVERIFY(std::isinf(c->literal.values[3]));
   QVERIFY(std::isnan(c->literal.values[4]));
   QCOMPARE(e->Find("mask")->literal.values, std::vector<double>({1, 0, 1}));
+  QCOMPARE(e->Find("tl")->literal.text, std::string("(1.5, {1, 2})"));  // tuple literal: text only
+  QVERIFY(e->Find("tl")->literal.values.empty());
 
   // Ops outside opcodes.h load as kGeneric with their text, operands and attributes kept.
   Instruction* fft = e->Find("fft");
@@ -1025,6 +1029,24 @@ void TestHloParser::verifierErrorsArePositioned() {
   QVERIFY2(r.error().message.rfind("v.hlo:5:8: error: ", 0) == 0, r.error().message.c_str());
   QVERIFY2(r.error().message.find("d") != std::string::npos, r.error().message.c_str());
   QCOMPARE(r.error().message.find('\n'), std::string::npos);
+}
+
+void TestHloParser::shardingErrorsPointIntoTheFile() {
+  // The sharding sub-parser reports offsets relative to "{...}"; the HLO parser moves them into
+  // the file, so the column lands inside the sharding text on line 3.
+  const std::string text =
+      "HloModule s\n"
+      "ENTRY %e {\n"
+      "  ROOT %p = f32[4,4] parameter(0), sharding={devices=[2,2]0,1,2}\n"
+      "}\n";
+  auto r = ParseHloModule(text, "s.hlo");
+  QVERIFY(!r.ok());
+  const int64_t start = static_cast<int64_t>(text.find("{devices"));
+  const int64_t end = static_cast<int64_t>(text.find("\n}"));
+  QVERIFY2(r.error().offset >= start && r.error().offset <= end, r.error().message.c_str());
+  std::string why;
+  QVERIFY2(ErrorIsWellFormed(text, r.error(), "s.hlo", &why), why.c_str());
+  QVERIFY2(r.error().message.rfind("s.hlo:3:", 0) == 0, r.error().message.c_str());
 }
 
 void TestHloParser::roundTripsEmbeddedModules() {

@@ -163,7 +163,7 @@ class TestPropagation : public QObject {
     const HloSharding on_y = Split(2, mesh, {-1, 1});  // [B, F_Y]
     HloSharding merged = on_y;
     QVERIFY(shard_util::MergeShardingIfCompatible(on_x, &merged));
-    QCOMPARE(Q(merged.ToString()), Q(Split(2, mesh, {0, 1}).ToString()));
+    QVERIFY2(merged == Split(2, mesh, {0, 1}), qPrintable(Q(merged.ToString())));
     // The same mesh axis on two dims is not compatible.
     HloSharding other = Split(2, mesh, {-1, 0});
     QVERIFY(!shard_util::MergeShardingIfCompatible(on_x, &other));
@@ -226,6 +226,8 @@ class TestPropagation : public QObject {
       ShardingPropagation prop;
       QVERIFY(prop.Run(m).ok());
       CHECK_SHARDING(m, "bf", Split(2, mesh, {0, 1}));
+      // Printed the way XLA prints it: an iota tile assignment.
+      QCOMPARE(Q(ShardingOf(m, "bf")), Q("{devices=[2,4]<=[8]}"));
       // Provenance: the dot merged what both operands imply (Fig. 3).
       const ShardingOrigin* o = prop.OriginOf(*m.FindInstruction("bf"));
       QVERIFY(o != nullptr);

@@ -527,11 +527,11 @@ void GraphView::applyLayout(std::shared_ptr<const LayoutResult> layout, const Vi
   scene_->setSceneRect(QRectF(-20, -20, layout_->width + 40, layout_->height + 40));
   ++layouts_applied_;
   recolour();
-  updateSelection();
   if (fit_after_layout_) {
     fit_after_layout_ = false;
     fitReadable();
   }
+  updateSelection();
   if (center_after_layout_ >= 0) {
     if (GraphNodeItem* n = nodeForInstruction(center_after_layout_)) centerOn(n);
     center_after_layout_ = -1;

@@ -20,6 +20,7 @@ class InspectorPanel : public QWidget {
   // The HTML currently shown (for tests).
   QString html() const;
   QTextBrowser* browser() const { return browser_; }
+  QSize sizeHint() const override { return QSize(460, 260); }
 
  public slots:
   void refresh();

@@ -3,7 +3,9 @@
 // A module counts as already partitioned (an SPMD program) when it contains partition-id,
 // replica-id or a collective, or when no instruction carries a tiled sharding; otherwise its
 // shardings are propagated and it is partitioned for the mesh's device count first (--partition /
-// --no-partition force the choice). The run is stored only when --db is given.
+// --no-partition force the choice); propagation may then also shard the entry parameters and
+// outputs it was not given shardings for (--keep-io-shardings: no). The run is stored only when
+// --db is given (no default database: a CLI run leaves no file behind unless asked).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -124,6 +126,7 @@ int Run(const std::vector<std::string>& in) {
   const bool force_partition = TakeFlag(args, "partition");
   const bool force_no_partition = TakeFlag(args, "no-partition");
   const bool trace_all = TakeFlag(args, "trace-all-devices");
+  const bool keep_io = TakeFlag(args, "keep-io-shardings");
 
   for (const auto& a : args) {
     if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
@@ -205,7 +208,13 @@ int Run(const std::vector<std::string>& in) {
   const bool partition = force_partition || (!force_no_partition && NeedsPartitioning(*module));
   if (partition) {
     options.model_flops = CountModuleFlops(*module);
-    auto p = PropagateShardings(*module);
+    // The step's inputs and outputs may take the shardings propagation infers (XLA's
+    // allow_spmd_sharding_propagation_to_output/parameters): unannotated optimizer state and
+    // updated weights then stay sharded instead of being gathered. --keep-io-shardings: off.
+    PropagationOptions po;
+    po.propagate_to_output = {!keep_io};
+    po.propagate_to_parameters = {!keep_io};
+    auto p = PropagateShardings(*module, po);
     if (!p.ok()) {
       std::cerr << args[0] << ": error: sharding propagation failed: " << p.error().message << "\n";
       return 2;
@@ -281,7 +290,7 @@ const bool kRegistered = Register(
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--cores-per-chip 2] "
      "[--schedule program-order|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
      "[--no-in-place] [--no-donation] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
-     "[--trace-all-devices] [--label TEXT]",
+     "[--keep-io-shardings] [--trace-all-devices] [--label TEXT]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
 

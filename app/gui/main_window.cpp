@@ -24,6 +24,7 @@
 #include <QStyleFactory>
 #include <QTableView>
 #include <QThread>
+#include <QTimer>
 #include <QUndoStack>
 #include <QUndoView>
 #include <QVBoxLayout>
@@ -206,9 +207,6 @@ void MainWindow::createDocks() {
 
   // The mesh takes the whole right-hand column; the table and the inspector sit under the graph.
   setCorner(Qt::BottomRightCorner, Qt::RightDockWidgetArea);
-  resizeDocks({mesh_dock_}, {440}, Qt::Horizontal);
-  resizeDocks({table_dock_}, {250}, Qt::Vertical);
-  resizeDocks({table_dock_, inspector_dock_}, {700, 460}, Qt::Horizontal);
 }
 
 // ---- Actions and menus --------------------------------------------------------------------------------
@@ -630,7 +628,7 @@ void MainWindow::applyTheme(const QString& theme) {
 void MainWindow::restoreSettings() {
   QSettings s;
   if (s.contains("geometry")) restoreGeometry(s.value("geometry").toByteArray());
-  if (s.contains("windowState")) restoreState(s.value("windowState").toByteArray(), 1);
+  if (s.contains("windowState")) state_restored_ = restoreState(s.value("windowState").toByteArray(), 1);
   const QString theme = s.value("theme", "system").toString();
   if (theme != "system") applyTheme(theme);
 }
@@ -641,6 +639,30 @@ void MainWindow::saveSettings() {
   s.setValue("geometry", saveGeometry());
   s.setValue("windowState", saveState(1));
   s.setValue("theme", theme_);
+}
+
+void MainWindow::applyDefaultDockSizes() {
+  const int w = std::max(900, width());
+  resizeDocks({mesh_dock_}, {std::min(460, w / 3)}, Qt::Horizontal);
+  resizeDocks({table_dock_}, {std::max(220, height() / 4)}, Qt::Vertical);
+  const int bottom = w - std::min(460, w / 3);
+  // (A tabified dock is resized through the first dock of its tab group.)
+  resizeDocks({table_dock_, inspector_dock_, history_dock_}, {bottom * 55 / 100, bottom * 45 / 100, bottom * 45 / 100},
+              Qt::Horizontal);
+}
+
+void MainWindow::showEvent(QShowEvent* event) {
+  QMainWindow::showEvent(event);
+  if (!first_show_done_) {
+    first_show_done_ = true;
+    if (!state_restored_) QTimer::singleShot(0, this, &MainWindow::applyDefaultDockSizes);
+  }
+}
+
+void MainWindow::resizeEvent(QResizeEvent* event) {
+  QMainWindow::resizeEvent(event);
+  // Until the user arranges the docks, keep the default proportions when the window is resized.
+  if (first_show_done_ && !state_restored_ && batch_) applyDefaultDockSizes();
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

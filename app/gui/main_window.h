@@ -57,9 +57,12 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  void showEvent(QShowEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
   void createDocks();
+  void applyDefaultDockSizes();
   void createActions();
   void createMenus();
   void updateTitle();
@@ -103,6 +106,8 @@ class MainWindow : public QMainWindow {
   QLabel* busy_label_;
   QString theme_ = "system";
   bool batch_ = false;
+  bool first_show_done_ = false;
+  bool state_restored_ = false;
 };
 
 }  // namespace shardscope::gui

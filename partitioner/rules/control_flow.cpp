@@ -175,13 +175,13 @@ bool NoForward(Instruction&, RuleContext&) { return false; }
 
 void RegisterControlFlowRules(RuleTable& t) {
   using namespace rules;
-  t.Add(Opcode::kTuple, OpRule{"tuple", &TupleForward, &TupleBackward});
+  t.Add(Opcode::kTuple, OpRule{"tuple", &TupleForward, &TupleBackward, BackwardInputs::kUser});
   t.Add(Opcode::kGetTupleElement, OpRule{"get-tuple-element", &GetTupleElementForward, &GetTupleElementBackward});
   t.Add(Opcode::kWhile, OpRule{"while", &WhileForward, &DefaultBackward});
   t.Add(Opcode::kConditional, OpRule{"conditional", &NoForward, &DefaultBackward});
   t.Add(Opcode::kCall, OpRule{"call", &NoForward, &DefaultBackward});
   t.Add(Opcode::kParameter, OpRule{"parameter", &ParameterForward, nullptr});
-  t.Add(Opcode::kOutfeed, OpRule{"outfeed", &NoForward, &OutfeedBackward});
+  t.Add(Opcode::kOutfeed, OpRule{"outfeed", &NoForward, &OutfeedBackward, BackwardInputs::kUser});
   t.Add(Opcode::kOptimizationBarrier, OpRule{"opt-barrier", &DefaultForward, &DefaultBackward});
   t.Add(Opcode::kAfterAll, OpRule{"after-all", &NoForward, nullptr});
   t.Add(Opcode::kSend, OpRule{"send", &NoForward, nullptr});

@@ -18,7 +18,7 @@ bool DotLikeForward(Instruction& inst, const DotDims& dims, RuleContext& ctx, st
   for (int i = 0; i < 2; ++i) {
     const Instruction* op = inst.operand(i);
     if (!ctx.IsSpatiallyPartitioned(op)) continue;
-    from[i] = ReturnImprovedSharding(DotShardingFromOperand(*ctx.ShardingOf(op), dims, i), current, inst.shape(),
+    from[i] = ReturnImprovedSharding(ctx.OutputShardingFromDotOperand(inst, i), current, inst.shape(),
                                      ctx.may_combine_partial, false);
   }
   if (!from[0] && !from[1]) return false;
@@ -50,14 +50,14 @@ bool DotLikeForward(Instruction& inst, const DotDims& dims, RuleContext& ctx, st
 }
 
 bool DotForward(Instruction& inst, RuleContext& ctx) {
-  return DotLikeForward(inst, ParseDotDims(inst), ctx, "dot");
+  return DotLikeForward(inst, ctx.DotDimsOf(inst), ctx, "dot");
 }
 
 std::optional<HloSharding> DotBackward(const Instruction& operand, const Instruction& user, const HloSharding& us,
                                        RuleContext& ctx) {
   const int64_t idx = OperandIndex(user, operand);
   if (idx < 0 || idx > 1) return std::nullopt;
-  const DotDims dims = user.opcode() == Opcode::kDot ? ParseDotDims(user) : ParseConvolutionDims(user);
+  const DotDims& dims = ctx.DotDimsOf(user);
   if (!dims.conv_spatial.empty()) return std::nullopt;
   return InferDotOperandSharding(&us, ctx.ShardingOf(user.operand(1 - idx)), static_cast<int>(idx), dims,
                                  ctx.may_combine_partial);
@@ -81,7 +81,7 @@ bool IsConvolutionKernelSmall(const Instruction& conv) {
 }
 
 bool ConvolutionForward(Instruction& inst, RuleContext& ctx) {
-  const DotDims dims = ParseConvolutionDims(inst);
+  const DotDims& dims = ctx.DotDimsOf(inst);
   auto partitions = [&](const Instruction* op, bool lhs) {
     const HloSharding* s = ctx.ShardingOf(op);
     int64_t p = 1;
@@ -117,8 +117,8 @@ bool ConvolutionForward(Instruction& inst, RuleContext& ctx) {
 
 void RegisterDotConvRules(RuleTable& t) {
   using namespace rules;
-  t.Add(Opcode::kDot, OpRule{"dot", &DotForward, &DotBackward});
-  t.Add(Opcode::kConvolution, OpRule{"convolution", &ConvolutionForward, &DotBackward});
+  t.Add(Opcode::kDot, OpRule{"dot", &DotForward, &DotBackward, BackwardInputs::kUserAndOtherOperand});
+  t.Add(Opcode::kConvolution, OpRule{"convolution", &ConvolutionForward, &DotBackward, BackwardInputs::kUserAndOtherOperand});
 }
 
 }  // namespace shardscope::prop

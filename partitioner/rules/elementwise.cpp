@@ -91,8 +91,8 @@ void RegisterElementwiseRules(RuleTable& t) {
   t.Add(Opcode::kSelect, OpRule{"select", &DefaultForward, &DefaultBackward});
   t.Add(Opcode::kClamp, OpRule{"clamp", &DefaultForward, &DefaultBackward});
   t.Add(Opcode::kCopy, OpRule{"copy", &DefaultForward, &DefaultBackward});
-  t.Add(Opcode::kCustomCall, OpRule{"custom-call", &CustomCallForward, &CustomCallBackward});
-  t.AddNamed("custom-call:Sharding", OpRule{"sharding-annotation", &CustomCallForward, &CustomCallBackward});
+  t.Add(Opcode::kCustomCall, OpRule{"custom-call", &CustomCallForward, &CustomCallBackward, BackwardInputs::kUser});
+  t.AddNamed("custom-call:Sharding", OpRule{"sharding-annotation", &CustomCallForward, &CustomCallBackward, BackwardInputs::kUser});
   const OpRule collective{"collective", &DefaultForward, &DefaultBackward};
   for (Opcode op : {Opcode::kAllReduce, Opcode::kAllGather, Opcode::kReduceScatter, Opcode::kAllToAll,
                     Opcode::kCollectivePermute}) {

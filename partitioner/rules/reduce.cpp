@@ -140,9 +140,9 @@ std::optional<HloSharding> SortBackward(const Instruction& operand, const Instru
 void RegisterReductionRules(RuleTable& t) {
   using namespace rules;
   t.Add(Opcode::kReduce, OpRule{"reduce", &ReduceForward, &ReduceBackward});
-  t.Add(Opcode::kReduceWindow, OpRule{"reduce-window", &ReduceWindowForward, &ReduceWindowBackward});
+  t.Add(Opcode::kReduceWindow, OpRule{"reduce-window", &ReduceWindowForward, &ReduceWindowBackward, BackwardInputs::kUser});
   t.Add(Opcode::kSelectAndScatter, OpRule{"select-and-scatter", &SelectAndScatterForward, &DefaultBackward});
-  t.Add(Opcode::kSort, OpRule{"sort", &SortForward, &SortBackward});
+  t.Add(Opcode::kSort, OpRule{"sort", &SortForward, &SortBackward, BackwardInputs::kUser});
 }
 
 }  // namespace shardscope::prop

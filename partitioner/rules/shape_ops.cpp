@@ -209,16 +209,16 @@ std::optional<HloSharding> DynamicSliceBackward(const Instruction& operand, cons
 
 void RegisterShapeRules(RuleTable& t) {
   using namespace rules;
-  t.Add(Opcode::kBroadcast, OpRule{"broadcast", &BroadcastForward, &BroadcastBackward});
-  t.Add(Opcode::kReshape, OpRule{"reshape", &ReshapeForward, &ReshapeBackward});
-  t.Add(Opcode::kTranspose, OpRule{"transpose", &TransposeForward, &TransposeBackward});
-  t.Add(Opcode::kReverse, OpRule{"reverse", &ReverseForward, &ReverseBackward});
-  t.Add(Opcode::kSlice, OpRule{"slice", &DefaultForward, &SliceBackward});
-  t.Add(Opcode::kPad, OpRule{"pad", &DefaultForward, &PadBackward});
-  t.Add(Opcode::kConcatenate, OpRule{"concatenate", &ConcatenateForward, &ConcatenateBackward});
-  t.Add(Opcode::kDynamicSlice, OpRule{"dynamic-slice", &DynamicSliceForward, &DynamicSliceBackward});
+  t.Add(Opcode::kBroadcast, OpRule{"broadcast", &BroadcastForward, &BroadcastBackward, BackwardInputs::kUser});
+  t.Add(Opcode::kReshape, OpRule{"reshape", &ReshapeForward, &ReshapeBackward, BackwardInputs::kUser});
+  t.Add(Opcode::kTranspose, OpRule{"transpose", &TransposeForward, &TransposeBackward, BackwardInputs::kUser});
+  t.Add(Opcode::kReverse, OpRule{"reverse", &ReverseForward, &ReverseBackward, BackwardInputs::kUser});
+  t.Add(Opcode::kSlice, OpRule{"slice", &DefaultForward, &SliceBackward, BackwardInputs::kUser});
+  t.Add(Opcode::kPad, OpRule{"pad", &DefaultForward, &PadBackward, BackwardInputs::kUser});
+  t.Add(Opcode::kConcatenate, OpRule{"concatenate", &ConcatenateForward, &ConcatenateBackward, BackwardInputs::kUser});
+  t.Add(Opcode::kDynamicSlice, OpRule{"dynamic-slice", &DynamicSliceForward, &DynamicSliceBackward, BackwardInputs::kUser});
   t.Add(Opcode::kDynamicUpdateSlice,
-        OpRule{"dynamic-update-slice", &DynamicUpdateSliceForward, &DynamicSliceBackward});
+        OpRule{"dynamic-update-slice", &DynamicUpdateSliceForward, &DynamicSliceBackward, BackwardInputs::kUser});
   t.Add(Opcode::kIota, OpRule{"iota", nullptr, &DefaultBackward});
   t.Add(Opcode::kConstant, OpRule{"constant", nullptr, &DefaultBackward});
 }

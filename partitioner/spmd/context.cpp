@@ -321,13 +321,13 @@ Result<Shape> SpmdContext::ShardShapeOf(const Shape& base, const HloSharding& sh
     return Shape::Tuple(std::move(leaves));
   }
   if (!base.IsArray()) return base;
-  auto m = TileMap::FromSharding(sharding, base.rank(), n_);
+  auto m = MapOf(sharding, base.rank());
   if (!m.ok()) return m.error();
   return Shape(base.type, m->ShardShape(base.dims));
 }
 
 Instruction* SpmdContext::MaskPadding(const PValue& v, const std::vector<int64_t>& dims, double identity) {
-  auto m = TileMap::FromSharding(v.sharding, v.base.rank(), n_);
+  auto m = MapOf(v.sharding, v.base.rank());
   if (!m.ok()) return v.hlo;
   Instruction* mask = nullptr;
   const Shape local = v.hlo->shape();
@@ -352,7 +352,60 @@ Instruction* SpmdContext::MaskPadding(const PValue& v, const std::vector<int64_t
 
 // ---- resharding ------------------------------------------------------------------------------------
 
+namespace {
+// A compact binary key for a sharding (cheaper than its text), for the memo tables.
+void AppendKey(std::string& k, const HloSharding& s) {
+  k += static_cast<char>('A' + static_cast<int>(s.kind()));
+  if (s.IsTuple()) {
+    k += '(';
+    for (const auto& e : s.tuple_elements()) AppendKey(k, e);
+    k += ')';
+    return;
+  }
+  if (s.IsMaximal()) k += std::to_string(s.maximal_device());
+  if (!s.IsTiled()) return;
+  for (auto t : s.subgroup_types()) k += static_cast<char>('a' + static_cast<int>(t));
+  const auto& dims = s.tile_assignment().dims();
+  k += static_cast<char>(dims.size());
+  k.append(reinterpret_cast<const char*>(dims.data()), dims.size() * sizeof(int64_t));
+  const auto& devs = s.tile_assignment().devices();
+  k.append(reinterpret_cast<const char*>(devs.data()), devs.size() * sizeof(int64_t));
+}
+}  // namespace
+
+std::string ShardingKey(const HloSharding& s) {
+  std::string k;
+  AppendKey(k, s);
+  return k;
+}
+
+Result<TileMap> SpmdContext::MapOf(const HloSharding& sharding, int64_t rank) const {
+  std::string key = ShardingKey(sharding);
+  key += '#';
+  key += std::to_string(rank);
+  auto it = map_cache_.find(key);
+  if (it != map_cache_.end()) return it->second;
+  auto m = TileMap::FromSharding(sharding, rank, n_);
+  map_cache_.emplace(std::move(key), m);
+  return m;
+}
+
 Result<ReshardPlan> SpmdContext::PlanReshard(const HloSharding& from, const HloSharding& to, const Shape& base) const {
+  std::string key = ShardingKey(from);
+  key += '>';
+  key += ShardingKey(to);
+  key += '@';
+  key += static_cast<char>(base.type);
+  key.append(reinterpret_cast<const char*>(base.dims.data()), base.dims.size() * sizeof(int64_t));
+  auto it = plan_cache_.find(key);
+  if (it != plan_cache_.end()) return it->second;
+  auto plan = PlanReshardUncached(from, to, base);
+  plan_cache_.emplace(std::move(key), plan);
+  return plan;
+}
+
+Result<ReshardPlan> SpmdContext::PlanReshardUncached(const HloSharding& from, const HloSharding& to,
+                                                     const Shape& base) const {
   ReshardPlan plan;
   if (!base.IsArray()) return Error("PlanReshard: not an array: " + base.ToString());
   if (from == to) {
@@ -388,9 +441,9 @@ Result<ReshardPlan> SpmdContext::PlanReshard(const HloSharding& from, const HloS
     plan.bytes = bytes;
     return plan;
   }
-  auto fm = TileMap::FromSharding(from, base.rank(), n_);
+  auto fm = MapOf(from, base.rank());
   if (!fm.ok()) return fm.error();
-  auto tm = TileMap::FromSharding(to_eff, base.rank(), n_);
+  auto tm = MapOf(to_eff, base.rank());
   if (!tm.ok()) return tm.error();
   const TileMap& F = *fm;
   const TileMap& T = *tm;
@@ -711,6 +764,7 @@ Result<Instruction*> SpmdContext::Reshard(const PValue& v, const HloSharding& ta
   if (!v.hlo) return Error("internal: resharding a value that was not partitioned");
   if (v.base.IsTuple()) return ReshardAny(v, target);
   if (!v.base.IsArray()) return v.hlo;
+  if (v.sharding == target) return v.hlo;
   auto plan = PlanReshard(v.sharding, target, v.base);
   if (!plan.ok()) return plan.error();
   if (plan->identity) return v.hlo;

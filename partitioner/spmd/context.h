@@ -100,6 +100,14 @@ class SpmdContext {
   // ---- resharding (§4.5) ----
   // Cheapest plan by bytes received per device; an error only for unsupported shardings.
   Result<ReshardPlan> PlanReshard(const HloSharding& from, const HloSharding& to, const Shape& base) const;
+  // Memoised per-device views (the same shardings recur on every layer of a model).
+  Result<TileMap> MapOf(const HloSharding& sharding, int64_t rank) const;
+  // A cache for handlers' own decisions (the dot handler's joint tiling), keyed by text.
+  template <typename T>
+  std::unordered_map<std::string, T>& DecisionCache() const {
+    static thread_local std::unordered_map<const SpmdContext*, std::unordered_map<std::string, T>> caches;
+    return caches[this];
+  }
   Result<Instruction*> Reshard(const PValue& v, const HloSharding& target);
   // Reshards every leaf of a tuple value.
   Result<Instruction*> ReshardAny(const PValue& v, const HloSharding& target);
@@ -122,6 +130,9 @@ class SpmdContext {
 
  private:
   Result<Instruction*> EmitPlan(const PValue& v, const ReshardPlan& plan, const HloSharding& target);
+  Result<ReshardPlan> PlanReshardUncached(const HloSharding& from, const HloSharding& to, const Shape& base) const;
+  mutable std::unordered_map<std::string, Result<ReshardPlan>> plan_cache_;
+  mutable std::unordered_map<std::string, Result<TileMap>> map_cache_;
   const Module& original_;
   Module* out_;
   int64_t n_;
@@ -140,6 +151,9 @@ class SpmdContext {
 
 // The handler for ops without a dedicated one: replicate operands, run the op whole, reshard.
 Status PartitionWithFallback(SpmdContext& ctx, const Instruction& orig);
+
+// A compact key identifying a sharding exactly (memo tables).
+std::string ShardingKey(const HloSharding& s);
 
 std::string GroupsToString(const std::vector<std::vector<int64_t>>& groups);
 

@@ -136,9 +136,9 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   const PValue& lv = ctx.Get(dot.operand(0));
   const PValue& rv = ctx.Get(dot.operand(1));
   const HloSharding target = SpmdContext::ShardingOf(dot);
-  auto lm = TileMap::FromSharding(lv.sharding, lv.base.rank(), n);
-  auto rm = TileMap::FromSharding(rv.sharding, rv.base.rank(), n);
-  auto om = TileMap::FromSharding(target, dot.shape().rank(), n);
+  auto lm = ctx.MapOf(lv.sharding, lv.base.rank());
+  auto rm = ctx.MapOf(rv.sharding, rv.base.rank());
+  auto om = ctx.MapOf(target, dot.shape().rank());
   if (!lm.ok() || !rm.ok() || !om.ok()) {
     return PartitionWithFallback(ctx, dot);
   }
@@ -149,7 +149,20 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   const Source ls{&*lm, L.lhs_label}, rs{&*rm, L.rhs_label}, os{&*om, out_labels};
   const int64_t out_elem = PrimitiveTypeBytes(dot.shape().type);
 
+  // The same dot configuration recurs on every layer: decide once.
+  std::string key = ShardingKey(lv.sharding) + "|" + ShardingKey(rv.sharding) + "|" + ShardingKey(target) + "|" +
+                    lv.base.ToString(false) + "|" + rv.base.ToString(false) + "|" + dot.shape().ToString(false);
+  for (auto* dims : {&dot.dot_dims.lhs_batch, &dot.dot_dims.rhs_batch, &dot.dot_dims.lhs_contracting,
+                     &dot.dot_dims.rhs_contracting}) {
+    key += '|';
+    for (int64_t d : *dims) key += std::to_string(d) + ",";
+  }
+  auto& cache = ctx.DecisionCache<std::optional<DotPlan>>();
   std::optional<DotPlan> best;
+  auto cached = cache.find(key);
+  if (cached != cache.end()) {
+    best = cached->second;
+  } else {
   for (int mask = 7; mask >= 0; --mask) {
     std::vector<Source> srcs;
     if (mask & 1) srcs.push_back(ls);
@@ -221,6 +234,8 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     if (!c3.ok()) continue;
     p.cost += c3->bytes;
     if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
+  }
+  cache.emplace(key, best);
   }
   if (!best) {
     return PartitionWithFallback(ctx, dot);

@@ -65,7 +65,7 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   HloSharding leaf = target.IsTuple() ? (target.tuple_elements().empty() ? HloSharding::Replicate()
                                                                           : target.tuple_elements()[0])
                                       : target;
-  auto m = TileMap::FromSharding(leaf, out.rank(), ctx.num_devices());
+  auto m = ctx.MapOf(leaf, out.rank());
   if (!m.ok() || (op.shape().IsTuple() && op.opcode() != Opcode::kSort)) return PartitionWithFallback(ctx, op);
   const std::vector<int64_t> touched = TouchedDims(op);
   const TileMap work = m->Gathered(touched);

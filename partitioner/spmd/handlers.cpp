@@ -113,7 +113,7 @@ Status HandleConstant(SpmdContext& ctx, const Instruction& orig) {
 
 Status HandleIota(SpmdContext& ctx, const Instruction& orig) {
   const HloSharding s = SpmdContext::ShardingOf(orig);
-  auto m = TileMap::FromSharding(s, orig.shape().rank(), ctx.num_devices());
+  auto m = ctx.MapOf(s, orig.shape().rank());
   if (!m.ok()) return HandleFallback(ctx, orig);
   Shape local(orig.shape().type, m->ShardShape(orig.shape().dims));
   const int64_t d = orig.iota_dimension;
@@ -154,7 +154,7 @@ Status HandleElementwise(SpmdContext& ctx, const Instruction& orig) {
 Status HandleBroadcast(SpmdContext& ctx, const Instruction& orig) {
   const HloSharding s = SpmdContext::ShardingOf(orig);
   const int64_t rank = orig.shape().rank();
-  auto m = TileMap::FromSharding(s, rank, ctx.num_devices());
+  auto m = ctx.MapOf(s, rank);
   if (!m.ok()) return HandleFallback(ctx, orig);
   // Operand dims are orig.dimensions (result positions); the other result dims are new.
   std::vector<int64_t> new_dims;
@@ -176,7 +176,7 @@ Status HandleBroadcast(SpmdContext& ctx, const Instruction& orig) {
 
 Status HandleTranspose(SpmdContext& ctx, const Instruction& orig) {
   const HloSharding s = SpmdContext::ShardingOf(orig);
-  auto m = TileMap::FromSharding(s, orig.shape().rank(), ctx.num_devices());
+  auto m = ctx.MapOf(s, orig.shape().rank());
   if (!m.ok()) return HandleFallback(ctx, orig);
   // Result dim i is operand dim perm[i]; so operand dim perm[i] gets result dim i's tiling.
   std::vector<int64_t> inv(orig.dimensions.size());
@@ -197,7 +197,7 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
   const HloSharding s = SpmdContext::ShardingOf(orig);
   const Shape& out = orig.shape();
   const Shape& in = orig.operand(0)->shape();
-  auto m = TileMap::FromSharding(s, out.rank(), ctx.num_devices());
+  auto m = ctx.MapOf(s, out.rank());
   if (!m.ok()) return HandleFallback(ctx, orig);
   // Group dims: walk both dim lists accumulating products until they match.
   std::vector<int64_t> in_for_out(static_cast<size_t>(out.rank()), -1);
@@ -265,7 +265,7 @@ Status HandleReduce(SpmdContext& ctx, const Instruction& orig) {
   if (orig.operand_count() != 2 || !orig.shape().IsArray()) return HandleFallback(ctx, orig);
   const Instruction* operand = orig.operand(0);
   const PValue& in = ctx.Get(operand);
-  auto m = TileMap::FromSharding(in.sharding, operand->shape().rank(), ctx.num_devices());
+  auto m = ctx.MapOf(in.sharding, operand->shape().rank());
   if (!m.ok()) return HandleFallback(ctx, orig);
   Opcode rop;
   auto identity = ReducerIdentity(orig.to_apply(), &rop);

@@ -1,0 +1,374 @@
+// Memory model of the execution engine: buffer liveness on the executed schedule, in-place reuse,
+// parameter donation, asynchronous collectives keeping their operands alive, the category rules,
+// and the weight-update-sharding formula M1 of ../shared/reference/validation.md (paper
+// 000_7bf40aea6196c6f5, section 4.2) reproduced exactly on a synthetic training loop.
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "core/hlo_text.h"
+#include "core/ir.h"
+#include "core/mesh.h"
+#include "simulator/compute_cost.h"
+#include "simulator/engine.h"
+#include "simulator/hardware.h"
+#include "simulator/memory_model.h"
+#include "simulator/schedule.h"
+#include "simulator/topology.h"
+
+using namespace shardscope;
+
+namespace {
+
+std::unique_ptr<Module> Parse(const std::string& text) {
+  auto m = ParseHloModule(text, "test.hlo");
+  if (!m.ok()) qFatal("parse: %s", m.error().message.c_str());
+  return std::move(m).value();
+}
+
+Topology TopologyFor(const char* chip_name, const char* mesh_text) {
+  auto chip = ChipPreset(chip_name);
+  if (!chip.ok()) qFatal("chip: %s", chip.error().message.c_str());
+  auto mesh = DeviceMesh::Parse(mesh_text);
+  if (!mesh.ok()) qFatal("mesh: %s", mesh.error().message.c_str());
+  auto t = Topology::ForMesh(chip.value(), mesh.value());
+  if (!t.ok()) qFatal("topology: %s", t.error().message.c_str());
+  return std::move(t).value();
+}
+
+Simulation Run(const Module& m, const Topology& topo, const SimulationOptions& o = {}) {
+  auto s = Simulate(m, topo, o);
+  if (!s.ok()) qFatal("simulate: %s", s.error().message.c_str());
+  return std::move(s).value();
+}
+
+std::string S(int64_t v) { return std::to_string(v); }
+
+// The synthetic training loop of M1: weights w (f32[n], W = 4n bytes), two optimizer auxiliaries
+// adam_m and adam_v (f32[2,n] each, V = 16n bytes = 4W), an activation of k x W (P = kW: the peak of
+// live activations + gradients; the gradient is a slice of it), `trips` iterations. With
+// `sharded`, the auxiliaries are sliced to 1/N before the loop, updated sharded inside it and
+// all-gathered after it (paper Figure 4, left); otherwise they stay whole across the loop.
+std::string M1Module(int64_t n, int64_t k, int64_t shards, bool sharded, int trips = 3) {
+  const int64_t s = sharded ? n / shards : n;
+  const std::string W = "f32[" + S(n) + "]";
+  const std::string A = "f32[2," + S(s) + "]";
+  const std::string F = "f32[2," + S(n) + "]";
+  const std::string st = "(" + W + ", " + A + ", " + A + ")";
+  std::string groups = "{{";
+  for (int64_t d = 0; d < shards; ++d) groups += (d ? "," : "") + S(d);
+  groups += "}}";
+  std::string t = "HloModule m1, num_partitions=" + S(shards) + "\n\n";
+  t += "%body (p: " + st + ") -> " + st + " {\n";
+  t += "  %p = " + st + " parameter(0)\n";
+  t += "  %w = " + W + " get-tuple-element(%p), index=0\n";
+  t += "  %ms = " + A + " get-tuple-element(%p), index=1\n";
+  t += "  %vs = " + A + " get-tuple-element(%p), index=2\n";
+  t += "  %wb = f32[" + S(k) + "," + S(n) + "] broadcast(%w), dimensions={1}, metadata={op_name=\"forward/act\"}\n";
+  t += "  %act = f32[" + S(k) + "," + S(n) + "] tanh(%wb), metadata={op_name=\"forward/act\"}\n";
+  t += "  %g2 = f32[1," + S(n) + "] slice(%act), slice={[0:1], [0:" + S(n) + "]}, metadata={op_name=\"backward/grad\"}\n";
+  t += "  %g = " + W + " reshape(%g2), metadata={op_name=\"backward/grad\"}\n";
+  t += "  %gs = f32[" + S(s) + "] slice(%g), slice={[0:" + S(s) + "]}, metadata={op_name=\"backward/grad_shard\"}\n";
+  t += "  %gsb = " + A + " broadcast(%gs), dimensions={1}\n";
+  t += "  %m_new = " + A + " add(%ms, %gsb), metadata={op_name=\"optimizer/adam_m\"}\n";
+  t += "  %v_new = " + A + " add(%vs, %gsb), metadata={op_name=\"optimizer/adam_v\"}\n";
+  t += "  %w_new = " + W + " subtract(%w, %g), metadata={op_name=\"optimizer/w\"}\n";
+  t += "  ROOT %t = " + st + " tuple(%w_new, %m_new, %v_new)\n}\n\n";
+  t += "%cond (p: " + st + ") -> pred[] {\n";
+  t += "  %p = " + st + " parameter(0)\n";
+  t += "  %w = " + W + " get-tuple-element(%p), index=0\n";
+  t += "  %w1 = f32[1] slice(%w), slice={[0:1]}\n";
+  t += "  %c = pred[1] compare(%w1, %w1), direction=EQ\n";
+  t += "  ROOT %r = pred[] reshape(%c)\n}\n\n";
+  t += "ENTRY %main (w: " + W + ", adam_m: " + F + ", adam_v: " + F + ") -> (" + W + ", " + F + ", " + F + ") {\n";
+  t += "  %w = " + W + " parameter(0)\n";
+  t += "  %adam_m = " + F + " parameter(1)\n";
+  t += "  %adam_v = " + F + " parameter(2)\n";
+  if (sharded) {
+    t += "  %m_shard = " + A + " slice(%adam_m), slice={[0:2], [0:" + S(s) + "]}\n";
+    t += "  %v_shard = " + A + " slice(%adam_v), slice={[0:2], [0:" + S(s) + "]}\n";
+    t += "  %init = " + st + " tuple(%w, %m_shard, %v_shard)\n";
+  } else {
+    t += "  %init = " + st + " tuple(%w, %adam_m, %adam_v)\n";
+  }
+  t += "  %loop = " + st + " while(%init), condition=%cond, body=%body, backend_config={\"known_trip_count\":{\"n\":\"" +
+       S(trips) + "\"}}\n";
+  t += "  %w_out = " + W + " get-tuple-element(%loop), index=0\n";
+  t += "  %m_out = " + A + " get-tuple-element(%loop), index=1\n";
+  t += "  %v_out = " + A + " get-tuple-element(%loop), index=2\n";
+  if (sharded) {
+    t += "  %m_full = " + F + " all-gather(%m_out), dimensions={1}, replica_groups=" + groups + "\n";
+    t += "  %v_full = " + F + " all-gather(%v_out), dimensions={1}, replica_groups=" + groups + "\n";
+    t += "  ROOT %out = (" + W + ", " + F + ", " + F + ") tuple(%w_out, %m_full, %v_full)\n}\n";
+  } else {
+    t += "  ROOT %out = (" + W + ", " + F + ", " + F + ") tuple(%w_out, %m_out, %v_out)\n}\n";
+  }
+  return t;
+}
+
+int64_t Cat(const std::array<int64_t, kNumMemoryCategories>& by, MemoryCategory c) { return by[static_cast<size_t>(c)]; }
+
+std::array<int64_t, kNumMemoryCategories> PeakByCategory(const DeviceClass& c) {
+  std::array<int64_t, kNumMemoryCategories> by{};
+  for (const PeakBuffer& b : c.peak_buffers) by[static_cast<size_t>(b.category)] += b.bytes;
+  return by;
+}
+
+}  // namespace
+
+class TestMemoryModel : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // validation.md M1 (weight-update sharding paper, section 4.2): keeping the optimizer
+  // auxiliaries sharded across the training loop reduces peak memory from W + V + P to
+  // max(W + V/N + P, W + V). Reproduced exactly (to the byte) for both terms of the max and two
+  // shard counts.
+  void M1WeightUpdateShardingPeak_data() {
+    QTest::addColumn<qint64>("shards");
+    QTest::addColumn<qint64>("k");
+    QTest::newRow("N=4, loop term dominates (P=4W)") << qint64(4) << qint64(4);
+    QTest::newRow("N=4, W+V dominates (P=2W)") << qint64(4) << qint64(2);
+    QTest::newRow("N=8, loop term dominates (P=4W)") << qint64(8) << qint64(4);
+    QTest::newRow("N=8, W+V dominates (P=2W)") << qint64(8) << qint64(2);
+  }
+  void M1WeightUpdateShardingPeak() {
+    QFETCH(qint64, shards);
+    QFETCH(qint64, k);
+    const int64_t n = 4096;
+    const int64_t W = 4 * n, V = 2 * (2 * 4 * n), P = k * W;
+    const std::string mesh = "X=" + S(shards);
+    Topology topo = TopologyFor("tpu-v5e", mesh.c_str());
+
+    auto sharded = Parse(M1Module(n, k, shards, true));
+    Simulation s = Run(*sharded, topo);
+    QVERIFY2(s.warnings.empty(), s.warnings.empty() ? "" : s.warnings[0].c_str());
+    QCOMPARE(s.run.summary.peak_memory_bytes, std::max(W + V / shards + P, W + V));
+
+    auto baseline = Parse(M1Module(n, k, shards, false));
+    Simulation b = Run(*baseline, topo);
+    QCOMPARE(b.run.summary.peak_memory_bytes, W + V + P);
+
+    // Where the peak is: inside the loop the live set is the weights, the sharded auxiliaries and
+    // the activation; outside it the full state (W + V).
+    const auto by = PeakByCategory(s.run.classes[0]);
+    if (W + V / shards + P > W + V) {
+      QCOMPARE(Cat(by, MemoryCategory::kParameters), W);
+      QCOMPARE(Cat(by, MemoryCategory::kOptimizerState), V / shards);
+      QCOMPARE(Cat(by, MemoryCategory::kActivations) + Cat(by, MemoryCategory::kGradients), P);
+    } else {
+      QCOMPARE(Cat(by, MemoryCategory::kParameters), W);
+      QCOMPARE(Cat(by, MemoryCategory::kOptimizerState), V);
+    }
+    const auto bb = PeakByCategory(b.run.classes[0]);
+    QCOMPARE(Cat(bb, MemoryCategory::kOptimizerState), V);
+    QCOMPARE(Cat(bb, MemoryCategory::kActivations), P);
+  }
+
+  // x (256 KiB, a parameter) -> a = exp(x) -> b = dot(a, a) -> c = add(a, b), unfused. By hand:
+  //   before anything: x                         = 256 KiB
+  //   a runs:          x + a                     = 512 KiB; x (donated) dies when a ends
+  //   b runs:          a + b                     = 512 KiB
+  //   c runs:          a + b + c                 = 768 KiB (peak), then a and b die -> c
+  // With in-place reuse, c takes over a's buffer (a's last use, same size): peak 512 KiB. Without
+  // donation x lives the whole step: peak 1 MiB.
+  void HandComputedLiveness() {
+    const std::string text = R"(HloModule live, num_partitions=1
+ENTRY %main (x: f32[256,256]) -> f32[256,256] {
+  %x = f32[256,256] parameter(0)
+  %a = f32[256,256] exponential(%x)
+  %b = f32[256,256] dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %c = f32[256,256] add(%a, %b)
+}
+)";
+    auto m = Parse(text);
+    Topology topo = TopologyFor("tpu-v5e", "X=1");
+    const int64_t kib256 = 256 * 256 * 4;
+    SimulationOptions o;
+    o.program.fuse_elementwise = false;
+    o.program.in_place_reuse = false;
+    Simulation s = Run(*m, topo, o);
+    const DeviceClass& c = s.run.classes[0];
+    QCOMPARE(s.run.summary.peak_memory_bytes, 3 * kib256);
+    // The peak is reached when c starts: after a and b.
+    const ChipSpec& chip = topo.chip();
+    const double ta = ComputeCost(0, 2.0 * kib256, chip);
+    const double tb = ComputeCost(2.0 * 256 * 256 * 256, 2.0 * kib256, chip);  // a read once + b
+    QCOMPARE(c.events.size(), size_t(3));
+    QCOMPARE(c.events[0].duration_s, ta);
+    QCOMPARE(c.events[1].duration_s, tb);
+    QCOMPARE(c.peak_memory_time_s, ta + tb);
+    QCOMPARE(c.peak_buffers.size(), size_t(3));
+    QCOMPARE(c.peak_buffers[0].bytes, kib256);
+    // The curve: x, x+a, a, a+b, a+b+c, c.
+    std::vector<int64_t> totals;
+    for (const MemorySample& ms : c.memory) totals.push_back(ms.total());
+    const std::vector<int64_t> expected = {kib256, 2 * kib256, 2 * kib256, 3 * kib256, kib256};
+    // Sample at t=0 (x alone), t=0 after a starts (x + a), t=ta (a + b: x freed, b allocated at the
+    // same instant), t=ta+tb (a + b + c), the end (c), and the final sample at the step's end.
+    QCOMPARE(totals.front(), kib256);
+    QCOMPARE(totals[1], 2 * kib256);
+    QCOMPARE(totals[2], 2 * kib256);
+    QCOMPARE(totals[3], 3 * kib256);
+    QCOMPARE(totals[4], kib256);
+    QCOMPARE(c.memory[2].time_s, ta);
+    Q_UNUSED(expected);
+
+    o.program.in_place_reuse = true;
+    Simulation s2 = Run(*m, topo, o);
+    QCOMPARE(s2.run.summary.peak_memory_bytes, 2 * kib256);
+
+    o.program.in_place_reuse = false;
+    o.program.donate_parameters = false;
+    Simulation s3 = Run(*m, topo, o);
+    QCOMPARE(s3.run.summary.peak_memory_bytes, 4 * kib256);
+
+    // Fused (the default): c = add(a, dot(a,a)) joins the dot's group; b is never materialised.
+    Simulation s4 = Run(*m, topo);
+    QCOMPARE(s4.run.summary.peak_memory_bytes, 2 * kib256);
+  }
+
+  // An asynchronous all-gather keeps its operand alive until it ends, even though the compute
+  // stream has moved on: the operand's free time is the collective's end.
+  void AsyncCollectiveKeepsOperandAlive() {
+    const std::string text = R"(HloModule async, num_partitions=4
+ENTRY %main (p: f32[1024,256], a: f32[512,512]) -> (f32[1024,1024], f32[512,512]) {
+  %p = f32[1024,256] parameter(0)
+  %a = f32[512,512] parameter(1)
+  %q = f32[1024,256] negate(%p)
+  %ag = f32[1024,1024] all-gather(%q), dimensions={1}, replica_groups={{0,1,2,3}}
+  %d = f32[512,512] dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %t = (f32[1024,1024], f32[512,512]) tuple(%ag, %d)
+}
+)";
+    auto m = Parse(text);
+    Topology topo = TopologyFor("tpu-v5e", "X=4");
+    SimulationOptions o;
+    o.program.in_place_reuse = false;
+    auto prog = BuildExecProgram(*m, topo.chip(), o.program);
+    QVERIFY(prog.ok());
+    auto sim = SimulateProgram(*prog, topo, o);
+    QVERIFY(sim.ok());
+    // Find q's buffer and the all-gather's op.
+    int32_t q = -1, ag = -1;
+    for (size_t b = 0; b < prog->buffers.size(); ++b)
+      if (prog->buffers[b].name == "q") q = static_cast<int32_t>(b);
+    for (size_t i = 0; i < prog->ops.size(); ++i)
+      if (prog->ops[i].name == "ag") ag = static_cast<int32_t>(i);
+    QVERIFY(q >= 0 && ag >= 0);
+    const DeviceClass& c = sim->run.classes[0];
+    double ag_end = -1, d_end = -1;
+    for (const TimelineEvent& e : c.events) {
+      if (e.instruction == "ag") ag_end = e.end_s();
+      if (e.instruction == "d") d_end = e.end_s();
+    }
+    QVERIFY(ag_end > d_end);  // the collective outlasts the dot that runs beside it
+    std::vector<double> start(prog->ops.size()), end(prog->ops.size());
+    for (size_t i = 0; i < prog->ops.size(); ++i) {
+      for (const TimelineEvent& e : c.events) {
+        if (e.instruction == prog->ops[i].name) {
+          start[i] = e.start_s;
+          end[i] = e.end_s();
+        }
+      }
+    }
+    auto prof = ComputeMemoryProfile(*prog, start, end, sim->run.summary.step_time_s);
+    QVERIFY(prof.ok());
+    QCOMPARE(prof->lifetimes[static_cast<size_t>(q)].free_s, ag_end);
+  }
+
+  // The category rule of memory_model.h on the zoo's names and scopes.
+  void ClassificationRules() {
+    const std::string text = R"(HloModule cls, num_partitions=1
+ENTRY %main (x: f32[4], layer0_wi: f32[4], layer0_wi_m: f32[4], layer0_wi_v: f32[4], adam_count: f32[4], w_v: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %layer0_wi = f32[4] parameter(1)
+  %layer0_wi_m = f32[4] parameter(2)
+  %layer0_wi_v = f32[4] parameter(3)
+  %adam_count = f32[4] parameter(4)
+  %w_v = f32[4] parameter(5)
+  %layer0_ffn_wi = f32[4] multiply(%x, %layer0_wi), metadata={op_name="layer0/ffn/wi"}
+  %backward_layer0_ffn_dwi = f32[4] multiply(%x, %x), metadata={op_name="backward/layer0/ffn/dwi"}
+  %grad_wi = f32[4] add(%x, %x)
+  %optimizer_layer0_ffn_wi_m_new = f32[4] add(%layer0_wi_m, %x), metadata={op_name="optimizer/layer0/ffn/wi_m_new"}
+  %optimizer_layer0_ffn_wi_new = f32[4] subtract(%layer0_wi, %x), metadata={op_name="optimizer/layer0/ffn/wi_new"}
+  %optimizer_layer0_ffn_divide = f32[4] divide(%x, %x), metadata={op_name="optimizer/layer0/ffn/divide"}
+  %all-gather = f32[4] all-gather(%layer0_wi), dimensions={0}, replica_groups={{0}}, metadata={op_name="backward/layer0/ffn/dwi"}
+  %convert = f32[4] convert(%backward_layer0_ffn_dwi), metadata={op_name="layer0/ffn/wi"}
+  %plain = f32[4] add(%x, %x)
+  ROOT %r = f32[4] add(%plain, %plain)
+}
+)";
+    auto m = Parse(text);
+    std::set<std::string, std::less<>> params;
+    for (const Instruction* p : m->entry()->parameters()) params.insert(p->name());
+    auto cls = [&](const char* name, bool param = false, std::optional<MemoryCategory> oc = std::nullopt) {
+      const Instruction* i = m->entry()->Find(name);
+      if (!i) qFatal("no %s", name);
+      return ClassifyValue(*i, param, params, oc);
+    };
+    QCOMPARE(cls("x", true), MemoryCategory::kActivations);
+    QCOMPARE(cls("layer0_wi", true), MemoryCategory::kParameters);
+    QCOMPARE(cls("layer0_wi_m", true), MemoryCategory::kOptimizerState);
+    QCOMPARE(cls("layer0_wi_v", true), MemoryCategory::kOptimizerState);
+    QCOMPARE(cls("adam_count", true), MemoryCategory::kOptimizerState);
+    QCOMPARE(cls("w_v", true), MemoryCategory::kParameters);  // no parameter "w": a weight, not Adam's v
+    QCOMPARE(cls("layer0_ffn_wi"), MemoryCategory::kActivations);
+    QCOMPARE(cls("backward_layer0_ffn_dwi"), MemoryCategory::kGradients);
+    QCOMPARE(cls("grad_wi"), MemoryCategory::kGradients);
+    QCOMPARE(cls("optimizer_layer0_ffn_wi_m_new"), MemoryCategory::kOptimizerState);
+    QCOMPARE(cls("optimizer_layer0_ffn_wi_new"), MemoryCategory::kParameters);
+    QCOMPARE(cls("optimizer_layer0_ffn_divide"), MemoryCategory::kTemporaries);
+    QCOMPARE(cls("all-gather", false, MemoryCategory::kParameters), MemoryCategory::kParameters);
+    QCOMPARE(cls("convert", false, MemoryCategory::kGradients), MemoryCategory::kGradients);
+    QCOMPARE(cls("plain"), MemoryCategory::kTemporaries);
+  }
+
+  // Downsampling keeps the highest sample of every bucket, so the peak survives.
+  void DownsamplingKeepsThePeak() {
+    std::string text = "HloModule chain, num_partitions=1\nENTRY %main (x: f32[64,64]) -> f32[64,64] {\n";
+    text += "  %x = f32[64,64] parameter(0)\n";
+    std::string prev = "x";
+    for (int i = 0; i < 200; ++i) {
+      // every 37th op makes a large temporary that dies at once
+      const std::string cur = "v" + S(i);
+      if (i % 37 == 5) {
+        text += "  %big" + S(i) + " = f32[64,64,16] broadcast(%" + prev + "), dimensions={0,1}\n";
+        text += "  %r" + S(i) + " = f32[64,64] slice(%big" + S(i) + "), slice={[0:64], [0:64], [0:1]}\n";
+        text += "  %" + cur + " = f32[64,64] reshape(%r" + S(i) + ")\n";
+      } else {
+        text += "  %" + cur + " = f32[64,64] dot(%" + prev + ", %" + prev + "), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n";
+      }
+      prev = cur;
+    }
+    text += "  ROOT %out = f32[64,64] negate(%" + prev + ")\n}\n";
+    auto m = Parse(text);
+    Topology topo = TopologyFor("tpu-v5e", "X=1");
+    SimulationOptions o;
+    o.program.fuse_elementwise = false;  // keep the broadcasts materialised
+    Simulation full = Run(*m, topo, o);
+    o.memory.max_samples = 20;
+    Simulation down = Run(*m, topo, o);
+    QVERIFY(full.run.classes[0].memory.size() > 20);
+    QVERIFY(down.run.classes[0].memory.size() <= 20);
+    int64_t full_max = 0, down_max = 0;
+    for (const auto& s : full.run.classes[0].memory) full_max = std::max(full_max, s.total());
+    for (const auto& s : down.run.classes[0].memory) down_max = std::max(down_max, s.total());
+    QCOMPARE(full_max, full.run.summary.peak_memory_bytes);
+    QCOMPARE(down_max, full_max);
+    QCOMPARE(full_max, int64_t(64 * 64 * 4 * 16 + 64 * 64 * 4));  // the big temporary and its input
+  }
+
+  void MismatchedTimesAreAnError() {
+    ExecProgram p;
+    p.ops.resize(2);
+    auto r = ComputeMemoryProfile(p, {0.0}, {1.0, 2.0}, 2.0);
+    QVERIFY(!r.ok());
+    QVERIFY(r.error().message.find("2 ops") != std::string::npos);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestMemoryModel)
+#include "test_memory_model.moc"
