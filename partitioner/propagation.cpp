@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/verifier.h"
 #include "partitioner/rules/rules_common.h"
 #include "partitioner/sharding_util.h"
 
@@ -154,7 +155,55 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
   std::unordered_map<uint64_t, BackwardMemo> backward_memo;  // key: user id << 24 | operand index
 
   void Bump(const Instruction* inst) {
-    if (Known(inst)) ++version[Id(inst)];
+    if (!Known(inst)) return;
+    ++version[Id(inst)];
+    change_time[Id(inst)] = ++clock;
+  }
+
+  // ---- skipping evaluations that cannot change anything ----
+  // An evaluation is a pure function of the shardings it reads and of the priority level's
+  // settings; refinement is idempotent. So when an op was last evaluated at an equivalent level
+  // and none of its inputs changed since, evaluating again would change nothing.
+  uint64_t clock = 1;
+  std::vector<uint64_t> change_time, fwd_time, bwd_time;
+  std::vector<int8_t> fwd_class, bwd_class;
+
+  static int ForwardClass(const Instruction& inst, int aggr) {
+    return inst.opcode() == Opcode::kBroadcast ? aggr : std::min(aggr, 1);
+  }
+  static int BackwardClass(int aggr) { return std::min(aggr, 2); }
+
+  bool ForwardInputsUnchanged(const Instruction& inst) const {
+    const size_t id = Id(&inst);
+    const uint64_t t = fwd_time[id];
+    if (change_time[id] > t) return false;
+    for (const Instruction* op : inst.operands()) {
+      if (Known(op) && change_time[Id(op)] > t) return false;
+    }
+    return true;
+  }
+
+  bool BackwardInputsUnchanged(const Instruction& inst) const {
+    const size_t id = Id(&inst);
+    const uint64_t t = bwd_time[id];
+    if (change_time[id] > t) return false;
+    for (const Instruction* u : inst.users()) {
+      if (Known(u) && change_time[Id(u)] > t) return false;
+      const Opcode uo = u->opcode();
+      if (uo == Opcode::kDot || uo == Opcode::kConvolution || uo == Opcode::kReduce || uo == Opcode::kScatter) {
+        for (const Instruction* sib : u->operands()) {
+          if (Known(sib) && change_time[Id(sib)] > t) return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  // Ops whose forward rule reads more than their operands (dot lookahead, parameters of called
+  // computations) are always evaluated.
+  static bool ForwardReadsOnlyOperands(const Instruction& inst) {
+    const Opcode op = inst.opcode();
+    return op != Opcode::kDot && op != Opcode::kConvolution && op != Opcode::kParameter;
   }
 
   const shard_util::DotDims& DotDimsOf(const Instruction& dot) override {
@@ -237,6 +286,11 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
     pos_of.assign(n, -1);
     rule_of.assign(n, nullptr);
     version.assign(n, 0);
+    change_time.assign(n, 1);
+    fwd_time.assign(n, 0);
+    bwd_time.assign(n, 0);
+    fwd_class.assign(n, -1);
+    bwd_class.assign(n, -1);
     dot_dims.clear();
     dot_dims.resize(n);
     dot_forward_memo.clear();
@@ -1104,7 +1158,15 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
             continue;
           }
           ci.fwd.Clear(p);
-          if (InferFromOperands(*inst)) {
+          const size_t id = Id(inst);
+          const int fclass = ForwardClass(*inst, aggr);
+          if (fwd_class[id] == fclass && ForwardReadsOnlyOperands(*inst) && ForwardInputsUnchanged(*inst)) {
+            continue;
+          }
+          const bool fchanged = InferFromOperands(*inst);
+          fwd_class[id] = static_cast<int8_t>(fclass);
+          fwd_time[id] = ++clock;
+          if (fchanged) {
             changed_any = true;
             AfterChange(inst);
             changed_last = true;
@@ -1138,7 +1200,13 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
             continue;
           }
           ci.bwd.Clear(p);
-          if (InferFromUsers(*inst)) {
+          const size_t id = Id(inst);
+          const int bclass = BackwardClass(aggr);
+          if (bwd_class[id] == bclass && BackwardInputsUnchanged(*inst)) continue;
+          const bool bchanged = InferFromUsers(*inst);
+          bwd_class[id] = static_cast<int8_t>(bclass);
+          bwd_time[id] = ++clock;
+          if (bchanged) {
             changed_any = true;
             AfterChange(inst);
             changed_last = true;
@@ -1316,6 +1384,8 @@ struct ShardingPropagation::Engine : public prop::RuleContext {
     for (size_t i = 0; i < by_id.size(); ++i) {
       Instruction* inst = by_id[i];
       if (!inst || !in_region[i]) continue;
+      fwd_class[i] = -1;
+      bwd_class[i] = -1;
       if (setup.initial[i]) {
         inst->set_sharding(*setup.initial[i]);
         Bump(inst);
@@ -1425,6 +1495,10 @@ ShardingPropagation::~ShardingPropagation() = default;
 
 Result<PropagationReport> ShardingPropagation::Run(Module& module) {
   const auto start = std::chrono::steady_clock::now();
+  if (options_.verify) {
+    Status verified = VerifyModule(module);
+    if (!verified.ok()) return Error("cannot propagate shardings: " + verified.error().message);
+  }
   auto engine = std::make_unique<Engine>();
   engine->options = options_;
   engine->Configure();
@@ -1482,6 +1556,16 @@ Result<PropagationReport> ShardingPropagation::Update(Module& module, const std:
   std::vector<size_t> seeds;
   for (Instruction* inst : changed) {
     if (!inst || !e.Known(inst)) return Error("Update: instruction is not part of the propagated module");
+    if (inst->has_sharding()) {
+      const HloSharding& sh = *inst->sharding();
+      const Shape& shape = inst->shape();
+      const bool fits = shape.IsTuple()
+                            ? (!sh.IsTuple() || static_cast<int64_t>(sh.tuple_elements().size()) == shape.LeafCount())
+                            : (!sh.IsTuple() && (!sh.IsTiled() || sh.TiledDataRank() == shape.rank()));
+      if (!fits) {
+        return Error("Update: sharding " + sh.ToString() + " does not fit " + inst->name() + " " + shape.ToString());
+      }
+    }
     const size_t id = e.Id(inst);
     e.annotation[id] = inst->sharding();
     seeds.push_back(id);
@@ -1498,10 +1582,22 @@ Result<PropagationReport> ShardingPropagation::Update(Module& module, const std:
     if (!same) seeds.push_back(i);
   }
   e.in_region = e.Region(seeds, old_setup);
+  std::vector<std::pair<const Instruction*, std::optional<HloSharding>>> before;
+  for (size_t i = 0; i < e.by_id.size(); ++i) {
+    if (e.by_id[i] && e.in_region[i]) before.emplace_back(e.by_id[i], e.by_id[i]->sharding());
+  }
+  // The changed annotations themselves were edited in place; compare against what they were.
+  for (auto& [inst, s] : before) {
+    if (std::find(changed.begin(), changed.end(), inst) != changed.end()) s = old_setup.initial[e.Id(inst)];
+  }
   e.ApplySetupToRegion();
   const bool changed_any = e.Propagate();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  return e.Report(ms, true, changed_any);
+  PropagationReport report = e.Report(ms, true, changed_any);
+  for (const auto& [inst, s] : before) {
+    if (!SameOptional(s, inst->sharding())) report.changed_instructions.push_back(inst);
+  }
+  return report;
 }
 
 const ShardingOrigin* ShardingPropagation::OriginOf(const Instruction& inst) const {
@@ -1519,7 +1615,7 @@ std::string OriginLine(const Instruction& inst, const ShardingOrigin& o) {
   std::string s = inst.name() + " " + (inst.has_sharding() ? inst.sharding()->ToString() : std::string("(no sharding)"));
   switch (o.direction) {
     case Direction::kAnnotation:
-      s += o.rule.empty() ? std::string(" — not set by propagation") : std::string(" — user annotation");
+      s += o.rule.empty() ? std::string(" (not set by propagation)") : std::string(" (user annotation)");
       return s;
     default:
       break;

@@ -44,6 +44,9 @@ struct PropagationOptions {
   // dimensions, broadcast last forward. Off: every op propagates from the first sweep (only to
   // compare, e.g. Fig. 4).
   bool use_priorities = true;
+  // Check the module first (shapes, attributes, shardings against shapes: core/verifier.h) so bad
+  // input is an error, not undefined behaviour. Turn off only for modules known to be valid.
+  bool verify = true;
   // Record, for every sharding set, the reason (cheap; on by default).
   bool record_provenance = true;
 };
@@ -75,6 +78,8 @@ struct PropagationReport {
   bool incremental = false;
   double elapsed_ms = 0;
   std::vector<std::string> unsupported_ops;  // op names without a propagation rule (generic ops)
+  // Update only: instructions whose sharding differs from before the update (to repaint).
+  std::vector<const Instruction*> changed_instructions;
 };
 
 class ShardingPropagation {

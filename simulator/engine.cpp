@@ -11,7 +11,6 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/hlo_text.h"
 
 namespace shardscope {
 
@@ -36,6 +35,35 @@ struct SpecTiming {
   int64_t members = 0;
   CollectiveRequest request;
 };
+
+// True when every group is a translate of the first on the physical grid: same size, and member i
+// sits at the same chip-coordinate offset from member 0 (and on the same core of its chip) in
+// every group. Such groups have identical layouts, so they all take the joint estimate's time.
+bool Congruent(const std::vector<std::vector<int64_t>>& groups, const Topology& topo) {
+  if (topo.is_switch()) {
+    for (const auto& g : groups)
+      if (g.size() != groups[0].size()) return false;
+    return true;
+  }
+  std::vector<int64_t> ref;
+  std::vector<int64_t> sig;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const auto& g = groups[gi];
+    sig.clear();
+    if (g.empty()) return false;
+    const std::vector<int64_t> c0 = topo.ChipCoords(topo.ChipOfDevice(g[0]));
+    for (int64_t d : g) {
+      const int64_t chip = topo.ChipOfDevice(d);
+      const std::vector<int64_t> c = topo.ChipCoords(chip);
+      for (size_t a = 0; a < c.size(); ++a) sig.push_back(c[a] - c0[a]);
+      const auto& on_chip = topo.DevicesOnChip(chip);
+      sig.push_back(std::find(on_chip.begin(), on_chip.end(), d) - on_chip.begin());
+    }
+    if (gi == 0) ref = sig;
+    else if (sig != ref) return false;
+  }
+  return true;
+}
 
 Result<SpecTiming> TimeCollective(const CollectiveSpec& spec, const Topology& topo, const CollectiveOptions& copts) {
   SpecTiming t;
@@ -103,29 +131,20 @@ Result<SpecTiming> TimeCollective(const CollectiveSpec& spec, const Topology& to
   t.cost = std::move(cost).value();
   t.alone_time = t.cost.time_s;
   t.group_time.assign(groups.size(), t.cost.time_s);
-  if (groups.size() > 1) {
-    // Groups laid out differently (not translates of each other on the topology) get their own
-    // times; identical layouts keep the joint estimate (which includes links the groups share).
-    double lo = kInf, hi = 0;
+  if (groups.size() > 1 && !Congruent(groups, topo)) {
+    // Groups laid out differently on the topology: each gets its own finish time with all groups
+    // running together (links they share are shared fairly).
+    std::vector<CollectiveRequest> reqs;
     for (const auto& g : groups) {
-      auto c = EstimateCollective(topo, spec.kind, {g}, spec.operand_bytes, copts);
-      if (!c.ok()) return c.error();
-      lo = std::min(lo, c->time_s);
-      hi = std::max(hi, c->time_s);
+      CollectiveRequest r;
+      r.kind = spec.kind;
+      r.groups = {g};
+      r.operand_bytes = spec.operand_bytes;
+      reqs.push_back(std::move(r));
     }
-    if (hi - lo > 1e-9 * hi) {
-      std::vector<CollectiveRequest> reqs;
-      for (const auto& g : groups) {
-        CollectiveRequest r;
-        r.kind = spec.kind;
-        r.groups = {g};
-        r.operand_bytes = spec.operand_bytes;
-        reqs.push_back(std::move(r));
-      }
-      auto f = EstimateConcurrentCollectives(topo, reqs, copts);
-      if (!f.ok()) return f.error();
-      t.group_time = std::move(f).value();
-    }
+    auto f = EstimateConcurrentCollectives(topo, reqs, copts);
+    if (!f.ok()) return f.error();
+    t.group_time = std::move(f).value();
   }
   t.max_time = *std::max_element(t.group_time.begin(), t.group_time.end());
   return t;
@@ -489,13 +508,73 @@ double Overlap(const Intervals& a, const Intervals& b) {
   return s;
 }
 
-uint64_t Fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
+// FNV-1a over the module's structure: everything the simulation depends on (names, opcodes,
+// shapes, operands, attributes that size or route work), without printing the module.
+class StructureHash {
+ public:
+  void Bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) {
+      h_ ^= b[i];
+      h_ *= 1099511628211ull;
+    }
   }
-  return h;
+  void Int(int64_t v) { Bytes(&v, sizeof v); }
+  void Str(std::string_view s) {
+    Int(static_cast<int64_t>(s.size()));
+    Bytes(s.data(), s.size());
+  }
+  void Ints(const std::vector<int64_t>& v) {
+    Int(static_cast<int64_t>(v.size()));
+    Bytes(v.data(), v.size() * sizeof(int64_t));
+  }
+  void Shape(const shardscope::Shape& s) {
+    Int(static_cast<int64_t>(s.type));
+    Ints(s.dims);
+    Int(static_cast<int64_t>(s.tuple.size()));
+    for (const auto& e : s.tuple) Shape(e);
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 1469598103934665603ull;
+};
+
+uint64_t HashModule(const Module& m) {
+  StructureHash h;
+  h.Str(m.name());
+  h.Int(m.num_partitions);
+  h.Str(m.entry() ? m.entry()->name() : "");
+  for (const auto& c : m.computations()) {
+    h.Str(c->name());
+    for (const auto& ip : c->instructions()) {
+      const Instruction& i = *ip;
+      h.Str(i.name());
+      h.Str(i.opcode_text());
+      h.Shape(i.shape());
+      for (const Instruction* o : i.operands()) h.Int(o->id());
+      for (const Computation* cc : i.called_computations()) h.Str(cc ? cc->name() : "");
+      h.Int(i.parameter_number);
+      h.Int(i.tuple_index);
+      h.Ints(i.dimensions);
+      h.Ints(i.dot_dims.lhs_contracting);
+      h.Ints(i.dot_dims.lhs_batch);
+      h.Ints(i.slice.starts);
+      h.Ints(i.slice.limits);
+      h.Int(static_cast<int64_t>(i.replica_groups.groups.size()));
+      for (const auto& g : i.replica_groups.groups) h.Ints(g);
+      for (const auto& [a, b] : i.source_target_pairs) {
+        h.Int(a);
+        h.Int(b);
+      }
+      h.Int(static_cast<int64_t>(i.comparison));
+      h.Str(i.literal.text);
+      h.Str(i.backend_config);
+      h.Str(i.custom_call_target);
+      h.Str(i.metadata);
+    }
+  }
+  return h.value();
 }
 
 std::string Hex(uint64_t v) {
@@ -699,7 +778,7 @@ Result<Simulation> Simulate(const Module& module, const Topology& topology, cons
   if (!sim.ok()) return sim.error();
   sim->stats.build_ms = build_ms;
   sim->run.inputs.module_name = module.name();
-  sim->run.inputs.module_hash = Hex(Fnv1a(PrintHloModule(module)));
+  sim->run.inputs.module_hash = Hex(HashModule(module));
   return sim;
 }
 

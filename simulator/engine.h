@@ -9,9 +9,10 @@
 // (SimulationOptions::max_concurrent_collectives, default 1: one collective at a time). A
 // collective synchronises its replica group: it starts when the last member is ready, and ends for
 // the group after the group's duration. Compute time is the roofline of each (fused) op; a
-// collective's duration comes from EstimateCollective over its replica groups (groups laid out
-// differently on the topology get their own times from EstimateConcurrentCollectives, one request
-// per group). With several collectives in flight on a device they share bandwidth: each progresses
+// collective's duration comes from EstimateCollective over all its replica groups when the groups
+// are translates of each other on the topology (the usual case: groups along mesh axes), which then
+// all take that joint time; groups laid out differently get their own times from
+// EstimateConcurrentCollectives, one request per group, all running together. With several collectives in flight on a device they share bandwidth: each progresses
 // at rate A/F, where A is its time alone and F its finish time when the in-flight set runs together
 // (EstimateConcurrentCollectives), re-evaluated whenever the set changes.
 //

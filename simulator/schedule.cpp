@@ -429,7 +429,10 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
       if (all_compute) plan.role[i] = Role::kInline;
     }
   }
-  // Effective sources: through aliases and inlined ops to the instructions that produce memory.
+  // Effective sources: the instructions that produce the memory an instruction reads — through
+  // bitcast/reshape-like aliases and inlined ops, and through get-tuple-element of a tuple to the
+  // element it selects. Other aliases (tuples, opt-barrier, async -done, ...) are opaque: they are
+  // their own source, which no fusion group contains.
   std::unordered_map<const Instruction*, std::vector<const Instruction*>> sources;
   auto src_of = [&](const Instruction* i) -> const std::vector<const Instruction*>& {
     return sources[i];
@@ -437,14 +440,24 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
   for (const Instruction* i : plan.order) {
     const Role r = plan.role[i];
     std::vector<const Instruction*> s;
-    if ((r == Role::kAlias || r == Role::kInline) && i->operand_count() > 0) {
-      for (const Instruction* o : i->operands()) {
-        auto it = sources.find(o);
+    const Opcode op = i->opcode();
+    const bool transparent = r == Role::kInline ||
+                             (r == Role::kAlias && i->operand_count() >= 1 &&
+                              (op == Opcode::kBitcast || op == Opcode::kReshape || op == Opcode::kCustomCall ||
+                               op == Opcode::kGeneric || op == Opcode::kDomain));
+    if (transparent) {
+      const int64_t n = r == Role::kInline ? i->operand_count() : 1;
+      for (int64_t k = 0; k < n; ++k) {
+        auto it = sources.find(i->operand(k));
         if (it != sources.end()) s.insert(s.end(), it->second.begin(), it->second.end());
       }
       std::sort(s.begin(), s.end());
       s.erase(std::unique(s.begin(), s.end()), s.end());
-    } else if (r != Role::kAlias && r != Role::kInline) {
+    } else if (op == Opcode::kGetTupleElement && i->operand_count() == 1 && i->operand(0)->opcode() == Opcode::kTuple &&
+               i->tuple_index >= 0 && i->tuple_index < i->operand(0)->operand_count()) {
+      auto it = sources.find(i->operand(0)->operand(i->tuple_index));
+      if (it != sources.end()) s = it->second;
+    } else {
       s.push_back(i);
     }
     sources[i] = std::move(s);
@@ -521,10 +534,10 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
       if (UsedOutside(plan, comp, m, mg, 0)) plan.group_outputs.insert(m);
     }
   }
-  // Control predecessors of members are outputs of nothing; ignore. Steps in position order.
+  // Steps in position order (a group at its first member). Aliases and inlined ops are steps too:
+  // resolving their values in order keeps alias chains from nesting deeply.
   for (const Instruction* i : plan.order) {
     const Role r = plan.role[i];
-    if (r == Role::kAlias || r == Role::kInline) continue;
     if (r == Role::kCompute) {
       const int g = plan.group_of[i];
       if (plan.groups[static_cast<size_t>(g)].members.front() != i) continue;
@@ -669,7 +682,11 @@ class Expander {
   Result<Value> ValueOf(Frame& f, const Instruction* i) {
     auto it = f.values.find(i);
     if (it != f.values.end()) return it->second;
-    const Role r = f.plan->role.at(i);
+    auto ri = f.plan->role.find(i);
+    if (ri == f.plan->role.end()) {
+      return Error("instruction " + i->name() + " is used in computation " + f.comp->name() + " but belongs to another");
+    }
+    const Role r = ri->second;
     Value v;
     if (r == Role::kParameter) {
       const int64_t n = i->parameter_number;
@@ -716,6 +733,7 @@ class Expander {
         int64_t off = 0;
         for (int64_t k = 0; k < i->tuple_index; ++k) off += LeafCount(ts.tuple[static_cast<size_t>(k)]);
         const int64_t cnt = LeafCount(ts.tuple[static_cast<size_t>(i->tuple_index)]);
+        if (ov->empty()) return v;  // a fused value that is never materialised
         if (off + cnt > static_cast<int64_t>(ov->size())) return Error(i->name() + ": tuple leaves do not match");
         v.assign(ov->begin() + off, ov->begin() + off + cnt);
         return v;
@@ -781,7 +799,9 @@ class Expander {
       if (mc != member_cat.end()) return mc->second;
       auto fv = f.values.find(o);
       if (fv != f.values.end()) return CategoryOfValue(fv->second);
-      const Role r = f.plan->role.at(o);
+      auto ri = f.plan->role.find(o);
+      if (ri == f.plan->role.end()) return std::nullopt;
+      const Role r = ri->second;
       if ((r == Role::kAlias || r == Role::kInline) && o->operand_count() >= 1) {
         o = o->operand(0);
         continue;
@@ -821,7 +841,7 @@ class Expander {
     double write_bytes = 0;
     for (const Instruction* m : g.members) {
       if (!f.plan->group_outputs.count(m)) {
-        f.values[m] = Value{};
+        f.values[m] = Value(static_cast<size_t>(LeafCount(m->shape())), -1);  // never materialised
         f.op_of[m] = op_id;
         continue;
       }
@@ -1024,7 +1044,9 @@ class Expander {
         continue;
       }
       const Instruction& i = *s.inst;
-      switch (f.plan->role.at(&i)) {
+      switch (f.plan->role.find(&i)->second) {
+        case Role::kAlias:
+        case Role::kInline:
         case Role::kParameter: {
           auto v = ValueOf(f, &i);
           if (!v.ok()) return v.error();
@@ -1095,6 +1117,10 @@ class Expander {
       trips = opt_.default_trip_count;
       prog_->warnings.push_back("while " + Qualified(*f.comp, w, f.iter) + ": trip count unknown; assumed " +
                                 std::to_string(trips));
+    }
+    if (trips > opt_.max_exec_ops) {
+      return Error("while " + Qualified(*f.comp, w, f.iter) + " runs " + std::to_string(trips) +
+                   " times, more than max_exec_ops (" + std::to_string(opt_.max_exec_ops) + ") allows unrolled");
     }
     auto init = ValueOf(f, w.operand(0));
     if (!init.ok()) return init.error();

@@ -608,6 +608,29 @@ ENTRY e {
     auto r = PropagateShardings(m);
     QVERIFY(!r.ok());
     QVERIFY(!r.error().message.empty());
+    // A sharding that does not fit its shape is reported, by Run and by Update.
+    auto bad = ParseOrDie(R"(
+HloModule m
+ENTRY e {
+  p = f32[8] parameter(0)
+  n = f32[8] negate(p)
+  ROOT o = f32[8] copy(n)
+})");
+    bad->FindInstruction("p")->set_sharding(S("{devices=[2,2]0,1,2,3}"));
+    auto r2 = PropagateShardings(*bad);
+    QVERIFY(!r2.ok());
+    QVERIFY2(r2.error().message.find("p") != std::string::npos, r2.error().message.c_str());
+    bad->FindInstruction("p")->set_sharding(S("{devices=[2]0,1}"));
+    ShardingPropagation prop;
+    QVERIFY(prop.Run(*bad).ok());
+    bad->FindInstruction("p")->set_sharding(S("{devices=[2,2]0,1,2,3}"));
+    QVERIFY(!prop.Update(*bad, {bad->FindInstruction("p")}).ok());
+    // A good update reports what changed (for repainting).
+    bad->FindInstruction("p")->set_sharding(S("{devices=[2]1,0}"));
+    auto u = prop.Update(*bad, {bad->FindInstruction("p")});
+    QVERIFY(u.ok());
+    QCOMPARE(int(u->changed_instructions.size()), 2);  // p and n (the output is kept)
+    CHECK_SHARDING(*bad, "n", S("{devices=[2]1,0}"));
   }
 
   // ---- incremental re-propagation ------------------------------------------------------------------

@@ -452,7 +452,15 @@ TensorOrigin Document::origin(int64_t id) const {
 std::vector<WhyStep> Document::why(int64_t id) const {
   auto t = propagation_.tensors.find(id);
   if (t != propagation_.tensors.end() && !annotations_.count(id)) return t->second.why;
-  if (annotations_.count(id)) return {{id, instruction(id) ? instruction(id)->name() : "", "annotated by the user"}};
+  if (auto a = annotations_.find(id); a != annotations_.end()) {
+    WhyStep w;
+    w.instruction_id = id;
+    w.instruction = instruction(id) ? instruction(id)->name() : "";
+    w.sharding = a->second.ToString();
+    w.direction = "annotation";
+    w.text = "annotated by you";
+    return {w};
+  }
   return {};
 }
 

@@ -203,6 +203,19 @@ PropagationOutput PropagationSession::Run(const std::map<int64_t, HloSharding>& 
         w.instruction_id = step.instruction->id();
         w.instruction = step.instruction->name();
       }
+      w.sharding = step.sharding == "none" ? "" : step.sharding;
+      w.direction = std::string(prop::DirectionName(step.origin.direction));
+      w.rule = std::string(step.origin.rule);
+      if (step.origin.source) {
+        w.source_id = step.origin.source->id();
+        w.source = step.origin.source->name();
+      }
+      if (step.origin.second_source) {
+        w.second_source_id = step.origin.second_source->id();
+        w.second_source = step.origin.second_source->name();
+      }
+      w.level = step.origin.aggressiveness;
+      w.iteration = step.origin.iteration;
       w.text = step.text;
       t.why.push_back(std::move(w));
     }
@@ -231,7 +244,12 @@ PropagationOutput PropagationSession::Run(const std::map<int64_t, HloSharding>& 
     PropagatedTensor t;
     t.sharding = s;
     t.user = true;
-    t.why.push_back({id, "", "annotated by the user"});
+    WhyStep w;
+    w.instruction_id = id;
+    w.direction = "annotation";
+    w.sharding = s.ToString();
+    w.text = "annotated by the user";
+    t.why.push_back(std::move(w));
     out.tensors.emplace(id, std::move(t));
   }
   out.engine_available = false;

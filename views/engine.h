@@ -52,9 +52,18 @@ DeviceMesh GuessMesh(const Module& module);
 
 // One link of a "why is this tensor sharded like that?" chain.
 struct WhyStep {
-  int64_t instruction_id = -1;  // the instruction the sharding came from (-1 when none)
+  int64_t instruction_id = -1;  // the instruction this step is about (-1 when none)
   std::string instruction;      // its name
-  std::string text;             // "forward through dot from lhs (pass 2, priority 1)"
+  std::string sharding;         // its sharding, HLO text ("" when none)
+  std::string direction;        // "annotation", "forward", "backward", "shard-group", ...
+  std::string rule;             // op family / rule ("dot", "elementwise", ...)
+  int64_t source_id = -1;       // the instruction it was derived from
+  std::string source;           // that instruction's name
+  int64_t second_source_id = -1;  // merged in from a second operand (dot), -1 when none
+  std::string second_source;
+  int level = -1;               // propagation priority level 0..3
+  int64_t iteration = -1;       // sweep
+  std::string text;             // the engine's own one-line explanation
 };
 
 struct PropagatedTensor {

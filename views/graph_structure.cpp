@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <queue>
 
 namespace shardscope::views {
@@ -37,9 +38,31 @@ ScopeTree ScopeTree::Build(const Computation& computation) {
     std::vector<int64_t> direct;
   };
   std::vector<Raw> raw(1);
+  // Paths; inputs without a scope of their own (parameters, constants, iotas with no op_name) join
+  // the scope their users share, so a layer's weights sit with the layer instead of all being
+  // drawn at the top of the graph with long edges down to their uses.
+  std::unordered_map<const Instruction*, std::vector<std::string>> paths;
+  for (const auto& inst : computation.instructions()) paths[inst.get()] = ScopePath(*inst);
+  for (const auto& inst : computation.instructions()) {
+    auto& path = paths[inst.get()];
+    if (!path.empty() || !inst->operands().empty() || inst->users().empty()) continue;
+    std::optional<std::vector<std::string>> common;
+    for (const Instruction* user : inst->users()) {
+      auto it = paths.find(user);
+      if (it == paths.end()) continue;
+      if (!common) {
+        common = it->second;
+        continue;
+      }
+      size_t n = 0;
+      while (n < common->size() && n < it->second.size() && (*common)[n] == it->second[n]) ++n;
+      common->resize(n);
+    }
+    if (common) path = *common;
+  }
   for (const auto& inst : computation.instructions()) {
     int cur = 0;
-    for (const auto& part : ScopePath(*inst)) {
+    for (const auto& part : paths[inst.get()]) {
       auto it = raw[static_cast<size_t>(cur)].children.find(part);
       if (it == raw[static_cast<size_t>(cur)].children.end()) {
         raw.push_back({part, cur, {}, {}});

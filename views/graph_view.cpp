@@ -536,7 +536,7 @@ void GraphView::applyLayout(std::shared_ptr<const LayoutResult> layout, const Vi
     if (GraphNodeItem* n = nodeForInstruction(center_after_layout_)) centerOn(n);
     center_after_layout_ = -1;
   }
-  minimap_->setVisible(nodes_.size() > 1);
+  updateMiniMapVisibility();
   minimap_->invalidate();
   emit layoutFinished();
 }
@@ -583,10 +583,12 @@ GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* toolt
   look.sharded = sh.has_value();
   look.fill = sh ? ShardingFillColor(*sh, pal) : UnshardedFillColor(pal);
   look.sharding_line = sh ? NamedAxesText(*sh, inst->shape(), mesh, "") : QString("unsharded");
-  if (!sh && !doc_->propagationEnabled()) {
-    // A displayed program (the SPMD one): shapes are per device; collectives stand out.
-    look.sharding_line.clear();
+  if (!doc_->propagationEnabled()) {
+    // A displayed program (the SPMD one): shapes are per device, its shardings are information
+    // rather than annotations, and the collectives stand out.
+    if (!sh) look.sharding_line.clear();
     look.sharded = true;
+    look.user = false;
     if (IsCollective(inst->opcode())) look.fill = IsDarkPalette(pal) ? QColor(150, 90, 40) : QColor(255, 196, 140);
   }
   if (inst->opcode() == Opcode::kParameter) look.shape = GraphNodeItem::Look::Shape::kParameter;
@@ -792,11 +794,25 @@ void GraphView::fitReadable() {
     fitAll();
     return;
   }
-  // A long graph: fit its width (within readable bounds) and start at the top, where the inputs are.
+  // A large graph: fit its width (within readable bounds) and start at the top, where the inputs
+  // are, centred on the nodes there (not on empty space between far-apart columns).
   const double s = std::clamp(vp.width() / sr.width(), 0.6, 1.0);
   resetTransform();
   scale(s, s);
-  centerOn(sr.center().x(), sr.top() + vp.height() / (2 * s));
+  const double band = vp.height() / s;
+  double top = sr.bottom();
+  for (const auto& [key, item] : nodes_) top = std::min(top, item->sceneBoundingRect().top());
+  std::vector<double> xs;
+  for (const auto& [key, item] : nodes_) {
+    const QRectF r = item->sceneBoundingRect();
+    if (r.top() < top + band * 0.8) xs.push_back(r.center().x());
+  }
+  double cx = sr.center().x();
+  if (!xs.empty()) {
+    std::nth_element(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(xs.size() / 2), xs.end());
+    cx = xs[xs.size() / 2];
+  }
+  centerOn(cx, std::max(sr.top(), top - 20) + band / 2);
   minimap_->update();
   emit zoomChanged(s);
 }
@@ -811,10 +827,17 @@ void GraphView::wheelEvent(QWheelEvent* event) {
   event->accept();
 }
 
+void GraphView::updateMiniMapVisibility() {
+  // Only when there is something to navigate and room to spare.
+  const QRect vp = viewport()->geometry();
+  const bool room = vp.width() > 2.6 * minimap_->width() && vp.height() > 2.6 * minimap_->height();
+  minimap_->setVisible(nodes_.size() > 1 && room);
+  minimap_->move(vp.right() - minimap_->width() - 8, vp.bottom() - minimap_->height() - 8);
+}
+
 void GraphView::resizeEvent(QResizeEvent* event) {
   QGraphicsView::resizeEvent(event);
-  const QRect vp = viewport()->geometry();
-  minimap_->move(vp.right() - minimap_->width() - 8, vp.bottom() - minimap_->height() - 8);
+  updateMiniMapVisibility();
 }
 
 void GraphView::scrollContentsBy(int dx, int dy) {
@@ -857,7 +880,7 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
   search_->setObjectName("graphSearch");
   search_->setPlaceholderText("Find name, opcode or sharding (Ctrl+F)");
   search_->setClearButtonEnabled(true);
-  search_->setMinimumWidth(260);
+  search_->setMinimumWidth(140);
   bar->addWidget(search_, 1);
   auto* prev = new QToolButton;
   prev->setText(QString::fromUtf8("\u25B2"));
@@ -888,10 +911,15 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
   zoom_label_->setMinimumWidth(44);
   bar->addWidget(zoom_label_);
 
+  // The toolbar never dictates the pane's minimum width (the pane may sit in a narrow dock).
+  auto* bar_widget = new QWidget;
+  bar_widget->setLayout(bar);
+  bar_widget->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
+  bar_widget->setMinimumWidth(0);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->setSpacing(0);
-  layout->addLayout(bar);
+  layout->addWidget(bar_widget);
   layout->addWidget(view_, 1);
 
   connect(search_, &QLineEdit::textChanged, this, &GraphPane::onSearchTextChanged);

@@ -200,6 +200,7 @@ class GraphView : public QGraphicsView {
   void applyLayout(std::shared_ptr<const LayoutResult> layout, const VisibleGraph& visible);
   void updateSelection();
   void scaleBy(double factor);
+  void updateMiniMapVisibility();
   std::pair<double, double> nodeSize(int64_t id, int scope) const;
   GraphNodeItem::Look lookFor(const GraphNodeItem* item, QString* tooltip) const;
   const Computation* currentComputation() const;

@@ -99,12 +99,28 @@ void InspectorPanel::refresh() {
     h += "<ol style='margin-left:-20px'>";
     for (const WhyStep& step : steps) {
       const Instruction* at = doc_->instruction(step.instruction_id);
-      QString line = Esc(Q(step.text));
-      if (at && !step.instruction.empty()) {
-        // Make the instruction's name in the text a link.
-        const QString name = Esc(Q(step.instruction));
-        if (line.contains(name)) line.replace(line.indexOf(name), name.size(), Link(at));
-        else line = Link(at) + ": " + line;
+      QString line = at ? Link(at) : Esc(Q(step.instruction));
+      if (!step.sharding.empty() && at) {
+        auto parsed = HloSharding::Parse(step.sharding);
+        line += " <tt>" + Esc(parsed.ok() ? NamedAxesText(*parsed, at->shape(), mesh, "") : Q(step.sharding)) + "</tt>";
+      }
+      if (step.direction == "annotation") {
+        line += " &mdash; <b>your annotation</b>";
+      } else {
+        const Instruction* src = doc_->instruction(step.source_id);
+        const Instruction* src2 = doc_->instruction(step.second_source_id);
+        QString how = Esc(Q(step.direction));
+        if (!step.rule.empty()) how += " through " + Esc(Q(step.rule));
+        line += " &larr; " + how;
+        if (src) {
+          line += " from " + Link(src);
+          if (src2) line += " and " + Link(src2);
+        }
+        QStringList detail;
+        if (step.level >= 0) detail << QString("priority level %1").arg(step.level);
+        if (step.iteration >= 0) detail << QString("sweep %1").arg(step.iteration);
+        if (!detail.isEmpty()) line += " <small>(" + detail.join(", ") + ")</small>";
+        if (!src && !step.text.empty()) line += "<br><small>" + Esc(Q(step.text)) + "</small>";
       }
       h += "<li>" + line + "</li>";
     }

@@ -17,10 +17,13 @@ QString Q(const std::string& s) { return QString::fromStdString(s); }
 QString FormatSeconds(double s) {
   const double a = std::abs(s);
   if (a == 0) return "0 s";
-  if (a < 1e-6) return QString("%1 ns").arg(s * 1e9, 0, 'f', 1);
-  if (a < 1e-3) return QString("%1 \u00B5s").arg(s * 1e6, 0, 'f', a < 1e-5 ? 2 : 1);
-  if (a < 1) return QString("%1 ms").arg(s * 1e3, 0, 'f', a < 1e-2 ? 3 : 2);
-  return QString("%1 s").arg(s, 0, 'f', 3);
+  double v = s;
+  const char* unit = "s";
+  if (a < 1e-6) v = s * 1e9, unit = "ns";
+  else if (a < 1e-3) v = s * 1e6, unit = "\u00B5s";
+  else if (a < 1) v = s * 1e3, unit = "ms";
+  const double av = std::abs(v);
+  return QString("%1 %2").arg(v, 0, 'f', av >= 100 ? 0 : (av >= 10 ? 1 : 2)).arg(QString::fromUtf8(unit));
 }
 
 // ---- InstructionTableModel ------------------------------------------------------------------------

@@ -1,14 +1,43 @@
 // shardscope-cli conformance KIND DIR [--filter TEXT] [--quiet]: runs XLA's own test expectations
 // (../shared/conformance/xla/<kind>) and prints failing checks, a table by op kind and, last, the
 // pass rate. Exit 0 when every check holds, 1 when some fail, 2 on bad input.
+// KIND spmd runs the SPMD partitioner corpus (partitioner/spmd_conformance.h; cases whose pipeline
+// propagates shardings first use this project's propagation); its last line is its pass rate.
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "app/cli/cli.h"
 #include "partitioner/conformance.h"
+#include "partitioner/propagation.h"
+#include "partitioner/spmd_conformance.h"
 
 namespace {
+
+int RunSpmd(const std::string& dir, bool quiet) {
+  using namespace shardscope;
+  SpmdConformanceOptions o;
+  o.propagate = [](Module& m) -> Status {
+    auto r = PropagateShardings(m);
+    if (!r.ok()) return r.error();
+    return Status::Ok();
+  };
+  std::ostringstream out;
+  auto summary = RunSpmdConformance(dir, out, o);
+  if (!summary.ok()) {
+    std::cerr << "shardscope-cli conformance: " << summary.error().message << "\n";
+    return 2;
+  }
+  const std::string text = out.str();
+  if (quiet) {
+    const size_t at = text.rfind("spmd: ");
+    std::cout << (at == std::string::npos ? text : text.substr(at));
+  } else {
+    std::cout << text;
+  }
+  return summary->matched_supported == summary->supported ? 0 : 1;
+}
 
 int Run(const std::vector<std::string>& args_in) {
   using namespace shardscope;
@@ -19,8 +48,9 @@ int Run(const std::vector<std::string>& args_in) {
   if (args.size() != 2) {
     std::string kinds;
     for (const auto& k : conformance::ConformanceKinds()) kinds += (kinds.empty() ? "" : "|") + k;
-    return cli::UsageError("conformance", "expected KIND DIR (KIND: " + kinds + ")");
+    return cli::UsageError("conformance", "expected KIND DIR (KIND: " + kinds + "|spmd)");
   }
+  if (args[0] == "spmd") return RunSpmd(args[1], quiet);
   auto report = conformance::RunConformance(args[0], args[1], options);
   if (!report.ok()) {
     std::cerr << "shardscope-cli conformance: " << report.error().message << "\n";
@@ -36,6 +66,6 @@ int Run(const std::vector<std::string>& args_in) {
 
 const bool registered = shardscope::cli::Register(
     {"conformance", "KIND DIR [--filter TEXT] [--quiet]",
-     "Measure against XLA's test expectations (KIND: propagation); last line: pass rate", &Run});
+     "Measure against XLA's test expectations (KIND: propagation|spmd); last line: pass rate", &Run});
 
 }  // namespace

@@ -1,5 +1,8 @@
 // shardscope-cli propagate FILE.hlo [-o OUT.hlo] [--explain NAME]...: completes every sharding of a
-// module from its annotations (GSPMD sharding propagation) and writes the module back out.
+// module from its annotations (GSPMD sharding propagation) and writes the module back out. By
+// default the entry's parameters and outputs may be sharded too (as `partition` does);
+// --keep-io-shardings uses XLA's pass defaults (they keep what they have, unannotated ones stay
+// without a sharding); --to-output / --to-parameters give the flags per output / parameter.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -43,6 +46,8 @@ int Run(const std::vector<std::string>& args_in) {
   const bool not_spmd = cli::TakeFlag(args, "not-spmd");
   const bool cse_only = cli::TakeFlag(args, "cse-prevention-only");
   const bool quiet = cli::TakeFlag(args, "quiet");
+  const bool no_verify = cli::TakeFlag(args, "no-verify");
+  const bool keep_io = cli::TakeFlag(args, "keep-io-shardings");
   cli::TakeOption(args, "to-output", &to_output);
   cli::TakeOption(args, "to-parameters", &to_params);
   if (args.size() != 1) {
@@ -61,12 +66,17 @@ int Run(const std::vector<std::string>& args_in) {
   PropagationOptions options;
   options.is_spmd = !not_spmd;
   options.cse_prevention_only = cse_only;
+  options.verify = !no_verify;
+  if (!keep_io) {
+    options.propagate_to_output = {true};
+    options.propagate_to_parameters = {true};
+  }
   if (!to_output.empty()) options.propagate_to_output = ParseBoolList(to_output);
   if (!to_params.empty()) options.propagate_to_parameters = ParseBoolList(to_params);
   ShardingPropagation propagation(options);
   auto report = propagation.Run(module);
   if (!report.ok()) {
-    std::cerr << args[0] << ": error: " << report.error().message << "\n";
+    std::cerr << args[0] << ": " << report.error().message << "\n";
     return 2;
   }
   for (const auto& e : explain) {
@@ -93,8 +103,8 @@ int Run(const std::vector<std::string>& args_in) {
 
 const bool registered = shardscope::cli::Register(
     {"propagate",
-     "FILE.hlo [-o OUT.hlo] [--explain NAME]... [--not-spmd] [--to-output 1,0] [--to-parameters 1] "
-     "[--cse-prevention-only] [--quiet]",
+     "FILE.hlo [-o OUT.hlo] [--explain NAME]... [--not-spmd] [--keep-io-shardings] [--to-output 1,0] "
+     "[--to-parameters 1] [--cse-prevention-only] [--no-verify] [--quiet]",
      "Complete every sharding from the annotations (GSPMD propagation); --explain prints why", &Run});
 
 }  // namespace

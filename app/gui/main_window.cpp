@@ -529,7 +529,10 @@ bool MainWindow::showView(const QString& name) {
   if (!dock) return false;
   dock->show();
   dock->raise();
-  if (dock == partitioned_dock_) partitioned_->partitionNow();
+  if (dock == partitioned_dock_) {
+    resizeDocks({table_dock_}, {height() * 45 / 100}, Qt::Vertical);
+    partitioned_->partitionNow();
+  }
   return true;
 }
 

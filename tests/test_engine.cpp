@@ -1,0 +1,661 @@
+// The execution engine on hand-computable programs: one dot (the roofline), one all-gather (equals
+// EstimateCollective; validation C1), an independent dot hiding an async all-gather, a dependent
+// chain adding up, the collectives-early list schedule, while-loop trip counts, fusion, contention
+// between concurrent collectives, device classes (split only when timelines differ), errors, a zoo
+// training step end to end, and the `simulate` CLI subcommand.
+#include <QtCore/QDir>
+#include <QtCore/QFile>
+#include <QtCore/QJsonDocument>
+#include <QtCore/QJsonObject>
+#include <QtCore/QProcess>
+#include <QtCore/QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "core/hlo_text.h"
+#include "core/ir.h"
+#include "core/mesh.h"
+#include "core/model_zoo.h"
+#include "partitioner/propagation.h"
+#include "partitioner/spmd_partitioner.h"
+#include "simulator/collective_cost.h"
+#include "simulator/compute_cost.h"
+#include "simulator/engine.h"
+#include "simulator/hardware.h"
+#include "simulator/run_store.h"
+#include "simulator/schedule.h"
+#include "simulator/topology.h"
+
+using namespace shardscope;
+
+namespace {
+
+constexpr double us = 1e-6;
+
+std::unique_ptr<Module> Parse(const std::string& text) {
+  auto m = ParseHloModule(text, "test.hlo");
+  if (!m.ok()) qFatal("parse: %s", m.error().message.c_str());
+  return std::move(m).value();
+}
+
+Topology TopologyFor(const char* chip_name, const char* mesh_text, TopologyOptions to = {}) {
+  auto chip = ChipPreset(chip_name);
+  if (!chip.ok()) qFatal("chip: %s", chip.error().message.c_str());
+  auto mesh = DeviceMesh::Parse(mesh_text);
+  if (!mesh.ok()) qFatal("mesh: %s", mesh.error().message.c_str());
+  auto t = Topology::ForMesh(chip.value(), mesh.value(), {}, to);
+  if (!t.ok()) qFatal("topology: %s", t.error().message.c_str());
+  return std::move(t).value();
+}
+
+Simulation Run(const Module& m, const Topology& topo, const SimulationOptions& o = {}) {
+  auto s = Simulate(m, topo, o);
+  if (!s.ok()) qFatal("simulate: %s", s.error().message.c_str());
+  return std::move(s).value();
+}
+
+bool Near(double a, double b, double rel = 1e-12) { return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b)); }
+
+const TimelineEvent* Event(const Simulation& s, const std::string& name, int64_t device = 0) {
+  const DeviceClass* c = s.run.ClassOf(device);
+  for (const TimelineEvent& e : c->events)
+    if (e.instruction == name) return &e;
+  return nullptr;
+}
+
+std::vector<std::vector<int64_t>> Iota(int64_t groups, int64_t size, bool strided = false) {
+  std::vector<std::vector<int64_t>> g(static_cast<size_t>(groups));
+  for (int64_t i = 0; i < groups; ++i)
+    for (int64_t j = 0; j < size; ++j) g[static_cast<size_t>(i)].push_back(strided ? j * groups + i : i * size + j);
+  return g;
+}
+
+// C1 of validation.md: TPU v5e, mesh {X:8, Y:4}, AllGather over Y of bf16[E_Y, F], E=2048, F=8192.
+const char* kC1 = R"(HloModule c1, num_partitions=32
+ENTRY %main (p: bf16[512,8192]) -> bf16[2048,8192] {
+  %p = bf16[512,8192] parameter(0)
+  ROOT %ag = bf16[2048,8192] all-gather(%p), dimensions={0}, replica_groups=[8,4]<=[32], use_global_device_ids=true, channel_id=1
+}
+)";
+
+const char* kDot = R"(HloModule dot1, num_partitions=1
+ENTRY %main (a: bf16[4096,4096], b: bf16[4096,4096]) -> bf16[4096,4096] {
+  %a = bf16[4096,4096] parameter(0)
+  %b = bf16[4096,4096] parameter(1)
+  ROOT %d = bf16[4096,4096] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+)";
+
+std::string WriteTemp(const QTemporaryDir& dir, const char* name, const std::string& text) {
+  const QString path = dir.filePath(name);
+  QFile f(path);
+  if (!f.open(QIODevice::WriteOnly)) qFatal("cannot write %s", qPrintable(path));
+  f.write(text.data(), static_cast<qint64>(text.size()));
+  return path.toStdString();
+}
+
+struct CliResult {
+  int code = -1;
+  QString out, err;
+};
+
+CliResult RunCli(const QStringList& args) {
+  QProcess p;
+  p.start(QStringLiteral(SHARDSCOPE_CLI_PATH), args);
+  if (!p.waitForFinished(300000)) qFatal("cli did not finish");
+  return {p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+}
+
+QString LastLine(const QString& out) {
+  QStringList lines = out.split('\n', Qt::SkipEmptyParts);
+  return lines.isEmpty() ? QString() : lines.last();
+}
+
+}  // namespace
+
+class TestEngine : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // One dot on one v5e chip: compute-bound, time = 2 * 4096^3 FLOPs / 197 TFLOP/s = 697.66 us (the
+  // 3 x 32 MiB of HBM traffic would take 122.9 us), MFU exactly 1.
+  void OneDotIsTheRoofline() {
+    auto m = Parse(kDot);
+    Topology topo = TopologyFor("tpu-v5e", "X=1");
+    Simulation s = Run(*m, topo);
+    const double flops = 2.0 * 4096.0 * 4096.0 * 4096.0;
+    QCOMPARE(topo.chip().device_peak_flops(), 1.97e14);
+    QVERIFY(Near(s.run.summary.step_time_s, flops / 1.97e14));
+    QVERIFY(std::fabs(s.run.summary.step_time_s - 697.66 * us) < 0.01 * us);
+    QVERIFY(Near(s.run.summary.step_time_s, ComputeCost(flops, 3.0 * 4096 * 4096 * 2, topo.chip())));
+    QVERIFY(Near(s.run.summary.mfu, 1.0));
+    QCOMPARE(s.run.summary.total_flops, flops);
+    QCOMPARE(s.run.summary.compute_time_s, s.run.summary.step_time_s);
+    QCOMPARE(s.run.summary.communication_time_s, 0.0);
+    QCOMPARE(s.run.summary.idle_time_s, 0.0);
+    const DeviceClass& c = s.run.classes[0];
+    QCOMPARE(c.events.size(), size_t(1));
+    QCOMPARE(c.events[0].stream, Stream::kCompute);
+    QCOMPARE(c.events[0].kind, std::string("dot"));
+    QCOMPARE(c.events[0].bytes, int64_t(3) * 4096 * 4096 * 2);
+    QCOMPARE(c.events[0].flops, flops);
+    // Memory: a and b (params) and d; a and b are donated and die when the dot ends, d is the output.
+    QCOMPARE(s.run.summary.peak_memory_bytes, int64_t(3) * 4096 * 4096 * 2);
+  }
+
+  // A memory-bound elementwise op: time = bytes / HBM bandwidth = 3 x 64 MiB / 819 GB/s.
+  void ElementwiseIsMemoryBound() {
+    auto m = Parse(R"(HloModule add1, num_partitions=1
+ENTRY %main (a: f32[4096,4096], b: f32[4096,4096]) -> f32[4096,4096] {
+  %a = f32[4096,4096] parameter(0)
+  %b = f32[4096,4096] parameter(1)
+  ROOT %c = f32[4096,4096] add(%a, %b)
+}
+)");
+    Topology topo = TopologyFor("tpu-v5e", "X=1");
+    Simulation s = Run(*m, topo);
+    QVERIFY(Near(s.run.summary.step_time_s, 3.0 * 4096 * 4096 * 4 / 8.19e11));
+    QCOMPARE(s.run.summary.mfu, 0.0);
+  }
+
+  // One all-gather: the step is exactly EstimateCollective over its replica groups. Validation C1
+  // (v5e, {X:8, Y:4}, AllGather_Y of bf16[E_Y, F], E=2048, F=8192): an axis of 4 on v5e has no
+  // wraparound, published "about 560 us" — the line model gives 559.2 us.
+  void OneAllGatherEqualsEstimateCollective() {
+    auto m = Parse(kC1);
+    Topology topo = TopologyFor("tpu-v5e", "X=8,Y=4");
+    Simulation s = Run(*m, topo);
+    auto cost = EstimateCollective(topo, CollectiveKind::kAllGather, Iota(8, 4), 512.0 * 8192 * 2);
+    QVERIFY(cost.ok());
+    QCOMPARE(s.run.summary.step_time_s, cost->time_s);
+    QVERIFY(std::fabs(s.run.summary.step_time_s - 560 * us) < 0.10 * 560 * us);
+    QCOMPARE(s.run.summary.communication_time_s, cost->time_s);
+    QCOMPARE(s.run.summary.exposed_communication_s, cost->time_s);
+    QCOMPARE(s.run.collectives.size(), size_t(1));
+    QCOMPARE(s.run.collectives[0].kind, std::string("all-gather"));
+    QCOMPARE(s.run.collectives[0].bytes, int64_t(512) * 8192 * 2);
+    QCOMPARE(s.run.collectives[0].time_s, cost->time_s);
+    QCOMPARE(s.run.collectives[0].regime, std::string("bandwidth-bound"));
+    QCOMPARE(s.run.collectives[0].replica_groups, std::string("[8,4]<=[32]"));
+    QCOMPARE(s.run.summary.bytes_communicated, static_cast<int64_t>(std::llround(cost->bytes_per_device * 32)));
+    // All 32 devices run the same timeline (every group is a line of 4 along Y): one class.
+    QCOMPARE(s.run.classes.size(), size_t(1));
+    QCOMPARE(s.run.num_devices(), int64_t(32));
+    // The shard is gathered in place into the result (the operand dies there): 32 MiB.
+    QCOMPARE(s.run.summary.peak_memory_bytes, int64_t(2048) * 8192 * 2);
+  }
+
+  // An independent dot (697.7 us) hides an async all-gather (559.2 us): the step is the dot, no
+  // communication is exposed. With a shorter dot (348.8 us) the all-gather is exposed by the
+  // difference.
+  void IndependentDotHidesAsyncAllGather() {
+    for (int64_t rows : {4096, 2048}) {
+      const std::string r = std::to_string(rows);
+      auto m = Parse("HloModule overlap, num_partitions=32\n"
+                     "ENTRY %main (p: bf16[512,8192], a: bf16[" + r + ",4096], b: bf16[4096,4096]) -> (bf16[2048,8192], bf16[" + r + ",4096]) {\n"
+                     "  %p = bf16[512,8192] parameter(0)\n"
+                     "  %a = bf16[" + r + ",4096] parameter(1)\n"
+                     "  %b = bf16[4096,4096] parameter(2)\n"
+                     "  %ag = bf16[2048,8192] all-gather(%p), dimensions={0}, replica_groups=[8,4]<=[32]\n"
+                     "  %d = bf16[" + r + ",4096] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                     "  ROOT %t = (bf16[2048,8192], bf16[" + r + ",4096]) tuple(%ag, %d)\n}\n");
+      Topology topo = TopologyFor("tpu-v5e", "X=8,Y=4");
+      Simulation s = Run(*m, topo);
+      const double t_ag = EstimateCollective(topo, CollectiveKind::kAllGather, Iota(8, 4), 512.0 * 8192 * 2)->time_s;
+      const double t_dot = 2.0 * static_cast<double>(rows) * 4096 * 4096 / 1.97e14;
+      QVERIFY(Near(Event(s, "d")->duration_s, t_dot));
+      QCOMPARE(Event(s, "ag")->start_s, 0.0);
+      QCOMPARE(Event(s, "d")->start_s, 0.0);
+      QVERIFY(Near(s.run.summary.step_time_s, std::max(t_ag, t_dot)));
+      QVERIFY(Near(s.run.summary.compute_time_s, t_dot));
+      QVERIFY(Near(s.run.summary.communication_time_s, t_ag));
+      if (rows == 4096) {
+        QCOMPARE(s.run.summary.exposed_communication_s, 0.0);
+      } else {
+        QVERIFY(Near(s.run.summary.exposed_communication_s, t_ag - t_dot, 1e-9));
+      }
+      QCOMPARE(s.run.summary.idle_time_s, 0.0);
+    }
+  }
+
+  // all-gather -> dot -> all-reduce: nothing can overlap, the times add up.
+  void DependentChainAddsUp() {
+    auto m = Parse(R"(HloModule chain, num_partitions=32
+ENTRY %main (p: bf16[512,8192], w: bf16[8192,4096]) -> bf16[2048,4096] {
+  %p = bf16[512,8192] parameter(0)
+  %w = bf16[8192,4096] parameter(1)
+  %ag = bf16[2048,8192] all-gather(%p), dimensions={0}, replica_groups=[8,4]<=[32]
+  %d = bf16[2048,4096] dot(%ag, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %ar = bf16[2048,4096] all-reduce(%d), replica_groups=[4,8]<=[8,4]T(1,0), to_apply=%add
+}
+%add (x: bf16[], y: bf16[]) -> bf16[] {
+  %x = bf16[] parameter(0)
+  %y = bf16[] parameter(1)
+  ROOT %s = bf16[] add(%x, %y)
+}
+)");
+    Topology topo = TopologyFor("tpu-v5e", "X=8,Y=4");
+    Simulation s = Run(*m, topo);
+    const double t_ag = EstimateCollective(topo, CollectiveKind::kAllGather, Iota(8, 4), 512.0 * 8192 * 2)->time_s;
+    const double t_dot = ComputeCost(2.0 * 2048 * 4096 * 8192, 2.0 * (2048.0 * 8192 + 8192.0 * 4096 + 2048.0 * 4096), topo.chip());
+    const double t_ar =
+        EstimateCollective(topo, CollectiveKind::kAllReduce, Iota(4, 8, true), 2048.0 * 4096 * 2)->time_s;
+    QVERIFY(Near(Event(s, "d")->duration_s, t_dot));
+    QVERIFY(Near(Event(s, "ar")->duration_s, t_ar));
+    QVERIFY(Near(s.run.summary.step_time_s, t_ag + t_dot + t_ar));
+    QVERIFY(Near(s.run.summary.exposed_communication_s, t_ag + t_ar));
+    QCOMPARE(s.run.summary.idle_time_s, 0.0);
+    QCOMPARE(s.run.collectives.size(), size_t(2));
+  }
+
+  // The collective's operand q is produced after an independent dot in program order. Program
+  // order: d1, q, then ag, then d2 waits for it: T1 + Tq + Tag + T2. The collectives-early list
+  // schedule runs q first so the all-gather overlaps d1: Tq + max(T1, Tag) + T2.
+  void CollectivesEarlySchedule() {
+    auto m = Parse(R"(HloModule sched, num_partitions=32
+ENTRY %main (p: bf16[512,8192], a: bf16[4096,4096], b: bf16[4096,4096], z: bf16[8192,1024]) -> (bf16[4096,4096], bf16[2048,1024]) {
+  %p = bf16[512,8192] parameter(0)
+  %a = bf16[4096,4096] parameter(1)
+  %b = bf16[4096,4096] parameter(2)
+  %z = bf16[8192,1024] parameter(3)
+  %d1 = bf16[4096,4096] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %q = bf16[512,8192] multiply(%p, %p)
+  %ag = bf16[2048,8192] all-gather(%q), dimensions={0}, replica_groups=[8,4]<=[32]
+  %d2 = bf16[2048,1024] dot(%ag, %z), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %t = (bf16[4096,4096], bf16[2048,1024]) tuple(%d1, %d2)
+}
+)");
+    Topology topo = TopologyFor("tpu-v5e", "X=8,Y=4");
+    const ChipSpec& chip = topo.chip();
+    const double t1 = 2.0 * 4096 * 4096 * 4096 / 1.97e14;
+    const double tq = ComputeCost(0, 2.0 * 512 * 8192 * 2, chip);  // p read once, q written
+    const double tag = EstimateCollective(topo, CollectiveKind::kAllGather, Iota(8, 4), 512.0 * 8192 * 2)->time_s;
+    const double t2 = 2.0 * 2048 * 1024 * 8192 / 1.97e14;
+    Simulation in_order = Run(*m, topo);
+    QVERIFY(Near(Event(in_order, "q")->duration_s, tq));
+    QVERIFY(Near(Event(in_order, "d2")->duration_s, t2));
+    QVERIFY(Near(in_order.run.summary.step_time_s, t1 + tq + tag + t2));
+    SimulationOptions o;
+    o.program.schedule = ScheduleKind::kCollectivesEarly;
+    Simulation early = Run(*m, topo, o);
+    QCOMPARE(Event(early, "q")->start_s, 0.0);
+    QVERIFY(Near(Event(early, "ag")->start_s, tq));
+    QVERIFY(Near(early.run.summary.step_time_s, tq + std::max(t1, tag) + t2));
+    QCOMPARE(early.run.summary.exposed_communication_s, 0.0);
+  }
+
+  // Trip counts: the counter pattern (init 0, +1, LT 5), known_trip_count, and an unknown loop
+  // (default with a warning). The body runs trip times, the condition trip+1 times.
+  void WhileLoopTripCounts() {
+    auto make = [](const std::string& limit, const std::string& config) {
+      return "HloModule loop, num_partitions=1\n"
+             "%body (p: (s32[], f32[256,256])) -> (s32[], f32[256,256]) {\n"
+             "  %p = (s32[], f32[256,256]) parameter(0)\n"
+             "  %i = s32[] get-tuple-element(%p), index=0\n"
+             "  %x = f32[256,256] get-tuple-element(%p), index=1\n"
+             "  %one = s32[] constant(1)\n"
+             "  %i2 = s32[] add(%i, %one)\n"
+             "  %y = f32[256,256] dot(%x, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+             "  ROOT %t = (s32[], f32[256,256]) tuple(%i2, %y)\n}\n"
+             "%cond (p: (s32[], f32[256,256])) -> pred[] {\n"
+             "  %p = (s32[], f32[256,256]) parameter(0)\n"
+             "  %i = s32[] get-tuple-element(%p), index=0\n" +
+             limit +
+             "  ROOT %c = pred[] compare(%i, %n), direction=LT\n}\n"
+             "ENTRY %main (x: f32[256,256], lim: s32[]) -> f32[256,256] {\n"
+             "  %x = f32[256,256] parameter(0)\n"
+             "  %lim = s32[] parameter(1)\n"
+             "  %zero = s32[] constant(0)\n"
+             "  %init = (s32[], f32[256,256]) tuple(%zero, %x)\n"
+             "  %w = (s32[], f32[256,256]) while(%init), condition=%cond, body=%body" + config + "\n"
+             "  ROOT %r = f32[256,256] get-tuple-element(%w), index=1\n}\n";
+    };
+    Topology topo = TopologyFor("tpu-v5e", "X=1");
+    auto count_dots = [](const Simulation& s) {
+      int n = 0;
+      for (const TimelineEvent& e : s.run.classes[0].events) n += e.kind == "dot";
+      return n;
+    };
+    {
+      auto m = Parse(make("  %n = s32[] constant(5)\n", ""));
+      QCOMPARE(WhileTripCount(*m->entry()->Find("w")), std::optional<int64_t>(5));
+      Simulation s = Run(*m, topo);
+      QVERIFY(s.warnings.empty());
+      QCOMPARE(count_dots(s), 5);
+      QVERIFY(Event(s, "body/y[0]") != nullptr);
+      QVERIFY(Event(s, "body/y[4]") != nullptr);
+      QVERIFY(Event(s, "body/y[5]") == nullptr);
+      QVERIFY(Event(s, "cond/c[5]") != nullptr);  // the condition's last, failing evaluation
+      // Serial compute, no communication: the step is the sum of the compute events.
+      double sum = 0;
+      for (const TimelineEvent& e : s.run.classes[0].events) sum += e.duration_s;
+      QVERIFY(Near(s.run.summary.step_time_s, sum, 1e-9));
+      const double t_dot = ComputeCost(2.0 * 256 * 256 * 256, 2.0 * 256 * 256 * 4, topo.chip());
+      QVERIFY(s.run.summary.step_time_s > 5 * t_dot);
+      QVERIFY(s.run.summary.step_time_s < 5 * t_dot + 1 * us);
+    }
+    {
+      auto m = Parse(make("  %n = s32[] constant(5)\n", ", backend_config={\"known_trip_count\":{\"n\":\"7\"}}"));
+      QCOMPARE(count_dots(Run(*m, topo)), 7);  // XLA's known_trip_count wins
+    }
+    {
+      // The limit comes from outside the loop: unknown; default 1, or as configured, with a warning.
+      auto m = Parse(make("  %n = s32[] get-tuple-element(%p), index=0\n", ""));
+      QCOMPARE(WhileTripCount(*m->entry()->Find("w")), std::optional<int64_t>());
+      Simulation s = Run(*m, topo);
+      QCOMPARE(count_dots(s), 1);
+      QCOMPARE(s.warnings.size(), size_t(1));
+      QVERIFY(s.warnings[0].find("trip count unknown") != std::string::npos);
+      SimulationOptions o;
+      o.program.default_trip_count = 3;
+      QCOMPARE(count_dots(Run(*m, topo, o)), 3);
+    }
+  }
+
+  // dot + bias broadcast + add + tanh: one fused op that reads a, b and the bias vector and writes
+  // the result once; unfused, four ops with every intermediate in HBM.
+  void ElementwiseFusesIntoItsProducer() {
+    auto m = Parse(R"(HloModule fuse, num_partitions=1
+ENTRY %main (a: f32[1024,1024], b: f32[1024,1024], c: f32[1024]) -> f32[1024,1024] {
+  %a = f32[1024,1024] parameter(0)
+  %b = f32[1024,1024] parameter(1)
+  %c = f32[1024] parameter(2)
+  %d = f32[1024,1024] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %cb = f32[1024,1024] broadcast(%c), dimensions={1}
+  %e = f32[1024,1024] add(%d, %cb)
+  ROOT %r = f32[1024,1024] tanh(%e)
+}
+)");
+    Topology topo = TopologyFor("tpu-v5e", "X=1");
+    const double mat = 1024.0 * 1024 * 4;
+    Simulation fused = Run(*m, topo);
+    QCOMPARE(fused.run.classes[0].events.size(), size_t(1));
+    const TimelineEvent& e = fused.run.classes[0].events[0];
+    QCOMPARE(e.instruction, std::string("d"));
+    QCOMPARE(e.kind, std::string("dot-fusion"));
+    QCOMPARE(e.bytes, static_cast<int64_t>(3 * mat + 4096));
+    QVERIFY(Near(fused.run.summary.step_time_s, ComputeCost(2.0 * 1024 * 1024 * 1024, 3 * mat + 4096, topo.chip())));
+    SimulationOptions o;
+    o.program.fuse_elementwise = false;
+    Simulation unfused = Run(*m, topo, o);
+    QCOMPARE(unfused.run.classes[0].events.size(), size_t(4));
+    const double t = ComputeCost(2.0 * 1024 * 1024 * 1024, 3 * mat, topo.chip()) +  // dot
+                     ComputeCost(0, mat + 4096, topo.chip()) +                      // broadcast
+                     ComputeCost(0, 3 * mat, topo.chip()) +                         // add
+                     ComputeCost(0, 2 * mat, topo.chip());                          // tanh
+    QVERIFY(Near(unfused.run.summary.step_time_s, t, 1e-9));
+  }
+
+  // Two all-gathers over the same Y groups in flight at once share every link: each finishes at
+  // EstimateConcurrentCollectives' time (twice the time alone); one at a time they also take twice
+  // as long in total. Over disjoint links (X groups and Y groups) the concurrent pair takes only as
+  // long as the slower one.
+  void ConcurrentCollectivesContend() {
+    const std::string same = R"(HloModule two, num_partitions=32
+ENTRY %main (p: bf16[512,8192], q: bf16[512,8192]) -> (bf16[2048,8192], bf16[2048,8192]) {
+  %p = bf16[512,8192] parameter(0)
+  %q = bf16[512,8192] parameter(1)
+  %ag1 = bf16[2048,8192] all-gather(%p), dimensions={0}, replica_groups=[8,4]<=[32]
+  %ag2 = bf16[2048,8192] all-gather(%q), dimensions={0}, replica_groups=[8,4]<=[32]
+  ROOT %t = (bf16[2048,8192], bf16[2048,8192]) tuple(%ag1, %ag2)
+}
+)";
+    Topology topo = TopologyFor("tpu-v5e", "X=8,Y=4");
+    auto m = Parse(same);
+    CollectiveRequest r;
+    r.kind = CollectiveKind::kAllGather;
+    r.groups = Iota(8, 4);
+    r.operand_bytes = 512.0 * 8192 * 2;
+    const double alone = EstimateCollective(topo, r.kind, r.groups, r.operand_bytes)->time_s;
+    auto together = EstimateConcurrentCollectives(topo, {r, r});
+    QVERIFY(together.ok());
+    Simulation serial = Run(*m, topo);
+    QVERIFY(Near(serial.run.summary.step_time_s, 2 * alone));
+    QVERIFY(Near(Event(serial, "ag2")->start_s, alone));
+    SimulationOptions o;
+    o.max_concurrent_collectives = 2;
+    Simulation conc = Run(*m, topo, o);
+    QVERIFY(Near(conc.run.summary.step_time_s, (*together)[0], 1e-9));
+    QVERIFY(Near(Event(conc, "ag1")->duration_s, (*together)[0], 1e-9));
+    QCOMPARE(Event(conc, "ag2")->start_s, 0.0);
+    QVERIFY((*together)[0] > 1.9 * alone);
+
+    const std::string disjoint = R"(HloModule two, num_partitions=32
+ENTRY %main (p: bf16[512,8192], q: bf16[256,8192]) -> (bf16[2048,8192], bf16[2048,8192]) {
+  %p = bf16[512,8192] parameter(0)
+  %q = bf16[256,8192] parameter(1)
+  %ag1 = bf16[2048,8192] all-gather(%p), dimensions={0}, replica_groups=[8,4]<=[32]
+  %ag2 = bf16[2048,8192] all-gather(%q), dimensions={0}, replica_groups=[4,8]<=[8,4]T(1,0)
+  ROOT %t = (bf16[2048,8192], bf16[2048,8192]) tuple(%ag1, %ag2)
+}
+)";
+    auto d = Parse(disjoint);
+    const double ty = alone;
+    const double tx = EstimateCollective(topo, CollectiveKind::kAllGather, Iota(4, 8, true), 256.0 * 8192 * 2)->time_s;
+    QVERIFY(Near(Run(*d, topo).run.summary.step_time_s, tx + ty));
+    QVERIFY(Near(Run(*d, topo, o).run.summary.step_time_s, std::max(tx, ty), 1e-9));
+  }
+
+  // Replica groups laid out differently take different times: devices split into classes exactly
+  // where their timelines differ, and each group's all-reduce takes its own time (the groups run
+  // together, so each gets its finish time from EstimateConcurrentCollectives with one request per
+  // group). Capping the classes merges them (everyone takes the slowest group's time) with a warning.
+  void DeviceClassesSplitOnlyWhereTimelinesDiffer() {
+    auto m = Parse(R"(HloModule asym, num_partitions=8
+ENTRY %main (p: f32[1048576]) -> f32[1048576] {
+  %p = f32[1048576] parameter(0)
+  %ar1 = f32[1048576] all-reduce(%p), replica_groups={{0,1},{2,7},{3,4},{5,6}}, to_apply=%add
+  ROOT %ar2 = f32[1048576] all-reduce(%ar1), replica_groups={}, to_apply=%add
+}
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+)");
+    // A line of 8 chips: {2,7} is routed over the links {3,4} and {5,6} use; {0,1} shares nothing.
+    Topology topo = TopologyFor("tpu-v5e", "X=8");
+    const double bytes = 1048576.0 * 4;
+    std::vector<CollectiveRequest> reqs;
+    for (std::vector<int64_t> g : std::vector<std::vector<int64_t>>{{0, 1}, {2, 7}, {3, 4}, {5, 6}}) {
+      CollectiveRequest r;
+      r.kind = CollectiveKind::kAllReduce;
+      r.operand_bytes = bytes;
+      r.groups = {g};
+      reqs.push_back(r);
+    }
+    auto f = EstimateConcurrentCollectives(topo, reqs);
+    QVERIFY(f.ok());
+    const double t01 = (*f)[0], t27 = (*f)[1], t34 = (*f)[2], t56 = (*f)[3];
+    const double alone = EstimateCollective(topo, CollectiveKind::kAllReduce, {{0, 1}}, bytes)->time_s;
+    QVERIFY(Near(t01, alone, 1e-9));
+    QVERIFY(t27 > 1.5 * t01);
+    const double slowest = std::max({t01, t27, t34, t56});
+    const double tall = EstimateCollective(topo, CollectiveKind::kAllReduce, {}, bytes)->time_s;
+    Simulation s = Run(*m, topo);
+    std::set<double> distinct{t01, t27, t34, t56};
+    QCOMPARE(s.run.classes.size(), distinct.size());
+    QCOMPARE(s.run.device_class[0], s.run.device_class[1]);
+    QCOMPARE(s.run.device_class[2], s.run.device_class[7]);
+    QVERIFY(s.run.device_class[0] != s.run.device_class[2]);
+    const double expected[8] = {t01, t01, t27, t34, t34, t56, t56, t27};
+    for (int d = 0; d < 8; ++d) {
+      QVERIFY(Near(Event(s, "ar1", d)->duration_s, expected[d], 1e-9));
+      // The second all-reduce waits for the slowest group: everyone starts it together.
+      QVERIFY(Near(Event(s, "ar2", d)->start_s, slowest, 1e-9));
+      QCOMPARE(s.run.DeviceTimeline(d).front().device, int64_t(d));
+    }
+    QVERIFY(Near(s.run.summary.step_time_s, slowest + tall, 1e-9));
+
+    // Groups that are translates of each other keep one class (and the joint estimate).
+    auto sym = Parse(R"(HloModule sym, num_partitions=8
+ENTRY %main (p: f32[1048576]) -> f32[1048576] {
+  %p = f32[1048576] parameter(0)
+  ROOT %ar1 = f32[1048576] all-reduce(%p), replica_groups={{0,1},{2,3},{4,5},{6,7}}, to_apply=%add
+}
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+)");
+    Simulation ss = Run(*sym, topo);
+    QCOMPARE(ss.run.classes.size(), size_t(1));
+    QVERIFY(Near(ss.run.summary.step_time_s,
+                 EstimateCollective(topo, CollectiveKind::kAllReduce, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}, bytes)->time_s));
+
+    SimulationOptions o;
+    o.max_device_classes = 1;
+    Simulation capped = Run(*m, topo, o);
+    QCOMPARE(capped.run.classes.size(), size_t(1));
+    QVERIFY(Near(Event(capped, "ar1", 0)->duration_s, slowest, 1e-9));
+    QVERIFY(!capped.warnings.empty());
+    QVERIFY(Near(capped.run.summary.step_time_s, s.run.summary.step_time_s, 1e-9));
+  }
+
+  void BadInputIsAnError() {
+    Topology four = TopologyFor("tpu-v5e", "X=4");
+    auto m = Parse(kC1);
+    auto r = Simulate(*m, four);
+    QVERIFY(!r.ok());
+    QVERIFY(r.error().message.find("partitioned for 32 devices") != std::string::npos);
+    auto g = Parse(R"(HloModule g, num_partitions=1
+ENTRY %main (p: f32[8]) -> f32[32] {
+  %p = f32[8] parameter(0)
+  ROOT %ag = f32[32] all-gather(%p), dimensions={0}, replica_groups={{0,1,2,3}}
+}
+)");
+    Topology two = TopologyFor("tpu-v5e", "X=2");
+    auto r2 = Simulate(*g, two);
+    QVERIFY(!r2.ok());
+    QVERIFY(r2.error().message.find("device 2") != std::string::npos);
+    SimulationOptions o;
+    o.max_concurrent_collectives = 0;
+    QVERIFY(!Simulate(*g, two, o).ok());
+    o = {};
+    o.program.max_exec_ops = 0;
+    QVERIFY(!Simulate(*g, two, o).ok());
+  }
+
+  // A zoo training step (2 layers, Adam, 2D finalized) partitioned for 4x4 and simulated on v4:
+  // one timeline for all 16 devices, every memory category present, figures consistent.
+  void ZooTrainingStep() {
+    auto m = ZooBuild("transformer", {{"layers", "2"}, {"mesh_x", "4"}, {"mesh_y", "4"}, {"batch", "16"}});
+    QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
+    const double model_flops = CountModuleFlops(**m);
+    QVERIFY(model_flops > 0);
+    PropagationOptions po;
+    po.propagate_to_output = {true};
+    po.propagate_to_parameters = {true};
+    QVERIFY(PropagateShardings(**m, po).ok());
+    SpmdOptions so;
+    so.num_partitions = 16;
+    auto p = PartitionModule(**m, so);
+    QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+    Topology topo = TopologyFor("tpu-v4", "X=4,Y=4");
+    SimulationOptions o;
+    o.model_flops = model_flops;
+    o.mesh_text = "X=4,Y=4";
+    Simulation s = Run(*p->module, topo, o);
+    const RunSummary& sum = s.run.summary;
+    QCOMPARE(s.run.classes.size(), size_t(1));
+    QVERIFY(s.run.Validate().ok());
+    QVERIFY(sum.step_time_s > 0);
+    QVERIFY(sum.compute_time_s <= sum.step_time_s * (1 + 1e-12));
+    QVERIFY(sum.exposed_communication_s <= sum.communication_time_s * (1 + 1e-12));
+    QVERIFY(Near(sum.compute_time_s + sum.exposed_communication_s + sum.idle_time_s, sum.step_time_s, 1e-9));
+    QVERIFY(sum.mfu > 0 && sum.mfu <= 1);
+    QVERIFY(Near(sum.mfu, model_flops / (sum.step_time_s * 16 * topo.chip().device_peak_flops()), 1e-9));
+    size_t comm_events = 0;
+    for (const TimelineEvent& e : s.run.classes[0].events) comm_events += e.stream == Stream::kCommunication;
+    QCOMPARE(comm_events, s.run.collectives.size());
+    QVERIFY(!s.run.collectives.empty());
+    std::array<int64_t, kNumMemoryCategories> max_by{};
+    for (const MemorySample& ms : s.run.classes[0].memory)
+      for (int k = 0; k < kNumMemoryCategories; ++k) max_by[k] = std::max(max_by[k], ms.bytes[k]);
+    QVERIFY(max_by[static_cast<int>(MemoryCategory::kParameters)] > 0);
+    QVERIFY(max_by[static_cast<int>(MemoryCategory::kOptimizerState)] > 0);
+    QVERIFY(max_by[static_cast<int>(MemoryCategory::kActivations)] > 0);
+    QVERIFY(max_by[static_cast<int>(MemoryCategory::kGradients)] > 0);
+    QVERIFY(!s.run.classes[0].peak_buffers.empty());
+    QCOMPARE(s.run.inputs.mesh_text, std::string("X=4,Y=4"));
+    QCOMPARE(s.run.inputs.chip_preset, std::string("tpu-v4"));
+    QVERIFY(!s.run.inputs.module_hash.empty());
+    // The collectives-early schedule runs the same work.
+    o.program.schedule = ScheduleKind::kCollectivesEarly;
+    Simulation e = Run(*p->module, topo, o);
+    QVERIFY(Near(e.run.summary.total_flops, sum.total_flops));
+    QCOMPARE(e.run.collectives.size(), s.run.collectives.size());
+  }
+
+  void CliSimulate() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::string hlo = WriteTemp(dir, "c1.hlo", kC1);
+    const QString db = dir.filePath("runs.sqlite"), trace = dir.filePath("t.json"), csv = dir.filePath("t.csv");
+    CliResult r = RunCli({"simulate", QString::fromStdString(hlo), "--chip", "tpu-v5e", "--mesh", "X=8,Y=4", "--db", db,
+                          "--trace", trace, "--csv", csv});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QRegularExpression last("^step_time_us: (\\d+\\.\\d+) peak_memory_bytes: (\\d+)$");
+    auto match = last.match(LastLine(r.out));
+    QVERIFY2(match.hasMatch(), qPrintable(LastLine(r.out)));
+    QVERIFY(std::fabs(match.captured(1).toDouble() - 559.241) < 0.01);  // validation C1, no wraparound
+    QCOMPARE(match.captured(2).toLongLong(), 33554432LL);
+    QVERIFY(QFile::exists(trace));
+    QVERIFY(QFile::exists(csv));
+    auto store = RunStore::Open(db.toStdString(), RunStore::OpenMode::kOpenExisting);
+    QVERIFY(store.ok());
+    auto runs = store->ListRuns();
+    QVERIFY(runs.ok());
+    QCOMPARE(runs->size(), size_t(1));
+    QVERIFY(std::fabs((*runs)[0].summary.step_time_s * 1e6 - match.captured(1).toDouble()) < 0.001);
+
+    // --json: one JSON object, then the last line.
+    r = RunCli({"simulate", QString::fromStdString(hlo), "--chip", "tpu-v5e", "--mesh", "X=8,Y=4", "--json"});
+    QCOMPARE(r.code, 0);
+    const QStringList lines = r.out.split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 2);
+    QJsonParseError err;
+    const QJsonDocument doc = QJsonDocument::fromJson(lines[0].toUtf8(), &err);
+    QVERIFY2(doc.isObject(), qPrintable(err.errorString()));
+    QCOMPARE(doc.object().value("num_devices").toInt(), 32);
+    QCOMPARE(doc.object().value("peak_memory_bytes").toDouble(), 33554432.0);
+
+    // No wraparound forced on a 4-axis already without it: same; with wraparound forced, faster.
+    r = RunCli({"simulate", QString::fromStdString(hlo), "--chip", "tpu-v5e", "--mesh", "X=8,Y=4", "--wraparound"});
+    QCOMPARE(r.code, 0);
+    QVERIFY(last.match(LastLine(r.out)).captured(1).toDouble() < 400);
+
+    // Bad input: exit 2 with a message.
+    r = RunCli({"simulate", QString::fromStdString(hlo), "--mesh", "X=8,Y=4"});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("--chip"));
+    r = RunCli({"simulate", QString::fromStdString(hlo), "--chip", "tpu-v99", "--mesh", "X=8,Y=4"});
+    QCOMPARE(r.code, 2);
+    r = RunCli({"simulate", QString::fromStdString(hlo), "--chip", "tpu-v5e", "--mesh", "X=4"});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("32 devices"));
+    r = RunCli({"simulate", dir.filePath("missing.hlo"), "--chip", "tpu-v5e", "--mesh", "X=4"});
+    QCOMPARE(r.code, 2);
+    const std::string bad = WriteTemp(dir, "bad.hlo", "HloModule broken\nENTRY %main {\n");
+    r = RunCli({"simulate", QString::fromStdString(bad), "--chip", "tpu-v5e", "--mesh", "X=4"});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("bad.hlo"));
+
+    // An annotated (unpartitioned) module is propagated and partitioned first.
+    auto zoo = ZooBuild("transformer-layer", {{"mesh_x", "2"}, {"mesh_y", "2"}});
+    QVERIFY(zoo.ok());
+    const std::string annotated = WriteTemp(dir, "layer.hlo", PrintHloModule(**zoo));
+    r = RunCli({"simulate", QString::fromStdString(annotated), "--chip", "tpu-v5e", "--mesh", "X=2,Y=2"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY(r.out.contains("partitioned for 4 devices"));
+    QVERIFY(last.match(LastLine(r.out)).hasMatch());
+  }
+};
+
+QTEST_APPLESS_MAIN(TestEngine)
+#include "test_engine.moc"

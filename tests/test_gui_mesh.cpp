@@ -1,0 +1,219 @@
+// Annotating through the mesh view: the graph items show the propagated shardings (recoloured,
+// never laid out again), the device grid shows who holds what, and every edit undoes and redoes.
+#include <QApplication>
+#include <QSignalSpy>
+#include <QUndoStack>
+#include <QtTest>
+
+#include "core/mesh.h"
+#include "views/document.h"
+#include "views/graph_view.h"
+#include "views/mesh_view.h"
+#include "views/sharding_style.h"
+
+using namespace shardscope;
+using namespace shardscope::views;
+
+namespace {
+
+// Headless unless told otherwise.
+const bool kOffscreen = [] {
+  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+  return true;
+}();
+
+// a[8,16] x b[16,32] -> d[8,32]; r = d + d. num_partitions=4 gives the 2x2 mesh X=2,Y=2.
+const char* kDotModule = R"(HloModule dotmod, num_partitions=4
+
+ENTRY main {
+  a = f32[8,16] parameter(0)
+  b = f32[16,32] parameter(1)
+  d = f32[8,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT r = f32[8,32] add(d, d)
+}
+)";
+
+HloSharding Shard(const DeviceMesh& mesh, int64_t rank, std::vector<std::vector<int64_t>> dims) {
+  AxisAssignment a;
+  a.dim_axes = std::move(dims);
+  auto s = MeshShard(rank, mesh, a);
+  if (!s.ok()) qFatal("MeshShard: %s", s.error().message.c_str());
+  return *s;
+}
+
+}  // namespace
+
+class TestGuiMesh : public QObject {
+  Q_OBJECT
+
+ private:
+  Document* doc_ = nullptr;
+  GraphView* graph_ = nullptr;
+  MeshView* mesh_ = nullptr;
+
+  int64_t Id(const char* name) const {
+    const Instruction* inst = doc_->findInstruction(name);
+    if (!inst) qFatal("no instruction %s", name);
+    return inst->id();
+  }
+  GraphNodeItem* Node(const char* name) const { return graph_->nodeForInstruction(Id(name)); }
+
+ private slots:
+  void init() {
+    doc_ = new Document;
+    graph_ = new GraphView;
+    mesh_ = new MeshView;
+    graph_->setDocument(doc_);
+    mesh_->setDocument(doc_);
+    graph_->resize(800, 600);
+    mesh_->resize(420, 800);
+    Status st = doc_->loadHloText(kDotModule, "dot.hlo");
+    QVERIFY2(st.ok(), st.error().message.c_str());
+    QVERIFY(graph_->waitForLayout(60000));
+    QVERIFY(doc_->waitUntilIdle(60000));
+  }
+
+  void cleanup() {
+    delete mesh_;
+    delete graph_;
+    delete doc_;
+  }
+
+  void meshGuessedFromPartitions() {
+    QCOMPARE(QString::fromStdString(doc_->mesh().ToString()), QString("X=2,Y=2"));
+    QCOMPARE(graph_->nodes().size(), 4);  // a, b, d, r: no scopes, nothing collapsed
+    for (GraphNodeItem* n : graph_->nodes()) QVERIFY(!n->sharding().has_value());
+  }
+
+  void annotateThroughMeshViewPropagatesToGraph() {
+    if (!doc_->propagation().engine_available) QSKIP("sharding propagation is not built in");
+    const int layouts = graph_->layoutsApplied();
+    const int recolours = graph_->recolourCount();
+    const DeviceMesh mesh = doc_->mesh();
+
+    // a: split dim 0 along X (click the X button of dim 0).
+    doc_->select(Id("a"));
+    QVERIFY(mesh_->toggleAxis(0, 0));
+    QVERIFY(doc_->waitUntilIdle(60000));
+    const HloSharding a_x = Shard(mesh, 2, {{0}, {}});
+    QCOMPARE(*Node("a")->sharding(), a_x);
+    QVERIFY(Node("a")->look().user);
+    QCOMPARE(Node("a")->look().sharding_line, QString("[I_X, J]"));
+    // Propagation carries X to the dot's rows and to the add.
+    QCOMPARE(*Node("d")->sharding(), a_x);
+    QCOMPARE(*Node("r")->sharding(), a_x);
+    QVERIFY(!Node("d")->look().user);
+    QCOMPARE(doc_->origin(Id("d")), TensorOrigin::kInferred);
+    // Same sharding, same colour; the user's node has the thick border, the inferred one not.
+    QCOMPARE(Node("d")->look().fill, Node("a")->look().fill);
+    QCOMPARE(Node("d")->look().fill, ShardingFillColor(a_x, graph_->palette()));
+
+    // b: typed in named-axis notation, columns along Y.
+    doc_->select(Id("b"));
+    QVERIFY(mesh_->applyNamedAxes("[I, J_Y]"));
+    QVERIFY(doc_->waitUntilIdle(60000));
+    QCOMPARE(*Node("b")->sharding(), Shard(mesh, 2, {{}, {1}}));
+    // The dot merges lhs rows (X) and rhs columns (Y): d[I_X, J_Y], fully tiled over 4 devices.
+    const HloSharding d_xy = Shard(mesh, 2, {{0}, {1}});
+    QCOMPARE(*Node("d")->sharding(), d_xy);
+    QCOMPARE(*Node("r")->sharding(), d_xy);
+    QCOMPARE(Node("r")->look().sharding_line, QString("[I_X, J_Y]"));
+    QVERIFY(Node("r")->toolTip().contains("f32[4,16]"));  // per-device shape on hover
+
+    // The "why" chain of d goes back to an annotation.
+    const auto why = doc_->why(Id("d"));
+    QVERIFY(!why.empty());
+    QCOMPARE(why.front().instruction, std::string("d"));
+    QCOMPARE(why.back().direction, std::string("annotation"));
+
+    // Annotation edits recolour; they never lay out again.
+    QCOMPARE(graph_->layoutsApplied(), layouts);
+    QVERIFY(graph_->recolourCount() > recolours);
+  }
+
+  void deviceGridShowsShardsAndReplication() {
+    const DeviceMesh mesh = doc_->mesh();
+    doc_->select(Id("a"));
+    QVERIFY(mesh_->toggleAxis(0, 0));  // a[I_X, J]: replicated along Y
+    QVERIFY(doc_->waitUntilIdle(60000));
+    DeviceGridWidget* grid = mesh_->grid();
+    QCOMPARE(grid->tiles().size(), size_t{4});
+    QCOMPARE(grid->distinctShards(), 2);
+    // Devices 0,1 (X=0) hold rows 0:4, devices 2,3 (X=1) rows 4:8; each shard twice.
+    QCOMPARE(grid->tiles()[0].ranges, QString("0:4, 0:16"));
+    QCOMPARE(grid->tiles()[1].shard, grid->tiles()[0].shard);
+    QCOMPARE(grid->tiles()[3].ranges, QString("4:8, 0:16"));
+    QVERIFY(grid->tiles()[2].shard != grid->tiles()[0].shard);
+    QCOMPARE(grid->tiles()[0].bytes, int64_t{4 * 16 * 4});
+
+    // Drag Y onto dim 1: a[I_X, J_Y], four distinct shards of 4x8 floats.
+    QVERIFY(mesh_->assignAxis(1, 1));
+    QVERIFY(doc_->waitUntilIdle(60000));
+    QCOMPARE(*doc_->annotation(Id("a")), Shard(mesh, 2, {{0}, {1}}));
+    QCOMPARE(grid->distinctShards(), 4);
+    QCOMPARE(grid->tiles()[1].ranges, QString("0:4, 8:16"));
+    QCOMPARE(grid->tiles()[1].bytes, int64_t{4 * 8 * 4});
+    // Both axes on dim 0 (I_XY): rows split 4 ways.
+    QVERIFY(mesh_->applyNamedAxes("[I_XY, J]"));
+    QCOMPARE(*doc_->annotation(Id("a")), Shard(mesh, 2, {{0, 1}, {}}));
+    QCOMPARE(grid->tiles()[3].ranges, QString("6:8, 0:16"));
+  }
+
+  void undoRedo() {
+    const DeviceMesh mesh = doc_->mesh();
+    QUndoStack* stack = doc_->undoStack();
+    QCOMPARE(stack->count(), 0);
+    doc_->select(Id("a"));
+    QVERIFY(mesh_->toggleAxis(0, 0));
+    QVERIFY(mesh_->toggleAxis(1, 1));
+    QCOMPARE(stack->count(), 2);
+    QCOMPARE(*doc_->annotation(Id("a")), Shard(mesh, 2, {{0}, {1}}));
+    stack->undo();
+    QCOMPARE(*doc_->annotation(Id("a")), Shard(mesh, 2, {{0}, {}}));
+    stack->undo();
+    QVERIFY(!doc_->annotation(Id("a")).has_value());
+    QVERIFY(doc_->waitUntilIdle(60000));
+    QVERIFY(!Node("a")->sharding().has_value());
+    QVERIFY(!Node("d")->sharding().has_value());
+    stack->redo();
+    stack->redo();
+    QVERIFY(doc_->waitUntilIdle(60000));
+    QCOMPARE(*Node("a")->sharding(), Shard(mesh, 2, {{0}, {1}}));
+
+    // A rejected edit leaves no undo step.
+    QVERIFY(!mesh_->applyNamedAxes("[I_Q, J]"));
+    QCOMPARE(stack->count(), 2);
+
+    // Mesh edits are undoable and re-express annotations over the new mesh (by axis name).
+    QVERIFY(mesh_->setAxisSize(0, 4));  // X=4,Y=2
+    QCOMPARE(QString::fromStdString(doc_->mesh().ToString()), QString("X=4,Y=2"));
+    const DeviceMesh bigger = doc_->mesh();
+    QCOMPARE(*doc_->annotation(Id("a")), Shard(bigger, 2, {{0}, {1}}));
+    QCOMPARE(doc_->annotation(Id("a"))->NumTiles(), int64_t{8});
+    stack->undo();
+    QCOMPARE(QString::fromStdString(doc_->mesh().ToString()), QString("X=2,Y=2"));
+    QCOMPARE(*doc_->annotation(Id("a")), Shard(mesh, 2, {{0}, {1}}));
+    // Renaming an axis keeps the annotation on the renamed axis.
+    QVERIFY(mesh_->setAxisName(1, "model"));
+    QCOMPARE(QString::fromStdString(doc_->mesh().ToString()), QString("X=2,model=2"));
+    QCOMPARE(*doc_->annotation(Id("a")), Shard(doc_->mesh(), 2, {{0}, {1}}));
+    QVERIFY(!mesh_->setAxisName(0, "model"));  // duplicate name refused
+    stack->undo();
+    QCOMPARE(QString::fromStdString(doc_->mesh().ToString()), QString("X=2,Y=2"));
+  }
+
+  void layoutIsCachedPerModule() {
+    // Loading the same text again is a new module: one new layout. Re-showing the same structure
+    // (collapse/expand round trip) is served from the cache.
+    const int runs = LayoutService::instance()->layoutsRun();
+    auto* second = new GraphView;
+    second->setDocument(doc_);
+    QVERIFY(second->waitForLayout(60000));
+    QCOMPARE(LayoutService::instance()->layoutsRun(), runs);  // same module + structure: cached
+    QCOMPARE(second->nodes().size(), 4);
+    delete second;
+  }
+};
+
+QTEST_MAIN(TestGuiMesh)
+#include "test_gui_mesh.moc"

@@ -1,0 +1,168 @@
+// Project files: save/load round trip (module, mesh, annotations, selection), atomic writes, and
+// errors a person can act on (FILE:LINE:COLUMN for HLO and JSON).
+#include <QDir>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QJsonArray>
+#include <QTemporaryDir>
+#include <QUndoStack>
+#include <QtTest>
+
+#include "core/hlo_text.h"
+#include "core/mesh.h"
+#include "views/document.h"
+
+using namespace shardscope;
+using namespace shardscope::views;
+
+namespace {
+
+const bool kOffscreen = [] {
+  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+  return true;
+}();
+
+const char* kModule = R"(HloModule proj, num_partitions=8
+
+ENTRY main {
+  x = f32[16,64] parameter(0)
+  w = f32[64,32] parameter(1)
+  y = f32[16,32] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[16,32] tanh(y)
+}
+)";
+
+HloSharding Shard(const DeviceMesh& mesh, int64_t rank, std::vector<std::vector<int64_t>> dims) {
+  AxisAssignment a;
+  a.dim_axes = std::move(dims);
+  auto s = MeshShard(rank, mesh, a);
+  if (!s.ok()) qFatal("MeshShard: %s", s.error().message.c_str());
+  return *s;
+}
+
+}  // namespace
+
+class TestGuiProject : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void roundTrip() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    Document doc;
+    QVERIFY(doc.loadHloText(kModule, "proj.hlo").ok());
+    QCOMPARE(QString::fromStdString(doc.mesh().ToString()), QString("X=2,Y=4"));
+    // A 3-axis mesh with a non-default name, two annotations, a selection.
+    auto mesh = DeviceMesh::Parse("data=2,model=2,pipe=2");
+    QVERIFY(mesh.ok());
+    QVERIFY(doc.setMesh(*mesh));
+    const Instruction* x = doc.findInstruction("x");
+    const Instruction* w = doc.findInstruction("w");
+    QVERIFY(x && w);
+    const HloSharding xs = Shard(*mesh, 2, {{0}, {}});       // x[I_data, J], replicated over model, pipe
+    const HloSharding ws = Shard(*mesh, 2, {{}, {1, 2}});    // w[I, J_model.pipe]
+    QVERIFY(doc.annotate(x->id(), xs));
+    QVERIFY(doc.annotate(w->id(), ws));
+    doc.select(w->id());
+    QVERIFY(doc.isModified());
+
+    const QString path = dir.filePath("model.shardscope");
+    Status st = doc.saveProject(path);
+    QVERIFY2(st.ok(), st.error().message.c_str());
+    QVERIFY(!doc.isModified());
+    // Atomic write: only the project itself is left in the folder.
+    QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList{"model.shardscope"});
+    // The file is readable JSON naming what it holds.
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonObject root = QJsonDocument::fromJson(f.readAll()).object();
+    QCOMPARE(root["format"].toString(), QString("shardscope-project"));
+    QCOMPARE(root["mesh"].toString(), QString("data=2,model=2,pipe=2"));
+    QCOMPARE(root["annotations"].toArray().size(), 2);
+    QCOMPARE(root["selected"].toString(), QString("w"));
+
+    Document loaded;
+    st = loaded.loadProject(path);
+    QVERIFY2(st.ok(), st.error().message.c_str());
+    std::string why;
+    QVERIFY2(ModulesEqual(*doc.module(), *loaded.module(), &why), why.c_str());
+    QVERIFY(loaded.mesh() == *mesh);
+    QCOMPARE(loaded.annotations().size(), size_t{2});
+    QCOMPARE(*loaded.annotation(loaded.findInstruction("x")->id()), xs);
+    QCOMPARE(*loaded.annotation(loaded.findInstruction("w")->id()), ws);
+    QCOMPARE(loaded.selected(), loaded.findInstruction("w")->id());
+    QCOMPARE(loaded.filePath(), path);
+    QVERIFY(!loaded.isModified());
+    QCOMPARE(loaded.undoStack()->count(), 0);
+    // Saving the loaded project again gives the same bytes.
+    const QString again = dir.filePath("again.shardscope");
+    QVERIFY(loaded.saveProject(again).ok());
+    QFile a(path), b(again);
+    QVERIFY(a.open(QIODevice::ReadOnly) && b.open(QIODevice::ReadOnly));
+    QCOMPARE(a.readAll(), b.readAll());
+  }
+
+  void annotatedModuleTextCarriesShardings() {
+    Document doc;
+    QVERIFY(doc.loadHloText(kModule, "proj.hlo").ok());
+    const Instruction* x = doc.findInstruction("x");
+    QVERIFY(doc.annotate(x->id(), Shard(doc.mesh(), 2, {{0}, {1}})));
+    // Re-importing the exported text restores the annotation (shardings on instructions are the
+    // user's annotations).
+    Document again;
+    QVERIFY(again.loadHloText(doc.moduleText(false), "export.hlo").ok());
+    QCOMPARE(again.annotations().size(), size_t{1});
+    QCOMPARE(*again.annotation(again.findInstruction("x")->id()), Shard(doc.mesh(), 2, {{0}, {1}}));
+  }
+
+  void errorsNameTheFileAndPosition() {
+    QTemporaryDir dir;
+    Document doc;
+    QVERIFY(doc.loadHloText(kModule, "proj.hlo").ok());
+    const quint64 generation = doc.moduleGeneration();
+
+    // HLO syntax error: FILE:LINE:COLUMN, document unchanged.
+    const QString bad_hlo = dir.filePath("bad.hlo");
+    QFile f(bad_hlo);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("HloModule m\n\nENTRY main {\n  a = f32[4] parameter(0)\n  ROOT b = f32[4] frobnicate(a, \n}\n");
+    f.close();
+    Status st = doc.loadHloFile(bad_hlo);
+    QVERIFY(!st.ok());
+    const QString msg = QString::fromStdString(st.error().message);
+    QVERIFY2(QRegularExpression("bad\\.hlo:\\d+:\\d+: ").match(msg).hasMatch(), qPrintable(msg));
+    QCOMPARE(doc.moduleGeneration(), generation);
+    QVERIFY(doc.findInstruction("x"));
+
+    // Broken JSON: FILE:LINE:COLUMN of the JSON error.
+    st = doc.loadProjectJson("{\n  \"format\": \"shardscope-project\",\n  \"version\": 1,\n  oops\n}", "p.shardscope");
+    QVERIFY(!st.ok());
+    QVERIFY2(QString::fromStdString(st.error().message).startsWith("p.shardscope:4:"), st.error().message.c_str());
+
+    // Not a project, a newer version, an unknown instruction.
+    st = doc.loadProjectJson("{\"format\": \"something-else\"}", "q.json");
+    QVERIFY(!st.ok());
+    QVERIFY(QString::fromStdString(st.error().message).contains("not a ShardScope project"));
+    QJsonObject root = QJsonDocument::fromJson(doc.projectJson()).object();
+    root["version"] = 99;
+    st = doc.loadProjectJson(QJsonDocument(root).toJson(), "new.shardscope");
+    QVERIFY(QString::fromStdString(st.error().message).contains("newer ShardScope"));
+    root["version"] = 1;
+    QJsonArray anns;
+    anns.append(QJsonObject{{"instruction", "nope"}, {"sharding", "{replicated}"}});
+    root["annotations"] = anns;
+    st = doc.loadProjectJson(QJsonDocument(root).toJson(), "ann.shardscope");
+    QVERIFY(!st.ok());
+    QVERIFY(QString::fromStdString(st.error().message).contains("\"nope\""));
+    QCOMPARE(doc.moduleGeneration(), generation);  // none of these replaced the document
+
+    // Saving somewhere unwritable fails with the path in the message.
+    st = doc.saveProject("/nonexistent-dir/x.shardscope");
+    QVERIFY(!st.ok());
+    QVERIFY(QString::fromStdString(st.error().message).contains("/nonexistent-dir/x.shardscope"));
+  }
+};
+
+QTEST_MAIN(TestGuiProject)
+#include "test_gui_project.moc"
