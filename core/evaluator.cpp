@@ -226,6 +226,51 @@ inline int64_t IntBinary(Opcode op, PrimitiveType t, int64_t a, int64_t b, bool&
   return WrapToIntType(t, r);
 }
 
+inline int64_t IntUnary(Opcode op, PrimitiveType t, int64_t x, bool& ok) {
+  const int bits = BitWidth(t);
+  const uint64_t mask = bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
+  const bool uns = IsUnsignedInteger(t) || t == PrimitiveType::kPred;
+  int64_t r = 0;
+  switch (op) {
+    case Opcode::kAbs: r = (!uns && x < 0) ? static_cast<int64_t>(uint64_t{0} - static_cast<uint64_t>(x)) : x; break;
+    case Opcode::kNegate: r = static_cast<int64_t>(uint64_t{0} - static_cast<uint64_t>(x)); break;
+    case Opcode::kNot: r = t == PrimitiveType::kPred ? (x ? 0 : 1) : ~x; break;
+    case Opcode::kPopcnt: r = std::popcount(static_cast<uint64_t>(x) & mask); break;
+    case Opcode::kClz: r = bits - static_cast<int64_t>(std::bit_width(static_cast<uint64_t>(x) & mask)); break;
+    case Opcode::kSign: r = uns ? (x != 0) : (x > 0 ? 1 : (x < 0 ? -1 : 0)); break;
+    case Opcode::kCopy: r = x; break;
+    default: ok = false; return 0;
+  }
+  return WrapToIntType(t, r);
+}
+
+inline double FloatUnary(Opcode op, double x, bool& ok) {
+  switch (op) {
+    case Opcode::kAbs: return std::fabs(x);
+    case Opcode::kCbrt: return std::cbrt(x);
+    case Opcode::kCeil: return std::ceil(x);
+    case Opcode::kCos: return std::cos(x);
+    case Opcode::kErf: return std::erf(x);
+    case Opcode::kExp: return std::exp(x);
+    case Opcode::kExpm1: return std::expm1(x);
+    case Opcode::kFloor: return std::floor(x);
+    case Opcode::kLog: return std::log(x);
+    case Opcode::kLog1p: return std::log1p(x);
+    case Opcode::kLogistic: return 1.0 / (1.0 + std::exp(-x));
+    case Opcode::kNegate: return -x;
+    case Opcode::kRoundNearestAfz: return std::round(x);
+    case Opcode::kRoundNearestEven: return std::nearbyint(x);
+    case Opcode::kRsqrt: return 1.0 / std::sqrt(x);
+    case Opcode::kSign: return x > 0 ? 1.0 : (x < 0 ? -1.0 : x);
+    case Opcode::kSin: return std::sin(x);
+    case Opcode::kSqrt: return std::sqrt(x);
+    case Opcode::kTan: return std::tan(x);
+    case Opcode::kTanh: return std::tanh(x);
+    case Opcode::kCopy: return x;
+    default: ok = false; return 0;
+  }
+}
+
 inline uint32_t FloatOrderKey32(float f) {
   uint32_t b = std::bit_cast<uint32_t>(f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
@@ -526,7 +571,7 @@ Result<Tensor> Evaluator::EvaluateInstruction(const Instruction& inst, const std
 
 namespace {
 
-Result<std::vector<Tensor>> CallScalar(Evaluator& ev, const Computation& c, const std::vector<Tensor>& args) {
+Result<std::vector<Tensor>> CallScalarSlow(Evaluator& ev, const Computation& c, const std::vector<Tensor>& args) {
   auto r = ev.EvaluateComputation(c, args);
   if (!r.ok()) return r.error();
   return Leaves(std::move(r.value()));
@@ -576,55 +621,17 @@ Result<Tensor> Elementwise(const Instruction& inst, const std::vector<const Tens
       return out;
     }
     if (a.storage() == Storage::kInt) {
-      const PrimitiveType t = a.type();
-      const int bits = BitWidth(t);
-      const uint64_t mask = bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
-      const bool uns = IsUnsignedInteger(t) || t == PrimitiveType::kPred;
+      bool ok = true;
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t x = a.ints()[static_cast<size_t>(idx(&a, i))];
-        int64_t r = 0;
-        switch (op) {
-          case Opcode::kAbs: r = (!uns && x < 0) ? static_cast<int64_t>(uint64_t{0} - static_cast<uint64_t>(x)) : x; break;
-          case Opcode::kNegate: r = static_cast<int64_t>(uint64_t{0} - static_cast<uint64_t>(x)); break;
-          case Opcode::kNot: r = t == PrimitiveType::kPred ? (x ? 0 : 1) : ~x; break;
-          case Opcode::kPopcnt: r = std::popcount(static_cast<uint64_t>(x) & mask); break;
-          case Opcode::kClz: r = bits - static_cast<int64_t>(std::bit_width(static_cast<uint64_t>(x) & mask)); break;
-          case Opcode::kSign: r = uns ? (x != 0) : (x > 0 ? 1 : (x < 0 ? -1 : 0)); break;
-          default:
-            return Error("op is not defined for integer type " + std::string(PrimitiveTypeName(t)));
-        }
-        out.SetInt(i, r);
+        out.SetInt(i, IntUnary(op, a.type(), a.ints()[static_cast<size_t>(idx(&a, i))], ok));
+        if (!ok) return Error("op is not defined for integer type " + std::string(PrimitiveTypeName(a.type())));
       }
       return out;
     }
+    bool ok = true;
     for (int64_t i = 0; i < n; ++i) {
-      const double x = a.GetDouble(idx(&a, i));
-      double r = 0;
-      switch (op) {
-        case Opcode::kAbs: r = std::fabs(x); break;
-        case Opcode::kCbrt: r = std::cbrt(x); break;
-        case Opcode::kCeil: r = std::ceil(x); break;
-        case Opcode::kCos: r = std::cos(x); break;
-        case Opcode::kErf: r = std::erf(x); break;
-        case Opcode::kExp: r = std::exp(x); break;
-        case Opcode::kExpm1: r = std::expm1(x); break;
-        case Opcode::kFloor: r = std::floor(x); break;
-        case Opcode::kLog: r = std::log(x); break;
-        case Opcode::kLog1p: r = std::log1p(x); break;
-        case Opcode::kLogistic: r = 1.0 / (1.0 + std::exp(-x)); break;
-        case Opcode::kNegate: r = -x; break;
-        case Opcode::kRoundNearestAfz: r = std::round(x); break;
-        case Opcode::kRoundNearestEven: r = std::nearbyint(x); break;
-        case Opcode::kRsqrt: r = 1.0 / std::sqrt(x); break;
-        case Opcode::kSign: r = x > 0 ? 1.0 : (x < 0 ? -1.0 : x); break;
-        case Opcode::kSin: r = std::sin(x); break;
-        case Opcode::kSqrt: r = std::sqrt(x); break;
-        case Opcode::kTan: r = std::tan(x); break;
-        case Opcode::kTanh: r = std::tanh(x); break;
-        default:
-          return Error("op is not defined for floating-point type " + std::string(PrimitiveTypeName(a.type())));
-      }
-      out.SetDouble(i, r);
+      out.SetDouble(i, FloatUnary(op, a.GetDouble(idx(&a, i)), ok));
+      if (!ok) return Error("op is not defined for floating-point type " + std::string(PrimitiveTypeName(a.type())));
     }
     return out;
   }
@@ -1194,6 +1201,300 @@ Result<Tensor> EvalConvolution(const Instruction& inst, const Tensor& in, const 
 
 }  // namespace
 
+// ---- Scalar programs: computations on scalars compiled to a flat op list ------------------------------
+//
+// Reducers, comparators and combiners run once per element (or per comparison); evaluating them as
+// full computations (a value map, tensors per instruction) costs microseconds per call. A
+// computation whose every instruction is a scalar elementwise op, compare, select, clamp, convert,
+// bitcast-convert, constant or parameter (with an optional tuple root) is compiled into this form
+// once and run with plain values, with the same rounding and wrapping as the tensor ops.
+
+namespace {
+struct ScalarValue {
+  double f = 0;   // float types (already rounded to the type)
+  int64_t i = 0;  // pred / integer types (already wrapped)
+};
+
+inline bool IsFloatType(PrimitiveType t) {
+  const auto st = Tensor::StorageFor(t);
+  return st == Storage::kFloat || st == Storage::kDouble;
+}
+inline double RoundTo(PrimitiveType t, double v) { return t == PrimitiveType::kF64 ? v : RoundToFloatType(t, v); }
+
+inline ScalarValue ReadSV(const Tensor& t, int64_t i) {
+  ScalarValue v;
+  if (t.storage() == Storage::kInt) v.i = t.ints()[static_cast<size_t>(i)];
+  else v.f = t.GetDouble(i);
+  return v;
+}
+inline void WriteSV(Tensor& t, int64_t i, const ScalarValue& v) {
+  if (t.storage() == Storage::kInt) t.ints()[static_cast<size_t>(i)] = v.i;
+  else if (t.storage() == Storage::kFloat) t.floats()[static_cast<size_t>(i)] = static_cast<float>(v.f);
+  else if (t.storage() == Storage::kDouble) t.doubles()[static_cast<size_t>(i)] = v.f;
+}
+
+uint64_t ScalarBits(PrimitiveType t, const ScalarValue& v) {
+  switch (t) {
+    case PrimitiveType::kF32: return std::bit_cast<uint32_t>(static_cast<float>(v.f));
+    case PrimitiveType::kF64: return std::bit_cast<uint64_t>(v.f);
+    case PrimitiveType::kBF16: return std::bit_cast<uint32_t>(static_cast<float>(v.f)) >> 16;
+    case PrimitiveType::kF16: return Eigen::numext::bit_cast<uint16_t>(Eigen::half(static_cast<float>(v.f)));
+    default: {
+      const int bits = BitWidth(t);
+      const uint64_t mask = bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
+      return static_cast<uint64_t>(v.i) & mask;
+    }
+  }
+}
+ScalarValue FromScalarBits(PrimitiveType t, uint64_t bits) {
+  ScalarValue v;
+  switch (t) {
+    case PrimitiveType::kF32: v.f = std::bit_cast<float>(static_cast<uint32_t>(bits)); break;
+    case PrimitiveType::kF64: v.f = std::bit_cast<double>(bits); break;
+    case PrimitiveType::kBF16: v.f = std::bit_cast<float>(static_cast<uint32_t>(bits << 16)); break;
+    case PrimitiveType::kF16: v.f = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(static_cast<uint16_t>(bits))); break;
+    default: v.i = WrapToIntType(t, static_cast<int64_t>(bits)); break;
+  }
+  return v;
+}
+}  // namespace
+
+class ScalarProgram {
+ public:
+  static std::unique_ptr<ScalarProgram> Compile(const Computation& c);
+
+  size_t num_params() const { return param_types_.size(); }
+  size_t num_outputs() const { return outs_.size(); }
+  const std::vector<PrimitiveType>& param_types() const { return param_types_; }
+  const std::vector<PrimitiveType>& output_types() const { return out_types_; }
+  // Runs the program; `params` holds num_params() values, `outs` receives num_outputs().
+  void Run(const ScalarValue* params, ScalarValue* outs) const;
+
+ private:
+  enum class Kind : uint8_t { kConst, kConvert, kBitcast, kCompare, kSelect, kClamp, kIsFinite, kUnaryF, kUnaryI, kBinaryF, kBinaryI };
+  struct Op {
+    Kind kind = Kind::kConst;
+    Opcode op = Opcode::kAdd;
+    PrimitiveType type = PrimitiveType::kInvalid, in_type = PrimitiveType::kInvalid;
+    int a = -1, b = -1, c = -1;
+    ComparisonDirection dir = ComparisonDirection::kEq;
+    bool total = false;
+    ScalarValue k;
+  };
+  std::vector<PrimitiveType> param_types_, out_types_;
+  std::vector<Op> ops_;
+  std::vector<int> outs_;
+  mutable std::vector<ScalarValue> slots_;
+};
+
+std::unique_ptr<ScalarProgram> ScalarProgram::Compile(const Computation& c) {
+  auto p = std::make_unique<ScalarProgram>();
+  const auto& params = c.parameters();
+  auto scalar = [](const Shape& sh) { return sh.IsArray() && sh.rank() == 0 && Tensor::SupportsType(sh.type); };
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i] || !scalar(params[i]->shape())) return nullptr;
+    p->param_types_.push_back(params[i]->shape().type);
+  }
+  if (!c.root()) return nullptr;
+  std::unordered_map<const Instruction*, int> slot;
+  std::unordered_map<int, PrimitiveType> slot_type;
+  for (size_t i = 0; i < params.size(); ++i) {
+    slot[params[i]] = static_cast<int>(i);
+    slot_type[static_cast<int>(i)] = params[i]->shape().type;
+  }
+  const int np = static_cast<int>(params.size());
+  for (const Instruction* inst : c.MakePostOrder()) {
+    if (inst->opcode() == Opcode::kParameter) {
+      if (!slot.count(inst)) return nullptr;
+      continue;
+    }
+    if (inst->opcode() == Opcode::kTuple) {
+      if (inst != c.root()) return nullptr;
+      for (const Instruction* o : inst->operands()) {
+        auto it = slot.find(o);
+        if (it == slot.end()) return nullptr;
+        p->outs_.push_back(it->second);
+        p->out_types_.push_back(o->shape().type);
+      }
+      continue;
+    }
+    if (!scalar(inst->shape())) return nullptr;
+    std::vector<int> in;
+    for (const Instruction* o : inst->operands()) {
+      auto it = slot.find(o);
+      if (it == slot.end() || !scalar(o->shape())) return nullptr;
+      in.push_back(it->second);
+    }
+    Op op;
+    op.op = inst->opcode();
+    op.type = inst->shape().type;
+    auto in_type = [&](size_t k) { return slot_type[in[k]]; };
+    bool ok = true;
+    const Opcode oc = inst->opcode();
+    if (oc == Opcode::kConstant) {
+      auto t = EvalConstant(*inst);
+      if (!t.ok() || t->size() != 1) return nullptr;
+      op.kind = Kind::kConst;
+      op.k = ReadSV(t.value(), 0);
+    } else if (oc == Opcode::kConvert || (oc == Opcode::kCopy && in.size() == 1)) {
+      if (in.size() != 1) return nullptr;
+      op.kind = Kind::kConvert;
+      op.in_type = in_type(0);
+    } else if (oc == Opcode::kBitcastConvert) {
+      if (in.size() != 1 || BitWidth(in_type(0)) != BitWidth(op.type) || !BitcastableType(in_type(0)) || !BitcastableType(op.type))
+        return nullptr;
+      op.kind = Kind::kBitcast;
+      op.in_type = in_type(0);
+    } else if (oc == Opcode::kCompare) {
+      if (in.size() != 2 || in_type(0) != in_type(1)) return nullptr;
+      op.kind = Kind::kCompare;
+      op.in_type = in_type(0);
+      op.dir = inst->comparison;
+      op.total = inst->comparison_type == "TOTALORDER";
+    } else if (oc == Opcode::kSelect) {
+      if (in.size() != 3 || in_type(1) != op.type || in_type(2) != op.type) return nullptr;
+      op.kind = Kind::kSelect;
+    } else if (oc == Opcode::kClamp) {
+      if (in.size() != 3 || in_type(0) != op.type || in_type(1) != op.type || in_type(2) != op.type) return nullptr;
+      op.kind = Kind::kClamp;
+    } else if (oc == Opcode::kIsFinite) {
+      if (in.size() != 1 || !IsFloatType(in_type(0))) return nullptr;
+      op.kind = Kind::kIsFinite;
+    } else if (IsElementwiseUnary(oc) && in.size() == 1) {
+      if (in_type(0) != op.type) return nullptr;
+      if (IsFloatType(op.type)) {
+        FloatUnary(oc, 0.5, ok);
+        op.kind = Kind::kUnaryF;
+      } else {
+        IntUnary(oc, op.type, 1, ok);
+        op.kind = Kind::kUnaryI;
+      }
+    } else if (IsElementwiseBinary(oc) && in.size() == 2) {
+      if (in_type(0) != op.type || in_type(1) != op.type) return nullptr;
+      if (IsFloatType(op.type)) {
+        FloatBinary(oc, 1, 1, ok);
+        op.kind = Kind::kBinaryF;
+      } else {
+        IntBinary(oc, op.type, 1, 1, ok);
+        op.kind = Kind::kBinaryI;
+      }
+    } else {
+      return nullptr;
+    }
+    if (!ok) return nullptr;
+    if (in.size() > 0) op.a = in[0];
+    if (in.size() > 1) op.b = in[1];
+    if (in.size() > 2) op.c = in[2];
+    const int s_new = np + static_cast<int>(p->ops_.size());
+    slot[inst] = s_new;
+    slot_type[s_new] = op.type;
+    p->ops_.push_back(op);
+  }
+  if (c.root()->opcode() != Opcode::kTuple) {
+    auto it = slot.find(c.root());
+    if (it == slot.end()) return nullptr;
+    p->outs_.push_back(it->second);
+    p->out_types_.push_back(c.root()->shape().type);
+  }
+  p->slots_.resize(static_cast<size_t>(np) + p->ops_.size());
+  return p;
+}
+
+void ScalarProgram::Run(const ScalarValue* params, ScalarValue* outs) const {
+  const size_t np = param_types_.size();
+  ScalarValue* sl = slots_.data();
+  for (size_t i = 0; i < np; ++i) sl[i] = params[i];
+  bool ok = true;
+  for (size_t j = 0; j < ops_.size(); ++j) {
+    const Op& op = ops_[j];
+    ScalarValue r;
+    switch (op.kind) {
+      case Kind::kConst: r = op.k; break;
+      case Kind::kConvert: {
+        const ScalarValue& a = sl[op.a];
+        const bool in_int = !IsFloatType(op.in_type), out_int = !IsFloatType(op.type);
+        if (in_int && out_int) r.i = WrapToIntType(op.type, a.i);
+        else if (in_int) r.f = RoundTo(op.type, op.in_type == PrimitiveType::kU64 ? static_cast<double>(static_cast<uint64_t>(a.i))
+                                                                                  : static_cast<double>(a.i));
+        else if (out_int) r.i = FloatToIntType(op.type, a.f);
+        else r.f = RoundTo(op.type, a.f);
+        break;
+      }
+      case Kind::kBitcast: r = FromScalarBits(op.type, ScalarBits(op.in_type, sl[op.a])); break;
+      case Kind::kCompare: {
+        const ScalarValue& a = sl[op.a];
+        const ScalarValue& b = sl[op.b];
+        if (IsFloatType(op.in_type)) r.i = CompareDoubles(op.dir, a.f, b.f, op.total);
+        else if (IsUnsignedInteger(op.in_type) || op.in_type == PrimitiveType::kPred)
+          r.i = CompareOrdered(op.dir, static_cast<uint64_t>(a.i), static_cast<uint64_t>(b.i));
+        else r.i = CompareOrdered(op.dir, a.i, b.i);
+        break;
+      }
+      case Kind::kSelect: r = sl[op.a].i ? sl[op.b] : sl[op.c]; break;
+      case Kind::kClamp:
+        if (IsFloatType(op.type)) r.f = FMin(FMax(sl[op.b].f, sl[op.a].f), sl[op.c].f);
+        else r.i = IntBinary(Opcode::kMinimum, op.type, IntBinary(Opcode::kMaximum, op.type, sl[op.b].i, sl[op.a].i, ok), sl[op.c].i, ok);
+        break;
+      case Kind::kIsFinite: r.i = std::isfinite(sl[op.a].f) ? 1 : 0; break;
+      case Kind::kUnaryF: r.f = RoundTo(op.type, FloatUnary(op.op, sl[op.a].f, ok)); break;
+      case Kind::kUnaryI: r.i = IntUnary(op.op, op.type, sl[op.a].i, ok); break;
+      case Kind::kBinaryF: r.f = RoundTo(op.type, FloatBinary(op.op, sl[op.a].f, sl[op.b].f, ok)); break;
+      case Kind::kBinaryI: r.i = IntBinary(op.op, op.type, sl[op.a].i, sl[op.b].i, ok); break;
+    }
+    sl[np + j] = r;
+  }
+  for (size_t k = 0; k < outs_.size(); ++k) outs[k] = sl[outs_[k]];
+}
+
+Evaluator::~Evaluator() = default;
+Evaluator::Evaluator(Evaluator&&) noexcept = default;
+Evaluator& Evaluator::operator=(Evaluator&&) noexcept = default;
+
+const ScalarProgram* Evaluator::ScalarProgramFor(const Computation& c) {
+  auto it = scalar_programs_.find(&c);
+  if (it != scalar_programs_.end()) return it->second.get();
+  auto p = ScalarProgram::Compile(c);
+  const ScalarProgram* raw = p.get();
+  scalar_programs_.emplace(&c, std::move(p));
+  return raw;
+}
+
+namespace {
+
+// Whether `p` takes parameters of `in` types (in order) and returns `n_out` values.
+bool ProgramFits(const ScalarProgram* p, const std::vector<PrimitiveType>& in, const std::vector<PrimitiveType>& out) {
+  return p && p->param_types() == in && p->output_types() == out;
+}
+
+// Calls a computation on scalar tensors: through its scalar program when it has one.
+Result<std::vector<Tensor>> CallScalar(Evaluator& ev, const Computation& c, const std::vector<Tensor>& args) {
+  const ScalarProgram* p = ev.ScalarProgramFor(c);
+  if (p && p->num_params() == args.size()) {
+    bool fits = true;
+    std::vector<ScalarValue> in(args.size());
+    for (size_t i = 0; i < args.size() && fits; ++i) {
+      if (!args[i].IsArray() || args[i].size() != 1 || args[i].type() != p->param_types()[i]) fits = false;
+      else in[i] = ReadSV(args[i], 0);
+    }
+    if (fits) {
+      std::vector<ScalarValue> out(p->num_outputs());
+      p->Run(in.data(), out.data());
+      std::vector<Tensor> res;
+      res.reserve(out.size());
+      for (size_t k = 0; k < out.size(); ++k) {
+        Tensor t(Shape::Scalar(p->output_types()[k]));
+        WriteSV(t, 0, out[k]);
+        res.push_back(std::move(t));
+      }
+      return res;
+    }
+  }
+  return CallScalarSlow(ev, c, args);
+}
+
+}  // namespace
+
+
 // ---- Ops that call computations (members need the evaluator) ------------------------------------------
 
 namespace {
@@ -1266,7 +1567,31 @@ Result<Tensor> EvalReduce(Evaluator& ev, const Instruction& inst, const std::vec
     }
     return make_result();
   }
-  // General path: evaluate the reducer per element.
+  // General path: evaluate the reducer per element (as a scalar program when it compiles).
+  {
+    std::vector<PrimitiveType> in_types, out_types;
+    for (size_t k = 0; k < n; ++k) in_types.push_back(accs[k].type());
+    for (size_t k = 0; k < n; ++k) in_types.push_back(ops[k]->type());
+    for (size_t k = 0; k < n; ++k) out_types.push_back(accs[k].type());
+    const ScalarProgram* prog = ev.ScalarProgramFor(*fn);
+    if (ProgramFits(prog, in_types, out_types)) {
+      std::vector<ScalarValue> in(2 * n), out(n);
+      std::vector<int64_t> idx(static_cast<size_t>(in0.rank()), 0);
+      int64_t i = 0;
+      do {
+        int64_t o = 0;
+        for (size_t d = 0; d < idx.size(); ++d) o += idx[d] * in_to_out[d];
+        for (size_t k = 0; k < n; ++k) {
+          in[k] = ReadSV(accs[k], o);
+          in[n + k] = ReadSV(*ops[k], i);
+        }
+        prog->Run(in.data(), out.data());
+        for (size_t k = 0; k < n; ++k) WriteSV(accs[k], o, out[k]);
+        ++i;
+      } while (NextIndex(idx, in0.dims()));
+      return make_result();
+    }
+  }
   std::vector<Tensor> args(2 * n);
   for (size_t k = 0; k < n; ++k) {
     args[k] = Tensor(Shape::Scalar(accs[k].type()));
@@ -1689,6 +2014,15 @@ Result<Tensor> EvalSort(Evaluator& ev, const Instruction& inst, const std::vecto
     args[2 * k + 1] = Tensor(Shape::Scalar(ops[k]->type()));
   }
   std::optional<Error> failure;
+  const ScalarProgram* prog = ev.ScalarProgramFor(*cmp);
+  std::vector<PrimitiveType> cmp_types;
+  for (size_t k = 0; k < n; ++k) {
+    cmp_types.push_back(ops[k]->type());
+    cmp_types.push_back(ops[k]->type());
+  }
+  const bool prog_fits = ProgramFits(prog, cmp_types, {PrimitiveType::kPred});
+  std::vector<ScalarValue> sv_in(2 * n);
+  ScalarValue sv_out;
   if (k0.size() > 0) {
     std::vector<int64_t> oidx(static_cast<size_t>(r), 0), perm(static_cast<size_t>(len));
     do {
@@ -1700,6 +2034,15 @@ Result<Tensor> EvalSort(Evaluator& ev, const Instruction& inst, const std::vecto
         const auto dir = ascending ? ComparisonDirection::kLt : ComparisonDirection::kGt;
         std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) {
           return CompareElems(dir, kt, base + x * stride, kt, base + y * stride, total);
+        });
+      } else if (prog_fits) {
+        std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) {
+          for (size_t k = 0; k < n; ++k) {
+            sv_in[2 * k] = ReadSV(*ops[k], base + x * stride);
+            sv_in[2 * k + 1] = ReadSV(*ops[k], base + y * stride);
+          }
+          prog->Run(sv_in.data(), &sv_out);
+          return sv_out.i != 0;
         });
       } else {
         std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) {
@@ -2087,6 +2430,20 @@ Result<Tensor> CombineElementwise(Evaluator& ev, const Computation& fn, const st
       double acc = v0.GetDouble(i);
       for (size_t k = 1; k < values.size(); ++k) acc = ApplyFloatReducer(*op, acc, values[k]->GetDouble(i));
       out.SetDouble(i, acc);
+    }
+    return out;
+  }
+  const ScalarProgram* prog = ev.ScalarProgramFor(fn);
+  if (ProgramFits(prog, {v0.type(), v0.type()}, {v0.type()})) {
+    ScalarValue in[2], res;
+    for (int64_t i = 0; i < n; ++i) {
+      res = ReadSV(v0, i);
+      for (size_t k = 1; k < values.size(); ++k) {
+        in[0] = res;
+        in[1] = ReadSV(*values[k], i);
+        prog->Run(in, &res);
+      }
+      WriteSV(out, i, res);
     }
     return out;
   }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +25,8 @@
 #include "core/tensor.h"
 
 namespace shardscope {
+
+class ScalarProgram;  // a scalar computation compiled to a flat op list (evaluator.cpp)
 
 struct EvalOptions {
   uint64_t rng_seed = 0x5eedULL;       // rng op
@@ -35,6 +38,9 @@ struct EvalOptions {
 class Evaluator {
  public:
   explicit Evaluator(EvalOptions options = {});
+  ~Evaluator();
+  Evaluator(Evaluator&&) noexcept;
+  Evaluator& operator=(Evaluator&&) noexcept;
 
   const EvalOptions& options() const { return options_; }
   void set_partition_id(int64_t id) { options_.partition_id = id; }
@@ -49,6 +55,10 @@ class Evaluator {
 
   // The instructions of `c` in evaluation order (cached).
   const std::vector<const Instruction*>& Order(const Computation& c);
+  // `c` compiled for fast per-element calls (reducers, comparators, combiners) when it is made of
+  // scalar elementwise ops, compare, select, clamp, convert, bitcast-convert and constants (with an
+  // optional tuple root); nullptr otherwise. Cached.
+  const ScalarProgram* ScalarProgramFor(const Computation& c);
 
  private:
   Result<Tensor> Dispatch(const Instruction& inst, const std::vector<const Tensor*>& ops);
@@ -56,6 +66,7 @@ class Evaluator {
   EvalOptions options_;
   std::mt19937_64 rng_;
   std::unordered_map<const Computation*, std::vector<const Instruction*>> order_cache_;
+  std::unordered_map<const Computation*, std::unique_ptr<ScalarProgram>> scalar_programs_;
   int64_t depth_ = 0;
 };
 

@@ -392,9 +392,10 @@ std::string PrintHloModule(const Module& module, const PrintOptions& options) {
     AppendInt(&s, module.num_partitions);
   }
   s.append("\n");
-  for (const auto& comp : module.computations()) {
+  // Callees before callers, the entry last (XLA's order), whatever order they were created in.
+  for (const Computation* comp : module.MakeComputationPostOrder()) {
     s.push_back('\n');
-    if (comp.get() == module.entry()) s.append("ENTRY ");
+    if (comp == module.entry()) s.append("ENTRY ");
     AppendName(&s, comp->name());
     s.append(" (");
     bool first = true;
@@ -592,8 +593,9 @@ bool ModulesEqual(const Module& a, const Module& b, std::string* why) {
     return fail("computation count " + std::to_string(ca.size()) + " vs " + std::to_string(cb.size()));
   for (size_t i = 0; i < ca.size(); ++i) {
     const Computation& x = *ca[i];
-    const Computation& y = *cb[i];
-    if (x.name() != y.name()) return fail("computation " + std::to_string(i) + ": '" + x.name() + "' vs '" + y.name() + "'");
+    const Computation* yp = b.FindComputation(x.name());
+    if (!yp) return fail("computation '" + x.name() + "' missing from the second module");
+    const Computation& y = *yp;
     if ((a.entry() == &x) != (b.entry() == &y)) return fail("computation '" + x.name() + "': ENTRY differs");
     if (x.instruction_count() != y.instruction_count())
       return fail("computation '" + x.name() + "': " + std::to_string(x.instruction_count()) + " vs " +

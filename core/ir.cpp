@@ -307,6 +307,43 @@ std::unique_ptr<Module> Module::Clone() const {
   return m;
 }
 
+void CopyAttributes(const Instruction& o, Instruction* n) {
+  n->parameter_number = o.parameter_number;
+  n->tuple_index = o.tuple_index;
+  n->iota_dimension = o.iota_dimension;
+  n->dimensions = o.dimensions;
+  n->has_dimensions_attr = o.has_dimensions_attr;
+  n->dynamic_slice_sizes = o.dynamic_slice_sizes;
+  n->slice = o.slice;
+  n->padding = o.padding;
+  n->dot_dims = o.dot_dims;
+  n->window = o.window;
+  n->has_window = o.has_window;
+  n->conv_dims = o.conv_dims;
+  n->feature_group_count = o.feature_group_count;
+  n->batch_group_count = o.batch_group_count;
+  n->gather_dims = o.gather_dims;
+  n->gather_slice_sizes = o.gather_slice_sizes;
+  n->indices_are_sorted = o.indices_are_sorted;
+  n->unique_indices = o.unique_indices;
+  n->scatter_dims = o.scatter_dims;
+  n->comparison = o.comparison;
+  n->comparison_type = o.comparison_type;
+  n->replica_groups = o.replica_groups;
+  n->has_replica_groups = o.has_replica_groups;
+  n->source_target_pairs = o.source_target_pairs;
+  n->channel_id = o.channel_id;
+  n->use_global_device_ids = o.use_global_device_ids;
+  n->constrain_layout = o.constrain_layout;
+  n->custom_call_target = o.custom_call_target;
+  n->is_stable = o.is_stable;
+  n->literal = o.literal;
+  n->backend_config = o.backend_config;
+  n->metadata = o.metadata;
+  n->frontend_attributes = o.frontend_attributes;
+  n->raw_attributes = o.raw_attributes;
+}
+
 std::string_view ComparisonDirectionName(ComparisonDirection d) {
   switch (d) {
     case ComparisonDirection::kEq: return "EQ";

@@ -270,7 +270,7 @@ class Module {
   int64_t NextId() { return next_id_++; }
   // Returns `base` if unused in the module, else base.N with the smallest free N.
   std::string UniqueName(std::string_view base);
-  void RegisterName(const std::string& n) { names_.emplace(n, 0); }
+  void RegisterName(const std::string& n) { names_.emplace(n, 1); }  // a duplicate becomes n.1 (XLA)
   bool HasName(const std::string& n) const { return names_.count(n) != 0; }
 
  private:
@@ -280,6 +280,10 @@ class Module {
   int64_t next_id_ = 0;
   std::unordered_map<std::string, int64_t> names_;  // name -> next suffix to try
 };
+
+// Copies every typed and raw attribute of `from` onto `to` (not the opcode, shape, operands,
+// called computations, control predecessors, name or sharding).
+void CopyAttributes(const Instruction& from, Instruction* to);
 
 std::string_view ComparisonDirectionName(ComparisonDirection d);  // "EQ", "LT", ...
 std::optional<ComparisonDirection> ComparisonDirectionFromName(std::string_view s);

@@ -12,7 +12,7 @@ struct TypeInfo {
   std::string_view name;
   int64_t bytes;
 };
-constexpr std::array<TypeInfo, 28> kTypes = {{
+constexpr std::array<TypeInfo, 29> kTypes = {{
     {PrimitiveType::kInvalid, "invalid", 0},  {PrimitiveType::kPred, "pred", 1},
     {PrimitiveType::kS2, "s2", 1},            {PrimitiveType::kS4, "s4", 1},
     {PrimitiveType::kS8, "s8", 1},            {PrimitiveType::kS16, "s16", 2},
@@ -22,7 +22,8 @@ constexpr std::array<TypeInfo, 28> kTypes = {{
     {PrimitiveType::kU32, "u32", 4},          {PrimitiveType::kU64, "u64", 8},
     {PrimitiveType::kF8E5M2, "f8e5m2", 1},    {PrimitiveType::kF8E4M3FN, "f8e4m3fn", 1},
     {PrimitiveType::kF8E4M3B11FNUZ, "f8e4m3b11fnuz", 1}, {PrimitiveType::kF8E5M2FNUZ, "f8e5m2fnuz", 1},
-    {PrimitiveType::kF8E4M3FNUZ, "f8e4m3fnuz", 1}, {PrimitiveType::kF16, "f16", 2},
+    {PrimitiveType::kF8E4M3FNUZ, "f8e4m3fnuz", 1}, {PrimitiveType::kF8E8M0FNU, "f8e8m0fnu", 1},
+    {PrimitiveType::kF16, "f16", 2},
     {PrimitiveType::kBF16, "bf16", 2},        {PrimitiveType::kF32, "f32", 4},
     {PrimitiveType::kF64, "f64", 8},          {PrimitiveType::kC64, "c64", 8},
     {PrimitiveType::kC128, "c128", 16},       {PrimitiveType::kToken, "token", 0},
@@ -60,7 +61,8 @@ int64_t PrimitiveTypeBytes(PrimitiveType t) { return Info(t).bytes; }
 bool IsFloatingPoint(PrimitiveType t) {
   switch (t) {
     case PrimitiveType::kF8E5M2: case PrimitiveType::kF8E4M3FN: case PrimitiveType::kF8E4M3B11FNUZ:
-    case PrimitiveType::kF8E5M2FNUZ: case PrimitiveType::kF8E4M3FNUZ: case PrimitiveType::kF16:
+    case PrimitiveType::kF8E5M2FNUZ: case PrimitiveType::kF8E4M3FNUZ: case PrimitiveType::kF8E8M0FNU:
+    case PrimitiveType::kF16:
     case PrimitiveType::kBF16: case PrimitiveType::kF32: case PrimitiveType::kF64:
       return true;
     default:

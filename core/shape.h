@@ -13,7 +13,7 @@ namespace shardscope {
 
 enum class PrimitiveType : uint8_t {
   kInvalid, kPred, kS2, kS4, kS8, kS16, kS32, kS64, kU2, kU4, kU8, kU16, kU32, kU64,
-  kF8E5M2, kF8E4M3FN, kF8E4M3B11FNUZ, kF8E5M2FNUZ, kF8E4M3FNUZ, kF16, kBF16, kF32, kF64,
+  kF8E5M2, kF8E4M3FN, kF8E4M3B11FNUZ, kF8E5M2FNUZ, kF8E4M3FNUZ, kF8E8M0FNU, kF16, kBF16, kF32, kF64,
   kC64, kC128, kToken, kTuple, kOpaque,
 };
 

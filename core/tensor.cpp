@@ -209,6 +209,8 @@ int64_t DoubleToIntType(PrimitiveType t, double v) {
 }
 }  // namespace
 
+int64_t FloatToIntType(PrimitiveType t, double v) { return DoubleToIntType(t, v); }
+
 int64_t Tensor::GetInt(int64_t i) const {
   switch (storage_) {
     case Storage::kFloat: return DoubleToInt64Saturating(f_[static_cast<size_t>(i)]);

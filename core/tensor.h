@@ -99,6 +99,9 @@ class Tensor {
 float RoundToFloatType(PrimitiveType t, double v);
 // Wraps `v` to integer type `t` (two's complement, the type's width); pred -> 0/1.
 int64_t WrapToIntType(PrimitiveType t, int64_t v);
+// Float -> integer type `t`: truncation toward zero, saturating at the type's range, NaN -> 0;
+// pred: v != 0. (u64 values come back as their bit pattern.)
+int64_t FloatToIntType(PrimitiveType t, double v);
 // Bit width of an integer/pred type (pred 1 ... s64 64).
 int BitWidth(PrimitiveType t);
 // XLA's reduce-precision on an f32 value (round mantissa to nearest even, then overflow to inf /

@@ -1,6 +1,7 @@
 #include "views/document.h"
 
 #include <QCoreApplication>
+#include <QDateTime>
 #include <QElapsedTimer>
 #include <QEventLoop>
 #include <QFile>
@@ -149,6 +150,8 @@ void Document::setModule(std::unique_ptr<Module> module, const DeviceMesh& mesh,
   selected_ = -1;
   propagation_ = PropagationOutput{};
   partition_ = PartitionOutput{};
+  simulation_ = SimulationOutput{};
+  runs_.clear();
   ++module_generation_;
   rebuildIndex();
   undo_stack_->clear();
@@ -517,19 +520,20 @@ void Document::startPropagation() {
 }
 
 bool Document::waitUntilIdle(int timeout_ms) {
-  if (!isBusy() && !partitionBusy()) return true;
+  if (!isBusy() && !partitionBusy() && !simulationBusy()) return true;
   QEventLoop loop;
   QTimer timer;
   timer.setSingleShot(true);
   connect(&timer, &QTimer::timeout, &loop, &QEventLoop::quit);
   auto check = [&] {
-    if (!isBusy() && !partitionBusy()) loop.quit();
+    if (!isBusy() && !partitionBusy() && !simulationBusy()) loop.quit();
   };
   connect(this, &Document::busyChanged, &loop, check);
   connect(this, &Document::partitionUpdated, &loop, check);
+  connect(this, &Document::simulationUpdated, &loop, check);
   timer.start(timeout_ms);
   loop.exec();
-  return !isBusy() && !partitionBusy();
+  return !isBusy() && !partitionBusy() && !simulationBusy();
 }
 
 // ---- Partitioning ----------------------------------------------------------------------------------
@@ -551,6 +555,41 @@ void Document::requestPartition() {
   });
   watcher->setFuture(QtConcurrent::run(pool_, [clone, mesh]() -> PartitionOutput {
     return RunPartitioner(clone->Clone(), mesh);
+  }));
+}
+
+// ---- Simulation -----------------------------------------------------------------------------------
+
+void Document::requestSimulation(const QString& chip_name) {
+  if (!module_) return;
+  const quint64 gen = ++simulation_generation_;
+  const std::string chip = chip_name.isEmpty() ? DefaultChip() : chip_name.toStdString();
+  auto clone = std::shared_ptr<Module>(annotatedClone(/*with_inferred=*/true).release());
+  DeviceMesh mesh = mesh_;
+  const std::string label = QString("%1 on %2, mesh %3, %4 annotations")
+                                .arg(QString::fromStdString(module_->name()), QString::fromStdString(chip),
+                                     QString::fromStdString(mesh_.ToString()))
+                                .arg(annotations_.size())
+                                .toStdString();
+  ++simulation_pending_;
+  auto* watcher = new QFutureWatcher<SimulationOutput>(this);
+  connect(watcher, &QFutureWatcher<SimulationOutput>::finished, this, [this, watcher, gen] {
+    watcher->deleteLater();
+    --simulation_pending_;
+    if (gen != simulation_generation_) return;
+    simulation_ = watcher->result();
+    if (simulation_.ok && simulation_.run) {
+      auto run = std::make_shared<RunResult>(*simulation_.run);
+      run->id = static_cast<int64_t>(runs_.size()) + 1;
+      run->created_unix_ms = QDateTime::currentMSecsSinceEpoch();
+      simulation_.run = run;
+      runs_.push_back(run);
+      emit runAdded(run->id);
+    }
+    emit simulationUpdated();
+  });
+  watcher->setFuture(QtConcurrent::run(pool_, [clone, mesh, chip, label]() -> SimulationOutput {
+    return RunSimulation(clone->Clone(), mesh, chip, label);
   }));
 }
 

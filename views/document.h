@@ -108,6 +108,14 @@ class Document : public QObject {
   void setPropagationEnabled(bool on) { propagation_enabled_ = on; }
   bool propagationEnabled() const { return propagation_enabled_; }
 
+  // ---- Simulation (on demand, off the GUI thread) ----
+  // Partitions the current shardings and simulates one step on `chip` (DefaultChip() when empty).
+  void requestSimulation(const QString& chip = QString());
+  bool simulationBusy() const { return simulation_pending_ > 0; }
+  const SimulationOutput& simulation() const { return simulation_; }
+  // Every successful run of this document, oldest first (ids 1, 2, ...).
+  const std::vector<std::shared_ptr<const RunResult>>& runs() const { return runs_; }
+
   // ---- Selection ----
   int64_t selected() const { return selected_; }
   void select(int64_t id);
@@ -120,6 +128,8 @@ class Document : public QObject {
   void selectionChanged(qint64 id);
   void busyChanged(bool busy);
   void partitionUpdated();
+  void simulationUpdated();
+  void runAdded(qint64 run_id);
   void errorOccurred(const QString& message);
   void modifiedChanged(bool modified);
 
@@ -149,6 +159,10 @@ class Document : public QObject {
   bool propagation_scheduled_ = false;
   PropagationOutput propagation_;
 
+  SimulationOutput simulation_;
+  std::vector<std::shared_ptr<const RunResult>> runs_;
+  int simulation_pending_ = 0;
+  quint64 simulation_generation_ = 0;
   PartitionOutput partition_;
   int partition_pending_ = 0;
   quint64 partition_generation_ = 0;

@@ -22,6 +22,16 @@
 #define SHARDSCOPE_HAVE_PARTITIONER 0
 #endif
 
+#if __has_include("simulator/engine.h")
+#include "simulator/engine.h"
+#include "simulator/hardware.h"
+#include "simulator/schedule.h"
+#include "simulator/topology.h"
+#define SHARDSCOPE_HAVE_SIMULATOR 1
+#else
+#define SHARDSCOPE_HAVE_SIMULATOR 0
+#endif
+
 #if __has_include("partitioner/propagation.h")
 #include "partitioner/propagation.h"
 #define SHARDSCOPE_HAVE_PROPAGATION 1
@@ -293,6 +303,75 @@ PartitionOutput RunPartitioner(std::unique_ptr<Module> module, const DeviceMesh&
                 std::to_string(out.collectives.size()) + " collectives";
 #else
   out.message = "the SPMD partitioner is not built in";
+#endif
+  return out;
+}
+
+// ---- Simulation ----------------------------------------------------------------------------------
+
+std::vector<std::string> ChipPresets() {
+#if SHARDSCOPE_HAVE_SIMULATOR
+  return ChipPresetNames();
+#else
+  return {};
+#endif
+}
+
+std::string DefaultChip() {
+  const auto presets = ChipPresets();
+  for (const auto& p : presets) {
+    if (p == "tpu-v4") return p;
+  }
+  return presets.empty() ? std::string() : presets.front();
+}
+
+SimulationOutput RunSimulation(std::unique_ptr<Module> module, const DeviceMesh& mesh, const std::string& chip,
+                               const std::string& label) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SimulationOutput out;
+#if SHARDSCOPE_HAVE_SIMULATOR && SHARDSCOPE_HAVE_PARTITIONER
+  out.engine_available = true;
+  if (!module) {
+    out.message = "no module";
+    return out;
+  }
+  auto spec = ChipPreset(chip);
+  if (!spec.ok()) {
+    out.message = spec.error().message;
+    return out;
+  }
+  auto topology = Topology::ForMesh(*spec, mesh);
+  if (!topology.ok()) {
+    out.message = "cannot place mesh " + mesh.ToString() + " on " + chip + ": " + topology.error().message;
+    return out;
+  }
+  const double model_flops = CountModuleFlops(*module);
+  SpmdOptions so;
+  so.num_partitions = topology->num_devices();
+  module->num_partitions = topology->num_devices();
+  auto partitioned = PartitionModule(*module, so);
+  if (!partitioned.ok()) {
+    out.message = "SPMD partitioning failed: " + partitioned.error().message;
+    return out;
+  }
+  out.collectives = static_cast<int64_t>(partitioned->collectives.size());
+  SimulationOptions options;
+  options.mesh_text = mesh.ToString();
+  options.label = label;
+  options.model_flops = model_flops;
+  auto sim = Simulate(*partitioned->module, *topology, options);
+  if (!sim.ok()) {
+    out.message = "simulation failed: " + sim.error().message;
+    return out;
+  }
+  out.ok = true;
+  out.warnings = sim->warnings;
+  out.description = DescribeSimulation(*sim);
+  out.run = std::make_shared<const RunResult>(std::move(sim->run));
+  out.millis = MillisSince(t0);
+  out.message = "simulated one step on " + std::to_string(topology->num_devices()) + " " + chip + " devices";
+#else
+  out.message = "the simulator is not built in";
 #endif
   return out;
 }

@@ -18,6 +18,7 @@
 #include "core/mesh.h"
 #include "core/sharding.h"
 #include "core/status.h"
+#include "simulator/run_result.h"
 
 namespace shardscope::views {
 
@@ -131,5 +132,26 @@ struct PartitionOutput {
 
 // Partitions `module`, whose instructions carry the complete shardings (annotated + propagated).
 PartitionOutput RunPartitioner(std::unique_ptr<Module> module, const DeviceMesh& mesh);
+
+// ---- Simulation ----------------------------------------------------------------------------------
+
+struct SimulationOutput {
+  bool engine_available = false;
+  bool ok = false;
+  std::string message;
+  std::shared_ptr<const RunResult> run;
+  std::vector<std::string> warnings;
+  std::string description;  // the engine's summary lines
+  int64_t collectives = 0;  // collectives in the partitioned program
+  double millis = 0;
+};
+
+// Chip presets the simulator knows ("tpu-v4", ...) and the one used by default.
+std::vector<std::string> ChipPresets();
+std::string DefaultChip();
+// Partitions `module` (which carries complete shardings) for `mesh` and simulates one step on a
+// slice of `chip` chips shaped like the mesh.
+SimulationOutput RunSimulation(std::unique_ptr<Module> module, const DeviceMesh& mesh, const std::string& chip,
+                               const std::string& label);
 
 }  // namespace shardscope::views

@@ -37,6 +37,7 @@
 #include "views/item_models.h"
 #include "views/mesh_view.h"
 #include "views/partitioned_view.h"
+#include "views/simulation_view.h"
 
 namespace shardscope::gui {
 
@@ -197,11 +198,9 @@ void MainWindow::createDocks() {
   partitioned_dock_ = make_dock("Partitioned program", "partitionedDock", partitioned_, Qt::BottomDockWidgetArea);
   tabifyDockWidget(table_dock_, partitioned_dock_);
 
-  auto* sim = new QLabel("<p style='margin:12px'><b>Simulation</b><br>Per-device timelines and memory over time "
-                         "appear here once the simulator engine is built in.</p>");
-  sim->setAlignment(Qt::AlignLeft | Qt::AlignTop);
-  sim->setObjectName("simulationView");
-  simulation_dock_ = make_dock("Simulation", "simulationDock", sim, Qt::BottomDockWidgetArea);
+  simulation_ = new views::SimulationView;
+  simulation_->setDocument(doc_);
+  simulation_dock_ = make_dock("Simulation", "simulationDock", simulation_, Qt::BottomDockWidgetArea);
   tabifyDockWidget(partitioned_dock_, simulation_dock_);
   table_dock_->raise();
 
@@ -326,6 +325,9 @@ void MainWindow::createMenus() {
 
   QMenu* tools = menuBar()->addMenu("&Tools");
   tools->addAction(partition_act_);
+  QAction* simulate = tools->addAction("&Simulate Step");
+  simulate->setShortcut(QKeySequence("Ctrl+R"));
+  connect(simulate, &QAction::triggered, this, [this] { showView("simulation"); });
 
   QMenu* help = menuBar()->addMenu("&Help");
   help->addAction(about_act_);
@@ -524,14 +526,24 @@ bool MainWindow::showView(const QString& name) {
   else if (n == "inspector" || n == "why") dock = inspector_dock_;
   else if (n == "instructions" || n == "table") dock = table_dock_;
   else if (n == "partitioned" || n == "spmd") dock = partitioned_dock_;
-  else if (n == "simulation") dock = simulation_dock_;
+  else if (n == "simulation" || n == "timeline") dock = simulation_dock_;
   else if (n == "history") dock = history_dock_;
   if (!dock) return false;
   dock->show();
   dock->raise();
+  if (dock == partitioned_dock_ || dock == simulation_dock_) {
+    // Room for a graph or a timeline: the bottom row grows and the inspector narrows.
+    const int bottom = std::max(400, width() - mesh_dock_->width());
+    resizeDocks({table_dock_, inspector_dock_, history_dock_}, {bottom * 72 / 100, bottom * 28 / 100, bottom * 28 / 100},
+                Qt::Horizontal);
+  }
   if (dock == partitioned_dock_) {
     resizeDocks({table_dock_}, {height() * 45 / 100}, Qt::Vertical);
     partitioned_->partitionNow();
+  }
+  if (dock == simulation_dock_) {
+    resizeDocks({table_dock_}, {height() * 50 / 100}, Qt::Vertical);
+    simulation_->simulate();
   }
   return true;
 }
@@ -565,7 +577,8 @@ bool MainWindow::waitUntilReady(int timeout_ms) {
   auto spmd_graph = partitioned_->graphPane()->view();
   while (t.elapsed() < timeout_ms) {
     QApplication::processEvents(QEventLoop::AllEvents, 50);
-    const bool ready = !doc_->isBusy() && !doc_->partitionBusy() && !graph_->view()->isLayoutPending() &&
+    const bool ready = !doc_->isBusy() && !doc_->partitionBusy() && !doc_->simulationBusy() &&
+                       !graph_->view()->isLayoutPending() &&
                        !spmd_graph->isLayoutPending();
     if (ready) {
       // Let the last results be painted.

@@ -21,6 +21,7 @@ class InspectorPanel;
 class InstructionTableModel;
 class MeshView;
 class PartitionedView;
+class SimulationView;
 }  // namespace shardscope::views
 
 namespace shardscope::gui {
@@ -91,6 +92,7 @@ class MainWindow : public QMainWindow {
   QSortFilterProxyModel* table_proxy_;
   QTableView* table_;
   views::PartitionedView* partitioned_;
+  views::SimulationView* simulation_;
   QUndoView* undo_view_;
   QDockWidget *mesh_dock_, *inspector_dock_, *table_dock_, *partitioned_dock_, *simulation_dock_, *history_dock_;
 

@@ -285,23 +285,10 @@ Computation* SpmdContext::CloneScalarComputation(const Computation* src) {
     Instruction* n = inst->opcode() == Opcode::kGeneric
                          ? c->AddGeneric(inst->opcode_text(), inst->shape(), ops, inst->name())
                          : c->AddInstruction(inst->opcode(), inst->shape(), ops, inst->name());
-    // Copy the typed attributes.
-    Instruction tmp = *inst;
-    n->parameter_number = tmp.parameter_number;
-    n->tuple_index = tmp.tuple_index;
-    n->iota_dimension = tmp.iota_dimension;
-    n->dimensions = tmp.dimensions;
-    n->has_dimensions_attr = tmp.has_dimensions_attr;
-    n->comparison = tmp.comparison;
-    n->comparison_type = tmp.comparison_type;
-    n->literal = tmp.literal;
-    n->raw_attributes = tmp.raw_attributes;
+    CopyAttributes(*inst, n);
     std::vector<Computation*> called;
     for (Computation* cc : inst->called_computations()) called.push_back(CloneScalarComputation(cc));
     n->mutable_called_computations() = called;
-    if (inst->opcode() == Opcode::kParameter) {
-      // Re-register at its number (AddInstruction placed it in order of creation).
-    }
     map[inst] = n;
   }
   if (src->root()) c->set_root(map.at(src->root()));

@@ -85,13 +85,7 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   if (!local.ok()) return PartitionWithFallback(ctx, op);
   Instruction* x = ctx.Emit(op.opcode(), *local, ops);
   // Attributes: untouched sharded dims cover the whole local shard.
-  x->dimensions = op.dimensions;
-  x->has_dimensions_attr = op.has_dimensions_attr;
-  x->padding = op.padding;
-  x->window = op.window;
-  x->has_window = op.has_window;
-  x->is_stable = op.is_stable;
-  x->raw_attributes = op.raw_attributes;
+  CopyAttributes(op, x);
   std::vector<Computation*> called;
   for (Computation* c : op.called_computations()) called.push_back(ctx.CloneScalarComputation(c));
   x->mutable_called_computations() = called;
