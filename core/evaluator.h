@@ -11,7 +11,11 @@
 //  - float -> int conversion truncates and saturates, NaN -> 0.
 // Collectives need the other devices: Evaluate() runs a module that contains any on a one-device
 // virtual cluster (core/virtual_cluster.h); Evaluator::EvaluateInstruction refuses them.
-// Unsupported ops give an Error naming the op and the instruction, never a crash.
+// Custom-calls: Sharding, LayoutConstraint, SPMDFullToShardShape (the device's block of the
+// operand), SPMDShardToFullShape (shape-preserving here; the cluster assembles the blocks), TopK,
+// _SPMDInternalOp_RotateRight. Not supported (an Error naming the op and the instruction, never a
+// crash): complex types, infeed/outfeed/send/recv, fft, cholesky, triangular-solve, ragged-dot,
+// rng-bit-generator and other custom-call targets.
 #pragma once
 
 #include <cstdint>

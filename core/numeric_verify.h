@@ -43,6 +43,9 @@ struct NumericVerifyOptions {
 // manual: whole; partially replicated: the tile of the device's tile index) and passed to the
 // SPMD program on `num_devices` devices; the output is reassembled per the original root's
 // sharding and compared with a tolerance suited to each leaf's type (ints / pred exact).
+// An original that is already partly manual (collectives, SPMDFullToShardShape/ShardToFullShape
+// regions) runs on the virtual cluster with every device holding the full inputs; device 0's
+// output is the reference.
 // An Error means the two modules could not be run or do not fit together (the message says why);
 // a numeric difference is a report with match == false.
 Result<VerifyReport> VerifyPartitioned(const Module& original, const Module& spmd, int64_t num_devices, uint64_t seed,

@@ -113,6 +113,11 @@ Tensor::Storage Tensor::StorageFor(PrimitiveType t) {
 
 bool Tensor::SupportsType(PrimitiveType t) { return StorageFor(t) != Storage::kNone; }
 
+const Tensor::Buffer& Tensor::EmptyBuffer() {
+  static const Buffer empty;
+  return empty;
+}
+
 Tensor::Tensor(const Shape& shape) : shape_(shape) {
   if (shape.IsTuple()) {
     tuple_.reserve(shape.tuple.size());
@@ -123,10 +128,11 @@ Tensor::Tensor(const Shape& shape) : shape_(shape) {
   storage_ = StorageFor(shape.type);
   if (storage_ == Storage::kNone) return;
   size_ = ElementCountOf(shape.dims);
+  buf_ = std::make_shared<Buffer>();
   switch (storage_) {
-    case Storage::kFloat: f_.assign(static_cast<size_t>(size_), 0.0f); break;
-    case Storage::kDouble: d_.assign(static_cast<size_t>(size_), 0.0); break;
-    case Storage::kInt: i_.assign(static_cast<size_t>(size_), 0); break;
+    case Storage::kFloat: buf_->f.assign(static_cast<size_t>(size_), 0.0f); break;
+    case Storage::kDouble: buf_->d.assign(static_cast<size_t>(size_), 0.0); break;
+    case Storage::kInt: buf_->i.assign(static_cast<size_t>(size_), 0); break;
     case Storage::kNone: break;
   }
 }
@@ -171,11 +177,11 @@ Result<Tensor> Tensor::FromInts(PrimitiveType t, std::vector<int64_t> dims, cons
 
 double Tensor::GetDouble(int64_t i) const {
   switch (storage_) {
-    case Storage::kFloat: return f_[static_cast<size_t>(i)];
-    case Storage::kDouble: return d_[static_cast<size_t>(i)];
+    case Storage::kFloat: return buf_->f[static_cast<size_t>(i)];
+    case Storage::kDouble: return buf_->d[static_cast<size_t>(i)];
     case Storage::kInt:
-      if (shape_.type == PrimitiveType::kU64) return static_cast<double>(static_cast<uint64_t>(i_[static_cast<size_t>(i)]));
-      return static_cast<double>(i_[static_cast<size_t>(i)]);
+      if (shape_.type == PrimitiveType::kU64) return static_cast<double>(static_cast<uint64_t>(buf_->i[static_cast<size_t>(i)]));
+      return static_cast<double>(buf_->i[static_cast<size_t>(i)]);
     case Storage::kNone: return 0.0;
   }
   return 0.0;
@@ -213,28 +219,32 @@ int64_t FloatToIntType(PrimitiveType t, double v) { return DoubleToIntType(t, v)
 
 int64_t Tensor::GetInt(int64_t i) const {
   switch (storage_) {
-    case Storage::kFloat: return DoubleToInt64Saturating(f_[static_cast<size_t>(i)]);
-    case Storage::kDouble: return DoubleToInt64Saturating(d_[static_cast<size_t>(i)]);
-    case Storage::kInt: return i_[static_cast<size_t>(i)];
+    case Storage::kFloat: return DoubleToInt64Saturating(buf_->f[static_cast<size_t>(i)]);
+    case Storage::kDouble: return DoubleToInt64Saturating(buf_->d[static_cast<size_t>(i)]);
+    case Storage::kInt: return buf_->i[static_cast<size_t>(i)];
     case Storage::kNone: return 0;
   }
   return 0;
 }
 
 void Tensor::SetDouble(int64_t i, double v) {
+  if (storage_ == Storage::kNone) return;
+  Detach();
   switch (storage_) {
-    case Storage::kFloat: f_[static_cast<size_t>(i)] = RoundToFloatType(shape_.type, v); break;
-    case Storage::kDouble: d_[static_cast<size_t>(i)] = v; break;
-    case Storage::kInt: i_[static_cast<size_t>(i)] = DoubleToIntType(shape_.type, v); break;
+    case Storage::kFloat: buf_->f[static_cast<size_t>(i)] = RoundToFloatType(shape_.type, v); break;
+    case Storage::kDouble: buf_->d[static_cast<size_t>(i)] = v; break;
+    case Storage::kInt: buf_->i[static_cast<size_t>(i)] = DoubleToIntType(shape_.type, v); break;
     case Storage::kNone: break;
   }
 }
 
 void Tensor::SetInt(int64_t i, int64_t v) {
+  if (storage_ == Storage::kNone) return;
+  Detach();
   switch (storage_) {
-    case Storage::kFloat: f_[static_cast<size_t>(i)] = RoundToFloatType(shape_.type, static_cast<double>(v)); break;
-    case Storage::kDouble: d_[static_cast<size_t>(i)] = static_cast<double>(v); break;
-    case Storage::kInt: i_[static_cast<size_t>(i)] = WrapToIntType(shape_.type, v); break;
+    case Storage::kFloat: buf_->f[static_cast<size_t>(i)] = RoundToFloatType(shape_.type, static_cast<double>(v)); break;
+    case Storage::kDouble: buf_->d[static_cast<size_t>(i)] = static_cast<double>(v); break;
+    case Storage::kInt: buf_->i[static_cast<size_t>(i)] = WrapToIntType(shape_.type, v); break;
     case Storage::kNone: break;
   }
 }
@@ -269,15 +279,19 @@ bool Tensor::Identical(const Tensor& o) const {
   }
   if (storage_ != o.storage_ || size_ != o.size_) return false;
   switch (storage_) {
-    case Storage::kInt: return i_ == o.i_;
-    case Storage::kFloat:
-      for (size_t i = 0; i < f_.size(); ++i)
-        if (!(f_[i] == o.f_[i] || (std::isnan(f_[i]) && std::isnan(o.f_[i])))) return false;
+    case Storage::kInt: return ints() == o.ints();
+    case Storage::kFloat: {
+      const auto &a = floats(), &b = o.floats();
+      for (size_t i = 0; i < a.size(); ++i)
+        if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
       return true;
-    case Storage::kDouble:
-      for (size_t i = 0; i < d_.size(); ++i)
-        if (!(d_[i] == o.d_[i] || (std::isnan(d_[i]) && std::isnan(o.d_[i])))) return false;
+    }
+    case Storage::kDouble: {
+      const auto &a = doubles(), &b = o.doubles();
+      for (size_t i = 0; i < a.size(); ++i)
+        if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
       return true;
+    }
     case Storage::kNone: return true;
   }
   return true;

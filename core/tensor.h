@@ -8,9 +8,12 @@
 //                           like s32; pred holds 0 or 1; u64 keeps its bit pattern)
 //   token                -> no data
 // Complex types are not supported (an evaluator Error, never a crash).
+// Copies share their element buffer until one of them writes (copy-on-write), so passing tensors
+// through tuples, get-tuple-element, reshape, while-loop state and collectives costs no copies.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,13 +70,16 @@ class Tensor {
   std::vector<double> ToDoubles() const;
   std::vector<int64_t> ToInts() const;
 
-  // Raw storage (the vector that matches storage()).
-  std::vector<float>& floats() { return f_; }
-  const std::vector<float>& floats() const { return f_; }
-  std::vector<double>& doubles() { return d_; }
-  const std::vector<double>& doubles() const { return d_; }
-  std::vector<int64_t>& ints() { return i_; }
-  const std::vector<int64_t>& ints() const { return i_; }
+  // Raw storage (the vector that matches storage()). The non-const accessors un-share the buffer
+  // first; don't keep the returned reference across a copy of this tensor.
+  std::vector<float>& floats() { Detach(); return buf_->f; }
+  const std::vector<float>& floats() const { return buf_ ? buf_->f : EmptyBuffer().f; }
+  std::vector<double>& doubles() { Detach(); return buf_->d; }
+  const std::vector<double>& doubles() const { return buf_ ? buf_->d : EmptyBuffer().d; }
+  std::vector<int64_t>& ints() { Detach(); return buf_->i; }
+  const std::vector<int64_t>& ints() const { return buf_ ? buf_->i : EmptyBuffer().i; }
+  // Whether this tensor's elements are shared with another tensor (copy-on-write pending).
+  bool SharesBufferWith(const Tensor& o) const { return buf_ && buf_ == o.buf_; }
 
   // Same shape (type and dims, layouts ignored) and identical values (NaN equals NaN).
   bool Identical(const Tensor& o) const;
@@ -88,9 +94,17 @@ class Tensor {
   Shape shape_;
   Storage storage_ = Storage::kNone;
   int64_t size_ = 0;
-  std::vector<float> f_;
-  std::vector<double> d_;
-  std::vector<int64_t> i_;
+  struct Buffer {
+    std::vector<float> f;
+    std::vector<double> d;
+    std::vector<int64_t> i;
+  };
+  static const Buffer& EmptyBuffer();
+  void Detach() {
+    if (!buf_) buf_ = std::make_shared<Buffer>();
+    else if (buf_.use_count() > 1) buf_ = std::make_shared<Buffer>(*buf_);
+  }
+  std::shared_ptr<Buffer> buf_;
   std::vector<Tensor> tuple_;
 };
 

@@ -261,10 +261,18 @@ class Cluster {
       if (callee && HasCollectives(*callee)) return true;
     return false;
   }
+  // Whether `c` (transitively) needs all devices at once: collectives or manual-region ends.
   bool HasCollectives(const Computation& c) {
     auto it = has_coll_.find(&c);
     if (it != has_coll_.end()) return it->second;
-    const bool v = ComputationHasCollectives(c);
+    has_coll_[&c] = false;  // recursion guard
+    bool v = false;
+    for (const auto& inst : c.instructions()) {
+      if (IsCollective(inst->opcode()) || IsShardToFull(*inst)) v = true;
+      for (const Computation* callee : inst->called_computations())
+        if (callee && HasCollectives(*callee)) v = true;
+      if (v) break;
+    }
     has_coll_[&c] = v;
     return v;
   }

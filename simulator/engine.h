@@ -75,6 +75,9 @@ struct Simulation {
 };
 
 // Simulates one step of `module` (an SPMD program: shapes are per-device shards) on `topology`.
+// RunInputs gets the module name, a hash of the module's structure (FNV-1a over names, opcodes,
+// shapes, operands and the attributes the simulation uses), the chip, options.mesh_text, the
+// topology's description and the settings.
 // Errors: the module's num_partitions differs from the topology's device count (when > 1), a
 // replica group names a device outside the slice, an unsupported construct, or invalid options.
 Result<Simulation> Simulate(const Module& module, const Topology& topology, const SimulationOptions& options = {});

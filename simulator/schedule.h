@@ -6,8 +6,8 @@
 //     topological order), or, with ScheduleKind::kCollectivesEarly, a list schedule that starts
 //     every collective as early as its operands allow (see below).
 //  2. Fuses (FusionOptions::fuse_elementwise, on by default), per computation:
-//     - broadcast and iota whose users are all compute ops are inlined into them (never
-//       materialised; their consumers read the broadcast's small operand);
+//     - broadcast, iota and partition-id/replica-id whose users are all compute ops are inlined
+//       into them (never materialised; their consumers read the broadcast's small operand);
 //     - an elementwise op joins the fusion group of an operand (output fusion into a dot,
 //       convolution, reduce, ..., or a chain of elementwise ops) when all its other operands were
 //       computed before the group's first member (so grouping can never create a cycle);
@@ -27,7 +27,7 @@
 //     pairs are aliases (no memory, no time). Parameters and constants are live from time 0.
 //     In-place reuse (MemoryOptions::in_place_reuse): an op may take over the buffer of an operand
 //     whose last use it is — same size: elementwise/fused groups, all-reduce; any size (the buffer
-//     is resized): slice, dynamic-slice, dynamic-update-slice (operand 0), all-gather,
+//     is resized): slice, dynamic-slice, gather, dynamic-update-slice (operand 0), all-gather,
 //     reduce-scatter. This mirrors XLA's buffer sharing for elementwise and in-place ops and is
 //     what makes the weight-update-sharding memory formula (validation M1) come out exactly.
 //

@@ -517,6 +517,56 @@ ENTRY %main (p: f32[1048576]) -> f32[1048576] {
     QVERIFY(Near(capped.run.summary.step_time_s, s.run.summary.step_time_s, 1e-9));
   }
 
+  // A halo exchange (collective-permute, shift by one along a line of 4): the step is
+  // EstimateCollectivePermute of its pairs.
+  void CollectivePermuteEqualsEstimate() {
+    auto m = Parse(R"(HloModule halo, num_partitions=4
+ENTRY %main (p: f32[1024,1024]) -> f32[1024,1024] {
+  %p = f32[1024,1024] parameter(0)
+  ROOT %cp = f32[1024,1024] collective-permute(%p), source_target_pairs={{0,1},{1,2},{2,3}}
+}
+)");
+    Topology topo = TopologyFor("tpu-v5e", "X=4");
+    Simulation s = Run(*m, topo);
+    auto cost = EstimateCollectivePermute(topo, {{0, 1}, {1, 2}, {2, 3}}, 1024.0 * 1024 * 4);
+    QVERIFY(cost.ok());
+    QVERIFY(Near(s.run.summary.step_time_s, cost->time_s));
+    QCOMPARE(s.run.collectives[0].kind, std::string("collective-permute"));
+    QCOMPARE(s.run.collectives[0].replica_groups, std::string("{{0,1},{1,2},{2,3}}"));
+    QCOMPARE(s.run.classes.size(), size_t(1));
+  }
+
+  // The async pair all-gather-start / all-gather-done is the same collective as all-gather.
+  void AsyncStartDoneIsOneCollective() {
+    auto m = Parse(R"(HloModule async, num_partitions=32
+ENTRY %main (p: bf16[512,8192]) -> bf16[2048,8192] {
+  %p = bf16[512,8192] parameter(0)
+  %ags = (bf16[512,8192], bf16[2048,8192]) all-gather-start(%p), dimensions={0}, replica_groups=[8,4]<=[32]
+  ROOT %agd = bf16[2048,8192] all-gather-done(%ags)
+}
+)");
+    Topology topo = TopologyFor("tpu-v5e", "X=8,Y=4");
+    Simulation s = Run(*m, topo);
+    Simulation plain = Run(*Parse(kC1), topo);
+    QCOMPARE(s.run.summary.step_time_s, plain.run.summary.step_time_s);
+    QCOMPARE(s.run.collectives.size(), size_t(1));
+    QCOMPARE(s.run.summary.peak_memory_bytes, plain.run.summary.peak_memory_bytes);
+  }
+
+  void NamesAndText() {
+    QCOMPARE(ScheduleKindFromName("collectives-early").value(), ScheduleKind::kCollectivesEarly);
+    QCOMPARE(ScheduleKindFromName("Program_Order").value(), ScheduleKind::kProgramOrder);
+    QVERIFY(!ScheduleKindFromName("fastest").ok());
+    ReplicaGroups g;
+    g.groups = {{0, 1}, {2, 3}};
+    QCOMPARE(ReplicaGroupsText(g), std::string("{{0,1},{2,3}}"));
+    ReplicaGroups big;
+    for (int i = 0; i < 256; ++i) big.groups.push_back({8 * i, 8 * i + 1, 8 * i + 2, 8 * i + 3, 8 * i + 4, 8 * i + 5, 8 * i + 6, 8 * i + 7});
+    const std::string t = ReplicaGroupsText(big);
+    QVERIFY(t.size() < 100);
+    QVERIFY(t.find("256 groups of 8") != std::string::npos);
+  }
+
   void BadInputIsAnError() {
     Topology four = TopologyFor("tpu-v5e", "X=4");
     auto m = Parse(kC1);

@@ -96,6 +96,22 @@ class TestEvaluator : public QObject {
     QVERIFY(!Tensor::FromValues(PrimitiveType::kC64, {1}, {1}).ok());
   }
 
+  void tensorCopiesShareUntilWritten() {
+    Tensor a = F32({3}, {1, 2, 3});
+    Tensor b = a;
+    QVERIFY(b.SharesBufferWith(a));
+    b.SetDouble(1, 20);  // copy-on-write: a keeps its values
+    QVERIFY(!b.SharesBufferWith(a));
+    EXPECT_VALUES(a, {1, 2, 3});
+    EXPECT_VALUES(b, {1, 20, 3});
+    Tensor c = a;
+    c.floats()[0] = 10;  // the raw accessor un-shares too
+    EXPECT_VALUES(a, {1, 2, 3});
+    EXPECT_VALUES(c, {10, 2, 3});
+    Tensor t = Tensor::Tuple({a, c});
+    QVERIFY(t.element(0).SharesBufferWith(a));
+  }
+
   void elementwiseFloat() {
     auto r = Eval(R"(HloModule m
 ENTRY e {
@@ -682,6 +698,79 @@ ENTRY e {
                   {F32({5}, {1, -4, 2, -3, 0.5})});
     EXPECT_OK(g);
     EXPECT_VALUES(*g, {-4, -3, 2, 1, 0.5});
+  }
+
+  void sortWithXlaTotalOrderComparator() {
+    // The comparator XLA's TopK lowering uses: bf16 keys mapped to sortable s32 via bitcasts.
+    // It runs as a compiled scalar program (convert, bitcast-convert, u32 wrap-around, select).
+    auto r = Eval(R"(HloModule m
+gt {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ia = s32[] parameter(2)
+  ib = s32[] parameter(3)
+  fa = f32[] convert(a)
+  sa = s32[] bitcast-convert(fa)
+  z = s32[] constant(0)
+  na = pred[] compare(sa, z), direction=LT
+  mx = u32[] constant(2147483647)
+  ua = u32[] bitcast-convert(fa)
+  da = u32[] subtract(mx, ua)
+  ka0 = s32[] bitcast-convert(da)
+  ka = s32[] select(na, ka0, sa)
+  fb = f32[] convert(b)
+  sb = s32[] bitcast-convert(fb)
+  nb = pred[] compare(sb, z), direction=LT
+  ub = u32[] bitcast-convert(fb)
+  db = u32[] subtract(mx, ub)
+  kb0 = s32[] bitcast-convert(db)
+  kb = s32[] select(nb, kb0, sb)
+  ROOT c = pred[] compare(ka, kb), direction=GT
+}
+ENTRY e {
+  k = bf16[5] parameter(0)
+  i = s32[5] iota(), iota_dimension=0
+  ROOT s = (bf16[5], s32[5]) sort(k, i), dimensions={0}, to_apply=gt
+})",
+                  {T(PrimitiveType::kBF16, {5}, {0.5, -1, 3, -2, 0})});
+    EXPECT_OK(r);
+    EXPECT_VALUES(r->element(0), {3, 0.5, 0, -1, -2});
+    EXPECT_VALUES(r->element(1), {2, 0, 4, 1, 3});
+  }
+
+  void computationsThatDoNotCompileStillRun() {
+    // A reducer and a comparator that call another computation take the general path (a full
+    // evaluation per element) and give the same results as the compiled ones above.
+    auto r = Eval(R"(HloModule m
+sq {
+  x = f32[] parameter(0)
+  ROOT y = f32[] multiply(x, x)
+}
+sumsq {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  bb = f32[] call(b), to_apply=sq
+  ROOT s = f32[] add(a, bb)
+}
+absgt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  aa = f32[] call(a), to_apply=sq
+  ab = f32[] call(b), to_apply=sq
+  ROOT r = pred[] compare(aa, ab), direction=GT
+}
+ENTRY e {
+  x = f32[2,3] parameter(0)
+  z = f32[] constant(0)
+  r = f32[2] reduce(x, z), dimensions={1}, to_apply=sumsq
+  k = f32[5] parameter(1)
+  s = f32[5] sort(k), dimensions={0}, to_apply=absgt
+  ROOT t = (f32[2], f32[5]) tuple(r, s)
+})",
+                  {F32({2, 3}, {1, 2, 3, 4, 5, 6}), F32({5}, {1, -4, 2, -3, 0.5})});
+    EXPECT_OK(r);
+    EXPECT_VALUES(r->element(0), {14, 77});
+    EXPECT_VALUES(r->element(1), {-4, -3, 2, 1, 0.5});
   }
 
   void whileConditionalCall() {

@@ -1,5 +1,6 @@
 // Smoke test of the shardscope binary: --screenshot renders the default example (propagated and
 // laid out) to a PNG that is not blank; a bad file exits 2 with FILE:LINE:COLUMN on stderr.
+#include <QFileInfo>
 #include <QImage>
 #include <QProcess>
 #include <QSet>
@@ -41,6 +42,10 @@ class TestGuiScreenshot : public QObject {
   Q_OBJECT
 
  private slots:
+  void initTestCase() {
+    if (!QFileInfo::exists(SHARDSCOPE_GUI_PATH)) QSKIP("the shardscope binary is not built (ninja shardscope)");
+  }
+
   void defaultExampleIsNotBlank() {
     QTemporaryDir dir;
     const QString png = dir.filePath("shot.png");

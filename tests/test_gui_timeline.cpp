@@ -118,7 +118,9 @@ class TestGuiTimeline : public QObject {
     const QImage image = timeline.render();
     const int x = 190 + (800 - 190 - 4) / 2;  // middle of the plot
     const int comm_y = 22 + 4 + 17 + 8;       // inside the communication lane
-    QCOMPARE(image.pixelColor(x, comm_y), EventKindColor("all-reduce", timeline.palette()));
+    QCOMPARE(image.pixelColor(x, comm_y).rgb(), EventKindColor("all-reduce", timeline.palette()).rgb());
+    // ... and the compute lane is filled edge to edge by the dense events.
+    QCOMPARE(image.pixelColor(x, 22 + 4 + 8).rgb(), EventKindColor("fusion", timeline.palette()).rgb());
   }
 
   void memoryChartDownsamplesAndExports() {
@@ -165,7 +167,8 @@ class TestGuiTimeline : public QObject {
     QVERIFY(out.collectives >= 1);
     QVERIFY(run.summary.communication_time_s > 0);
     QCOMPARE(view.history()->rowCount(), 1);
-    QCOMPARE(view.history()->index(0, RunHistoryModel::kMesh).data().toString(), QString("X=2,Y=2"));
+    // The mesh comes from the file's shardings: x is split 4 ways along one axis.
+    QCOMPARE(view.history()->index(0, RunHistoryModel::kMesh).data().toString(), QString("X=4"));
     QCOMPARE(view.timeline()->run(), doc.runs().front().get());
     QVERIFY(view.timeline()->rowCount() >= 1);
     QVERIFY(view.memoryChart()->pointCount() > 0);

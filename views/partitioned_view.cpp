@@ -11,6 +11,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "core/ir.h"
 #include "views/document.h"
 #include "views/graph_view.h"
 #include "views/item_models.h"
@@ -73,6 +74,24 @@ void PartitionedView::setDocument(Document* doc) {
   connect(doc_, &Document::shardingsUpdated, this, [this] {
     if (auto_update_ && isVisible()) debounce_->start();
   });
+  connect(doc_, &Document::selectionChanged, this, &PartitionedView::followSelection);
+}
+
+void PartitionedView::followSelection() {
+  // Show what the selected instruction became in the SPMD program.
+  if (!doc_ || !spmd_doc_->module()) return;
+  const Instruction* inst = doc_->instruction(doc_->selected());
+  if (!inst) return;
+  const auto& became = doc_->partition().became;
+  auto it = became.find(doc_->qualifiedName(inst).toStdString());
+  if (it == became.end()) return;
+  for (const std::string& name : it->second) {
+    if (const Instruction* spmd = spmd_doc_->findInstruction(QString::fromStdString(name))) {
+      spmd_doc_->select(spmd->id());
+      graph_->view()->reveal(spmd->id());
+      return;
+    }
+  }
 }
 
 void PartitionedView::setAutoUpdate(bool on) { auto_update_ = on; }
@@ -104,6 +123,7 @@ void PartitionedView::onPartitionUpdated() {
   table_->resizeColumnsToContents();
   text_->setPlainText(QString::fromStdString(p.spmd_text));
   spmd_doc_->setModule(p.spmd->Clone(), doc_->mesh(), "spmd", QString::fromStdString(p.spmd->name()));
+  followSelection();
 }
 
 }  // namespace shardscope::views

@@ -35,6 +35,7 @@ class PartitionedView : public QWidget {
 
  private:
   void onPartitionUpdated();
+  void followSelection();
 
   QPointer<Document> doc_;
   Document* spmd_doc_;

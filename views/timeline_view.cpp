@@ -163,8 +163,8 @@ void TimelineWidget::paintInto(QPainter& p, const QRect& area) {
     if (y > area.bottom()) break;
     const Row& row = rows_[r];
     p.setPen(pal.color(QPalette::Text));
-    p.drawText(QRect(4, y, kGutter - 40, 2 * kLane), Qt::AlignLeft | Qt::AlignVCenter,
-               QFontMetrics(small).elidedText(row.label, Qt::ElideRight, kGutter - 44));
+    p.drawText(QRect(4, y, kGutter - 56, 2 * kLane), Qt::AlignLeft | Qt::AlignVCenter,
+               QFontMetrics(small).elidedText(row.label, Qt::ElideRight, kGutter - 60));
     for (int s = 0; s < kNumStreams; ++s) {
       const int ly = y + s * kLane;
       QColor lane_bg = pal.color(QPalette::AlternateBase);
@@ -172,7 +172,7 @@ void TimelineWidget::paintInto(QPainter& p, const QRect& area) {
       QColor tag = pal.color(QPalette::Text);
       tag.setAlpha(150);
       p.setPen(tag);
-      p.drawText(QRect(kGutter - 40, ly, 37, kLane), Qt::AlignRight | Qt::AlignVCenter, s == 0 ? "compute" : "comm");
+      p.drawText(QRect(kGutter - 54, ly, 51, kLane), Qt::AlignRight | Qt::AlignVCenter, s == 0 ? "compute" : "comm");
       const Lane& lane = row.lanes[s];
       if (lane.events.empty()) continue;
       // First event that may reach into the window: prefix max of ends >= t0.
