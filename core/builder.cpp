@@ -501,7 +501,7 @@ Instruction* Builder::AfterAll(const std::vector<Instruction*>& tokens, const st
 // ---- collectives -----------------------------------------------------------------------------------------
 
 namespace {
-void ApplyCollective(Instruction* i, const CollectiveOptions& o) {
+void ApplyCollective(Instruction* i, const CollectiveAttributes& o) {
   i->replica_groups.groups = o.replica_groups;
   i->has_replica_groups = !o.replica_groups.empty();
   i->channel_id = o.channel_id;
@@ -509,7 +509,7 @@ void ApplyCollective(Instruction* i, const CollectiveOptions& o) {
 }
 }  // namespace
 
-Instruction* Builder::AllReduce(Instruction* x, Computation* reducer, const CollectiveOptions& opts,
+Instruction* Builder::AllReduce(Instruction* x, Computation* reducer, const CollectiveAttributes& opts,
                                 const std::string& name) {
   return AddOp(Opcode::kAllReduce, {x},
                [&](Instruction* i) {
@@ -519,7 +519,7 @@ Instruction* Builder::AllReduce(Instruction* x, Computation* reducer, const Coll
                Shape(), name);
 }
 
-Instruction* Builder::AllGather(Instruction* x, int64_t dimension, const CollectiveOptions& opts, const std::string& name) {
+Instruction* Builder::AllGather(Instruction* x, int64_t dimension, const CollectiveAttributes& opts, const std::string& name) {
   return AddOp(Opcode::kAllGather, {x},
                [&](Instruction* i) {
                  ApplyCollective(i, opts);
@@ -529,7 +529,7 @@ Instruction* Builder::AllGather(Instruction* x, int64_t dimension, const Collect
                Shape(), name);
 }
 
-Instruction* Builder::ReduceScatter(Instruction* x, int64_t dimension, Computation* reducer, const CollectiveOptions& opts,
+Instruction* Builder::ReduceScatter(Instruction* x, int64_t dimension, Computation* reducer, const CollectiveAttributes& opts,
                                     const std::string& name) {
   return AddOp(Opcode::kReduceScatter, {x},
                [&](Instruction* i) {
@@ -541,7 +541,7 @@ Instruction* Builder::ReduceScatter(Instruction* x, int64_t dimension, Computati
                Shape(), name);
 }
 
-Instruction* Builder::AllToAll(Instruction* x, int64_t split_dimension, const CollectiveOptions& opts,
+Instruction* Builder::AllToAll(Instruction* x, int64_t split_dimension, const CollectiveAttributes& opts,
                                const std::string& name) {
   return AddOp(Opcode::kAllToAll, {x},
                [&](Instruction* i) {

@@ -32,7 +32,7 @@
 
 namespace shardscope {
 
-struct CollectiveOptions {
+struct CollectiveAttributes {
   std::vector<std::vector<int64_t>> replica_groups;  // empty = all devices
   std::optional<int64_t> channel_id;
   bool use_global_device_ids = false;
@@ -171,11 +171,11 @@ class Builder {
   Instruction* AfterAll(const std::vector<Instruction*>& tokens, const std::string& name = "");
 
   // ---- collectives (replica_groups empty = all devices) ----
-  Instruction* AllReduce(Instruction* x, Computation* reducer, const CollectiveOptions& opts = {}, const std::string& name = "");
-  Instruction* AllGather(Instruction* x, int64_t dimension, const CollectiveOptions& opts = {}, const std::string& name = "");
-  Instruction* ReduceScatter(Instruction* x, int64_t dimension, Computation* reducer, const CollectiveOptions& opts = {},
+  Instruction* AllReduce(Instruction* x, Computation* reducer, const CollectiveAttributes& opts = {}, const std::string& name = "");
+  Instruction* AllGather(Instruction* x, int64_t dimension, const CollectiveAttributes& opts = {}, const std::string& name = "");
+  Instruction* ReduceScatter(Instruction* x, int64_t dimension, Computation* reducer, const CollectiveAttributes& opts = {},
                              const std::string& name = "");
-  Instruction* AllToAll(Instruction* x, int64_t split_dimension, const CollectiveOptions& opts = {}, const std::string& name = "");
+  Instruction* AllToAll(Instruction* x, int64_t split_dimension, const CollectiveAttributes& opts = {}, const std::string& name = "");
   Instruction* CollectivePermute(Instruction* x, const std::vector<std::pair<int64_t, int64_t>>& source_target_pairs,
                                  std::optional<int64_t> channel_id = std::nullopt, const std::string& name = "");
 

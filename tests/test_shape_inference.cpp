@@ -450,8 +450,8 @@ class TestShapeInference : public QObject {
     Builder b(c);
     auto* x = b.Parameter(0, Shape(F32, {2, 8}));
     Computation* add = ScalarAdd(m, F32);
-    CollectiveOptions pairs{{{0, 1}, {2, 3}, {4, 5}, {6, 7}}, 1, true};
-    CollectiveOptions quads{{{0, 1, 2, 3}, {4, 5, 6, 7}}, 2, true};
+    CollectiveAttributes pairs{{{0, 1}, {2, 3}, {4, 5}, {6, 7}}, 1, true};
+    CollectiveAttributes quads{{{0, 1, 2, 3}, {4, 5, 6, 7}}, 2, true};
     QCOMPARE(Str(b.AllReduce(x, add, pairs)), std::string("f32[2,8]"));
     // all-gather grows the dimension by the group size, reduce-scatter shrinks it.
     QCOMPARE(Str(b.AllGather(x, 0, pairs)), std::string("f32[4,8]"));
@@ -460,7 +460,7 @@ class TestShapeInference : public QObject {
     QCOMPARE(Str(b.AllToAll(x, 1, quads)), std::string("f32[2,8]"));
     QCOMPARE(Str(b.CollectivePermute(x, {{0, 1}, {1, 2}, {2, 0}}, 3)), std::string("f32[2,8]"));
     // No groups, channel id, no global ids: replicas (1) x partitions (8) take part.
-    CollectiveOptions all{{}, 4, false};
+    CollectiveAttributes all{{}, 4, false};
     QCOMPARE(Str(b.AllGather(b.Parameter(1, Shape(F32, {3})), 0, all)), std::string("f32[24]"));
     QVERIFY2(b.ok(), b.ok() ? "" : b.status().error().message.c_str());
 
@@ -476,7 +476,7 @@ class TestShapeInference : public QObject {
     Module m3("coll3");
     Builder b3(m3.AddComputation("entry", true));
     auto* z = b3.Parameter(0, Shape(F32, {4}));
-    QCOMPARE(b3.AllGather(z, 0, CollectiveOptions{{{0, 1}, {2}}, 1, true}), nullptr);
+    QCOMPARE(b3.AllGather(z, 0, CollectiveAttributes{{{0, 1}, {2}}, 1, true}), nullptr);
     QVERIFY(Contains(b3.status().error().message, "replica_groups have different sizes (2 and 1)"));
   }
 

@@ -241,7 +241,7 @@ class TestVerifier : public QObject {
     Sample s;
     s.m->num_partitions = 4;
     Builder b(s.main);
-    Instruction* ag = b.AllGather(s.sum, 0, CollectiveOptions{{{0, 1}, {2, 3}}, 1, true}, "ag");
+    Instruction* ag = b.AllGather(s.sum, 0, CollectiveAttributes{{{0, 1}, {2, 3}}, 1, true}, "ag");
     QVERIFY(ag);
     QCOMPARE(ag->shape().ToString(false), std::string("f32[16]"));
     ag->replica_groups.groups = {{0, 1}, {1, 2}};

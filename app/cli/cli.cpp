@@ -24,9 +24,11 @@ bool Register(Command cmd) {
 const std::vector<Command>& Commands() { return Registry(); }
 
 bool TakeOption(std::vector<std::string>& args, std::string_view name, std::string* value) {
+  // One-letter options are written "-o VALUE" (also accepted as "--o VALUE").
   const std::string flag = "--" + std::string(name);
+  const std::string short_flag = name.size() == 1 ? "-" + std::string(name) : std::string();
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == flag && i + 1 < args.size()) {
+    if ((args[i] == flag || (!short_flag.empty() && args[i] == short_flag)) && i + 1 < args.size()) {
       *value = args[i + 1];
       args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
       return true;

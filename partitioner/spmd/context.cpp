@@ -399,6 +399,30 @@ Result<ReshardPlan> SpmdContext::PlanReshardUncached(const HloSharding& from, co
     plan.identity = true;
     return plan;
   }
+  // Unreduced values hold partial sums: summing them (all-reduce over every device) gives the
+  // replicated value; a value becomes unreduced by keeping it on device 0 and zeros elsewhere.
+  const bool from_unreduced = from.kind() == HloSharding::Kind::kUnreduced;
+  const bool to_unreduced = to.kind() == HloSharding::Kind::kUnreduced;
+  if (from_unreduced != to_unreduced) {
+    auto rep = TileMap::FromSharding(HloSharding::Replicate(), base.rank(), n_);
+    if (!rep.ok()) return rep.error();
+    ReshardPlan p;
+    if (from_unreduced) {
+      const int64_t bytes = base.ByteSize() * 2 * (n_ - 1) / std::max<int64_t>(n_, 1);
+      p.steps.push_back({ReshardStep::Kind::kReduceUnreduced, {}, *rep, *rep, bytes});
+      auto rest = PlanReshard(HloSharding::Replicate(), to, base);
+      if (!rest.ok()) return rest;
+      p.bytes = bytes + rest->bytes;
+      for (auto& st : rest->steps) p.steps.push_back(st);
+    } else {
+      auto first = PlanReshard(from, HloSharding::Replicate(), base);
+      if (!first.ok()) return first;
+      p = *first;
+      p.identity = false;
+      p.steps.push_back({ReshardStep::Kind::kMakeUnreduced, {}, *rep, *rep, 0});
+    }
+    return p;
+  }
   // A maximal (single-device) value reaches the others the way XLA does it: the owner keeps its
   // value, everyone else contributes zeros, and an all-reduce sums (GSPMD's broadcast by
   // all-reduce). A maximal target needs the value on its device; every device computing the same
@@ -699,7 +723,30 @@ Result<Instruction*> SpmdContext::EmitPlan(const PValue& v, const ReshardPlan& p
         x = Reshape(x, out);
         break;
       }
+      case ReshardStep::Kind::kReduceUnreduced: {
+        std::vector<int64_t> all(static_cast<size_t>(n_));
+        for (int64_t i = 0; i < n_; ++i) all[static_cast<size_t>(i)] = i;
+        const PrimitiveType t = x->shape().type;
+        x = AllReduce(x, ScalarReducer(t == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd, t), {all},
+                      "sum the unreduced partial values");
+        break;
+      }
+      case ReshardStep::Kind::kMakeUnreduced:
       case ReshardStep::Kind::kBroadcastFromDevice: {
+        if (st.kind == ReshardStep::Kind::kMakeUnreduced) {
+          std::vector<int64_t> first(static_cast<size_t>(n_), 0);
+          if (n_ > 0) first[0] = 1;
+          Instruction* flag = TableLookup(first);
+          Instruction* one = ConstantScalar(PrimitiveType::kS32, 1);
+          Instruction* eq = Emit(Opcode::kCompare, Shape::Scalar(PrimitiveType::kPred), {flag, one});
+          eq->comparison = ComparisonDirection::kEq;
+          const Shape& ls = x->shape();
+          Instruction* mask = Emit(Opcode::kBroadcast, Shape(PrimitiveType::kPred, ls.dims), {eq});
+          mask->has_dimensions_attr = true;
+          Instruction* zero = Broadcast(ConstantScalar(ls.type, 0.0), ls);
+          x = Emit(Opcode::kSelect, ls, {mask, x, zero});
+          break;
+        }
         const int64_t owner = st.dims[0];
         std::vector<int64_t> is_owner(static_cast<size_t>(n_), 0);
         if (owner >= 0 && owner < n_) is_owner[static_cast<size_t>(owner)] = 1;

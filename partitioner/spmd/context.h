@@ -28,7 +28,8 @@ struct PValue {
 
 // One step of a resharding plan.
 struct ReshardStep {
-  enum class Kind { kDynamicSlice, kAllGather, kAllToAll, kCollectivePermute, kBroadcastFromDevice } kind;
+  enum class Kind { kDynamicSlice, kAllGather, kAllToAll, kCollectivePermute, kBroadcastFromDevice, kReduceUnreduced,
+                    kMakeUnreduced } kind;
   std::vector<int64_t> dims;        // all-gather: gathered dim; all-to-all: {from_dim, to_dim};
                                     // broadcast-from-device: {device}
   TileMap before, after;            // maps before/after the step

@@ -312,7 +312,8 @@ Status HandleGetTupleElement(SpmdContext& ctx, const Instruction& orig) {
 
 // custom-call "Sharding" is an annotation: the value resharded to it. Other custom-calls fall back.
 Status HandleCustomCall(SpmdContext& ctx, const Instruction& orig) {
-  if (orig.custom_call_target == "Sharding" && orig.operand_count() == 1) {
+  if ((orig.custom_call_target == "Sharding" || orig.custom_call_target == "LayoutConstraint") &&
+      orig.operand_count() == 1) {
     const HloSharding target = SpmdContext::ShardingOf(orig);
     auto r = ctx.ReshardAny(ctx.Get(orig.operand(0)), target);
     if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
