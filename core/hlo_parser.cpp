@@ -329,38 +329,13 @@ class Parser {
     return ParseInt(v, what, false, what2);
   }
 
-  // '{' (int (',' int)*)? '}'
-  bool ParseIntList(std::vector<int64_t>* out, std::string_view what) {
-    out->clear();
-    if (!Expect('{', "'{' to start ", what)) return false;
-    if (Eat('}')) return true;
-    while (true) {
-      int64_t v;
-      if (!ParseNonNegative(&v, "a non-negative integer in ", what)) return false;
-      out->push_back(v);
-      SkipWs();
-      if (Cur() == ',') {
-        ++p_;
-        continue;
-      }
-      if (Cur() == '}') {
-        ++p_;
-        return true;
-      }
-      return FailExpected(p_, "',' or '}' in " + std::string(what));
-    }
-  }
-
-  // '[' (int (',' int)*)? ']'  (iota replica groups)
-  bool ParseBracketList(std::vector<int64_t>* out, char open, char close, std::string_view what) {
-    out->clear();
-    const char open_text[] = {'\'', open, '\'', '\0'};
-    if (!Expect(open, open_text, " to start ", what)) return false;
+  // The body of a separated list whose opening character was consumed: (item (',' item)*)? close.
+  // `item` parses one element (returning false after reporting an error).
+  template <typename Item>
+  bool ParseSeparatedUntil(char close, std::string_view what, Item&& item) {
     if (Eat(close)) return true;
     while (true) {
-      int64_t v;
-      if (!ParseNonNegative(&v, "a non-negative integer in ", what)) return false;
-      out->push_back(v);
+      if (!item()) return false;
       SkipWs();
       if (Cur() == ',') {
         ++p_;
@@ -372,6 +347,22 @@ class Parser {
       }
       return FailExpected(p_, std::string("',' or '") + close + "' in " + std::string(what));
     }
+  }
+
+  // '{' (int (',' int)*)? '}'
+  bool ParseIntList(std::vector<int64_t>* out, std::string_view what) { return ParseBracketList(out, '{', '}', what); }
+
+  // open (int (',' int)*)? close, e.g. '[' ... ']' for iota replica groups
+  bool ParseBracketList(std::vector<int64_t>* out, char open, char close, std::string_view what) {
+    out->clear();
+    const char open_text[] = {'\'', open, '\'', '\0'};
+    if (!Expect(open, open_text, " to start ", what)) return false;
+    return ParseSeparatedUntil(close, what, [&] {
+      int64_t v;
+      if (!ParseNonNegative(&v, "a non-negative integer in ", what)) return false;
+      out->push_back(v);
+      return true;
+    });
   }
 
   bool ParseBool(bool* v) {
@@ -1118,23 +1109,14 @@ class Parser {
 
   bool ParseNameRefList(std::vector<NameRef>* out, std::string_view what) {
     if (!Expect('{', "'{' to start ", what)) return false;
-    if (Eat('}')) return true;
-    while (true) {
+    return ParseSeparatedUntil('}', what, [&] {
       NameRef r;
       if (!ParseNameRef(&r, "a computation name in ", what)) return false;
       out->push_back(r);
-      SkipWs();
-      if (Cur() == ',') {
-        ++p_;
-        continue;
-      }
-      if (Cur() == '}') {
-        ++p_;
-        return true;
-      }
-      return FailExpected(p_, "',' or '}' in " + std::string(what));
-    }
+      return true;
+    });
   }
+
 
   static bool IsComputationKey(std::string_view k) {
     return k == "to_apply" || k == "calls" || k == "condition" || k == "body" || k == "true_computation" ||
