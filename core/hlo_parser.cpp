@@ -1340,33 +1340,22 @@ class Parser {
 
   bool ParseControlPredecessors(ComputationState& st, Instruction* inst) {
     if (!Expect('{', "'{' to start control-predecessors")) return false;
-    if (Eat('}')) return true;
-    while (true) {
+    return ParseSeparatedUntil('}', "control-predecessors", [&] {
       std::string_view name;
       size_t off;
       if (!ParseName(&name, &off, "an instruction name in control-predecessors")) return false;
       const NameEntry* def = st.names.Find(name);
       if (!def) return FailUndefined(st, name, off, "control predecessor");
       inst->control_predecessors.push_back(def->inst);
-      SkipWs();
-      if (Cur() == ',') {
-        ++p_;
-        continue;
-      }
-      if (Cur() == '}') {
-        ++p_;
-        return true;
-      }
-      return FailExpected(p_, "',' or '}' in control-predecessors");
-    }
+      return true;
+    });
   }
 
   // slice={[0:4:1], [2:8]}
   bool ParseSlice(SliceSpec* s) {
     *s = SliceSpec();
     if (!Expect('{', "'{' to start the slice")) return false;
-    if (Eat('}')) return true;
-    while (true) {
+    return ParseSeparatedUntil('}', "the slice", [&] {
       if (!Expect('[', "'[' to start a slice range such as [0:4:1]")) return false;
       int64_t start, limit, stride = 1;
       if (!ParseNonNegative(&start, "a slice start")) return false;
@@ -1382,17 +1371,8 @@ class Parser {
       s->starts.push_back(start);
       s->limits.push_back(limit);
       s->strides.push_back(stride);
-      SkipWs();
-      if (Cur() == ',') {
-        ++p_;
-        continue;
-      }
-      if (Cur() == '}') {
-        ++p_;
-        return true;
-      }
-      return FailExpected(p_, "',' or '}' in the slice");
-    }
+      return true;
+    });
   }
 
   // padding=0_0x1_2_0  (low_high[_interior] per dimension, 'x'-separated; empty for rank 0)
@@ -1638,30 +1618,19 @@ class Parser {
     }
     if (Cur() != '{') return FailExpected(p_, "replica groups such as {{0,1},{2,3}} or [2,2]<=[4]");
     ++p_;
-    if (Eat('}')) return true;
-    while (true) {
+    return ParseSeparatedUntil('}', "replica_groups", [&] {
       std::vector<int64_t> group;
       if (!ParseIntList(&group, "a replica group")) return false;
       g->groups.push_back(std::move(group));
-      SkipWs();
-      if (Cur() == ',') {
-        ++p_;
-        continue;
-      }
-      if (Cur() == '}') {
-        ++p_;
-        return true;
-      }
-      return FailExpected(p_, "',' or '}' in replica_groups");
-    }
+      return true;
+    });
   }
 
   // source_target_pairs={{0,1},{1,2}}
   bool ParseSourceTargetPairs(std::vector<std::pair<int64_t, int64_t>>* out) {
     out->clear();
     if (!Expect('{', "'{' to start source_target_pairs")) return false;
-    if (Eat('}')) return true;
-    while (true) {
+    return ParseSeparatedUntil('}', "source_target_pairs", [&] {
       std::vector<int64_t> pair;
       SkipWs();
       const size_t off = p_;
@@ -1669,17 +1638,8 @@ class Parser {
       if (pair.size() != 2)
         return Fail(off, "expected a {source,target} pair of 2 device ids, found " + std::to_string(pair.size()));
       out->emplace_back(pair[0], pair[1]);
-      SkipWs();
-      if (Cur() == ',') {
-        ++p_;
-        continue;
-      }
-      if (Cur() == '}') {
-        ++p_;
-        return true;
-      }
-      return FailExpected(p_, "',' or '}' in source_target_pairs");
-    }
+      return true;
+    });
   }
 
 
