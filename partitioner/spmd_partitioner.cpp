@@ -9,6 +9,7 @@ namespace spmd {
 
 int DotHandlerAnchor();
 int FormattingHandlersAnchor();
+int WindowedHandlersAnchor();
 
 Status SpmdContext::PartitionComputation(const Computation* orig, Computation* out) {
   Computation* saved = comp_;
@@ -77,6 +78,7 @@ Result<Computation*> SpmdContext::PartitionCalled(const Computation* callee,
 Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions& options) {
   (void)spmd::DotHandlerAnchor();
   (void)spmd::FormattingHandlersAnchor();
+  (void)spmd::WindowedHandlersAnchor();
   if (!module.entry()) return Error("module has no entry computation");
   int64_t n = options.num_partitions > 0 ? options.num_partitions : module.num_partitions;
   if (options.num_partitions <= 0 && n <= 1) {

@@ -1,6 +1,9 @@
 // Annotating through the mesh view: the graph items show the propagated shardings (recoloured,
 // never laid out again), the device grid shows who holds what, and every edit undoes and redoes.
 #include <QApplication>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QMimeData>
 #include <QSignalSpy>
 #include <QUndoStack>
 #include <QtTest>
@@ -212,6 +215,53 @@ class TestGuiMesh : public QObject {
     QCOMPARE(LayoutService::instance()->layoutsRun(), runs);  // same module + structure: cached
     QCOMPARE(second->nodes().size(), 4);
     delete second;
+  }
+
+  // The drop rows take what an axis chip carries, through real drag-enter and drop events.
+  void dragAxisChipOntoDimension() {
+    const DeviceMesh mesh = doc_->mesh();
+    doc_->select(Id("b"));
+    QCoreApplication::processEvents();
+    QVERIFY(mesh_->findChild<QWidget*>("axisChip1") != nullptr);
+    auto drop = [&](const char* row_name, int axis) {
+      auto* row = mesh_->findChild<QWidget*>(row_name);
+      if (!row) return false;
+      std::unique_ptr<QMimeData> mime(MeshView::axisMimeData(axis));
+      const QPointF at(row->width() / 2.0, row->height() / 2.0);
+      QDragEnterEvent enter(at.toPoint(), Qt::MoveAction, mime.get(), Qt::LeftButton, Qt::NoModifier);
+      QApplication::sendEvent(row, &enter);
+      if (!enter.isAccepted()) return false;
+      QDropEvent dropped(at, Qt::MoveAction, mime.get(), Qt::LeftButton, Qt::NoModifier);
+      QApplication::sendEvent(row, &dropped);
+      QCoreApplication::processEvents();  // the rows are rebuilt after the edit
+      return dropped.isAccepted();
+    };
+    // Y (axis 1) dropped on dim 1 of b: b[I, J_Y].
+    QVERIFY(drop("dropDim1", 1));
+    QVERIFY(doc_->waitUntilIdle(60000));
+    QCOMPARE(*doc_->annotation(Id("b")), Shard(mesh, 2, {{}, {1}}));
+    // X dropped on dim 0 as well: b[I_X, J_Y].
+    QVERIFY(drop("dropDim0", 0));
+    QCOMPARE(*doc_->annotation(Id("b")), Shard(mesh, 2, {{0}, {1}}));
+    // Moving Y from dim 1 to dim 0: b[I_XY, J].
+    QVERIFY(drop("dropDim0", 1));
+    QCOMPARE(*doc_->annotation(Id("b")), Shard(mesh, 2, {{0, 1}, {}}));
+    // X onto the replicate row: b[I_Y, J], Y stays.
+    QVERIFY(drop("dropReplicate", 0));
+    QCOMPARE(*doc_->annotation(Id("b")), Shard(mesh, 2, {{1}, {}}));
+    // Each drop was one undoable edit.
+    QCOMPARE(doc_->undoStack()->count(), 4);
+    doc_->undoStack()->undo();
+    QCOMPARE(*doc_->annotation(Id("b")), Shard(mesh, 2, {{0, 1}, {}}));
+    // Something that is not an axis is refused at drag-enter.
+    auto* row = mesh_->findChild<QWidget*>("dropDim0");
+    QVERIFY(row);
+    QMimeData text;
+    text.setText("X");
+    QDragEnterEvent enter(QPoint(2, 2), Qt::MoveAction, &text, Qt::LeftButton, Qt::NoModifier);
+    enter.setAccepted(false);
+    QApplication::sendEvent(row, &enter);
+    QVERIFY(!enter.isAccepted());
   }
 };
 

@@ -111,8 +111,22 @@ class TestGuiModels : public QObject {
     CollectiveTableModel model;
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QCOMPARE(model.rowCount(), 0);
-    model.setCollectives({{"dot.1", "all-reduce.3", "all-reduce", 2048, "{{0,1},{2,3}}", "dot: contracting dim sharded"},
-                          {"w", "all-gather.1", "all-gather", 512, "[2,2]<=[4]", "reshard"}});
+    auto row = [](const char* origin, const char* inst, const char* kind, int64_t bytes, const char* groups,
+                  const char* reason, std::vector<std::vector<int64_t>> parsed) {
+      CollectiveInfo c;
+      c.origin = origin, c.instruction = inst, c.kind = kind, c.bytes_per_device = bytes;
+      c.replica_groups = groups, c.reason = reason, c.groups = std::move(parsed);
+      return c;
+    };
+    model.setCollectives({row("dot.1", "all-reduce.3", "all-reduce", 2048, "{{0,1},{2,3}}", "dot: contracting dim sharded",
+                              {{0, 1}, {2, 3}}),
+                          row("w", "all-gather.1", "all-gather", 512, "[2,2]<=[4]", "reshard", {{0, 1}, {2, 3}})});
+    // Seen from device 3 the groups column shows its own group; switching back shows them all.
+    model.setDevice(3);
+    QCOMPARE(model.index(0, CollectiveTableModel::kGroups).data().toString(), QString("{2,3} (1 of 2 groups)"));
+    model.setDevice(-1);
+    // No estimate yet: a dash.
+    QCOMPARE(model.index(0, CollectiveTableModel::kTime).data().toString(), QString("\u2013"));
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.index(0, CollectiveTableModel::kKind).data().toString(), QString("all-reduce"));
     QCOMPARE(model.index(0, CollectiveTableModel::kBytes).data().toString(), QString("2.00 KiB"));

@@ -1,6 +1,9 @@
 // Simulation views: the timeline paints only the visible range and skips events on already painted
-// pixels; memory charts keep every interval's maximum when downsampling; the simulation panel runs
-// a step of the partitioned program end to end.
+// pixels, selects the event under a click, selects a time range with its totals and shows tooltips;
+// memory charts keep every interval's maximum when downsampling; the simulation panel runs a step
+// of the partitioned program end to end. (The run store, comparison and timeline -> instruction
+// mapping are in test_gui_history.)
+#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -58,12 +61,178 @@ ENTRY main {
 }
 )";
 
+
+// A timeline of 800x200 px showing [0, 1 s): plot from x = 190 to 796 (606 px wide).
+constexpr int kPlotLeft = 190, kPlotWidth = 800 - 190 - 4;
+int XOf(double t) { return kPlotLeft + static_cast<int>(t * kPlotWidth); }
+constexpr int kComputeY = 22 + 4 + 8, kCommY = 22 + 4 + 17 + 8;
+
+// One class; compute [0, 0.2) and [0.5, 0.6); two collectives [0.1, 0.3) and [0.2, 0.4) in flight
+// together on the communication lane.
+std::shared_ptr<RunResult> GappyRun() {
+  auto run = std::make_shared<RunResult>();
+  DeviceClass c;
+  auto add = [&](Stream s, double start, double dur, const char* name, const char* kind, int64_t bytes, double flops) {
+    TimelineEvent e;
+    e.stream = s;
+    e.start_s = start;
+    e.duration_s = dur;
+    e.instruction = name;
+    e.kind = kind;
+    e.bytes = bytes;
+    e.flops = flops;
+    c.events.push_back(e);
+  };
+  add(Stream::kCompute, 0.0, 0.2, "dot.1", "dot", 4096, 2e9);
+  add(Stream::kCompute, 0.5, 0.1, "fusion.2", "fusion", 1024, 0);
+  add(Stream::kCommunication, 0.1, 0.2, "all-gather.3", "all-gather", 1000, 0);
+  add(Stream::kCommunication, 0.2, 0.2, "all-reduce.4", "all-reduce", 500, 0);
+  run->classes.push_back(c);
+  run->device_class = {0, 0};
+  run->summary.num_devices = 2;
+  run->summary.step_time_s = 1.0;
+  return run;
+}
+
 }  // namespace
 
 class TestGuiTimeline : public QObject {
   Q_OBJECT
 
+  QTemporaryDir runs_dir_;
+
  private slots:
+  void initTestCase() {
+    // Simulated runs go to a store of this test, never the user's.
+    QStandardPaths::setTestModeEnabled(true);
+    QVERIFY(runs_dir_.isValid());
+    qputenv("SHARDSCOPE_RUN_DB", runs_dir_.filePath("runs.sqlite").toLocal8Bit());
+  }
+
+  void clickSelectsTheEventUnderThePointer() {
+    TimelineWidget timeline;
+    timeline.resize(800, 200);
+    timeline.setRun(DenseRun(10));  // op.i covers [i/10, (i+1)/10)
+    timeline.setRange(0, 1);
+    QSignalSpy clicked(&timeline, &TimelineWidget::eventClicked);
+    QTest::mouseClick(&timeline, Qt::LeftButton, {}, QPoint(XOf(0.35), kComputeY));
+    QCOMPARE(clicked.count(), 1);
+    QCOMPARE(clicked.at(0).at(0).toString(), QString("op.3"));
+    QCOMPARE(clicked.at(0).at(1).toInt(), 0);
+    QVERIFY(timeline.selectedEvent());
+    QCOMPARE(timeline.selectedEvent()->instruction, std::string("op.3"));
+    // The communication lane, under the compute lane.
+    QTest::mouseClick(&timeline, Qt::LeftButton, {}, QPoint(XOf(0.5), kCommY));
+    QCOMPARE(clicked.count(), 2);
+    QCOMPARE(clicked.at(1).at(0).toString(), QString("all-reduce.1"));
+    // The gutter and the empty part of the communication lane select nothing.
+    QTest::mouseClick(&timeline, Qt::LeftButton, {}, QPoint(100, kComputeY));
+    QTest::mouseClick(&timeline, Qt::LeftButton, {}, QPoint(XOf(0.1), kCommY));
+    QCOMPARE(clicked.count(), 2);
+    // eventCenter agrees with the geometry: the middle of op.7 at 0.75 s.
+    const QPoint c = timeline.eventCenter(0, Stream::kCompute, "op.7");
+    QVERIFY(std::abs(c.x() - XOf(0.75)) <= 1);
+    QCOMPARE(c.y(), 22 + 4 + 17 / 2);
+    QCOMPARE(timeline.eventAt(c)->instruction, std::string("op.7"));
+    QCOMPARE(timeline.eventCenter(0, Stream::kCompute, "no-such-op"), QPoint(-1, -1));
+    // A drag pans instead of clicking: 60 px to the right moves the window 0.1 s earlier.
+    QTest::mousePress(&timeline, Qt::LeftButton, {}, QPoint(XOf(0.5), kComputeY));
+    QMouseEvent move(QEvent::MouseMove, QPointF(XOf(0.5) + 61, kComputeY), timeline.mapToGlobal(QPointF(XOf(0.5) + 61, kComputeY)),
+                     Qt::NoButton, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&timeline, &move);
+    QTest::mouseRelease(&timeline, Qt::LeftButton, {}, QPoint(XOf(0.5) + 61, kComputeY));
+    QCOMPARE(clicked.count(), 2);
+    QVERIFY2(std::abs(timeline.rangeStart() + 0.1) < 0.003, qPrintable(QString::number(timeline.rangeStart())));
+  }
+
+  void rangeTotalsAndShiftDragSelection() {
+    TimelineWidget timeline;
+    timeline.resize(800, 200);
+    timeline.setRun(GappyRun());
+    timeline.setRange(0, 1);
+    // Whole step: compute 0.3 s; communication is the union of two overlapping collectives,
+    // [0.1, 0.4) = 0.3 s; both busy in [0.1, 0.2) = 0.1 s; idle = 1 - (0.3 + 0.3 - 0.1) = 0.5 s.
+    auto t = timeline.rangeTotals(0, 0, 1);
+    QCOMPARE(t.span_s, 1.0);
+    QVERIFY(qFuzzyCompare(t.compute_s, 0.3));
+    QVERIFY(qFuzzyCompare(t.communication_s, 0.3));
+    QVERIFY(qFuzzyCompare(t.overlapped_s, 0.1));
+    QVERIFY(qFuzzyCompare(t.idle_s, 0.5));
+    QCOMPARE(t.events, int64_t{4});
+    QCOMPARE(t.bytes, int64_t{1500});
+    QCOMPARE(t.flops, 2e9);
+    // [0.15, 0.55): compute [0.15, 0.2) + [0.5, 0.55) = 0.1; comm [0.15, 0.4) = 0.25; both 0.05.
+    t = timeline.rangeTotals(0, 0.15, 0.55);
+    QVERIFY(qFuzzyCompare(t.compute_s, 0.1));
+    QVERIFY(qFuzzyCompare(t.communication_s, 0.25));
+    QVERIFY(qFuzzyCompare(t.overlapped_s, 0.05));
+    QVERIFY(qFuzzyCompare(t.idle_s + 1, 0.4 - 0.3 + 1));
+    QCOMPARE(t.events, int64_t{4});
+    // Nothing outside the step.
+    t = timeline.rangeTotals(0, 0.7, 0.9);
+    QCOMPARE(t.events, int64_t{0});
+    QVERIFY(qFuzzyCompare(t.idle_s, 0.2));
+    QCOMPARE(timeline.rangeTotals(5, 0, 1).events, int64_t{0});  // no such row
+
+    // Shift+drag from 0.2 s to 0.6 s selects that range (to a pixel).
+    QSignalSpy selected(&timeline, &TimelineWidget::rangeSelected);
+    QTest::mousePress(&timeline, Qt::LeftButton, Qt::ShiftModifier, QPoint(XOf(0.2), kComputeY));
+    QMouseEvent move(QEvent::MouseMove, QPointF(XOf(0.6), kComputeY), timeline.mapToGlobal(QPointF(XOf(0.6), kComputeY)),
+                     Qt::NoButton, Qt::LeftButton, Qt::ShiftModifier);
+    QApplication::sendEvent(&timeline, &move);
+    QTest::mouseRelease(&timeline, Qt::LeftButton, Qt::ShiftModifier, QPoint(XOf(0.6), kComputeY));
+    QVERIFY(timeline.hasSelection());
+    QVERIFY(selected.count() >= 1);
+    const double px = 1.0 / kPlotWidth;
+    QVERIFY(std::abs(timeline.selectionStart() - 0.2) <= px);
+    QVERIFY(std::abs(timeline.selectionEnd() - 0.6) <= px);
+    QCOMPARE(timeline.rangeStart(), 0.0);  // selecting does not pan
+    // The selection is painted (highlight over the idle lane background at 0.45 s) ...
+    const QImage image = timeline.render();
+    TimelineWidget plain;
+    plain.resize(800, 200);
+    plain.setRun(GappyRun());
+    plain.setRange(0, 1);
+    const QImage before = plain.render();
+    QVERIFY(image.pixelColor(XOf(0.45), kComputeY) != before.pixelColor(XOf(0.45), kComputeY));
+    QCOMPARE(image.pixelColor(XOf(0.8), kComputeY), before.pixelColor(XOf(0.8), kComputeY));
+    // ... a double-click inside it zooms to it, Escape clears it.
+    QTest::mouseDClick(&timeline, Qt::LeftButton, {}, QPoint(XOf(0.4), kComputeY));
+    QVERIFY(std::abs(timeline.rangeStart() - 0.2) <= px);
+    QVERIFY(std::abs(timeline.rangeEnd() - 0.6) <= px);
+    QTest::keyClick(&timeline, Qt::Key_Escape);
+    QVERIFY(!timeline.hasSelection());
+    QTest::keyClick(&timeline, Qt::Key_F);
+    QCOMPARE(timeline.rangeStart(), 0.0);
+  }
+
+  void tooltipsAndHighlight() {
+    TimelineWidget timeline;
+    timeline.resize(800, 200);
+    timeline.setRun(GappyRun());
+    timeline.setRange(0, 1);
+    const QString tip = timeline.toolTipAt(QPoint(XOf(0.1), kComputeY));
+    QVERIFY2(tip.contains("dot.1") && tip.contains("(dot)") && tip.contains("200 ms") && tip.contains("2 GFLOP"), qPrintable(tip));
+    QVERIFY(timeline.toolTipAt(QPoint(XOf(0.8), kComputeY)).isEmpty());
+    // With a resolver the tooltip names the original instruction.
+    timeline.setOriginResolver([](const QString& spmd) { return spmd == "dot.1" ? QString("layer/dot") : QString(); });
+    QVERIFY(timeline.toolTipAt(QPoint(XOf(0.1), kComputeY)).contains("from <i>layer/dot</i>"));
+    // Highlighting an origin outlines its events and changes nothing else.
+    const QImage before = timeline.render();
+    timeline.setHighlightedOrigin("layer/dot");
+    const QImage after = timeline.render();
+    int changed = 0, outside = 0;
+    for (int y = 0; y < before.height(); ++y) {
+      for (int x = 0; x < before.width(); ++x) {
+        if (before.pixel(x, y) == after.pixel(x, y)) continue;
+        ++changed;
+        if (x < XOf(0) - 1 || x > XOf(0.2) + 2 || y < 22 + 4 || y > 22 + 4 + 17) ++outside;
+      }
+    }
+    QVERIFY(changed > 100);  // the outline of a 121 x 15 px box
+    QCOMPARE(outside, 0);
+  }
+
   void downsampleKeepsPeaks() {
     std::vector<SeriesPoint> points;
     for (int i = 0; i < 100000; ++i) points.push_back({i * 1e-6, static_cast<double>(i % 97)});
@@ -152,13 +321,16 @@ class TestGuiTimeline : public QObject {
     view.setDocument(&doc);
     QVERIFY(doc.loadHloText(kModule, "sim.hlo").ok());
     QVERIFY(doc.waitUntilIdle(60000));
+    const size_t stored_before = doc.runHistory().size();
     doc.requestSimulation("tpu-v4");
     QVERIFY(doc.waitUntilIdle(120000));
     const SimulationOutput& out = doc.simulation();
     QVERIFY2(out.ok, out.message.c_str());
-    QCOMPARE(doc.runs().size(), size_t{1});
-    const RunResult& run = *doc.runs().front();
-    QCOMPARE(run.id, int64_t{1});
+    QCOMPARE(doc.runHistory().size(), stored_before + 1);
+    const auto first = out.run;
+    const RunResult& run = *first;
+    QVERIFY(run.id > 0);  // stored
+    QCOMPARE(doc.runHistory().back().id, run.id);
     QCOMPARE(run.num_devices(), int64_t{4});
     QVERIFY(run.summary.step_time_s > 0);
     QVERIFY(run.summary.peak_memory_bytes > 0);
@@ -166,19 +338,23 @@ class TestGuiTimeline : public QObject {
     // row-split x, and the run shows communication.
     QVERIFY(out.collectives >= 1);
     QVERIFY(run.summary.communication_time_s > 0);
-    QCOMPARE(view.history()->rowCount(), 1);
+    const int row = view.history()->rowCount() - 1;
+    QCOMPARE(view.history()->index(row, RunHistoryModel::kId).data(RunHistoryModel::kRunIdRole).toLongLong(), run.id);
     // The mesh comes from the file's shardings: x is split 4 ways along one axis.
-    QCOMPARE(view.history()->index(0, RunHistoryModel::kMesh).data().toString(), QString("X=4"));
-    QCOMPARE(view.timeline()->run(), doc.runs().front().get());
+    QCOMPARE(view.history()->index(row, RunHistoryModel::kMesh).data().toString(), QString("X=4"));
+    QCOMPARE(view.history()->index(row, RunHistoryModel::kModule).data().toString(), QString("sim"));  // not "sim.spmd"
+    QCOMPARE(view.timeline()->run(), first.get());
+    QCOMPARE(view.shownRun(), run.id);
     QVERIFY(view.timeline()->rowCount() >= 1);
     QVERIFY(view.memoryChart()->pointCount() > 0);
     // A second run with another chip lands in the history too.
     doc.requestSimulation("tpu-v5e");
     QVERIFY(doc.waitUntilIdle(120000));
-    QCOMPARE(doc.runs().size(), size_t{2});
-    QCOMPARE(view.history()->rowCount(), 2);
-    QVERIFY(view.showRun(1));
-    QCOMPARE(view.timeline()->run()->id, int64_t{1});
+    QCOMPARE(doc.runHistory().size(), stored_before + 2);
+    QCOMPARE(view.history()->rowCount(), row + 2);
+    QVERIFY(view.showRun(run.id));
+    QVERIFY(doc.waitUntilIdle(30000));
+    QCOMPARE(view.timeline()->run()->id, run.id);
   }
 };
 

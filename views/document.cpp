@@ -1,7 +1,10 @@
 #include "views/document.h"
 
+#include <algorithm>
+
 #include <QCoreApplication>
 #include <QDateTime>
+#include <QDir>
 #include <QElapsedTimer>
 #include <QEventLoop>
 #include <QFile>
@@ -11,6 +14,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QSaveFile>
+#include <QStandardPaths>
 #include <QThreadPool>
 #include <QTimer>
 #include <QUndoCommand>
@@ -81,16 +85,23 @@ Document::Document(QObject* parent)
     : QObject(parent),
       undo_stack_(new QUndoStack(this)),
       pool_(new QThreadPool(this)),
-      latest_request_(std::make_shared<std::atomic<quint64>>(0)) {
+      latest_request_(std::make_shared<std::atomic<quint64>>(0)),
+      simulation_latest_(std::make_shared<std::atomic<quint64>>(0)),
+      store_pool_(new QThreadPool(this)),
+      store_slot_(std::make_shared<StoreSlot>()) {
   pool_->setMaxThreadCount(1);
   pool_->setExpiryTimeout(-1);
+  store_pool_->setMaxThreadCount(1);
+  store_pool_->setExpiryTimeout(-1);
   connect(undo_stack_, &QUndoStack::cleanChanged, this, [this](bool clean) { emit modifiedChanged(!clean); });
 }
 
 Document::~Document() {
   // Results that arrive after this point are dropped; wait so no worker outlives the session.
   latest_request_->store(~quint64{0});
+  simulation_latest_->store(~quint64{0});
   pool_->waitForDone();
+  store_pool_->waitForDone();
 }
 
 QString Document::title() const {
@@ -151,7 +162,10 @@ void Document::setModule(std::unique_ptr<Module> module, const DeviceMesh& mesh,
   propagation_ = PropagationOutput{};
   partition_ = PartitionOutput{};
   simulation_ = SimulationOutput{};
-  runs_.clear();
+  // The run history stays (it is the store's); only the document's link to a project store goes.
+  spmd_origins_.clear();
+  run_project_file_.clear();
+  if (store_enabled_) scheduleRunStoreRefresh();
   ++module_generation_;
   rebuildIndex();
   undo_stack_->clear();
@@ -257,6 +271,7 @@ Status Document::saveProject(const QString& path) {
   }
   file_path_ = path;
   undo_stack_->setClean();
+  setRunStoreProject(path, /*carry_session_runs=*/true);
   return Status::Ok();
 }
 
@@ -266,7 +281,10 @@ Status Document::loadProject(const QString& path) {
     return Error(QString("%1: cannot open: %2").arg(path, f.errorString()).toStdString());
   }
   Status st = loadProjectJson(f.readAll(), path);
-  if (st.ok()) file_path_ = path;
+  if (st.ok()) {
+    file_path_ = path;
+    setRunStoreProject(path, /*carry_session_runs=*/false);
+  }
   return st;
 }
 
@@ -520,20 +538,29 @@ void Document::startPropagation() {
 }
 
 bool Document::waitUntilIdle(int timeout_ms) {
-  if (!isBusy() && !partitionBusy() && !simulationBusy()) return true;
+  auto idle = [this] {
+    return !isBusy() && !partitionBusy() && !simulationBusy() && !runStoreBusy() && !store_refresh_scheduled_;
+  };
+  if (idle()) return true;
   QEventLoop loop;
   QTimer timer;
   timer.setSingleShot(true);
   connect(&timer, &QTimer::timeout, &loop, &QEventLoop::quit);
+  // Polled as well: a state can change without one of the signals below (a coalesced refresh).
+  QTimer poll;
   auto check = [&] {
-    if (!isBusy() && !partitionBusy() && !simulationBusy()) loop.quit();
+    if (idle()) loop.quit();
   };
+  connect(&poll, &QTimer::timeout, &loop, check);
   connect(this, &Document::busyChanged, &loop, check);
   connect(this, &Document::partitionUpdated, &loop, check);
   connect(this, &Document::simulationUpdated, &loop, check);
+  connect(this, &Document::simulationCancelled, &loop, check);
+  connect(this, &Document::runStoreBusyChanged, &loop, check);
   timer.start(timeout_ms);
+  poll.start(50);
   loop.exec();
-  return !isBusy() && !partitionBusy() && !simulationBusy();
+  return idle();
 }
 
 // ---- Partitioning ----------------------------------------------------------------------------------
@@ -544,11 +571,13 @@ void Document::requestPartition() {
   auto clone = std::shared_ptr<Module>(annotatedClone(/*with_inferred=*/true).release());
   DeviceMesh mesh = mesh_;
   ++partition_pending_;
+  partition_active_ = true;
   auto* watcher = new QFutureWatcher<PartitionOutput>(this);
   connect(watcher, &QFutureWatcher<PartitionOutput>::finished, this, [this, watcher, gen] {
     watcher->deleteLater();
     --partition_pending_;
     if (gen == partition_generation_) {
+      partition_active_ = false;
       partition_ = watcher->result();
       emit partitionUpdated();
     }
@@ -558,39 +587,563 @@ void Document::requestPartition() {
   }));
 }
 
+void Document::cancelPartition() {
+  if (!partition_active_) return;
+  partition_active_ = false;
+  ++partition_generation_;  // the running job's result no longer matches
+  emit partitionCancelled();
+}
+
 // ---- Simulation -----------------------------------------------------------------------------------
 
-void Document::requestSimulation(const QString& chip_name) {
+struct Document::StoreSlot {
+  std::shared_ptr<RunDatabase> db;  // null when the store could not be opened
+  std::string path;
+  std::string error;
+};
+
+// What a store operation hands back to the GUI thread (one shape for every operation).
+struct Document::StoreReply {
+  bool ok = true;
+  std::string error;
+  std::string path;                       // open: the store in use ("" when it failed)
+  std::vector<RunOverview> runs;          // open / list
+  std::shared_ptr<RunResult> run;         // load / save
+  int64_t id = 0;                         // save: the new id
+  std::optional<RunComparison> comparison;
+  std::vector<std::pair<int64_t, int64_t>> carried;  // open: session run id -> id in the new store
+};
+
+template <typename Work, typename Done>
+void Document::onStore(Work work, Done done) {
+  if (store_pending_++ == 0) emit runStoreBusyChanged(true);
+  auto* watcher = new QFutureWatcher<StoreReply>(this);
+  connect(watcher, &QFutureWatcher<StoreReply>::finished, this, [this, watcher, done] {
+    watcher->deleteLater();
+    done(watcher->result());
+    if (--store_pending_ == 0) emit runStoreBusyChanged(false);
+  });
+  watcher->setFuture(QtConcurrent::run(store_pool_, std::move(work)));
+}
+
+void Document::requestSimulation(const QString& chip_name, SimulationInput input) {
   if (!module_) return;
+  openRunStore();
   const quint64 gen = ++simulation_generation_;
+  simulation_latest_->store(gen);
   const std::string chip = chip_name.isEmpty() ? DefaultChip() : chip_name.toStdString();
-  auto clone = std::shared_ptr<Module>(annotatedClone(/*with_inferred=*/true).release());
+  const bool replicated = input == SimulationInput::kReplicated;
+  // module_ carries no shardings (annotations_ holds them): its clone is the replicated baseline.
+  auto clone = std::shared_ptr<Module>(replicated ? module_->Clone().release() : annotatedClone(/*with_inferred=*/true).release());
   DeviceMesh mesh = mesh_;
-  const std::string label = QString("%1 on %2, mesh %3, %4 annotations")
+  const QString what = replicated ? QString("replicated (no shardings)") : QString("%1 annotations").arg(annotations_.size());
+  const std::string label = QString("%1 on %2, mesh %3, %4")
                                 .arg(QString::fromStdString(module_->name()), QString::fromStdString(chip),
-                                     QString::fromStdString(mesh_.ToString()))
-                                .arg(annotations_.size())
+                                     QString::fromStdString(mesh_.ToString()), what)
                                 .toStdString();
-  ++simulation_pending_;
+  simulation_active_ = true;
+  auto latest = simulation_latest_;
   auto* watcher = new QFutureWatcher<SimulationOutput>(this);
   connect(watcher, &QFutureWatcher<SimulationOutput>::finished, this, [this, watcher, gen] {
     watcher->deleteLater();
-    --simulation_pending_;
-    if (gen != simulation_generation_) return;
-    simulation_ = watcher->result();
-    if (simulation_.ok && simulation_.run) {
-      auto run = std::make_shared<RunResult>(*simulation_.run);
-      run->id = static_cast<int64_t>(runs_.size()) + 1;
-      run->created_unix_ms = QDateTime::currentMSecsSinceEpoch();
-      simulation_.run = run;
-      runs_.push_back(run);
-      emit runAdded(run->id);
-    }
-    emit simulationUpdated();
+    if (gen != simulation_generation_) return;  // cancelled or superseded
+    finishSimulation(gen, watcher->result());
   });
-  watcher->setFuture(QtConcurrent::run(pool_, [clone, mesh, chip, label]() -> SimulationOutput {
+  watcher->setFuture(QtConcurrent::run(pool_, [clone, mesh, chip, label, latest, gen]() -> SimulationOutput {
+    if (latest->load() != gen) {
+      SimulationOutput skipped;
+      skipped.message = "cancelled";
+      return skipped;
+    }
     return RunSimulation(clone->Clone(), mesh, chip, label);
   }));
+}
+
+void Document::finishSimulation(quint64 gen, SimulationOutput out) {
+  if (!out.ok || !out.run) {
+    simulation_ = std::move(out);
+    simulation_active_ = false;
+    emit simulationUpdated();
+    return;
+  }
+  // Saved on the store's thread; the run is adopted once it has its id.
+  auto run = std::make_shared<RunResult>(*out.run);
+  run->created_unix_ms = QDateTime::currentMSecsSinceEpoch();
+  auto pending = std::make_shared<SimulationOutput>(std::move(out));
+  auto slot = store_slot_;
+  auto latest = simulation_latest_;
+  onStore(
+      [slot, run, latest, gen]() -> StoreReply {
+        StoreReply r;
+        r.run = run;
+        if (!slot->db) {
+          r.ok = false;
+          r.error = slot->error.empty() ? "no run store is open" : slot->error;
+          return r;
+        }
+        auto id = slot->db->Save(*run, [latest, gen] { return latest->load() != gen; });
+        if (!id.ok()) {
+          r.ok = false;
+          r.error = id.error().message;
+          return r;
+        }
+        r.id = *id;
+        return r;
+      },
+      [this, gen, pending](StoreReply r) {
+        if (gen != simulation_generation_) return;  // cancelled while saving: nothing was stored
+        if (r.ok) {
+          r.run->id = r.id;
+        } else {
+          r.run->id = next_memory_id_--;
+          const QString msg = "Runs are kept in memory only (lost when ShardScope closes): " + Q(r.error);
+          if (store_error_ != msg) {
+            store_error_ = msg;
+            emit runStoreChanged();
+          }
+        }
+        pending->run = r.run;
+        simulation_ = std::move(*pending);
+        simulation_active_ = false;
+        adoptRun(r.run, simulation_.spmd_origin);
+        emit simulationUpdated();
+      });
+}
+
+void Document::adoptRun(std::shared_ptr<RunResult> run, std::map<std::string, std::string> origin) {
+  const int64_t id = run->id;
+  history_.push_back(OverviewOf(*run));
+  spmd_origins_[id] = std::move(origin);
+  session_runs_.push_back(id);
+  cacheRun(std::move(run));
+  emit runAdded(id);
+}
+
+void Document::cancelSimulation() {
+  if (!simulation_active_) return;
+  ++simulation_generation_;
+  simulation_latest_->store(simulation_generation_);
+  simulation_active_ = false;
+  emit simulationCancelled();
+}
+
+// ---- Run store ------------------------------------------------------------------------------------
+
+QString Document::chooseRunStorePath(const QString& project_file) {
+  const QString env = qEnvironmentVariable("SHARDSCOPE_RUN_DB");
+  if (!env.isEmpty()) return env;
+  if (!project_file.isEmpty()) return Q(RunDatabase::ProjectStorePath(project_file.toStdString()));
+  const QString dir = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation);
+  return QDir(dir.isEmpty() ? QDir::homePath() + "/.shardscope" : dir).filePath("runs.sqlite");
+}
+
+void Document::openRunStore() {
+  if (store_enabled_) return;
+  store_enabled_ = true;
+  refreshRunStore();
+}
+
+void Document::scheduleRunStoreRefresh() {
+  if (store_refresh_scheduled_) return;
+  store_refresh_scheduled_ = true;
+  QTimer::singleShot(0, this, [this] {
+    store_refresh_scheduled_ = false;
+    refreshRunStore();
+  });
+}
+
+void Document::setRunStoreProject(const QString& project_file, bool carry_session_runs) {
+  run_project_file_ = project_file;
+  carry_on_refresh_ = carry_on_refresh_ || carry_session_runs;
+  if (store_enabled_) scheduleRunStoreRefresh();
+}
+
+void Document::refreshRunStore() {
+  if (!store_enabled_) return;
+  const QString path = chooseRunStorePath(run_project_file_);
+  const bool carry = carry_on_refresh_;
+  carry_on_refresh_ = false;
+  if (path == store_requested_) {
+    relistRuns();
+    return;
+  }
+  store_requested_ = path;
+  const quint64 gen = ++store_generation_;
+  // Runs of this session go along into a newly saved project's store, so saving a project does not
+  // empty the history: the ones in memory as they are, the others read from the old store.
+  std::vector<std::pair<int64_t, std::shared_ptr<const RunResult>>> carried;
+  if (carry) {
+    for (int64_t id : session_runs_) carried.emplace_back(id, loadedRun(id));
+  }
+  auto slot = store_slot_;
+  const std::string p = path.toStdString();
+  onStore(
+      [slot, p, carried]() -> StoreReply {
+        StoreReply r;
+        std::shared_ptr<RunDatabase> old = slot->db;
+        slot->db.reset();
+        slot->path = p;
+        auto db = RunDatabase::Open(p);
+        if (!db.ok()) {
+          slot->error = db.error().message;
+          r.ok = false;
+          r.error = slot->error;
+          return r;
+        }
+        slot->db = *db;
+        slot->error.clear();
+        r.path = p;
+        for (const auto& [id, in_memory] : carried) {
+          std::optional<RunResult> run;
+          if (in_memory) run = *in_memory;
+          else if (old && id > 0) {
+            auto loaded = old->Load(id);
+            if (loaded.ok()) run = std::move(*loaded);
+          }
+          if (!run) continue;
+          auto new_id = slot->db->Save(*run);
+          if (new_id.ok()) r.carried.emplace_back(id, *new_id);
+        }
+        auto runs = slot->db->List();
+        if (!runs.ok()) {
+          r.ok = false;
+          r.error = runs.error().message;
+          return r;
+        }
+        r.runs = std::move(*runs);
+        return r;
+      },
+      [this, gen](StoreReply r) {
+        if (gen != store_generation_) return;
+        // Runs kept in memory stay in the history whatever the store.
+        std::vector<RunOverview> memory_only;
+        for (const auto& h : history_) {
+          if (h.id < 0) memory_only.push_back(h);
+        }
+        // Carried runs have new ids: move what is known about them.
+        for (const auto& [from, to] : r.carried) {
+          for (auto& id : session_runs_) if (id == from) id = to;
+          auto o = spmd_origins_.find(from);
+          if (o != spmd_origins_.end()) {
+            auto m = std::move(o->second);
+            spmd_origins_.erase(o);
+            spmd_origins_[to] = std::move(m);
+          }
+          for (auto& cached : run_cache_) {
+            if (cached->id != from) continue;
+            auto copy = std::make_shared<RunResult>(*cached);
+            copy->id = to;
+            cached = copy;
+          }
+          if (simulation_.run && simulation_.run->id == from) {
+            auto copy = std::make_shared<RunResult>(*simulation_.run);
+            copy->id = to;
+            simulation_.run = copy;
+          }
+          memory_only.erase(std::remove_if(memory_only.begin(), memory_only.end(),
+                                           [from = from](const RunOverview& o) { return o.id == from; }),
+                            memory_only.end());
+        }
+        // Cached runs of the old store are not runs of this one.
+        run_cache_.erase(std::remove_if(run_cache_.begin(), run_cache_.end(),
+                                        [&](const std::shared_ptr<const RunResult>& c) {
+                                          if (c->id < 0) return false;
+                                          for (const auto& [from, to] : r.carried) if (c->id == to) return false;
+                                          return true;
+                                        }),
+                         run_cache_.end());
+        comparison_.reset();
+        if (r.ok) {
+          store_path_ = Q(r.path);
+          store_error_.clear();
+          history_ = std::move(r.runs);
+        } else {
+          store_path_.clear();
+          store_error_ = "Runs are kept in memory only (lost when ShardScope closes): " + Q(r.error);
+          history_.clear();
+        }
+        history_.insert(history_.end(), memory_only.begin(), memory_only.end());
+        emit runStoreChanged();
+        emit runHistoryReset();
+      });
+}
+
+void Document::relistRuns() {
+  if (!store_enabled_) return;
+  const quint64 gen = store_generation_;
+  auto slot = store_slot_;
+  onStore(
+      [slot]() -> StoreReply {
+        StoreReply r;
+        if (!slot->db) {
+          r.ok = false;
+          return r;
+        }
+        auto runs = slot->db->List();
+        if (!runs.ok()) {
+          r.ok = false;
+          r.error = runs.error().message;
+          return r;
+        }
+        r.runs = std::move(*runs);
+        return r;
+      },
+      [this, gen](StoreReply r) {
+        if (gen != store_generation_) return;
+        if (!r.ok) {
+          if (!r.error.empty()) emit runStoreMessage(Q(r.error));
+          return;
+        }
+        std::vector<RunOverview> memory_only;
+        for (const auto& h : history_) {
+          if (h.id < 0) memory_only.push_back(h);
+        }
+        history_ = std::move(r.runs);
+        history_.insert(history_.end(), memory_only.begin(), memory_only.end());
+        emit runHistoryReset();
+      });
+}
+
+const RunOverview* Document::runOverview(int64_t run_id) const {
+  for (const auto& h : history_) {
+    if (h.id == run_id) return &h;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const RunResult> Document::loadedRun(int64_t run_id) const {
+  for (const auto& r : run_cache_) {
+    if (r->id == run_id) return r;
+  }
+  if (simulation_.run && simulation_.run->id == run_id) return simulation_.run;
+  return nullptr;
+}
+
+void Document::cacheRun(std::shared_ptr<const RunResult> run) {
+  const int64_t id = run->id;
+  run_cache_.erase(std::remove_if(run_cache_.begin(), run_cache_.end(),
+                                  [id](const std::shared_ptr<const RunResult>& r) { return r->id == id; }),
+                   run_cache_.end());
+  run_cache_.push_back(std::move(run));
+  // A few stored runs stay in memory (they can be read again); runs kept in memory only always do.
+  constexpr size_t kCachedStoredRuns = 6;
+  size_t stored = 0;
+  for (const auto& r : run_cache_) stored += r->id > 0;
+  for (auto it = run_cache_.begin(); stored > kCachedStoredRuns && it != run_cache_.end();) {
+    if ((*it)->id > 0) {
+      it = run_cache_.erase(it);
+      --stored;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Document::requestRun(int64_t run_id) {
+  if (auto cached = loadedRun(run_id)) {
+    cacheRun(cached);  // most recently used
+    emit runLoaded(run_id);
+    return;
+  }
+  if (run_id <= 0) {
+    emit runStoreMessage(QString("run %1 is not in memory").arg(run_id));
+    return;
+  }
+  const quint64 gen = store_generation_;
+  auto slot = store_slot_;
+  onStore(
+      [slot, run_id]() -> StoreReply {
+        StoreReply r;
+        if (!slot->db) {
+          r.ok = false;
+          r.error = "no run store is open";
+          return r;
+        }
+        auto run = slot->db->Load(run_id);
+        if (!run.ok()) {
+          r.ok = false;
+          r.error = run.error().message;
+          return r;
+        }
+        r.run = std::make_shared<RunResult>(std::move(*run));
+        return r;
+      },
+      [this, gen, run_id](StoreReply r) {
+        if (gen != store_generation_) return;
+        if (!r.ok) {
+          emit runStoreMessage(QString("Cannot load run %1: %2").arg(run_id).arg(Q(r.error)));
+          return;
+        }
+        cacheRun(r.run);
+        emit runLoaded(run_id);
+      });
+}
+
+bool Document::setRunLabel(int64_t run_id, const QString& label) {
+  RunOverview* entry = nullptr;
+  for (auto& h : history_) {
+    if (h.id == run_id) entry = &h;
+  }
+  if (!entry) return false;
+  const std::string text = label.toStdString();
+  if (entry->label == text) return true;
+  entry->label = text;
+  for (auto& cached : run_cache_) {
+    if (cached->id != run_id) continue;
+    auto copy = std::make_shared<RunResult>(*cached);
+    copy->label = text;
+    cached = copy;
+  }
+  if (simulation_.run && simulation_.run->id == run_id) {
+    auto copy = std::make_shared<RunResult>(*simulation_.run);
+    copy->label = text;
+    simulation_.run = copy;
+  }
+  emit runLabelChanged(run_id);
+  if (run_id < 0) return true;
+  const quint64 gen = store_generation_;
+  auto slot = store_slot_;
+  onStore(
+      [slot, run_id, text]() -> StoreReply {
+        StoreReply r;
+        Status st = slot->db ? slot->db->SetLabel(run_id, text) : Status(Error("no run store is open"));
+        if (!st.ok()) {
+          r.ok = false;
+          r.error = st.error().message;
+        }
+        return r;
+      },
+      [this, gen, run_id](StoreReply r) {
+        if (gen != store_generation_ || r.ok) return;
+        emit runStoreMessage(QString("Cannot relabel run %1: %2").arg(run_id).arg(Q(r.error)));
+        relistRuns();
+      });
+  return true;
+}
+
+bool Document::deleteRun(int64_t run_id) {
+  auto it = std::find_if(history_.begin(), history_.end(), [run_id](const RunOverview& h) { return h.id == run_id; });
+  if (it == history_.end()) return false;
+  history_.erase(it);
+  run_cache_.erase(std::remove_if(run_cache_.begin(), run_cache_.end(),
+                                  [run_id](const std::shared_ptr<const RunResult>& r) { return r->id == run_id; }),
+                   run_cache_.end());
+  spmd_origins_.erase(run_id);
+  session_runs_.erase(std::remove(session_runs_.begin(), session_runs_.end(), run_id), session_runs_.end());
+  if (comparison_ && (comparison_->a.id == run_id || comparison_->b.id == run_id)) comparison_.reset();
+  emit runRemoved(run_id);
+  if (run_id < 0) return true;
+  const quint64 gen = store_generation_;
+  auto slot = store_slot_;
+  onStore(
+      [slot, run_id]() -> StoreReply {
+        StoreReply r;
+        Status st = slot->db ? slot->db->Delete(run_id) : Status(Error("no run store is open"));
+        if (!st.ok()) {
+          r.ok = false;
+          r.error = st.error().message;
+        }
+        return r;
+      },
+      [this, gen, run_id](StoreReply r) {
+        if (gen != store_generation_ || r.ok) return;
+        emit runStoreMessage(QString("Cannot delete run %1: %2").arg(run_id).arg(Q(r.error)));
+        relistRuns();
+      });
+  return true;
+}
+
+void Document::requestComparison(int64_t run_a, int64_t run_b) {
+  const RunOverview* a = runOverview(run_a);
+  const RunOverview* b = runOverview(run_b);
+  if (!a || !b) {
+    emit runStoreMessage(QString("Cannot compare runs %1 and %2: not in the history").arg(run_a).arg(run_b));
+    return;
+  }
+  if (run_a < 0 || run_b < 0) {  // not both stored: the same figures from the summaries
+    comparison_ = CompareRunOverviews(*a, *b);
+    emit comparisonReady(run_a, run_b);
+    return;
+  }
+  const quint64 gen = store_generation_;
+  auto slot = store_slot_;
+  const RunOverview fa = *a, fb = *b;
+  onStore(
+      [slot, run_a, run_b]() -> StoreReply {
+        StoreReply r;
+        if (!slot->db) {
+          r.ok = false;
+          r.error = "no run store is open";
+          return r;
+        }
+        auto c = slot->db->Compare(run_a, run_b);
+        if (!c.ok()) {
+          r.ok = false;
+          r.error = c.error().message;
+          return r;
+        }
+        r.comparison = std::move(*c);
+        return r;
+      },
+      [this, gen, run_a, run_b, fa, fb](StoreReply r) {
+        if (gen != store_generation_) return;
+        if (!r.ok) {
+          emit runStoreMessage(QString("Cannot compare runs %1 and %2 in the store: %3").arg(run_a).arg(run_b).arg(Q(r.error)));
+          comparison_ = CompareRunOverviews(fa, fb);
+        } else {
+          comparison_ = std::move(r.comparison);
+        }
+        emit comparisonReady(run_a, run_b);
+      });
+}
+
+int64_t Document::instructionForEvent(int64_t run_id, const QString& spmd_instruction) const {
+  if (!module_) return -1;
+  if (const RunOverview* o = runOverview(run_id); o && !o->inputs.module_name.empty() && RunModuleName(o->inputs) != module_->name()) {
+    return -1;  // another module's run: its names mean nothing here
+  }
+  std::string name = spmd_instruction.toStdString();
+  while (!name.empty() && name.back() == ']') {  // "[i]" per enclosing loop
+    const auto open = name.rfind('[');
+    if (open == std::string::npos) break;
+    name.erase(open);
+  }
+  if (name.empty()) return -1;
+  // The name as the event gives it, with the partitioner's ".spmd" computation suffix dropped, and
+  // without its computation.
+  std::vector<std::string> candidates{name};
+  for (auto pos = name.find(".spmd/"); pos != std::string::npos; pos = std::string::npos) {
+    candidates.push_back(name.substr(0, pos) + name.substr(pos + 5));
+  }
+  if (const auto slash = name.rfind('/'); slash != std::string::npos) candidates.push_back(name.substr(slash + 1));
+  auto find = [this](const std::string& n) -> int64_t {
+    const Instruction* inst = module_->FindInstruction(n);
+    return inst ? inst->id() : -1;
+  };
+  // 1. The partitioner's own map for a run made in this session.
+  if (auto o = spmd_origins_.find(run_id); o != spmd_origins_.end()) {
+    for (const auto& c : candidates) {
+      auto it = o->second.find(c);
+      if (it == o->second.end()) continue;
+      if (int64_t id = find(it->second); id >= 0) return id;
+    }
+  }
+  // 2. The last partitioning of this document.
+  for (const auto& c : candidates) {
+    for (const auto& [original, spmd_names] : partition_.became) {
+      if (std::find(spmd_names.begin(), spmd_names.end(), c) == spmd_names.end()) continue;
+      if (int64_t id = find(original); id >= 0) return id;
+    }
+    for (const auto& col : partition_.collectives) {
+      if (col.instruction != c) continue;
+      if (int64_t id = find(col.origin); id >= 0) return id;
+    }
+  }
+  // 3. The same name (the partitioner keeps the names of the instructions it partitions).
+  for (const auto& c : candidates) {
+    if (int64_t id = find(c); id >= 0) return id;
+  }
+  return -1;
 }
 
 // ---- Selection -------------------------------------------------------------------------------------

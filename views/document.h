@@ -102,7 +102,11 @@ class Document : public QObject {
   // ---- Partitioning (on demand, off the GUI thread) ----
   void requestPartition();
   const PartitionOutput& partition() const { return partition_; }
-  bool partitionBusy() const { return partition_pending_ > 0; }
+  // True from a request until its result arrives or it is cancelled.
+  bool partitionBusy() const { return partition_active_; }
+  // Drops the pending partitioning: its result is discarded when it arrives (the engine cannot be
+  // interrupted mid-run), partitionBusy() is false at once; emits partitionCancelled.
+  void cancelPartition();
 
   // A document that only displays a module (the partitioned program) runs no propagation.
   void setPropagationEnabled(bool on) { propagation_enabled_ = on; }
@@ -110,11 +114,48 @@ class Document : public QObject {
 
   // ---- Simulation (on demand, off the GUI thread) ----
   // Partitions the current shardings and simulates one step on `chip` (DefaultChip() when empty).
-  void requestSimulation(const QString& chip = QString());
-  bool simulationBusy() const { return simulation_pending_ > 0; }
+  // The run is then saved to the run store (on the store's worker) and simulationUpdated() and
+  // runAdded() follow; when the store cannot be used the run is kept in memory (negative id).
+  // kReplicated simulates the module with no shardings at all (every device holds everything and
+  // does all the work): the baseline a sharding is compared with.
+  enum class SimulationInput { kShardings, kReplicated };
+  void requestSimulation(const QString& chip = QString(), SimulationInput input = SimulationInput::kShardings);
+  // Drops the pending simulation: its result is discarded (it is not saved), simulationBusy() is
+  // false at once and simulationCancelled() is emitted. The worker finishes the step it started.
+  void cancelSimulation();
+  bool simulationBusy() const { return simulation_active_; }
   const SimulationOutput& simulation() const { return simulation_; }
-  // Every successful run of this document, oldest first (ids 1, 2, ...).
-  const std::vector<std::shared_ptr<const RunResult>>& runs() const { return runs_; }
+
+  // ---- Run store (SQLite; every call returns at once, the work runs on a worker thread) ----
+  // Runs are stored in $SHARDSCOPE_RUN_DB when it is set, else in the project's store next to a
+  // saved or opened project file ("dir/name.runs.sqlite"), else in runs.sqlite in the per-user data
+  // folder. The store is opened on first use: openRunStore() or the first simulation.
+  static QString chooseRunStorePath(const QString& project_file);
+  void openRunStore();
+  // Opens the store again when its path changed (project saved or opened) and lists its runs.
+  void refreshRunStore();
+  QString runStorePath() const { return store_path_; }    // the store in use; "" when none
+  QString runStoreError() const { return store_error_; }  // why runs are not stored; "" when fine
+  bool runStoreBusy() const { return store_pending_ > 0; }
+  // Every run of the store, then the runs kept in memory only; oldest first.
+  const std::vector<RunOverview>& runHistory() const { return history_; }
+  const RunOverview* runOverview(int64_t run_id) const;
+  // The full run when it is in memory (made in this session or loaded recently), else nullptr.
+  std::shared_ptr<const RunResult> loadedRun(int64_t run_id) const;
+  // Loads a run from the store; runLoaded(run_id) follows (at once when it is in memory) or
+  // runStoreMessage() with the reason.
+  void requestRun(int64_t run_id);
+  // Persist to the store; runLabelChanged / runRemoved are emitted at once. False: no such run.
+  bool setRunLabel(int64_t run_id, const QString& label);
+  bool deleteRun(int64_t run_id);
+  // The figures of two runs (RunStore::CompareRuns); comparisonReady(a, b) follows.
+  void requestComparison(int64_t run_a, int64_t run_b);
+  const std::optional<RunComparison>& comparison() const { return comparison_; }
+  // The instruction of this document a timeline event of run `run_id` came from, by the SPMD
+  // instruction name the event carries (loop suffixes "[i]" ignored): through the partitioner's
+  // map of that run when it was made in this session, else the last partitioning, else the same
+  // name. -1 when none (another module's run, or an instruction the partitioner inserted).
+  int64_t instructionForEvent(int64_t run_id, const QString& spmd_instruction) const;
 
   // ---- Selection ----
   int64_t selected() const { return selected_; }
@@ -128,8 +169,18 @@ class Document : public QObject {
   void selectionChanged(qint64 id);
   void busyChanged(bool busy);
   void partitionUpdated();
+  void partitionCancelled();
   void simulationUpdated();
+  void simulationCancelled();
   void runAdded(qint64 run_id);
+  void runHistoryReset();          // the history was replaced (store opened, or listed again)
+  void runRemoved(qint64 run_id);
+  void runLabelChanged(qint64 run_id);
+  void runLoaded(qint64 run_id);
+  void comparisonReady(qint64 run_a, qint64 run_b);
+  void runStoreChanged();          // runStorePath() or runStoreError() changed
+  void runStoreMessage(const QString& message);  // a store operation failed
+  void runStoreBusyChanged(bool busy);
   void errorOccurred(const QString& message);
   void modifiedChanged(bool modified);
 
@@ -159,12 +210,41 @@ class Document : public QObject {
   bool propagation_scheduled_ = false;
   PropagationOutput propagation_;
 
+  // Simulation and run store (document.cpp, "Simulation" and "Run store").
+  struct StoreSlot;
+  struct StoreReply;
+  void finishSimulation(quint64 gen, SimulationOutput out);
+  void adoptRun(std::shared_ptr<RunResult> run, std::map<std::string, std::string> origin);
+  void scheduleRunStoreRefresh();
+  void setRunStoreProject(const QString& project_file, bool carry_session_runs);
+  void relistRuns();
+  void cacheRun(std::shared_ptr<const RunResult> run);
+  template <typename Work, typename Done>
+  void onStore(Work work, Done done);
+
   SimulationOutput simulation_;
-  std::vector<std::shared_ptr<const RunResult>> runs_;
-  int simulation_pending_ = 0;
+  bool simulation_active_ = false;
   quint64 simulation_generation_ = 0;
+  std::shared_ptr<std::atomic<quint64>> simulation_latest_;
+  QThreadPool* store_pool_ = nullptr;  // one thread: store operations run in order
+  std::shared_ptr<StoreSlot> store_slot_;  // touched only on the store's thread
+  bool store_enabled_ = false;
+  bool store_refresh_scheduled_ = false;
+  bool carry_on_refresh_ = false;
+  QString run_project_file_;  // the project whose store is used ("" for the per-user store)
+  QString store_requested_;   // path of the last open request
+  QString store_path_, store_error_;
+  quint64 store_generation_ = 0;
+  int store_pending_ = 0;
+  int64_t next_memory_id_ = -1;
+  std::vector<RunOverview> history_;
+  std::vector<std::shared_ptr<const RunResult>> run_cache_;  // most recently used last
+  std::vector<int64_t> session_runs_;  // made in this session (carried into a newly saved project's store)
+  std::map<int64_t, std::map<std::string, std::string>> spmd_origins_;  // run id -> SPMD -> original
+  std::optional<RunComparison> comparison_;
   PartitionOutput partition_;
   int partition_pending_ = 0;
+  bool partition_active_ = false;
   quint64 partition_generation_ = 0;
 };
 

@@ -2,8 +2,12 @@
 #include "views/engine.h"
 
 #include <chrono>
+#include <cstdio>
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <filesystem>
+#include <mutex>
 #include <unordered_set>
 
 #include "core/hlo_text.h"
@@ -16,6 +20,7 @@
 #endif
 
 #if __has_include("partitioner/spmd_partitioner.h")
+#include "core/numeric_verify.h"
 #include "partitioner/spmd_partitioner.h"
 #define SHARDSCOPE_HAVE_PARTITIONER 1
 #else
@@ -23,6 +28,7 @@
 #endif
 
 #if __has_include("simulator/engine.h")
+#include "simulator/collective_cost.h"
 #include "simulator/engine.h"
 #include "simulator/hardware.h"
 #include "simulator/schedule.h"
@@ -272,7 +278,91 @@ PropagationOutput PropagationSession::Run(const std::map<int64_t, HloSharding>& 
 
 // ---- Partitioning ------------------------------------------------------------------------------
 
-PartitionOutput RunPartitioner(std::unique_ptr<Module> module, const DeviceMesh& mesh) {
+namespace {
+
+#if SHARDSCOPE_HAVE_PARTITIONER
+// The cost of every inserted collective on `chip`, on a slice shaped like the mesh.
+void EstimateCollectives(const Module& spmd, const DeviceMesh& mesh, const std::string& chip,
+                         std::vector<CollectiveInfo>& collectives) {
+#if SHARDSCOPE_HAVE_SIMULATOR
+  auto spec = ChipPreset(chip);
+  if (!spec.ok()) return;
+  auto topology = Topology::ForMesh(*spec, mesh);
+  if (!topology.ok()) return;
+  for (CollectiveInfo& c : collectives) {
+    auto kind = CollectiveKindFromName(c.kind);
+    if (!kind.ok()) continue;
+    Result<CollectiveCost> cost = Error("");
+    if (*kind == CollectiveKind::kCollectivePermute) {
+      std::vector<std::pair<int64_t, int64_t>> pairs;
+      for (const auto& p : c.groups)
+        if (p.size() == 2) pairs.emplace_back(p[0], p[1]);
+      cost = EstimateCollectivePermute(*topology, pairs, static_cast<double>(c.bytes_per_device));
+    } else {
+      cost = EstimateCollective(*topology, *kind, c.groups, static_cast<double>(c.bytes_per_device));
+    }
+    if (!cost.ok()) continue;
+    c.estimated_seconds = cost->time_s;
+    c.algorithm = cost->algorithm;
+  }
+  (void)spmd;
+#else
+  (void)spmd, (void)mesh, (void)chip, (void)collectives;
+#endif
+}
+
+// Cheap upper bounds of what the evaluator would do, to decide whether to verify.
+double ElementsOf(const Shape& s) {
+  if (s.IsTuple()) {
+    double n = 0;
+    for (const Shape& t : s.tuple) n += ElementsOf(t);
+    return n;
+  }
+  double n = 1;
+  for (int64_t d = 0; d < s.rank(); ++d) n *= static_cast<double>(s.dim(d));
+  return n;
+}
+
+VerificationVerdict VerifyIfSmall(const Module& original, const Module& spmd, int64_t devices,
+                                  const PartitionRequestOptions& options) {
+  VerificationVerdict v;
+  const auto t0 = std::chrono::steady_clock::now();
+  double elements = 0;
+  for (const auto& c : original.computations())
+    for (const auto& i : c->instructions()) elements += ElementsOf(i->shape());
+  elements *= static_cast<double>(std::max<int64_t>(devices, 1));
+#if SHARDSCOPE_HAVE_SIMULATOR
+  const double flops = CountModuleFlops(original);
+#else
+  const double flops = 0;
+#endif
+  if (flops > options.max_verify_flops || elements > options.max_verify_elements) {
+    v.state = VerificationVerdict::State::kSkipped;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "too large to evaluate here (%.3g FLOPs, %.3g elements over %lld devices)", flops,
+                  elements, static_cast<long long>(devices));
+    v.detail = buf;
+    return v;
+  }
+  auto report = VerifyPartitioned(original, spmd, devices, /*seed=*/1);
+  v.millis = MillisSince(t0);
+  if (!report.ok()) {
+    v.state = VerificationVerdict::State::kError;
+    v.detail = report.error().message;
+    return v;
+  }
+  v.state = report->match ? VerificationVerdict::State::kMatch : VerificationVerdict::State::kMismatch;
+  v.max_abs_error = report->max_abs_error;
+  v.tolerance = report->tolerance;
+  v.detail = report->detail;
+  return v;
+}
+#endif
+
+}  // namespace
+
+PartitionOutput RunPartitioner(std::unique_ptr<Module> module, const DeviceMesh& mesh,
+                               const PartitionRequestOptions& request) {
   const auto t0 = std::chrono::steady_clock::now();
   PartitionOutput out;
 #if SHARDSCOPE_HAVE_PARTITIONER
@@ -290,15 +380,32 @@ PartitionOutput RunPartitioner(std::unique_ptr<Module> module, const DeviceMesh&
     return out;
   }
   out.ok = true;
+  out.millis = MillisSince(t0);
   out.spmd_text = PrintHloModule(*result->module);
-  out.spmd = std::shared_ptr<const Module>(std::move(result->module));
   out.became = result->origin_map;
   for (const auto& c : result->collectives) {
-    out.collectives.push_back({c.origin, c.instruction, std::string(OpcodeName(c.kind)), c.bytes_per_device,
-                               c.replica_groups, c.reason});
+    CollectiveInfo info;
+    info.origin = c.origin;
+    info.instruction = c.instruction;
+    info.kind = std::string(OpcodeName(c.kind));
+    info.bytes_per_device = c.bytes_per_device;
+    info.replica_groups = c.replica_groups;
+    info.reason = c.reason;
+    if (const Instruction* inst = result->module->FindInstruction(c.instruction)) {
+      if (c.kind == Opcode::kCollectivePermute) {
+        for (const auto& [s, t] : inst->source_target_pairs) info.groups.push_back({s, t});
+      } else {
+        info.groups = inst->replica_groups.groups;
+      }
+    }
+    info.halo = c.kind == Opcode::kCollectivePermute && c.reason.rfind("halo exchange", 0) == 0;
+    out.collectives.push_back(std::move(info));
   }
+  out.chip = DefaultChip();
+  EstimateCollectives(*result->module, mesh, out.chip, out.collectives);
   out.replicated_fallbacks = result->replicated_fallbacks;
-  out.millis = MillisSince(t0);
+  if (request.verify) out.verification = VerifyIfSmall(*module, *result->module, mesh.num_devices(), request);
+  out.spmd = std::shared_ptr<const Module>(std::move(result->module));
   out.message = "partitioned into " + std::to_string(mesh.num_devices()) + " devices with " +
                 std::to_string(out.collectives.size()) + " collectives";
 #else
@@ -308,6 +415,32 @@ PartitionOutput RunPartitioner(std::unique_ptr<Module> module, const DeviceMesh&
 }
 
 // ---- Simulation ----------------------------------------------------------------------------------
+
+#if SHARDSCOPE_HAVE_SIMULATOR && SHARDSCOPE_HAVE_PARTITIONER
+namespace {
+
+// Inverts the partitioner's original -> SPMD map. SPMD names outside the entry are qualified with
+// the computation of their original ("body/add" became "add.1": "body/add.1"), the way timeline
+// events name them. The first original wins when an SPMD instruction is listed twice.
+std::map<std::string, std::string> SpmdOriginMap(const std::map<std::string, std::vector<std::string>>& became,
+                                                 const std::vector<InsertedCollective>& collectives) {
+  std::map<std::string, std::string> out;
+  for (const auto& [original, spmd_names] : became) {
+    const auto slash = original.rfind('/');
+    const std::string computation = slash == std::string::npos ? std::string() : original.substr(0, slash + 1);
+    for (const auto& spmd : spmd_names) {
+      out.emplace(spmd, original);
+      if (!computation.empty() && spmd.find('/') == std::string::npos) out.emplace(computation + spmd, original);
+    }
+  }
+  for (const auto& c : collectives) {
+    if (!c.origin.empty()) out.emplace(c.instruction, c.origin);
+  }
+  return out;
+}
+
+}  // namespace
+#endif
 
 std::vector<std::string> ChipPresets() {
 #if SHARDSCOPE_HAVE_SIMULATOR
@@ -355,6 +488,7 @@ SimulationOutput RunSimulation(std::unique_ptr<Module> module, const DeviceMesh&
     return out;
   }
   out.collectives = static_cast<int64_t>(partitioned->collectives.size());
+  out.spmd_origin = SpmdOriginMap(partitioned->origin_map, partitioned->collectives);
   SimulationOptions options;
   options.mesh_text = mesh.ToString();
   options.label = label;
@@ -374,6 +508,332 @@ SimulationOutput RunSimulation(std::unique_ptr<Module> module, const DeviceMesh&
   out.message = "the simulator is not built in";
 #endif
   return out;
+}
+
+// ---- Run store -----------------------------------------------------------------------------------
+
+struct RunDatabase::Impl {
+  std::mutex mutex;  // RunStore is a connection: one call at a time
+  RunStore store;
+};
+
+RunDatabase::RunDatabase(std::unique_ptr<Impl> impl, std::string path) : impl_(std::move(impl)), path_(std::move(path)) {}
+RunDatabase::~RunDatabase() = default;
+
+Result<std::shared_ptr<RunDatabase>> RunDatabase::Open(const std::string& path) {
+  if (path.empty()) return Error("run store: no database path");
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty() && !std::filesystem::exists(dir, ec)) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Error("run store '" + path + "': cannot create the folder '" + dir.string() + "': " + ec.message());
+  }
+  auto store = RunStore::Open(path, RunStore::OpenMode::kCreate);
+  if (!store.ok()) return store.error();
+  auto impl = std::unique_ptr<Impl>(new Impl{{}, std::move(*store)});
+  return std::shared_ptr<RunDatabase>(new RunDatabase(std::move(impl), path));
+}
+
+std::string RunDatabase::ProjectStorePath(const std::string& project_file) { return RunStore::DefaultStorePath(project_file); }
+
+Result<int64_t> RunDatabase::Save(const RunResult& run, const std::function<bool()>& cancelled) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  SaveOptions options;
+  if (cancelled) options.progress = [&cancelled](int64_t, int64_t) { return !cancelled(); };
+  if (cancelled && cancelled()) return Error("run store '" + path_ + "': saving the run was cancelled");
+  return impl_->store.SaveRun(run, options);
+}
+
+Result<std::vector<RunOverview>> RunDatabase::List() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->store.ListRuns();
+}
+
+Result<RunResult> RunDatabase::Load(int64_t run_id) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->store.LoadRun(run_id, LoadDetail::kFull);
+}
+
+Status RunDatabase::SetLabel(int64_t run_id, const std::string& label) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->store.SetLabel(run_id, label);
+}
+
+Status RunDatabase::Delete(int64_t run_id) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->store.DeleteRun(run_id);
+}
+
+Result<RunComparison> RunDatabase::Compare(int64_t run_a, int64_t run_b) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->store.CompareRuns(run_a, run_b);
+}
+
+RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b) {
+  RunComparison c;
+  c.a = a;
+  c.b = b;
+  const RunSummary& x = a.summary;
+  const RunSummary& y = b.summary;
+  c.step_time = {"step time", "s", x.step_time_s, y.step_time_s};
+  c.peak_memory = {"peak memory per device", "bytes", static_cast<double>(x.peak_memory_bytes),
+                   static_cast<double>(y.peak_memory_bytes)};
+  c.bytes_communicated = {"bytes communicated", "bytes", static_cast<double>(x.bytes_communicated),
+                          static_cast<double>(y.bytes_communicated)};
+  c.figures = {c.step_time,
+               c.peak_memory,
+               c.bytes_communicated,
+               {"compute time", "s", x.compute_time_s, y.compute_time_s},
+               {"communication time", "s", x.communication_time_s, y.communication_time_s},
+               {"idle time", "s", x.idle_time_s, y.idle_time_s},
+               {"exposed communication", "s", x.exposed_communication_s, y.exposed_communication_s},
+               {"MFU", "fraction", x.mfu, y.mfu}};
+  return c;
+}
+
+std::string RunModuleName(const RunInputs& inputs) {
+  const std::string& n = inputs.module_name;
+  constexpr std::string_view kSuffix = ".spmd";
+  if (n.size() > kSuffix.size() && n.compare(n.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0) {
+    return n.substr(0, n.size() - kSuffix.size());
+  }
+  return n;
+}
+
+bool SmallerIsBetter(const ComparedFigure& figure) {
+  std::string name = figure.name;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return name.find("mfu") == std::string::npos && name.find("utili") == std::string::npos;
+}
+
+}  // namespace shardscope::views
+
+// ---- Teaching ----------------------------------------------------------------------------------
+
+#if __has_include("simulator/collective_steps.h")
+#include "simulator/collective_cost.h"
+#include "simulator/collective_steps.h"
+#include "simulator/hardware.h"
+#include "simulator/topology.h"
+#define SHARDSCOPE_HAVE_TEACHING 1
+#else
+#define SHARDSCOPE_HAVE_TEACHING 0
+#endif
+
+namespace shardscope::views {
+
+#if SHARDSCOPE_HAVE_TEACHING
+namespace {
+
+TeachingDevice ToTeachingDevice(const DeviceHolding& h) {
+  TeachingDevice d;
+  d.device = h.device;
+  d.group = h.group;
+  d.position = h.position;
+  d.text = h.text;
+  for (const auto& c : h.cells) d.cells.push_back({c.colour, c.fill});
+  return d;
+}
+
+}  // namespace
+#endif
+
+TeachingPlan PlanTeaching(const TeachingRequest& request) {
+  TeachingPlan plan;
+  plan.request = request;
+  plan.title = request.title;
+#if SHARDSCOPE_HAVE_TEACHING
+  if (plan.request.chip.empty()) plan.request.chip = DefaultChip();
+  auto kind = CollectiveKindFromName(request.kind);
+  if (!kind.ok()) {
+    plan.message = kind.error().message;
+    return plan;
+  }
+  plan.kind = std::string(CollectiveKindName(kind.value()));
+  auto chip = ResolveChip(plan.request.chip);
+  if (!chip.ok()) {
+    plan.message = chip.error().message;
+    return plan;
+  }
+  TopologyOptions topology_options;
+  if (request.wraparound == "on") topology_options.wraparound = TopologyOptions::Wraparound::kAll;
+  else if (request.wraparound == "off") topology_options.wraparound = TopologyOptions::Wraparound::kNone;
+  else if (request.wraparound != "generation" && !request.wraparound.empty()) {
+    plan.message = "wraparound must be generation, on or off, not '" + request.wraparound + "'";
+    return plan;
+  }
+  if (request.mesh.num_devices() < 1) {
+    plan.message = "the mesh has no devices";
+    return plan;
+  }
+  auto topology = Topology::ForMesh(chip.value(), request.mesh, {}, topology_options);
+  if (!topology.ok()) {
+    plan.message = "cannot place mesh " + request.mesh.ToString() + " on " + plan.request.chip + ": " + topology.error().message;
+    return plan;
+  }
+  plan.topology = topology->Describe();
+  WalkthroughOptions options;
+  options.mesh = request.mesh;
+  options.collective.bidirectional = request.bidirectional;
+  Result<CollectiveWalkthrough> walk = Error("not planned");
+  if (kind.value() == CollectiveKind::kCollectivePermute) {
+    auto pairs = ParseSourceTargetPairsText(request.groups);
+    if (!pairs.ok()) {
+      plan.message = "source-target pairs \"" + request.groups + "\": " + pairs.error().message;
+      return plan;
+    }
+    walk = WalkThroughCollectivePermute(topology.value(), pairs.value(), request.operand_bytes, options);
+  } else {
+    auto groups = ParseReplicaGroupsText(request.groups);
+    if (!groups.ok()) {
+      plan.message = "replica groups \"" + request.groups + "\": " + groups.error().message;
+      return plan;
+    }
+    walk = WalkThroughCollective(topology.value(), kind.value(), groups.value(), request.operand_bytes, options);
+  }
+  if (!walk.ok()) {
+    plan.message = walk.error().message;
+    return plan;
+  }
+  const CollectiveWalkthrough& w = walk.value();
+  plan.ok = true;
+  plan.summary = w.summary;
+  plan.algorithm = w.algorithm;
+  plan.halo = w.halo;
+  plan.num_groups = w.num_groups;
+  plan.group_size = w.group_size;
+  plan.colour_count = w.colour_count;
+  for (const auto& h : w.initial) plan.initial.push_back(ToTeachingDevice(h));
+  for (const auto& s : w.steps) {
+    TeachingStep step;
+    step.phase = s.phase;
+    step.caption = s.caption;
+    for (const auto& t : s.transfers) {
+      TeachingTransfer x;
+      x.group = t.group;
+      x.src = t.src_device;
+      x.dst = t.dst_device;
+      x.label = t.piece;
+      x.chunks = t.chunks;
+      x.bytes = t.bytes;
+      x.reduce = t.reduce_on_arrival;
+      x.half = t.piece.find("half of") == 0 || t.piece.find("\u00BD of") == 0;
+      x.wraparound = t.wraparound;
+      x.on_chip = t.on_chip;
+      x.hops = t.hops;
+      x.part = t.part;
+      step.transfers.push_back(std::move(x));
+    }
+    for (const auto& h : s.after) step.devices.push_back(ToTeachingDevice(h));
+    plan.steps.push_back(std::move(step));
+  }
+  plan.formula = w.formula.text;
+  plan.legend = w.formula.legend;
+  plan.book = w.formula.book;
+  plan.time_s = w.formula.time_s;
+  plan.book_time_s = w.formula.book_time_s;
+  if (plan.title.empty()) plan.title = plan.kind + " on " + request.mesh.ToString();
+#else
+  plan.message = "the simulator is not built in";
+#endif
+  return plan;
+}
+
+TeachingRequest TeachingRequestFor(const CollectiveInfo& collective, const DeviceMesh& mesh) {
+  TeachingRequest r;
+  r.kind = collective.kind;
+  r.mesh = mesh;
+  r.groups = collective.replica_groups;
+#if SHARDSCOPE_HAVE_TEACHING
+  if (r.groups.empty() && !collective.groups.empty()) {
+    // Only the numbers: write them as text (pairs for a collective-permute).
+    if (collective.kind == "collective-permute") {
+      std::vector<std::pair<int64_t, int64_t>> pairs;
+      for (const auto& p : collective.groups) {
+        if (p.size() == 2) pairs.emplace_back(p[0], p[1]);
+      }
+      r.groups = SourceTargetPairsText(pairs);
+    } else {
+      r.groups = ReplicaGroupsText(collective.groups);
+    }
+  }
+#endif
+  r.operand_bytes = static_cast<double>(collective.bytes_per_device);
+  r.chip = DefaultChip();
+  r.title = collective.instruction + (collective.origin.empty() ? "" : " for " + collective.origin) +
+            (collective.reason.empty() ? "" : ": " + collective.reason);
+  return r;
+}
+
+namespace {
+
+struct ExampleSpec {
+  const char* name;
+  const char* title;
+  const char* kind;
+  const char* mesh;
+  std::vector<std::string> axes;  // replica groups over these mesh axes; permute: the shift axis
+  double bytes;
+  const char* chip;  // "" = the default chip
+  const char* wraparound;
+};
+
+const std::vector<ExampleSpec>& ExampleSpecs() {
+  static const std::vector<ExampleSpec> specs = {
+      {"all-gather-ring", "All-gather over X \u2014 rings of 4 with wraparound (4\u00D74 torus)", "all-gather", "X=4,Y=4",
+       {"X"}, 8388608, "", "on"},
+      {"all-gather-line", "All-gather over Y \u2014 lines of 4 without wraparound (book case C1: TPU v5e, 8\u00D74)",
+       "all-gather", "X=8,Y=4", {"Y"}, 8388608, "tpu-v5e", "generation"},
+      {"reduce-scatter", "Reduce-scatter over Y \u2014 partial sums flow to their owners (4\u00D74 torus)", "reduce-scatter",
+       "X=4,Y=4", {"Y"}, 4 * 8388608.0, "", "on"},
+      {"all-reduce", "All-reduce over X \u2014 reduce-scatter, then all-gather (4\u00D74 torus)", "all-reduce", "X=4,Y=4",
+       {"X"}, 4 * 8388608.0, "", "on"},
+      {"all-reduce-xy", "All-reduce over X and Y \u2014 both axes at once (4\u00D74 torus)", "all-reduce", "X=4,Y=4",
+       {"X", "Y"}, 16 * 1048576.0, "", "on"},
+      {"all-to-all", "All-to-all over X \u2014 every device sends a piece to every other (4\u00D74 torus)", "all-to-all",
+       "X=4,Y=4", {"X"}, 4 * 2097152.0, "", "on"},
+      {"halo-exchange", "Halo exchange along Y \u2014 collective-permute by +1, no wraparound (4\u00D74 mesh)",
+       "collective-permute", "X=4,Y=4", {"Y"}, 65536, "", "off"},
+  };
+  return specs;
+}
+
+}  // namespace
+
+std::vector<TeachingExample> TeachingExamples() {
+  std::vector<TeachingExample> out;
+  for (const auto& s : ExampleSpecs()) out.push_back({s.name, s.title});
+  return out;
+}
+
+std::optional<TeachingRequest> TeachingExampleRequest(const std::string& name) {
+#if SHARDSCOPE_HAVE_TEACHING
+  for (const auto& s : ExampleSpecs()) {
+    if (name != s.name) continue;
+    auto mesh = DeviceMesh::Parse(s.mesh);
+    if (!mesh.ok()) return std::nullopt;
+    TeachingRequest r;
+    r.title = s.title;
+    r.kind = s.kind;
+    r.mesh = mesh.value();
+    r.operand_bytes = s.bytes;
+    r.chip = *s.chip ? std::string(s.chip) : DefaultChip();
+    r.wraparound = s.wraparound;
+    if (r.kind == "collective-permute") {
+      auto pairs = ShiftPairsAlongAxis(r.mesh, s.axes.front(), +1, /*cyclic=*/false);
+      if (!pairs.ok()) return std::nullopt;
+      r.groups = SourceTargetPairsText(pairs.value());
+    } else {
+      auto groups = ReplicaGroupsForAxes(r.mesh, s.axes);
+      if (!groups.ok()) return std::nullopt;
+      r.groups = ReplicaGroupsText(groups.value());
+    }
+    return r;
+  }
+#else
+  (void)name;
+#endif
+  return std::nullopt;
 }
 
 }  // namespace shardscope::views

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "core/sharding.h"
 #include "core/status.h"
 #include "simulator/run_result.h"
+#include "simulator/run_store.h"  // value types only (RunComparison, ComparedFigure): use RunDatabase below
 
 namespace shardscope::views {
 
@@ -115,6 +117,22 @@ struct CollectiveInfo {
   int64_t bytes_per_device = 0;
   std::string replica_groups;
   std::string reason;       // "dot: contracting dim sharded", "reshard {..} -> {..}", ...
+  // The groups as numbers (collective-permute: one {source, target} pair per entry).
+  std::vector<std::vector<int64_t>> groups;
+  bool halo = false;               // a halo exchange (collective-permute between neighbours)
+  double estimated_seconds = -1;   // on the default chip, a slice shaped like the mesh; -1: unknown
+  std::string algorithm;           // how the simulator runs it ("bidirectional ring along ...")
+};
+
+// The numerical check of a partitioning (core/numeric_verify.h): the SPMD program on N virtual
+// devices against the original on one, with the same random inputs.
+struct VerificationVerdict {
+  enum class State { kNotRun, kMatch, kMismatch, kError, kSkipped };
+  State state = State::kNotRun;
+  double max_abs_error = 0;
+  double tolerance = 0;
+  std::string detail;  // the first mismatch, the error, or why it was skipped
+  double millis = 0;
 };
 
 struct PartitionOutput {
@@ -127,11 +145,24 @@ struct PartitionOutput {
   std::map<std::string, std::vector<std::string>> became;
   std::vector<CollectiveInfo> collectives;
   std::vector<std::string> replicated_fallbacks;  // ops partitioned by replicating their operands
-  double millis = 0;
+  VerificationVerdict verification;
+  std::string chip;                               // the chip the estimates are for
+  double millis = 0;                              // partitioning only
 };
 
-// Partitions `module`, whose instructions carry the complete shardings (annotated + propagated).
-PartitionOutput RunPartitioner(std::unique_ptr<Module> module, const DeviceMesh& mesh);
+struct PartitionRequestOptions {
+  bool verify = true;  // check the program numerically when it is small enough
+  // Above this many floating-point operations (original module) verification is skipped: the
+  // evaluator runs the original once and the SPMD program on every device.
+  double max_verify_flops = 4e8;
+  double max_verify_elements = 4e7;  // sum of every instruction's element count x devices
+};
+
+// Partitions `module`, whose instructions carry the complete shardings (annotated + propagated),
+// estimates each collective on DefaultChip() and, when small enough, verifies the program
+// numerically.
+PartitionOutput RunPartitioner(std::unique_ptr<Module> module, const DeviceMesh& mesh,
+                               const PartitionRequestOptions& options = {});
 
 // ---- Simulation ----------------------------------------------------------------------------------
 
@@ -143,6 +174,10 @@ struct SimulationOutput {
   std::vector<std::string> warnings;
   std::string description;  // the engine's summary lines
   int64_t collectives = 0;  // collectives in the partitioned program
+  // SPMD instruction name (as in the run's timeline events, without loop suffixes) -> the original
+  // instruction it came from (computation-qualified outside the entry). Inserted collectives map to
+  // the instruction that caused them.
+  std::map<std::string, std::string> spmd_origin;
   double millis = 0;
 };
 
@@ -153,5 +188,136 @@ std::string DefaultChip();
 // slice of `chip` chips shaped like the mesh.
 SimulationOutput RunSimulation(std::unique_ptr<Module> module, const DeviceMesh& mesh, const std::string& chip,
                                const std::string& label);
+
+// ---- Run store -----------------------------------------------------------------------------------
+
+// The SQLite store of simulation runs (simulator/run_store.h) behind one small class: views use
+// this, never the store itself. Every method may wait on the disk, so call them on a worker
+// thread. Calls are serialised on an internal mutex: one RunDatabase may be shared by threads.
+class RunDatabase {
+ public:
+  // Opens the store at `path`, creating the file (and its directory) when missing. Errors name the
+  // file and say what is wrong ("not a ShardScope run store", "written by a newer ShardScope",
+  // "unable to open database file", ...).
+  static Result<std::shared_ptr<RunDatabase>> Open(const std::string& path);
+  // The store that belongs to a project file: "dir/model.shardscope" -> "dir/model.runs.sqlite".
+  static std::string ProjectStorePath(const std::string& project_file);
+
+  ~RunDatabase();
+  RunDatabase(const RunDatabase&) = delete;
+  RunDatabase& operator=(const RunDatabase&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Stores `run` in one transaction and returns its id. `cancelled` (may be empty) is polled while
+  // writing; when it returns true nothing is stored and the result is an error.
+  Result<int64_t> Save(const RunResult& run, const std::function<bool()>& cancelled = {});
+  Result<std::vector<RunOverview>> List();  // oldest first
+  Result<RunResult> Load(int64_t run_id);   // with all per-device detail
+  Status SetLabel(int64_t run_id, const std::string& label);
+  Status Delete(int64_t run_id);
+  Result<RunComparison> Compare(int64_t run_a, int64_t run_b);
+
+ private:
+  struct Impl;
+  explicit RunDatabase(std::unique_ptr<Impl> impl, std::string path);
+  std::unique_ptr<Impl> impl_;
+  std::string path_;
+};
+
+// The figures RunDatabase::Compare gives, for two runs that are not both stored (a store that could
+// not be opened keeps runs in memory only).
+RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b);
+
+// The module a run was made from: RunInputs::module_name without the partitioner's ".spmd" suffix
+// (the simulator records the name of the SPMD program it ran).
+std::string RunModuleName(const RunInputs& inputs);
+
+// For every figure of a comparison: true when a smaller value is better (times, bytes), false when
+// a larger one is (MFU).
+bool SmallerIsBetter(const ComparedFigure& figure);
+
+}  // namespace shardscope::views
+
+// ---- Teaching ----------------------------------------------------------------------------------
+// Step through one collective on the mesh (simulator/collective_steps.h): the transfers of every
+// synchronous step, what each device holds after it, and the cost formula with its numbers.
+
+namespace shardscope::views {
+
+// A collective to step through.
+struct TeachingRequest {
+  std::string title;        // one line above the mesh ("all-gather.3 for dot.1: ...")
+  std::string kind;         // "all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute"
+  DeviceMesh mesh;
+  // Replica groups as text ("{{0,1},{2,3}}", "[2,2]<=[4]", "" for one group of every device); for a
+  // collective-permute the source-target pairs ("{{0,1},{1,2}}").
+  std::string groups;
+  double operand_bytes = 0;   // per device (all-gather: the shard; the others: the whole buffer)
+  std::string chip;           // a chip preset; "" = DefaultChip()
+  std::string wraparound = "generation";  // "generation" (the chip's rule), "on" or "off"
+  bool bidirectional = true;  // rings use both directions of every link
+};
+
+struct TeachingTransfer {
+  int64_t group = 0;
+  int64_t src = -1, dst = -1;  // devices
+  std::string label;           // "shard 3", "half of shard 2", "partial sum of chunk 1 (2 of 4 added)", ...
+  std::vector<int64_t> chunks;
+  double bytes = 0;
+  bool reduce = false;         // added to the receiver's copy on arrival
+  bool half = false;           // carries half of what its label names (a dashed arrow)
+  bool wraparound = false;     // crosses a wraparound link
+  bool on_chip = false;        // between devices of one chip (free, not drawn)
+  int64_t hops = 0;
+  int64_t part = 0;
+};
+
+struct TeachingCell {
+  int64_t colour = -1;  // group position whose data it is (-1: empty)
+  double fill = 0;      // 0..1
+};
+
+struct TeachingDevice {
+  int64_t device = -1;
+  int64_t group = -1;     // -1: not in any group
+  int64_t position = -1;  // its position in the group (the shard / chunk it owns)
+  std::vector<TeachingCell> cells;
+  std::string text;
+};
+
+struct TeachingStep {
+  std::string phase;    // "" or "reduce-scatter" / "all-gather" for an all-reduce
+  std::string caption;  // "Step 2 of 3: ..."
+  std::vector<TeachingTransfer> transfers;
+  std::vector<TeachingDevice> devices;  // after the step, by device id
+};
+
+struct TeachingPlan {
+  bool ok = false;
+  std::string message;      // why it failed (a person can act on it)
+  TeachingRequest request;  // what was asked (chip filled in)
+  std::string title, kind, summary, algorithm, topology, halo;
+  int64_t num_groups = 0, group_size = 0, colour_count = 0;
+  std::vector<TeachingDevice> initial;  // before step 1
+  std::vector<TeachingStep> steps;
+  std::string formula;               // "T = max(...) = max(1.00 µs × 2, 12.6 MB / 45.0 GB/s) = 280 µs (bandwidth-bound)"
+  std::vector<std::string> legend;   // what each symbol stands for, with its value
+  std::string book;                  // the book's closed form with its numbers
+  double time_s = 0, book_time_s = 0;
+};
+
+// Plans the walkthrough (quick for meshes of a few hundred devices; runs on the calling thread).
+TeachingPlan PlanTeaching(const TeachingRequest& request);
+// A collective of the partitioned program, on the document's mesh and the default chip.
+TeachingRequest TeachingRequestFor(const CollectiveInfo& collective, const DeviceMesh& mesh);
+
+struct TeachingExample {
+  std::string name;   // "all-gather-ring"
+  std::string title;  // "All-gather over X — a ring of 4 (4×4 torus)"
+};
+// Ready-made collectives to explore without partitioning anything; the first is the default.
+std::vector<TeachingExample> TeachingExamples();
+// The request for an example; nullopt for an unknown name.
+std::optional<TeachingRequest> TeachingExampleRequest(const std::string& name);
 
 }  // namespace shardscope::views

@@ -1,8 +1,11 @@
 #include "views/item_models.h"
 
+#include <algorithm>
+
 #include <QDateTime>
 #include <QFont>
 #include <QGuiApplication>
+#include <QPalette>
 
 #include "core/ir.h"
 #include "views/document.h"
@@ -142,30 +145,93 @@ const CollectiveInfo* CollectiveTableModel::at(int row) const {
   return row >= 0 && row < static_cast<int>(rows_.size()) ? &rows_[static_cast<size_t>(row)] : nullptr;
 }
 
+void CollectiveTableModel::setDevice(int64_t device) {
+  if (device == device_) return;
+  device_ = device;
+  if (!rows_.empty()) emit dataChanged(index(0, 0), index(rowCount() - 1, kColumnCount - 1));
+}
+
+bool CollectiveTableModel::involves(int row, int64_t device) const {
+  const CollectiveInfo* c = at(row);
+  if (!c) return false;
+  if (device < 0 || c->groups.empty()) return true;  // no groups: every device takes part
+  for (const auto& g : c->groups)
+    if (std::find(g.begin(), g.end(), device) != g.end()) return true;
+  return false;
+}
+
+QString CollectiveTableModel::groupsText(int row) const {
+  const CollectiveInfo* c = at(row);
+  if (!c) return {};
+  if (device_ < 0 || c->groups.empty()) return Q(c->replica_groups);
+  auto list = [](const std::vector<int64_t>& g) {
+    QStringList parts;
+    for (int64_t d : g) parts << QString::number(d);
+    return "{" + parts.join(",") + "}";
+  };
+  if (c->kind == "collective-permute") {
+    QStringList sends, receives;
+    for (const auto& p : c->groups) {
+      if (p.size() != 2) continue;
+      if (p[0] == device_) sends << QString::number(p[1]);
+      if (p[1] == device_) receives << QString::number(p[0]);
+    }
+    if (sends.isEmpty() && receives.isEmpty()) return QString("device %1 takes no part").arg(device_);
+    QStringList out;
+    if (!sends.isEmpty()) out << "sends to " + sends.join(", ");
+    if (!receives.isEmpty()) out << "receives from " + receives.join(", ");
+    return out.join("; ");
+  }
+  for (const auto& g : c->groups)
+    if (std::find(g.begin(), g.end(), device_) != g.end())
+      return list(g) + QString(" (1 of %1 groups)").arg(c->groups.size());
+  return QString("device %1 takes no part").arg(device_);
+}
+
 int CollectiveTableModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(rows_.size()); }
 int CollectiveTableModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumnCount; }
 
 QVariant CollectiveTableModel::data(const QModelIndex& index, int role) const {
   if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
   const CollectiveInfo& c = rows_[static_cast<size_t>(index.row())];
-  if (role == Qt::DisplayRole || role == Qt::ToolTipRole) {
+  if (role == Qt::DisplayRole) {
     switch (index.column()) {
-      case kKind: return Q(c.kind);
+      case kKind: return c.halo ? Q(c.kind) + " (halo)" : Q(c.kind);
       case kInstruction: return Q(c.instruction);
       case kOrigin: return Q(c.origin);
       case kBytes: return FormatBytes(c.bytes_per_device);
-      case kGroups: return Q(c.replica_groups);
+      case kTime: return c.estimated_seconds < 0 ? QString("\u2013") : FormatSeconds(c.estimated_seconds);
+      case kGroups: return groupsText(index.row());
       case kReason: return Q(c.reason);
       default: return {};
     }
   }
-  if (role == Qt::UserRole && index.column() == kBytes) return QVariant::fromValue<qint64>(c.bytes_per_device);
+  if (role == Qt::ToolTipRole) {
+    if (index.column() == kTime)
+      return c.estimated_seconds < 0 ? QString("no estimate (the mesh does not fit a slice of the default chip)")
+                                     : QString("%1 \u2014 %2").arg(FormatSeconds(c.estimated_seconds), Q(c.algorithm));
+    if (index.column() == kGroups) return Q(c.replica_groups);
+    return data(index, Qt::DisplayRole);
+  }
+  if (role == Qt::ForegroundRole && !involves(index.row(), device_))
+    return QGuiApplication::palette().color(QPalette::Disabled, QPalette::Text);
+  if (role == Qt::FontRole && index.column() == kKind && c.halo) {
+    QFont f;
+    f.setItalic(true);
+    return f;
+  }
+  if (role == kSortRole) {
+    if (index.column() == kBytes) return QVariant::fromValue<qint64>(c.bytes_per_device);
+    if (index.column() == kTime) return c.estimated_seconds;
+    return data(index, Qt::DisplayRole);
+  }
   return {};
 }
 
 QVariant CollectiveTableModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* kNames[] = {"Collective", "SPMD instruction", "Caused by", "Bytes/device", "Replica groups", "Reason"};
+  static const char* kNames[] = {"Collective", "SPMD instruction", "Caused by", "Bytes/device", "Est. time",
+                                 "Replica groups", "Reason"};
   return section >= 0 && section < kColumnCount ? QString(kNames[section]) : QVariant();
 }
 
@@ -211,6 +277,20 @@ const RunOverview* RunHistoryModel::at(int row) const {
   return row >= 0 && row < static_cast<int>(rows_.size()) ? &rows_[static_cast<size_t>(row)] : nullptr;
 }
 
+int RunHistoryModel::rowOf(int64_t run_id) const {
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (rows_[i].id == run_id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void RunHistoryModel::setCurrentModule(const QString& module_name) {
+  const std::string name = module_name.toStdString();
+  if (name == current_module_) return;
+  current_module_ = name;
+  if (!rows_.empty()) emit dataChanged(index(0, 0), index(rowCount() - 1, kColumnCount - 1), {Qt::ForegroundRole});
+}
+
 int RunHistoryModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(rows_.size()); }
 int RunHistoryModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumnCount; }
 
@@ -220,16 +300,42 @@ QVariant RunHistoryModel::data(const QModelIndex& index, int role) const {
   if (role == kRunIdRole) return QVariant::fromValue<qint64>(r.id);
   if (role == Qt::DisplayRole || role == Qt::EditRole) {
     switch (index.column()) {
-      case kId: return QVariant::fromValue<qint64>(r.id);
+      case kId:
+        if (r.id < 0) return role == Qt::EditRole ? QVariant::fromValue<qint64>(r.id) : QVariant(QString("unsaved"));
+        return QVariant::fromValue<qint64>(r.id);
       case kLabel: return Q(r.label);
+      case kModule: return Q(RunModuleName(r.inputs));
       case kCreated: return QDateTime::fromMSecsSinceEpoch(r.created_unix_ms).toString("yyyy-MM-dd hh:mm:ss");
       case kMesh: return Q(r.inputs.mesh_text);
       case kChip: return Q(r.inputs.chip_preset);
       case kStepTime: return FormatSeconds(r.summary.step_time_s);
       case kPeakMemory: return FormatBytes(r.summary.peak_memory_bytes);
+      case kBytes: return FormatBytes(r.summary.bytes_communicated);
       case kMfu: return QString("%1%").arg(r.summary.mfu * 100, 0, 'f', 1);
       default: return {};
     }
+  }
+  if (role == kSortRole) {
+    switch (index.column()) {
+      case kId: return QVariant::fromValue<qint64>(r.id);
+      case kCreated: return QVariant::fromValue<qint64>(r.created_unix_ms);
+      case kStepTime: return r.summary.step_time_s;
+      case kPeakMemory: return QVariant::fromValue<qint64>(r.summary.peak_memory_bytes);
+      case kBytes: return QVariant::fromValue<qint64>(r.summary.bytes_communicated);
+      case kMfu: return r.summary.mfu;
+      default: return data(index, Qt::DisplayRole);
+    }
+  }
+  if (role == Qt::ToolTipRole) {
+    QString tip = QString("<b>%1</b><br>module %2 on %3, mesh %4")
+                      .arg(Q(r.label).toHtmlEscaped(), Q(RunModuleName(r.inputs)).toHtmlEscaped(),
+                           Q(r.inputs.chip_preset).toHtmlEscaped(), Q(r.inputs.mesh_text).toHtmlEscaped());
+    if (!r.inputs.topology_options.empty()) tip += "<br>" + Q(r.inputs.topology_options).toHtmlEscaped();
+    if (r.id < 0) tip += "<br><i>kept in memory only: the run store could not be used</i>";
+    return tip;
+  }
+  if (role == Qt::ForegroundRole && !current_module_.empty() && RunModuleName(r.inputs) != current_module_) {
+    return QPalette().brush(QPalette::Disabled, QPalette::Text);
   }
   if (role == Qt::TextAlignmentRole && index.column() >= kStepTime) return QVariant(Qt::AlignRight | Qt::AlignVCenter);
   return {};
@@ -237,7 +343,9 @@ QVariant RunHistoryModel::data(const QModelIndex& index, int role) const {
 
 QVariant RunHistoryModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* kNames[] = {"Run", "Label", "Created", "Mesh", "Chip", "Step time", "Peak memory", "MFU"};
+  static const char* kNames[] = {"Run",  "Label",     "Module",      "Created",            "Mesh",
+                                 "Chip", "Step time", "Peak memory", "Bytes communicated", "MFU"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kColumnCount);
   return section >= 0 && section < kColumnCount ? QString(kNames[section]) : QVariant();
 }
 

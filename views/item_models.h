@@ -52,10 +52,20 @@ class InstructionTableModel : public QAbstractTableModel {
 class CollectiveTableModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { kKind, kInstruction, kOrigin, kBytes, kGroups, kReason, kColumnCount };
+  enum Column { kKind, kInstruction, kOrigin, kBytes, kTime, kGroups, kReason, kColumnCount };
+  // Role returning a number to sort by (bytes, seconds).
+  static constexpr int kSortRole = Qt::UserRole;
   explicit CollectiveTableModel(QObject* parent = nullptr);
   void setCollectives(std::vector<CollectiveInfo> collectives);
   const CollectiveInfo* at(int row) const;
+  // Seen from one device: the groups column shows only that device's group (or its sends and
+  // receives for a collective-permute) and rows it takes no part in are greyed. -1: all devices.
+  void setDevice(int64_t device);
+  int64_t device() const { return device_; }
+  // True when `device` takes part in row's collective (always for device -1).
+  bool involves(int row, int64_t device) const;
+  // The groups text of `row` as seen from device_.
+  QString groupsText(int row) const;
 
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
@@ -64,14 +74,19 @@ class CollectiveTableModel : public QAbstractTableModel {
 
  private:
   std::vector<CollectiveInfo> rows_;
+  int64_t device_ = -1;
 };
 
-// Stored simulation runs (RunStore::ListRuns), newest last.
+// Simulation runs (RunStore::ListRuns, plus runs kept in memory when no store could be opened,
+// which have negative ids and show "unsaved"), oldest first. Runs of another module than the
+// current one (setCurrentModule) are shown greyed.
 class RunHistoryModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { kId, kLabel, kCreated, kMesh, kChip, kStepTime, kPeakMemory, kMfu, kColumnCount };
+  enum Column { kId, kLabel, kModule, kCreated, kMesh, kChip, kStepTime, kPeakMemory, kBytes, kMfu, kColumnCount };
   static constexpr int kRunIdRole = Qt::UserRole + 1;
+  // Role returning the raw number of a figure column (seconds, bytes, fraction) for sorting.
+  static constexpr int kSortRole = Qt::UserRole + 2;
   explicit RunHistoryModel(QObject* parent = nullptr);
 
   void setRuns(std::vector<RunOverview> runs);  // replaces everything
@@ -79,6 +94,8 @@ class RunHistoryModel : public QAbstractTableModel {
   bool removeRun(int64_t run_id);
   bool setLabel(int64_t run_id, const QString& label);
   const RunOverview* at(int row) const;
+  int rowOf(int64_t run_id) const;  // -1 when absent
+  void setCurrentModule(const QString& module_name);
 
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
@@ -92,6 +109,7 @@ class RunHistoryModel : public QAbstractTableModel {
 
  private:
   std::vector<RunOverview> rows_;
+  std::string current_module_;
 };
 
 // "1.23 ms", "45.6 µs", "2.00 s".

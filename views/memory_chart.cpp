@@ -34,7 +34,8 @@ class QtChartsMemoryChart : public MemoryChart {
     applyPalette();
   }
 
-  void setSeries(const QString& title, std::vector<Series> series, double peak_time_s) override {
+  using MemoryChart::setSeries;
+  void setSeries(const QString& title, std::vector<Series> series, std::vector<Marker> markers) override {
     clear();
     chart_->setTitle(title);
     double max_v = 0, max_t = 0;
@@ -81,13 +82,13 @@ class QtChartsMemoryChart : public MemoryChart {
       line->attachAxis(x);
       line->attachAxis(y);
     }
-    if (peak_time_s >= 0) {
+    for (const Marker& m : markers) {
       auto* marker = new QLineSeries;
-      marker->setName("peak");
-      QPen pen(palette().color(QPalette::Text), 1, Qt::DashLine);
+      marker->setName(m.name);
+      QPen pen(m.color.isValid() ? m.color : palette().color(QPalette::Text), 1, Qt::DashLine);
       marker->setPen(pen);
-      marker->append(peak_time_s * tscale, 0);
-      marker->append(peak_time_s * tscale, max_v / vscale);
+      marker->append(m.time_s * tscale, 0);
+      marker->append(m.time_s * tscale, max_v / vscale);
       chart_->addSeries(marker);
       marker->attachAxis(x);
       marker->attachAxis(y);
@@ -95,7 +96,16 @@ class QtChartsMemoryChart : public MemoryChart {
     applyPalette();
   }
 
+  QStringList seriesNames() const override {
+    QStringList names;
+    for (QAbstractSeries* s : chart_->series()) names << s->name();
+    return names;
+  }
+
+  QString title() const override { return chart_->title(); }
+
   void clear() override {
+    chart_->setTitle(QString());
     chart_->removeAllSeries();
     for (QAbstractAxis* a : chart_->axes()) {
       chart_->removeAxis(a);
@@ -152,6 +162,12 @@ class QtChartsMemoryChart : public MemoryChart {
 };
 
 }  // namespace
+
+void MemoryChart::setSeries(const QString& title, std::vector<Series> series, double peak_time_s) {
+  std::vector<Marker> markers;
+  if (peak_time_s >= 0) markers.push_back({peak_time_s, "peak", QColor()});
+  setSeries(title, std::move(series), std::move(markers));
+}
 
 MemoryChart* MemoryChart::Create(QWidget* parent) { return new QtChartsMemoryChart(parent); }
 

@@ -6,6 +6,7 @@
 
 #include <QColor>
 #include <QString>
+#include <QStringList>
 #include <QWidget>
 
 #include "views/downsample.h"
@@ -21,11 +22,22 @@ class MemoryChart : public QWidget {
     std::vector<SeriesPoint> points;  // t in seconds, v in bytes; downsampled by the chart
     bool emphasise = false;           // drawn thicker (the total)
   };
+  // A vertical dashed line at a time (the peak of a series).
+  struct Marker {
+    double time_s = 0;
+    QString name;  // legend entry
+    QColor color;  // invalid: the palette's text colour
+  };
   using QWidget::QWidget;
   ~MemoryChart() override = default;
 
   // Replaces the chart's contents. `peak_time_s` < 0: no peak marker.
-  virtual void setSeries(const QString& title, std::vector<Series> series, double peak_time_s) = 0;
+  void setSeries(const QString& title, std::vector<Series> series, double peak_time_s);
+  // Replaces the chart's contents: the series (several runs overlaid) and their markers.
+  virtual void setSeries(const QString& title, std::vector<Series> series, std::vector<Marker> markers) = 0;
+  // The names of the series shown (markers included), in legend order.
+  virtual QStringList seriesNames() const = 0;
+  virtual QString title() const = 0;
   virtual void clear() = 0;
   // PNG or SVG by the file's extension.
   virtual bool exportImage(const QString& path) = 0;

@@ -72,10 +72,8 @@ class AxisChip : public QLabel {
   void mouseMoveEvent(QMouseEvent* e) override {
     if (!(e->buttons() & Qt::LeftButton)) return;
     if ((e->position().toPoint() - press_).manhattanLength() < 4) return;
-    auto* mime = new QMimeData;
-    mime->setData(kAxisMime, QByteArray::number(axis_));
     auto* drag = new QDrag(this);
-    drag->setMimeData(mime);
+    drag->setMimeData(MeshView::axisMimeData(axis_));
     drag->setPixmap(grab());
     drag->exec(Qt::MoveAction);
   }
@@ -563,7 +561,9 @@ void MeshView::rebuildTensor() {
   auto* chips = static_cast<QHBoxLayout*>(chips_row_->layout());
   chips->addWidget(new QLabel("<small>Drag an axis onto a dimension, or click:</small>"));
   for (int64_t a = 0; a < mesh.num_axes(); ++a) {
-    chips->addWidget(new AxisChip(static_cast<int>(a), mesh.axes()[static_cast<size_t>(a)], chips_row_));
+    auto* chip = new AxisChip(static_cast<int>(a), mesh.axes()[static_cast<size_t>(a)], chips_row_);
+    chip->setObjectName(QString("axisChip%1").arg(a));
+    chips->addWidget(chip);
   }
   chips->addStretch();
 
@@ -571,6 +571,7 @@ void MeshView::rebuildTensor() {
   const auto assignment = currentAssignment();
   for (int64_t d = 0; d < shape.rank(); ++d) {
     auto* row = new DropRow([this, d](int axis) { assignAxis(static_cast<int>(d), axis); }, dims_box_);
+    row->setObjectName(QString("dropDim%1").arg(d));
     auto* h = new QHBoxLayout(row);
     h->setContentsMargins(2, 1, 2, 1);
     QString axes_text;
@@ -599,6 +600,7 @@ void MeshView::rebuildTensor() {
     dims_layout_->addWidget(row);
   }
   auto* rep_row = new DropRow([this](int axis) { assignAxis(-1, axis); }, dims_box_);
+  rep_row->setObjectName("dropReplicate");
   auto* rh = new QHBoxLayout(rep_row);
   rh->setContentsMargins(2, 1, 2, 1);
   rh->addWidget(new QLabel("<small><i>drop an axis here to stop splitting along it (replicate)</i></small>"));
@@ -642,6 +644,12 @@ bool MeshView::annotateWith(const std::vector<std::vector<int64_t>>& dims) {
     return false;
   }
   return doc_->annotate(inst->id(), *s);
+}
+
+QMimeData* MeshView::axisMimeData(int axis) {
+  auto* mime = new QMimeData;
+  mime->setData(kAxisMime, QByteArray::number(axis));
+  return mime;
 }
 
 bool MeshView::toggleAxis(int dim, int axis) {

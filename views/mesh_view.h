@@ -27,6 +27,8 @@ namespace shardscope {
 class Instruction;
 }
 
+class QMimeData;
+
 namespace shardscope::views {
 
 class Document;
@@ -85,6 +87,9 @@ class MeshView : public QWidget {
   // Adds or removes mesh axis `axis` on tensor dim `dim` of the selected tensor (an axis is on at
   // most one dim; turning it on elsewhere moves it).
   bool toggleAxis(int dim, int axis);
+  // What an axis chip carries when dragged (the drop rows "dropDim<d>" and "dropReplicate"
+  // accept it).
+  static QMimeData* axisMimeData(int axis);
   // Moves mesh axis `axis` to tensor dim `dim` (-1: no dim, i.e. replicate along it).
   bool assignAxis(int dim, int axis);
   // "[I_X, J_Y]" / "A[I_XY, J]" for the selected tensor.

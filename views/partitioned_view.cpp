@@ -6,6 +6,7 @@
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QTabWidget>
 #include <QTableView>
 #include <QTimer>
@@ -27,6 +28,8 @@ PartitionedView::PartitionedView(QWidget* parent)
       text_(new QPlainTextEdit(this)),
       tabs_(new QTabWidget(this)),
       status_(new QLabel(this)),
+      badge_(new QLabel(this)),
+      device_(new QSpinBox(this)),
       button_(new QPushButton("Partition", this)),
       debounce_(new QTimer(this)) {
   setObjectName("partitionedView");
@@ -49,6 +52,9 @@ PartitionedView::PartitionedView(QWidget* parent)
   bar->setContentsMargins(6, 4, 6, 0);
   bar->addWidget(button_);
   bar->addWidget(status_, 1);
+  bar->addWidget(new QLabel("Seen from", this));
+  bar->addWidget(device_);
+  bar->addWidget(badge_);
   auto* col = new QVBoxLayout(this);
   col->setContentsMargins(0, 0, 0, 0);
   col->addLayout(bar);
@@ -56,12 +62,32 @@ PartitionedView::PartitionedView(QWidget* parent)
   debounce_->setSingleShot(true);
   debounce_->setInterval(300);
   connect(debounce_, &QTimer::timeout, this, &PartitionedView::partitionNow);
-  connect(button_, &QPushButton::clicked, this, &PartitionedView::partitionNow);
+  connect(button_, &QPushButton::clicked, this, [this] {
+    if (doc_ && waiting_) doc_->cancelPartition();
+    else partitionNow();
+  });
   connect(table_, &QTableView::clicked, this, [this](const QModelIndex& index) {
     const CollectiveInfo* c = collectives_->at(index.row());
     if (!c || !doc_) return;
     if (const Instruction* origin = doc_->findInstruction(QString::fromStdString(c->origin))) doc_->select(origin->id());
     if (const Instruction* spmd = spmd_doc_->findInstruction(QString::fromStdString(c->instruction))) spmd_doc_->select(spmd->id());
+  });
+  connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
+    if (const CollectiveInfo* c = collectives_->at(index.row())) emit collectiveActivated(*c);
+  });
+  badge_->setObjectName("verificationBadge");
+  badge_->setTextFormat(Qt::RichText);
+  badge_->hide();
+  device_->setObjectName("deviceChooser");
+  device_->setRange(-1, 0);
+  device_->setValue(-1);
+  device_->setSpecialValueText("all devices");
+  device_->setPrefix("device ");
+  device_->setToolTip("Show the collectives as one device sees them: its replica group, whom it sends to and\n"
+                      "receives from; collectives it takes no part in are greyed.");
+  connect(device_, &QSpinBox::valueChanged, this, [this](int d) {
+    collectives_->setDevice(d);
+    table_->resizeColumnToContents(CollectiveTableModel::kGroups);
   });
   status_->setText("Press Partition to see the program every device runs.");
 }
@@ -75,6 +101,11 @@ void PartitionedView::setDocument(Document* doc) {
     if (auto_update_ && isVisible()) debounce_->start();
   });
   connect(doc_, &Document::selectionChanged, this, &PartitionedView::followSelection);
+  connect(doc_, &Document::partitionCancelled, this, [this] {
+    waiting_ = false;
+    button_->setText("Partition");
+    status_->setText("Partitioning cancelled.");
+  });
 }
 
 void PartitionedView::followSelection() {
@@ -96,23 +127,81 @@ void PartitionedView::followSelection() {
 
 void PartitionedView::setAutoUpdate(bool on) { auto_update_ = on; }
 
+void PartitionedView::setDevice(int64_t device) { device_->setValue(static_cast<int>(device)); }
+int64_t PartitionedView::device() const { return device_->value(); }
+
+void PartitionedView::showCollectives() { tabs_->setCurrentWidget(table_); }
+
+void PartitionedView::showVerdict() {
+  const PartitionOutput& p = doc_->partition();
+  const VerificationVerdict& v = p.verification;
+  using S = VerificationVerdict::State;
+  QString text, colour, tip = QString::fromStdString(v.detail).toHtmlEscaped();
+  switch (v.state) {
+    case S::kMatch:
+      text = QString("\u2714 verified: max |error| %1").arg(v.max_abs_error, 0, 'g', 2);
+      colour = "#2e7d32";
+      tip = QString("The SPMD program on %1 virtual devices computes the same result as the original on one "
+                    "(random inputs; tolerance %2; %3 ms).<br>%4")
+                .arg(doc_->mesh().num_devices())
+                .arg(v.tolerance, 0, 'g', 2)
+                .arg(v.millis, 0, 'f', 0)
+                .arg(tip);
+      break;
+    case S::kMismatch:
+      text = QString("\u2718 mismatch: max |error| %1").arg(v.max_abs_error, 0, 'g', 3);
+      colour = "#c62828";
+      break;
+    case S::kError:
+      text = "\u26A0 not verified";
+      colour = "#ef6c00";
+      break;
+    case S::kSkipped:
+      text = "not verified (too large)";
+      colour = "#757575";
+      break;
+    case S::kNotRun:
+      badge_->hide();
+      return;
+  }
+  badge_->setText(QString("<span style='color:white; background-color:%1;'>&nbsp;%2&nbsp;</span>")
+                      .arg(colour, text.toHtmlEscaped()));
+  badge_->setToolTip(tip.replace("\n", "<br>"));
+  badge_->setProperty("verdict", static_cast<int>(v.state));
+  badge_->show();
+}
+
 void PartitionedView::partitionNow() {
   if (!doc_ || !doc_->module()) return;
-  status_->setText("Partitioning\u2026");
-  button_->setEnabled(false);
+  status_->setText("Partitioning and verifying\u2026");
+  waiting_ = true;
+  button_->setText("Cancel");
+  button_->setToolTip("Drop the running partitioning");
   doc_->requestPartition();
 }
 
 void PartitionedView::onPartitionUpdated() {
-  button_->setEnabled(true);
+  waiting_ = false;
+  button_->setText("Partition");
+  button_->setToolTip("Run the SPMD partitioner on the current shardings");
   const PartitionOutput& p = doc_->partition();
   if (!p.ok || !p.spmd) {
     status_->setText(QString::fromStdString(p.message));
     collectives_->setCollectives({});
     text_->clear();
+    badge_->hide();
     return;
   }
   QString msg = QString::fromStdString(p.message) + QString(" (%1 ms)").arg(p.millis, 0, 'f', 1);
+  double total = 0;
+  int halos = 0;
+  for (const auto& c : p.collectives) {
+    if (c.estimated_seconds > 0) total += c.estimated_seconds;
+    if (c.halo) ++halos;
+  }
+  if (halos) msg += QString(", %1 halo exchange%2").arg(halos).arg(halos == 1 ? "" : "s");
+  if (total > 0)
+    msg += QString("; %1 of communication on %2 if none overlaps").arg(FormatSeconds(total), QString::fromStdString(p.chip));
   if (!p.replicated_fallbacks.empty()) {
     QStringList ops;
     for (const auto& o : p.replicated_fallbacks) ops << QString::fromStdString(o);
@@ -120,7 +209,9 @@ void PartitionedView::onPartitionUpdated() {
   }
   status_->setText(msg);
   collectives_->setCollectives(p.collectives);
+  device_->setMaximum(static_cast<int>(doc_->mesh().num_devices()) - 1);
   table_->resizeColumnsToContents();
+  showVerdict();
   text_->setPlainText(QString::fromStdString(p.spmd_text));
   spmd_doc_->setModule(p.spmd->Clone(), doc_->mesh(), "spmd", QString::fromStdString(p.spmd->name()));
   followSelection();

@@ -6,9 +6,12 @@
 #include <QPointer>
 #include <QWidget>
 
+#include "views/engine.h"
+
 class QLabel;
 class QPlainTextEdit;
 class QPushButton;
+class QSpinBox;
 class QTabWidget;
 class QTableView;
 class QTimer;
@@ -29,6 +32,18 @@ class PartitionedView : public QWidget {
   Document* spmdDocument() const { return spmd_doc_; }
   GraphPane* graphPane() const { return graph_; }
   CollectiveTableModel* collectives() const { return collectives_; }
+  QTableView* collectiveTable() const { return table_; }
+  // The numerical verification badge ("verified", "mismatch", "not verified", ...).
+  QLabel* verificationBadge() const { return badge_; }
+  // The device the program is seen from (-1: all devices).
+  void setDevice(int64_t device);
+  // Brings the Collectives tab to the front.
+  void showCollectives();
+  int64_t device() const;
+
+ signals:
+  // The user asked to step through a collective (double-click on its row, or Teach).
+  void collectiveActivated(const shardscope::views::CollectiveInfo& collective);
 
  public slots:
   void partitionNow();
@@ -36,6 +51,7 @@ class PartitionedView : public QWidget {
  private:
   void onPartitionUpdated();
   void followSelection();
+  void showVerdict();
 
   QPointer<Document> doc_;
   Document* spmd_doc_;
@@ -45,9 +61,12 @@ class PartitionedView : public QWidget {
   QPlainTextEdit* text_;
   QTabWidget* tabs_;
   QLabel* status_;
+  QLabel* badge_;
+  QSpinBox* device_;
   QPushButton* button_;
   QTimer* debounce_;
   bool auto_update_ = false;
+  bool waiting_ = false;  // a partitioning was requested and neither arrived nor was cancelled
 };
 
 }  // namespace shardscope::views

@@ -1,18 +1,34 @@
-// The simulation panel: pick a chip, simulate one step of the partitioned program, and see the
-// per-device timelines, memory over time (with the peak marked) and the history of runs.
+// The simulation panel: pick a chip, simulate one step of the partitioned program (with progress
+// and Cancel), and see the per-device timelines, memory over time (with the peak marked and the
+// buffers live at the peak) and the history of runs from the SQLite run store. Select one run in
+// the history to show it, two (Ctrl-click) to compare them side by side: the figures of
+// RunStore::CompareRuns with difference, ratio and the better one marked, both timelines on one
+// time scale and both memory curves overlaid. Clicking an event in a timeline selects the
+// instruction it came from in the document.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include <QPointer>
+#include <QList>
+#include <QStringList>
 #include <QWidget>
 
 class QComboBox;
+class QElapsedTimer;
 class QLabel;
+class QProgressBar;
 class QPushButton;
+class QSortFilterProxyModel;
+class QSplitter;
+class QStackedWidget;
 class QTableView;
+class QTableWidget;
 class QTextBrowser;
+class QTimer;
 
 namespace shardscope {
 struct RunResult;
@@ -29,29 +45,98 @@ class SimulationView : public QWidget {
   Q_OBJECT
  public:
   explicit SimulationView(QWidget* parent = nullptr);
+  ~SimulationView() override;
+  // Opens the document's run store and lists its runs.
   void setDocument(Document* doc);
+
   TimelineWidget* timeline() const { return timeline_; }
+  // The second timeline, shown under the first while two runs are compared.
+  TimelineWidget* comparedTimeline() const { return timeline_b_; }
   MemoryChart* memoryChart() const { return chart_; }
   RunHistoryModel* history() const { return history_; }
-  // Shows run `run_id` of the document's history.
+  QTableView* historyTable() const { return table_; }
+  // The comparison figures: one row per figure; columns figure, run A, run B, difference, ratio,
+  // better. Item data Qt::UserRole holds the raw numbers (A, B, difference, ratio).
+  QTableWidget* comparisonTable() const { return compare_table_; }
+  QLabel* statusLabel() const { return status_; }
+  // The store's path, or the reason runs are only kept in memory.
+  QLabel* storeLabel() const { return store_label_; }
+  QPushButton* cancelButton() const { return cancel_; }
+  QPushButton* simulateButton() const { return button_; }
+
+  // Shows run `run_id` of the history (loaded from the store on the worker when it is not in
+  // memory). False when the history has no such run.
   bool showRun(int64_t run_id);
+  // The run shown (0 when none).
+  int64_t shownRun() const { return shown_id_; }
+  // Compares two runs of the history; false when either is missing.
+  bool compareRuns(int64_t run_a, int64_t run_b);
+  // The pair compared, if the comparison pane is up.
+  std::optional<std::pair<int64_t, int64_t>> comparedRuns() const { return compared_; }
+  // Deletes the runs selected in the history, after asking (unless confirmations are off).
+  void deleteSelectedRuns();
+  void setConfirmDeletes(bool on) { confirm_deletes_ = on; }
+  // One simulation of a queue: a chip and whether the module runs replicated (no shardings).
+  struct Configuration {
+    QString chip;
+    bool replicated = false;
+  };
+  // Simulates each configuration in turn, then compares the last two runs (A = the first).
+  void simulateAndCompare(const QList<Configuration>& configurations);
 
  public slots:
   void simulate();
+  void cancel();
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void onSimulationUpdated();
-  void show(std::shared_ptr<const RunResult> run);
+  void onRunLoaded(qint64 run_id);
+  void onHistorySelectionChanged();
+  void onEventClicked(int64_t run_id, const QString& instruction);
+  void onRangeSelected(double start_s, double end_s);
+  void updateStoreLabel();
+  void updateBusy();
+  void resetHistory();
+  void selectRuns(const std::vector<int64_t>& ids);
+  std::vector<int64_t> selectedRunIds() const;
+  void display(std::shared_ptr<const RunResult> run);
+  void displayComparison();
+  void showHistoryMenu(const QPoint& pos);
+  void highlightSelection();
+  QString summaryHtml(const RunResult& run) const;
 
   QPointer<Document> doc_;
   QComboBox* chip_;
   QPushButton* button_;
+  QPushButton* cancel_;
+  QProgressBar* progress_;
   QLabel* status_;
+  QLabel* store_label_;
   TimelineWidget* timeline_;
+  TimelineWidget* timeline_b_;
   MemoryChart* chart_;
   RunHistoryModel* history_;
+  QSortFilterProxyModel* proxy_;
   QTableView* table_;
+  QStackedWidget* details_;
   QTextBrowser* summary_;
+  QLabel* compare_title_;
+  QTableWidget* compare_table_;
+  QTimer* tick_;
+  QSplitter* split_ = nullptr;   // timelines and chart | history and details
+  QList<int> saved_split_;       // the sizes before a comparison widened the details
+  std::unique_ptr<QElapsedTimer> elapsed_;
+  int64_t shown_id_ = 0;    // the run displayed
+  int64_t wanted_id_ = 0;   // the run asked for (displayed once loaded)
+  std::optional<std::pair<int64_t, int64_t>> compared_;
+  bool confirm_deletes_ = true;
+  bool updating_selection_ = false;
+  QList<Configuration> queue_;
+  bool compare_after_queue_ = false;
+  int queue_runs_ = 0;
 };
 
 }  // namespace shardscope::views

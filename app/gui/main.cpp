@@ -14,6 +14,7 @@
 #include <QImage>
 #include <QMessageBox>
 #include <QPixmap>
+#include <QTemporaryDir>
 #include <QTimer>
 
 #include "app/gui/main_window.h"
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   parser.addVersionOption();
   QCommandLineOption screenshot("screenshot", "Render the main window to OUT.png and exit.", "OUT.png");
   QCommandLineOption example("example", "Open the model-zoo example NAME.", "NAME");
-  QCommandLineOption view("view", "Raise a panel: graph, mesh, inspector, instructions, partitioned, simulation, history.", "NAME");
+  QCommandLineOption view("view", "Raise a panel: graph, mesh, inspector, instructions, partitioned, simulation, compare, history, teaching.", "NAME");
   QCommandLineOption select("select", "Select the instruction NAME.", "NAME");
   QCommandLineOption theme("theme", "Colour theme: system, light or dark.", "THEME");
   QCommandLineOption size("size", "Window size for --screenshot (default 1600x1000).", "WxH");
@@ -61,6 +62,12 @@ int main(int argc, char** argv) {
   parser.addPositionalArgument("file", "An HLO module (.hlo) or a ShardScope project (.shardscope).", "[FILE]");
   parser.process(app);
 
+  // A screenshot shows only the simulation runs it makes: a fresh run store unless SHARDSCOPE_RUN_DB
+  // names one (declared before the window so it outlives the document's store).
+  QTemporaryDir screenshot_runs;
+  if (screenshot_mode && qEnvironmentVariableIsEmpty("SHARDSCOPE_RUN_DB") && screenshot_runs.isValid()) {
+    qputenv("SHARDSCOPE_RUN_DB", screenshot_runs.filePath("runs.sqlite").toLocal8Bit());
+  }
   shardscope::gui::MainWindow window;
   window.setBatchMode(screenshot_mode);
   if (!screenshot_mode) window.restoreSettings();

@@ -35,8 +35,10 @@
 #include "views/graph_view.h"
 #include "views/inspector_panel.h"
 #include "views/item_models.h"
+#include "views/job_indicator.h"
 #include "views/mesh_view.h"
 #include "views/partitioned_view.h"
+#include "views/collective_stepper.h"
 #include "views/simulation_view.h"
 
 namespace shardscope::gui {
@@ -95,10 +97,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), doc_(new views::D
 
   summary_label_ = new QLabel;
   engine_label_ = new QLabel;
-  busy_label_ = new QLabel;
+  jobs_ = new views::JobIndicator;
+  jobs_->setDocument(doc_);
+  jobs_->setGraphView(graph_->view());
   statusBar()->addWidget(summary_label_, 1);
   statusBar()->addPermanentWidget(engine_label_);
-  statusBar()->addPermanentWidget(busy_label_);
+  statusBar()->addPermanentWidget(jobs_);
 
   connect(doc_, &views::Document::moduleReset, this, [this] {
     updateTitle();
@@ -108,9 +112,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), doc_(new views::D
   connect(doc_, &views::Document::shardingsUpdated, this, &MainWindow::updateStatus);
   connect(doc_, &views::Document::annotationsChanged, this, &MainWindow::updateStatus);
   connect(doc_, &views::Document::meshChanged, this, &MainWindow::updateStatus);
-  connect(doc_, &views::Document::busyChanged, this, [this](bool busy) {
-    busy_label_->setText(busy ? QString::fromUtf8("propagating\u2026") : QString());
-  });
+  connect(doc_, &views::Document::busyChanged, jobs_, &views::JobIndicator::refresh);
   connect(doc_, &views::Document::errorOccurred, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(mesh_, &views::MeshView::message, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   resize(1500, 940);
@@ -203,9 +205,40 @@ void MainWindow::createDocks() {
   simulation_dock_ = make_dock("Simulation", "simulationDock", simulation_, Qt::BottomDockWidgetArea);
   tabifyDockWidget(partitioned_dock_, simulation_dock_);
   table_dock_->raise();
+  createTeachingDock();
 
   // The mesh takes the whole right-hand column; the table and the inspector sit under the graph.
   setCorner(Qt::BottomRightCorner, Qt::RightDockWidgetArea);
+}
+
+void MainWindow::createTeachingDock() {
+  teaching_ = new views::CollectiveStepper;
+  teaching_dock_ = new QDockWidget("Teaching", this);
+  teaching_dock_->setObjectName("teachingDock");
+  teaching_dock_->setWidget(teaching_);
+  addDockWidget(Qt::BottomDockWidgetArea, teaching_dock_);
+  tabifyDockWidget(inspector_dock_, teaching_dock_);
+  inspector_dock_->raise();
+  // Double-clicking a collective of the partitioned program steps through it on the document's mesh.
+  connect(partitioned_, &views::PartitionedView::collectiveActivated, this, [this](const views::CollectiveInfo& c) {
+    teaching_->showCollective(c, doc_->mesh());
+    raiseTeachingDock();
+  });
+}
+
+void MainWindow::raiseTeachingDock() {
+  if (!teaching_->hasPlan()) {
+    // Nothing chosen yet (--view teaching): an example, part-way through, so there is something to see.
+    teaching_->showExample("all-reduce");
+    teaching_->setStep(std::min(3, teaching_->stepCount()));
+  }
+  teaching_dock_->show();
+  teaching_dock_->raise();
+  // Room for the mesh and the formula: the bottom row grows and the teaching panel takes most of it.
+  const int bottom = std::max(400, width() - mesh_dock_->width());
+  resizeDocks({table_dock_, inspector_dock_, history_dock_, teaching_dock_},
+              {bottom * 26 / 100, bottom * 74 / 100, bottom * 74 / 100, bottom * 74 / 100}, Qt::Horizontal);
+  resizeDocks({table_dock_}, {height() * 68 / 100}, Qt::Vertical);
 }
 
 // ---- Actions and menus --------------------------------------------------------------------------------
@@ -307,7 +340,7 @@ void MainWindow::createMenus() {
   connect(collapse, &QAction::triggered, graph_->view(), &views::GraphView::collapseAll);
   view_menu_->addSeparator();
   QMenu* docks = view_menu_->addMenu("&Panels");
-  for (QDockWidget* d : {mesh_dock_, inspector_dock_, table_dock_, partitioned_dock_, simulation_dock_, history_dock_}) {
+  for (QDockWidget* d : {mesh_dock_, inspector_dock_, table_dock_, partitioned_dock_, simulation_dock_, history_dock_, teaching_dock_}) {
     docks->addAction(d->toggleViewAction());
   }
   QMenu* theme = view_menu_->addMenu("&Theme");
@@ -522,11 +555,15 @@ bool MainWindow::showView(const QString& name) {
     graph_->view()->setFocus();
     return true;
   }
+  if (n == "teaching" || n == "teach") {
+    raiseTeachingDock();
+    return true;
+  }
   if (n == "mesh") dock = mesh_dock_;
   else if (n == "inspector" || n == "why") dock = inspector_dock_;
   else if (n == "instructions" || n == "table") dock = table_dock_;
-  else if (n == "partitioned" || n == "spmd") dock = partitioned_dock_;
-  else if (n == "simulation" || n == "timeline") dock = simulation_dock_;
+  else if (n == "partitioned" || n == "spmd" || n == "collectives") dock = partitioned_dock_;
+  else if (n == "simulation" || n == "timeline" || n == "compare") dock = simulation_dock_;
   else if (n == "history") dock = history_dock_;
   if (!dock) return false;
   dock->show();
@@ -540,10 +577,17 @@ bool MainWindow::showView(const QString& name) {
   if (dock == partitioned_dock_) {
     resizeDocks({table_dock_}, {height() * 45 / 100}, Qt::Vertical);
     partitioned_->partitionNow();
+    if (n == "collectives") partitioned_->showCollectives();
   }
   if (dock == simulation_dock_) {
     resizeDocks({table_dock_}, {height() * 50 / 100}, Qt::Vertical);
-    simulation_->simulate();
+    if (n == "compare") {
+      // Two configurations side by side: A the module replicated on every device, B its shardings.
+      const QString chip = QString::fromStdString(views::DefaultChip());
+      simulation_->simulateAndCompare({{chip, /*replicated=*/true}, {chip, /*replicated=*/false}});
+    } else {
+      simulation_->simulate();
+    }
   }
   return true;
 }
@@ -577,7 +621,7 @@ bool MainWindow::waitUntilReady(int timeout_ms) {
   auto spmd_graph = partitioned_->graphPane()->view();
   while (t.elapsed() < timeout_ms) {
     QApplication::processEvents(QEventLoop::AllEvents, 50);
-    const bool ready = !doc_->isBusy() && !doc_->partitionBusy() && !doc_->simulationBusy() &&
+    const bool ready = !doc_->isBusy() && !doc_->partitionBusy() && !doc_->simulationBusy() && !doc_->runStoreBusy() &&
                        !graph_->view()->isLayoutPending() &&
                        !spmd_graph->isLayoutPending();
     if (ready) {

@@ -17,11 +17,13 @@ class QUndoView;
 namespace shardscope::views {
 class Document;
 class GraphPane;
+class JobIndicator;
 class InspectorPanel;
 class InstructionTableModel;
 class MeshView;
 class PartitionedView;
 class SimulationView;
+class CollectiveStepper;
 }  // namespace shardscope::views
 
 namespace shardscope::gui {
@@ -63,6 +65,9 @@ class MainWindow : public QMainWindow {
 
  private:
   void createDocks();
+  // Teaching: step through a collective on the mesh (opened from the partitioned program's list).
+  void createTeachingDock();
+  void raiseTeachingDock();
   void applyDefaultDockSizes();
   void createActions();
   void createMenus();
@@ -95,6 +100,8 @@ class MainWindow : public QMainWindow {
   views::SimulationView* simulation_;
   QUndoView* undo_view_;
   QDockWidget *mesh_dock_, *inspector_dock_, *table_dock_, *partitioned_dock_, *simulation_dock_, *history_dock_;
+  views::CollectiveStepper* teaching_ = nullptr;
+  QDockWidget* teaching_dock_ = nullptr;
 
   QMenu* recent_menu_ = nullptr;
   QMenu* examples_menu_ = nullptr;
@@ -105,7 +112,7 @@ class MainWindow : public QMainWindow {
   QAction *about_act_;
   QLabel* summary_label_;
   QLabel* engine_label_;
-  QLabel* busy_label_;
+  views::JobIndicator* jobs_;
   QString theme_ = "system";
   bool batch_ = false;
   bool first_show_done_ = false;

@@ -18,19 +18,6 @@ std::vector<int64_t> TouchedDims(const Instruction& op) {
     if (d >= 0 && d < rank && std::find(t.begin(), t.end(), d) == t.end()) t.push_back(d);
   };
   switch (op.opcode()) {
-    case Opcode::kSlice:
-      for (int64_t d = 0; d < rank; ++d) {
-        const auto i = static_cast<size_t>(d);
-        if (op.slice.starts[i] != 0 || op.slice.limits[i] != op.operand(0)->shape().dim(d) || op.slice.strides[i] != 1)
-          add(d);
-      }
-      break;
-    case Opcode::kPad:
-      for (int64_t d = 0; d < rank; ++d) {
-        const auto& p = op.padding[static_cast<size_t>(d)];
-        if (p.low || p.high || p.interior) add(d);
-      }
-      break;
     case Opcode::kConcatenate:
     case Opcode::kReverse:
     case Opcode::kSort:
@@ -43,14 +30,6 @@ std::vector<int64_t> TouchedDims(const Instruction& op) {
     case Opcode::kDynamicUpdateSlice:
       for (int64_t d = 0; d < rank; ++d)
         if (op.operand(1)->shape().dim(d) != op.operand(0)->shape().dim(d)) add(d);
-      break;
-    case Opcode::kReduceWindow:
-      for (int64_t d = 0; d < rank && d < static_cast<int64_t>(op.window.dims.size()); ++d) {
-        const auto& w = op.window.dims[static_cast<size_t>(d)];
-        if (w.size != 1 || w.stride != 1 || w.padding_low || w.padding_high || w.base_dilation != 1 ||
-            w.window_dilation != 1)
-          add(d);
-      }
       break;
     default:
       for (int64_t d = 0; d < rank; ++d) add(d);
@@ -112,9 +91,8 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   return Status::Ok();
 }
 
-const RegisterHandler kFormatting({Opcode::kSlice, Opcode::kPad, Opcode::kConcatenate, Opcode::kReverse,
-                                   Opcode::kDynamicSlice, Opcode::kDynamicUpdateSlice, Opcode::kSort,
-                                   Opcode::kReduceWindow},
+const RegisterHandler kFormatting({Opcode::kConcatenate, Opcode::kReverse, Opcode::kDynamicSlice,
+                                   Opcode::kDynamicUpdateSlice, Opcode::kSort},
                                   HandleKeepUntouched);
 
 }  // namespace

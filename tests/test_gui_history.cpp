@@ -1,0 +1,505 @@
+// The simulation panel's run history in SQLite: every run the GUI makes is stored (checked by
+// opening the store directly), a new panel lists the stored runs at start, relabel and delete
+// persist, selecting a stored run loads it, two runs compare with the store's own figures, a click
+// on a timeline event selects the instruction it came from, Cancel drops the pending result, a
+// project keeps its runs next to it, and a store that cannot be used keeps the runs in memory with a
+// message instead of failing.
+#include <QAbstractItemModelTester>
+#include <QFile>
+#include <QLabel>
+#include <QPushButton>
+#include <QStandardPaths>
+#include <QTableView>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QTextBrowser>
+#include <QtTest>
+
+#include "simulator/run_store.h"
+#include "views/document.h"
+#include "views/engine.h"
+#include "views/item_models.h"
+#include "views/memory_chart.h"
+#include "views/sharding_style.h"
+#include "views/simulation_view.h"
+#include "views/timeline_view.h"
+
+using namespace shardscope;
+using namespace shardscope::views;
+
+namespace {
+
+const bool kOffscreen = [] {
+  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+  return true;
+}();
+
+// Two layers: y = x.w needs w all-gathered (x is split by rows, w by columns), z = t.w2.
+const char* kModule = R"(HloModule hist, num_partitions=4
+
+ENTRY main {
+  x = f32[64,128] parameter(0), sharding={devices=[4,1]<=[4]}
+  w = f32[128,256] parameter(1), sharding={devices=[1,4]<=[4]}
+  w2 = f32[256,128] parameter(2), sharding={devices=[4,1]<=[4]}
+  y = f32[64,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[64,256] tanh(y)
+  z = f32[64,128] dot(t, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT r = f32[64,128] tanh(z)
+}
+)";
+
+// A document with its simulation panel, shown (offscreen) so geometry is real.
+struct Panel {
+  Document doc;
+  SimulationView view;
+  Panel() {
+    view.setDocument(&doc);
+    view.resize(1400, 800);
+    view.setConfirmDeletes(false);
+    view.show();
+  }
+  bool load() { return doc.loadHloText(kModule, "hist.hlo").ok() && doc.waitUntilIdle(60000); }
+  // Simulates one step; the new run, or null.
+  std::shared_ptr<const RunResult> simulate(const QString& chip) {
+    const size_t before = doc.runHistory().size();
+    doc.requestSimulation(chip);
+    if (!doc.waitUntilIdle(120000) || !doc.simulation().ok || doc.runHistory().size() != before + 1) return nullptr;
+    return doc.simulation().run;
+  }
+};
+
+std::vector<RunOverview> StoredRuns(const QString& path) {
+  auto store = RunStore::Open(path.toStdString(), RunStore::OpenMode::kOpenExisting);
+  if (!store.ok()) {
+    qWarning("%s", store.error().message.c_str());
+    return {};
+  }
+  auto runs = store->ListRuns();
+  return runs.ok() ? *runs : std::vector<RunOverview>{};
+}
+
+// Clicks row `row` of the history table (source row: the table is unsorted).
+void ClickRow(QTableView* table, int row, Qt::KeyboardModifiers mods = {}) {
+  const QRect r = table->visualRect(table->model()->index(row, RunHistoryModel::kId));
+  QTest::mouseClick(table->viewport(), Qt::LeftButton, mods, r.center());
+}
+
+}  // namespace
+
+class TestGuiHistory : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir dir_;
+  QString db_;
+
+ private slots:
+  void initTestCase() {
+    if (ChipPresets().empty()) QSKIP("the simulator is not built in");
+    QStandardPaths::setTestModeEnabled(true);
+    QVERIFY(dir_.isValid());
+  }
+
+  void init() {
+    // A fresh store per test function.
+    static int n = 0;
+    db_ = dir_.filePath(QString("runs-%1.sqlite").arg(++n));
+    qputenv("SHARDSCOPE_RUN_DB", db_.toLocal8Bit());
+  }
+
+  void historyModelColumns() {
+    RunHistoryModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    RunOverview stored;
+    stored.id = 4;
+    stored.label = "baseline";
+    stored.inputs.module_name = "layer.spmd";  // the simulator records the SPMD program's name
+    stored.summary.step_time_s = 0.002;
+    stored.summary.bytes_communicated = 3 * 1024 * 1024;
+    RunOverview unsaved = stored;
+    unsaved.id = -1;
+    unsaved.inputs.module_name = "other.spmd";
+    model.setRuns({stored, unsaved});
+    QCOMPARE(model.columnCount(), static_cast<int>(RunHistoryModel::kColumnCount));
+    QCOMPARE(model.headerData(RunHistoryModel::kModule, Qt::Horizontal).toString(), QString("Module"));
+    QCOMPARE(model.index(0, RunHistoryModel::kModule).data().toString(), QString("layer"));
+    QCOMPARE(model.index(0, RunHistoryModel::kBytes).data().toString(), QString("3.00 MiB"));
+    QCOMPARE(model.index(0, RunHistoryModel::kBytes).data(RunHistoryModel::kSortRole).toLongLong(), qint64{3 * 1024 * 1024});
+    QCOMPARE(model.index(0, RunHistoryModel::kStepTime).data(RunHistoryModel::kSortRole).toDouble(), 0.002);
+    QCOMPARE(model.index(0, RunHistoryModel::kId).data().toLongLong(), qint64{4});
+    QCOMPARE(model.index(1, RunHistoryModel::kId).data().toString(), QString("unsaved"));
+    QVERIFY(model.index(1, RunHistoryModel::kLabel).data(Qt::ToolTipRole).toString().contains("memory only"));
+    QCOMPARE(model.rowOf(-1), 1);
+    QCOMPARE(model.rowOf(99), -1);
+    // Runs of another module than the open one are greyed.
+    model.setCurrentModule("layer");
+    QVERIFY(!model.index(0, RunHistoryModel::kLabel).data(Qt::ForegroundRole).isValid());
+    QVERIFY(model.index(1, RunHistoryModel::kLabel).data(Qt::ForegroundRole).isValid());
+  }
+
+  void everyRunIsStoredAndListedAtStart() {
+    Panel p;
+    QVERIFY(p.load());
+    QVERIFY(p.doc.waitUntilIdle(30000));
+    QCOMPARE(p.doc.runStorePath(), db_);
+    QVERIFY(p.doc.runStoreError().isEmpty());
+    QVERIFY(p.view.storeLabel()->text().contains(db_));
+    const auto a = p.simulate("tpu-v4");
+    const auto b = p.simulate("tpu-v5e");
+    QVERIFY(a && b);
+    QVERIFY(a->id > 0 && b->id > a->id);
+    // Both are in the database, with the figures the panel shows.
+    const auto rows = StoredRuns(db_);
+    QCOMPARE(rows.size(), size_t{2});
+    const RunHistoryModel* model = p.view.history();
+    QCOMPARE(model->rowCount(), 2);
+    for (int i = 0; i < 2; ++i) {
+      const RunOverview& db = rows[static_cast<size_t>(i)];
+      QCOMPARE(model->index(i, RunHistoryModel::kId).data(RunHistoryModel::kRunIdRole).toLongLong(), db.id);
+      QCOMPARE(model->index(i, RunHistoryModel::kStepTime).data(RunHistoryModel::kSortRole).toDouble(), db.summary.step_time_s);
+      QCOMPARE(model->index(i, RunHistoryModel::kStepTime).data().toString(), FormatSeconds(db.summary.step_time_s));
+      QCOMPARE(model->index(i, RunHistoryModel::kPeakMemory).data().toString(), FormatBytes(db.summary.peak_memory_bytes));
+      QCOMPARE(model->index(i, RunHistoryModel::kChip).data().toString(), QString::fromStdString(db.inputs.chip_preset));
+      QCOMPARE(model->index(i, RunHistoryModel::kModule).data().toString(), QString("hist"));
+      QCOMPARE(model->index(i, RunHistoryModel::kMesh).data().toString(), QString("X=4"));
+    }
+    QCOMPARE(rows[0].id, a->id);
+    QCOMPARE(rows[1].id, b->id);
+    QCOMPARE(rows[0].summary.step_time_s, a->summary.step_time_s);
+    QCOMPARE(rows[1].summary.step_time_s, b->summary.step_time_s);
+    QCOMPARE(rows[1].summary.peak_memory_bytes, b->summary.peak_memory_bytes);
+    QCOMPARE(rows[1].summary.bytes_communicated, b->summary.bytes_communicated);
+    QVERIFY(rows[0].inputs.chip_preset != rows[1].inputs.chip_preset);
+    // The newest run is shown, and the status says where it went.
+    QCOMPARE(p.view.shownRun(), b->id);
+    QVERIFY(p.view.statusLabel()->text().contains(QString("stored as run %1").arg(b->id)));
+
+    // A new document and panel on the same store list both at start, before any simulation.
+    Panel q;
+    QAbstractItemModelTester tester(q.view.history(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    QCOMPARE(q.view.history()->rowCount(), 2);
+    QCOMPARE(q.view.history()->index(0, RunHistoryModel::kId).data(RunHistoryModel::kRunIdRole).toLongLong(), a->id);
+    QCOMPARE(q.view.history()->index(1, RunHistoryModel::kId).data(RunHistoryModel::kRunIdRole).toLongLong(), b->id);
+    QCOMPARE(q.view.history()->index(1, RunHistoryModel::kLabel).data().toString(), QString::fromStdString(b->label));
+  }
+
+  void relabelAndDeletePersist() {
+    Panel p;
+    QVERIFY(p.load());
+    const auto a = p.simulate("tpu-v4");
+    const auto b = p.simulate("tpu-v4");
+    const auto c = p.simulate("tpu-v5e");
+    QVERIFY(a && b && c);
+    // Another panel on the same store edits; the first one and the database see it.
+    Panel q;
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    QCOMPARE(q.view.history()->rowCount(), 3);
+    QVERIFY(q.view.history()->setData(q.view.history()->index(0, RunHistoryModel::kLabel), "baseline"));
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    QCOMPARE(QString::fromStdString(q.doc.runOverview(a->id)->label), QString("baseline"));
+    auto rows = StoredRuns(db_);
+    QCOMPARE(rows.size(), size_t{3});
+    QCOMPARE(rows[0].label, std::string("baseline"));
+    QCOMPARE(rows[1].label, b->label);
+    // Delete (the key, on the selected row) removes it from the panel and the store.
+    QTableView* table = q.view.historyTable();
+    ClickRow(table, 1);
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    QCOMPARE(q.view.shownRun(), b->id);
+    QTest::keyClick(table, Qt::Key_Delete);
+    QCOMPARE(q.view.history()->rowCount(), 2);
+    QCOMPARE(q.view.history()->rowOf(b->id), -1);
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    rows = StoredRuns(db_);
+    QCOMPARE(rows.size(), size_t{2});
+    QCOMPARE(rows[0].id, a->id);
+    QCOMPARE(rows[1].id, c->id);
+    // The first document sees both edits when it lists the store again.
+    p.doc.refreshRunStore();
+    QVERIFY(p.doc.waitUntilIdle(30000));
+    QCOMPARE(p.view.history()->rowCount(), 2);
+    QCOMPARE(p.view.history()->index(0, RunHistoryModel::kLabel).data().toString(), QString("baseline"));
+    // Deleting a run that is already gone from the store reports it and lists the store again.
+    QSignalSpy messages(&p.doc, &Document::runStoreMessage);
+    QVERIFY(q.doc.deleteRun(c->id));
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    QVERIFY(p.doc.deleteRun(c->id));
+    QVERIFY(p.doc.waitUntilIdle(30000));
+    QCOMPARE(messages.count(), 1);
+    QVERIFY2(messages.at(0).at(0).toString().contains(QString("no run with id %1").arg(c->id)),
+             qPrintable(messages.at(0).at(0).toString()));
+    QCOMPARE(StoredRuns(db_).size(), size_t{1});
+    QCOMPARE(p.view.history()->rowCount(), 1);
+    // The shown run was deleted: the panel shows nothing rather than a run that is gone.
+    QCOMPARE(q.view.shownRun(), int64_t{0});
+    QCOMPARE(q.view.timeline()->run(), nullptr);
+  }
+
+  void selectingAStoredRunLoadsIt() {
+    std::shared_ptr<const RunResult> a, b;
+    {
+      Panel p;
+      QVERIFY(p.load());
+      a = p.simulate("tpu-v4");
+      b = p.simulate("tpu-v5e");
+      QVERIFY(a && b);
+    }
+    // A fresh panel has nothing in memory: clicking the first row loads it from the store.
+    Panel q;
+    QVERIFY(q.load());
+    QVERIFY(!q.doc.loadedRun(a->id));
+    QCOMPARE(q.view.timeline()->run(), nullptr);
+    ClickRow(q.view.historyTable(), 0);
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    QVERIFY(q.view.timeline()->run());
+    QCOMPARE(q.view.timeline()->run()->id, a->id);
+    QCOMPARE(q.view.shownRun(), a->id);
+    // The stored detail is the simulated one: same events, memory and peak buffers.
+    QCOMPARE(q.view.timeline()->run()->classes, a->classes);
+    QVERIFY(q.view.memoryChart()->pointCount() > 0);
+    QVERIFY(q.view.memoryChart()->title().contains(FormatBytes(a->classes[0].peak_memory_bytes)));
+    QVERIFY(q.view.memoryChart()->seriesNames().contains("peak"));
+    // The buffers live at the peak are listed (the largest first).
+    const QString html = q.view.findChild<QTextBrowser*>()->toPlainText();
+    QVERIFY2(html.contains("Live at the peak"), qPrintable(html));
+    QVERIFY(!a->classes[0].peak_buffers.empty());
+    for (const auto& buf : a->classes[0].peak_buffers) QVERIFY(html.contains(QString::fromStdString(buf.name)));
+  }
+
+  void twoRunsCompareWithTheStoreFigures() {
+    Panel p;
+    QVERIFY(p.load());
+    const auto a = p.simulate("tpu-v4");
+    const auto b = p.simulate("tpu-v5e");
+    QVERIFY(a && b);
+    // Row 0, then Ctrl-click row 1: the comparison pane.
+    QTableView* table = p.view.historyTable();
+    ClickRow(table, 0);
+    ClickRow(table, 1, Qt::ControlModifier);
+    QVERIFY(p.doc.waitUntilIdle(30000));
+    QVERIFY(p.view.comparedRuns());
+    QCOMPARE(p.view.comparedRuns()->first, a->id);
+    QCOMPARE(p.view.comparedRuns()->second, b->id);
+    // The figures are the store's own comparison.
+    auto store = RunStore::Open(db_.toStdString(), RunStore::OpenMode::kOpenExisting);
+    QVERIFY(store.ok());
+    auto expected = store->CompareRuns(a->id, b->id);
+    QVERIFY(expected.ok());
+    QCOMPARE(expected->step_time.a, a->summary.step_time_s);
+    QCOMPARE(expected->step_time.b, b->summary.step_time_s);
+    QTableWidget* t = p.view.comparisonTable();
+    QCOMPARE(t->rowCount(), static_cast<int>(expected->figures.size()));
+    QCOMPARE(t->rowCount(), 8);  // step time, peak memory, bytes, compute, communication, idle, exposed, MFU
+    for (int r = 0; r < t->rowCount(); ++r) {
+      const ComparedFigure& f = expected->figures[static_cast<size_t>(r)];
+      QCOMPARE(t->item(r, 0)->text(), QString::fromStdString(f.name));
+      QCOMPARE(t->item(r, 1)->data(Qt::UserRole).toDouble(), f.a);
+      QCOMPARE(t->item(r, 2)->data(Qt::UserRole).toDouble(), f.b);
+      QCOMPARE(t->item(r, 3)->data(Qt::UserRole).toDouble(), f.b - f.a);
+      QCOMPARE(t->item(r, 4)->data(Qt::UserRole).toDouble(), f.a != 0 ? f.b / f.a : 0.0);
+    }
+    // The better one is marked: less time and memory, more MFU.
+    const auto better = [&](int row) { return t->item(row, 5)->text(); };
+    QCOMPARE(better(0), b->summary.step_time_s < a->summary.step_time_s ? QString("B") : QString("A"));
+    QCOMPARE(t->item(0, 1)->text(), FormatSeconds(a->summary.step_time_s));
+    QCOMPARE(t->item(0, 2)->text(), FormatSeconds(b->summary.step_time_s));
+    QCOMPARE(better(7), a->summary.mfu == b->summary.mfu ? QString("=") : b->summary.mfu > a->summary.mfu ? QString("B") : QString("A"));
+    QVERIFY(a->summary.step_time_s != b->summary.step_time_s);  // different chips
+    // Both timelines, on one time scale, and both memory curves overlaid.
+    QVERIFY(p.view.comparedTimeline()->isVisible());
+    QCOMPARE(p.view.timeline()->run()->id, a->id);
+    QCOMPARE(p.view.comparedTimeline()->run()->id, b->id);
+    QCOMPARE(p.view.timeline()->rangeEnd(), p.view.comparedTimeline()->rangeEnd());
+    QVERIFY(p.view.timeline()->rangeEnd() >= std::max(a->summary.step_time_s, b->summary.step_time_s));
+    const QStringList names = p.view.memoryChart()->seriesNames();
+    QVERIFY2(names.contains(QString("A: run %1").arg(a->id)) && names.contains(QString("B: run %1").arg(b->id)) &&
+                 names.contains("A peak") && names.contains("B peak"),
+             qPrintable(names.join(", ")));
+    // Zooming one timeline zooms the other.
+    p.view.timeline()->setRange(0, a->summary.step_time_s / 2);
+    QCOMPARE(p.view.comparedTimeline()->rangeEnd(), a->summary.step_time_s / 2);
+    // One row again: back to one run.
+    ClickRow(table, 1);
+    QVERIFY(p.doc.waitUntilIdle(30000));
+    QVERIFY(!p.view.comparedRuns());
+    QVERIFY(!p.view.comparedTimeline()->isVisible());
+    QCOMPARE(p.view.shownRun(), b->id);
+  }
+
+  void timelineClickSelectsTheInstruction() {
+    Panel p;
+    QVERIFY(p.load());
+    const auto run = p.simulate("tpu-v4");
+    QVERIFY(run);
+    TimelineWidget* timeline = p.view.timeline();
+    QCOMPARE(timeline->run(), run.get());
+    // Find the events of the second dot and of the all-gather the partitioner inserted for y.
+    const TimelineEvent* z_event = nullptr;
+    const TimelineEvent* gather = nullptr;
+    for (const auto& e : run->classes[0].events) {
+      if (e.instruction == "z") z_event = &e;
+      if (e.stream == Stream::kCommunication && e.kind == "all-gather") gather = &e;
+    }
+    QVERIFY(z_event && gather);
+    QVERIFY(!p.doc.findInstruction(QString::fromStdString(gather->instruction)));  // not an original name
+    // Zoom so the event spans the middle third of the plot, then click its middle.
+    auto click = [&](const TimelineEvent& e) {
+      timeline->setRange(e.start_s - e.duration_s, e.end_s() + e.duration_s);
+      const int plot_w = timeline->width() - TimelineWidget::kGutter - 4;
+      const int x = TimelineWidget::kGutter + plot_w / 2;  // the event's middle
+      const int y = TimelineWidget::kAxis + 4 + static_cast<int>(e.stream) * TimelineWidget::kLane + TimelineWidget::kLane / 2;
+      QVERIFY(std::abs(timeline->eventCenter(0, e.stream, e.instruction).x() - x) <= 1);
+      QTest::mouseClick(timeline, Qt::LeftButton, {}, QPoint(x, y));
+    };
+    const int64_t z = p.doc.findInstruction("z")->id();
+    const int64_t y = p.doc.findInstruction("y")->id();
+    click(*z_event);
+    QCOMPARE(p.doc.selected(), z);
+    // The collective selects the instruction that needed it (the partitioner's map of this run).
+    click(*gather);
+    QCOMPARE(p.doc.selected(), y);
+    QVERIFY(p.view.statusLabel()->text().contains("all-gather"));
+    // The selected instruction's events are outlined: its tooltip names the original.
+    QVERIFY(timeline->toolTipAt(timeline->eventCenter(0, Stream::kCommunication, gather->instruction)).contains("from <i>y</i>"));
+
+    // A stored run in a new document: no partitioner map of its own; after a partitioning the
+    // document's map is used, and same-named instructions map directly.
+    Panel q;
+    QVERIFY(q.load());
+    QVERIFY(q.view.showRun(run->id));
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    QCOMPARE(q.doc.instructionForEvent(run->id, "z"), q.doc.findInstruction("z")->id());
+    QCOMPARE(q.doc.instructionForEvent(run->id, "z[3]"), q.doc.findInstruction("z")->id());  // loop suffix
+    QCOMPARE(q.doc.instructionForEvent(run->id, QString::fromStdString(gather->instruction)), int64_t{-1});
+    q.doc.requestPartition();
+    QVERIFY(q.doc.waitUntilIdle(60000));
+    QVERIFY(q.doc.partition().ok);
+    QCOMPARE(q.doc.instructionForEvent(run->id, QString::fromStdString(gather->instruction)), q.doc.findInstruction("y")->id());
+    QCOMPARE(q.doc.instructionForEvent(run->id, "no-such-instruction"), int64_t{-1});
+  }
+
+  void cancelDropsThePendingResult() {
+    Panel p;
+    QVERIFY(p.load());
+    QVERIFY(p.doc.waitUntilIdle(30000));
+    QSignalSpy added(&p.doc, &Document::runAdded);
+    p.view.simulate();
+    QVERIFY(p.doc.simulationBusy());
+    QVERIFY(!p.view.simulateButton()->isEnabled());
+    QVERIFY(p.view.cancelButton()->isVisible());
+    p.view.cancel();
+    QVERIFY(!p.doc.simulationBusy());
+    QVERIFY(p.view.simulateButton()->isEnabled());
+    QVERIFY(!p.view.cancelButton()->isVisible());
+    QVERIFY(p.view.statusLabel()->text().startsWith("Cancelled"));
+    // The next simulation queues behind the cancelled one; only it is stored.
+    const auto run = p.simulate("tpu-v4");
+    QVERIFY(run);
+    QCOMPARE(added.count(), 1);
+    QCOMPARE(StoredRuns(db_).size(), size_t{1});
+    QCOMPARE(p.doc.runHistory().size(), size_t{1});
+  }
+
+  void projectKeepsItsRunsNextToIt() {
+    qunsetenv("SHARDSCOPE_RUN_DB");
+    const QString per_user = Document::chooseRunStorePath(QString());
+    QVERIFY(per_user.endsWith("/runs.sqlite"));
+    QFile::remove(per_user);  // test mode: ~/.qttest, not the user's store
+    const QString project = dir_.filePath("model.shardscope");
+    const QString project_db = dir_.filePath("model.runs.sqlite");
+    QCOMPARE(Document::chooseRunStorePath(project), project_db);
+    int64_t carried_id = 0;
+    double step = 0;
+    {
+      Panel p;
+      QVERIFY(p.load());
+      QCOMPARE(p.doc.runStorePath(), per_user);
+      const auto run = p.simulate("tpu-v4");
+      QVERIFY(run);
+      step = run->summary.step_time_s;
+      QVERIFY(p.doc.saveProject(project).ok());
+      QVERIFY(p.doc.waitUntilIdle(30000));
+      QCOMPARE(p.doc.runStorePath(), project_db);
+      // The session's run came along into the project's store.
+      QCOMPARE(p.view.history()->rowCount(), 1);
+      carried_id = p.view.history()->at(0)->id;
+      QVERIFY(p.doc.loadedRun(carried_id));
+      QCOMPARE(p.doc.instructionForEvent(carried_id, "z"), p.doc.findInstruction("z")->id());
+    }
+    const auto rows = StoredRuns(project_db);
+    QCOMPARE(rows.size(), size_t{1});
+    QCOMPARE(rows[0].id, carried_id);
+    QCOMPARE(rows[0].summary.step_time_s, step);
+    QCOMPARE(StoredRuns(per_user).size(), size_t{1});  // copied, not moved
+    // Opening the project lists its runs.
+    Panel q;
+    QVERIFY(q.doc.loadProject(project).ok());
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    QCOMPARE(q.doc.runStorePath(), project_db);
+    QCOMPARE(q.view.history()->rowCount(), 1);
+    QCOMPARE(q.view.history()->at(0)->summary.step_time_s, step);
+    QFile::remove(per_user);
+  }
+
+  void unusableStoreKeepsRunsInMemory_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::newRow("corrupt file") << "corrupt";
+    QTest::newRow("cannot create") << "blocked";
+  }
+
+  void unusableStoreKeepsRunsInMemory() {
+    QFETCH(QString, kind);
+    QByteArray junk;
+    for (int i = 0; i < 512; ++i) junk += "this is not a SQLite database\n";
+    QString path;
+    if (kind == "corrupt") {
+      path = dir_.filePath("corrupt.sqlite");
+      QFile f(path);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(junk);
+    } else {
+      // A folder that cannot be created (a file is in the way), whoever runs the test.
+      QFile f(dir_.filePath("a-file"));
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write("x");
+      path = dir_.filePath("a-file/runs.sqlite");
+    }
+    qputenv("SHARDSCOPE_RUN_DB", path.toLocal8Bit());
+    Panel p;
+    QVERIFY(p.load());
+    QVERIFY(p.doc.waitUntilIdle(30000));
+    QVERIFY(p.doc.runStorePath().isEmpty());
+    QVERIFY(!p.doc.runStoreError().isEmpty());
+    const QString message = p.view.storeLabel()->text();
+    QVERIFY2(message.contains("not saved") && message.contains(path.toHtmlEscaped()), qPrintable(message));
+    // Simulating still works; the runs are kept in memory and can be shown and compared.
+    const auto a = p.simulate("tpu-v4");
+    const auto b = p.simulate("tpu-v5e");
+    QVERIFY(a && b);
+    QVERIFY(a->id < 0 && b->id < 0 && a->id != b->id);
+    QCOMPARE(p.view.history()->rowCount(), 2);
+    QCOMPARE(p.view.history()->index(0, RunHistoryModel::kId).data().toString(), QString("unsaved"));
+    QCOMPARE(p.view.timeline()->run(), b.get());
+    QVERIFY(p.view.showRun(a->id));
+    QCOMPARE(p.view.timeline()->run(), a.get());
+    QVERIFY(p.view.compareRuns(a->id, b->id));
+    QVERIFY(p.doc.waitUntilIdle(30000));
+    const RunComparison expected = CompareRunOverviews(OverviewOf(*a), OverviewOf(*b));
+    QCOMPARE(p.view.comparisonTable()->rowCount(), 8);
+    QCOMPARE(p.view.comparisonTable()->item(0, 1)->data(Qt::UserRole).toDouble(), expected.step_time.a);
+    QCOMPARE(p.view.comparisonTable()->item(1, 2)->data(Qt::UserRole).toDouble(), expected.peak_memory.b);
+    QVERIFY(p.doc.setRunLabel(a->id, "kept"));
+    QCOMPARE(p.view.history()->index(0, RunHistoryModel::kLabel).data().toString(), QString("kept"));
+    QVERIFY(p.doc.deleteRun(b->id));
+    QCOMPARE(p.view.history()->rowCount(), 1);
+    // The file was not touched.
+    if (kind == "corrupt") {
+      QFile f(path);
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      QCOMPARE(f.readAll(), junk);
+    }
+  }
+};
+
+QTEST_MAIN(TestGuiHistory)
+#include "test_gui_history.moc"

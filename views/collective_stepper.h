@@ -1,0 +1,153 @@
+// Teaching mode: step through one collective on the mesh. The panel draws the device mesh (2-D as a
+// grid, 1-D as a row, 3-D and larger as slices, like the mesh view) with every device as a tile of
+// cells showing what it holds (one cell per member of its replica group, coloured by the member the
+// data comes from, filled as far as it has arrived or been summed), the current step's transfers as
+// arrows (one colour per replica group; dashed for half a shard; a ⊕ head where the receiver adds;
+// curved round the outside for wraparound links), Previous / Play / Next and a step slider, a caption
+// saying what happens in the step, and the cost formula with the numbers filled in.
+//
+// No algorithm lives here: the plan comes from views/engine.h (PlanTeaching), which wraps
+// simulator/collective_steps.
+#pragma once
+
+#include <vector>
+
+#include <QWidget>
+
+#include "views/engine.h"
+
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QPushButton;
+class QSlider;
+class QTimer;
+
+namespace shardscope::views {
+
+// The painted mesh with the holdings and arrows of one step.
+class TeachingCanvas : public QWidget {
+  Q_OBJECT
+ public:
+  explicit TeachingCanvas(QWidget* parent = nullptr);
+  // `plan` must outlive the canvas or the next setPlan; step 0 is the start (no arrows).
+  void setPlan(const TeachingPlan* plan);
+  void setStep(int step);
+  int step() const { return step_; }
+
+  // What the last paint drew (for tests and tooltips): arrows after merging transfers between the
+  // same two devices, of which wraparound (curved round the outside) and dashed (half) arrows.
+  struct PaintStats {
+    int arrows = 0;
+    int wraparound = 0;
+    int dashed = 0;
+    int reduce = 0;
+    int tiles = 0;
+  };
+  PaintStats lastPaintStats() const { return stats_; }
+  // Where a device's tile is drawn at the current size (empty when it is not drawn).
+  QRectF tileRect(int64_t device) const;
+  QColor groupColor(int64_t group) const;
+
+  QSize sizeHint() const override { return QSize(560, 380); }
+  QSize minimumSizeHint() const override { return QSize(220, 160); }
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  bool event(QEvent* event) override;  // tooltips
+
+ private:
+  struct Geometry {
+    int slices = 1, slice_cols = 1, rows = 1, cols = 1;
+    double tile = 60, gap = 6, slice_gap = 24, label_h = 0, left = 34, top = 26;
+    bool lanes = false;  // room between rows/columns for wraparound arcs
+  };
+  Geometry geometry() const;
+  QRectF tileRectAt(const Geometry& g, size_t index) const;
+  const std::vector<TeachingDevice>& devices() const;
+  const std::vector<TeachingTransfer>& transfers() const;
+  int tileAt(const QPointF& p) const;
+
+  const TeachingPlan* plan_ = nullptr;
+  int step_ = 0;
+  std::vector<int64_t> tile_of_device_;   // device -> index in mesh order (-1: not drawn)
+  std::vector<int64_t> device_at_tile_;   // mesh order -> device
+  std::vector<std::vector<int64_t>> coords_;  // mesh order -> coordinates
+  PaintStats stats_;
+};
+
+class CollectiveStepper : public QWidget {
+  Q_OBJECT
+ public:
+  explicit CollectiveStepper(QWidget* parent = nullptr);
+
+  // Plans `request` and shows its start. Returns false (and shows why) when it cannot be planned.
+  bool setRequest(const TeachingRequest& request);
+  // A collective of the partitioned program on the document's mesh, with the default chip.
+  bool showCollective(const CollectiveInfo& collective, const DeviceMesh& mesh);
+  // One of TeachingExamples() by name.
+  bool showExample(const QString& name);
+  bool hasPlan() const { return plan_.ok; }
+  const TeachingPlan& plan() const { return plan_; }
+
+  int stepCount() const { return static_cast<int>(plan_.steps.size()); }
+  int currentStep() const { return step_; }  // 0: the start, before step 1
+  void setStep(int step);
+  // The transfers drawn now (empty at the start) and what each device holds now.
+  const std::vector<TeachingTransfer>& currentTransfers() const;
+  const std::vector<TeachingDevice>& currentDevices() const;
+  QString captionText() const;
+  QString formulaText() const;   // the formula line, legend and the book's form, as plain text
+  QString titleText() const;
+  bool isPlaying() const;
+  void setPlayInterval(int ms);  // time per step when playing (default 1.4 s)
+
+  TeachingCanvas* canvas() const { return canvas_; }
+  QComboBox* exampleBox() const { return examples_; }
+  QComboBox* chipBox() const { return chip_; }
+  QComboBox* wraparoundBox() const { return wrap_; }
+  QPushButton* nextButton() const { return next_; }
+  QPushButton* previousButton() const { return prev_; }
+  QPushButton* playButton() const { return play_; }
+  QSlider* slider() const { return slider_; }
+
+ public slots:
+  void next();
+  void previous();
+  void play();
+  void pause();
+  void togglePlay();
+
+ signals:
+  void stepChanged(int step);
+  void planChanged();
+
+ private:
+  void replan();
+  void refresh();
+  void syncControls();
+
+  TeachingRequest request_;
+  TeachingPlan plan_;
+  int step_ = 0;
+  bool updating_ = false;
+
+  QComboBox* examples_;
+  QComboBox* chip_;
+  QComboBox* wrap_;
+  QCheckBox* bidirectional_;
+  QLabel* title_;
+  QLabel* summary_;
+  TeachingCanvas* canvas_;
+  QLabel* legend_;
+  QPushButton* prev_;
+  QPushButton* play_;
+  QPushButton* next_;
+  QSlider* slider_;
+  QLabel* step_label_;
+  QLabel* caption_;
+  QLabel* formula_;
+  QTimer* timer_;
+};
+
+}  // namespace shardscope::views
