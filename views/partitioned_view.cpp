@@ -40,6 +40,8 @@ PartitionedView::PartitionedView(QWidget* parent)
   table_->setSelectionMode(QAbstractItemView::SingleSelection);
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->verticalHeader()->hide();
+  table_->setToolTip("Click a collective to select the instruction that caused it; double-click to step through it\n"
+                     "on the mesh in the Teaching panel.");
   text_->setReadOnly(true);
   text_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
   text_->setLineWrapMode(QPlainTextEdit::NoWrap);

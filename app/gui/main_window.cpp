@@ -17,6 +17,7 @@
 #include <QMessageBox>
 #include <QPainter>
 #include <QSaveFile>
+#include <QScrollArea>
 #include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QStatusBar>
@@ -215,7 +216,13 @@ void MainWindow::createTeachingDock() {
   teaching_ = new views::CollectiveStepper;
   teaching_dock_ = new QDockWidget("Teaching", this);
   teaching_dock_->setObjectName("teachingDock");
-  teaching_dock_->setWidget(teaching_);
+  // In a scroll area: the panel needs room for the mesh and the formula, but it shares a column
+  // with the inspector, which must be able to stay narrow while the timeline or the SPMD graph is wide.
+  auto* teaching_scroll = new QScrollArea;
+  teaching_scroll->setWidget(teaching_);
+  teaching_scroll->setWidgetResizable(true);
+  teaching_scroll->setFrameShape(QFrame::NoFrame);
+  teaching_dock_->setWidget(teaching_scroll);
   addDockWidget(Qt::BottomDockWidgetArea, teaching_dock_);
   tabifyDockWidget(inspector_dock_, teaching_dock_);
   inspector_dock_->raise();
