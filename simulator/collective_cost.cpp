@@ -432,25 +432,33 @@ bool SolveBalanced(const std::vector<std::vector<double>>& c, std::vector<double
   return true;
 }
 
-int64_t AddGridAllGather(const Topology& topo, StepSchedule& s, const GroupPlan& plan, double shard, int64_t step0,
-                         bool bidirectional) {
-  const size_t m = plan.axes.size();
+std::vector<double> BalancedGridFractions(const std::vector<int64_t>& sizes, const std::vector<bool>& ring,
+                                          bool bidirectional) {
+  const size_t m = sizes.size();
   std::vector<double> load_factor(m);
   for (size_t a = 0; a < m; ++a) {
-    const double n = static_cast<double>(plan.size[a]);
-    load_factor[a] = (plan.ring[a] && bidirectional) ? (n - 1) / 2 : (n - 1);
+    const double n = static_cast<double>(sizes[a]);
+    load_factor[a] = (a < ring.size() && ring[a] && bidirectional) ? (n - 1) / 2 : (n - 1);
   }
+  // Part j crosses axis a after the axes before it in its rotated order have multiplied its block.
   std::vector<std::vector<double>> coeff(m, std::vector<double>(m, 0.0));
   for (size_t j = 0; j < m; ++j) {
     double block = 1;
     for (size_t q = 0; q < m; ++q) {
       const size_t a = (j + q) % m;
       coeff[j][a] = block * load_factor[a];
-      block *= static_cast<double>(plan.size[a]);
+      block *= static_cast<double>(sizes[a]);
     }
   }
   std::vector<double> frac;
-  if (!SolveBalanced(coeff, &frac)) frac.assign(m, 1.0 / static_cast<double>(m));
+  if (!SolveBalanced(coeff, &frac)) frac.assign(m, m ? 1.0 / static_cast<double>(m) : 0.0);
+  return frac;
+}
+
+int64_t AddGridAllGather(const Topology& topo, StepSchedule& s, const GroupPlan& plan, double shard, int64_t step0,
+                         bool bidirectional) {
+  const size_t m = plan.axes.size();
+  const std::vector<double> frac = GridAllGatherFractions(plan.size, plan.ring, bidirectional);
 
   int64_t total_steps = 0;
   for (size_t j = 0; j < m; ++j) {
@@ -990,6 +998,11 @@ double BookCollectiveTime(CollectiveKind kind, double V, double w, double t_min,
     case CollectiveKind::kCollectivePermute: return std::max(t_min, V / w);
   }
   return 0;
+}
+
+std::vector<double> GridAllGatherFractions(const std::vector<int64_t>& sizes, const std::vector<bool>& ring,
+                                           bool bidirectional) {
+  return BalancedGridFractions(sizes, ring, bidirectional);
 }
 
 }  // namespace shardscope

@@ -122,6 +122,13 @@ Result<std::vector<double>> EstimateConcurrentCollectives(const Topology& topolo
                                                           const std::vector<CollectiveRequest>& requests,
                                                           const CollectiveOptions& options = {});
 
+// The split of a multi-axis all-gather over a sub-grid of sizes[a] chips per axis (ring[a]: that
+// axis closes into a ring): part j of every shard gathers along the axes in the order j, j+1, ...
+// (rotated); the returned fraction of the shard in each part balances the busiest link of every
+// axis (equal parts for equal axes). The cost model and the teaching walkthrough both use it.
+std::vector<double> GridAllGatherFractions(const std::vector<int64_t>& sizes, const std::vector<bool>& ring,
+                                           bool bidirectional);
+
 // ---- Mesh helpers (the book's notation: AllGather_X, AllGather_XY, ...) ------------------------------
 // Replica groups of a collective over `axes` of the mesh: one group per combination of the other
 // axes' coordinates, members ordered row-major over `axes` as listed.

@@ -461,40 +461,6 @@ Layout LayoutGroup(const Topology& topo, const std::vector<int64_t>& group) {
   return L;
 }
 
-// Solves sum_j f_j c[j][a] = L for every axis a, sum_j f_j = 1 (the balanced split of a multi-axis
-// gather, as collective_cost.cpp chooses it). False when singular or a fraction would be negative.
-bool BalancedFractions(const std::vector<std::vector<double>>& c, std::vector<double>* f) {
-  const size_t m = c.size();
-  if (m == 0) return false;
-  std::vector<std::vector<double>> a(m + 1, std::vector<double>(m + 2, 0.0));
-  for (size_t ax = 0; ax < m; ++ax) {
-    for (size_t j = 0; j < m; ++j) a[ax][j] = c[j][ax];
-    a[ax][m] = -1;
-  }
-  for (size_t j = 0; j < m; ++j) a[m][j] = 1;
-  a[m][m + 1] = 1;
-  for (size_t col = 0; col <= m; ++col) {
-    size_t piv = col;
-    for (size_t r = col + 1; r <= m; ++r) {
-      if (std::fabs(a[r][col]) > std::fabs(a[piv][col])) piv = r;
-    }
-    if (std::fabs(a[piv][col]) < 1e-12) return false;
-    std::swap(a[piv], a[col]);
-    for (size_t r = 0; r <= m; ++r) {
-      if (r == col) continue;
-      const double factor = a[r][col] / a[col][col];
-      for (size_t k = col; k < m + 2; ++k) a[r][k] -= factor * a[col][k];
-    }
-  }
-  f->assign(m, 0.0);
-  for (size_t j = 0; j < m; ++j) {
-    (*f)[j] = a[j][m + 1] / a[j][j];
-    if ((*f)[j] < -1e-12) return false;
-    (*f)[j] = std::max(0.0, (*f)[j]);
-  }
-  return true;
-}
-
 // ---- Gather schedules -------------------------------------------------------------------------------------
 
 struct Move {
@@ -658,22 +624,7 @@ GatherPlan BuildGather(const Topology& topo, const std::vector<std::vector<int64
       }
       case Layout::Kind::kGrid: {
         const size_t m = L.axes.size();
-        std::vector<double> load(m);
-        for (size_t a = 0; a < m; ++a) {
-          const double n = static_cast<double>(L.size[a]);
-          load[a] = (L.ring[a] && bidirectional) ? (n - 1) / 2 : (n - 1);
-        }
-        std::vector<std::vector<double>> coeff(m, std::vector<double>(m, 0.0));
-        for (size_t j = 0; j < m; ++j) {
-          double block = 1;
-          for (size_t q = 0; q < m; ++q) {
-            const size_t a = (j + q) % m;
-            coeff[j][a] = block * load[a];
-            block *= static_cast<double>(L.size[a]);
-          }
-        }
-        std::vector<double> frac;
-        if (!BalancedFractions(coeff, &frac)) frac.assign(m, 1.0 / static_cast<double>(m));
+        const std::vector<double> frac = GridAllGatherFractions(L.size, L.ring, bidirectional);
         G.parts = std::max(G.parts, static_cast<int64_t>(m));
         G.fractions[g] = frac;
         int64_t total = 0;

@@ -981,16 +981,12 @@ Status RunStore::DeleteRun(int64_t run_id) {
   return Status::Ok();
 }
 
-Result<RunComparison> RunStore::CompareRuns(int64_t run_a, int64_t run_b) {
-  Result<RunOverview> a = LoadOverview(run_a);
-  if (!a.ok()) return a.error();
-  Result<RunOverview> b = LoadOverview(run_b);
-  if (!b.ok()) return b.error();
+RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b) {
   RunComparison c;
-  c.a = std::move(*a);
-  c.b = std::move(*b);
-  const RunSummary& x = c.a.summary;
-  const RunSummary& y = c.b.summary;
+  c.a = a;
+  c.b = b;
+  const RunSummary& x = a.summary;
+  const RunSummary& y = b.summary;
   c.step_time = {"step time", "s", x.step_time_s, y.step_time_s};
   c.peak_memory = {"peak memory per device", "bytes", static_cast<double>(x.peak_memory_bytes),
                    static_cast<double>(y.peak_memory_bytes)};
@@ -1005,6 +1001,14 @@ Result<RunComparison> RunStore::CompareRuns(int64_t run_a, int64_t run_b) {
                {"exposed communication", "s", x.exposed_communication_s, y.exposed_communication_s},
                {"MFU", "fraction", x.mfu, y.mfu}};
   return c;
+}
+
+Result<RunComparison> RunStore::CompareRuns(int64_t run_a, int64_t run_b) {
+  Result<RunOverview> a = LoadOverview(run_a);
+  if (!a.ok()) return a.error();
+  Result<RunOverview> b = LoadOverview(run_b);
+  if (!b.ok()) return b.error();
+  return CompareRunOverviews(*a, *b);
 }
 
 }  // namespace shardscope

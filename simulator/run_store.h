@@ -65,6 +65,10 @@ struct RunComparison {
   std::vector<ComparedFigure> figures;
 };
 
+// The figures of two runs side by side (RunStore::CompareRuns for stored runs; also usable on
+// runs that are only in memory).
+RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b);
+
 class RunStore {
  public:
   static constexpr int kSchemaVersion = 1;

@@ -569,27 +569,6 @@ Result<RunComparison> RunDatabase::Compare(int64_t run_a, int64_t run_b) {
   return impl_->store.CompareRuns(run_a, run_b);
 }
 
-RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b) {
-  RunComparison c;
-  c.a = a;
-  c.b = b;
-  const RunSummary& x = a.summary;
-  const RunSummary& y = b.summary;
-  c.step_time = {"step time", "s", x.step_time_s, y.step_time_s};
-  c.peak_memory = {"peak memory per device", "bytes", static_cast<double>(x.peak_memory_bytes),
-                   static_cast<double>(y.peak_memory_bytes)};
-  c.bytes_communicated = {"bytes communicated", "bytes", static_cast<double>(x.bytes_communicated),
-                          static_cast<double>(y.bytes_communicated)};
-  c.figures = {c.step_time,
-               c.peak_memory,
-               c.bytes_communicated,
-               {"compute time", "s", x.compute_time_s, y.compute_time_s},
-               {"communication time", "s", x.communication_time_s, y.communication_time_s},
-               {"idle time", "s", x.idle_time_s, y.idle_time_s},
-               {"exposed communication", "s", x.exposed_communication_s, y.exposed_communication_s},
-               {"MFU", "fraction", x.mfu, y.mfu}};
-  return c;
-}
 
 std::string RunModuleName(const RunInputs& inputs) {
   const std::string& n = inputs.module_name;

@@ -226,7 +226,7 @@ class RunDatabase {
 
 // The figures RunDatabase::Compare gives, for two runs that are not both stored (a store that could
 // not be opened keeps runs in memory only).
-RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b);
+using ::shardscope::CompareRunOverviews;  // simulator/run_store.h
 
 // The module a run was made from: RunInputs::module_name without the partitioner's ".spmd" suffix
 // (the simulator records the name of the SPMD program it ran).
