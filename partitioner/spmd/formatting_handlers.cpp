@@ -1,7 +1,7 @@
-// Data-formatting and windowed ops (slice, pad, concatenate, reverse, dynamic-slice,
-// dynamic-update-slice, sort, reduce-window): every dimension the op leaves untouched keeps its
-// sharding and runs locally; only the dimensions the op changes are gathered first. (Keeping
-// touched dimensions sharded needs halo exchange — GSPMD §4.3 — which slots in here per op.)
+// Data-formatting ops (concatenate, reverse, dynamic-slice, dynamic-update-slice, sort): every
+// dimension the op leaves untouched keeps its sharding and runs locally; only the dimensions the op
+// changes are gathered first. Windowed ops (convolution, reduce-window, pad, slice) keep their
+// windowed dimensions sharded with halo exchange instead: windowed_handlers.cpp.
 #include <algorithm>
 
 #include "partitioner/spmd/context.h"
@@ -54,8 +54,7 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   std::vector<Instruction*> ops;
   for (int64_t i = 0; i < op.operand_count(); ++i) {
     const Instruction* o = op.operand(i);
-    const bool data = o->shape().IsArray() && o->shape().rank() == out.rank() && o->shape().rank() > 0 &&
-                      !(op.opcode() == Opcode::kPad && i == 1);
+    const bool data = o->shape().IsArray() && o->shape().rank() == out.rank() && o->shape().rank() > 0;
     auto r = ctx.Reshard(ctx.Get(o), data ? *ws : HloSharding::Replicate());
     if (!r.ok()) return Error(op.name() + ": " + r.error().message);
     ops.push_back(*r);
@@ -69,15 +68,6 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   for (Computation* c : op.called_computations()) called.push_back(ctx.CloneScalarComputation(c));
   x->mutable_called_computations() = called;
   const Shape& lout = local->IsTuple() ? local->tuple.at(0) : *local;
-  if (op.opcode() == Opcode::kSlice) {
-    x->slice = op.slice;
-    for (int64_t d = 0; d < out.rank(); ++d)
-      if (work.tiles(d) > 1) {
-        x->slice.starts[static_cast<size_t>(d)] = 0;
-        x->slice.limits[static_cast<size_t>(d)] = lout.dim(d);
-        x->slice.strides[static_cast<size_t>(d)] = 1;
-      }
-  }
   if (op.opcode() == Opcode::kDynamicSlice) {
     x->dynamic_slice_sizes = op.dynamic_slice_sizes;
     for (int64_t d = 0; d < out.rank(); ++d)
