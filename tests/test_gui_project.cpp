@@ -5,6 +5,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QJsonArray>
+#include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QUndoStack>
 #include <QtTest>
@@ -161,6 +162,59 @@ class TestGuiProject : public QObject {
     st = doc.saveProject("/nonexistent-dir/x.shardscope");
     QVERIFY(!st.ok());
     QVERIFY(QString::fromStdString(st.error().message).contains("/nonexistent-dir/x.shardscope"));
+  }
+
+  // Opening from the File menu: read and parsed on the worker; errors leave the open module alone.
+  void loadsInTheBackground() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString good = dir.filePath("good.hlo"), bad = dir.filePath("bad.hlo");
+    {
+      QFile f(good);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(kModule);
+    }
+    {
+      QFile f(bad);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write("HloModule broken\n\nENTRY main {\n  x = f32[4] parameter(0)\n  ROOT y = f32[4 add(x, x)\n}\n");
+    }
+    Document doc;
+    QVERIFY(doc.loadExample(QString::fromStdString(DefaultExampleName())).ok());
+    const std::string example = doc.module()->name();
+    QSignalSpy finished(&doc, &Document::loadFinished);
+
+    doc.requestLoadHloFile(bad);
+    QVERIFY(doc.loadBusy());
+    QVERIFY(finished.wait(30000));
+    QCOMPARE(finished.last().at(1).toBool(), false);
+    const QString message = finished.last().at(2).toString();
+    QVERIFY2(message.startsWith(bad + ":5:"), qPrintable(message));  // FILE:LINE:COLUMN
+    QCOMPARE(doc.module()->name(), example);                          // nothing lost
+    QVERIFY(!doc.loadBusy());
+
+    doc.requestLoadHloFile(good);
+    QVERIFY(finished.wait(30000));
+    QCOMPARE(finished.last().at(1).toBool(), true);
+    QCOMPARE(doc.module()->name(), std::string("proj"));
+    QCOMPARE(doc.filePath(), good);
+    QCOMPARE(QString::fromStdString(doc.mesh().ToString()), QString("X=2,Y=4"));
+    QVERIFY(doc.findInstruction("w") != nullptr);
+
+    // Cancelled: the result is dropped when it arrives.
+    QVERIFY(doc.loadExample(QString::fromStdString(DefaultExampleName())).ok());
+    finished.clear();
+    doc.requestLoadHloFile(good);
+    doc.cancelLoad();
+    QVERIFY(!doc.loadBusy());
+    QVERIFY(!finished.wait(1000));
+    QCOMPARE(doc.module()->name(), example);
+
+    // A missing file.
+    doc.requestLoadHloFile(dir.filePath("missing.hlo"));
+    QVERIFY(finished.wait(30000));
+    QCOMPARE(finished.last().at(1).toBool(), false);
+    QVERIFY(finished.last().at(2).toString().contains("cannot open"));
   }
 };
 

@@ -141,6 +141,53 @@ Status Document::loadHloFile(const QString& path) {
   return st;
 }
 
+void Document::requestLoadHloFile(const QString& path) {
+  struct Loaded {
+    // A copyable holder (QFuture results are copied) that hands the module over without a clone.
+    std::shared_ptr<std::unique_ptr<Module>> module;
+    DeviceMesh mesh;
+    QString error;
+  };
+  const quint64 gen = ++load_generation_;
+  load_active_ = true;
+  auto* watcher = new QFutureWatcher<Loaded>(this);
+  connect(watcher, &QFutureWatcher<Loaded>::finished, this, [this, watcher, gen, path] {
+    watcher->deleteLater();
+    if (gen != load_generation_) return;  // cancelled or superseded
+    load_active_ = false;
+    Loaded r = watcher->result();
+    if (!r.module || !*r.module) {
+      emit loadFinished(path, false, r.error);
+      return;
+    }
+    setModule(std::move(*r.module), r.mesh, "hlo", path);
+    file_path_ = path;
+    emit loadFinished(path, true, QString());
+  });
+  watcher->setFuture(QtConcurrent::run(pool_, [path]() -> Loaded {
+    Loaded r;
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) {
+      r.error = QString("%1: cannot open: %2").arg(path, f.errorString());
+      return r;
+    }
+    auto parsed = ParseModuleText(QString::fromUtf8(f.readAll()).toStdString(), path.toStdString());
+    if (!parsed.ok()) {
+      r.error = QString::fromStdString(parsed.error().message);
+      return r;
+    }
+    r.mesh = GuessMesh(**parsed);
+    r.module = std::make_shared<std::unique_ptr<Module>>(std::move(*parsed));
+    return r;
+  }));
+}
+
+void Document::cancelLoad() {
+  if (!load_active_) return;
+  load_active_ = false;
+  ++load_generation_;
+}
+
 void Document::setModule(std::unique_ptr<Module> module, const DeviceMesh& mesh, const QString& source_kind,
                          const QString& source) {
   // Invalidate anything in flight for the old module.

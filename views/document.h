@@ -39,6 +39,12 @@ class Document : public QObject {
   Status loadExample(const QString& name);
   Status loadHloText(const QString& text, const QString& filename);
   Status loadHloFile(const QString& path);
+  // The same off the GUI thread: the file is read and parsed on the worker; loadFinished reports
+  // the outcome. On an error the current module stays as it was. A newer request or cancelLoad()
+  // drops an older one's result.
+  void requestLoadHloFile(const QString& path);
+  void cancelLoad();
+  bool loadBusy() const { return load_active_; }
   // Takes a built module; its instruction shardings become the user annotations.
   void setModule(std::unique_ptr<Module> module, const DeviceMesh& mesh, const QString& source_kind,
                  const QString& source);
@@ -170,6 +176,8 @@ class Document : public QObject {
   void busyChanged(bool busy);
   void partitionUpdated();
   void partitionCancelled();
+  // A requestLoadHloFile finished: ok, or the error ("FILE:LINE:COLUMN: error: ..." for parse errors).
+  void loadFinished(const QString& path, bool ok, const QString& message);
   void simulationUpdated();
   void simulationCancelled();
   void runAdded(qint64 run_id);
@@ -245,6 +253,8 @@ class Document : public QObject {
   PartitionOutput partition_;
   int partition_pending_ = 0;
   bool partition_active_ = false;
+  bool load_active_ = false;
+  quint64 load_generation_ = 0;
   quint64 partition_generation_ = 0;
 };
 

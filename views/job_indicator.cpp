@@ -43,6 +43,7 @@ void JobIndicator::setDocument(Document* doc) {
   if (doc_) {
     // Finishing is shown at once; starting within one poll.
     connect(doc_, &Document::busyChanged, this, &JobIndicator::refresh);
+    connect(doc_, &Document::loadFinished, this, &JobIndicator::refresh);
     connect(doc_, &Document::partitionUpdated, this, &JobIndicator::refresh);
     connect(doc_, &Document::partitionCancelled, this, &JobIndicator::refresh);
     connect(doc_, &Document::simulationUpdated, this, &JobIndicator::refresh);
@@ -61,6 +62,7 @@ void JobIndicator::setGraphView(GraphView* view) {
 QStringList JobIndicator::runningJobs() const {
   QStringList jobs;
   if (doc_) {
+    if (doc_->loadBusy()) jobs << "loading";
     if (doc_->isBusy()) jobs << "propagating";
     if (doc_->partitionBusy()) jobs << "partitioning and verifying";
     if (doc_->simulationBusy()) jobs << "simulating";
@@ -72,6 +74,7 @@ QStringList JobIndicator::runningJobs() const {
 bool JobIndicator::cancelJobs() {
   if (!doc_) return false;
   bool any = false;
+  if (doc_->loadBusy()) doc_->cancelLoad(), any = true;
   if (doc_->partitionBusy()) doc_->cancelPartition(), any = true;
   if (doc_->simulationBusy()) doc_->cancelSimulation(), any = true;
   refresh();
@@ -82,7 +85,7 @@ void JobIndicator::refresh() {
   const QStringList jobs = runningJobs();
   label_->setText(jobs.isEmpty() ? QString() : jobs.join(", ") + QString::fromUtf8("\u2026"));
   bar_->setVisible(!jobs.isEmpty());
-  const bool cancellable = doc_ && (doc_->partitionBusy() || doc_->simulationBusy());
+  const bool cancellable = doc_ && (doc_->loadBusy() || doc_->partitionBusy() || doc_->simulationBusy());
   cancel_->setVisible(cancellable);
   cancel_->setEnabled(cancellable);
 }

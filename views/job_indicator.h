@@ -1,6 +1,6 @@
-// The status-bar indicator of long jobs: which ones are running (propagation, graph layout,
-// partitioning with its numerical check, simulation and saving the run), a busy bar while any is,
-// and Cancel for the ones that can be dropped (partitioning, simulation).
+// The status-bar indicator of long jobs: which ones are running (loading a file, propagation,
+// graph layout, partitioning with its numerical check, simulation), a busy bar while any is, and
+// Cancel for the ones that can be dropped (loading, partitioning, simulation).
 #pragma once
 
 #include <QPointer>

@@ -114,6 +114,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), doc_(new views::D
   connect(doc_, &views::Document::annotationsChanged, this, &MainWindow::updateStatus);
   connect(doc_, &views::Document::meshChanged, this, &MainWindow::updateStatus);
   connect(doc_, &views::Document::busyChanged, jobs_, &views::JobIndicator::refresh);
+  connect(doc_, &views::Document::loadFinished, this, [this](const QString& path, bool ok, const QString& message) {
+    if (!ok) {
+      statusBar()->clearMessage();
+      showError("Cannot open file", message);
+      return;
+    }
+    addRecentFile(path);
+    statusBar()->showMessage(QString("Opened %1").arg(path), 5000);
+  });
   connect(doc_, &views::Document::errorOccurred, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(mesh_, &views::MeshView::message, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   resize(1500, 940);
@@ -404,8 +413,7 @@ void MainWindow::rebuildRecentMenu() {
     a->setStatusTip(f);
     connect(a, &QAction::triggered, this, [this, f] {
       if (!maybeSave()) return;
-      QString error;
-      if (!openPath(f, &error)) showError("Cannot open file", error);
+      openInBackground(f);
     });
   }
   if (files.isEmpty()) recent_menu_->addAction("(none)")->setEnabled(false);
@@ -459,8 +467,18 @@ void MainWindow::openFileDialog() {
                                                     "HLO text (*.hlo *.txt);;ShardScope project (*.shardscope *.json);;All files (*)");
   if (path.isEmpty()) return;
   QSettings().setValue("lastDir", QFileInfo(path).absolutePath());
-  QString error;
-  if (!openPath(path, &error)) showError("Cannot open file", error);
+  openInBackground(path);
+}
+
+void MainWindow::openInBackground(const QString& path) {
+  if (IsProjectPath(path) || !QFileInfo::exists(path)) {
+    QString error;
+    if (!openPath(path, &error)) showError("Cannot open file", error);
+    return;
+  }
+  // HLO text: read and parsed on the worker (large modules take a while); loadFinished says how it went.
+  statusBar()->showMessage(QString("Opening %1\u2026").arg(path));
+  doc_->requestLoadHloFile(path);
 }
 
 void MainWindow::openProjectDialog() {
