@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -138,6 +139,9 @@ struct RunResult {
   std::vector<DeviceClass> classes;
   std::vector<int32_t> device_class;  // device -> index into classes; size == summary.num_devices
   std::vector<CollectiveRecord> collectives;
+  // Which original instruction each instruction of the partitioned program came from (set by the
+  // caller that partitioned; lets a timeline event lead back to the op the user wrote).
+  std::map<std::string, std::string> origins;
 
   int64_t num_devices() const { return static_cast<int64_t>(device_class.size()); }
   // True when per-device detail is present (false for a summary-only load).

@@ -82,15 +82,19 @@ CREATE TABLE collectives(
 // Tables holding a run's rows (deleted with it).
 constexpr const char* kRunTables[] = {"run_settings",   "run_strings",  "device_classes",
                                       "device_map",     "events",       "memory_samples",
-                                      "peak_buffers",   "collectives"};
+                                      "peak_buffers",   "collectives",  "instruction_origins"};
 
-// Migrations: kMigrations[v - 1] upgrades schema version v to v + 1. None yet (version 1 is the
-// first); a future version appends its step here and bumps RunStore::kSchemaVersion.
+// Migrations: kMigrations[v - 1] upgrades schema version v to v + 1; a new store is created at
+// version 1 and migrated like an old one, so every store reaches the same schema the same way.
 struct Migration {
   int from_version;
   const char* sql;
 };
-constexpr std::array<Migration, 0> kMigrations{};
+constexpr std::array<Migration, 1> kMigrations{{
+    // 2: the original instruction behind each instruction of the partitioned program.
+    {1, "CREATE TABLE instruction_origins(run_id INTEGER NOT NULL, instruction TEXT NOT NULL, "
+        "origin TEXT NOT NULL, PRIMARY KEY(run_id, instruction)) WITHOUT ROWID"},
+}};
 
 // RAII prepared statement.
 class Stmt {
@@ -356,7 +360,7 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
   const int64_t total = static_cast<int64_t>(1 + run.inputs.settings.size() + strings.size() +
                                              run.classes.size() + run.device_class.size() +
                                              num_events + num_samples + num_buffers +
-                                             run.collectives.size());
+                                             run.collectives.size() + run.origins.size());
   int64_t done = 0;
   bool cancelled = false;
   auto tick = [&]() -> bool {
@@ -557,6 +561,18 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
         s.Bind(7, r.time_s);
         s.Bind(8, r.regime);
         if (!s.Run()) return fail("cannot insert a collective");
+        if (!tick()) return fail("");
+      }
+    }
+    {
+      Stmt s;
+      if (!s.Prepare(db_, "INSERT INTO instruction_origins(run_id, instruction, origin) VALUES(?,?,?)"))
+        return fail("cannot prepare the origin insert");
+      for (const auto& [instruction, origin] : run.origins) {
+        s.Bind(1, id);
+        s.Bind(2, instruction);
+        s.Bind(3, origin);
+        if (!s.Run()) return fail("cannot insert an instruction origin");
         if (!tick()) return fail("");
       }
     }
@@ -824,6 +840,14 @@ Result<RunResult> RunStore::LoadRun(int64_t run_id, LoadDetail detail) {
       run.collectives.push_back(std::move(r));
     }
     if (!s.Done()) return DbError("cannot read the collectives of " + which);
+  }
+  {
+    Stmt s;
+    if (!s.Prepare(db_, "SELECT instruction, origin FROM instruction_origins WHERE run_id = ?"))
+      return DbError("cannot prepare the origin query");
+    s.Bind(1, run_id);
+    while (s.Row()) run.origins.emplace(s.Text(0), s.Text(1));
+    if (!s.Done()) return DbError("cannot read the instruction origins of " + which);
   }
   return run;
 }

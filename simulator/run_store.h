@@ -71,7 +71,7 @@ RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b);
 
 class RunStore {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;  // 2: instruction origins
 
   enum class OpenMode {
     kCreate,        // create the file (and schema) when missing

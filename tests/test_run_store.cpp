@@ -83,6 +83,7 @@ RunResult MakeRun(int devices, int classes, int events, int samples, int seed) {
   r.summary.total_flops = 3.25e15;
   r.collectives = {{"all-reduce.1", "all-reduce", "{{0,1},{2,3}}", 1 << 20, 2.5e-5, "bandwidth-bound"},
                    {"all-gather.2", "all-gather", "[2,2]<=[4]", 4096, 1e-6, "latency-bound"}};
+  r.origins = {{"all-reduce.1", "dot.3"}, {"all-gather.2", "w"}, {"body.spmd/add.4", "body/add"}};
   return r;
 }
 
@@ -159,6 +160,7 @@ class TestRunStore : public QObject {
   void errorsForMissingThings();
   void refusesInvalidRun();
   void schemaVersionChecks();
+  void migratesVersion1Store();
   void cancelRollsBack();
   void readerSeesSnapshotDuringSave();
   void killDuringSaveLeavesEarlierRunsIntact_data();
@@ -291,7 +293,7 @@ void TestRunStore::createsVersionedWalSchema() {
     QCOMPARE(RawText(path, "PRAGMA journal_mode"), std::string("wal"));
   }
   QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{RunStore::kSchemaVersion});
-  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("1"));
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("2"));
   QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'application'"),
            std::string("ShardScope run store"));
   // Reopening an existing store keeps it.
@@ -331,6 +333,8 @@ void TestRunStore::roundTripFullRun() {
     QVERIFY(loaded->classes[c] == expected.classes[c]);
   }
   QVERIFY(loaded->collectives == expected.collectives);
+  QCOMPARE(loaded->origins.at("body.spmd/add.4"), std::string("body/add"));
+  QCOMPARE(loaded->origins.size(), size_t{3});
   QVERIFY(*loaded == expected);  // every field, bit-exact doubles
   QCOMPARE(loaded->classes[2].events[5].instruction, std::string("weird \"name\", with\nnewline\tand é"));
   QCOMPARE(loaded->summary.bytes_communicated, (int64_t{5} << 40) + 7);
@@ -510,7 +514,7 @@ void TestRunStore::deleteRun() {
   }
   // Every table is free of the deleted run's rows.
   for (const char* table : {"run_settings", "run_strings", "device_classes", "device_map", "events",
-                            "memory_samples", "peak_buffers", "collectives"}) {
+                            "memory_samples", "peak_buffers", "collectives", "instruction_origins"}) {
     QCOMPARE(RawInt(path, std::string("SELECT count(*) FROM ") + table + " WHERE run_id = " + std::to_string(ids[1])),
              int64_t{0});
     QVERIFY(RawInt(path, std::string("SELECT count(*) FROM ") + table + " WHERE run_id = " + std::to_string(ids[0])) > 0);
@@ -632,7 +636,7 @@ void TestRunStore::schemaVersionChecks() {
   Result<RunStore> n = RunStore::Open(newer);
   QVERIFY(!n.ok());
   QVERIFY2(Contains(n.error().message, "schema version 7") && Contains(n.error().message, "newer ShardScope") &&
-               Contains(n.error().message, "up to 1"),
+               Contains(n.error().message, "up to 2"),
            n.error().message.c_str());
 
   // A version number but no schema table: some other application's database.
@@ -659,6 +663,35 @@ void TestRunStore::schemaVersionChecks() {
   QVERIFY(Contains(w.error().message, "not a ShardScope run store"));
 }
 
+// A store written by the first version (no instruction origins) is migrated in place on open: its
+// runs stay readable (without origins) and new runs keep theirs.
+void TestRunStore::migratesVersion1Store() {
+  QTemporaryDir dir;
+  const std::string path = Tmp(dir, "v1.sqlite");
+  int64_t old_id = 0;
+  {
+    Result<RunStore> store = RunStore::Open(path);
+    QVERIFY(store.ok());
+    RunResult run = MakeRun(4, 2, 10, 3, 1);
+    run.origins.clear();
+    old_id = store->SaveRun(run).value();
+  }
+  // Turn it back into exactly what version 1 wrote.
+  QVERIFY(RawExec(path, "DROP TABLE instruction_origins; PRAGMA user_version = 1; "
+                        "UPDATE schema SET value = '1' WHERE key = 'version';"));
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{1});
+  Result<RunStore> store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
+  QVERIFY2(store.ok(), store.ok() ? "" : store.error().message.c_str());
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{2});
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("2"));
+  Result<RunResult> old_run = store->LoadRun(old_id);
+  QVERIFY2(old_run.ok(), old_run.ok() ? "" : old_run.error().message.c_str());
+  QVERIFY(old_run->origins.empty());
+  QCOMPARE(old_run->classes.size(), size_t{2});
+  const int64_t new_id = store->SaveRun(MakeRun(4, 2, 10, 3, 2)).value();
+  QCOMPARE(store->LoadRun(new_id)->origins.at("all-reduce.1"), std::string("dot.3"));
+}
+
 void TestRunStore::cancelRollsBack() {
   QTemporaryDir dir;
   Result<RunStore> store = RunStore::Open(Tmp(dir, "runs.sqlite"));
@@ -676,8 +709,8 @@ void TestRunStore::cancelRollsBack() {
   QVERIFY2(Contains(id.error().message, "cancelled"), id.error().message.c_str());
   QCOMPARE(calls, int64_t{2});
   // 1 run row + 3 settings + strings + 2 classes + 8 map rows + 20000 events + 200 samples + 6 buffers
-  // + 2 collectives; strings: 10000 instruction names x 2 classes + 3 kinds.
-  QCOMPARE(last_total, int64_t{1 + 3 + 20003 + 2 + 8 + 20000 + 200 + 6 + 2});
+  // + 2 collectives + 3 origins; strings: 10000 instruction names x 2 classes + 3 kinds.
+  QCOMPARE(last_total, int64_t{1 + 3 + 20003 + 2 + 8 + 20000 + 200 + 6 + 2 + 3});
   QCOMPARE(store->ListRuns()->size(), size_t{1});
   QCOMPARE(store->ListRuns()->at(0).id, first);
 

@@ -210,7 +210,6 @@ void Document::setModule(std::unique_ptr<Module> module, const DeviceMesh& mesh,
   partition_ = PartitionOutput{};
   simulation_ = SimulationOutput{};
   // The run history stays (it is the store's); only the document's link to a project store goes.
-  spmd_origins_.clear();
   run_project_file_.clear();
   if (store_enabled_) scheduleRunStoreRefresh();
   ++module_generation_;
@@ -752,15 +751,14 @@ void Document::finishSimulation(quint64 gen, SimulationOutput out) {
         pending->run = r.run;
         simulation_ = std::move(*pending);
         simulation_active_ = false;
-        adoptRun(r.run, simulation_.spmd_origin);
+        adoptRun(r.run);
         emit simulationUpdated();
       });
 }
 
-void Document::adoptRun(std::shared_ptr<RunResult> run, std::map<std::string, std::string> origin) {
+void Document::adoptRun(std::shared_ptr<RunResult> run) {
   const int64_t id = run->id;
   history_.push_back(OverviewOf(*run));
-  spmd_origins_[id] = std::move(origin);
   session_runs_.push_back(id);
   cacheRun(std::move(run));
   emit runAdded(id);
@@ -870,12 +868,6 @@ void Document::refreshRunStore() {
         // Carried runs have new ids: move what is known about them.
         for (const auto& [from, to] : r.carried) {
           for (auto& id : session_runs_) if (id == from) id = to;
-          auto o = spmd_origins_.find(from);
-          if (o != spmd_origins_.end()) {
-            auto m = std::move(o->second);
-            spmd_origins_.erase(o);
-            spmd_origins_[to] = std::move(m);
-          }
           for (auto& cached : run_cache_) {
             if (cached->id != from) continue;
             auto copy = std::make_shared<RunResult>(*cached);
@@ -1075,7 +1067,6 @@ bool Document::deleteRun(int64_t run_id) {
   run_cache_.erase(std::remove_if(run_cache_.begin(), run_cache_.end(),
                                   [run_id](const std::shared_ptr<const RunResult>& r) { return r->id == run_id; }),
                    run_cache_.end());
-  spmd_origins_.erase(run_id);
   session_runs_.erase(std::remove(session_runs_.begin(), session_runs_.end(), run_id), session_runs_.end());
   if (comparison_ && (comparison_->a.id == run_id || comparison_->b.id == run_id)) comparison_.reset();
   emit runRemoved(run_id);
@@ -1167,11 +1158,11 @@ int64_t Document::instructionForEvent(int64_t run_id, const QString& spmd_instru
     const Instruction* inst = module_->FindInstruction(n);
     return inst ? inst->id() : -1;
   };
-  // 1. The partitioner's own map for a run made in this session.
-  if (auto o = spmd_origins_.find(run_id); o != spmd_origins_.end()) {
+  // 1. The partitioner's own map, kept with the run (in the store too).
+  if (auto run = loadedRun(run_id)) {
     for (const auto& c : candidates) {
-      auto it = o->second.find(c);
-      if (it == o->second.end()) continue;
+      auto it = run->origins.find(c);
+      if (it == run->origins.end()) continue;
       if (int64_t id = find(it->second); id >= 0) return id;
     }
   }

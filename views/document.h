@@ -222,7 +222,7 @@ class Document : public QObject {
   struct StoreSlot;
   struct StoreReply;
   void finishSimulation(quint64 gen, SimulationOutput out);
-  void adoptRun(std::shared_ptr<RunResult> run, std::map<std::string, std::string> origin);
+  void adoptRun(std::shared_ptr<RunResult> run);
   void scheduleRunStoreRefresh();
   void setRunStoreProject(const QString& project_file, bool carry_session_runs);
   void relistRuns();
@@ -248,7 +248,6 @@ class Document : public QObject {
   std::vector<RunOverview> history_;
   std::vector<std::shared_ptr<const RunResult>> run_cache_;  // most recently used last
   std::vector<int64_t> session_runs_;  // made in this session (carried into a newly saved project's store)
-  std::map<int64_t, std::map<std::string, std::string>> spmd_origins_;  // run id -> SPMD -> original
   std::optional<RunComparison> comparison_;
   PartitionOutput partition_;
   int partition_pending_ = 0;

@@ -488,7 +488,6 @@ SimulationOutput RunSimulation(std::unique_ptr<Module> module, const DeviceMesh&
     return out;
   }
   out.collectives = static_cast<int64_t>(partitioned->collectives.size());
-  out.spmd_origin = SpmdOriginMap(partitioned->origin_map, partitioned->collectives);
   SimulationOptions options;
   options.mesh_text = mesh.ToString();
   options.label = label;
@@ -501,6 +500,7 @@ SimulationOutput RunSimulation(std::unique_ptr<Module> module, const DeviceMesh&
   out.ok = true;
   out.warnings = sim->warnings;
   out.description = DescribeSimulation(*sim);
+  sim->run.origins = SpmdOriginMap(partitioned->origin_map, partitioned->collectives);
   out.run = std::make_shared<const RunResult>(std::move(sim->run));
   out.millis = MillisSince(t0);
   out.message = "simulated one step on " + std::to_string(topology->num_devices()) + " " + chip + " devices";

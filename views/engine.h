@@ -174,10 +174,6 @@ struct SimulationOutput {
   std::vector<std::string> warnings;
   std::string description;  // the engine's summary lines
   int64_t collectives = 0;  // collectives in the partitioned program
-  // SPMD instruction name (as in the run's timeline events, without loop suffixes) -> the original
-  // instruction it came from (computation-qualified outside the entry). Inserted collectives map to
-  // the instruction that caused them.
-  std::map<std::string, std::string> spmd_origin;
   double millis = 0;
 };
 
