@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "app/cli/cli.h"
+#include "app/cli/slice_options.h"
 #include "core/mesh.h"
 #include "core/shape.h"
 #include "core/sharding.h"
@@ -103,65 +104,33 @@ int Run(const std::vector<std::string>& in) {
   if (!have_shape) return UsageError(kName, "missing --shape (e.g. bf16[2048,8192])");
   if (!have_sharding) return UsageError(kName, "missing --sharding (named axes, e.g. \"[E_Y, F]\" or \"[B_X, D_Y]{U_Z}\")");
   if (!have_axes) return UsageError(kName, "missing --axes (the mesh axes the collective runs over, e.g. Y or X,Y)");
-  if (no_wrap && wrap) return UsageError(kName, "--wraparound and --no-wraparound contradict each other");
-
-  auto chip = ResolveChip(chip_text);
-  if (!chip.ok()) return UsageError(kName, chip.error().message);
-  ChipSpec spec = chip.value();
-  if (have_cores) {
-    int64_t cores = 0;
-    try {
-      cores = std::stoll(cores_text);
-    } catch (...) {
-      return UsageError(kName, "--cores-per-chip must be 1 or 2, not '" + cores_text + "'");
-    }
-    auto c = WithCoresPerChip(spec, cores);
-    if (!c.ok()) return UsageError(kName, c.error().message);
-    spec = c.value();
-  }
-  auto mesh = DeviceMesh::Parse(mesh_text);
-  if (!mesh.ok()) return UsageError(kName, "--mesh '" + mesh_text + "': " + mesh.error().message);
-
-  std::vector<int64_t> slice;
-  if (have_topology) {
-    std::string cur;
-    for (char c : topology_text + "x") {
-      if (c == 'x' || c == ',') {
-        try {
-          size_t used = 0;
-          const long long v = std::stoll(cur, &used);
-          if (used != cur.size() || v < 1) throw 0;
-          slice.push_back(v);
-        } catch (...) {
-          return UsageError(kName, "--topology '" + topology_text + "' is not a slice shape such as 4x4x4");
-        }
-        cur.clear();
-      } else {
-        cur += c;
-      }
-    }
-  }
-  TopologyOptions topo_options;
-  if (no_wrap) topo_options.wraparound = TopologyOptions::Wraparound::kNone;
-  if (wrap) topo_options.wraparound = TopologyOptions::Wraparound::kAll;
-  auto topology = Topology::ForMesh(spec, mesh.value(), slice, topo_options);
-  if (!topology.ok()) return UsageError(kName, topology.error().message);
-  const Topology& topo = topology.value();
+  SliceOptionTexts slice_texts;
+  slice_texts.chip = chip_text;
+  if (have_cores) slice_texts.cores = cores_text;
+  slice_texts.mesh = mesh_text;
+  if (have_topology) slice_texts.topology = topology_text;
+  slice_texts.wraparound = wrap;
+  slice_texts.no_wraparound = no_wrap;
+  auto resolved = ResolveSlice(slice_texts);
+  if (!resolved.ok()) return UsageError(kName, resolved.error().message);
+  const ChipSpec& spec = resolved->chip;
+  const DeviceMesh& mesh = resolved->mesh;
+  const Topology& topo = resolved->topology;
 
   size_t consumed = 0;
   auto shape = ParseShape(shape_text, &consumed);
   if (!shape.ok()) return UsageError(kName, "--shape '" + shape_text + "': " + shape.error().message);
   if (consumed != shape_text.size()) return UsageError(kName, "--shape '" + shape_text + "': unexpected text after the shape");
   if (!shape->IsArray()) return UsageError(kName, "--shape must be an array shape such as bf16[2048,8192]");
-  auto sharding = ParseNamedAxes(sharding_text, shape->rank(), mesh.value());
+  auto sharding = ParseNamedAxes(sharding_text, shape->rank(), mesh);
   if (!sharding.ok()) {
     std::string where;
     if (sharding.error().offset >= 0) where = " (at column " + std::to_string(sharding.error().offset + 1) + ")";
     return UsageError(kName, "--sharding '" + sharding_text + "': " + sharding.error().message + where);
   }
-  auto assignment = AxesOf(sharding.value(), shape->rank(), mesh.value());
+  auto assignment = AxesOf(sharding.value(), shape->rank(), mesh);
   if (!assignment.ok()) return UsageError(kName, "--sharding: " + assignment.error().message);
-  auto axes = ParseAxes(axes_text, mesh.value());
+  auto axes = ParseAxes(axes_text, mesh);
   if (!axes.ok()) return UsageError(kName, "--axes: " + axes.error().message);
 
   CollectiveOptions options;
@@ -186,23 +155,23 @@ int Run(const std::vector<std::string>& in) {
     return std::find(u.begin(), u.end(), axis) != u.end();
   };
   int64_t group_devices = 1;
-  for (const auto& a : axes.value()) group_devices *= mesh->axis_size(mesh->AxisIndex(a));
+  for (const auto& a : axes.value()) group_devices *= mesh.axis_size(mesh.AxisIndex(a));
   std::vector<std::string> notes;
   double operand = per_device, result = per_device;
   switch (kind.value()) {
     case CollectiveKind::kAllGather:
       for (const auto& a : axes.value()) {
-        if (!shards_array(mesh->AxisIndex(a))) {
+        if (!shards_array(mesh.AxisIndex(a))) {
           return UsageError(kName, "axis " + a + " does not shard the array " + sharding_text +
                                        ", so an all-gather over it has nothing to gather" +
-                                       (unreduced(mesh->AxisIndex(a)) ? " (for {U_" + a + "} use all-reduce or reduce-scatter)" : ""));
+                                       (unreduced(mesh.AxisIndex(a)) ? " (for {U_" + a + "} use all-reduce or reduce-scatter)" : ""));
         }
       }
       result = per_device * static_cast<double>(group_devices);
       break;
     case CollectiveKind::kReduceScatter:
       for (const auto& a : axes.value()) {
-        if (!unreduced(mesh->AxisIndex(a))) {
+        if (!unreduced(mesh.AxisIndex(a))) {
           return UsageError(kName, "a reduce-scatter over " + a + " needs an array unreduced over it, as in [I, J]{U_" + a + "}");
         }
       }
@@ -210,7 +179,7 @@ int Run(const std::vector<std::string>& in) {
       break;
     case CollectiveKind::kAllReduce:
       for (const auto& a : axes.value()) {
-        if (!unreduced(mesh->AxisIndex(a))) notes.push_back("note: the array is not marked unreduced over " + a + " ({U_" + a + "})");
+        if (!unreduced(mesh.AxisIndex(a))) notes.push_back("note: the array is not marked unreduced over " + a + " ({U_" + a + "})");
       }
       break;
     case CollectiveKind::kAllToAll:
@@ -232,7 +201,7 @@ int Run(const std::vector<std::string>& in) {
         return UsageError(kName, "--shift must be an integer, not '" + shift_text + "'");
       }
     }
-    auto pairs = ShiftPairsAlongAxis(mesh.value(), axes->front(), shift, !no_cyclic);
+    auto pairs = ShiftPairsAlongAxis(mesh, axes->front(), shift, !no_cyclic);
     if (!pairs.ok()) return UsageError(kName, pairs.error().message);
     auto c = EstimateCollectivePermute(topo, pairs.value(), per_device, options);
     if (!c.ok()) return UsageError(kName, c.error().message);
@@ -240,7 +209,7 @@ int Run(const std::vector<std::string>& in) {
     groups_text = std::to_string(pairs->size()) + " sends, shift " + std::to_string(shift) + " along " + axes->front() +
                   (no_cyclic ? " (not cyclic)" : " (cyclic)");
   } else {
-    auto groups = ReplicaGroupsForAxes(mesh.value(), axes.value());
+    auto groups = ReplicaGroupsForAxes(mesh, axes.value());
     if (!groups.ok()) return UsageError(kName, groups.error().message);
     auto c = EstimateCollective(topo, kind.value(), groups.value(), operand, options);
     if (!c.ok()) return UsageError(kName, c.error().message);

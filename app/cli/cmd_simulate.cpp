@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "app/cli/cli.h"
+#include "app/cli/slice_options.h"
 #include "core/hlo_text.h"
 #include "core/mesh.h"
 #include "partitioner/propagation.h"
@@ -26,18 +27,6 @@ namespace shardscope::cli {
 namespace {
 
 constexpr const char* kName = "simulate";
-
-bool ParseInt(const std::string& text, int64_t lo, int64_t* out) {
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(text, &used);
-    if (used != text.size() || v < lo) return false;
-    *out = v;
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
 
 bool NeedsPartitioning(const Module& m) {
   bool tiled = false;
@@ -134,46 +123,25 @@ int Run(const std::vector<std::string>& in) {
   if (args.size() != 1) return UsageError(kName, "expected exactly one FILE.hlo (see --help)");
   if (!have_chip) return UsageError(kName, "missing --chip (a preset such as tpu-v5e, or a chip .json file)");
   if (!have_mesh) return UsageError(kName, "missing --mesh (e.g. X=4,Y=4)");
-  if (no_wrap && wrap) return UsageError(kName, "--wraparound and --no-wraparound contradict each other");
   if (force_partition && force_no_partition) return UsageError(kName, "--partition and --no-partition contradict each other");
   if (csv_kind != "timeline" && csv_kind != "summary" && csv_kind != "memory") {
     return UsageError(kName, "--csv-kind must be timeline, summary or memory, not '" + csv_kind + "'");
   }
 
-  auto chip = ResolveChip(chip_text);
-  if (!chip.ok()) return UsageError(kName, chip.error().message);
-  ChipSpec spec = chip.value();
-  if (have_cores) {
-    int64_t cores = 0;
-    if (!ParseInt(cores_text, 1, &cores)) return UsageError(kName, "--cores-per-chip must be 1 or 2, not '" + cores_text + "'");
-    auto c = WithCoresPerChip(spec, cores);
-    if (!c.ok()) return UsageError(kName, c.error().message);
-    spec = c.value();
-  }
-  auto mesh = DeviceMesh::Parse(mesh_text);
-  if (!mesh.ok()) return UsageError(kName, "--mesh '" + mesh_text + "': " + mesh.error().message);
-  std::vector<int64_t> slice;
-  if (have_topology) {
-    std::string cur;
-    for (char c : topology_text + "x") {
-      if (c == 'x' || c == ',') {
-        int64_t v = 0;
-        if (!ParseInt(cur, 1, &v)) return UsageError(kName, "--topology '" + topology_text + "' is not a slice shape such as 4x4x4");
-        slice.push_back(v);
-        cur.clear();
-      } else {
-        cur += c;
-      }
-    }
-  }
-  TopologyOptions topo_options;
-  if (no_wrap) topo_options.wraparound = TopologyOptions::Wraparound::kNone;
-  if (wrap) topo_options.wraparound = TopologyOptions::Wraparound::kAll;
-  auto topology = Topology::ForMesh(spec, mesh.value(), slice, topo_options);
-  if (!topology.ok()) return UsageError(kName, topology.error().message);
+  SliceOptionTexts slice_texts;
+  slice_texts.chip = chip_text;
+  if (have_cores) slice_texts.cores = cores_text;
+  slice_texts.mesh = mesh_text;
+  if (have_topology) slice_texts.topology = topology_text;
+  slice_texts.wraparound = wrap;
+  slice_texts.no_wraparound = no_wrap;
+  auto resolved = ResolveSlice(slice_texts);
+  if (!resolved.ok()) return UsageError(kName, resolved.error().message);
+  const DeviceMesh& mesh = resolved->mesh;
+  const Topology& topology = resolved->topology;
 
   SimulationOptions options;
-  options.mesh_text = mesh->ToString();
+  options.mesh_text = mesh.ToString();
   options.label = label;
   options.program.fuse_elementwise = !no_fusion;
   options.program.in_place_reuse = !no_in_place;
@@ -204,7 +172,7 @@ int Run(const std::vector<std::string>& in) {
     return 2;
   }
   std::unique_ptr<Module> module = std::move(parsed).value();
-  const int64_t devices = topology->num_devices();
+  const int64_t devices = topology.num_devices();
   const bool partition = force_partition || (!force_no_partition && NeedsPartitioning(*module));
   if (partition) {
     options.model_flops = CountModuleFlops(*module);
@@ -229,7 +197,7 @@ int Run(const std::vector<std::string>& in) {
     module = std::move(r->module);
     if (!json) std::cout << "partitioned for " << devices << " devices (" << module->instruction_count() << " instructions)\n";
   }
-  auto sim = Simulate(*module, topology.value(), options);
+  auto sim = Simulate(*module, topology, options);
   if (!sim.ok()) {
     std::cerr << args[0] << ": error: " << sim.error().message << "\n";
     return 2;
@@ -271,7 +239,7 @@ int Run(const std::vector<std::string>& in) {
   if (json) {
     std::cout << SummaryJson(sim.value(), run_id, partition) << "\n";
   } else {
-    std::cout << "chip: " << topology->chip().name << ", " << topology->Describe() << ", mesh " << mesh->ToString() << "\n";
+    std::cout << "chip: " << topology.chip().name << ", " << topology.Describe() << ", mesh " << mesh.ToString() << "\n";
     std::cout << DescribeSimulation(sim.value());
     if (run_id > 0) std::cout << "stored run " << run_id << " in " << db_path << "\n";
     if (have_trace) std::cout << "trace: " << trace_path << (selection.one_device_per_class ? " (one device per class)" : "") << "\n";

@@ -1,0 +1,39 @@
+// The simulated slice that `collective` and `simulate` both describe on the command line: a chip
+// (preset name or chip .json), optionally its cores per chip, the device mesh, optionally the slice
+// shape (--topology 4x4x4) and the wraparound rule. One place turns those texts into a Topology, so
+// both subcommands accept and reject the same things with the same messages.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/mesh.h"
+#include "core/status.h"
+#include "simulator/hardware.h"
+#include "simulator/topology.h"
+
+namespace shardscope::cli {
+
+struct SliceOptionTexts {
+  std::string chip;                     // --chip
+  std::optional<std::string> cores;     // --cores-per-chip
+  std::string mesh;                     // --mesh
+  std::optional<std::string> topology;  // --topology
+  bool wraparound = false;              // --wraparound
+  bool no_wraparound = false;           // --no-wraparound
+};
+
+struct Slice {
+  ChipSpec chip;
+  DeviceMesh mesh;
+  Topology topology;
+};
+
+// The error's message is the usage text to print (it names the option).
+Result<Slice> ResolveSlice(const SliceOptionTexts& texts);
+
+// A whole decimal integer >= lo.
+bool ParseInt(const std::string& text, int64_t lo, int64_t* out);
+
+}  // namespace shardscope::cli
