@@ -36,25 +36,6 @@ std::string DimsStr(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
-// Advances a row-major multi-index; false when it wrapped around (done).
-inline bool NextIndex(std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
-  for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
-    const size_t u = static_cast<size_t>(d);
-    if (++idx[u] < dims[u]) return true;
-    idx[u] = 0;
-  }
-  return false;
-}
-
-inline void CopyElem(Tensor& dst, int64_t di, const Tensor& src, int64_t si) {
-  switch (dst.storage()) {
-    case Storage::kFloat: dst.floats()[static_cast<size_t>(di)] = src.floats()[static_cast<size_t>(si)]; break;
-    case Storage::kDouble: dst.doubles()[static_cast<size_t>(di)] = src.doubles()[static_cast<size_t>(si)]; break;
-    case Storage::kInt: dst.ints()[static_cast<size_t>(di)] = src.ints()[static_cast<size_t>(si)]; break;
-    case Storage::kNone: break;
-  }
-}
-
 // Fills every element of `dst` with element `si` of `src`.
 void FillWith(Tensor& dst, const Tensor& src, int64_t si) {
   for (int64_t i = 0; i < dst.size(); ++i) CopyElem(dst, i, src, si);

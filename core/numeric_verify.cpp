@@ -15,24 +15,6 @@ namespace {
 
 using Storage = Tensor::Storage;
 
-bool NextIndex(std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
-  for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
-    const size_t u = static_cast<size_t>(d);
-    if (++idx[u] < dims[u]) return true;
-    idx[u] = 0;
-  }
-  return false;
-}
-
-void CopyElem(Tensor& dst, int64_t di, const Tensor& src, int64_t si) {
-  switch (dst.storage()) {
-    case Storage::kFloat: dst.floats()[static_cast<size_t>(di)] = src.floats()[static_cast<size_t>(si)]; break;
-    case Storage::kDouble: dst.doubles()[static_cast<size_t>(di)] = src.doubles()[static_cast<size_t>(si)]; break;
-    case Storage::kInt: dst.ints()[static_cast<size_t>(di)] = src.ints()[static_cast<size_t>(si)]; break;
-    case Storage::kNone: break;
-  }
-}
-
 std::string DimsStr(const std::vector<int64_t>& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);

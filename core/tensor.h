@@ -126,4 +126,24 @@ float ReducePrecisionF32(float x, int exponent_bits, int mantissa_bits);
 std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& dims);
 int64_t ElementCountOf(const std::vector<int64_t>& dims);
 
+// Advances a row-major multi-index over `dims`; false when it wrapped around (done).
+inline bool NextIndex(std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
+  for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
+    const size_t u = static_cast<size_t>(d);
+    if (++idx[u] < dims[u]) return true;
+    idx[u] = 0;
+  }
+  return false;
+}
+
+// dst[di] = src[si] (flat indices; both tensors have the same storage kind).
+inline void CopyElem(Tensor& dst, int64_t di, const Tensor& src, int64_t si) {
+  switch (dst.storage()) {
+    case Tensor::Storage::kFloat: dst.floats()[static_cast<size_t>(di)] = src.floats()[static_cast<size_t>(si)]; break;
+    case Tensor::Storage::kDouble: dst.doubles()[static_cast<size_t>(di)] = src.doubles()[static_cast<size_t>(si)]; break;
+    case Tensor::Storage::kInt: dst.ints()[static_cast<size_t>(di)] = src.ints()[static_cast<size_t>(si)]; break;
+    case Tensor::Storage::kNone: break;
+  }
+}
+
 }  // namespace shardscope

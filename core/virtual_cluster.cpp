@@ -20,24 +20,6 @@ Error CollError(const Instruction& inst, const std::string& msg) {
   return Error("virtual cluster: " + DescribeInstruction(inst) + ": " + msg);
 }
 
-bool NextIndex(std::vector<int64_t>& idx, const std::vector<int64_t>& dims) {
-  for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
-    const size_t u = static_cast<size_t>(d);
-    if (++idx[u] < dims[u]) return true;
-    idx[u] = 0;
-  }
-  return false;
-}
-
-void CopyElem(Tensor& dst, int64_t di, const Tensor& src, int64_t si) {
-  switch (dst.storage()) {
-    case Storage::kFloat: dst.floats()[static_cast<size_t>(di)] = src.floats()[static_cast<size_t>(si)]; break;
-    case Storage::kDouble: dst.doubles()[static_cast<size_t>(di)] = src.doubles()[static_cast<size_t>(si)]; break;
-    case Storage::kInt: dst.ints()[static_cast<size_t>(di)] = src.ints()[static_cast<size_t>(si)]; break;
-    case Storage::kNone: break;
-  }
-}
-
 // Concatenates `parts` (equal shapes) along `dim` into a tensor of shape `out_shape`.
 Result<Tensor> ConcatAlong(const std::vector<const Tensor*>& parts, int64_t dim, const Shape& out_shape) {
   Tensor out(out_shape);
