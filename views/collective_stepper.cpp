@@ -109,18 +109,18 @@ const std::vector<TeachingTransfer>& TeachingCanvas::transfers() const {
 
 TeachingCanvas::Geometry TeachingCanvas::geometry() const {
   Geometry g;
+  g.gap = 6;
+  g.slice_gap = 24;
+  g.label_h = 0;
+  g.left = 34;
+  g.top = 26;
   if (!plan_ || !plan_->ok) return g;
   const DeviceMesh& mesh = plan_->request.mesh;
-  const int64_t n = std::max<int64_t>(1, mesh.num_devices());
   const int64_t k = mesh.num_axes();
-  if (k <= 1) {
-    g.cols = static_cast<int>(std::min<int64_t>(n, 8));
-    g.rows = static_cast<int>((n + g.cols - 1) / g.cols);
-  } else {
-    g.rows = static_cast<int>(mesh.axis_size(k - 2));
-    g.cols = static_cast<int>(mesh.axis_size(k - 1));
-    g.slices = static_cast<int>(n / std::max(1, g.rows * g.cols));
-  }
+  const MeshGrid shape = MeshGrid::Shape(mesh, 8);
+  g.rows = shape.rows;
+  g.cols = shape.cols;
+  g.slices = shape.slices;
   // Wraparound (and other long) arrows run in lanes between the rows and columns.
   for (const auto& s : plan_->steps) {
     for (const auto& t : s.transfers) g.lanes = g.lanes || t.wraparound;
@@ -148,37 +148,20 @@ TeachingCanvas::Geometry TeachingCanvas::geometry() const {
   g.tile = std::clamp(best, 18.0, 150.0);
   g.gap = std::max(g.lanes ? 12.0 : 4.0, ratio * g.tile);
   // Centre the grid horizontally.
-  const double used = g.slice_cols * g.cols * (g.tile + g.gap) + (g.slice_cols - 1) * g.slice_gap;
+  const double used = g.Width();
   g.left += std::max(0.0, (width() - g.left - right - used) / 2);
   return g;
-}
-
-QRectF TeachingCanvas::tileRectAt(const Geometry& g, size_t index) const {
-  const int per_slice = std::max(1, g.rows * g.cols);
-  const int slice = static_cast<int>(index) / per_slice;
-  const int within = static_cast<int>(index) % per_slice;
-  const int r = within / g.cols, c = within % g.cols;
-  const int sr = slice / g.slice_cols, sc = slice % g.slice_cols;
-  const double slice_w = g.cols * (g.tile + g.gap);
-  const double slice_h = g.label_h + g.rows * (g.tile + g.gap);
-  const double x0 = g.left + sc * (slice_w + g.slice_gap);
-  const double y0 = g.top + sr * (slice_h + g.slice_gap) + g.label_h;
-  return QRectF(x0 + c * (g.tile + g.gap), y0 + r * (g.tile + g.gap), g.tile, g.tile);
 }
 
 QRectF TeachingCanvas::tileRect(int64_t device) const {
   if (device < 0 || device >= static_cast<int64_t>(tile_of_device_.size())) return {};
   const int64_t i = tile_of_device_[static_cast<size_t>(device)];
   if (i < 0) return {};
-  return tileRectAt(geometry(), static_cast<size_t>(i));
+  return geometry().TileRect(static_cast<size_t>(i));
 }
 
 int TeachingCanvas::tileAt(const QPointF& p) const {
-  const Geometry g = geometry();
-  for (size_t i = 0; i < device_at_tile_.size(); ++i) {
-    if (tileRectAt(g, i).contains(p)) return static_cast<int>(i);
-  }
-  return -1;
+  return geometry().TileAt(p, device_at_tile_.size());
 }
 
 QColor TeachingCanvas::groupColor(int64_t group) const {
@@ -232,7 +215,7 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
     for (int s = 0; s < g.slices; ++s) {
       const size_t first = static_cast<size_t>(s) * static_cast<size_t>(g.rows * g.cols);
       if (first >= coords_.size()) break;
-      const QRectF r = tileRectAt(g, first);
+      const QRectF r = g.TileRect(first);
       QStringList parts;
       for (int64_t a = 0; a + 2 < k; ++a) {
         parts << QString("%1=%2").arg(Q(mesh.axes()[static_cast<size_t>(a)].name)).arg(coords_[first][static_cast<size_t>(a)]);
@@ -245,7 +228,7 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
   const int colours = static_cast<int>(std::max<int64_t>(1, plan_->colour_count));
   for (size_t i = 0; i < device_at_tile_.size(); ++i) {
     const int64_t device = device_at_tile_[i];
-    const QRectF r = tileRectAt(g, i);
+    const QRectF r = g.TileRect(i);
     const TeachingDevice* h = device >= 0 && device < static_cast<int64_t>(holdings.size()) ? &holdings[static_cast<size_t>(device)] : nullptr;
     const bool member = h && h->group >= 0;
     ++stats_.tiles;

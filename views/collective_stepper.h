@@ -15,6 +15,7 @@
 #include <QWidget>
 
 #include "views/engine.h"
+#include "views/mesh_grid.h"
 
 class QCheckBox;
 class QComboBox;
@@ -57,13 +58,10 @@ class TeachingCanvas : public QWidget {
   bool event(QEvent* event) override;  // tooltips
 
  private:
-  struct Geometry {
-    int slices = 1, slice_cols = 1, rows = 1, cols = 1;
-    double tile = 60, gap = 6, slice_gap = 24, label_h = 0, left = 34, top = 26;
+  struct Geometry : MeshGrid {
     bool lanes = false;  // room between rows/columns for wraparound arcs
   };
   Geometry geometry() const;
-  QRectF tileRectAt(const Geometry& g, size_t index) const;
   const std::vector<TeachingDevice>& devices() const;
   const std::vector<TeachingTransfer>& transfers() const;
   int tileAt(const QPointF& p) const;

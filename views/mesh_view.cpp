@@ -188,18 +188,8 @@ void DeviceGridWidget::setState(const DeviceMesh& mesh, const std::optional<HloS
   update();
 }
 
-DeviceGridWidget::Geometry DeviceGridWidget::geometryFor(int width) const {
-  Geometry g;
-  const int64_t k = mesh_.num_axes();
-  const int64_t n = std::max<int64_t>(1, mesh_.num_devices());
-  if (k <= 1) {
-    g.cols = static_cast<int>(std::min<int64_t>(n, 16));
-    g.rows = static_cast<int>((n + g.cols - 1) / g.cols);
-  } else {
-    g.rows = static_cast<int>(mesh_.axis_size(k - 2));
-    g.cols = static_cast<int>(mesh_.axis_size(k - 1));
-    g.slices = static_cast<int>(n / std::max(1, g.rows * g.cols));
-  }
+MeshGrid DeviceGridWidget::geometryFor(int width) const {
+  MeshGrid g = MeshGrid::Shape(mesh_, 16);
   const double avail = std::max(100, width - 36);
   auto tile_for = [&](int slice_cols) {
     return (avail - (slice_cols - 1) * g.slice_gap) / (slice_cols * g.cols) - g.gap;
@@ -216,41 +206,18 @@ DeviceGridWidget::Geometry DeviceGridWidget::geometryFor(int width) const {
   return g;
 }
 
-int DeviceGridWidget::heightForWidth(int width) const {
-  const Geometry g = geometryFor(width);
-  const int slice_rows = (g.slices + g.slice_cols - 1) / g.slice_cols;
-  return static_cast<int>(24 + slice_rows * (g.label_h + g.rows * (g.tile + g.gap) + g.slice_gap));
-}
+int DeviceGridWidget::heightForWidth(int width) const { return static_cast<int>(24 + geometryFor(width).Height()); }
 
 QSize DeviceGridWidget::sizeHint() const { return QSize(360, heightForWidth(360)); }
 QSize DeviceGridWidget::minimumSizeHint() const { return QSize(160, heightForWidth(std::max(160, width()))); }
 
-QRectF DeviceGridWidget::tileRect(const Geometry& g, size_t index) const {
-  const int per_slice = g.rows * g.cols;
-  const int slice = static_cast<int>(index) / per_slice;
-  const int within = static_cast<int>(index) % per_slice;
-  const int r = within / g.cols, c = within % g.cols;
-  const int sr = slice / g.slice_cols, sc = slice % g.slice_cols;
-  const double slice_w = g.cols * (g.tile + g.gap);
-  const double slice_h = g.label_h + g.rows * (g.tile + g.gap);
-  const double x0 = 30 + sc * (slice_w + g.slice_gap);
-  const double y0 = 22 + sr * (slice_h + g.slice_gap) + g.label_h;
-  return QRectF(x0 + c * (g.tile + g.gap), y0 + r * (g.tile + g.gap), g.tile, g.tile);
-}
-
-int DeviceGridWidget::tileAt(const QPointF& p) const {
-  const Geometry g = geometryFor(width());
-  for (size_t i = 0; i < tiles_.size(); ++i) {
-    if (tileRect(g, i).contains(p)) return static_cast<int>(i);
-  }
-  return -1;
-}
+int DeviceGridWidget::tileAt(const QPointF& p) const { return geometryFor(width()).TileAt(p, tiles_.size()); }
 
 void DeviceGridWidget::paintEvent(QPaintEvent*) {
   QPainter p(this);
   p.setRenderHint(QPainter::Antialiasing);
   const QPalette pal = palette();
-  const Geometry g = geometryFor(width());
+  const MeshGrid g = geometryFor(width());
   const int64_t k = mesh_.num_axes();
   QFont small = font();
   small.setPointSizeF(std::max(6.5, font().pointSizeF() * 0.8));
@@ -278,7 +245,7 @@ void DeviceGridWidget::paintEvent(QPaintEvent*) {
     for (int s = 0; s < g.slices; ++s) {
       const size_t first = static_cast<size_t>(s) * static_cast<size_t>(g.rows * g.cols);
       if (first >= tiles_.size()) break;
-      const QRectF r = tileRect(g, first);
+      const QRectF r = g.TileRect(first);
       QStringList parts;
       for (int64_t a = 0; a + 2 < k; ++a) {
         parts << QString("%1=%2").arg(Q(mesh_.axes()[static_cast<size_t>(a)].name)).arg(tiles_[first].coords[static_cast<size_t>(a)]);
@@ -289,7 +256,7 @@ void DeviceGridWidget::paintEvent(QPaintEvent*) {
   }
   for (size_t i = 0; i < tiles_.size(); ++i) {
     const DeviceTile& t = tiles_[i];
-    const QRectF r = tileRect(g, i);
+    const QRectF r = g.TileRect(i);
     QColor fill = t.shard >= 0 ? ShardTileColor(t.shard, distinct_, pal) : pal.color(QPalette::Base);
     if (!sharding_) fill = pal.color(QPalette::Button);
     p.setPen(QPen(pal.color(QPalette::Mid), 1));

@@ -15,6 +15,7 @@
 
 #include "core/mesh.h"
 #include "core/sharding.h"
+#include "views/mesh_grid.h"
 
 class QLabel;
 class QLineEdit;
@@ -63,12 +64,7 @@ class DeviceGridWidget : public QWidget {
   bool event(QEvent* event) override;  // tooltips
 
  private:
-  struct Geometry {
-    int slices = 1, rows = 1, cols = 1, slice_cols = 1;
-    double tile = 60, gap = 4, slice_gap = 18, label_h = 16;
-  };
-  Geometry geometryFor(int width) const;
-  QRectF tileRect(const Geometry& g, size_t index) const;
+  MeshGrid geometryFor(int width) const;
   int tileAt(const QPointF& p) const;
 
   DeviceMesh mesh_;
