@@ -226,10 +226,20 @@ class TestGuiHistory : public QObject {
     QVERIFY(p.doc.deleteRun(c->id));
     QVERIFY(p.doc.waitUntilIdle(30000));
     QCOMPARE(messages.count(), 1);
-    QVERIFY2(messages.at(0).at(0).toString().contains(QString("no run with id %1").arg(c->id)),
+    QVERIFY2(messages.at(0).at(0).toString().startsWith(QString("Cannot delete run %1: ").arg(c->id)) &&
+                 messages.at(0).at(0).toString().contains(QString("no run with id %1").arg(c->id)),
              qPrintable(messages.at(0).at(0).toString()));
     QCOMPARE(StoredRuns(db_).size(), size_t{1});
     QCOMPARE(p.view.history()->rowCount(), 1);
+    // Relabelling a run another window deleted meanwhile: the same report, and the list is redone.
+    QVERIFY(q.doc.deleteRun(a->id));
+    QVERIFY(q.doc.waitUntilIdle(30000));
+    QVERIFY(p.doc.setRunLabel(a->id, "too late"));
+    QVERIFY(p.doc.waitUntilIdle(30000));
+    QCOMPARE(messages.count(), 2);
+    QVERIFY2(messages.at(1).at(0).toString().startsWith(QString("Cannot relabel run %1: ").arg(a->id)),
+             qPrintable(messages.at(1).at(0).toString()));
+    QCOMPARE(p.view.history()->rowCount(), 0);
     // The shown run was deleted: the panel shows nothing rather than a run that is gone.
     QCOMPARE(q.view.shownRun(), int64_t{0});
     QCOMPARE(q.view.timeline()->run(), nullptr);

@@ -1040,24 +1040,29 @@ bool Document::setRunLabel(int64_t run_id, const QString& label) {
   }
   emit runLabelChanged(run_id);
   if (run_id < 0) return true;
+  writeToStore(QString("relabel run %1").arg(run_id),
+               [run_id, text](RunDatabase& db) { return db.SetLabel(run_id, text); });
+  return true;
+}
+
+void Document::writeToStore(const QString& what, std::function<Status(RunDatabase&)> write) {
   const quint64 gen = store_generation_;
   auto slot = store_slot_;
   onStore(
-      [slot, run_id, text]() -> StoreReply {
+      [slot, write = std::move(write)]() -> StoreReply {
         StoreReply r;
-        Status st = slot->db ? slot->db->SetLabel(run_id, text) : Status(Error("no run store is open"));
+        Status st = slot->db ? write(*slot->db) : Status(Error("no run store is open"));
         if (!st.ok()) {
           r.ok = false;
           r.error = st.error().message;
         }
         return r;
       },
-      [this, gen, run_id](StoreReply r) {
+      [this, gen, what](StoreReply r) {
         if (gen != store_generation_ || r.ok) return;
-        emit runStoreMessage(QString("Cannot relabel run %1: %2").arg(run_id).arg(Q(r.error)));
+        emit runStoreMessage(QString("Cannot %1: %2").arg(what, Q(r.error)));
         relistRuns();
       });
-  return true;
 }
 
 bool Document::deleteRun(int64_t run_id) {
@@ -1071,23 +1076,7 @@ bool Document::deleteRun(int64_t run_id) {
   if (comparison_ && (comparison_->a.id == run_id || comparison_->b.id == run_id)) comparison_.reset();
   emit runRemoved(run_id);
   if (run_id < 0) return true;
-  const quint64 gen = store_generation_;
-  auto slot = store_slot_;
-  onStore(
-      [slot, run_id]() -> StoreReply {
-        StoreReply r;
-        Status st = slot->db ? slot->db->Delete(run_id) : Status(Error("no run store is open"));
-        if (!st.ok()) {
-          r.ok = false;
-          r.error = st.error().message;
-        }
-        return r;
-      },
-      [this, gen, run_id](StoreReply r) {
-        if (gen != store_generation_ || r.ok) return;
-        emit runStoreMessage(QString("Cannot delete run %1: %2").arg(run_id).arg(Q(r.error)));
-        relistRuns();
-      });
+  writeToStore(QString("delete run %1").arg(run_id), [run_id](RunDatabase& db) { return db.Delete(run_id); });
   return true;
 }
 

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -229,6 +230,9 @@ class Document : public QObject {
   void cacheRun(std::shared_ptr<const RunResult> run);
   template <typename Work, typename Done>
   void onStore(Work work, Done done);
+  // A change to a stored run (relabel, delete) on the store's thread; when it fails, says
+  // "Cannot <what>: <why>" and lists the store again so the history shows what is really there.
+  void writeToStore(const QString& what, std::function<Status(RunDatabase&)> write);
 
   SimulationOutput simulation_;
   bool simulation_active_ = false;
