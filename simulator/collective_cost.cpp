@@ -44,7 +44,10 @@ std::string_view CostRegimeName(CostRegime r) {
 namespace {
 
 // A collective's schedule: the bytes every link carries over the whole collective, and the hop
-// latency of each synchronous step (the longest route traversed in that step).
+// latency of each synchronous step (the longest route traversed in that step). Steps are
+// synchronous within a replica group only: groups run independently, so the collective's latency
+// is the largest of its groups' (NextGroup() closes one group's steps); the links they share add
+// up their bytes.
 class StepSchedule {
  public:
   explicit StepSchedule(const Topology* t) : topo_(t), totals_(static_cast<size_t>(t->num_links()), 0.0) {}
@@ -76,11 +79,18 @@ class StepSchedule {
     if (step >= num_steps()) latency_.resize(static_cast<size_t>(step + 1), 0.0);
   }
 
-  int64_t num_steps() const { return static_cast<int64_t>(latency_.size()); }
+  // Later steps belong to the next replica group (its step 0 is not synchronised with this one's).
+  void NextGroup() {
+    done_steps_ = num_steps();
+    done_latency_ = total_latency();
+    latency_.clear();
+  }
+
+  int64_t num_steps() const { return std::max(done_steps_, static_cast<int64_t>(latency_.size())); }
   double total_latency() const {
     double t = 0;
     for (double l : latency_) t += l;
-    return t;
+    return std::max(t, done_latency_);
   }
   const std::vector<double>& totals() const { return totals_; }
   // The busiest link's bytes / bandwidth: the time the collective needs when its steps pipeline.
@@ -95,7 +105,9 @@ class StepSchedule {
  private:
   const Topology* topo_;
   std::vector<double> totals_;
-  std::vector<double> latency_;
+  std::vector<double> latency_;  // per step of the current group
+  int64_t done_steps_ = 0;       // the most steps of any earlier group
+  double done_latency_ = 0;      // the largest latency of any earlier group
 };
 
 double CombineLatency(double latency, double bandwidth_time, LatencyModel model) {
@@ -213,24 +225,7 @@ std::vector<double> RunFluid(const Topology& topo, const std::vector<FluidJob>& 
   return done_at;
 }
 
-// How a replica group lies on the physical network.
-struct GroupPlan {
-  enum class Kind { kTrivial, kSequence, kGrid, kSwitch };
-  Kind kind = Kind::kTrivial;
-  // kSequence: chips in ring/line order (a chip repeats when devices share it); closed = ring.
-  std::vector<int64_t> chips;
-  bool closed = false;
-  bool routed = false;  // some logical hop spans several physical links
-  // The group is exactly the chips of a sub-grid (one device per chip): axes/lo/size/ring/base
-  // describe it (also for a single-axis kSequence).
-  bool product = false;
-  int64_t per_chip = 1;  // group devices on each chip (product plans): a chip's shard is per_chip shards
-  // kGrid: spanned physical axes, their ranges and whether each closes a ring; base coordinates.
-  std::vector<int64_t> axes, lo, size;
-  std::vector<bool> ring;
-  std::vector<int64_t> base;
-  std::string description;
-};
+using GroupPlan = GroupLayout;
 
 std::string AxisList(const std::vector<int64_t>& axes) {
   std::string s;
@@ -238,8 +233,36 @@ std::string AxisList(const std::vector<int64_t>& axes) {
   return s;
 }
 
-GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
-  GroupPlan plan;
+// The first coordinate of `values` read as one segment of an axis of `extent` chips (cyclically
+// when the axis wraps round), or -1 when they are not one segment.
+int64_t SegmentStart(const std::set<int64_t>& values, int64_t extent, bool wraps) {
+  const int64_t count = static_cast<int64_t>(values.size());
+  if (count == extent) return 0;  // the whole axis
+  if (*values.rbegin() - *values.begin() + 1 == count) return *values.begin();
+  if (!wraps) return -1;
+  // Crossing the wraparound link: exactly one value has no predecessor in the set.
+  int64_t start = -1;
+  for (int64_t v : values) {
+    if (values.count((v - 1 + extent) % extent)) continue;
+    if (start >= 0) return -1;
+    start = v;
+  }
+  return start;
+}
+
+}  // namespace
+
+int64_t GroupLayout::ChipAtOffsets(const Topology& topo, const std::vector<int64_t>& offsets) const {
+  std::vector<int64_t> coords = base;
+  for (size_t i = 0; i < axes.size() && i < offsets.size(); ++i) {
+    const size_t a = static_cast<size_t>(axes[i]);
+    coords[a] = (lo[i] + offsets[i]) % topo.shape()[a];
+  }
+  return topo.ChipAt(coords);
+}
+
+GroupLayout LayOutReplicaGroup(const Topology& topo, const std::vector<int64_t>& group) {
+  GroupLayout plan;
   const int64_t n = static_cast<int64_t>(group.size());
   if (n <= 1) {
     plan.description = "nothing to do (a group of one device)";
@@ -247,9 +270,12 @@ GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
   }
   std::vector<int64_t> chips;
   for (int64_t d : group) chips.push_back(topo.ChipOfDevice(d));
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = i;
   if (topo.is_switch()) {
-    plan.kind = GroupPlan::Kind::kSwitch;
+    plan.kind = GroupLayout::Kind::kSwitch;
     plan.chips = chips;
+    plan.members = positions;
     plan.description = "direct sends through the switch";
     return plan;
   }
@@ -277,84 +303,93 @@ GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) {
   }
   const int64_t nc = static_cast<int64_t>(cand.size());
   if (k >= 1) {
-    // Which axes vary, and is the group a full product of contiguous ranges?
-    const int64_t axes = topo.num_axes();
+    // Which axes vary, and is the group a full product of segments (a segment may cross the
+    // wraparound link)? The members' order plays no part: see the header.
     std::vector<std::vector<int64_t>> coords;
     for (int64_t c : cand) coords.push_back(topo.ChipCoords(c));
     std::vector<int64_t> varying, lo, size;
     int64_t product = 1;
-    bool contiguous = true;
-    for (int64_t a = 0; a < axes; ++a) {
+    bool segments = true;
+    for (int64_t a = 0; a < topo.num_axes(); ++a) {
       std::set<int64_t> values;
       for (const auto& c : coords) values.insert(c[static_cast<size_t>(a)]);
       if (values.size() < 2) continue;
-      const int64_t first = *values.begin(), last = *values.rbegin();
-      if (last - first + 1 != static_cast<int64_t>(values.size())) contiguous = false;
+      const int64_t start = SegmentStart(values, topo.shape()[static_cast<size_t>(a)], topo.wraps(a));
+      if (start < 0) segments = false;
       varying.push_back(a);
-      lo.push_back(first);
+      lo.push_back(start);
       size.push_back(static_cast<int64_t>(values.size()));
       product *= static_cast<int64_t>(values.size());
     }
-    if (contiguous && product == nc) {
+    if (segments && product == nc) {
       plan.per_chip = k;
-      std::vector<bool> ring;
-      for (size_t i = 0; i < varying.size(); ++i) {
-        const int64_t a = varying[i];
-        ring.push_back(topo.wraps(a) && size[i] == topo.shape()[static_cast<size_t>(a)] && size[i] >= 3);
-      }
-      if (varying.size() == 1) {
-        // Order by coordinate along the axis.
-        std::vector<std::pair<int64_t, int64_t>> order;
-        for (size_t i = 0; i < cand.size(); ++i) order.emplace_back(coords[i][static_cast<size_t>(varying[0])], cand[i]);
-        std::sort(order.begin(), order.end());
-        plan.kind = GroupPlan::Kind::kSequence;
-        plan.product = true;
-        plan.axes = varying;
-        plan.lo = lo;
-        plan.size = size;
-        plan.ring = ring;
-        plan.base = coords[0];
-        for (const auto& [x, c] : order) plan.chips.push_back(c);
-        plan.closed = ring[0];
-        plan.description = std::string(plan.closed ? "ring with wraparound" : "line (no wraparound)") +
-                           " along physical axis " + std::to_string(varying[0]);
-        if (k > 1) plan.description += " (" + std::to_string(k) + " devices per chip, exchanged on-chip)";
-        return plan;
-      }
-      plan.kind = GroupPlan::Kind::kGrid;
       plan.product = true;
       plan.axes = varying;
       plan.lo = lo;
       plan.size = size;
-      plan.ring = ring;
       plan.base = coords[0];
+      for (size_t i = 0; i < varying.size(); ++i) {
+        const int64_t a = varying[i];
+        plan.ring.push_back(topo.wraps(a) && size[i] == topo.shape()[static_cast<size_t>(a)] && size[i] >= 3);
+      }
+      const std::string per_chip_note =
+          k > 1 ? " (" + std::to_string(k) + " devices per chip, exchanged on-chip)" : std::string();
+      if (varying.size() == 1) {
+        // The chips in order along the axis, from the segment's first coordinate.
+        plan.kind = GroupLayout::Kind::kSequence;
+        for (int64_t x = 0; x < size[0]; ++x) plan.chips.push_back(plan.ChipAtOffsets(topo, {x}));
+        plan.closed = plan.ring[0];
+        const bool across_wrap = !plan.closed && lo[0] + size[0] > topo.shape()[static_cast<size_t>(varying[0])];
+        plan.description = std::string(plan.closed ? "ring with wraparound"
+                                       : across_wrap ? "line (a segment of the ring, across its wraparound link)"
+                                                     : "line (no wraparound)") +
+                           " along physical axis " + std::to_string(varying[0]) + per_chip_note;
+        return plan;
+      }
+      plan.kind = GroupLayout::Kind::kGrid;
+      plan.chips = cand;
       std::string kinds;
       for (size_t i = 0; i < varying.size(); ++i) {
-        kinds += (i ? " x " : "") + std::to_string(size[i]) + (ring[i] ? " ring" : " line");
+        kinds += (i ? " x " : "") + std::to_string(size[i]) + (plan.ring[i] ? " ring" : " line");
       }
-      plan.description = "multi-axis gather over physical axes " + AxisList(varying) + " (" + kinds + ")";
-      if (k > 1) plan.description += " (" + std::to_string(k) + " devices per chip, exchanged on-chip)";
+      plan.description = "multi-axis gather over physical axes " + AxisList(varying) + " (" + kinds + ")" + per_chip_note;
       return plan;
     }
   }
-  // Irregular: the group's own order as a ring (or a line when the closing hop is not adjacent).
+  // Irregular: the members' order, read as a cycle, is the ring. Hops between the same chip or
+  // physical neighbours cost no routing; a cycle with exactly one other hop is cut there into a
+  // line. The plan is the same for every rotation or reversal of the order.
   auto adjacent = [&](int64_t a, int64_t b) { return a == b || topo.LinkBetween(a, b) >= 0; };
-  bool path_adjacent = true;
-  for (int64_t i = 0; i + 1 < n; ++i) path_adjacent = path_adjacent && adjacent(chips[static_cast<size_t>(i)], chips[static_cast<size_t>(i + 1)]);
-  const bool closes = adjacent(chips.back(), chips.front());
-  plan.kind = GroupPlan::Kind::kSequence;
-  plan.chips = chips;
-  if (path_adjacent && !closes) {
-    plan.closed = false;
-    plan.description = "line over the group's devices in their given order";
-  } else {
-    plan.closed = n >= 3;
-    plan.routed = !(path_adjacent && closes);
-    plan.description = plan.routed ? "logical ring over the group in its given order, hops routed over the network"
-                                   : "ring over the group's devices in their given order";
+  std::vector<int64_t> far;  // hops i -> i+1 (cyclically) that are not physical neighbours
+  for (int64_t i = 0; i < n; ++i) {
+    if (!adjacent(chips[static_cast<size_t>(i)], chips[static_cast<size_t>((i + 1) % n)])) far.push_back(i);
   }
+  plan.kind = GroupLayout::Kind::kSequence;
+  plan.members = positions;
+  if (n == 2) {
+    plan.closed = false;
+    plan.routed = !far.empty();
+    plan.description = plan.routed ? "two devices exchanging shards over a route of several links"
+                                   : "line over the group's devices in their given order";
+  } else if (far.empty()) {
+    plan.closed = true;
+    plan.description = "ring over the group's devices in their given order";
+  } else if (far.size() == 1) {
+    plan.closed = false;
+    std::rotate(plan.members.begin(), plan.members.begin() + (far[0] + 1) % n, plan.members.end());
+    plan.description = "line over the group's devices in their given order (cut where it is not a ring)";
+  } else {
+    plan.closed = true;
+    plan.routed = true;
+    plan.description = "logical ring over the group in its given order, hops routed over the network";
+  }
+  for (int64_t p : plan.members) plan.chips.push_back(chips[static_cast<size_t>(p)]);
   return plan;
 }
+
+namespace {
+
+GroupPlan PlanGroup(const Topology& topo, const std::vector<int64_t>& group) { return LayOutReplicaGroup(topo, group); }
 
 // AllGather of `shard` bytes per position over a sequence of chips. Returns the number of steps.
 int64_t AddSequenceAllGather(const Topology& topo, StepSchedule& s, const std::vector<int64_t>& chips, bool closed,
@@ -470,14 +505,11 @@ int64_t AddGridAllGather(const Topology& topo, StepSchedule& s, const GroupPlan&
       // Every 1-D line along axis a inside the group's sub-grid.
       std::vector<int64_t> idx(m, 0);
       while (true) {
-        std::vector<int64_t> coords = plan.base;
-        for (size_t b = 0; b < m; ++b) {
-          if (b != a) coords[static_cast<size_t>(plan.axes[b])] = plan.lo[b] + idx[b];
-        }
+        std::vector<int64_t> offsets = idx;
         std::vector<int64_t> line;
         for (int64_t x = 0; x < plan.size[a]; ++x) {
-          coords[static_cast<size_t>(plan.axes[a])] = plan.lo[a] + x;
-          line.push_back(topo.ChipAt(coords));
+          offsets[a] = x;
+          line.push_back(plan.ChipAtOffsets(topo, offsets));
         }
         if (block > 0) {
           phase_steps = AddSequenceAllGather(topo, s, line, plan.ring[a], block, offset, bidirectional);
@@ -545,7 +577,7 @@ int64_t AddProductAllToAll(const Topology& topo, StepSchedule& s, const GroupPla
     for (int64_t u = 0; u < plan.size[i]; ++u) {
       for (int64_t v = 0; v < plan.size[i]; ++v) {
         if (u == v) continue;
-        const int64_t from = plan.lo[i] + u, to = plan.lo[i] + v;
+        const int64_t from = (plan.lo[i] + u) % n_phys, to = (plan.lo[i] + v) % n_phys;
         std::vector<std::tuple<double, int, int64_t>> variants;  // fraction, direction, hops
         if (wrap) {
           const int64_t fwd = ((to - from) % n_phys + n_phys) % n_phys, back = n_phys - fwd;
@@ -572,7 +604,8 @@ int64_t AddProductAllToAll(const Topology& topo, StepSchedule& s, const GroupPla
     while (true) {
       std::vector<int64_t> coords = plan.base;
       for (size_t b = 0; b < m; ++b) {
-        if (b != i) coords[static_cast<size_t>(plan.axes[b])] = plan.lo[b] + idx[b];
+        const size_t ab = static_cast<size_t>(plan.axes[b]);
+        if (b != i) coords[ab] = (plan.lo[b] + idx[b]) % topo.shape()[ab];
       }
       for (int64_t x = 0; x < n_phys; ++x) {
         coords[static_cast<size_t>(a)] = x;
@@ -714,6 +747,7 @@ Result<BuiltSchedule> BuildCollective(const Topology& topo, CollectiveKind kind,
       }
       case CollectiveKind::kCollectivePermute: break;
     }
+    b.schedule.NextGroup();
     if (first_description.empty()) first_description = description;
     descriptions.insert(description);
   }

@@ -21,6 +21,18 @@
 //  * Groups that are neither a physical ring, a line nor a full sub-grid (strided or scattered
 //    replica groups, uneven placements) run the bidirectional ring over the group in its given
 //    order, each logical hop routed over the physical links (dimension order); groups share links.
+//
+// How a group is laid out (LayOutReplicaGroup) depends on that group alone: never on the other
+// groups of the call, nor on where it comes in the list; the other groups only add load to shared
+// links (contention). The layout is decided as follows:
+//  * the group's chips are exactly a physical ring, a segment of one axis (also one that crosses a
+//    wraparound link) or a full sub-grid: the physical ring / line / multi-axis plan, whatever the
+//    members' order (the order only says which shard ends up where, not which links carry it: an
+//    all-gather round a physical ring can place the shards in any order at no cost);
+//  * otherwise the members' order, read as a cycle, is the ring: all of its hops physical
+//    neighbours -> a ring without routing; all but one -> a line, cut at the one hop that is not;
+//    more -> the logical ring in that order with routed hops. Rotating or reversing the order gives
+//    the same plan.
 //  * A switch (NVSwitch): direct sends, one step, through each chip's up- and down-link.
 //  * CollectivePermute: point-to-point transfers routed hop by hop, links shared fairly (see
 //    SimulateTransfers).
@@ -28,7 +40,8 @@
 // Time: the bandwidth time is the busiest one-way link's total bytes / its bandwidth (the steps of
 // the modelled algorithms pipeline, so the busiest link never waits); the latency is the sum over
 // the synchronous steps of each step's longest route (T_min = 1 us per ICI hop): N/2 steps round a
-// ring, N-1 along a line, sum over axes for several axes. Default (LatencyModel::kOverlapped, the
+// ring, N-1 along a line, sum over axes for several axes. Steps are synchronous within a replica
+// group only: the collective's latency is the largest of its groups' latencies. Default (LatencyModel::kOverlapped, the
 // book's max[T_min x hops, V / W]): time = max(latency, bandwidth time). LatencyModel::kAdditive
 // (alpha-beta, as ASTRA-sim): their sum. The regime is latency-bound when latency > bandwidth time.
 #pragma once
@@ -121,6 +134,40 @@ struct CollectiveRequest {
 Result<std::vector<double>> EstimateConcurrentCollectives(const Topology& topology,
                                                           const std::vector<CollectiveRequest>& requests,
                                                           const CollectiveOptions& options = {});
+
+// How one replica group lies on the network: the plan EstimateCollective times and the teaching
+// walkthrough (collective_steps.h) steps through. A function of the group alone (see above).
+struct GroupLayout {
+  enum class Kind : uint8_t {
+    kTrivial,   // one device, or all devices on one chip (exchanged on-chip, free)
+    kSequence,  // a ring (closed) or a line, in `chips` order
+    kGrid,      // a full sub-grid over several physical axes (`axes`, `lo`, `size`, `ring`)
+    kSwitch,    // direct sends through a switch
+  };
+  Kind kind = Kind::kTrivial;
+  // kSequence: the stops in ring/line order; kGrid: the distinct chips (in group order); kSwitch:
+  // one per member in group order. A product layout has one stop per chip (per_chip members each),
+  // any other layout one stop per member: stop i is member `members[i]` (a group position).
+  std::vector<int64_t> chips;
+  std::vector<int64_t> members;  // non-product layouts: the group position of each stop
+  bool closed = false;   // kSequence: a ring
+  bool routed = false;   // some logical hop spans several physical links
+  // The group is exactly the chips of a sub-grid (also for a single-axis kSequence): every chip
+  // holds per_chip of its members (a chip's shard is per_chip device shards).
+  bool product = false;
+  int64_t per_chip = 1;
+  // Product layouts: the spanned physical axes, the first coordinate and extent along each (a
+  // segment may cross the wraparound: coordinates are lo + offset modulo the axis), whether each
+  // closes a ring, and the coordinates of a member chip (for the axes not spanned).
+  std::vector<int64_t> axes, lo, size;
+  std::vector<bool> ring;
+  std::vector<int64_t> base;
+  std::string description;
+
+  // Product layouts: the chip at `offsets` (one per spanned axis, 0 <= offsets[i] < size[i]).
+  int64_t ChipAtOffsets(const Topology& topology, const std::vector<int64_t>& offsets) const;
+};
+GroupLayout LayOutReplicaGroup(const Topology& topology, const std::vector<int64_t>& group);
 
 // The split of a multi-axis all-gather over a sub-grid of sizes[a] chips per axis (ring[a]: that
 // axis closes into a ring): part j of every shard gathers along the axes in the order j, j+1, ...

@@ -330,7 +330,7 @@ std::string SourceTargetPairsText(const std::vector<std::pair<int64_t, int64_t>>
   return s + "}";
 }
 
-// ---- How a group lies on the network (the same classification as collective_cost.cpp) --------------------
+// ---- How a group lies on the network (LayOutReplicaGroup, the cost model's own plan) ----------------------
 
 namespace {
 
@@ -352,111 +352,50 @@ struct Layout {
   std::vector<bool> ring;
   std::vector<int64_t> base;
   std::map<int64_t, size_t> stop_of_chip;
+  GroupLayout plan;          // the cost model's layout this one is made from
 };
 
+// The walkthrough's view of the cost model's layout: the same plan, with each stop's devices.
 Layout LayoutGroup(const Topology& topo, const std::vector<int64_t>& group) {
   Layout L;
-  const int64_t n = static_cast<int64_t>(group.size());
-  if (n <= 1) return L;
-  std::vector<int64_t> chips;
-  for (int64_t d : group) chips.push_back(topo.ChipOfDevice(d));
-  auto one_per_device = [&] {
-    L.stops.clear();
-    for (int64_t i = 0; i < n; ++i) L.stops.push_back({chips[static_cast<size_t>(i)], {group[static_cast<size_t>(i)]}, {i}});
-  };
-  if (topo.is_switch()) {
-    L.kind = Layout::Kind::kSwitch;
-    one_per_device();
-    return L;
+  L.plan = LayOutReplicaGroup(topo, group);
+  const GroupLayout& p = L.plan;
+  switch (p.kind) {
+    case GroupLayout::Kind::kTrivial: L.kind = Layout::Kind::kTrivial; break;
+    case GroupLayout::Kind::kSequence: L.kind = Layout::Kind::kSequence; break;
+    case GroupLayout::Kind::kGrid: L.kind = Layout::Kind::kGrid; break;
+    case GroupLayout::Kind::kSwitch: L.kind = Layout::Kind::kSwitch; break;
   }
-  std::map<int64_t, int64_t> per_chip;
-  for (int64_t c : chips) ++per_chip[c];
-  int64_t k = per_chip.begin()->second;
-  for (const auto& [c, count] : per_chip) {
-    if (count != k) k = -1;
-  }
-  std::vector<int64_t> cand = chips;
-  if (k > 1) {
-    cand.clear();
-    std::set<int64_t> seen;
-    for (int64_t c : chips) {
-      if (seen.insert(c).second) cand.push_back(c);
-    }
-    if (cand.size() == 1) {
-      L.per_chip = k;
-      return L;  // all on one chip: exchanged on-chip, nothing on the network
-    }
-  }
-  const int64_t nc = static_cast<int64_t>(cand.size());
-  if (k >= 1) {
-    std::vector<std::vector<int64_t>> coords;
-    for (int64_t c : cand) coords.push_back(topo.ChipCoords(c));
-    std::vector<int64_t> varying, lo, size;
-    int64_t product = 1;
-    bool contiguous = true;
-    for (int64_t a = 0; a < topo.num_axes(); ++a) {
-      std::set<int64_t> values;
-      for (const auto& c : coords) values.insert(c[static_cast<size_t>(a)]);
-      if (values.size() < 2) continue;
-      const int64_t first = *values.begin(), last = *values.rbegin();
-      if (last - first + 1 != static_cast<int64_t>(values.size())) contiguous = false;
-      varying.push_back(a);
-      lo.push_back(first);
-      size.push_back(static_cast<int64_t>(values.size()));
-      product *= static_cast<int64_t>(values.size());
-    }
-    if (contiguous && product == nc && !varying.empty()) {
-      L.per_chip = k;
-      L.product = true;
-      L.axes = varying;
-      L.lo = lo;
-      L.size = size;
-      L.base = coords[0];
-      for (size_t i = 0; i < varying.size(); ++i) {
-        const int64_t a = varying[i];
-        L.ring.push_back(topo.wraps(a) && size[i] == topo.shape()[static_cast<size_t>(a)] && size[i] >= 3);
-      }
-      std::vector<Stop> stops;
-      for (size_t ci = 0; ci < cand.size(); ++ci) {
-        Stop s;
-        s.chip = cand[ci];
-        for (int64_t i = 0; i < n; ++i) {
-          if (chips[static_cast<size_t>(i)] == cand[ci]) {
-            s.devices.push_back(group[static_cast<size_t>(i)]);
-            s.chunks.push_back(i);
-          }
+  L.closed = p.closed;
+  L.routed = p.routed;
+  L.product = p.product;
+  L.per_chip = p.per_chip;
+  L.axes = p.axes;
+  L.lo = p.lo;
+  L.size = p.size;
+  L.ring = p.ring;
+  L.base = p.base;
+  if (L.kind == Layout::Kind::kTrivial) return L;
+  if (p.product) {
+    // One stop per chip, holding the group's devices on it.
+    for (int64_t chip : p.chips) {
+      Stop s;
+      s.chip = chip;
+      for (size_t i = 0; i < group.size(); ++i) {
+        if (topo.ChipOfDevice(group[i]) == chip) {
+          s.devices.push_back(group[i]);
+          s.chunks.push_back(static_cast<int64_t>(i));
         }
-        stops.push_back(std::move(s));
       }
-      if (varying.size() == 1) {
-        const size_t ax = static_cast<size_t>(varying[0]);
-        std::stable_sort(stops.begin(), stops.end(), [&](const Stop& a, const Stop& b) {
-          return topo.ChipCoords(a.chip)[ax] < topo.ChipCoords(b.chip)[ax];
-        });
-        L.kind = Layout::Kind::kSequence;
-        L.closed = L.ring[0];
-      } else {
-        L.kind = Layout::Kind::kGrid;
-      }
-      L.stops = std::move(stops);
-      for (size_t i = 0; i < L.stops.size(); ++i) L.stop_of_chip[L.stops[i].chip] = i;
-      return L;
+      L.stops.push_back(std::move(s));
     }
-  }
-  // Irregular: the group's own order as a ring, or a line when the closing hop is not adjacent.
-  auto adjacent = [&](int64_t a, int64_t b) { return a == b || topo.LinkBetween(a, b) >= 0; };
-  bool path_adjacent = true;
-  for (int64_t i = 0; i + 1 < n; ++i) {
-    path_adjacent = path_adjacent && adjacent(chips[static_cast<size_t>(i)], chips[static_cast<size_t>(i + 1)]);
-  }
-  const bool closes = adjacent(chips.back(), chips.front());
-  L.kind = Layout::Kind::kSequence;
-  one_per_device();
-  if (path_adjacent && !closes) {
-    L.closed = false;
+    for (size_t i = 0; i < L.stops.size(); ++i) L.stop_of_chip[L.stops[i].chip] = i;
   } else {
-    L.closed = n >= 3;
-    L.routed = !(path_adjacent && closes);
+    // One stop per device, in the layout's order.
+    for (size_t i = 0; i < p.members.size(); ++i) {
+      const int64_t pos = p.members[i];
+      L.stops.push_back({p.chips[i], {group[static_cast<size_t>(pos)]}, {pos}});
+    }
   }
   return L;
 }
@@ -638,14 +577,11 @@ GatherPlan BuildGather(const Topology& topo, const std::vector<std::vector<int64
             std::vector<std::vector<int64_t>> next = held;
             std::vector<int64_t> idx(m, 0);
             while (true) {
-              std::vector<int64_t> coords = L.base;
-              for (size_t b = 0; b < m; ++b) {
-                if (b != a) coords[static_cast<size_t>(L.axes[b])] = L.lo[b] + idx[b];
-              }
+              std::vector<int64_t> offsets = idx;
               std::vector<size_t> line;
               for (int64_t x = 0; x < L.size[a]; ++x) {
-                coords[static_cast<size_t>(L.axes[a])] = L.lo[a] + x;
-                line.push_back(L.stop_of_chip.at(topo.ChipAt(coords)));
+                offsets[a] = x;
+                line.push_back(L.stop_of_chip.at(L.plan.ChipAtOffsets(topo, offsets)));
               }
               if (frac[j] > 0) {
                 EmitSequence(topo, line, L, L.ring[a], bidirectional, offset, gi, static_cast<int64_t>(j), held, &G.moves);

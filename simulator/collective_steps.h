@@ -21,6 +21,9 @@
 //    a shift by +-1 along one mesh axis without wraparound (as ShiftPairsAlongAxis produces it).
 //  * A switch (NVSwitch): direct sends, one step (all-reduce: two).
 //
+// Each group is laid out by LayOutReplicaGroup (collective_cost.h), the cost model's own plan, so
+// the two cannot diverge on which ring, line or sub-grid a group runs.
+//
 // Shards/chunks are numbered by their position in the replica group (XLA order): member i owns
 // shard i of the gathered result, chunk i of a reduce-scatter, piece i of every all-to-all buffer.
 // Where several devices of a group share a chip, they share what the chip holds (on-chip, free).

@@ -570,8 +570,21 @@ class TestCollectiveSteps : public QObject {
     cases.push_back({"odd ring RS additive", Chain(5, true), CollectiveKind::kReduceScatter, {}, 5 * kShard, additive, false});
     cases.push_back({"line A2A", Chain(6, false), CollectiveKind::kAllToAll, {}, 6 * kShard, {}, true});
     cases.push_back({"ring A2A one way", Chain(6, true), CollectiveKind::kAllToAll, {}, 6 * kShard, one_way, true});
+    // Members listed out of physical order: still the physical line 0-1-2-3.
+    cases.push_back({"shuffled line", Chain(4, false), CollectiveKind::kAllGather, {{0, 2, 1, 3}}, kShard, {}, true});
     // An irregular group: a logical ring whose hops are routed over the line.
-    cases.push_back({"routed ring", Chain(4, false), CollectiveKind::kAllGather, {{0, 2, 1, 3}}, kShard, {}, true});
+    cases.push_back({"routed ring", Chain(6, false), CollectiveKind::kAllGather, {{0, 2, 5, 3}}, kShard, {}, true});
+    cases.push_back({"routed ring AR", Chain(6, false), CollectiveKind::kAllReduce, {{0, 2, 5, 3}}, 4 * kShard, {}, false});
+    // A segment of a ring through its wraparound link, members in any order: a line.
+    cases.push_back({"segment across wraparound", Chain(8, true), CollectiveKind::kAllGather, {{0, 1, 6, 7}, {2, 3, 4, 5}}, kShard, {}, true});
+    cases.push_back({"segment across wraparound A2A", Chain(8, true), CollectiveKind::kAllToAll, {{0, 1, 6, 7}}, 4 * kShard, {}, true});
+    // A cycle with one hop between non-neighbours (an L on a 4x4 mesh) is cut into a line there.
+    cases.push_back({"L cut into a line", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kAllGather, {{2, 6, 0, 1}}, kShard, {}, true});
+    // A 2x2 sub-grid through the wraparound of a 4x4 torus.
+    cases.push_back({"sub-grid across wraparound", ForMesh(Preset("tpu-v4"), m44, TopologyOptions::Wraparound::kAll),
+                     CollectiveKind::kAllReduce, {{3, 0, 7, 4}}, 4 * kShard, {}, false});
+    // Groups with different step latencies (a line and a 2-hop pair), latency-bound: max, not sum.
+    cases.push_back({"unequal groups", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kAllGather, {{0, 1, 2, 3}, {4, 6}}, 64, {}, true});
     cases.push_back({"strided groups", Chain(8, true), CollectiveKind::kAllGather, {{0, 2, 4, 6}, {1, 3, 5, 7}}, kShard, {}, true});
     cases.push_back({"2x4 torus AR XY", ForMesh(Preset("tpu-v4"), Mesh("X=2,Y=4"), TopologyOptions::Wraparound::kAll),
                      CollectiveKind::kAllReduce, {}, 8 * kShard, {}, false});
