@@ -340,41 +340,17 @@ struct Stop {  // a stop of a ring/line or a cell of a grid: one chip and the gr
   std::vector<int64_t> chunks;   // their positions in the group
 };
 
-struct Layout {
-  enum class Kind { kTrivial, kSequence, kGrid, kSwitch };
-  Kind kind = Kind::kTrivial;
+// The cost model's layout of a group (LayOutReplicaGroup), plus each stop's devices.
+struct Layout : GroupLayout {
   std::vector<Stop> stops;   // kSequence: in ring/line order; kGrid/kSwitch: any order
-  bool closed = false;       // a ring
-  bool routed = false;       // some logical hop spans several links
-  bool product = false;
-  int64_t per_chip = 1;
-  std::vector<int64_t> axes, lo, size;  // kGrid (and product sequences)
-  std::vector<bool> ring;
-  std::vector<int64_t> base;
   std::map<int64_t, size_t> stop_of_chip;
-  GroupLayout plan;          // the cost model's layout this one is made from
 };
 
 // The walkthrough's view of the cost model's layout: the same plan, with each stop's devices.
 Layout LayoutGroup(const Topology& topo, const std::vector<int64_t>& group) {
   Layout L;
-  L.plan = LayOutReplicaGroup(topo, group);
-  const GroupLayout& p = L.plan;
-  switch (p.kind) {
-    case GroupLayout::Kind::kTrivial: L.kind = Layout::Kind::kTrivial; break;
-    case GroupLayout::Kind::kSequence: L.kind = Layout::Kind::kSequence; break;
-    case GroupLayout::Kind::kGrid: L.kind = Layout::Kind::kGrid; break;
-    case GroupLayout::Kind::kSwitch: L.kind = Layout::Kind::kSwitch; break;
-  }
-  L.closed = p.closed;
-  L.routed = p.routed;
-  L.product = p.product;
-  L.per_chip = p.per_chip;
-  L.axes = p.axes;
-  L.lo = p.lo;
-  L.size = p.size;
-  L.ring = p.ring;
-  L.base = p.base;
+  static_cast<GroupLayout&>(L) = LayOutReplicaGroup(topo, group);
+  const GroupLayout& p = L;
   if (L.kind == Layout::Kind::kTrivial) return L;
   if (p.product) {
     // One stop per chip, holding the group's devices on it.
@@ -581,7 +557,7 @@ GatherPlan BuildGather(const Topology& topo, const std::vector<std::vector<int64
               std::vector<size_t> line;
               for (int64_t x = 0; x < L.size[a]; ++x) {
                 offsets[a] = x;
-                line.push_back(L.stop_of_chip.at(L.plan.ChipAtOffsets(topo, offsets)));
+                line.push_back(L.stop_of_chip.at(L.ChipAtOffsets(topo, offsets)));
               }
               if (frac[j] > 0) {
                 EmitSequence(topo, line, L, L.ring[a], bidirectional, offset, gi, static_cast<int64_t>(j), held, &G.moves);
