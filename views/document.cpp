@@ -660,6 +660,20 @@ struct Document::StoreReply {
   std::vector<std::pair<int64_t, int64_t>> carried;  // open: session run id -> id in the new store
 };
 
+namespace {
+// The store's runs into a reply; ok = false with the reason when they cannot be listed.
+template <typename Reply>
+void ListRunsInto(RunDatabase& db, Reply& r) {
+  auto runs = db.List();
+  if (!runs.ok()) {
+    r.ok = false;
+    r.error = runs.error().message;
+    return;
+  }
+  r.runs = std::move(*runs);
+}
+}  // namespace
+
 template <typename Work, typename Done>
 void Document::onStore(Work work, Done done) {
   if (store_pending_++ == 0) emit runStoreBusyChanged(true);
@@ -849,13 +863,7 @@ void Document::refreshRunStore() {
           auto new_id = slot->db->Save(*run);
           if (new_id.ok()) r.carried.emplace_back(id, *new_id);
         }
-        auto runs = slot->db->List();
-        if (!runs.ok()) {
-          r.ok = false;
-          r.error = runs.error().message;
-          return r;
-        }
-        r.runs = std::move(*runs);
+        ListRunsInto(*slot->db, r);
         return r;
       },
       [this, gen](StoreReply r) {
@@ -918,13 +926,7 @@ void Document::relistRuns() {
           r.ok = false;
           return r;
         }
-        auto runs = slot->db->List();
-        if (!runs.ok()) {
-          r.ok = false;
-          r.error = runs.error().message;
-          return r;
-        }
-        r.runs = std::move(*runs);
+        ListRunsInto(*slot->db, r);
         return r;
       },
       [this, gen](StoreReply r) {
