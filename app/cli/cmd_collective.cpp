@@ -74,20 +74,12 @@ Result<std::vector<std::string>> ParseAxes(const std::string& text, const Device
 
 int Run(const std::vector<std::string>& in) {
   std::vector<std::string> args = in;
-  std::string chip_text, mesh_text, shape_text, sharding_text, axes_text, topology_text, cores_text, latency_text,
-      shift_text;
-  const bool have_chip = TakeOption(args, "chip", &chip_text);
-  const bool have_mesh = TakeOption(args, "mesh", &mesh_text);
+  std::string shape_text, sharding_text, axes_text, shift_text;
+  const SliceOptionTexts slice_texts = TakeSliceOptions(args);
   const bool have_shape = TakeOption(args, "shape", &shape_text);
   const bool have_sharding = TakeOption(args, "sharding", &sharding_text);
   const bool have_axes = TakeOption(args, "axes", &axes_text);
-  const bool have_topology = TakeOption(args, "topology", &topology_text);
-  const bool have_cores = TakeOption(args, "cores-per-chip", &cores_text);
-  const bool have_latency = TakeOption(args, "latency-model", &latency_text);
   const bool have_shift = TakeOption(args, "shift", &shift_text);
-  const bool no_wrap = TakeFlag(args, "no-wraparound");
-  const bool wrap = TakeFlag(args, "wraparound");
-  const bool one_direction = TakeFlag(args, "one-direction");
   const bool no_cyclic = TakeFlag(args, "no-cyclic");
 
   for (const auto& a : args) {
@@ -99,18 +91,11 @@ int Run(const std::vector<std::string>& in) {
   if (args.size() > 1) return UsageError(kName, "expected one KIND, got: " + Join(args, " "));
   auto kind = CollectiveKindFromName(args[0]);
   if (!kind.ok()) return UsageError(kName, kind.error().message);
-  if (!have_chip) return UsageError(kName, "missing --chip (a preset such as tpu-v5e, or a chip .json file)");
-  if (!have_mesh) return UsageError(kName, "missing --mesh (e.g. X=8,Y=4)");
+  if (!slice_texts.chip) return UsageError(kName, "missing --chip (a preset such as tpu-v5e, or a chip .json file)");
+  if (!slice_texts.mesh) return UsageError(kName, "missing --mesh (e.g. X=8,Y=4)");
   if (!have_shape) return UsageError(kName, "missing --shape (e.g. bf16[2048,8192])");
   if (!have_sharding) return UsageError(kName, "missing --sharding (named axes, e.g. \"[E_Y, F]\" or \"[B_X, D_Y]{U_Z}\")");
   if (!have_axes) return UsageError(kName, "missing --axes (the mesh axes the collective runs over, e.g. Y or X,Y)");
-  SliceOptionTexts slice_texts;
-  slice_texts.chip = chip_text;
-  if (have_cores) slice_texts.cores = cores_text;
-  slice_texts.mesh = mesh_text;
-  if (have_topology) slice_texts.topology = topology_text;
-  slice_texts.wraparound = wrap;
-  slice_texts.no_wraparound = no_wrap;
   auto resolved = ResolveSlice(slice_texts);
   if (!resolved.ok()) return UsageError(kName, resolved.error().message);
   const ChipSpec& spec = resolved->chip;
@@ -133,13 +118,7 @@ int Run(const std::vector<std::string>& in) {
   auto axes = ParseAxes(axes_text, mesh);
   if (!axes.ok()) return UsageError(kName, "--axes: " + axes.error().message);
 
-  CollectiveOptions options;
-  options.bidirectional = !one_direction;
-  if (have_latency) {
-    if (latency_text == "overlapped") options.latency_model = LatencyModel::kOverlapped;
-    else if (latency_text == "additive") options.latency_model = LatencyModel::kAdditive;
-    else return UsageError(kName, "--latency-model must be overlapped or additive, not '" + latency_text + "'");
-  }
+  const CollectiveOptions& options = resolved->collectives;
 
   // What the array looks like on each device, and what the collective needs of it.
   const double whole = static_cast<double>(shape->ByteSize());

@@ -90,28 +90,20 @@ std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned)
 
 int Run(const std::vector<std::string>& in) {
   std::vector<std::string> args = in;
-  std::string chip_text, mesh_text, db_path, trace_path, csv_path, csv_kind = "timeline", topology_text, cores_text,
-      schedule_text, concurrent_text, trips_text, latency_text, label;
-  const bool have_chip = TakeOption(args, "chip", &chip_text);
-  const bool have_mesh = TakeOption(args, "mesh", &mesh_text);
+  std::string db_path, trace_path, csv_path, csv_kind = "timeline", schedule_text, concurrent_text, trips_text, label;
+  const SliceOptionTexts slice_texts = TakeSliceOptions(args);
   const bool have_db = TakeOption(args, "db", &db_path);
   const bool have_trace = TakeOption(args, "trace", &trace_path);
   const bool have_csv = TakeOption(args, "csv", &csv_path);
   TakeOption(args, "csv-kind", &csv_kind);
-  const bool have_topology = TakeOption(args, "topology", &topology_text);
-  const bool have_cores = TakeOption(args, "cores-per-chip", &cores_text);
   const bool have_schedule = TakeOption(args, "schedule", &schedule_text);
   const bool have_concurrent = TakeOption(args, "concurrent-collectives", &concurrent_text);
   const bool have_trips = TakeOption(args, "trip-count", &trips_text);
-  const bool have_latency = TakeOption(args, "latency-model", &latency_text);
   TakeOption(args, "label", &label);
   const bool json = TakeFlag(args, "json");
-  const bool no_wrap = TakeFlag(args, "no-wraparound");
-  const bool wrap = TakeFlag(args, "wraparound");
   const bool no_fusion = TakeFlag(args, "no-fusion");
   const bool no_in_place = TakeFlag(args, "no-in-place");
   const bool no_donate = TakeFlag(args, "no-donation");
-  const bool one_direction = TakeFlag(args, "one-direction");
   const bool force_partition = TakeFlag(args, "partition");
   const bool force_no_partition = TakeFlag(args, "no-partition");
   const bool trace_all = TakeFlag(args, "trace-all-devices");
@@ -121,20 +113,13 @@ int Run(const std::vector<std::string>& in) {
     if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
   }
   if (args.size() != 1) return UsageError(kName, "expected exactly one FILE.hlo (see --help)");
-  if (!have_chip) return UsageError(kName, "missing --chip (a preset such as tpu-v5e, or a chip .json file)");
-  if (!have_mesh) return UsageError(kName, "missing --mesh (e.g. X=4,Y=4)");
+  if (!slice_texts.chip) return UsageError(kName, "missing --chip (a preset such as tpu-v5e, or a chip .json file)");
+  if (!slice_texts.mesh) return UsageError(kName, "missing --mesh (e.g. X=4,Y=4)");
   if (force_partition && force_no_partition) return UsageError(kName, "--partition and --no-partition contradict each other");
   if (csv_kind != "timeline" && csv_kind != "summary" && csv_kind != "memory") {
     return UsageError(kName, "--csv-kind must be timeline, summary or memory, not '" + csv_kind + "'");
   }
 
-  SliceOptionTexts slice_texts;
-  slice_texts.chip = chip_text;
-  if (have_cores) slice_texts.cores = cores_text;
-  slice_texts.mesh = mesh_text;
-  if (have_topology) slice_texts.topology = topology_text;
-  slice_texts.wraparound = wrap;
-  slice_texts.no_wraparound = no_wrap;
   auto resolved = ResolveSlice(slice_texts);
   if (!resolved.ok()) return UsageError(kName, resolved.error().message);
   const DeviceMesh& mesh = resolved->mesh;
@@ -146,7 +131,7 @@ int Run(const std::vector<std::string>& in) {
   options.program.fuse_elementwise = !no_fusion;
   options.program.in_place_reuse = !no_in_place;
   options.program.donate_parameters = !no_donate;
-  options.collectives.bidirectional = !one_direction;
+  options.collectives = resolved->collectives;
   if (have_schedule) {
     auto s = ScheduleKindFromName(schedule_text);
     if (!s.ok()) return UsageError(kName, "--schedule: " + s.error().message);
@@ -157,11 +142,6 @@ int Run(const std::vector<std::string>& in) {
   }
   if (have_trips && !ParseInt(trips_text, 0, &options.program.default_trip_count)) {
     return UsageError(kName, "--trip-count takes a non-negative integer (used for while loops of unknown trip count)");
-  }
-  if (have_latency) {
-    if (latency_text == "overlapped") options.collectives.latency_model = LatencyModel::kOverlapped;
-    else if (latency_text == "additive") options.collectives.latency_model = LatencyModel::kAdditive;
-    else return UsageError(kName, "--latency-model must be overlapped or additive, not '" + latency_text + "'");
   }
 
   std::string text;

@@ -1,5 +1,7 @@
 #include "app/cli/slice_options.h"
 
+#include "app/cli/cli.h"
+
 #include <vector>
 
 namespace shardscope::cli {
@@ -16,9 +18,34 @@ bool ParseInt(const std::string& text, int64_t lo, int64_t* out) {
   }
 }
 
+SliceOptionTexts TakeSliceOptions(std::vector<std::string>& args) {
+  SliceOptionTexts t;
+  auto take = [&](const char* name, std::optional<std::string>& into) {
+    std::string v;
+    if (TakeOption(args, name, &v)) into = v;
+  };
+  take("chip", t.chip);
+  take("mesh", t.mesh);
+  take("topology", t.topology);
+  take("cores-per-chip", t.cores);
+  take("latency-model", t.latency_model);
+  t.no_wraparound = TakeFlag(args, "no-wraparound");
+  t.wraparound = TakeFlag(args, "wraparound");
+  t.one_direction = TakeFlag(args, "one-direction");
+  return t;
+}
+
 Result<Slice> ResolveSlice(const SliceOptionTexts& t) {
+  if (!t.chip || !t.mesh) return Error("--chip and --mesh are required");
   if (t.wraparound && t.no_wraparound) return Error("--wraparound and --no-wraparound contradict each other");
-  auto chip = ResolveChip(t.chip);
+  CollectiveOptions collectives;
+  collectives.bidirectional = !t.one_direction;
+  if (t.latency_model) {
+    if (*t.latency_model == "overlapped") collectives.latency_model = LatencyModel::kOverlapped;
+    else if (*t.latency_model == "additive") collectives.latency_model = LatencyModel::kAdditive;
+    else return Error("--latency-model must be overlapped or additive, not '" + *t.latency_model + "'");
+  }
+  auto chip = ResolveChip(*t.chip);
   if (!chip.ok()) return chip.error();
   ChipSpec spec = chip.value();
   if (t.cores) {
@@ -28,8 +55,8 @@ Result<Slice> ResolveSlice(const SliceOptionTexts& t) {
     if (!c.ok()) return c.error();
     spec = c.value();
   }
-  auto mesh = DeviceMesh::Parse(t.mesh);
-  if (!mesh.ok()) return Error("--mesh '" + t.mesh + "': " + mesh.error().message);
+  auto mesh = DeviceMesh::Parse(*t.mesh);
+  if (!mesh.ok()) return Error("--mesh '" + *t.mesh + "': " + mesh.error().message);
   std::vector<int64_t> slice;
   if (t.topology) {
     std::string cur;
@@ -49,7 +76,7 @@ Result<Slice> ResolveSlice(const SliceOptionTexts& t) {
   if (t.wraparound) options.wraparound = TopologyOptions::Wraparound::kAll;
   auto topology = Topology::ForMesh(spec, mesh.value(), slice, options);
   if (!topology.ok()) return topology.error();
-  return Slice{std::move(spec), std::move(mesh.value()), std::move(topology.value())};
+  return Slice{std::move(spec), std::move(mesh.value()), std::move(topology.value()), collectives};
 }
 
 }  // namespace shardscope::cli

@@ -1,36 +1,45 @@
 // The simulated slice that `collective` and `simulate` both describe on the command line: a chip
 // (preset name or chip .json), optionally its cores per chip, the device mesh, optionally the slice
-// shape (--topology 4x4x4) and the wraparound rule. One place turns those texts into a Topology, so
+// shape (--topology 4x4x4), the wraparound rule and how collectives are timed. One place turns those texts into a Topology, so
 // both subcommands accept and reject the same things with the same messages.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/mesh.h"
 #include "core/status.h"
+#include "simulator/collective_cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
 namespace shardscope::cli {
 
 struct SliceOptionTexts {
-  std::string chip;                     // --chip
-  std::optional<std::string> cores;     // --cores-per-chip
-  std::string mesh;                     // --mesh
-  std::optional<std::string> topology;  // --topology
-  bool wraparound = false;              // --wraparound
-  bool no_wraparound = false;           // --no-wraparound
+  std::optional<std::string> chip;           // --chip
+  std::optional<std::string> cores;          // --cores-per-chip
+  std::optional<std::string> mesh;           // --mesh
+  std::optional<std::string> topology;       // --topology
+  bool wraparound = false;                   // --wraparound
+  bool no_wraparound = false;                // --no-wraparound
+  std::optional<std::string> latency_model;  // --latency-model overlapped|additive
+  bool one_direction = false;                // --one-direction
 };
+
+// Takes the options above out of `args` (the subcommand says which of them it requires).
+SliceOptionTexts TakeSliceOptions(std::vector<std::string>& args);
 
 struct Slice {
   ChipSpec chip;
   DeviceMesh mesh;
   Topology topology;
+  CollectiveOptions collectives;  // --latency-model, --one-direction
 };
 
-// The error's message is the usage text to print (it names the option).
+// The error's message is the usage text to print (it names the option). --chip and --mesh must
+// be present.
 Result<Slice> ResolveSlice(const SliceOptionTexts& texts);
 
 // A whole decimal integer >= lo.
