@@ -68,6 +68,44 @@ bool MatchesShape(const Instruction* i, Opcode want, const Shape& shape) {
 
 bool IsCollectiveKind(Opcode op) { return IsCollective(op) || op == Opcode::kReduceScatter; }
 
+// The partitioner options a case's runs set (`SpmdPartitionerOptions: name=value, ...` lines),
+// one map per run block in the order ParseSpmdNotes returns the runs.
+std::vector<std::map<std::string, std::string>> ParseRunOptions(const std::string& text) {
+  std::vector<std::map<std::string, std::string>> runs;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("run", 0) == 0 && line.find(':') != std::string::npos) {
+      runs.emplace_back();
+      continue;
+    }
+    const std::string t = Trim(line);
+    static const std::string kKey = "SpmdPartitionerOptions:";
+    if (runs.empty() || t.rfind(kKey, 0) != 0) continue;
+    std::istringstream items(t.substr(kKey.size()));
+    std::string item;
+    while (std::getline(items, item, ',')) {
+      item = Trim(item);
+      const size_t eq = item.find('=');
+      if (eq != std::string::npos) runs.back()[Trim(item.substr(0, eq))] = Trim(item.substr(eq + 1));
+    }
+  }
+  return runs;
+}
+
+// Applies the options SpmdOptions models. The others (windowed einsum thresholds and loops,
+// gather/scatter method preferences, ...) choose between strategies the partitioner does not have;
+// they are ignored, and the cases' expectations show what that costs.
+Status ApplyRunOptions(const std::map<std::string, std::string>& opts, SpmdOptions* so) {
+  for (const auto& [name, value] : opts) {
+    if (name != "conv_halo_exchange_always_on_lhs") continue;
+    if (value != "true" && value != "false")
+      return Error("partitioner option " + name + "=" + value + " is not a boolean");
+    so->conv_halo_exchange_always_on_lhs = value == "true";
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<SpmdExpectations> ParseSpmdNotes(const std::string& text) {
@@ -209,6 +247,7 @@ Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::o
       continue;
     }
     auto runs = ParseSpmdNotes(notes);
+    const auto run_options = ParseRunOptions(notes);
     ParseOptions po;
     po.verify = false;
     auto parsed = ParseHloModule(hlo, dir + "/" + name + ".hlo", po);
@@ -240,7 +279,8 @@ Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::o
     for (const auto& op : r.unsupported) ++sum.unsupported_ops[op];
     bool all_ok = !runs.empty();
     bool all_partitioned = true;
-    for (const auto& run : runs) {
+    for (size_t ri = 0; ri < runs.size(); ++ri) {
+      const SpmdExpectations& run = runs[ri];
       auto m = mod.Clone();
       if (run.run_propagation && options.propagate) {
         Status ps = options.propagate(*m);
@@ -252,6 +292,14 @@ Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::o
       }
       SpmdOptions so;
       so.num_partitions = run.num_partitions;
+      if (ri < run_options.size()) {
+        Status os = ApplyRunOptions(run_options[ri], &so);
+        if (!os.ok()) {
+          r.failures.push_back("options: " + os.error().message);
+          all_ok = all_partitioned = false;
+          continue;
+        }
+      }
       auto part = PartitionModule(*m, so);
       if (!part.ok()) {
         r.failures.push_back("partition: " + part.error().message);

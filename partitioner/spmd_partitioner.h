@@ -17,6 +17,11 @@ namespace shardscope {
 struct SpmdOptions {
   int64_t num_partitions = 0;       // 0: the module's num_partitions
   bool prefer_reduce_scatter = true;  // fuse all-reduce + dynamic-slice into reduce-scatter
+  // A convolution whose kernel spatial dim is sharded (filter gradients: input and kernel both
+  // sharded along it) exchanges halos of the input (true, XLA's default) or of the kernel (false:
+  // each device keeps its input rows and fetches the kernel taps that read them; XLA's
+  // conv_halo_exchange_always_on_lhs=false).
+  bool conv_halo_exchange_always_on_lhs = true;
 };
 
 // One collective (or halo exchange) the partitioner inserted, linked to the op that caused it.

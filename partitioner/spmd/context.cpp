@@ -44,6 +44,14 @@ int64_t Product(const std::vector<int64_t>& v) {
 int64_t ShardBytes(const TileMap& m, const Shape& base) {
   return Product(m.ShardShape(base.dims)) * PrimitiveTypeBytes(base.type);
 }
+// Bytes a device receives in an all-to-all moving k tiles of a sharded dim to dim b (whole):
+// its shard, with b padded to a multiple of k (GSPMD §4.1: uneven dims travel padded), less the
+// 1/k it keeps.
+int64_t AllToAllBytes(const TileMap& m, const Shape& base, int64_t b, int64_t k) {
+  std::vector<int64_t> shard = m.ShardShape(base.dims);
+  shard[static_cast<size_t>(b)] = (base.dim(b) + k - 1) / k * k;
+  return Product(shard) * PrimitiveTypeBytes(base.type) * (k - 1) / k;
+}
 ReplicaGroups MakeGroups(const std::vector<std::vector<int64_t>>& groups) {
   ReplicaGroups rg;
   rg.groups = groups;
@@ -477,7 +485,6 @@ Result<ReshardPlan> SpmdContext::PlanReshardUncached(const HloSharding& from, co
       if (a == b) continue;
       const int64_t k = F.tiles(a);
       if (k <= 1 || F.tiles(b) != 1 || T.tiles(a) != 1 || T.tiles(b) != k) continue;
-      if (full[static_cast<size_t>(a)] % k != 0 || full[static_cast<size_t>(b)] % k != 0) continue;
       bool ok = true;
       for (int64_t d = 0; d < base.rank() && ok; ++d)
         if (d != a && d != b && F.tiles(d) != T.tiles(d)) ok = false;
@@ -490,7 +497,7 @@ Result<ReshardPlan> SpmdContext::PlanReshardUncached(const HloSharding& from, co
       }
       if (!ok) continue;
       ReshardPlan p;
-      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, T, ShardBytes(F, base) * (k - 1) / k});
+      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, T, AllToAllBytes(F, base, b, k)});
       p.bytes = p.steps.back().bytes;
       candidates.push_back(p);
     }
@@ -574,7 +581,6 @@ Result<ReshardPlan> SpmdContext::PlanReshardUncached(const HloSharding& from, co
     for (int64_t b = 0; b < base.rank(); ++b) {
       const int64_t k = F.tiles(a);
       if (a == b || k <= 1 || F.tiles(b) != 1) continue;
-      if (full[static_cast<size_t>(a)] % k != 0 || full[static_cast<size_t>(b)] % k != 0) continue;
       if (T.tiles(b) % k != 0 && T.tiles(b) != k) continue;
       std::vector<int64_t> tiles = F.tiles();
       tiles[static_cast<size_t>(b)] = k;
@@ -587,7 +593,7 @@ Result<ReshardPlan> SpmdContext::PlanReshardUncached(const HloSharding& from, co
         devs.push_back(dt);
       }
       TileMap mid(tiles, devs);
-      const int64_t a2a = ShardBytes(F, base) * (k - 1) / k;
+      const int64_t a2a = AllToAllBytes(F, base, b, k);
       ReshardPlan p;
       p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, mid, a2a});
       p.bytes = a2a;
@@ -685,9 +691,20 @@ Result<Instruction*> SpmdContext::EmitPlan(const PValue& v, const ReshardPlan& p
         break;
       }
       case ReshardStep::Kind::kAllToAll: {
+        // Dim a (k tiles of ceil(A/k), padded) moves to dim b (whole, B): b is padded to k
+        // chunks of ceil(B/k) (the target's shard, padding included), chunk j goes to tile j,
+        // the received pieces are concatenated along a in source order and a's padding (all at
+        // its end: tile i held [i*ceil(A/k), ...)) is sliced off. The padding of b stays as the
+        // target's uneven-shard padding (which consumers mask where it could leak into a result).
         const int64_t a = st.dims[0], b = st.dims[1];
         const int64_t k = st.before.tiles(a);
-        std::vector<int64_t> dims = x->shape().dims;  // dim a: A/k, dim b: B
+        {
+          std::vector<int64_t> high(x->shape().dims.size(), 0);
+          const int64_t bd = x->shape().dim(b);
+          high[static_cast<size_t>(b)] = (bd + k - 1) / k * k - bd;
+          x = PadHigh(x, high, 0.0);
+        }
+        std::vector<int64_t> dims = x->shape().dims;  // dim a: ceil(A/k), dim b: k * ceil(B/k)
         std::vector<int64_t> split;
         for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
           if (d == b) {
@@ -721,6 +738,9 @@ Result<Instruction*> SpmdContext::EmitPlan(const PValue& v, const ReshardPlan& p
           }
         }
         x = Reshape(x, out);
+        std::vector<int64_t> limits = x->shape().dims;
+        limits[static_cast<size_t>(a)] = std::min(limits[static_cast<size_t>(a)], full[static_cast<size_t>(a)]);
+        x = Slice(x, limits);
         break;
       }
       case ReshardStep::Kind::kReduceUnreduced: {

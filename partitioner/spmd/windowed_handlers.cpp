@@ -13,7 +13,8 @@
 //   batch-group    input batch = kernel output feature = output feature, batch_group_count > 1
 //   window s       input spatial s = output spatial s: halo exchange of the input
 //   kernel s       input spatial s = kernel spatial s: halo exchange of the input, partial sums
-//                  (the filter-gradient convolution, XLA's "halo on LHS")
+//                  (the filter-gradient convolution, XLA's "halo on LHS"; with
+//                  SpmdOptions::conv_halo_exchange_always_on_lhs false the kernel's halo instead)
 //   spatial-batch  a spatial dim that is a batch dim in disguise (window = base dilation = size)
 // Whatever a joint tiling cannot keep sharded becomes replication; the all-replicated tiling is
 // always a candidate, so the handler is always correct.
@@ -173,12 +174,17 @@ std::optional<ConvLabels> MakeConvLabels(const Instruction& conv) {
 }
 
 // How the input's spatial dim s reaches the windows the devices need.
-enum class Reach { kNone, kHalo, kWhole };
+// kRhsHalo: the input keeps its rows and the kernel's halo is exchanged instead (filter
+// gradients with SpmdOptions::conv_halo_exchange_always_on_lhs false).
+enum class Reach { kNone, kHalo, kWhole, kRhsHalo };
 
 struct SpatialPlan {
   Reach reach = Reach::kNone;
   int64_t label = -1;     // the window or kernel label tiling it
-  WindowedTiling tiling;  // input windows per tile, local window, output slice
+  WindowedTiling tiling;  // input windows per tile (kRhsHalo: kernel windows), local window, output slice
+  // kRhsHalo: tile i's input shard sits at lhs_off[i] in a zero buffer of lhs_size rows.
+  std::vector<int64_t> lhs_off;
+  int64_t lhs_size = 0;
 };
 
 struct ConvPlan {
@@ -245,6 +251,66 @@ WindowedTiling KernelTiling(const WindowDimension& w, int64_t tiles, int64_t K, 
   t.local_out = out_full;
   t.out_offset.assign(static_cast<size_t>(tiles), 0);
   return t;
+}
+
+// The kernel-side halo of a kernel-sharded spatial dim (XLA's conv_halo_exchange_always_on_lhs
+// false): input tile i keeps its rows [i*ls, (i+1)*ls) and computes, for every output, the partial
+// sum over those rows; it needs the kernel taps t that read them for some output o
+// (o*stride + t*dilation - pad_low in its rows), a window [start[i], start[i] + size) of the
+// kernel (taps outside [0, K) read 0). The local window must be the same on every device: its low
+// padding is the smallest of the tiles' offsets between their first row and first tap, and each
+// tile's rows sit that much further (lhs_off[i] < dilation) into a zero buffer. nullopt under
+// window reversal or base dilation (the input-side halo handles those).
+std::optional<SpatialPlan> RhsHaloTiling(const WindowDimension& w, int64_t tiles, int64_t L, int64_t K,
+                                         int64_t out_full) {
+  if (w.window_reversal || w.base_dilation != 1 || w.stride < 1 || w.window_dilation < 1 || tiles < 2 || L < 1 ||
+      K < 1 || out_full < 1)
+    return std::nullopt;
+  const int64_t ls = (L + tiles - 1) / tiles, s = w.stride, wd = w.window_dilation, pl = w.padding_low;
+  auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); };
+  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  std::vector<int64_t> start(static_cast<size_t>(tiles)), e(static_cast<size_t>(tiles));
+  int64_t size = 1, plo = std::numeric_limits<int64_t>::max();
+  for (int64_t i = 0; i < tiles; ++i) {
+    const int64_t first = i * ls, last = std::min((i + 1) * ls, L) - 1;  // the tile's real rows
+    const int64_t t0 = ceil_div(first + pl - (out_full - 1) * s, wd);
+    start[static_cast<size_t>(i)] = t0;
+    e[static_cast<size_t>(i)] = first + pl - t0 * wd;
+    if (last < first) continue;  // a tile of padding only: its rows are zero, any window will do
+    const int64_t t1 = std::min(floor_div(last + pl, wd) + 1, K);
+    size = std::max(size, t1 - t0);
+    plo = std::min(plo, e[static_cast<size_t>(i)]);
+  }
+  if (plo == std::numeric_limits<int64_t>::max()) return std::nullopt;
+  if (plo < 0) {  // start every window earlier so the local low padding is not negative
+    const int64_t k = ceil_div(-plo, wd);
+    for (auto& t0 : start) t0 -= k;
+    for (auto& x : e) x += k * wd;
+    plo += k * wd;
+    size += k;
+  }
+  SpatialPlan sp;
+  sp.reach = Reach::kRhsHalo;
+  sp.lhs_off.resize(static_cast<size_t>(tiles));
+  int64_t maxoff = 0;
+  for (int64_t i = 0; i < tiles; ++i) {
+    // Tiles of padding only take offset 0 (their rows are zero).
+    const int64_t off = i * ls < L ? e[static_cast<size_t>(i)] - plo : 0;
+    if (off < 0 || off >= wd) return std::nullopt;
+    sp.lhs_off[static_cast<size_t>(i)] = off;
+    maxoff = std::max(maxoff, off);
+  }
+  sp.lhs_size = ls + maxoff;
+  WindowedTiling& t = sp.tiling;
+  t.start = start;
+  t.size = size;
+  t.local = w;
+  t.local.size = size;
+  t.local.padding_low = plo;
+  t.local.padding_high = (out_full - 1) * s + (size - 1) * wd + 1 - sp.lhs_size - plo;
+  t.local_out = out_full;
+  t.out_offset.assign(static_cast<size_t>(tiles), 0);
+  return sp;
 }
 
 // Keeps each tile's own outputs of a local windowed op that computed extra windows.
@@ -353,6 +419,14 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
         sp.tiling = *tw;
       } else {
         sp.label = L.kernel_label[s];
+        if (!ctx.options().conv_halo_exchange_always_on_lhs) {
+          auto rt = RhsHaloTiling(w, kt, lhs_full, rv.base.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
+          if (rt) {
+            rt->label = sp.label;
+            sp = std::move(*rt);
+            continue;  // the input keeps its shard: not windowed
+          }
+        }
         sp.tiling = KernelTiling(w, kt, rv.base.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
       }
       const int64_t t = joint.tiles(sp.label);
@@ -405,6 +479,18 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
     auto c3 = ctx.PlanReshard(p.partial, target, out_shape);
     if (!c2.ok() || !c3.ok()) return std::nullopt;
     p.cost = lhs_cost + c2->bytes + c3->bytes;
+    // Kernel-side halos: exchanged on the kernel's shard.
+    std::vector<int64_t> rshard = rmap.ShardShape(rv.base.dims);
+    for (size_t s = 0; s < ns; ++s) {
+      const SpatialPlan& sp = p.spatial[s];
+      if (sp.reach != Reach::kRhsHalo) continue;
+      const int64_t d = cd.kernel_spatial[s], K = rv.base.dim(d), t = joint.tiles(sp.label);
+      const HaloPlan h = PlanHalo((K + t - 1) / t, t, K, sp.tiling.start, sp.tiling.size, true, true);
+      const int64_t row = Prod(rshard) / std::max<int64_t>(1, rshard[static_cast<size_t>(d)]) *
+                          PrimitiveTypeBytes(rv.base.type);
+      p.cost += h.link_rows * row + (h.permutes > 0 ? kOverheadBytes : 0);
+      rshard[static_cast<size_t>(d)] = sp.tiling.size;
+    }
     int64_t ctiles = 1;
     for (int64_t l = 0; l < L.num(); ++l) {
       const Kind k = L.kind[static_cast<size_t>(l)];
@@ -447,10 +533,16 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
   // Local shapes, checked by shape inference before anything is emitted.
   const Window local_window = LocalWindow(L, best->joint, best->spatial);
   std::vector<int64_t> lhs_local = best->lhs_map.ShardShape(lv.base.dims);
-  for (size_t s = 0; s < ns; ++s)
-    if (best->spatial[s].reach != Reach::kNone)
-      lhs_local[static_cast<size_t>(cd.input_spatial[s])] = best->spatial[s].tiling.size;
   auto rhs_local = ctx.ShardShapeOf(rv.base, best->rhs);
+  for (size_t s = 0; s < ns; ++s) {
+    const SpatialPlan& sp = best->spatial[s];
+    if (sp.reach == Reach::kRhsHalo) {
+      lhs_local[static_cast<size_t>(cd.input_spatial[s])] = sp.lhs_size;
+      if (rhs_local.ok()) rhs_local->dims[static_cast<size_t>(cd.kernel_spatial[s])] = sp.tiling.size;
+    } else if (sp.reach != Reach::kNone) {
+      lhs_local[static_cast<size_t>(cd.input_spatial[s])] = sp.tiling.size;
+    }
+  }
   auto out_shard = ctx.ShardShapeOf(out_shape, best->partial);
   if (!out_shard.ok()) return PartitionWithFallback(ctx, conv);
   // The local convolution may compute extra windows (base dilation at different phases per
@@ -502,7 +594,40 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
   if (!rmask.empty()) rx = ctx.MaskPadding({rx, best->rhs, rv.base}, rmask, 0.0);
   for (size_t s = 0; s < ns; ++s) {
     const SpatialPlan& sp = best->spatial[s];
-    if (sp.reach == Reach::kNone) continue;
+    if (sp.reach != Reach::kRhsHalo) continue;
+    // The input's rows stay; its uneven padding must read 0 (it meets real kernel taps), and each
+    // tile's rows move lhs_off[i] into the local buffer (a pad and a dynamic-slice when the
+    // offsets differ).
+    const int64_t d = cd.input_spatial[s];
+    lx = ctx.MaskPadding({lx, best->lhs, lv.base}, {d}, 0.0);
+    const int64_t maxoff = sp.lhs_size - lx->shape().dim(d);
+    if (maxoff > 0) {
+      std::vector<int64_t> dims = lx->shape().dims;
+      dims[static_cast<size_t>(d)] += 2 * maxoff;
+      Instruction* pad = ctx.Emit(Opcode::kPad, Shape(lx->shape().type, dims), {lx, ctx.ConstantScalar(lx->shape().type, 0.0)});
+      pad->padding.resize(dims.size());
+      pad->padding[static_cast<size_t>(d)].low = maxoff;
+      pad->padding[static_cast<size_t>(d)].high = maxoff;
+      std::vector<int64_t> table(static_cast<size_t>(n));
+      for (int64_t dev = 0; dev < n; ++dev)
+        table[static_cast<size_t>(dev)] =
+            maxoff - sp.lhs_off[static_cast<size_t>(best->lhs_map.device(dev).index[static_cast<size_t>(d)])];
+      std::vector<Instruction*> offsets;
+      for (int64_t k = 0; k < lx->shape().rank(); ++k)
+        offsets.push_back(k == d ? ctx.TableLookup(table) : ctx.ConstantScalar(PrimitiveType::kS32, 0));
+      std::vector<int64_t> sizes = lx->shape().dims;
+      sizes[static_cast<size_t>(d)] = sp.lhs_size;
+      lx = ctx.DynamicSlice(pad, offsets, sizes);
+    }
+    const int64_t kd = cd.kernel_spatial[s];
+    auto h = ctx.ExchangeHalo(rx, ProjectJointTiling(best->joint, L.rhs), kd, rv.base.dim(kd), sp.tiling.start,
+                              sp.tiling.size, 0.0, true, "convolution kernel");
+    if (!h.ok()) return Error(conv.name() + ": " + h.error().message);
+    rx = *h;
+  }
+  for (size_t s = 0; s < ns; ++s) {
+    const SpatialPlan& sp = best->spatial[s];
+    if (sp.reach == Reach::kNone || sp.reach == Reach::kRhsHalo) continue;
     const int64_t d = cd.input_spatial[s];
     auto h = ctx.ExchangeHalo(lx, best->lhs_map, d, lv.base.dim(d), sp.tiling.start, sp.tiling.size, 0.0,
                               sp.reach == Reach::kHalo, "convolution", sp.tiling.need);
