@@ -225,6 +225,44 @@ class SpmdPartitionerTest : public QObject {
     QVERIFY(!Find(*r.module, Opcode::kSelect).empty());
   }
 
+  // A reduce's initial value enters once (XLA): the shards reduce from the identity and the
+  // initial value is combined after the all-reduce, for a sum starting at 1.5 and a product at 2.
+  void reduceInitialValueCountsOnce_data() {
+    QTest::addColumn<int>("op");
+    QTest::addColumn<double>("init");
+    QTest::newRow("add from 1.5") << static_cast<int>(Opcode::kAdd) << 1.5;
+    QTest::newRow("multiply from 2") << static_cast<int>(Opcode::kMultiply) << 2.0;
+    QTest::newRow("max from 0.25") << static_cast<int>(Opcode::kMaximum) << 0.25;
+  }
+  void reduceInitialValueCountsOnce() {
+    QFETCH(int, op);
+    QFETCH(double, init);
+    Module m("reduce_init");
+    Builder b(m.AddComputation("main", true));
+    auto* p = b.Parameter(0, Shape(PrimitiveType::kF32, {4, 6}), "p");
+    auto* i = b.ConstantScalar(PrimitiveType::kF32, init);
+    auto* s = b.Reduce(p, i, {1}, ScalarComputation(m, static_cast<Opcode>(op), PrimitiveType::kF32));
+    b.SetRoot(s);
+    p->set_sharding(S("{devices=[1,2]0,1}"));
+    s->set_sharding(S("{replicated}"));
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(m, 2, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto& r = *r_opt;
+    QCOMPARE(Find(*r.module, Opcode::kAllReduce).size(), size_t{1});
+    // The local reduce starts from the reducer's identity, not from the user's value.
+    auto reduces = Find(*r.module, Opcode::kReduce);
+    QCOMPARE(reduces.size(), size_t{1});
+    const Instruction* start = reduces[0]->operand(1);
+    QCOMPARE(start->opcode(), Opcode::kConstant);
+    QVERIFY(!(start->literal == i->literal));
+    // ... and the root combines the all-reduced value with the user's one.
+    const Instruction* root = r.module->entry()->root();
+    QCOMPARE(root->opcode(), static_cast<Opcode>(op));
+    QCOMPARE(root->operand(0)->opcode(), Opcode::kAllReduce);
+    QCOMPARE(root->operand(1)->opcode(), Opcode::kBroadcast);
+  }
+
   // Uneven all-gather drops the padding; uneven dot contracting dim masks both operands.
   void unevenDotContracting() {
     auto m = Matmul(4, 10, 4, "{devices=[1,4]0,1,2,3}", "{devices=[4,1]0,1,2,3}", "{replicated}");

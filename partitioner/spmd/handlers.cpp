@@ -234,7 +234,7 @@ Status HandleReduce(SpmdContext& ctx, const Instruction& orig) {
   const PValue& in = ctx.Get(operand);
   auto m = ctx.MapOf(in.sharding, operand->shape().rank());
   if (!m.ok()) return HandleFallback(ctx, orig);
-  Opcode rop;
+  Opcode rop = Opcode::kAdd;
   auto identity = ReducerIdentity(orig.to_apply(), &rop);
   std::vector<int64_t> sharded_reduced;
   for (int64_t d : orig.dimensions)
@@ -242,14 +242,16 @@ Status HandleReduce(SpmdContext& ctx, const Instruction& orig) {
   if (!sharded_reduced.empty() && !identity) return HandleFallback(ctx, orig);
   // Keep the operand's sharding; mask padding on reduced dims with the reducer's identity.
   Instruction* x = in.hlo;
-  if (!sharded_reduced.empty()) {
-    double idv = *identity;
-    if (IsInteger(operand->shape().type) && std::isinf(idv))
-      idv = idv > 0 ? 2147483647.0 : -2147483648.0;
-    x = ctx.MaskPadding(in, sharded_reduced, idv);
-  }
+  double idv = identity.value_or(0.0);
+  if (IsInteger(operand->shape().type) && std::isinf(idv)) idv = idv > 0 ? 2147483647.0 : -2147483648.0;
+  if (!sharded_reduced.empty()) x = ctx.MaskPadding(in, sharded_reduced, idv);
   auto init = ctx.Reshard(ctx.Get(orig.operand(1)), HloSharding::Replicate());
   if (!init.ok()) return init.error();
+  // Every device reduces its part from the identity; the user's initial value is combined once,
+  // after the partial results are summed (XLA's semantics: it enters the reduction once, not once
+  // per device).
+  Instruction* user_init = *init;
+  if (!sharded_reduced.empty()) *init = ctx.ConstantScalar(orig.operand(1)->shape().type, idv);
   // Result map: operand map with reduced dims gathered (they become replicas), then dropped.
   TileMap gathered = m->Gathered(sharded_reduced);
   std::vector<int64_t> kept;
@@ -264,6 +266,7 @@ Status HandleReduce(SpmdContext& ctx, const Instruction& orig) {
   r->mutable_called_computations() = {reducer};
   if (!sharded_reduced.empty()) {
     r = ctx.AllReduce(r, reducer, m->GroupsAlong(sharded_reduced), "reduce over a sharded dimension");
+    r = ctx.Emit(rop, local, {r, ctx.Broadcast(user_init, local)});
   }
   auto rs = rm.ToSharding();
   if (!rs.ok()) return rs.error();
