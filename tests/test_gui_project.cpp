@@ -96,6 +96,32 @@ class TestGuiProject : public QObject {
     QCOMPARE(loaded.filePath(), path);
     QVERIFY(!loaded.isModified());
     QCOMPARE(loaded.undoStack()->count(), 0);
+    // The same project opened off the GUI thread (File > Open): the same document.
+    Document background;
+    QSignalSpy opened(&background, &Document::loadFinished);
+    background.requestLoadFile(path);
+    QVERIFY(background.loadBusy());
+    QVERIFY(opened.wait(30000));
+    QVERIFY2(opened.last().at(1).toBool(), qPrintable(opened.last().at(2).toString()));
+    QVERIFY2(ModulesEqual(*doc.module(), *background.module(), &why), why.c_str());
+    QVERIFY(background.mesh() == *mesh);
+    QCOMPARE(*background.annotation(background.findInstruction("w")->id()), ws);
+    QCOMPARE(background.selected(), background.findInstruction("w")->id());
+    QCOMPARE(background.filePath(), path);
+    QVERIFY(!background.isModified());
+    // A broken project: FILE:LINE:COLUMN and nothing replaced.
+    const QString broken = dir.filePath("broken.shardscope");
+    {
+      QFile out(broken);
+      QVERIFY(out.open(QIODevice::WriteOnly));
+      out.write("{\n  \"format\": \"shardscope-project\",\n  \"mesh\": [oops\n}\n");
+    }
+    background.requestLoadFile(broken);
+    QVERIFY(opened.wait(30000));
+    QVERIFY(!opened.last().at(1).toBool());
+    QVERIFY2(opened.last().at(2).toString().startsWith(broken + ":3:"), qPrintable(opened.last().at(2).toString()));
+    QCOMPARE(background.filePath(), path);
+    QCOMPARE(background.annotations().size(), size_t{2});
     // Saving the loaded project again gives the same bytes.
     const QString again = dir.filePath("again.shardscope");
     QVERIFY(loaded.saveProject(again).ok());
@@ -184,7 +210,7 @@ class TestGuiProject : public QObject {
     const std::string example = doc.module()->name();
     QSignalSpy finished(&doc, &Document::loadFinished);
 
-    doc.requestLoadHloFile(bad);
+    doc.requestLoadFile(bad);
     QVERIFY(doc.loadBusy());
     QVERIFY(finished.wait(30000));
     QCOMPARE(finished.last().at(1).toBool(), false);
@@ -193,7 +219,7 @@ class TestGuiProject : public QObject {
     QCOMPARE(doc.module()->name(), example);                          // nothing lost
     QVERIFY(!doc.loadBusy());
 
-    doc.requestLoadHloFile(good);
+    doc.requestLoadFile(good);
     QVERIFY(finished.wait(30000));
     QCOMPARE(finished.last().at(1).toBool(), true);
     QCOMPARE(doc.module()->name(), std::string("proj"));
@@ -204,14 +230,14 @@ class TestGuiProject : public QObject {
     // Cancelled: the result is dropped when it arrives.
     QVERIFY(doc.loadExample(QString::fromStdString(DefaultExampleName())).ok());
     finished.clear();
-    doc.requestLoadHloFile(good);
+    doc.requestLoadFile(good);
     doc.cancelLoad();
     QVERIFY(!doc.loadBusy());
     QVERIFY(!finished.wait(1000));
     QCOMPARE(doc.module()->name(), example);
 
     // A missing file.
-    doc.requestLoadHloFile(dir.filePath("missing.hlo"));
+    doc.requestLoadFile(dir.filePath("missing.hlo"));
     QVERIFY(finished.wait(30000));
     QCOMPARE(finished.last().at(1).toBool(), false);
     QVERIFY(finished.last().at(2).toString().contains("cannot open"));

@@ -141,13 +141,27 @@ Status Document::loadHloFile(const QString& path) {
   return st;
 }
 
-void Document::requestLoadHloFile(const QString& path) {
+// A project file read into plain data (no Document state: runs on a worker thread).
+struct Document::ParsedProject {
+  std::unique_ptr<Module> module;  // its instructions carry the annotations
+  DeviceMesh mesh;
+  QString source_kind, source, selected;
+};
+
+bool Document::IsProjectFile(const QString& path) {
+  const QString suffix = QFileInfo(path).suffix().toLower();
+  return suffix == "shardscope" || suffix == "json";
+}
+
+void Document::requestLoadFile(const QString& path) {
   struct Loaded {
-    // A copyable holder (QFuture results are copied) that hands the module over without a clone.
-    std::shared_ptr<std::unique_ptr<Module>> module;
+    // Copyable holders (QFuture results are copied) that hand the parsed data over without a clone.
+    std::shared_ptr<std::unique_ptr<Module>> module;  // an HLO file
+    std::shared_ptr<ParsedProject> project;          // a project file
     DeviceMesh mesh;
     QString error;
   };
+  const bool project = IsProjectFile(path);
   const quint64 gen = ++load_generation_;
   load_active_ = true;
   auto* watcher = new QFutureWatcher<Loaded>(this);
@@ -156,22 +170,37 @@ void Document::requestLoadHloFile(const QString& path) {
     if (gen != load_generation_) return;  // cancelled or superseded
     load_active_ = false;
     Loaded r = watcher->result();
-    if (!r.module || !*r.module) {
+    if (r.project) {
+      adoptProject(std::move(*r.project));
+      file_path_ = path;
+      setRunStoreProject(path, /*carry_session_runs=*/false);
+    } else if (r.module && *r.module) {
+      setModule(std::move(*r.module), r.mesh, "hlo", path);
+      file_path_ = path;
+    } else {
       emit loadFinished(path, false, r.error);
       return;
     }
-    setModule(std::move(*r.module), r.mesh, "hlo", path);
-    file_path_ = path;
     emit loadFinished(path, true, QString());
   });
-  watcher->setFuture(QtConcurrent::run(pool_, [path]() -> Loaded {
+  watcher->setFuture(QtConcurrent::run(pool_, [path, project]() -> Loaded {
     Loaded r;
     QFile f(path);
     if (!f.open(QIODevice::ReadOnly)) {
       r.error = QString("%1: cannot open: %2").arg(path, f.errorString());
       return r;
     }
-    auto parsed = ParseModuleText(QString::fromUtf8(f.readAll()).toStdString(), path.toStdString());
+    const QByteArray bytes = f.readAll();
+    if (project) {
+      auto parsed = ParseProject(bytes, path);
+      if (!parsed.ok()) {
+        r.error = QString::fromStdString(parsed.error().message);
+        return r;
+      }
+      r.project = std::make_shared<ParsedProject>(std::move(*parsed));
+      return r;
+    }
+    auto parsed = ParseModuleText(QString::fromUtf8(bytes).toStdString(), path.toStdString());
     if (!parsed.ok()) {
       r.error = QString::fromStdString(parsed.error().message);
       return r;
@@ -334,8 +363,9 @@ Status Document::loadProject(const QString& path) {
   return st;
 }
 
-Status Document::loadProjectJson(const QByteArray& json, const QString& where) {
-  auto fail = [&](const QString& msg) { return Status(Error((where + ": " + msg).toStdString())); };
+
+Result<Document::ParsedProject> Document::ParseProject(const QByteArray& json, const QString& where) {
+  auto fail = [&](const QString& msg) { return Error((where + ": " + msg).toStdString()); };
   QJsonParseError perr;
   const QJsonDocument doc = QJsonDocument::fromJson(json, &perr);
   if (doc.isNull()) {
@@ -357,33 +387,47 @@ Status Document::loadProjectJson(const QByteArray& json, const QString& where) {
   if (!parsed.ok()) return fail("the embedded module does not parse: " + Q(parsed.error().message));
   auto mesh = DeviceMesh::Parse(root["mesh"].toString().toStdString());
   if (!mesh.ok()) return fail("bad mesh \"" + root["mesh"].toString() + "\": " + Q(mesh.error().message));
-  DeviceMesh m = *mesh;
+  ParsedProject p;
+  p.mesh = *mesh;
   const QJsonArray order = root["mesh_devices"].toArray();
   if (!order.isEmpty()) {
     std::vector<int64_t> devices;
     for (const auto& v : order) devices.push_back(v.toInteger());
-    if (static_cast<int64_t>(devices.size()) != m.num_devices()) {
-      return fail(QString("mesh_devices lists %1 devices but the mesh has %2").arg(devices.size()).arg(m.num_devices()));
+    if (static_cast<int64_t>(devices.size()) != p.mesh.num_devices()) {
+      return fail(QString("mesh_devices lists %1 devices but the mesh has %2").arg(devices.size()).arg(p.mesh.num_devices()));
     }
-    m = DeviceMesh(m.axes(), devices);
+    p.mesh = DeviceMesh(p.mesh.axes(), devices);
   }
-  std::unique_ptr<Module> module = std::move(*parsed);
+  p.module = std::move(*parsed);
   // Annotations are applied to the module before it is adopted, so setModule picks them up.
   for (const auto& v : root["annotations"].toArray()) {
     const QJsonObject a = v.toObject();
     const QString name = a["instruction"].toString();
-    Instruction* inst = module->FindInstruction(name.toStdString());
+    Instruction* inst = p.module->FindInstruction(name.toStdString());
     if (!inst) return fail("annotation for unknown instruction \"" + name + "\"");
     auto s = HloSharding::Parse(a["sharding"].toString().toStdString());
     if (!s.ok()) return fail("bad sharding for \"" + name + "\": " + Q(s.error().message));
     inst->set_sharding(*s);
   }
   const QJsonObject src = root["source"].toObject();
-  setModule(std::move(module), m, src["kind"].toString(), src["source"].toString());
-  if (root.contains("selected")) {
-    if (const Instruction* sel = findInstruction(root["selected"].toString())) select(sel->id());
-  }
+  p.source_kind = src["kind"].toString();
+  p.source = src["source"].toString();
+  if (root.contains("selected")) p.selected = root["selected"].toString();
+  return p;
+}
+
+Status Document::loadProjectJson(const QByteArray& json, const QString& where) {
+  auto parsed = ParseProject(json, where);
+  if (!parsed.ok()) return parsed.error();
+  adoptProject(std::move(*parsed));
   return Status::Ok();
+}
+
+void Document::adoptProject(ParsedProject p) {
+  setModule(std::move(p.module), p.mesh, p.source_kind, p.source);
+  if (!p.selected.isEmpty()) {
+    if (const Instruction* sel = findInstruction(p.selected)) select(sel->id());
+  }
 }
 
 // ---- Annotations and mesh -------------------------------------------------------------------------

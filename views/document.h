@@ -40,10 +40,11 @@ class Document : public QObject {
   Status loadExample(const QString& name);
   Status loadHloText(const QString& text, const QString& filename);
   Status loadHloFile(const QString& path);
-  // The same off the GUI thread: the file is read and parsed on the worker; loadFinished reports
-  // the outcome. On an error the current module stays as it was. A newer request or cancelLoad()
-  // drops an older one's result.
-  void requestLoadHloFile(const QString& path);
+  // Opens an HLO file or a project (IsProjectFile) off the GUI thread: the file is read and parsed
+  // on the worker; loadFinished reports the outcome. On an error the current module stays as it
+  // was. A newer request or cancelLoad() drops an older one's result.
+  void requestLoadFile(const QString& path);
+  static bool IsProjectFile(const QString& path);  // .shardscope or .json
   void cancelLoad();
   bool loadBusy() const { return load_active_; }
   // Takes a built module; its instruction shardings become the user annotations.
@@ -224,6 +225,9 @@ class Document : public QObject {
   struct StoreReply;
   void finishSimulation(quint64 gen, SimulationOutput out);
   void adoptRun(std::shared_ptr<RunResult> run);
+  struct ParsedProject;  // a project file read into plain data (parsed on a worker thread)
+  static Result<ParsedProject> ParseProject(const QByteArray& json, const QString& where);
+  void adoptProject(ParsedProject p);
   void scheduleRunStoreRefresh();
   void setRunStoreProject(const QString& project_file, bool carry_session_runs);
   void relistRuns();

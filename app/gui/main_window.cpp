@@ -49,10 +49,7 @@ namespace {
 QString Q(const std::string& s) { return QString::fromStdString(s); }
 constexpr int kMaxRecent = 10;
 
-bool IsProjectPath(const QString& path) {
-  const QString suffix = QFileInfo(path).suffix().toLower();
-  return suffix == "shardscope" || suffix == "json";
-}
+bool IsProjectPath(const QString& path) { return views::Document::IsProjectFile(path); }
 
 QPalette DarkPalette() {
   QPalette p;
@@ -471,14 +468,9 @@ void MainWindow::openFileDialog() {
 }
 
 void MainWindow::openInBackground(const QString& path) {
-  if (IsProjectPath(path) || !QFileInfo::exists(path)) {
-    QString error;
-    if (!openPath(path, &error)) showError("Cannot open file", error);
-    return;
-  }
-  // HLO text: read and parsed on the worker (large modules take a while); loadFinished says how it went.
+  // Read and parsed on the worker (large modules take a while); loadFinished says how it went.
   statusBar()->showMessage(QString("Opening %1\u2026").arg(path));
-  doc_->requestLoadHloFile(path);
+  doc_->requestLoadFile(path);
 }
 
 void MainWindow::openProjectDialog() {
@@ -487,8 +479,7 @@ void MainWindow::openProjectDialog() {
   const QString path = QFileDialog::getOpenFileName(this, "Open project", dir, "ShardScope project (*.shardscope *.json);;All files (*)");
   if (path.isEmpty()) return;
   QSettings().setValue("lastDir", QFileInfo(path).absolutePath());
-  QString error;
-  if (!openPath(path, &error)) showError("Cannot open project", error);
+  openInBackground(path);
 }
 
 bool MainWindow::saveProjectTo(const QString& path) {

@@ -39,8 +39,8 @@ class MainWindow : public QMainWindow {
 
   // Open an HLO file or a project (.shardscope / .json). On failure `error` says why (with
   // FILE:LINE:COLUMN for parse errors) and the current document is unchanged.
-  // Opens a file the user chose: HLO off the GUI thread (progress and Cancel in the status bar),
-  // projects at once.
+  // Opens a file the user chose (HLO or project) off the GUI thread (progress and Cancel in the
+  // status bar).
   void openInBackground(const QString& path);
   bool openPath(const QString& path, QString* error);
   bool openExample(const QString& name, QString* error);
