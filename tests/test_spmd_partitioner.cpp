@@ -230,13 +230,16 @@ class SpmdPartitionerTest : public QObject {
   void reduceInitialValueCountsOnce_data() {
     QTest::addColumn<int>("op");
     QTest::addColumn<double>("init");
-    QTest::newRow("add from 1.5") << static_cast<int>(Opcode::kAdd) << 1.5;
-    QTest::newRow("multiply from 2") << static_cast<int>(Opcode::kMultiply) << 2.0;
-    QTest::newRow("max from 0.25") << static_cast<int>(Opcode::kMaximum) << 0.25;
+    QTest::addColumn<bool>("combined");  // false: the initial value is the identity, nothing to add
+    QTest::newRow("add from 1.5") << static_cast<int>(Opcode::kAdd) << 1.5 << true;
+    QTest::newRow("multiply from 2") << static_cast<int>(Opcode::kMultiply) << 2.0 << true;
+    QTest::newRow("max from 0.25") << static_cast<int>(Opcode::kMaximum) << 0.25 << true;
+    QTest::newRow("add from 0") << static_cast<int>(Opcode::kAdd) << 0.0 << false;
   }
   void reduceInitialValueCountsOnce() {
     QFETCH(int, op);
     QFETCH(double, init);
+    QFETCH(bool, combined);
     Module m("reduce_init");
     Builder b(m.AddComputation("main", true));
     auto* p = b.Parameter(0, Shape(PrimitiveType::kF32, {4, 6}), "p");
@@ -255,9 +258,13 @@ class SpmdPartitionerTest : public QObject {
     QCOMPARE(reduces.size(), size_t{1});
     const Instruction* start = reduces[0]->operand(1);
     QCOMPARE(start->opcode(), Opcode::kConstant);
+    const Instruction* root = r.module->entry()->root();
+    if (!combined) {
+      QCOMPARE(root->opcode(), Opcode::kAllReduce);
+      return;
+    }
     QVERIFY(!(start->literal == i->literal));
     // ... and the root combines the all-reduced value with the user's one.
-    const Instruction* root = r.module->entry()->root();
     QCOMPARE(root->opcode(), static_cast<Opcode>(op));
     QCOMPARE(root->operand(0)->opcode(), Opcode::kAllReduce);
     QCOMPARE(root->operand(1)->opcode(), Opcode::kBroadcast);

@@ -54,62 +54,6 @@ DotLabels MakeLabels(const Instruction& dot) {
   return L;
 }
 
-struct Source {
-  const TileMap* map;
-  std::vector<int64_t> label_of_dim;
-};
-
-// Merges the sources into a joint tiling over all labels; nullopt when they conflict or the
-// result is not a full device grid.
-std::optional<TileMap> BuildJoint(const std::vector<Source>& sources, int64_t num_labels, int64_t n) {
-  std::vector<int64_t> tiles(static_cast<size_t>(num_labels), 1);
-  std::vector<int64_t> owner(static_cast<size_t>(num_labels), -1);
-  for (size_t s = 0; s < sources.size(); ++s) {
-    for (size_t d = 0; d < sources[s].label_of_dim.size(); ++d) {
-      const int64_t t = sources[s].map->tiles(static_cast<int64_t>(d));
-      if (t == 1) continue;
-      const size_t l = static_cast<size_t>(sources[s].label_of_dim[d]);
-      if (tiles[l] != 1 && tiles[l] != t) return std::nullopt;
-      tiles[l] = t;
-      owner[l] = static_cast<int64_t>(s);
-    }
-  }
-  std::vector<DeviceTile> devs(static_cast<size_t>(n));
-  for (int64_t dev = 0; dev < n; ++dev) {
-    auto& idx = devs[static_cast<size_t>(dev)].index;
-    idx.assign(static_cast<size_t>(num_labels), -1);
-    for (const Source& s : sources) {
-      for (size_t d = 0; d < s.label_of_dim.size(); ++d) {
-        if (s.map->tiles(static_cast<int64_t>(d)) == 1) continue;
-        const size_t l = static_cast<size_t>(s.label_of_dim[d]);
-        const int64_t v = s.map->device(dev).index[d];
-        if (idx[l] >= 0 && idx[l] != v) return std::nullopt;
-        idx[l] = v;
-      }
-    }
-    for (auto& v : idx)
-      if (v < 0) v = 0;
-  }
-  // Full grid check, replica numbering in device order.
-  int64_t total = 1;
-  for (int64_t t : tiles) total *= t;
-  if (n % total != 0) return std::nullopt;
-  std::map<std::vector<int64_t>, int64_t> count;
-  for (auto& dt : devs) dt.replica = count[dt.index]++;
-  if (static_cast<int64_t>(count.size()) != total) return std::nullopt;
-  for (auto& [k, c] : count)
-    if (c != n / total) return std::nullopt;
-  return TileMap(tiles, devs);
-}
-
-// Projects the joint tiling onto an operand/output whose dim d carries label label_of_dim[d].
-TileMap Project(const TileMap& joint, const std::vector<int64_t>& label_of_dim) {
-  std::vector<int64_t> dropped;
-  for (int64_t l = 0; l < joint.rank(); ++l)
-    if (std::find(label_of_dim.begin(), label_of_dim.end(), l) == label_of_dim.end()) dropped.push_back(l);
-  return joint.Gathered(dropped).Permuted(label_of_dim);
-}
-
 // Same per-collective latency term as the resharding planner's (context.cpp).
 constexpr int64_t kDotCollectiveOverheadBytes = 16 * 1024;
 
@@ -146,7 +90,7 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   for (int64_t i = 0; i < L.out_rank(); ++i) out_labels[static_cast<size_t>(i)] = i;
   std::vector<int64_t> c_labels;
   for (int64_t i = 0; i < L.nc; ++i) c_labels.push_back(L.nb + L.nl + L.nr + i);
-  const Source ls{&*lm, L.lhs_label}, rs{&*rm, L.rhs_label}, os{&*om, out_labels};
+  const JointSource ls{&*lm, L.lhs_label}, rs{&*rm, L.rhs_label}, os{&*om, out_labels};
   const int64_t out_elem = PrimitiveTypeBytes(dot.shape().type);
 
   // The same dot configuration recurs on every layer: decide once.
@@ -164,16 +108,16 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     best = cached->second;
   } else {
   for (int mask = 7; mask >= 0; --mask) {
-    std::vector<Source> srcs;
+    std::vector<JointSource> srcs;
     if (mask & 1) srcs.push_back(ls);
     if (mask & 2) srcs.push_back(rs);
     if (mask & 4) srcs.push_back(os);
-    auto joint = BuildJoint(srcs, L.num_labels(), n);
+    auto joint = BuildJointTiling(srcs, L.num_labels(), n);
     if (!joint) continue;
     DotPlan p{*joint, {}, {}, {}, false, -1, {}, 0, static_cast<int64_t>(srcs.size())};
-    auto lsh = Project(*joint, L.lhs_label).ToSharding();
-    auto rsh = Project(*joint, L.rhs_label).ToSharding();
-    TileMap partial = Project(*joint, out_labels);
+    auto lsh = ProjectJointTiling(*joint, L.lhs_label).ToSharding();
+    auto rsh = ProjectJointTiling(*joint, L.rhs_label).ToSharding();
+    TileMap partial = ProjectJointTiling(*joint, out_labels);
     auto psh = partial.ToSharding();
     if (!lsh.ok() || !rsh.ok() || !psh.ok()) continue;
     p.lhs = *lsh;
@@ -259,7 +203,7 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     lx = ctx.MaskPadding({lx, best->lhs, lv.base}, lpad, 0.0);
     rx = ctx.MaskPadding({rx, best->rhs, rv.base}, rpad, 0.0);
   }
-  TileMap partial = Project(best->joint, out_labels);
+  TileMap partial = ProjectJointTiling(best->joint, out_labels);
   Shape local(dot.shape().type, partial.ShardShape(dot.shape().dims));
   Instruction* d = ctx.Emit(Opcode::kDot, local, {lx, rx});
   d->dot_dims = dot.dot_dims;

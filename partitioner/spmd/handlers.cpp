@@ -251,7 +251,11 @@ Status HandleReduce(SpmdContext& ctx, const Instruction& orig) {
   // after the partial results are summed (XLA's semantics: it enters the reduction once, not once
   // per device).
   Instruction* user_init = *init;
-  if (!sharded_reduced.empty()) *init = ctx.ConstantScalar(orig.operand(1)->shape().type, idv);
+  const Instruction* given = orig.operand(1);
+  const bool init_is_identity = given->opcode() == Opcode::kConstant && given->literal.values.size() == 1 &&
+                                given->literal.values[0] == idv;
+  const bool combine_init = !sharded_reduced.empty() && !init_is_identity;
+  if (combine_init) *init = ctx.ConstantScalar(given->shape().type, idv);
   // Result map: operand map with reduced dims gathered (they become replicas), then dropped.
   TileMap gathered = m->Gathered(sharded_reduced);
   std::vector<int64_t> kept;
@@ -266,7 +270,7 @@ Status HandleReduce(SpmdContext& ctx, const Instruction& orig) {
   r->mutable_called_computations() = {reducer};
   if (!sharded_reduced.empty()) {
     r = ctx.AllReduce(r, reducer, m->GroupsAlong(sharded_reduced), "reduce over a sharded dimension");
-    r = ctx.Emit(rop, local, {r, ctx.Broadcast(user_init, local)});
+    if (combine_init) r = ctx.Emit(rop, local, {r, ctx.Broadcast(user_init, local)});
   }
   auto rs = rm.ToSharding();
   if (!rs.ok()) return rs.error();
