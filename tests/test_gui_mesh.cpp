@@ -10,6 +10,7 @@
 
 #include "core/mesh.h"
 #include "views/document.h"
+#include "views/engine.h"
 #include "views/graph_view.h"
 #include "views/mesh_view.h"
 #include "views/sharding_style.h"
@@ -86,6 +87,27 @@ class TestGuiMesh : public QObject {
     QCOMPARE(QString::fromStdString(doc_->mesh().ToString()), QString("X=2,Y=2"));
     QCOMPARE(graph_->nodes().size(), 4);  // a, b, d, r: no scopes, nothing collapsed
     for (GraphNodeItem* n : graph_->nodes()) QVERIFY(!n->sharding().has_value());
+  }
+
+  // XLA's own test modules often leave num_partitions out: the devices the shardings name decide.
+  void meshGuessedFromShardingsWithoutNumPartitions() {
+    const char* text = R"(HloModule conv
+
+ENTRY entry {
+  p = f32[8,16] parameter(0), sharding={devices=[2,3]<=[6]}
+  q = f32[8,16] parameter(1), sharding={maximal device=7}
+  ROOT a = f32[8,16] add(p, q), sharding={replicated}
+}
+)";
+    auto module = ParseModuleText(text, "conv.hlo");
+    QVERIFY(module.ok());
+    QCOMPARE((*module)->num_partitions, int64_t{1});
+    // Device 7 is named, so 8 devices: no sharding spans all of them, a near-square 2-D mesh.
+    QCOMPARE(QString::fromStdString(GuessMesh(**module).ToString()), QString("X=2,Y=4"));
+    const std::string without_maximal = std::string(text).replace(std::string(text).find("maximal device=7"), 16, "replicated");
+    auto six = ParseModuleText(without_maximal, "conv.hlo");
+    QVERIFY(six.ok());
+    QCOMPARE(QString::fromStdString(GuessMesh(**six).ToString()), QString("X=2,Y=3"));  // the [2,3] tiling
   }
 
   void annotateThroughMeshViewPropagatesToGraph() {

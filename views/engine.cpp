@@ -99,8 +99,26 @@ Result<std::unique_ptr<Module>> ParseModuleText(const std::string& text, const s
 
 std::string PrintModuleText(const Module& module) { return PrintHloModule(module); }
 
+namespace {
+// How many devices a sharding talks about (tuple shardings: the most of their leaves).
+int64_t DevicesNamedBy(const HloSharding& s) {
+  if (s.IsTuple()) {
+    int64_t n = 0;
+    for (const auto& e : s.tuple_elements()) n = std::max(n, DevicesNamedBy(e));
+    return n;
+  }
+  if (s.IsMaximal()) return s.maximal_device() + 1;
+  return s.NumDevices();
+}
+}  // namespace
+
 DeviceMesh GuessMesh(const Module& module) {
-  const int64_t n = std::max<int64_t>(1, module.num_partitions);
+  // num_partitions when the module says so; many hand-written modules (XLA's own tests among them)
+  // leave it out, so the devices their shardings name count too.
+  int64_t n = std::max<int64_t>(1, module.num_partitions);
+  for (const auto& c : module.computations())
+    for (const auto& i : c->instructions())
+      if (i->has_sharding()) n = std::max(n, DevicesNamedBy(*i->sharding()));
   if (const Computation* entry = module.entry()) {
     for (const auto& inst : entry->instructions()) {
       if (!inst->has_sharding()) continue;
