@@ -190,39 +190,9 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
   }
   const Geometry g = geometry();
   const DeviceMesh& mesh = plan_->request.mesh;
-  const int64_t k = mesh.num_axes();
   const auto& holdings = devices();
 
-  // Axis captions (as in the mesh view): columns along the last axis, rows along the one before.
-  p.setPen(text);
-  p.setFont(small);
-  if (k >= 1) {
-    const auto& col_axis = mesh.axes()[static_cast<size_t>(k - 1)];
-    p.drawText(QRectF(g.left, 4, width() - g.left, 18), Qt::AlignLeft | Qt::AlignVCenter,
-               QString("%1 (%2) \u2192").arg(Q(col_axis.name)).arg(col_axis.size));
-  }
-  if (k >= 2) {
-    const auto& row_axis = mesh.axes()[static_cast<size_t>(k - 2)];
-    p.save();
-    p.translate(g.left - 20, g.top + g.label_h);
-    p.rotate(90);
-    p.drawText(QRectF(0, -12, 200, 16), Qt::AlignLeft | Qt::AlignVCenter,
-               QString("%1 (%2) \u2192").arg(Q(row_axis.name)).arg(row_axis.size));
-    p.restore();
-  }
-  if (g.slices > 1) {
-    p.setFont(bold);
-    for (int s = 0; s < g.slices; ++s) {
-      const size_t first = static_cast<size_t>(s) * static_cast<size_t>(g.rows * g.cols);
-      if (first >= coords_.size()) break;
-      const QRectF r = g.TileRect(first);
-      QStringList parts;
-      for (int64_t a = 0; a + 2 < k; ++a) {
-        parts << QString("%1=%2").arg(Q(mesh.axes()[static_cast<size_t>(a)].name)).arg(coords_[first][static_cast<size_t>(a)]);
-      }
-      p.drawText(QRectF(r.left(), r.top() - g.label_h, 300, g.label_h), Qt::AlignLeft | Qt::AlignVCenter, parts.join(", "));
-    }
-  }
+  g.PaintCaptions(p, mesh, width(), small, bold, text);
 
   // Tiles: the device id, the shard it owns, and a cell per member of its group.
   const int colours = static_cast<int>(std::max<int64_t>(1, plan_->colour_count));

@@ -6,10 +6,14 @@
 
 #include <cstddef>
 
+#include <QColor>
+#include <QFont>
 #include <QPointF>
 #include <QRectF>
 
 #include "core/mesh.h"
+
+class QPainter;
 
 namespace shardscope::views {
 
@@ -30,6 +34,11 @@ struct MeshGrid {
   double Height() const;
   // Width of the whole grid from `left`.
   double Width() const;
+
+  // The captions: the last axis across the top, the one before it down the left side, and above
+  // each slice of a 3-D (or larger) mesh its leading coordinates ("X=1"). `width`: the canvas width.
+  void PaintCaptions(QPainter& p, const DeviceMesh& mesh, double width, const QFont& small, const QFont& bold,
+                     const QColor& text) const;
 };
 
 }  // namespace shardscope::views

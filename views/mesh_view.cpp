@@ -218,42 +218,11 @@ void DeviceGridWidget::paintEvent(QPaintEvent*) {
   p.setRenderHint(QPainter::Antialiasing);
   const QPalette pal = palette();
   const MeshGrid g = geometryFor(width());
-  const int64_t k = mesh_.num_axes();
   QFont small = font();
   small.setPointSizeF(std::max(6.5, font().pointSizeF() * 0.8));
   QFont bold = font();
   bold.setBold(true);
-  // Axis captions: columns along the last axis, rows along the one before it.
-  p.setPen(pal.color(QPalette::WindowText));
-  p.setFont(small);
-  if (k >= 1) {
-    const auto& col_axis = mesh_.axes()[static_cast<size_t>(k - 1)];
-    p.drawText(QRectF(30, 2, width() - 30, 18), Qt::AlignLeft | Qt::AlignVCenter,
-               QString("%1 (%2) \u2192").arg(Q(col_axis.name)).arg(col_axis.size));
-  }
-  if (k >= 2) {
-    const auto& row_axis = mesh_.axes()[static_cast<size_t>(k - 2)];
-    p.save();
-    p.translate(14, 22 + g.label_h);
-    p.rotate(90);
-    p.drawText(QRectF(0, -12, 200, 16), Qt::AlignLeft | Qt::AlignVCenter,
-               QString("%1 (%2) \u2192").arg(Q(row_axis.name)).arg(row_axis.size));
-    p.restore();
-  }
-  // Slice captions for 3-D and larger meshes: the leading coordinates.
-  if (g.slices > 1) {
-    for (int s = 0; s < g.slices; ++s) {
-      const size_t first = static_cast<size_t>(s) * static_cast<size_t>(g.rows * g.cols);
-      if (first >= tiles_.size()) break;
-      const QRectF r = g.TileRect(first);
-      QStringList parts;
-      for (int64_t a = 0; a + 2 < k; ++a) {
-        parts << QString("%1=%2").arg(Q(mesh_.axes()[static_cast<size_t>(a)].name)).arg(tiles_[first].coords[static_cast<size_t>(a)]);
-      }
-      p.setFont(bold);
-      p.drawText(QRectF(r.left(), r.top() - g.label_h, 200, g.label_h), Qt::AlignLeft | Qt::AlignVCenter, parts.join(", "));
-    }
-  }
+  g.PaintCaptions(p, mesh_, width(), small, bold, pal.color(QPalette::WindowText));
   for (size_t i = 0; i < tiles_.size(); ++i) {
     const DeviceTile& t = tiles_[i];
     const QRectF r = g.TileRect(i);
