@@ -10,6 +10,7 @@ namespace spmd {
 int DotHandlerAnchor();
 int FormattingHandlersAnchor();
 int WindowedHandlersAnchor();
+int GatherScatterHandlersAnchor();
 
 Status SpmdContext::PartitionComputation(const Computation* orig, Computation* out) {
   Computation* saved = comp_;
@@ -79,6 +80,7 @@ Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions&
   (void)spmd::DotHandlerAnchor();
   (void)spmd::FormattingHandlersAnchor();
   (void)spmd::WindowedHandlersAnchor();
+  (void)spmd::GatherScatterHandlersAnchor();
   if (!module.entry()) return Error("module has no entry computation");
   int64_t n = options.num_partitions > 0 ? options.num_partitions : module.num_partitions;
   if (options.num_partitions <= 0 && n <= 1) {

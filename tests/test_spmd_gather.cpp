@@ -1,0 +1,396 @@
+// SPMD gather and scatter (partitioner/spmd/gather_scatter_handlers.cpp): operand passthrough,
+// index passthrough / index parallel, operand sharded on an indexed dim (masked gather +
+// all-reduce; scatter with offset indices, out-of-shard updates skipped), partial scatter-add +
+// all-reduce, explicit batching dims; 2/4 devices and a 2x2 mesh, uneven sizes. Every program is
+// verified numerically with indices that run out of range (gather clamps, scatter skips) and,
+// for scatters, duplicates (combined).
+#include <QtTest>
+
+#include <optional>
+#include <string>
+
+#include "core/hlo_text.h"
+#include "core/numeric_verify.h"
+#include "partitioner/spmd_partitioner.h"
+
+using namespace shardscope;
+
+namespace {
+
+std::vector<const Instruction*> Find(const Module& m, Opcode op) {
+  std::vector<const Instruction*> out;
+  for (const auto& c : m.computations())
+    for (const auto& i : c->instructions())
+      if (i->opcode() == op) out.push_back(i.get());
+  return out;
+}
+
+int CountCollectives(const Module& m) {
+  int n = 0;
+  for (const auto& c : m.computations())
+    for (const auto& i : c->instructions())
+      if (IsCollective(i->opcode()) || i->opcode() == Opcode::kReduceScatter) ++n;
+  return n;
+}
+
+using Groups = std::vector<std::vector<int64_t>>;
+
+// Parses, partitions over `devices` and verifies numerically with integer inputs (the indices)
+// drawn from [int_min, int_max] — beyond the operand's extent, so out-of-range indices occur.
+std::optional<PartitionResult> Run(const std::string& hlo, int64_t devices, int64_t int_min, int64_t int_max,
+                                   std::string* why, std::unique_ptr<Module>* original = nullptr) {
+  auto m = ParseHloModule(hlo);
+  if (!m.ok()) {
+    *why = "parse: " + m.error().message;
+    return std::nullopt;
+  }
+  SpmdOptions o;
+  o.num_partitions = devices;
+  auto r = PartitionModule(**m, o);
+  if (!r.ok()) {
+    *why = "partition failed: " + r.error().message;
+    return std::nullopt;
+  }
+  NumericVerifyOptions vo;
+  vo.int_min = int_min;
+  vo.int_max = int_max;
+  for (uint64_t seed : {42u, 7u, 1234u}) {
+    auto v = VerifyPartitioned(**m, *r->module, devices, seed, vo);
+    if (!v.ok()) {
+      *why = "verify failed to run: " + v.error().message + "\n" + PrintHloModule(*r->module);
+      return std::nullopt;
+    }
+    if (!v->match) {
+      *why = "numerical mismatch (max_abs_error " + std::to_string(v->max_abs_error) + "): " + v->detail + "\n" +
+             PrintHloModule(*r->module);
+      return std::nullopt;
+    }
+  }
+  if (original) *original = std::move(*m);
+  return std::move(r).value();
+}
+
+const char* kAdd = R"(
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+)";
+
+// Embedding lookup: table f32[V, D], ids s32[B, S] -> f32[B, S, D].
+std::string Embedding(int64_t V, int64_t D, int64_t B, int64_t S, const std::string& ts, const std::string& is,
+                      const std::string& os) {
+  const std::string v = std::to_string(V), d = std::to_string(D), b = std::to_string(B), s = std::to_string(S);
+  return "HloModule emb\nENTRY main {\n  table = f32[" + v + "," + d + "] parameter(0), sharding=" + ts +
+         "\n  ids = s32[" + b + "," + s + "] parameter(1), sharding=" + is + "\n  ROOT g = f32[" + b + "," + s + "," + d +
+         "] gather(table, ids), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, "
+         "slice_sizes={1," + d + "}, sharding=" + os + "\n}\n";
+}
+
+// Gradient of the embedding: scatter-add of updates f32[B, S, D] into f32[V, D].
+std::string ScatterAdd(int64_t V, int64_t D, int64_t B, int64_t S, const std::string& ts, const std::string& is,
+                       const std::string& us, const std::string& os, const std::string& combiner = kAdd,
+                       const std::string& comb_name = "add") {
+  const std::string v = std::to_string(V), d = std::to_string(D), b = std::to_string(B), s = std::to_string(S);
+  return "HloModule grad\n" + combiner + "\nENTRY main {\n  table = f32[" + v + "," + d + "] parameter(0), sharding=" + ts +
+         "\n  ids = s32[" + b + "," + s + "] parameter(1), sharding=" + is + "\n  upd = f32[" + b + "," + s + "," + d +
+         "] parameter(2), sharding=" + us + "\n  ROOT sc = f32[" + v + "," + d +
+         "] scatter(table, ids, upd), update_window_dims={2}, inserted_window_dims={0}, "
+         "scatter_dims_to_operand_dims={0}, index_vector_dim=2, to_apply=" + comb_name + ", sharding=" + os + "\n}\n";
+}
+
+const Instruction* Only(const Module& m, Opcode op) {
+  auto v = Find(m, op);
+  return v.size() == 1 ? v[0] : nullptr;
+}
+
+}  // namespace
+
+class SpmdGatherTest : public QObject {
+  Q_OBJECT
+ private slots:
+  // Table sharded on V (the indexed dim) over 4 devices, V = 101 uneven (shards of 26, the last
+  // holding 23 rows + 3 of padding): every device gathers from its rows with ids offset by its
+  // shard start, masks the others to 0 and one all-reduce sums; the table (3.2 KB) is never
+  // gathered — the all-reduce moves the small output instead. Ids in [-3, 104] include
+  // out-of-range ones, clamped as by the unpartitioned gather.
+  void gatherOperandShardedOnIndexedDim() {
+    std::string why;
+    auto r = Run(Embedding(101, 8, 2, 3, "{devices=[4,1]0,1,2,3}", "{replicated}", "{replicated}"), 4, -3, 104, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 1);
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+    const Instruction* ar = Only(*r->module, Opcode::kAllReduce);
+    QVERIFY(ar);
+    QCOMPARE(ar->replica_groups.groups, (Groups{{0, 1, 2, 3}}));
+    QCOMPARE(ar->shape().ToString(false), std::string("f32[2,3,8]"));
+    const Instruction* g = Only(*r->module, Opcode::kGather);
+    QVERIFY(g);
+    QCOMPARE(g->operand(0)->shape().ToString(false), std::string("f32[26,8]"));
+    QCOMPARE(g->shape().ToString(false), std::string("f32[2,3,8]"));
+    QCOMPARE(r->collectives.size(), size_t{1});
+    QVERIFY2(r->collectives[0].reason.find("gather: operand sharded on indexed dim 0, masked + all-reduce") == 0,
+             r->collectives[0].reason.c_str());
+    QVERIFY(r->replicated_fallbacks.empty());
+  }
+
+  // Table sharded on D (an offset dim kept whole in every slice): passthrough, no communication.
+  void gatherOperandPassthrough() {
+    std::string why;
+    auto r = Run(Embedding(10, 8, 6, 3, "{devices=[1,4]0,1,2,3}", "{replicated}", "{devices=[1,1,4]0,1,2,3}"), 4, -3,
+                 13, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 0);
+    const Instruction* g = Only(*r->module, Opcode::kGather);
+    QVERIFY(g);
+    QCOMPARE(g->shape().ToString(false), std::string("f32[6,3,2]"));
+    QCOMPARE(g->gather_slice_sizes, (std::vector<int64_t>{1, 2}));
+  }
+
+  // Ids sharded on B (7, uneven over 2 devices): index passthrough, no communication.
+  void gatherIndexParallel() {
+    std::string why;
+    auto r = Run(Embedding(10, 8, 7, 3, "{replicated}", "{devices=[2,1]0,1}", "{devices=[2,1,1]0,1}"), 2, -3, 13, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 0);
+    const Instruction* g = Only(*r->module, Opcode::kGather);
+    QVERIFY(g);
+    QCOMPARE(g->shape().ToString(false), std::string("f32[4,3,8]"));
+    QCOMPARE(g->operand(1)->shape().ToString(false), std::string("s32[4,3]"));
+  }
+
+  // 2x2 mesh: table (V = 41, shards of 21) sharded on V over mesh axis 0, ids on B over axis 1.
+  // The joint tiling uses
+  // both: each device gathers its B rows from its V shard; the all-reduce runs over the devices
+  // sharing a B tile ({0,2}, {1,3}) and the output is left sharded on B.
+  void gatherMesh2x2IndexedAndBatch() {
+    std::string why;
+    auto r = Run(Embedding(41, 4, 4, 2, "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+                           "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}",
+                           "{devices=[2,1,1,2]0,2,1,3 last_tile_dim_replicate}"),
+                 4, -2, 43, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 1);
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+    const Instruction* ar = Only(*r->module, Opcode::kAllReduce);
+    QVERIFY(ar);
+    QCOMPARE(ar->replica_groups.groups, (Groups{{0, 2}, {1, 3}}));
+    const Instruction* g = Only(*r->module, Opcode::kGather);
+    QVERIFY(g);
+    QCOMPARE(g->operand(0)->shape().ToString(false), std::string("f32[21,4]"));
+    QCOMPARE(g->shape().ToString(false), std::string("f32[2,2,4]"));
+  }
+
+  // XLA-style dimension numbers: index_vector_dim=0, two indexed dims in swapped order
+  // (start_index_map={1,0}), both collapsed, operand dim 2 passthrough and sharded; dim 1 is
+  // indexed with slice size 1 and sharded as well (masked + all-reduce over its 2 tiles only).
+  void gatherXlaDimensionNumbers() {
+    const std::string hlo = R"(
+HloModule g
+ENTRY main {
+  op = f32[5,6,8] parameter(0), sharding={devices=[1,2,2]0,1,2,3}
+  idx = s32[2,4,3] parameter(1), sharding={replicated}
+  ROOT g = f32[4,3,8] gather(op, idx), offset_dims={2}, collapsed_slice_dims={0,1}, start_index_map={1,0},
+    index_vector_dim=0, slice_sizes={1,1,8}, sharding={devices=[1,1,2,2]0,2,1,3 last_tile_dim_replicate}
+}
+)";
+    std::string why;
+    auto r = Run(hlo, 4, -2, 8, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 1);
+    const Instruction* ar = Only(*r->module, Opcode::kAllReduce);
+    QVERIFY(ar);
+    QCOMPARE(ar->replica_groups.groups, (Groups{{0, 2}, {1, 3}}));
+    QCOMPARE(ar->shape().ToString(false), std::string("f32[4,3,4]"));
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+  }
+
+  // Explicit batching dims (operand_batching_dims / start_indices_batching_dims): operand and
+  // indices sharded alike on the batch: index parallel, no communication.
+  void gatherExplicitBatchDims() {
+    const std::string hlo = R"(
+HloModule g
+ENTRY main {
+  op = f32[4,10,8] parameter(0), sharding={devices=[2,1,1]0,1}
+  idx = s32[4,3,1] parameter(1), sharding={devices=[2,1,1]0,1}
+  ROOT g = f32[4,3,8] gather(op, idx), offset_dims={2}, collapsed_slice_dims={1}, start_index_map={1},
+    operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1,8},
+    sharding={devices=[2,1,1]0,1}
+}
+)";
+    std::string why;
+    auto r = Run(hlo, 2, -3, 13, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 0);
+    const Instruction* g = Only(*r->module, Opcode::kGather);
+    QVERIFY(g);
+    QCOMPARE(g->shape().ToString(false), std::string("f32[2,3,8]"));
+    QCOMPARE(g->operand(0)->shape().ToString(false), std::string("f32[2,10,8]"));
+  }
+
+  // A slice wider than 1 along a sharded indexed dim cannot be masked per shard: the operand's
+  // indexed dim is gathered (one all-gather, still correct), the other dim stays sharded.
+  void gatherWideSliceOnShardedDimGathers() {
+    const std::string hlo = R"(
+HloModule g
+ENTRY main {
+  op = f32[12,6] parameter(0), sharding={devices=[2,2]0,1,2,3}
+  idx = s32[5] parameter(1), sharding={replicated}
+  ROOT g = f32[5,3,6] gather(op, idx), offset_dims={1,2}, collapsed_slice_dims={}, start_index_map={0},
+    index_vector_dim=1, slice_sizes={3,6}, sharding={devices=[1,1,2,2]0,2,1,3 last_tile_dim_replicate}
+}
+)";
+    std::string why;
+    auto r = Run(hlo, 4, -4, 14, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    const auto ags = Find(*r->module, Opcode::kAllGather);
+    QCOMPARE(ags.size(), size_t{1});
+    QCOMPARE(ags[0]->shape().ToString(false), std::string("f32[12,3]"));
+    QCOMPARE(CountCollectives(*r->module), 1);
+  }
+
+  // Scatter-add of gradients into a table sharded on V (4 devices, V = 10 uneven): ids offset
+  // by each shard's start, updates for other shards fall outside the local table and are
+  // skipped; no communication at all. Ids in [-2, 11]: 18 ids over 14 values, so duplicates
+  // (accumulated) and out-of-range ids (skipped) both occur.
+  void scatterAddIntoShardedTable() {
+    std::string why;
+    auto r = Run(ScatterAdd(10, 8, 6, 3, "{devices=[4,1]0,1,2,3}", "{replicated}", "{replicated}",
+                            "{devices=[4,1]0,1,2,3}"),
+                 4, -2, 11, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 0);
+    const Instruction* s = Only(*r->module, Opcode::kScatter);
+    QVERIFY(s);
+    QCOMPARE(s->shape().ToString(false), std::string("f32[3,8]"));
+    QCOMPARE(s->operand(2)->shape().ToString(false), std::string("f32[6,3,8]"));
+  }
+
+  // Updates and ids sharded on B (5, uneven over 2): each device scatters its part into a
+  // partial result (the table enters on device 0 only, the identity elsewhere; B's padding
+  // masked to 0), one all-reduce adds them. The table is never all-gathered.
+  void scatterAddPartialUpdatesAllReduce() {
+    std::string why;
+    auto r = Run(ScatterAdd(6, 4, 5, 4, "{replicated}", "{devices=[2,1]0,1}", "{devices=[2,1,1]0,1}", "{replicated}"),
+                 2, -1, 7, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 1);
+    const Instruction* ar = Only(*r->module, Opcode::kAllReduce);
+    QVERIFY(ar);
+    QCOMPARE(ar->replica_groups.groups, (Groups{{0, 1}}));
+    QCOMPARE(ar->shape().ToString(false), std::string("f32[6,4]"));
+    const Instruction* s = Only(*r->module, Opcode::kScatter);
+    QVERIFY(s);
+    QCOMPARE(s->operand(2)->shape().ToString(false), std::string("f32[3,4,4]"));
+    QVERIFY(r->collectives.at(0).reason.find("scatter: updates sharded on scatter dim 0") == 0);
+  }
+
+  // Same with a max combiner: partial maxima combined by an all-reduce max.
+  void scatterMaxPartialUpdates() {
+    const std::string comb = R"(
+mx {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] maximum(a, b)
+}
+)";
+    std::string why;
+    auto r = Run(ScatterAdd(6, 4, 5, 4, "{replicated}", "{devices=[2,1]0,1}", "{devices=[2,1,1]0,1}", "{replicated}",
+                            comb, "mx"),
+                 2, -1, 7, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 1);
+    const Instruction* ar = Only(*r->module, Opcode::kAllReduce);
+    QVERIFY(ar);
+    QVERIFY(ar->to_apply() && ar->to_apply()->root()->opcode() == Opcode::kMaximum);
+  }
+
+  // 2x2 mesh: table sharded on V over axis 0, ids/updates on B over axis 1: local scatter into
+  // the V shard, all-reduce over the devices sharing a V tile ({0,1}, {2,3}); output stays on V.
+  void scatterMesh2x2() {
+    std::string why;
+    auto r = Run(ScatterAdd(9, 4, 6, 2, "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+                            "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}",
+                            "{devices=[2,1,1,2]0,2,1,3 last_tile_dim_replicate}",
+                            "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"),
+                 4, -2, 10, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 1);
+    const Instruction* ar = Only(*r->module, Opcode::kAllReduce);
+    QVERIFY(ar);
+    QCOMPARE(ar->replica_groups.groups, (Groups{{0, 1}, {2, 3}}));
+    QCOMPARE(ar->shape().ToString(false), std::string("f32[5,4]"));
+  }
+
+  // Overwrite scatter (combiner returns the update) with the table sharded on D: the window dim
+  // passes through, no communication.
+  void scatterOverwritePassthrough() {
+    const std::string comb = R"(
+assign {
+  a = f32[] parameter(0)
+  ROOT b = f32[] parameter(1)
+}
+)";
+    // Unique ids (one per row at most) keep the overwrite deterministic: a single id per update.
+    const std::string hlo = "HloModule s\n" + comb + R"(
+ENTRY main {
+  table = f32[10,8] parameter(0), sharding={devices=[1,4]0,1,2,3}
+  ids = s32[1,1] parameter(1), sharding={replicated}
+  upd = f32[1,1,8] parameter(2), sharding={replicated}
+  ROOT sc = f32[10,8] scatter(table, ids, upd), update_window_dims={2}, inserted_window_dims={0},
+    scatter_dims_to_operand_dims={0}, index_vector_dim=2, to_apply=assign, sharding={devices=[1,4]0,1,2,3}
+}
+)";
+    std::string why;
+    auto r = Run(hlo, 4, -2, 11, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 0);
+    const Instruction* s = Only(*r->module, Opcode::kScatter);
+    QVERIFY(s);
+    QCOMPARE(s->shape().ToString(false), std::string("f32[10,2]"));
+    QCOMPARE(s->operand(2)->shape().ToString(false), std::string("f32[1,1,2]"));
+  }
+
+  // Scatter with explicit batching dims, all sharded alike on the batch: local.
+  void scatterExplicitBatchDims() {
+    const std::string hlo = std::string("HloModule s\n") + kAdd + R"(
+ENTRY main {
+  op = f32[4,10,8] parameter(0), sharding={devices=[2,1,1]0,1}
+  idx = s32[4,3,1] parameter(1), sharding={devices=[2,1,1]0,1}
+  upd = f32[4,3,8] parameter(2), sharding={devices=[2,1,1]0,1}
+  ROOT sc = f32[4,10,8] scatter(op, idx, upd), update_window_dims={2}, inserted_window_dims={1},
+    scatter_dims_to_operand_dims={1}, input_batching_dims={0}, scatter_indices_batching_dims={0},
+    index_vector_dim=2, to_apply=add, sharding={devices=[2,1,1]0,1}
+}
+)";
+    std::string why;
+    auto r = Run(hlo, 2, -2, 11, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 0);
+    const Instruction* s = Only(*r->module, Opcode::kScatter);
+    QVERIFY(s);
+    QCOMPARE(s->shape().ToString(false), std::string("f32[2,10,8]"));
+  }
+
+  // The conformance runner now counts XLA's gather and scatter cases.
+  void conformanceCountsGatherScatter() {
+#ifndef SHARDSCOPE_SHARED_DIR
+    QSKIP("no shared data dir");
+#else
+    const std::string dir = std::string(SHARDSCOPE_SHARED_DIR) + "/conformance/xla/spmd/GatherPartitionedOnTrivialSliceDims.hlo";
+    if (!QFile::exists(QString::fromStdString(dir))) QSKIP("conformance data absent");
+    QFile f(QString::fromStdString(dir));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    std::string why;
+    auto r = Run(f.readAll().toStdString(), 2, -3, 20, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    // XLA: root is all-reduce(masked) : f32[2,3,9].
+    QCOMPARE(r->module->entry()->root()->opcode(), Opcode::kAllReduce);
+    QCOMPARE(r->module->entry()->root()->shape().ToString(false), std::string("f32[2,3,9]"));
+#endif
+  }
+};
+
+QTEST_APPLESS_MAIN(SpmdGatherTest)
+#include "test_spmd_gather.moc"
