@@ -713,7 +713,6 @@ Result<BuiltSchedule> BuildCollective(const Topology& topo, CollectiveKind kind,
   BuiltSchedule b{StepSchedule(&topo), "", static_cast<int64_t>(groups.size()), 0, 0};
   for (const auto& g : groups) b.group_size = std::max(b.group_size, static_cast<int64_t>(g.size()));
   const double n = static_cast<double>(b.group_size);
-  std::string first_description;
   std::set<std::string> descriptions;
   for (const auto& g : groups) {
     const double gn = static_cast<double>(g.size());
@@ -748,11 +747,22 @@ Result<BuiltSchedule> BuildCollective(const Topology& topo, CollectiveKind kind,
       case CollectiveKind::kCollectivePermute: break;
     }
     b.schedule.NextGroup();
-    if (first_description.empty()) first_description = description;
     descriptions.insert(description);
   }
-  b.algorithm = first_description;
-  if (descriptions.size() > 1) b.algorithm += " (and other layouts for some of the " + std::to_string(groups.size()) + " groups)";
+  // Named the same whatever the order of the groups: the distinct layouts, sorted.
+  if (descriptions.size() == 1) {
+    b.algorithm = *descriptions.begin();
+  } else {
+    b.algorithm = std::to_string(descriptions.size()) + " layouts over the " + std::to_string(groups.size()) + " groups: ";
+    int listed = 0;
+    for (const std::string& d : descriptions) {
+      if (listed == 3) {
+        b.algorithm += "; ...";
+        break;
+      }
+      b.algorithm += (listed++ ? "; " : "") + d;
+    }
+  }
   if (!options.bidirectional && kind != CollectiveKind::kAllToAll) b.algorithm += "; rings one-directional";
   switch (kind) {
     case CollectiveKind::kAllGather: b.bytes_per_device = (n - 1) * bytes; break;

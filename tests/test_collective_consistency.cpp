@@ -152,6 +152,13 @@ class TestCollectiveConsistency : public QObject {
       QVERIFY(Near(cost(g, CollectiveKind::kAllReduce).latency_time_s, 6 * us));
     }
     QVERIFY(Near(cost({{4, 6}}, CollectiveKind::kAllReduce).latency_time_s, 4 * us));
+    // The description names both layouts, the same in either group order.
+    const std::string one = cost({{0, 1, 2, 3}, {4, 6}}, CollectiveKind::kAllGather).algorithm;
+    const std::string other = cost({{4, 6}, {0, 1, 2, 3}}, CollectiveKind::kAllGather).algorithm;
+    QCOMPARE(one, other);
+    QVERIFY2(one.rfind("2 layouts over the 2 groups: ", 0) == 0, one.c_str());
+    QVERIFY(one.find(cost({{0, 1, 2, 3}}, CollectiveKind::kAllGather).algorithm) != std::string::npos);
+    QVERIFY(one.find(cost({{4, 6}}, CollectiveKind::kAllGather).algorithm) != std::string::npos);
   }
 
   void sharedLinksCostStrictlyMore() {
