@@ -1446,6 +1446,16 @@ std::optional<HloSharding> GatherOutputShardingFromOperandPassthrough(const HloS
                                     gather.gather_slice_sizes);
 }
 
+namespace {
+// Explicit batch dims followed by the implicit (iota-indexed) parallel dims, when there are any.
+void AppendDims(GatherScatterDims& to, const std::optional<GatherScatterDims>& more) {
+  if (!more) return;
+  to.operand_dims.insert(to.operand_dims.end(), more->operand_dims.begin(), more->operand_dims.end());
+  to.indices_dims.insert(to.indices_dims.end(), more->indices_dims.begin(), more->indices_dims.end());
+  to.output_dims.insert(to.output_dims.end(), more->output_dims.begin(), more->output_dims.end());
+}
+}  // namespace
+
 std::optional<HloSharding> GatherOperandShardingFromOutput(const HloSharding& output_sharding,
                                                            const Instruction& gather) {
   const auto& dn = gather.gather_dims;
@@ -1455,11 +1465,7 @@ std::optional<HloSharding> GatherOperandShardingFromOutput(const HloSharding& ou
   } else {
     GatherScatterDims pd;
     if (!dn.operand_batching_dims.empty()) pd = ExplicitGatherBatchDims(gather);
-    if (auto implicit = GatherParallelDims(gather)) {
-      pd.operand_dims.insert(pd.operand_dims.end(), implicit->operand_dims.begin(), implicit->operand_dims.end());
-      pd.indices_dims.insert(pd.indices_dims.end(), implicit->indices_dims.begin(), implicit->indices_dims.end());
-      pd.output_dims.insert(pd.output_dims.end(), implicit->output_dims.begin(), implicit->output_dims.end());
-    }
+    AppendDims(pd, GatherParallelDims(gather));
     if (!pd.operand_dims.empty()) {
       parallel = PropagateShardingAlongDimsAndReplicateOthers(output_sharding, pd.output_dims, pd.operand_dims,
                                                               gather.operand(0)->shape().rank());
@@ -1509,11 +1515,7 @@ std::optional<HloSharding> ScatterUpdateShardingFromOutput(const HloSharding& ou
   } else {
     GatherScatterDims pd;
     if (!dn.input_batching_dims.empty()) pd = ExplicitScatterBatchDims(scatter);
-    if (auto implicit = ScatterParallelDims(scatter)) {
-      pd.operand_dims.insert(pd.operand_dims.end(), implicit->operand_dims.begin(), implicit->operand_dims.end());
-      pd.indices_dims.insert(pd.indices_dims.end(), implicit->indices_dims.begin(), implicit->indices_dims.end());
-      pd.output_dims.insert(pd.output_dims.end(), implicit->output_dims.begin(), implicit->output_dims.end());
-    }
+    AppendDims(pd, ScatterParallelDims(scatter));
     if (!pd.operand_dims.empty()) {
       parallel = PropagateShardingAlongDimsAndReplicateOthers(output_sharding, pd.operand_dims, pd.output_dims,
                                                               update_rank);
