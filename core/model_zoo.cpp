@@ -773,6 +773,23 @@ Error UnknownModel(const std::vector<ZooModel>& models, std::string_view name) {
   return Error("unknown zoo model '" + std::string(name) + "' (models: " + names + ")");
 }
 
+// The parameters every model of the zoo has (both configs name them alike).
+template <typename Config>
+void ReadCommonParameters(Params& p, Config& c) {
+  c.batch = p.Int("batch");
+  c.model = p.Int("model");
+  c.hidden = p.Int("hidden");
+  c.layers = p.Int("layers");
+  c.backward = p.Bool("backward");
+  c.optimizer = p.Opt();
+  c.learning_rate = p.Real("learning_rate");
+  c.param_type = p.Type("dtype", PrimitiveType::kF32);
+  c.act_type = p.Type("act_dtype", c.param_type);
+  c.annotations = p.Annotations();
+  c.mesh_x = p.Int("mesh_x");
+  c.mesh_y = p.Int("mesh_y");
+}
+
 }  // namespace
 
 std::vector<ZooModel> ZooList() {
@@ -807,38 +824,16 @@ Result<std::unique_ptr<Module>> ZooBuild(std::string_view name, const ZooOverrid
   Result<std::unique_ptr<Module>> built = Error("");
   if (model->name == "mlp") {
     MlpConfig c;
-    c.batch = p.Int("batch");
-    c.model = p.Int("model");
-    c.hidden = p.Int("hidden");
-    c.layers = p.Int("layers");
-    c.backward = p.Bool("backward");
-    c.optimizer = p.Opt();
-    c.learning_rate = p.Real("learning_rate");
-    c.param_type = p.Type("dtype", PrimitiveType::kF32);
-    c.act_type = p.Type("act_dtype", c.param_type);
-    c.annotations = p.Annotations();
-    c.mesh_x = p.Int("mesh_x");
-    c.mesh_y = p.Int("mesh_y");
+    ReadCommonParameters(p, c);
     if (!p.ok()) return Error(p.error());
     built = BuildMlp(c);
   } else {
     TransformerConfig c;
-    c.batch = p.Int("batch");
+    ReadCommonParameters(p, c);
     c.seq = p.Int("seq");
-    c.model = p.Int("model");
     c.heads = p.Int("heads");
     c.head_dim = p.Int("head_dim");
-    c.hidden = p.Int("hidden");
-    c.layers = p.Int("layers");
     c.layernorm = p.Bool("layernorm");
-    c.backward = p.Bool("backward");
-    c.optimizer = p.Opt();
-    c.learning_rate = p.Real("learning_rate");
-    c.param_type = p.Type("dtype", PrimitiveType::kF32);
-    c.act_type = p.Type("act_dtype", c.param_type);
-    c.annotations = p.Annotations();
-    c.mesh_x = p.Int("mesh_x");
-    c.mesh_y = p.Int("mesh_y");
     if (!p.ok()) return Error(p.error());
     built = BuildTransformer(c);
   }
