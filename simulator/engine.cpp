@@ -38,7 +38,8 @@ struct SpecTiming {
 
 // True when every group is a translate of the first on the physical grid: same size, and member i
 // sits at the same chip-coordinate offset from member 0 (and on the same core of its chip) in
-// every group. Such groups have identical layouts, so they all take the joint estimate's time.
+// every group; along an axis with wraparound links offsets are taken round the ring (a translate
+// across the wraparound is the same layout). Such groups all take the joint estimate's time.
 bool Congruent(const std::vector<std::vector<int64_t>>& groups, const Topology& topo) {
   if (topo.is_switch()) {
     for (const auto& g : groups)
@@ -55,7 +56,12 @@ bool Congruent(const std::vector<std::vector<int64_t>>& groups, const Topology& 
     for (int64_t d : g) {
       const int64_t chip = topo.ChipOfDevice(d);
       const std::vector<int64_t> c = topo.ChipCoords(chip);
-      for (size_t a = 0; a < c.size(); ++a) sig.push_back(c[a] - c0[a]);
+      for (size_t a = 0; a < c.size(); ++a) {
+        int64_t off = c[a] - c0[a];
+        const int64_t n = topo.shape()[a];
+        if (topo.wraps(static_cast<int64_t>(a)) && n > 0) off = ((off % n) + n) % n;
+        sig.push_back(off);
+      }
       const auto& on_chip = topo.DevicesOnChip(chip);
       sig.push_back(std::find(on_chip.begin(), on_chip.end(), d) - on_chip.begin());
     }
