@@ -69,9 +69,10 @@ const PValue& SpmdContext::Get(const Instruction* orig) const {
   return it == values_.end() ? kMissing : it->second;
 }
 
-HloSharding SpmdContext::ShardingOf(const Instruction& orig) {
+const HloSharding& SpmdContext::ShardingOf(const Instruction& orig) {
+  static const HloSharding kReplicated = HloSharding::Replicate();
   if (orig.has_sharding()) return *orig.sharding();
-  return HloSharding::Replicate();
+  return kReplicated;
 }
 
 void SpmdContext::set_origin(const Instruction* orig) {
@@ -360,10 +361,19 @@ void AppendKey(std::string& k, const HloSharding& s) {
   if (s.IsMaximal()) k += std::to_string(s.maximal_device());
   if (!s.IsTiled()) return;
   for (auto t : s.subgroup_types()) k += static_cast<char>('a' + static_cast<int>(t));
-  const auto& dims = s.tile_assignment().dims();
+  const TileAssignment& ta = s.tile_assignment();
+  if (ta.is_iota()) {
+    // "[dims]<=[reshape]T(perm)" determines every device: a few bytes instead of all the ids.
+    k += 'I';
+    k += ta.ToString();
+    k += ';';
+    return;
+  }
+  k += 'E';
+  const auto& dims = ta.dims();
   k += static_cast<char>(dims.size());
   k.append(reinterpret_cast<const char*>(dims.data()), dims.size() * sizeof(int64_t));
-  const auto& devs = s.tile_assignment().devices();
+  const auto& devs = ta.devices();
   k.append(reinterpret_cast<const char*>(devs.data()), devs.size() * sizeof(int64_t));
 }
 }  // namespace
@@ -375,25 +385,32 @@ std::string ShardingKey(const HloSharding& s) {
 }
 
 Result<TileMap> SpmdContext::MapOf(const HloSharding& sharding, int64_t rank) const {
-  std::string key = ShardingKey(sharding);
+  std::string& key = map_key_buf_;
+  key.clear();
+  AppendKey(key, sharding);
   key += '#';
   key += std::to_string(rank);
   auto it = map_cache_.find(key);
   if (it != map_cache_.end()) return it->second;
   auto m = TileMap::FromSharding(sharding, rank, n_);
-  map_cache_.emplace(std::move(key), m);
+  map_cache_.emplace(key, m);
   return m;
 }
 
 Result<ReshardPlan> SpmdContext::PlanReshard(const HloSharding& from, const HloSharding& to, const Shape& base) const {
-  std::string key = ShardingKey(from);
-  key += '>';
-  key += ShardingKey(to);
-  key += '@';
-  key += static_cast<char>(base.type);
-  key.append(reinterpret_cast<const char*>(base.dims.data()), base.dims.size() * sizeof(int64_t));
-  auto it = plan_cache_.find(key);
-  if (it != plan_cache_.end()) return it->second;
+  {
+    std::string& k = plan_key_buf_;
+    k.clear();
+    AppendKey(k, from);
+    k += '>';
+    AppendKey(k, to);
+    k += '@';
+    k += static_cast<char>(base.type);
+    k.append(reinterpret_cast<const char*>(base.dims.data()), base.dims.size() * sizeof(int64_t));
+    auto it = plan_cache_.find(k);
+    if (it != plan_cache_.end()) return it->second;
+  }
+  std::string key = plan_key_buf_;  // the buffer is reused by the recursive planning below
   auto plan = PlanReshardUncached(from, to, base);
   plan_cache_.emplace(std::move(key), plan);
   return plan;
@@ -1174,22 +1191,7 @@ std::optional<TileMap> BuildJointTiling(const std::vector<JointSource>& sources,
 }
 
 TileMap ProjectJointTiling(const TileMap& joint, const std::vector<int64_t>& label_of_dim) {
-  std::vector<int64_t> dropped;
-  for (int64_t l = 0; l < joint.rank(); ++l)
-    if (std::find(label_of_dim.begin(), label_of_dim.end(), l) == label_of_dim.end()) dropped.push_back(l);
-  const TileMap g = joint.Gathered(dropped);
-  std::vector<int64_t> tiles(label_of_dim.size(), 1);
-  for (size_t d = 0; d < label_of_dim.size(); ++d)
-    if (label_of_dim[d] >= 0) tiles[d] = g.tiles(label_of_dim[d]);
-  std::vector<DeviceTile> devs(static_cast<size_t>(g.num_devices()));
-  for (int64_t dev = 0; dev < g.num_devices(); ++dev) {
-    DeviceTile& dt = devs[static_cast<size_t>(dev)];
-    dt.index.assign(label_of_dim.size(), 0);
-    for (size_t d = 0; d < label_of_dim.size(); ++d)
-      if (label_of_dim[d] >= 0) dt.index[d] = g.device(dev).index[static_cast<size_t>(label_of_dim[d])];
-    dt.replica = g.device(dev).replica;
-  }
-  return TileMap(tiles, devs);
+  return joint.Projected(label_of_dim);
 }
 
 

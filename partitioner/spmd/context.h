@@ -62,7 +62,7 @@ class SpmdContext {
   const PValue& Get(const Instruction* orig) const;
   void Set(const Instruction* orig, PValue v) { values_[orig] = std::move(v); }
   // The sharding an original instruction should have (replicated when absent).
-  static HloSharding ShardingOf(const Instruction& orig);
+  static const HloSharding& ShardingOf(const Instruction& orig);
 
   // ---- emitting into the current computation ----
   Computation* comp() { return comp_; }
@@ -134,6 +134,8 @@ class SpmdContext {
   Result<ReshardPlan> PlanReshardUncached(const HloSharding& from, const HloSharding& to, const Shape& base) const;
   mutable std::unordered_map<std::string, Result<ReshardPlan>> plan_cache_;
   mutable std::unordered_map<std::string, Result<TileMap>> map_cache_;
+  // Scratch buffers for the memo keys (a key holds every device id: 16 KiB at 2048 devices).
+  mutable std::string map_key_buf_, plan_key_buf_;
   const Module& original_;
   Module* out_;
   int64_t n_;

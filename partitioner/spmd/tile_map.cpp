@@ -2,19 +2,142 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
+#include <optional>
 
 namespace shardscope::spmd {
 
+// Memo tables of one Rep. Keys start with a tag naming the operation, then its arguments.
+struct TileMap::Memo {
+  std::mutex mu;  // maps are normally used by one thread, but copies may be handed to another
+  std::map<std::vector<int64_t>, TileMap> maps;
+  std::map<std::vector<int64_t>, std::vector<std::vector<int64_t>>> groups;
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> offsets;
+  std::optional<Result<HloSharding>> sharding;
+};
+
+namespace {
+enum MemoTag : int64_t { kGathered, kGatheredBy, kPermuted, kProjected, kGroupsAlong, kGroupsGatheringBy };
+std::vector<int64_t> MemoKey(int64_t tag, const std::vector<int64_t>& args) {
+  std::vector<int64_t> k;
+  k.reserve(args.size() + 1);
+  k.push_back(tag);
+  k.insert(k.end(), args.begin(), args.end());
+  return k;
+}
+}  // namespace
+
+std::shared_ptr<const TileMap::Rep> TileMap::MakeRep(std::vector<int64_t> tiles, std::vector<DeviceTile> devices) {
+  return std::make_shared<const Rep>(Rep{std::move(tiles), std::move(devices), std::make_shared<Memo>()});
+}
+
+TileMap::TileMap(std::vector<int64_t> tiles, std::vector<DeviceTile> devices)
+    : rep_(MakeRep(std::move(tiles), std::move(devices))) {}
+
+TileMap::TileMap() {
+  static const std::shared_ptr<const Rep> kEmpty = MakeRep({}, {});
+  rep_ = kEmpty;
+}
+
+// ---- memoised entry points: each computes once per (map, arguments) ----
+
+#define SHARDSCOPE_MEMO_MAP(KEY, EXPR)                          \
+  do {                                                           \
+    const std::vector<int64_t> key = (KEY);                      \
+    Memo& memo = *rep_->memo;                                    \
+    {                                                            \
+      std::lock_guard<std::mutex> lock(memo.mu);                 \
+      auto it = memo.maps.find(key);                             \
+      if (it != memo.maps.end()) return it->second;              \
+    }                                                            \
+    TileMap result = (EXPR);                                     \
+    std::lock_guard<std::mutex> lock(memo.mu);                   \
+    return memo.maps.emplace(key, std::move(result)).first->second; \
+  } while (false)
+
+TileMap TileMap::Gathered(const std::vector<int64_t>& dims) const {
+  if (dims.empty()) return *this;
+  SHARDSCOPE_MEMO_MAP(MemoKey(kGathered, dims), GatheredUncached(dims));
+}
+
+TileMap TileMap::GatheredBy(int64_t d, int64_t k) const {
+  SHARDSCOPE_MEMO_MAP(MemoKey(kGatheredBy, {d, k}), GatheredByUncached(d, k));
+}
+
+TileMap TileMap::Permuted(const std::vector<int64_t>& perm) const {
+  SHARDSCOPE_MEMO_MAP(MemoKey(kPermuted, perm), PermutedUncached(perm));
+}
+
+TileMap TileMap::Projected(const std::vector<int64_t>& label_of_dim) const {
+  SHARDSCOPE_MEMO_MAP(MemoKey(kProjected, label_of_dim), ProjectedUncached(label_of_dim));
+}
+
+#undef SHARDSCOPE_MEMO_MAP
+
+std::vector<std::vector<int64_t>> TileMap::GroupsAlong(const std::vector<int64_t>& dims) const {
+  const std::vector<int64_t> key = MemoKey(kGroupsAlong, dims);
+  Memo& memo = *rep_->memo;
+  {
+    std::lock_guard<std::mutex> lock(memo.mu);
+    auto it = memo.groups.find(key);
+    if (it != memo.groups.end()) return it->second;
+  }
+  auto g = GroupsAlongUncached(dims);
+  std::lock_guard<std::mutex> lock(memo.mu);
+  return memo.groups.emplace(key, std::move(g)).first->second;
+}
+
+std::vector<std::vector<int64_t>> TileMap::GroupsGatheringBy(int64_t d, int64_t k) const {
+  const std::vector<int64_t> key = MemoKey(kGroupsGatheringBy, {d, k});
+  Memo& memo = *rep_->memo;
+  {
+    std::lock_guard<std::mutex> lock(memo.mu);
+    auto it = memo.groups.find(key);
+    if (it != memo.groups.end()) return it->second;
+  }
+  auto g = GroupsGatheringByUncached(d, k);
+  std::lock_guard<std::mutex> lock(memo.mu);
+  return memo.groups.emplace(key, std::move(g)).first->second;
+}
+
+std::vector<int64_t> TileMap::OffsetTable(int64_t d, int64_t full) const {
+  Memo& memo = *rep_->memo;
+  {
+    std::lock_guard<std::mutex> lock(memo.mu);
+    auto it = memo.offsets.find({d, full});
+    if (it != memo.offsets.end()) return it->second;
+  }
+  auto t = OffsetTableUncached(d, full);
+  std::lock_guard<std::mutex> lock(memo.mu);
+  return memo.offsets.emplace(std::make_pair(d, full), std::move(t)).first->second;
+}
+
+Result<HloSharding> TileMap::ToSharding() const {
+  Memo& memo = *rep_->memo;
+  {
+    std::lock_guard<std::mutex> lock(memo.mu);
+    if (memo.sharding) return *memo.sharding;
+  }
+  auto s = ToShardingUncached();
+  std::lock_guard<std::mutex> lock(memo.mu);
+  if (!memo.sharding) memo.sharding.emplace(std::move(s));
+  return *memo.sharding;
+}
+
+// ---- the computations ----
+
 Result<TileMap> TileMap::FromSharding(const HloSharding& s, int64_t rank, int64_t n) {
-  TileMap m;
-  m.tiles_.assign(static_cast<size_t>(rank), 1);
-  m.devices_.resize(static_cast<size_t>(n));
+  auto rep = std::make_shared<Rep>();
+  rep->memo = std::make_shared<Memo>();
+  Rep& m = *rep;
+  m.tiles.assign(static_cast<size_t>(rank), 1);
+  m.devices.resize(static_cast<size_t>(n));
   for (int64_t d = 0; d < n; ++d) {
-    m.devices_[static_cast<size_t>(d)].index.assign(static_cast<size_t>(rank), 0);
-    m.devices_[static_cast<size_t>(d)].replica = d;
+    m.devices[static_cast<size_t>(d)].index.assign(static_cast<size_t>(rank), 0);
+    m.devices[static_cast<size_t>(d)].replica = d;
   }
   if (s.IsTuple()) return Error("TileMap: tuple sharding given for an array");
-  if (!s.IsTiled()) return m;  // replicated / maximal / unknown / manual (whole array per device)
+  if (!s.IsTiled()) return TileMap(std::move(rep));  // replicated / maximal / unknown / manual (whole array per device)
   // Manual subgroups behave like replicas here: devices of different manual groups hold the same
   // tile index but never exchange data (every collective group is keyed by the replica index).
   // Unreduced subgroups hold partial sums, which resharding does not model.
@@ -29,26 +152,30 @@ Result<TileMap> TileMap::FromSharding(const HloSharding& s, int64_t rank, int64_
   if (ta.num_elements() != n)
     return Error("sharding " + s.ToString() + " spans " + std::to_string(ta.num_elements()) +
                  " devices, the program has " + std::to_string(n));
-  for (int64_t d = 0; d < rank; ++d) m.tiles_[static_cast<size_t>(d)] = ta.dim(d);
+  for (int64_t d = 0; d < rank; ++d) m.tiles[static_cast<size_t>(d)] = ta.dim(d);
   for (int64_t dev = 0; dev < n; ++dev) {
     std::vector<int64_t> idx = ta.IndexOfDevice(dev);
     if (idx.empty()) return Error("device " + std::to_string(dev) + " missing from sharding " + s.ToString());
-    auto& dt = m.devices_[static_cast<size_t>(dev)];
+    auto& dt = m.devices[static_cast<size_t>(dev)];
     dt.index.assign(idx.begin(), idx.begin() + rank);
     int64_t r = 0;
     for (int64_t k = rank; k < ta.num_dimensions(); ++k) r = r * ta.dim(k) + idx[static_cast<size_t>(k)];
     dt.replica = r;
   }
-  return m;
+  return TileMap(std::move(rep));
 }
 
 int64_t TileMap::replication() const {
+  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
+  [[maybe_unused]] const auto& devices_ = rep_->devices;
   int64_t t = 1;
   for (int64_t x : tiles_) t *= x;
   return t == 0 ? 0 : num_devices() / t;
 }
 
-Result<HloSharding> TileMap::ToSharding() const {
+Result<HloSharding> TileMap::ToShardingUncached() const {
+  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
+  [[maybe_unused]] const auto& devices_ = rep_->devices;
   int64_t total_tiles = 1;
   for (int64_t t : tiles_) total_tiles *= t;
   if (total_tiles == 1) return HloSharding::Replicate();
@@ -80,6 +207,8 @@ Result<HloSharding> TileMap::ToSharding() const {
 }
 
 int64_t TileMap::ShardSize(int64_t d, int64_t full) const {
+  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
+  [[maybe_unused]] const auto& devices_ = rep_->devices;
   const int64_t t = tiles_[static_cast<size_t>(d)];
   return (full + t - 1) / t;
 }
@@ -91,20 +220,28 @@ std::vector<int64_t> TileMap::ShardShape(const std::vector<int64_t>& full) const
 }
 
 int64_t TileMap::Offset(int64_t dev, int64_t d, int64_t full) const {
+  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
+  [[maybe_unused]] const auto& devices_ = rep_->devices;
   return devices_[static_cast<size_t>(dev)].index[static_cast<size_t>(d)] * ShardSize(d, full);
 }
 
-std::vector<int64_t> TileMap::OffsetTable(int64_t d, int64_t full) const {
+std::vector<int64_t> TileMap::OffsetTableUncached(int64_t d, int64_t full) const {
+  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
+  [[maybe_unused]] const auto& devices_ = rep_->devices;
   std::vector<int64_t> t(devices_.size());
   for (size_t dev = 0; dev < devices_.size(); ++dev) t[dev] = Offset(static_cast<int64_t>(dev), d, full);
   return t;
 }
 
 bool TileMap::HasPadding(int64_t d, int64_t full) const {
+  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
+  [[maybe_unused]] const auto& devices_ = rep_->devices;
   return ShardSize(d, full) * tiles_[static_cast<size_t>(d)] != full;
 }
 
-std::vector<std::vector<int64_t>> TileMap::GroupsAlong(const std::vector<int64_t>& dims) const {
+std::vector<std::vector<int64_t>> TileMap::GroupsAlongUncached(const std::vector<int64_t>& dims) const {
+  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
+  [[maybe_unused]] const auto& devices_ = rep_->devices;
   // Key: (indices on other dims, replica). Within a group, order by tile index over `dims`.
   std::map<std::vector<int64_t>, std::vector<std::pair<int64_t, int64_t>>> groups;
   for (int64_t dev = 0; dev < num_devices(); ++dev) {
@@ -131,7 +268,9 @@ std::vector<std::vector<int64_t>> TileMap::GroupsAlong(const std::vector<int64_t
   return out;
 }
 
-std::vector<std::vector<int64_t>> TileMap::GroupsGatheringBy(int64_t d, int64_t k) const {
+std::vector<std::vector<int64_t>> TileMap::GroupsGatheringByUncached(int64_t d, int64_t k) const {
+  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
+  [[maybe_unused]] const auto& devices_ = rep_->devices;
   std::map<std::vector<int64_t>, std::vector<std::pair<int64_t, int64_t>>> groups;
   for (int64_t dev = 0; dev < num_devices(); ++dev) {
     const auto& dt = devices_[static_cast<size_t>(dev)];
@@ -151,22 +290,26 @@ std::vector<std::vector<int64_t>> TileMap::GroupsGatheringBy(int64_t d, int64_t 
   return out;
 }
 
-TileMap TileMap::GatheredBy(int64_t d, int64_t k) const {
-  TileMap m = *this;
-  for (auto& dt : m.devices_) {
+TileMap TileMap::GatheredByUncached(int64_t d, int64_t k) const {
+  auto rep = std::make_shared<Rep>(Rep{rep_->tiles, rep_->devices, std::make_shared<Memo>()});
+  Rep& m = *rep;
+  for (auto& dt : m.devices) {
     const int64_t i = dt.index[static_cast<size_t>(d)];
     dt.replica = dt.replica * k + i % k;
     dt.index[static_cast<size_t>(d)] = i / k;
   }
-  m.tiles_[static_cast<size_t>(d)] /= k;
-  return m;
+  m.tiles[static_cast<size_t>(d)] /= k;
+  return TileMap(std::move(rep));
 }
 
-TileMap TileMap::Gathered(const std::vector<int64_t>& dims) const {
-  TileMap m = *this;
+TileMap TileMap::GatheredUncached(const std::vector<int64_t>& dims) const {
+  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
+  [[maybe_unused]] const auto& devices_ = rep_->devices;
+  auto rep = std::make_shared<Rep>(Rep{rep_->tiles, rep_->devices, std::make_shared<Memo>()});
+  Rep& m = *rep;
   int64_t gathered_tiles = 1;
   for (int64_t k : dims) gathered_tiles *= tiles_[static_cast<size_t>(k)];
-  for (auto& dt : m.devices_) {
+  for (auto& dt : m.devices) {
     int64_t g = 0;
     for (int64_t k : dims) {
       g = g * tiles_[static_cast<size_t>(k)] + dt.index[static_cast<size_t>(k)];
@@ -174,27 +317,52 @@ TileMap TileMap::Gathered(const std::vector<int64_t>& dims) const {
     }
     dt.replica = dt.replica * gathered_tiles + g;
   }
-  for (int64_t k : dims) m.tiles_[static_cast<size_t>(k)] = 1;
-  return m;
+  for (int64_t k : dims) m.tiles[static_cast<size_t>(k)] = 1;
+  return TileMap(std::move(rep));
 }
 
-TileMap TileMap::Permuted(const std::vector<int64_t>& perm) const {
-  TileMap m;
-  m.tiles_.resize(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) m.tiles_[i] = tiles_[static_cast<size_t>(perm[i])];
-  m.devices_ = devices_;
+TileMap TileMap::PermutedUncached(const std::vector<int64_t>& perm) const {
+  auto rep = std::make_shared<Rep>();
+  rep->memo = std::make_shared<Memo>();
+  Rep& m = *rep;
+  const auto& tiles_ = rep_->tiles;
+  const auto& devices_ = rep_->devices;
+  m.tiles.resize(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) m.tiles[i] = tiles_[static_cast<size_t>(perm[i])];
+  m.devices.resize(devices_.size());
   for (size_t dev = 0; dev < devices_.size(); ++dev) {
-    auto& idx = m.devices_[dev].index;
+    auto& idx = m.devices[dev].index;
     idx.resize(perm.size());
     for (size_t i = 0; i < perm.size(); ++i) idx[i] = devices_[dev].index[static_cast<size_t>(perm[i])];
+    m.devices[dev].replica = devices_[dev].replica;
   }
-  return m;
+  return TileMap(std::move(rep));
+}
+
+TileMap TileMap::ProjectedUncached(const std::vector<int64_t>& label_of_dim) const {
+  std::vector<int64_t> dropped;
+  for (int64_t l = 0; l < rank(); ++l)
+    if (std::find(label_of_dim.begin(), label_of_dim.end(), l) == label_of_dim.end()) dropped.push_back(l);
+  const TileMap g = Gathered(dropped);
+  std::vector<int64_t> tiles(label_of_dim.size(), 1);
+  for (size_t d = 0; d < label_of_dim.size(); ++d)
+    if (label_of_dim[d] >= 0) tiles[d] = g.tiles(label_of_dim[d]);
+  std::vector<DeviceTile> devs(static_cast<size_t>(g.num_devices()));
+  for (int64_t dev = 0; dev < g.num_devices(); ++dev) {
+    DeviceTile& dt = devs[static_cast<size_t>(dev)];
+    dt.index.assign(label_of_dim.size(), 0);
+    for (size_t d = 0; d < label_of_dim.size(); ++d)
+      if (label_of_dim[d] >= 0) dt.index[d] = g.device(dev).index[static_cast<size_t>(label_of_dim[d])];
+    dt.replica = g.device(dev).replica;
+  }
+  return TileMap(std::move(tiles), std::move(devs));
 }
 
 bool TileMap::SameAs(const TileMap& o) const {
-  if (tiles_ != o.tiles_ || devices_.size() != o.devices_.size()) return false;
-  for (size_t i = 0; i < devices_.size(); ++i)
-    if (devices_[i].index != o.devices_[i].index) return false;
+  if (rep_ == o.rep_) return true;
+  if (rep_->tiles != o.rep_->tiles || rep_->devices.size() != o.rep_->devices.size()) return false;
+  for (size_t i = 0; i < rep_->devices.size(); ++i)
+    if (rep_->devices[i].index != o.rep_->devices[i].index) return false;
   return true;
 }
 

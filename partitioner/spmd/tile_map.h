@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -29,12 +30,12 @@ class TileMap {
   // the map is not a full grid (every tile held by the same number of devices).
   Result<HloSharding> ToSharding() const;
 
-  int64_t rank() const { return static_cast<int64_t>(tiles_.size()); }
-  int64_t num_devices() const { return static_cast<int64_t>(devices_.size()); }
-  const std::vector<int64_t>& tiles() const { return tiles_; }
-  int64_t tiles(int64_t d) const { return tiles_[static_cast<size_t>(d)]; }
+  int64_t rank() const { return static_cast<int64_t>(rep_->tiles.size()); }
+  int64_t num_devices() const { return static_cast<int64_t>(rep_->devices.size()); }
+  const std::vector<int64_t>& tiles() const { return rep_->tiles; }
+  int64_t tiles(int64_t d) const { return rep_->tiles[static_cast<size_t>(d)]; }
   int64_t replication() const;  // devices per tile
-  const DeviceTile& device(int64_t d) const { return devices_[static_cast<size_t>(d)]; }
+  const DeviceTile& device(int64_t d) const { return rep_->devices[static_cast<size_t>(d)]; }
 
   // Shard size along dim d for a full extent (ceil division, GSPMD §4.1 padding).
   int64_t ShardSize(int64_t d, int64_t full) const;
@@ -64,14 +65,37 @@ class TileMap {
 
   bool SameAs(const TileMap& o) const;
 
+  // The map of an operand whose dim d carries label label_of_dim[d] (-1: whole) of this joint
+  // tiling: labels it does not carry become replication (see ProjectJointTiling, context.h).
+  TileMap Projected(const std::vector<int64_t>& label_of_dim) const;
+
   // Constructs from explicit data (used by the dot planner's joint tilings).
-  TileMap(std::vector<int64_t> tiles, std::vector<DeviceTile> devices)
-      : tiles_(std::move(tiles)), devices_(std::move(devices)) {}
-  TileMap() = default;
+  TileMap(std::vector<int64_t> tiles, std::vector<DeviceTile> devices);
+  TileMap();
 
  private:
-  std::vector<int64_t> tiles_;
-  std::vector<DeviceTile> devices_;  // indexed by device id
+  // The per-device data is immutable once built and shared between copies: a TileMap is copied
+  // into every reshard step, plan and memo table, and at thousands of devices copying the
+  // per-device vectors dominated partitioning time. Operations that change a map build a new Rep.
+  // Derived data (gathered/permuted/projected maps, replica groups, offset tables, the sharding)
+  // is memoised per Rep: the same maps are asked the same questions on every layer of a model.
+  struct Memo;
+  struct Rep {
+    std::vector<int64_t> tiles;
+    std::vector<DeviceTile> devices;  // indexed by device id
+    std::shared_ptr<Memo> memo;       // never null; owned by this Rep alone
+  };
+  static std::shared_ptr<const Rep> MakeRep(std::vector<int64_t> tiles, std::vector<DeviceTile> devices);
+  explicit TileMap(std::shared_ptr<const Rep> rep) : rep_(std::move(rep)) {}
+  TileMap GatheredUncached(const std::vector<int64_t>& dims) const;
+  TileMap GatheredByUncached(int64_t d, int64_t k) const;
+  TileMap PermutedUncached(const std::vector<int64_t>& perm) const;
+  TileMap ProjectedUncached(const std::vector<int64_t>& label_of_dim) const;
+  std::vector<std::vector<int64_t>> GroupsAlongUncached(const std::vector<int64_t>& dims) const;
+  std::vector<std::vector<int64_t>> GroupsGatheringByUncached(int64_t d, int64_t k) const;
+  std::vector<int64_t> OffsetTableUncached(int64_t d, int64_t full) const;
+  Result<HloSharding> ToShardingUncached() const;
+  std::shared_ptr<const Rep> rep_;  // never null
 };
 
 // Does every device's shard under `to` lie within its shard under `from` (for these full dims)?
