@@ -1440,6 +1440,7 @@ Result<CollectiveWalkthrough> WalkThroughCollective(const Topology& topo, Collec
       t.direction = first.direction;
     }
     for (int64_t l : t.path) t.wraparound = t.wraparound || topo.link(l).wraparound;
+    t.half = m.half < 1;
     if (reduce) {
       t.piece = PieceLabel(m.chunks, m.half, m.part, parts_of(m.group), "partial sum of chunk", "partial sums of chunks");
     } else if (kind == CollectiveKind::kAllReduce) {

@@ -66,6 +66,7 @@ struct StepTransfer {
   std::vector<int64_t> chunks;  // the shards/chunks/pieces it carries (group positions; a2a: the source)
   double fraction = 1;          // of each chunk (0.5: half a shard on the last hop of an even ring,
                                 // or the part of a shard in a multi-axis gather)
+  bool half = false;            // half a chunk each way on the last hop of an even bidirectional ring
   double bytes = 0;
   bool reduce_on_arrival = false;  // reduce-scatter / all-reduce's first phase: added to the receiver's copy
   bool on_chip = false;         // between devices of one chip (free, no link)

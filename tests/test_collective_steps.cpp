@@ -237,8 +237,10 @@ class TestCollectiveSteps : public QObject {
     for (const auto& t : s2) {
       QCOMPARE(t.bytes, kShard / 2);
       QCOMPARE(t.fraction, 0.5);
+      QVERIFY(t.half);
       QVERIFY(t.piece.rfind("half of shard", 0) == 0);
     }
+    for (const auto& t : w.steps[0].transfers) QVERIFY(!t.half);
     // Device 2, opposite device 0, gets one half of shard 0 from each side.
     QVERIFY(Find(w, 2, 1, 2, 0));
     QVERIFY(Find(w, 2, 3, 2, 0));

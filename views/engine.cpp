@@ -714,7 +714,7 @@ TeachingPlan PlanTeaching(const TeachingRequest& request) {
       x.chunks = t.chunks;
       x.bytes = t.bytes;
       x.reduce = t.reduce_on_arrival;
-      x.half = t.piece.find("half of") == 0 || t.piece.find("\u00BD of") == 0;
+      x.half = t.half;
       x.wraparound = t.wraparound;
       x.on_chip = t.on_chip;
       x.hops = t.hops;
