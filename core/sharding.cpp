@@ -968,11 +968,16 @@ bool ShardingParser::NamedToSharding(const NamedSpec& spec, HloSharding* out) {
 // ---------------------------------------------------------------------------------------------
 // TileAssignment
 
+const std::vector<int64_t>& TileAssignment::Empty() {
+  static const std::vector<int64_t> empty;
+  return empty;
+}
+
 TileAssignment TileAssignment::Explicit(std::vector<int64_t> dims, std::vector<int64_t> devices) {
   TileAssignment t;
   t.dims_ = std::move(dims);
-  t.devices_ = std::move(devices);
-  t.device_index_ = BuildDeviceIndex(t.devices_);
+  t.devices_ = std::make_shared<const std::vector<int64_t>>(std::move(devices));
+  t.device_index_ = std::make_shared<const std::vector<int64_t>>(BuildDeviceIndex(*t.devices_));
   return t;
 }
 
@@ -988,8 +993,8 @@ TileAssignment TileAssignment::Iota(std::vector<int64_t> dims, std::vector<int64
                        (form.perm.size() == form.reshape_dims.size() && IsPermutation(form.perm));
   if (!rn || *rn != n || !perm_ok) form = IotaForm{{n}, {}};  // invalid description: plain iota
   form = CanonicalIota(form);
-  t.devices_ = MaterializeIota(form);
-  t.device_index_ = BuildDeviceIndex(t.devices_);
+  t.devices_ = std::make_shared<const std::vector<int64_t>>(MaterializeIota(form));
+  t.device_index_ = std::make_shared<const std::vector<int64_t>>(BuildDeviceIndex(*t.devices_));
   t.iota_reshape_ = form.reshape_dims;
   t.iota_perm_ = form.perm;
   return t;
@@ -1002,19 +1007,19 @@ int64_t TileAssignment::operator()(const std::vector<int64_t>& index) const {
     if (index[i] < 0 || index[i] >= dims_[i]) return -1;
     flat = flat * dims_[i] + index[i];
   }
-  if (flat < 0 || flat >= static_cast<int64_t>(devices_.size())) return -1;
-  return devices_[static_cast<size_t>(flat)];
+  if (flat < 0 || flat >= static_cast<int64_t>(devices().size())) return -1;
+  return devices()[static_cast<size_t>(flat)];
 }
 
 std::vector<int64_t> TileAssignment::IndexOfDevice(int64_t device) const {
   int64_t flat = -1;
-  if (!device_index_.empty()) {
-    if (device >= 0 && device < static_cast<int64_t>(device_index_.size())) {
-      flat = device_index_[static_cast<size_t>(device)];
+  if (!device_index().empty()) {
+    if (device >= 0 && device < static_cast<int64_t>(device_index().size())) {
+      flat = device_index()[static_cast<size_t>(device)];
     }
   } else {
-    auto it = std::find(devices_.begin(), devices_.end(), device);
-    if (it != devices_.end()) flat = it - devices_.begin();
+    auto it = std::find(devices().begin(), devices().end(), device);
+    if (it != devices().end()) flat = it - devices().begin();
   }
   if (flat < 0) return {};
   std::vector<int64_t> index(dims_.size(), 0);
@@ -1028,7 +1033,7 @@ std::vector<int64_t> TileAssignment::IndexOfDevice(int64_t device) const {
 
 TileAssignment TileAssignment::Reshape(std::vector<int64_t> new_dims) const {
   const auto n = CheckedProduct(new_dims, std::numeric_limits<int64_t>::max());
-  if (!n || *n != static_cast<int64_t>(devices_.size())) return *this;
+  if (!n || *n != static_cast<int64_t>(devices().size())) return *this;
   TileAssignment t = *this;
   t.dims_ = std::move(new_dims);
   return t;
@@ -1037,7 +1042,7 @@ TileAssignment TileAssignment::Reshape(std::vector<int64_t> new_dims) const {
 TileAssignment TileAssignment::Transpose(const std::vector<int64_t>& perm) const {
   if (perm.size() != dims_.size() || !IsPermutation(perm)) return *this;
   const auto n = CheckedProduct(dims_, std::numeric_limits<int64_t>::max());
-  if (!n || *n != static_cast<int64_t>(devices_.size())) return *this;
+  if (!n || *n != static_cast<int64_t>(devices().size())) return *this;
   const size_t k = dims_.size();
   bool identity = true;
   for (size_t i = 0; i < k; ++i) identity &= perm[i] == static_cast<int64_t>(i);
@@ -1050,11 +1055,11 @@ TileAssignment TileAssignment::Transpose(const std::vector<int64_t>& perm) const
     new_stride[i] = stride[static_cast<size_t>(perm[i])];
   }
   std::vector<int64_t> devices;
-  devices.reserve(devices_.size());
+  devices.reserve(this->devices().size());
   std::vector<int64_t> idx(k, 0);
   int64_t offset = 0;
   for (int64_t count = 0; count < *n; ++count) {
-    devices.push_back(devices_[static_cast<size_t>(offset)]);
+    devices.push_back(this->devices()[static_cast<size_t>(offset)]);
     for (size_t i = k; i-- > 0;) {
       ++idx[i];
       offset += new_stride[i];
@@ -1075,7 +1080,7 @@ std::string TileAssignment::ToString() const {
     out += "<=[" + JoinInts(*iota_reshape_) + "]";
     if (!iota_perm_.empty()) out += "T(" + JoinInts(iota_perm_) + ")";
   } else {
-    out += JoinInts(devices_);
+    out += JoinInts(devices());
   }
   return out;
 }

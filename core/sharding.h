@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,8 +30,8 @@ class TileAssignment {
   const std::vector<int64_t>& dims() const { return dims_; }
   int64_t num_dimensions() const { return static_cast<int64_t>(dims_.size()); }
   int64_t dim(int64_t i) const { return dims_[static_cast<size_t>(i)]; }
-  int64_t num_elements() const { return static_cast<int64_t>(devices_.size()); }
-  const std::vector<int64_t>& devices() const { return devices_; }  // row-major
+  int64_t num_elements() const { return static_cast<int64_t>(devices().size()); }
+  const std::vector<int64_t>& devices() const { return devices_ ? *devices_ : Empty(); }  // row-major
   int64_t operator()(const std::vector<int64_t>& index) const;     // device at a tile index
   std::vector<int64_t> IndexOfDevice(int64_t device) const;         // empty if absent
   bool is_iota() const { return iota_reshape_.has_value(); }
@@ -38,13 +39,20 @@ class TileAssignment {
   TileAssignment Reshape(std::vector<int64_t> new_dims) const;
   TileAssignment Transpose(const std::vector<int64_t>& perm) const;
 
-  bool operator==(const TileAssignment& o) const { return dims_ == o.dims_ && devices_ == o.devices_; }
+  bool operator==(const TileAssignment& o) const {
+    return dims_ == o.dims_ && (devices_ == o.devices_ || devices() == o.devices());
+  }
   std::string ToString() const;  // "[2,2]0,1,2,3" or "[4,2]<=[2,4]T(1,0)"
 
  private:
+  static const std::vector<int64_t>& Empty();
+  const std::vector<int64_t>& device_index() const { return device_index_ ? *device_index_ : Empty(); }
+
   std::vector<int64_t> dims_;
-  std::vector<int64_t> devices_;
-  std::vector<int64_t> device_index_;  // device id -> flat index, -1 if absent (dense by id)
+  // Shared between copies: a tile assignment never changes once built, and shardings over
+  // thousands of devices are copied for every value of a program.
+  std::shared_ptr<const std::vector<int64_t>> devices_;
+  std::shared_ptr<const std::vector<int64_t>> device_index_;  // device id -> flat index, -1 if absent
   std::optional<std::vector<int64_t>> iota_reshape_;
   std::vector<int64_t> iota_perm_;
 };
