@@ -390,6 +390,37 @@ ENTRY main {
     QCOMPARE(r->module->entry()->root()->shape().ToString(false), std::string("f32[2,3,9]"));
 #endif
   }
+
+  // GSPMD's parallel-dim case: the index of operand dim 0 is an iota along the indices' batch dim of
+  // the same extent (a "take along axis"), so both are tiled alike and every device gathers from its
+  // own rows — no collective; the local index is the global one minus the shard start. Uneven (10
+  // over 4) included.
+  void gatherParallelDimFromIota_data() {
+    QTest::addColumn<int>("rows");
+    QTest::newRow("even 8 over 4") << 8;
+    QTest::newRow("uneven 10 over 4") << 10;
+  }
+  void gatherParallelDimFromIota() {
+    QFETCH(int, rows);
+    const std::string n = std::to_string(rows);
+    const std::string hlo = "HloModule take, num_partitions=4\n\nENTRY main {\n"
+                            "  p = f32[" + n + ",6] parameter(0), sharding={devices=[4,1]0,1,2,3}\n"
+                            "  row = s32[" + n + ",1] iota(), iota_dimension=0, sharding={devices=[4,1]0,1,2,3}\n"
+                            "  col = s32[" + n + ",1] parameter(1), sharding={devices=[4,1]0,1,2,3}\n"
+                            "  idx = s32[" + n + ",2] concatenate(row, col), dimensions={1}, sharding={devices=[4,1]0,1,2,3}\n"
+                            "  ROOT g = f32[" + n + "] gather(p, idx), offset_dims={}, collapsed_slice_dims={0,1}, "
+                            "start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}, sharding={devices=[4]0,1,2,3}\n}\n";
+    std::string why;
+    auto r = Run(hlo, 4, -2, 7, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 0);
+    const Instruction* g = Only(*r->module, Opcode::kGather);
+    QVERIFY(g);
+    const std::string shard = std::to_string((rows + 3) / 4);
+    QCOMPARE(g->operand(0)->shape().ToString(false), "f32[" + shard + ",6]");
+    QCOMPARE(g->shape().ToString(false), "f32[" + shard + "]");
+    QVERIFY(r->replicated_fallbacks.empty());
+  }
 };
 
 QTEST_APPLESS_MAIN(SpmdGatherTest)

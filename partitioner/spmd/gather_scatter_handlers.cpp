@@ -22,6 +22,7 @@
 #include <limits>
 #include <optional>
 
+#include "partitioner/sharding_util.h"
 #include "partitioner/spmd/context.h"
 
 namespace shardscope::spmd {
@@ -243,6 +244,20 @@ Status HandleGather(SpmdContext& ctx, const Instruction& g) {
       if (dn.start_indices_batching_dims[i] == ib[j] && i < dn.operand_batching_dims.size())
         L.operand[static_cast<size_t>(dn.operand_batching_dims[i])] = l;
   }
+  // Parallel dims (GSPMD's iota case): an indexed operand dim whose index component is iota along an
+  // index batch dim of the same extent behaves like a batch dim — tiled alike, each device's indices
+  // point into its own shard (moved by the shard start below). The analysis is propagation's own.
+  std::vector<int64_t> parallel_operand;
+  if (auto pd = shard_util::GatherParallelDims(g)) {
+    for (size_t k = 0; k < pd->operand_dims.size() && k < pd->indices_dims.size(); ++k) {
+      const int64_t od = pd->operand_dims[k];
+      const int64_t id = pd->indices_dims[k];
+      if (od < 0 || od >= r || id < 0 || id >= ir || L.operand[static_cast<size_t>(od)] >= 0) continue;
+      if (L.indices[static_cast<size_t>(id)] < 0) continue;
+      L.operand[static_cast<size_t>(od)] = L.indices[static_cast<size_t>(id)];
+      parallel_operand.push_back(od);
+    }
+  }
   std::vector<int64_t> offset_operand;
   for (int64_t d = 0; d < r; ++d)
     if (!Has(dn.collapsed_slice_dims, d) && !Has(dn.operand_batching_dims, d)) offset_operand.push_back(d);
@@ -277,10 +292,18 @@ Status HandleGather(SpmdContext& ctx, const Instruction& g) {
   Instruction* ix = *idx;
   Instruction* valid = nullptr;
   std::vector<int64_t> sharded_t;
-  if (!plan->reduce_labels.empty()) {
+  bool parallel_sharded = false;
+  for (int64_t d : parallel_operand) parallel_sharded = parallel_sharded || lop.tiles(d) > 1;
+  if (!plan->reduce_labels.empty() || parallel_sharded) {
     IndexParts parts = SplitIndices(ctx, ix, ivd);
     for (size_t k = 0; k < dn.start_index_map.size() && k < parts.comps.size(); ++k) {
       const int64_t d = dn.start_index_map[k];
+      if (lop.tiles(d) > 1 && Has(parallel_operand, d)) {
+        // In range by construction (iota over the whole extent): only moved into the local shard.
+        Instruction* c = parts.comps[k];
+        parts.comps[k] = ctx.Emit(Opcode::kSubtract, c->shape(), {c, Offset(ctx, lop, d, os.dim(d), c->shape())});
+        continue;
+      }
       if (lop.tiles(d) == 1 || !Has(L.t_labels, L.operand[static_cast<size_t>(d)])) continue;
       sharded_t.push_back(d);
       Instruction* c = parts.comps[k];
