@@ -421,6 +421,37 @@ ENTRY main {
     QCOMPARE(g->shape().ToString(false), "f32[" + shard + "]");
     QVERIFY(r->replicated_fallbacks.empty());
   }
+
+  // The same parallel dim for scatter: each device adds its own rows' updates into its own rows,
+  // no collective (even and uneven).
+  void scatterParallelDimFromIota_data() {
+    QTest::addColumn<int>("rows");
+    QTest::newRow("even 8 over 4") << 8;
+    QTest::newRow("uneven 10 over 4") << 10;
+  }
+  void scatterParallelDimFromIota() {
+    QFETCH(int, rows);
+    const std::string n = std::to_string(rows);
+    const std::string hlo = "HloModule put, num_partitions=4\n\nadd {\n  a = f32[] parameter(0)\n"
+                            "  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\nENTRY main {\n"
+                            "  p = f32[" + n + ",6] parameter(0), sharding={devices=[4,1]0,1,2,3}\n"
+                            "  row = s32[" + n + ",1] iota(), iota_dimension=0, sharding={devices=[4,1]0,1,2,3}\n"
+                            "  col = s32[" + n + ",1] parameter(1), sharding={devices=[4,1]0,1,2,3}\n"
+                            "  idx = s32[" + n + ",2] concatenate(row, col), dimensions={1}, sharding={devices=[4,1]0,1,2,3}\n"
+                            "  u = f32[" + n + "] parameter(2), sharding={devices=[4]0,1,2,3}\n"
+                            "  ROOT sc = f32[" + n + ",6] scatter(p, idx, u), update_window_dims={}, "
+                            "inserted_window_dims={0,1}, scatter_dims_to_operand_dims={0,1}, index_vector_dim=1, "
+                            "to_apply=add, sharding={devices=[4,1]0,1,2,3}\n}\n";
+    std::string why;
+    auto r = Run(hlo, 4, -2, 7, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 0);
+    const Instruction* sc = Only(*r->module, Opcode::kScatter);
+    QVERIFY(sc);
+    const std::string shard = std::to_string((rows + 3) / 4);
+    QCOMPARE(sc->shape().ToString(false), "f32[" + shard + ",6]");
+    QVERIFY(r->replicated_fallbacks.empty());
+  }
 };
 
 QTEST_APPLESS_MAIN(SpmdGatherTest)

@@ -388,6 +388,21 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
       }
     if (!batched) L.free_b.push_back(l);
   }
+  // Parallel dims (iota indices along an index batch dim of the same extent), as for gather: the
+  // operand dim is tiled with that batch dim, and its indices are moved into the local shard below.
+  std::vector<int64_t> parallel_operand;
+  if (auto pd = shard_util::ScatterParallelDims(sc)) {
+    for (size_t k = 0; k < pd->operand_dims.size() && k < pd->indices_dims.size(); ++k) {
+      const int64_t od = pd->operand_dims[k];
+      const int64_t id = pd->indices_dims[k];
+      if (od < 0 || od >= r || id < 0 || id >= ir || L.operand[static_cast<size_t>(od)] >= 0) continue;
+      const int64_t l = L.indices[static_cast<size_t>(id)];
+      if (l < 0) continue;
+      L.operand[static_cast<size_t>(od)] = l;
+      L.free_b.erase(std::remove(L.free_b.begin(), L.free_b.end(), l), L.free_b.end());
+      parallel_operand.push_back(od);
+    }
+  }
   std::vector<int64_t> window_operand;
   for (int64_t d = 0; d < r; ++d)
     if (!Has(dn.inserted_window_dims, d) && !Has(dn.input_batching_dims, d)) window_operand.push_back(d);
@@ -445,13 +460,15 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
     bool split = false;
     for (size_t k = 0; k < dn.scatter_dims_to_operand_dims.size(); ++k) {
       const int64_t d = dn.scatter_dims_to_operand_dims[k];
-      if (d < 0 || d >= r || lop.tiles(d) == 1 || !Has(L.t_labels, L.operand[static_cast<size_t>(d)])) continue;
+      const bool parallel = Has(parallel_operand, d);
+      if (d < 0 || d >= r || lop.tiles(d) == 1 || (!parallel && !Has(L.t_labels, L.operand[static_cast<size_t>(d)])))
+        continue;
       if (!split) {
         parts = SplitIndices(ctx, ix, ivd);
         split = true;
       }
       if (k >= parts.comps.size()) continue;
-      sharded_t.push_back(d);
+      if (!parallel) sharded_t.push_back(d);
       Instruction* c = parts.comps[k];
       const Shape& bs = c->shape();
       const double lo = IsUnsignedInteger(bs.type) ? 0.0 : -1.0;
