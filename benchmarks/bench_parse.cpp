@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/hlo_text.h"
-#include "core/verifier.h"
+#include "core/ir/hlo_text.h"
+#include "core/ir/verifier.h"
 
 using namespace shardscope;
 

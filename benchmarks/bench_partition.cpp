@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model_zoo.h"
+#include "core/zoo/model_zoo.h"
 #include "partitioner/propagation.h"
 #include "partitioner/spmd_partitioner.h"
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/mesh.h"
-#include "core/model_zoo.h"
+#include "core/sharding/mesh.h"
+#include "core/zoo/model_zoo.h"
 #include "partitioner/propagation.h"
 
 using namespace shardscope;

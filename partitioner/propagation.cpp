@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/verifier.h"
+#include "core/ir/verifier.h"
 #include "partitioner/rules/rules_common.h"
 #include "partitioner/sharding_util.h"
 

@@ -22,9 +22,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/ir.h"
-#include "core/sharding.h"
-#include "core/status.h"
+#include "core/ir/ir.h"
+#include "core/sharding/sharding.h"
+#include "core/base/status.h"
 #include "partitioner/propagation_rules.h"
 
 namespace shardscope {

@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/ir.h"
-#include "core/sharding.h"
+#include "core/ir/ir.h"
+#include "core/sharding/sharding.h"
 #include "partitioner/sharding_util.h"
 
 namespace shardscope::prop {

@@ -2,7 +2,7 @@
 // hlo_sharding_util (so imported HLO behaves as in XLA); the code is our own.
 #include "partitioner/sharding_util.h"
 
-#include "core/sharding_util.h"
+#include "core/sharding/tile_assignment.h"
 
 #include <algorithm>
 #include <numeric>

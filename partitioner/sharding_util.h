@@ -10,10 +10,10 @@
 #include <optional>
 #include <vector>
 
-#include "core/ir.h"
-#include "core/shape.h"
-#include "core/sharding.h"
-#include "core/sharding_util.h"
+#include "core/ir/ir.h"
+#include "core/base/shape.h"
+#include "core/sharding/sharding.h"
+#include "core/sharding/tile_assignment.h"
 
 namespace shardscope::shard_util {
 

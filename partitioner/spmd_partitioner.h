@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/ir.h"
-#include "core/status.h"
+#include "core/ir/ir.h"
+#include "core/base/status.h"
 
 namespace shardscope {
 

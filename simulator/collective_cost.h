@@ -52,8 +52,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/mesh.h"
-#include "core/status.h"
+#include "core/sharding/mesh.h"
+#include "core/base/status.h"
 #include "simulator/topology.h"
 
 namespace shardscope {

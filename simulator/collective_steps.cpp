@@ -1,5 +1,7 @@
 #include "simulator/collective_steps.h"
 
+#include "core/base/units.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -9,56 +11,6 @@
 #include <sstream>
 
 namespace shardscope {
-
-// ---- Number formats -------------------------------------------------------------------------------------
-
-namespace {
-
-// Three significant digits: 186, 45.0, 8.39.
-std::string ThreeDigits(double v) {
-  char buf[64];
-  const double a = std::fabs(v);
-  const int decimals = a >= 99.95 ? 0 : (a >= 9.995 ? 1 : 2);
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
-
-std::string WithUnit(double v, const char* const* units, int count, double step) {
-  int u = 0;
-  double a = std::fabs(v);
-  while (u + 1 < count && a >= step * 0.9995) {
-    a /= step;
-    v /= step;
-    ++u;
-  }
-  return ThreeDigits(v) + " " + units[u];
-}
-
-}  // namespace
-
-std::string FormatSiBytes(double bytes) {
-  static const char* const kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB"};
-  if (std::fabs(bytes) < 999.5) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-    return buf;
-  }
-  return WithUnit(bytes, kUnits, 6, 1000.0);
-}
-
-std::string FormatSiRate(double bytes_per_s) {
-  static const char* const kUnits[] = {"B/s", "kB/s", "MB/s", "GB/s", "TB/s", "PB/s"};
-  return WithUnit(bytes_per_s, kUnits, 6, 1000.0);
-}
-
-std::string FormatSeconds(double s) {
-  if (s == 0) return "0 s";
-  const double a = std::fabs(s);
-  if (a < 1e-6) return ThreeDigits(s * 1e9) + " ns";
-  if (a < 1e-3 * 0.9995) return ThreeDigits(s * 1e6) + " \u00B5s";
-  if (a < 0.9995) return ThreeDigits(s * 1e3) + " ms";
-  return ThreeDigits(s) + " s";
-}
 
 namespace {
 
@@ -104,231 +56,6 @@ std::string ChunkList(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-// ---- Parsing ----------------------------------------------------------------------------------------------
-
-namespace {
-
-class TextCursor {
- public:
-  explicit TextCursor(std::string_view t) : t_(t) {}
-  void SkipSpace() {
-    while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\t' || t_[p_] == '\n' || t_[p_] == '\r')) ++p_;
-  }
-  bool AtEnd() {
-    SkipSpace();
-    return p_ >= t_.size();
-  }
-  bool Peek(char c) {
-    SkipSpace();
-    return p_ < t_.size() && t_[p_] == c;
-  }
-  bool Take(char c) {
-    if (!Peek(c)) return false;
-    ++p_;
-    return true;
-  }
-  bool TakeWord(std::string_view w) {
-    SkipSpace();
-    if (t_.substr(p_, w.size()) != w) return false;
-    p_ += w.size();
-    return true;
-  }
-  Error Fail(const std::string& what) const {
-    const std::string found = p_ < t_.size() ? "'" + std::string(1, t_[p_]) + "'" : std::string("the end of the text");
-    return Error("column " + std::to_string(p_ + 1) + ": expected " + what + ", found " + found, static_cast<int64_t>(p_));
-  }
-  Result<int64_t> Integer(const char* what) {
-    SkipSpace();
-    size_t q = p_;
-    bool neg = false;
-    if (q < t_.size() && t_[q] == '-') {
-      neg = true;
-      ++q;
-    }
-    if (q >= t_.size() || t_[q] < '0' || t_[q] > '9') return Fail(what);
-    int64_t v = 0;
-    while (q < t_.size() && t_[q] >= '0' && t_[q] <= '9') {
-      if (v > (int64_t{1} << 40)) return Error("column " + std::to_string(p_ + 1) + ": number too large", static_cast<int64_t>(p_));
-      v = v * 10 + (t_[q] - '0');
-      ++q;
-    }
-    p_ = q;
-    return neg ? -v : v;
-  }
-  // "{a, b, c}" (possibly empty).
-  Result<std::vector<int64_t>> BraceList(const char* what) {
-    std::vector<int64_t> out;
-    if (!Take('{')) return Fail(std::string("'{' starting ") + what);
-    if (Take('}')) return out;
-    while (true) {
-      auto v = Integer("a device id");
-      if (!v.ok()) return v.error();
-      out.push_back(*v);
-      if (Take('}')) return out;
-      if (!Take(',')) return Fail("',' or '}'");
-    }
-  }
-  // "[a, b, c]".
-  Result<std::vector<int64_t>> BracketList(const char* what) {
-    std::vector<int64_t> out;
-    if (!Take('[')) return Fail(std::string("'[' starting ") + what);
-    if (Take(']')) return out;
-    while (true) {
-      auto v = Integer("a number");
-      if (!v.ok()) return v.error();
-      out.push_back(*v);
-      if (Take(']')) return out;
-      if (!Take(',')) return Fail("',' or ']'");
-    }
-  }
-  size_t pos() const { return p_; }
-
- private:
-  std::string_view t_;
-  size_t p_ = 0;
-};
-
-Result<std::vector<std::vector<int64_t>>> ParseIotaGroups(TextCursor& c) {
-  auto dims = c.BracketList("the group shape [num_groups, group_size]");
-  if (!dims.ok()) return dims.error();
-  if (dims->size() != 2) {
-    return Error("the iota form needs [num_groups, group_size] (two numbers), got " + std::to_string(dims->size()));
-  }
-  if (!c.TakeWord("<=")) return c.Fail("'<=' after the group shape");
-  auto reshape = c.BracketList("the iota shape");
-  if (!reshape.ok()) return reshape.error();
-  std::vector<int64_t> perm;
-  if (c.Take('T')) {
-    if (!c.Take('(')) return c.Fail("'(' after T");
-    if (!c.Take(')')) {
-      while (true) {
-        auto v = c.Integer("a dimension number");
-        if (!v.ok()) return v.error();
-        perm.push_back(*v);
-        if (c.Take(')')) break;
-        if (!c.Take(',')) return c.Fail("',' or ')'");
-      }
-    }
-  }
-  if (!c.AtEnd()) return c.Fail("the end of the iota form");
-  int64_t total = 1, iota_total = 1;
-  for (int64_t d : *dims) {
-    if (d < 1 || d > (int64_t{1} << 24)) return Error("group shape entries must be between 1 and 16777216");
-    total *= d;
-  }
-  for (int64_t d : *reshape) {
-    if (d < 1 || d > (int64_t{1} << 24)) return Error("iota shape entries must be between 1 and 16777216");
-    iota_total *= d;
-  }
-  if (total > (int64_t{1} << 24)) return Error("too many devices in the iota form");
-  if (reshape->empty()) reshape->push_back(total);
-  if (iota_total != total) {
-    return Error("the iota shape holds " + std::to_string(iota_total) + " devices but the groups need " +
-                 std::to_string(total));
-  }
-  const size_t r = reshape->size();
-  if (perm.empty()) {
-    for (size_t i = 0; i < r; ++i) perm.push_back(static_cast<int64_t>(i));
-  }
-  if (perm.size() != r) return Error("T(...) must list " + std::to_string(r) + " dimensions");
-  {
-    std::vector<int64_t> sorted = perm;
-    std::sort(sorted.begin(), sorted.end());
-    for (size_t i = 0; i < r; ++i) {
-      if (sorted[i] != static_cast<int64_t>(i)) return Error("T(" + JoinInts(perm, ",") + ") is not a permutation of 0.." + std::to_string(r - 1));
-    }
-  }
-  // Element at transposed index t = iota value at the source index (t permuted back).
-  std::vector<int64_t> tdims(r), src_strides(r, 1);
-  for (size_t i = 0; i < r; ++i) tdims[i] = (*reshape)[static_cast<size_t>(perm[i])];
-  for (size_t i = r - 1; i-- > 0;) src_strides[i] = src_strides[i + 1] * (*reshape)[i + 1];
-  std::vector<int64_t> flat;
-  flat.reserve(static_cast<size_t>(total));
-  std::vector<int64_t> idx(r, 0);
-  for (int64_t n = 0; n < total; ++n) {
-    int64_t v = 0;
-    for (size_t i = 0; i < r; ++i) v += idx[i] * src_strides[static_cast<size_t>(perm[i])];
-    flat.push_back(v);
-    for (size_t i = r; i-- > 0;) {
-      if (++idx[i] < tdims[i]) break;
-      idx[i] = 0;
-    }
-  }
-  std::vector<std::vector<int64_t>> groups(static_cast<size_t>((*dims)[0]));
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (int64_t k = 0; k < (*dims)[1]; ++k) groups[g].push_back(flat[g * static_cast<size_t>((*dims)[1]) + static_cast<size_t>(k)]);
-  }
-  return groups;
-}
-
-}  // namespace
-
-Result<std::vector<std::vector<int64_t>>> ParseReplicaGroupsText(std::string_view text) {
-  TextCursor c(text);
-  if (c.AtEnd()) return std::vector<std::vector<int64_t>>{};
-  if (c.Peek('[')) return ParseIotaGroups(c);
-  if (!c.Take('{')) return c.Fail("'{' (replica groups such as {{0,1},{2,3}}) or '[' (the iota form [2,2]<=[4])");
-  std::vector<std::vector<int64_t>> groups;
-  if (!c.Take('}')) {
-    while (true) {
-      auto g = c.BraceList("a replica group");
-      if (!g.ok()) return g.error();
-      if (g->empty()) return Error("column " + std::to_string(c.pos()) + ": replica group " + std::to_string(groups.size()) + " is empty", static_cast<int64_t>(c.pos()) - 1);
-      groups.push_back(std::move(*g));
-      if (c.Take('}')) break;
-      if (!c.Take(',')) return c.Fail("',' or '}' after a replica group");
-    }
-  }
-  if (!c.AtEnd()) return c.Fail("the end of the replica groups");
-  std::set<int64_t> seen;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (int64_t d : groups[g]) {
-      if (d < 0) return Error("replica group " + std::to_string(g) + " names a negative device id " + std::to_string(d));
-      if (!seen.insert(d).second) {
-        return Error("device " + std::to_string(d) + " appears in more than one replica group (or twice in one)");
-      }
-    }
-  }
-  return groups;
-}
-
-Result<std::vector<std::pair<int64_t, int64_t>>> ParseSourceTargetPairsText(std::string_view text) {
-  TextCursor c(text);
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  if (!c.Take('{')) return c.Fail("'{' (source-target pairs such as {{0,1},{1,2}})");
-  if (!c.Take('}')) {
-    while (true) {
-      const size_t at = c.pos();
-      auto p = c.BraceList("a source-target pair");
-      if (!p.ok()) return p.error();
-      if (p->size() != 2) {
-        return Error("column " + std::to_string(at + 1) + ": a source-target pair has two device ids {source,target}, this one has " +
-                         std::to_string(p->size()),
-                     static_cast<int64_t>(at));
-      }
-      if ((*p)[0] < 0 || (*p)[1] < 0) return Error("column " + std::to_string(at + 1) + ": device ids must be >= 0", static_cast<int64_t>(at));
-      pairs.emplace_back((*p)[0], (*p)[1]);
-      if (c.Take('}')) break;
-      if (!c.Take(',')) return c.Fail("',' or '}' after a pair");
-    }
-  }
-  if (!c.AtEnd()) return c.Fail("the end of the source-target pairs");
-  return pairs;
-}
-
-std::string ReplicaGroupsText(const std::vector<std::vector<int64_t>>& groups) {
-  std::string s = "{";
-  for (size_t g = 0; g < groups.size(); ++g) s += (g ? ",{" : "{") + JoinInts(groups[g], ",") + "}";
-  return s + "}";
-}
-
-std::string SourceTargetPairsText(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
-  std::string s = "{";
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    s += (i ? ",{" : "{") + std::to_string(pairs[i].first) + "," + std::to_string(pairs[i].second) + "}";
-  }
-  return s + "}";
-}
 
 // ---- How a group lies on the network (LayOutReplicaGroup, the cost model's own plan) ----------------------
 
@@ -1036,7 +763,7 @@ CostFormula MakeFormula(const FormulaInputs& in) {
   // schedules; a permute whose sends share links fairly also ends at the busiest link's load / W).
   std::string bw;
   const bool link_form = f.link_bytes > 0 && std::fabs(f.link_bytes / f.link_bandwidth - f.bandwidth_s) <= 1e-9 * std::max(1e-12, f.bandwidth_s);
-  if (link_form) bw = FormatSiBytes(f.link_bytes) + " / " + FormatSiRate(f.link_bandwidth);
+  if (link_form) bw = FormatBytes(f.link_bytes) + " / " + FormatRate(f.link_bandwidth);
   else bw = FormatSeconds(f.bandwidth_s);
   f.symbolic = additive ? "T = T_hop \u00D7 hops + V_link / W" : "T = max(T_hop \u00D7 hops, V_link / W)";
   f.substituted = additive ? lat + " + " + bw : "max(" + lat + ", " + bw + ")";
@@ -1045,27 +772,27 @@ CostFormula MakeFormula(const FormulaInputs& in) {
 
   // Legend.
   if (in.kind == CollectiveKind::kCollectivePermute) {
-    f.legend.push_back(std::to_string(in.pairs) + " point-to-point sends of B = " + FormatSiBytes(in.operand) + " each, all at once");
+    f.legend.push_back(std::to_string(in.pairs) + " point-to-point sends of B = " + FormatBytes(in.operand) + " each, all at once");
   } else {
     f.legend.push_back("N = " + std::to_string(in.n) + " devices per group" +
                        (in.along.empty() ? "" : " (along " + in.along + ")") + ", " + std::to_string(in.groups) +
                        (in.groups == 1 ? " group" : " groups at once"));
     switch (in.kind) {
       case CollectiveKind::kAllGather:
-        f.legend.push_back("S = " + FormatSiBytes(in.operand) + ": each device's shard; the result is N \u00D7 S = " +
-                           FormatSiBytes(n * in.operand));
+        f.legend.push_back("S = " + FormatBytes(in.operand) + ": each device's shard; the result is N \u00D7 S = " +
+                           FormatBytes(n * in.operand));
         break;
       case CollectiveKind::kReduceScatter:
-        f.legend.push_back("B = " + FormatSiBytes(in.operand) + ": each device's unreduced buffer, cut into N chunks of " +
-                           FormatSiBytes(f.unit_bytes) + "; each device ends with one chunk, summed");
+        f.legend.push_back("B = " + FormatBytes(in.operand) + ": each device's unreduced buffer, cut into N chunks of " +
+                           FormatBytes(f.unit_bytes) + "; each device ends with one chunk, summed");
         break;
       case CollectiveKind::kAllReduce:
-        f.legend.push_back("B = " + FormatSiBytes(in.operand) + ": each device's buffer, cut into N chunks of " +
-                           FormatSiBytes(f.unit_bytes) + " (reduce-scatter, then all-gather)");
+        f.legend.push_back("B = " + FormatBytes(in.operand) + ": each device's buffer, cut into N chunks of " +
+                           FormatBytes(f.unit_bytes) + " (reduce-scatter, then all-gather)");
         break;
       case CollectiveKind::kAllToAll:
-        f.legend.push_back("B = " + FormatSiBytes(in.operand) + ": each device's buffer, cut into N pieces of " +
-                           FormatSiBytes(f.unit_bytes) + "; piece j goes to member j");
+        f.legend.push_back("B = " + FormatBytes(in.operand) + ": each device's buffer, cut into N pieces of " +
+                           FormatBytes(f.unit_bytes) + "; piece j goes to member j");
         break;
       case CollectiveKind::kCollectivePermute: break;
     }
@@ -1087,8 +814,8 @@ CostFormula MakeFormula(const FormulaInputs& in) {
               std::string(in.kind == CollectiveKind::kAllReduce ? ", twice: reduce-scatter and all-gather)" : ")");
       }
     }
-    f.legend.push_back("V_link = " + FormatSiBytes(f.link_bytes) + ": " + carries + why);
-    f.legend.push_back("W = " + FormatSiRate(f.link_bandwidth) + ": one direction of one " +
+    f.legend.push_back("V_link = " + FormatBytes(f.link_bytes) + ": " + carries + why);
+    f.legend.push_back("W = " + FormatRate(f.link_bandwidth) + ": one direction of one " +
                        (topo.is_switch() ? std::string("switch port") : std::string("ICI link")) + " (" + topo.chip().name + ")");
   }
   if (f.hop_latency_s > 0) {
@@ -1115,7 +842,7 @@ CostFormula MakeFormula(const FormulaInputs& in) {
   if (in.kind == CollectiveKind::kCollectivePermute) {
     f.book_time_s = BookCollectiveTime(in.kind, in.operand, w, f.hop_latency_s, {1}, true);
     f.book = "Book (How To Scale Your Model, part 3): T \u2248 max(T_min, B / W) = max(" + FormatSeconds(f.hop_latency_s) + ", " +
-             FormatSiBytes(in.operand) + " / " + FormatSiRate(w) + ") = " + FormatSeconds(f.book_time_s) + " for one send over one link.";
+             FormatBytes(in.operand) + " / " + FormatRate(w) + ") = " + FormatSeconds(f.book_time_s) + " for one send over one link.";
     return f;
   }
   if (!in.layout || in.layout->kind == Layout::Kind::kTrivial) return f;
@@ -1147,19 +874,19 @@ CostFormula MakeFormula(const FormulaInputs& in) {
     lat_form = "T_min \u00D7 \u03A3|X|/2";
     lat_num = FormatSeconds(f.hop_latency_s) + " \u00D7 " + FormatCount(static_cast<double>(sum) / 2);
     bw_form = (multi ? "V / (W_ICI" + axes_form + ")" : std::string("V / W_ICI")) + quarter;
-    bw_num = FormatSiBytes(V) + " / " + (multi ? "(" + FormatSiRate(2 * w) + axes_num + ")" : FormatSiRate(2 * w)) + quarter;
+    bw_num = FormatBytes(V) + " / " + (multi ? "(" + FormatRate(2 * w) + axes_num + ")" : FormatRate(2 * w)) + quarter;
   } else {
     lat_form = "T_min \u00D7 \u03A3(|X|\u22121)";
     lat_num = FormatSeconds(f.hop_latency_s) + " \u00D7 " + std::to_string(sum_minus_one);
     bw_form = "(N\u22121)/N \u00D7 V / " + (multi ? "(W" + axes_form + ")" : std::string("W")) + quarter;
-    bw_num = std::to_string(prod - 1) + "/" + std::to_string(prod) + " \u00D7 " + FormatSiBytes(V) + " / " +
-             (multi ? "(" + FormatSiRate(w) + axes_num + ")" : FormatSiRate(w)) + quarter;
+    bw_num = std::to_string(prod - 1) + "/" + std::to_string(prod) + " \u00D7 " + FormatBytes(V) + " / " +
+             (multi ? "(" + FormatRate(w) + axes_num + ")" : FormatRate(w)) + quarter;
   }
   const std::string twice = in.kind == CollectiveKind::kAllReduce ? "2 \u00D7 " : "";
   const std::string form = twice + "max(" + lat_form + ", " + bw_form + ")";
   const std::string nums = twice + "max(" + lat_num + ", " + bw_num + ")";
   f.book = "Book (How To Scale Your Model, part 3): T \u2248 " + form + " = " + nums + " = " + FormatSeconds(f.book_time_s) +
-           ", with V = " + FormatSiBytes(V) +
+           ", with V = " + FormatBytes(V) +
            (in.kind == CollectiveKind::kAllGather ? " the whole gathered array" : in.kind == CollectiveKind::kAllToAll ? " the whole array" : " the buffer") +
            (wrap ? " and W_ICI both directions of a link." : " and W one direction of a link (no wraparound).");
   if (wrap) f.book += " Its V / W_ICI is the large-N limit: the exact ring moves (N\u22121)/N of V.";
@@ -1385,7 +1112,7 @@ Result<CollectiveWalkthrough> WalkThroughCollective(const Topology& topo, Collec
     }
     w.summary = "All-to-all over " + std::to_string(w.num_groups) + (w.num_groups == 1 ? " group" : " groups") + " of " +
                 std::to_string(n) + " devices" + (along.empty() ? "" : " along " + along) + ": every device sends 1/N of its " +
-                FormatSiBytes(operand_bytes) + " buffer (" + FormatSiBytes(piece_bytes) + ") to each other member, " +
+                FormatBytes(operand_bytes) + " buffer (" + FormatBytes(piece_bytes) + ") to each other member, " +
                 std::to_string(n * (n - 1)) + " pieces per group. " + std::to_string(w.steps.size()) +
                 " steps: the farthest piece travels that many hops.";
     FormulaInputs fi{kind, &topo, &w.cost, &options.collective, n, w.num_groups, operand_bytes, along, nullptr, 0};
@@ -1558,18 +1285,18 @@ Result<CollectiveWalkthrough> WalkThroughCollective(const Topology& topo, Collec
   const std::string steps_text = std::to_string(total_steps) + (total_steps == 1 ? " step" : " steps");
   switch (kind) {
     case CollectiveKind::kAllGather:
-      w.summary = "All-gather over " + groups_text + ": every device starts with its own " + FormatSiBytes(operand_bytes) +
-                  " shard and ends with all " + std::to_string(n) + " (" + FormatSiBytes(operand_bytes * static_cast<double>(n)) + "). ";
+      w.summary = "All-gather over " + groups_text + ": every device starts with its own " + FormatBytes(operand_bytes) +
+                  " shard and ends with all " + std::to_string(n) + " (" + FormatBytes(operand_bytes * static_cast<double>(n)) + "). ";
       break;
     case CollectiveKind::kReduceScatter:
-      w.summary = "Reduce-scatter over " + groups_text + ": every device starts with an unreduced " + FormatSiBytes(operand_bytes) +
-                  " buffer (N chunks of " + FormatSiBytes(unit) + ") and ends with one chunk summed over the group. ";
+      w.summary = "Reduce-scatter over " + groups_text + ": every device starts with an unreduced " + FormatBytes(operand_bytes) +
+                  " buffer (N chunks of " + FormatBytes(unit) + ") and ends with one chunk summed over the group. ";
       break;
     default:
       w.summary = "All-reduce over " + groups_text + ": a reduce-scatter (steps 1\u2013" + std::to_string(S) +
-                  ") leaves each device one fully summed chunk of " + FormatSiBytes(unit) + ", then an all-gather (steps " +
+                  ") leaves each device one fully summed chunk of " + FormatBytes(unit) + ", then an all-gather (steps " +
                   std::to_string(S + 1) + "\u2013" + std::to_string(2 * S) + ") gives every device the whole summed " +
-                  FormatSiBytes(operand_bytes) + " buffer. ";
+                  FormatBytes(operand_bytes) + " buffer. ";
       break;
   }
   const Layout& L0 = G.layouts.front();
@@ -1709,12 +1436,12 @@ Result<CollectiveWalkthrough> WalkThroughCollectivePermute(const Topology& topo,
   int64_t max_hops = 0;
   for (const auto& t : step.transfers) max_hops = std::max(max_hops, t.hops);
   step.caption = StepPrefix(1, 1) + "All " + std::to_string(step.transfers.size()) + " sends happen at once: each source sends its " +
-                 FormatSiBytes(bytes) + " block straight to its target" +
+                 FormatBytes(bytes) + " block straight to its target" +
                  (max_hops > 1 ? " (the longest route crosses " + std::to_string(max_hops) + " links)" : "") + ". " +
                  (!w.halo.empty() ? w.halo : rotation);
   w.steps.push_back(std::move(step));
   w.summary = "Collective-permute: " + std::to_string(w.steps.front().transfers.size()) + " point-to-point sends of " +
-              FormatSiBytes(bytes) + ", all in one step; sends that share a link share its bandwidth." +
+              FormatBytes(bytes) + ", all in one step; sends that share a link share its bandwidth." +
               (!w.halo.empty() ? " It is a halo exchange." : rotation.empty() ? "" : " " + rotation);
   FormulaInputs fi{CollectiveKind::kCollectivePermute, &topo, &w.cost, &options.collective, 2, 1, bytes, "", nullptr,
                    static_cast<int64_t>(w.steps.front().transfers.size())};

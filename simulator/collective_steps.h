@@ -36,23 +36,14 @@
 #include <utility>
 #include <vector>
 
-#include "core/mesh.h"
-#include "core/status.h"
+#include "core/sharding/mesh.h"
+#include "core/base/status.h"
+#include "core/ir/replica_groups.h"
 #include "simulator/collective_cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
 namespace shardscope {
-
-// ---- Text forms of groups and pairs (CollectiveInfo, HLO attributes) ----------------------------------
-// "{{0,1},{2,3}}"; "{}" or "" (one group of every device: returns an empty list); the iota form
-// "[2,2]<=[4]" / "[2,4]<=[4,2]T(1,0)". Errors say what was expected and at which column (1-based);
-// Error::offset is the 0-based byte offset.
-Result<std::vector<std::vector<int64_t>>> ParseReplicaGroupsText(std::string_view text);
-// "{{0,1},{1,2}}" -> (0,1), (1,2). Every pair has exactly two device ids.
-Result<std::vector<std::pair<int64_t, int64_t>>> ParseSourceTargetPairsText(std::string_view text);
-std::string ReplicaGroupsText(const std::vector<std::vector<int64_t>>& groups);          // "{{0,1},{2,3}}"
-std::string SourceTargetPairsText(const std::vector<std::pair<int64_t, int64_t>>& pairs);  // "{{0,1},{1,2}}"
 
 // ---- The walkthrough ----------------------------------------------------------------------------------
 
@@ -168,10 +159,5 @@ Result<CollectiveWalkthrough> WalkThroughOnMesh(const DeviceMesh& mesh, std::str
                                                 const std::vector<std::pair<int64_t, int64_t>>& pairs,
                                                 double operand_bytes, const TopologyOptions& topology_options = {},
                                                 WalkthroughOptions options = {});
-
-// Number formats used in the formula (SI, three significant digits): "8.39 MB", "45.0 GB/s", "186 µs".
-std::string FormatSiBytes(double bytes);
-std::string FormatSiRate(double bytes_per_s);
-std::string FormatSeconds(double seconds);
 
 }  // namespace shardscope

@@ -5,8 +5,8 @@
 // live in ChipSpec (documented choice: 1.0, the theoretical roofline the book uses).
 #pragma once
 
-#include "core/ir.h"
-#include "core/status.h"
+#include "core/ir/ir.h"
+#include "core/base/status.h"
 #include "simulator/hardware.h"
 
 namespace shardscope {

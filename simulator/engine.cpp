@@ -1,5 +1,7 @@
 #include "simulator/engine.h"
 
+#include "core/base/units.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -589,23 +591,6 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-std::string FormatSeconds(double s) {
-  char buf[64];
-  if (s >= 1) std::snprintf(buf, sizeof buf, "%.4g s", s);
-  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.4g ms", s * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.4g us", s * 1e6);
-  return buf;
-}
-
-std::string FormatBytes(double b) {
-  char buf[64];
-  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.4g GB", b / 1e9);
-  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.4g MB", b / 1e6);
-  else if (b >= 1e3) std::snprintf(buf, sizeof buf, "%.4g kB", b / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
-
 }  // namespace
 
 Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& topology, const SimulationOptions& options) {
@@ -777,7 +762,9 @@ Result<Simulation> Simulate(const Module& module, const Topology& topology, cons
                  std::to_string(module.num_partitions) + " devices");
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto program = BuildExecProgram(module, topology.chip(), options.program);
+  ExecProgramOptions program_options = options.program;
+  program_options.num_devices = n;
+  auto program = BuildExecProgram(module, topology.chip(), program_options);
   if (!program.ok()) return program.error();
   const double build_ms = MsSince(t0);
   auto sim = SimulateProgram(*program, topology, options);

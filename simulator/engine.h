@@ -32,8 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "core/ir.h"
-#include "core/status.h"
+#include "core/ir/ir.h"
+#include "core/base/status.h"
 #include "simulator/collective_cost.h"
 #include "simulator/memory_model.h"
 #include "simulator/run_result.h"

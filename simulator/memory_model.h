@@ -39,8 +39,8 @@
 #include <string>
 #include <vector>
 
-#include "core/ir.h"
-#include "core/status.h"
+#include "core/ir/ir.h"
+#include "core/base/status.h"
 #include "simulator/run_result.h"
 #include "simulator/schedule.h"
 

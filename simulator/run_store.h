@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/status.h"
+#include "core/base/status.h"
 #include "simulator/run_result.h"
 
 struct sqlite3;

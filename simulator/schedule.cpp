@@ -1,5 +1,7 @@
 #include "simulator/schedule.h"
 
+#include "core/collectives/participants.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -275,30 +277,6 @@ double CountModuleFlops(const Module& module) {
   return module.entry() ? total[module.entry()] : 0.0;
 }
 
-std::string ReplicaGroupsText(const ReplicaGroups& g, size_t max_chars) {
-  auto join = [](const std::vector<int64_t>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-    return s;
-  };
-  if (g.iota_form && !g.iota_dims.empty()) {
-    std::string s = "[" + join(g.iota_dims) + "]<=[" + join(g.iota_reshape) + "]";
-    if (!g.iota_perm.empty()) s += "T(" + join(g.iota_perm) + ")";
-    return s;
-  }
-  std::string s = "{";
-  for (size_t i = 0; i < g.groups.size(); ++i) {
-    s += (i ? ",{" : "{") + join(g.groups[i]) + "}";
-    if (s.size() > max_chars) {
-      std::string head = "{{";
-      const auto& first = g.groups[0];
-      for (size_t j = 0; j < first.size() && j < 4; ++j) head += (j ? "," : "") + std::to_string(first[j]);
-      head += first.size() > 4 ? ",...},...}" : "},...}";
-      return head + " (" + std::to_string(g.groups.size()) + " groups of " + std::to_string(first.size()) + ")";
-    }
-  }
-  return s + "}";
-}
 
 namespace {
 
@@ -971,13 +949,22 @@ class Expander {
       if (!rc.inputs.empty()) reuse_.push_back(std::move(rc));
     }
     // The distinct collective.
+    // Who takes part: XLA's group modes (core/collectives/participants.h), so an empty
+    // replica_groups without a channel_id on one replica is every device alone (no traffic).
     CollectiveKey key;
     key.kind = static_cast<int>(kind);
     key.bytes = operand_bytes;
+    const int64_t replicas = std::max<int64_t>(1, module_.num_replicas);
+    const int64_t devices = opt_.num_devices > 0 ? opt_.num_devices : replicas * std::max<int64_t>(1, module_.num_partitions);
+    const int64_t partitions = std::max<int64_t>(1, devices / replicas);
     if (kind == CollectiveKind::kCollectivePermute) {
-      key.pairs = i.source_target_pairs;
+      auto pairs = CollectivePermutePairs(i, replicas, partitions);
+      if (!pairs.ok()) return Error(Qualified(*f.comp, i, "") + ": " + pairs.error().message);
+      key.pairs = std::move(*pairs);
     } else {
-      key.groups = i.replica_groups.groups;
+      auto groups = CollectiveParticipantGroups(i, replicas, partitions);
+      if (!groups.ok()) return Error(Qualified(*f.comp, i, "") + ": " + groups.error().message);
+      key.groups = std::move(*groups);
     }
     auto it = collective_index_.find(key);
     if (it == collective_index_.end()) {
@@ -987,15 +974,10 @@ class Expander {
       spec.pairs = key.pairs;
       spec.operand_bytes = operand_bytes;
       if (kind == CollectiveKind::kCollectivePermute) {
-        std::string t = "{";
-        for (size_t k = 0; k < spec.pairs.size(); ++k) {
-          t += (k ? ",{" : "{") + std::to_string(spec.pairs[k].first) + "," + std::to_string(spec.pairs[k].second) + "}";
-        }
-        t += "}";
-        if (t.size() > 2000) t = "(" + std::to_string(spec.pairs.size()) + " source-target pairs)";
-        spec.groups_text = t;
+        spec.groups_text = SourceTargetPairsText(spec.pairs);
+        if (spec.groups_text.size() > 2000) spec.groups_text = "(" + std::to_string(spec.pairs.size()) + " source-target pairs)";
       } else {
-        spec.groups_text = ReplicaGroupsText(i.replica_groups);
+        spec.groups_text = ReplicaGroupsText(i.replica_groups, 2000);
       }
       it = collective_index_.emplace(key, static_cast<int32_t>(prog_->collectives.size())).first;
       prog_->collectives.push_back(std::move(spec));

@@ -45,8 +45,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/ir.h"
-#include "core/status.h"
+#include "core/ir/ir.h"
+#include "core/ir/replica_groups.h"
+#include "core/base/status.h"
 #include "simulator/collective_cost.h"
 #include "simulator/hardware.h"
 #include "simulator/run_result.h"
@@ -71,6 +72,10 @@ struct ExecProgramOptions {
   // Entry parameters are donated (a training step's state is replaced by its outputs): they are
   // freed after their last use and may be reused in place. Off: parameters live the whole step.
   bool donate_parameters = true;
+  // Devices the program runs on (Simulate sets the topology's count). Collectives take their
+  // participants from XLA's group modes over num_replicas x (num_devices / num_replicas)
+  // partitions; 0: the module's own num_replicas x num_partitions.
+  int64_t num_devices = 0;
 };
 
 enum class ExecKind : uint8_t { kCompute, kCollective };
@@ -132,8 +137,6 @@ std::optional<int64_t> WhileTripCount(const Instruction& while_inst);
 // loops count once): the "useful" work of a step, e.g. of the unpartitioned module for MFU.
 double CountModuleFlops(const Module& module);
 
-// Text of replica groups as in HLO ("{{0,1},{2,3}}", or the iota form when it was given so);
-// abbreviated ("{{0,1,...},...} (256 groups of 8)") beyond `max_chars`.
-std::string ReplicaGroupsText(const ReplicaGroups& groups, size_t max_chars = 2000);
+
 
 }  // namespace shardscope

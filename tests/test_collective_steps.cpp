@@ -8,8 +8,9 @@
 #include <map>
 #include <set>
 
-#include "core/mesh.h"
+#include "core/sharding/mesh.h"
 #include "simulator/collective_cost.h"
+#include "core/base/units.h"
 #include "simulator/collective_steps.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
@@ -140,20 +141,21 @@ class TestCollectiveSteps : public QObject {
   void parsesReplicaGroups() {
     auto g = ParseReplicaGroupsText("{{0,1},{2,3}}");
     QVERIFY(g.ok());
-    QCOMPARE(g.value(), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+    QCOMPARE(g->groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
     QVERIFY(ParseReplicaGroupsText("{}")->empty());
     QVERIFY(ParseReplicaGroupsText("  ")->empty());
     g = ParseReplicaGroupsText(" { {0, 4, 8}, {1,5,9} } ");
     QVERIFY(g.ok());
-    QCOMPARE(g.value(), (std::vector<std::vector<int64_t>>{{0, 4, 8}, {1, 5, 9}}));
+    QCOMPARE(g->groups, (std::vector<std::vector<int64_t>>{{0, 4, 8}, {1, 5, 9}}));
     // The iota forms XLA prints.
     g = ParseReplicaGroupsText("[2,2]<=[4]");
     QVERIFY(g.ok());
-    QCOMPARE(g.value(), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+    QCOMPARE(g->groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
     g = ParseReplicaGroupsText("[2,4]<=[4,2]T(1,0)");
     QVERIFY2(g.ok(), g.ok() ? "" : g.error().message.c_str());
-    QCOMPARE(g.value(), (std::vector<std::vector<int64_t>>{{0, 2, 4, 6}, {1, 3, 5, 7}}));
-    QCOMPARE(ReplicaGroupsText(g.value()), std::string("{{0,2,4,6},{1,3,5,7}}"));
+    QCOMPARE(g->groups, (std::vector<std::vector<int64_t>>{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+    QCOMPARE(ReplicaGroupsText(g->groups), std::string("{{0,2,4,6},{1,3,5,7}}"));
+    QCOMPARE(ReplicaGroupsText(g.value()), std::string("[2,4]<=[4,2]T(1,0)"));
 
     auto pairs = ParseSourceTargetPairsText("{{0,1},{1,2},{2,3}}");
     QVERIFY(pairs.ok());
@@ -169,7 +171,7 @@ class TestCollectiveSteps : public QObject {
     QCOMPARE(g.error().offset, int64_t{12});
     g = ParseReplicaGroupsText("{{0,x}}");
     QVERIFY(!g.ok());
-    QVERIFY2(g.error().message.find("expected a device id") != std::string::npos, g.error().message.c_str());
+    QVERIFY2(g.error().message.find("expected a non-negative integer in a replica group") != std::string::npos, g.error().message.c_str());
     QVERIFY2(g.error().message.find("column 5") != std::string::npos, g.error().message.c_str());
     g = ParseReplicaGroupsText("{{0,1},{1,2}}");
     QVERIFY(!g.ok());
@@ -179,14 +181,14 @@ class TestCollectiveSteps : public QObject {
     QVERIFY2(g.error().message.find("empty") != std::string::npos, g.error().message.c_str());
     g = ParseReplicaGroupsText("[2,2]<=[5]");
     QVERIFY(!g.ok());
-    QVERIFY2(g.error().message.find("holds 5 devices but the groups need 4") != std::string::npos, g.error().message.c_str());
+    QVERIFY2(g.error().message.find("expected iota reshape dimensions with 4 elements, found 5") != std::string::npos, g.error().message.c_str());
     QVERIFY(!ParseReplicaGroupsText("[4]<=[4]").ok());
     QVERIFY(!ParseReplicaGroupsText("[2,2]<=[2,2]T(0,0)").ok());
     QVERIFY(!ParseReplicaGroupsText("{{0,1}} trailing").ok());
 
     auto p = ParseSourceTargetPairsText("{{0,1,2}}");
     QVERIFY(!p.ok());
-    QVERIFY2(p.error().message.find("two device ids") != std::string::npos, p.error().message.c_str());
+    QVERIFY2(p.error().message.find("pair of 2 device ids") != std::string::npos, p.error().message.c_str());
     QVERIFY(!ParseSourceTargetPairsText("{{0,1}").ok());
     QVERIFY(!ParseSourceTargetPairsText("0,1").ok());
 
@@ -639,10 +641,10 @@ class TestCollectiveSteps : public QObject {
   }
 
   void formats() {
-    QCOMPARE(FormatSiBytes(8388608), std::string("8.39 MB"));
-    QCOMPARE(FormatSiBytes(512), std::string("512 B"));
-    QCOMPARE(FormatSiBytes(33554432), std::string("33.6 MB"));
-    QCOMPARE(FormatSiRate(4.5e10), std::string("45.0 GB/s"));
+    QCOMPARE(FormatBytes(8388608), std::string("8.39 MB"));
+    QCOMPARE(FormatBytes(512), std::string("512 B"));
+    QCOMPARE(FormatBytes(33554432), std::string("33.6 MB"));
+    QCOMPARE(FormatRate(4.5e10), std::string("45.0 GB/s"));
     QCOMPARE(FormatSeconds(186.4e-6), std::string("186 \u00B5s"));
     QCOMPARE(FormatSeconds(1e-6), std::string("1.00 \u00B5s"));
     QCOMPARE(FormatSeconds(0.0129), std::string("12.9 ms"));

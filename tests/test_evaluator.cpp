@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/evaluator.h"
-#include "core/hlo_text.h"
-#include "core/ir.h"
-#include "core/tensor.h"
+#include "core/eval/evaluator.h"
+#include "core/ir/hlo_text.h"
+#include "core/ir/ir.h"
+#include "core/eval/tensor.h"
 
 using namespace shardscope;
 

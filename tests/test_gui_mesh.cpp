@@ -8,7 +8,7 @@
 #include <QUndoStack>
 #include <QtTest>
 
-#include "core/mesh.h"
+#include "core/sharding/mesh.h"
 #include "views/document.h"
 #include "views/engine.h"
 #include "views/graph_view.h"

@@ -4,7 +4,7 @@
 #include <QSortFilterProxyModel>
 #include <QtTest>
 
-#include "core/mesh.h"
+#include "core/sharding/mesh.h"
 #include "views/document.h"
 #include "views/item_models.h"
 #include "views/sharding_style.h"

@@ -9,7 +9,7 @@
 #include <QToolButton>
 #include <QtTest>
 
-#include "core/hlo_text.h"
+#include "core/ir/hlo_text.h"
 #include "simulator/collective_cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"

@@ -10,8 +10,8 @@
 #include <QUndoStack>
 #include <QtTest>
 
-#include "core/hlo_text.h"
-#include "core/mesh.h"
+#include "core/ir/hlo_text.h"
+#include "core/sharding/mesh.h"
 #include "views/document.h"
 
 using namespace shardscope;

@@ -13,7 +13,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include "core/mesh.h"
+#include "core/sharding/mesh.h"
 #include "views/collective_stepper.h"
 #include "views/document.h"
 #include "views/engine.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/hlo_text.h"
+#include "core/ir/hlo_text.h"
 
 using namespace shardscope;
 

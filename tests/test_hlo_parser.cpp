@@ -16,7 +16,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/hlo_text.h"
+#include "core/ir/hlo_text.h"
 
 using namespace shardscope;
 

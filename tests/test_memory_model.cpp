@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
-#include "core/hlo_text.h"
-#include "core/ir.h"
-#include "core/mesh.h"
+#include "core/ir/hlo_text.h"
+#include "core/ir/ir.h"
+#include "core/sharding/mesh.h"
 #include "simulator/compute_cost.h"
 #include "simulator/engine.h"
 #include "simulator/hardware.h"

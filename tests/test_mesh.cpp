@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/mesh.h"
-#include "core/shape.h"
-#include "core/sharding.h"
+#include "core/sharding/mesh.h"
+#include "core/base/shape.h"
+#include "core/sharding/sharding.h"
 
 using namespace shardscope;
 

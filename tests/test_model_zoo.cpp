@@ -12,10 +12,10 @@
 #include <random>
 #include <string>
 
-#include "core/evaluator.h"
-#include "core/hlo_text.h"
-#include "core/model_zoo.h"
-#include "core/verifier.h"
+#include "core/eval/evaluator.h"
+#include "core/ir/hlo_text.h"
+#include "core/zoo/model_zoo.h"
+#include "core/ir/verifier.h"
 
 using namespace shardscope;
 

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "core/builder.h"
-#include "core/hlo_text.h"
-#include "core/mesh.h"
-#include "core/model_zoo.h"
-#include "core/sharding.h"
+#include "core/ir/builder.h"
+#include "core/ir/hlo_text.h"
+#include "core/sharding/mesh.h"
+#include "core/zoo/model_zoo.h"
+#include "core/sharding/sharding.h"
 #include "partitioner/propagation.h"
 #include "partitioner/sharding_util.h"
 

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <string>
 
-#include "core/hlo_text.h"
-#include "partitioner/conformance.h"
+#include "core/ir/hlo_text.h"
+#include "app/conformance/propagation_conformance.h"
 #include "partitioner/propagation.h"
 
 using namespace shardscope;

@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "core/builder.h"
-#include "core/shape_inference.h"
+#include "core/ir/builder.h"
+#include "core/ir/shape_inference.h"
 
 using namespace shardscope;
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/shape.h"
-#include "core/sharding.h"
-#include "core/sharding_util.h"
+#include "core/base/shape.h"
+#include "core/sharding/sharding.h"
+#include "core/sharding/tile_assignment.h"
 
 using namespace shardscope;
 

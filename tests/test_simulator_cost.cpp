@@ -10,8 +10,8 @@
 
 #include <cmath>
 
-#include "core/ir.h"
-#include "core/mesh.h"
+#include "core/ir/ir.h"
+#include "core/sharding/mesh.h"
 #include "simulator/collective_cost.h"
 #include "simulator/compute_cost.h"
 #include "simulator/hardware.h"

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "partitioner/propagation.h"
-#include "partitioner/spmd_conformance.h"
+#include "app/conformance/spmd_conformance.h"
 
 using namespace shardscope;
 

@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "core/hlo_text.h"
-#include "core/numeric_verify.h"
+#include "core/ir/hlo_text.h"
+#include "core/eval/numeric_verify.h"
 #include "partitioner/spmd_partitioner.h"
 
 using namespace shardscope;

@@ -6,9 +6,9 @@
 #include <map>
 #include <optional>
 
-#include "core/builder.h"
-#include "core/hlo_text.h"
-#include "core/numeric_verify.h"
+#include "core/ir/builder.h"
+#include "core/ir/hlo_text.h"
+#include "core/eval/numeric_verify.h"
 #include "partitioner/spmd_partitioner.h"
 
 using namespace shardscope;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/hlo_text.h"
-#include "core/numeric_verify.h"
+#include "core/ir/hlo_text.h"
+#include "core/eval/numeric_verify.h"
 #include "partitioner/spmd_partitioner.h"
 
 using namespace shardscope;

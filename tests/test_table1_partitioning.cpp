@@ -6,8 +6,8 @@
 
 #include <optional>
 
-#include "core/model_zoo.h"
-#include "core/numeric_verify.h"
+#include "core/zoo/model_zoo.h"
+#include "core/eval/numeric_verify.h"
 #include "partitioner/propagation.h"
 #include "partitioner/spmd_partitioner.h"
 

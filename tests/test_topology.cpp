@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "core/mesh.h"
+#include "core/sharding/mesh.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 

@@ -9,10 +9,10 @@
 #include <sstream>
 #include <string>
 
-#include "core/builder.h"
-#include "core/hlo_text.h"
-#include "core/model_zoo.h"
-#include "core/verifier.h"
+#include "core/ir/builder.h"
+#include "core/ir/hlo_text.h"
+#include "core/zoo/model_zoo.h"
+#include "core/ir/verifier.h"
 
 using namespace shardscope;
 

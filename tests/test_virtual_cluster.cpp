@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/evaluator.h"
-#include "core/hlo_text.h"
-#include "core/numeric_verify.h"
-#include "core/virtual_cluster.h"
+#include "core/eval/evaluator.h"
+#include "core/ir/hlo_text.h"
+#include "core/eval/numeric_verify.h"
+#include "core/eval/virtual_cluster.h"
 
 using namespace shardscope;
 

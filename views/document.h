@@ -16,10 +16,10 @@
 #include <QString>
 #include <QStringList>
 
-#include "core/ir.h"
-#include "core/mesh.h"
-#include "core/sharding.h"
-#include "core/status.h"
+#include "core/ir/ir.h"
+#include "core/sharding/mesh.h"
+#include "core/sharding/sharding.h"
+#include "core/base/status.h"
 #include "views/engine.h"
 
 class QUndoStack;

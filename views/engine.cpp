@@ -10,17 +10,17 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "core/hlo_text.h"
+#include "core/ir/hlo_text.h"
 
-#if __has_include("core/model_zoo.h")
-#include "core/model_zoo.h"
+#if __has_include("core/zoo/model_zoo.h")
+#include "core/zoo/model_zoo.h"
 #define SHARDSCOPE_HAVE_ZOO 1
 #else
 #define SHARDSCOPE_HAVE_ZOO 0
 #endif
 
 #if __has_include("partitioner/spmd_partitioner.h")
-#include "core/numeric_verify.h"
+#include "core/eval/numeric_verify.h"
 #include "partitioner/spmd_partitioner.h"
 #define SHARDSCOPE_HAVE_PARTITIONER 1
 #else
@@ -686,7 +686,7 @@ TeachingPlan PlanTeaching(const TeachingRequest& request) {
       plan.message = "replica groups \"" + request.groups + "\": " + groups.error().message;
       return plan;
     }
-    walk = WalkThroughCollective(topology.value(), kind.value(), groups.value(), request.operand_bytes, options);
+    walk = WalkThroughCollective(topology.value(), kind.value(), groups->groups, request.operand_bytes, options);
   }
   if (!walk.ok()) {
     plan.message = walk.error().message;

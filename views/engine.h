@@ -15,10 +15,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/ir.h"
-#include "core/mesh.h"
-#include "core/sharding.h"
-#include "core/status.h"
+#include "core/ir/ir.h"
+#include "core/sharding/mesh.h"
+#include "core/sharding/sharding.h"
+#include "core/base/status.h"
 #include "simulator/run_result.h"
 #include "simulator/run_store.h"  // value types only (RunComparison, ComparedFigure): use RunDatabase below
 

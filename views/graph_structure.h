@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/ir.h"
+#include "core/ir/ir.h"
 #include "views/graph_layout.h"
 
 namespace shardscope::views {

@@ -20,7 +20,7 @@
 #include <QVBoxLayout>
 #include <QWheelEvent>
 
-#include "core/opcodes.h"
+#include "core/ir/opcodes.h"
 #include "views/document.h"
 #include "views/sharding_style.h"
 

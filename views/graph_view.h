@@ -17,7 +17,7 @@
 #include <QPointer>
 #include <QWidget>
 
-#include "core/sharding.h"
+#include "core/sharding/sharding.h"
 #include "views/graph_layout.h"
 #include "views/graph_structure.h"
 

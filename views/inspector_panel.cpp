@@ -4,7 +4,7 @@
 #include <QUrl>
 #include <QVBoxLayout>
 
-#include "core/ir.h"
+#include "core/ir/ir.h"
 #include "views/document.h"
 #include "views/sharding_style.h"
 

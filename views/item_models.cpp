@@ -7,7 +7,7 @@
 #include <QGuiApplication>
 #include <QPalette>
 
-#include "core/ir.h"
+#include "core/ir/ir.h"
 #include "views/document.h"
 #include "views/sharding_style.h"
 

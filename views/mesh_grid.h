@@ -11,7 +11,7 @@
 #include <QPointF>
 #include <QRectF>
 
-#include "core/mesh.h"
+#include "core/sharding/mesh.h"
 
 class QPainter;
 

@@ -24,7 +24,7 @@
 #include <QToolTip>
 #include <QVBoxLayout>
 
-#include "core/ir.h"
+#include "core/ir/ir.h"
 #include "views/document.h"
 #include "views/sharding_style.h"
 

@@ -13,8 +13,8 @@
 #include <QPointer>
 #include <QWidget>
 
-#include "core/mesh.h"
-#include "core/sharding.h"
+#include "core/sharding/mesh.h"
+#include "core/sharding/sharding.h"
 #include "views/mesh_grid.h"
 
 class QLabel;

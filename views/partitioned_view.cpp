@@ -12,7 +12,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
-#include "core/ir.h"
+#include "core/ir/ir.h"
 #include "views/document.h"
 #include "views/graph_view.h"
 #include "views/item_models.h"

@@ -9,9 +9,9 @@
 #include <QPalette>
 #include <QString>
 
-#include "core/mesh.h"
-#include "core/shape.h"
-#include "core/sharding.h"
+#include "core/sharding/mesh.h"
+#include "core/base/shape.h"
+#include "core/sharding/sharding.h"
 
 namespace shardscope::views {
 

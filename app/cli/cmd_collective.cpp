@@ -13,9 +13,9 @@
 
 #include "app/cli/cli.h"
 #include "app/cli/slice_options.h"
-#include "core/mesh.h"
-#include "core/shape.h"
-#include "core/sharding.h"
+#include "core/sharding/mesh.h"
+#include "core/base/shape.h"
+#include "core/sharding/sharding.h"
 #include "simulator/collective_cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"

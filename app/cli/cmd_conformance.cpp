@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "app/cli/cli.h"
-#include "partitioner/conformance.h"
+#include "app/conformance/propagation_conformance.h"
 #include "partitioner/propagation.h"
-#include "partitioner/spmd_conformance.h"
+#include "app/conformance/spmd_conformance.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <sstream>
 
 #include "app/cli/cli.h"
-#include "core/hlo_text.h"
-#include "core/numeric_verify.h"
+#include "core/ir/hlo_text.h"
+#include "core/eval/numeric_verify.h"
 #include "partitioner/propagation.h"
 #include "partitioner/spmd_partitioner.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "app/cli/cli.h"
-#include "core/hlo_text.h"
+#include "core/ir/hlo_text.h"
 #include "partitioner/propagation.h"
 
 namespace {

@@ -13,8 +13,8 @@
 
 #include "app/cli/cli.h"
 #include "app/cli/slice_options.h"
-#include "core/hlo_text.h"
-#include "core/mesh.h"
+#include "core/ir/hlo_text.h"
+#include "core/sharding/mesh.h"
 #include "partitioner/propagation.h"
 #include "partitioner/spmd_partitioner.h"
 #include "simulator/engine.h"

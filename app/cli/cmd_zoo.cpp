@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "app/cli/cli.h"
-#include "core/hlo_text.h"
-#include "core/model_zoo.h"
+#include "core/ir/hlo_text.h"
+#include "core/zoo/model_zoo.h"
 
 namespace {
 

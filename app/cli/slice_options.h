@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/mesh.h"
-#include "core/status.h"
+#include "core/sharding/mesh.h"
+#include "core/base/status.h"
 #include "simulator/collective_cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"

@@ -1,5 +1,7 @@
 #include "partitioner/spmd/context.h"
 
+#include "core/ir/builder.h"
+
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -98,14 +100,7 @@ Instruction* SpmdContext::Emit(Opcode op, Shape shape, std::vector<Instruction*>
 
 Instruction* SpmdContext::ConstantScalar(PrimitiveType t, double v) {
   Instruction* c = Emit(Opcode::kConstant, Shape::Scalar(t), {});
-  std::ostringstream os;
-  if (t == PrimitiveType::kPred) os << (v != 0 ? "true" : "false");
-  else if (IsInteger(t)) os << static_cast<int64_t>(v);
-  else if (v == std::numeric_limits<double>::infinity()) os << "inf";
-  else if (v == -std::numeric_limits<double>::infinity()) os << "-inf";
-  else os << v;
-  c->literal.text = os.str();
-  c->literal.values = {v};
+  c->literal = ScalarLiteral(t, v);
   return c;
 }
 

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/ir.h"
+#include "core/ir/ir.h"
 #include "partitioner/spmd/tile_map.h"
 #include "partitioner/spmd_partitioner.h"
 

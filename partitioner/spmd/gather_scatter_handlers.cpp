@@ -23,6 +23,7 @@
 #include <optional>
 
 #include "partitioner/sharding_util.h"
+#include "core/collectives/reduction.h"
 #include "partitioner/spmd/context.h"
 
 namespace shardscope::spmd {
@@ -52,43 +53,6 @@ struct Labels {
   std::vector<int64_t> t_labels;                           // labels of trivially sliced indexed dims
   std::vector<int64_t> free_b;                             // scatter: B labels without an operand dim
 };
-
-// Combiner of a scatter: a scalar computation whose root is one binary op of its parameters.
-std::optional<Opcode> SimpleCombiner(const Computation* c) {
-  if (!c || !c->root() || c->instruction_count() != 3 || c->root()->operand_count() != 2) return std::nullopt;
-  const Opcode op = c->root()->opcode();
-  if (c->root()->operand(0)->opcode() != Opcode::kParameter || c->root()->operand(1)->opcode() != Opcode::kParameter)
-    return std::nullopt;
-  switch (op) {
-    case Opcode::kAdd: case Opcode::kMultiply: case Opcode::kMaximum: case Opcode::kMinimum:
-    case Opcode::kAnd: case Opcode::kOr:
-      return op;
-    default:
-      return std::nullopt;
-  }
-}
-
-std::optional<double> CombinerIdentity(Opcode op, PrimitiveType t) {
-  const bool pred = t == PrimitiveType::kPred;
-  switch (op) {
-    case Opcode::kAdd: return pred ? std::nullopt : std::optional<double>(0.0);
-    case Opcode::kOr: return 0.0;
-    case Opcode::kMultiply: return pred ? std::nullopt : std::optional<double>(1.0);
-    case Opcode::kAnd: return 1.0;
-    case Opcode::kMaximum:
-      if (pred) return 0.0;
-      if (IsUnsignedInteger(t)) return 0.0;
-      if (t == PrimitiveType::kS32) return -2147483648.0;
-      if (IsInteger(t)) return std::nullopt;  // s8/s16/s64 minimum not needed here
-      return -std::numeric_limits<double>::infinity();
-    case Opcode::kMinimum:
-      if (pred) return 1.0;
-      if (t == PrimitiveType::kS32) return 2147483647.0;
-      if (IsInteger(t)) return std::nullopt;
-      return std::numeric_limits<double>::infinity();
-    default: return std::nullopt;
-  }
-}
 
 struct Plan {
   TileMap joint;
@@ -427,10 +391,12 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
   double idv = 0.0;
   bool can_reduce = false;
   if (n == 1) {
-    if (auto c = SimpleCombiner(sc.to_apply())) {
-      if (auto id = CombinerIdentity(*c, os.type)) {
-        comb_op = *c;
-        idv = *id;
+    // Partial updates combine by an all-reduce with the combiner (core/collectives/reduction.h).
+    const std::optional<ReductionKind> kind = MatchReduction(sc.to_apply());
+    if (kind && *kind != ReductionKind::kXor) {
+      if (auto id = ReductionIdentity(*kind, os.type)) {
+        comb_op = ReductionOpcode(*kind);
+        idv = id->values[0];
         can_reduce = true;
       }
     }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "core/collectives/reduction.h"
 #include "partitioner/spmd/context.h"
 
 namespace shardscope::spmd {
@@ -215,35 +216,22 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
   return Status::Ok();
 }
 
-// The identity value of a recognised reducer computation (for masking padding), if any.
-std::optional<double> ReducerIdentity(const Computation* c, Opcode* op) {
-  if (!c || !c->root() || c->instruction_count() != 3) return std::nullopt;
-  *op = c->root()->opcode();
-  switch (*op) {
-    case Opcode::kAdd: case Opcode::kOr: case Opcode::kXor: return 0.0;
-    case Opcode::kMultiply: case Opcode::kAnd: return 1.0;
-    case Opcode::kMaximum: return -std::numeric_limits<double>::infinity();
-    case Opcode::kMinimum: return std::numeric_limits<double>::infinity();
-    default: return std::nullopt;
-  }
-}
-
 Status HandleReduce(SpmdContext& ctx, const Instruction& orig) {
   if (orig.operand_count() != 2 || !orig.shape().IsArray()) return HandleFallback(ctx, orig);
   const Instruction* operand = orig.operand(0);
   const PValue& in = ctx.Get(operand);
   auto m = ctx.MapOf(in.sharding, operand->shape().rank());
   if (!m.ok()) return HandleFallback(ctx, orig);
-  Opcode rop = Opcode::kAdd;
-  auto identity = ReducerIdentity(orig.to_apply(), &rop);
+  const std::optional<ReductionKind> kind = MatchReduction(orig.to_apply());
+  const Opcode rop = kind ? ReductionOpcode(*kind) : Opcode::kAdd;
+  const std::optional<Literal> identity = kind ? ReductionIdentity(*kind, operand->shape().type) : std::nullopt;
   std::vector<int64_t> sharded_reduced;
   for (int64_t d : orig.dimensions)
     if (m->tiles(d) > 1) sharded_reduced.push_back(d);
   if (!sharded_reduced.empty() && !identity) return HandleFallback(ctx, orig);
   // Keep the operand's sharding; mask padding on reduced dims with the reducer's identity.
   Instruction* x = in.hlo;
-  double idv = identity.value_or(0.0);
-  if (IsInteger(operand->shape().type) && std::isinf(idv)) idv = idv > 0 ? 2147483647.0 : -2147483648.0;
+  const double idv = identity ? identity->values[0] : 0.0;
   if (!sharded_reduced.empty()) x = ctx.MaskPadding(in, sharded_reduced, idv);
   auto init = ctx.Reshard(ctx.Get(orig.operand(1)), HloSharding::Replicate());
   if (!init.ok()) return init.error();
@@ -252,7 +240,7 @@ Status HandleReduce(SpmdContext& ctx, const Instruction& orig) {
   // per device).
   Instruction* user_init = *init;
   const Instruction* given = orig.operand(1);
-  const bool init_is_identity = given->opcode() == Opcode::kConstant && given->literal.values.size() == 1 &&
+  const bool init_is_identity = identity && given->opcode() == Opcode::kConstant && given->literal.values.size() == 1 &&
                                 given->literal.values[0] == idv;
   const bool combine_init = !sharded_reduced.empty() && !init_is_identity;
   if (combine_init) *init = ctx.ConstantScalar(given->shape().type, idv);

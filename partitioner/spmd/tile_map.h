@@ -9,8 +9,8 @@
 #include <optional>
 #include <vector>
 
-#include "core/sharding.h"
-#include "core/status.h"
+#include "core/sharding/sharding.h"
+#include "core/base/status.h"
 
 namespace shardscope::spmd {
 

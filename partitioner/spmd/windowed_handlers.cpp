@@ -26,7 +26,8 @@
 #include <optional>
 #include <set>
 
-#include "core/shape_inference.h"
+#include "core/collectives/reduction.h"
+#include "core/ir/shape_inference.h"
 #include "partitioner/spmd/context.h"
 
 namespace shardscope::spmd {
@@ -41,35 +42,14 @@ int64_t Prod(const std::vector<int64_t>& v) {
   return p;
 }
 
-// The identity of a scalar reducer (add/mul/max/min/and/or/xor of its two parameters) for the
-// element type, if it has one we can write as a constant: the value halo masking fills in.
+// The identity of a scalar reducer for the element type (core/collectives/reduction.h): the value
+// halo masking fills in.
 std::optional<double> ReducerIdentity(const Computation* c, PrimitiveType t) {
-  if (!c || !c->root() || c->parameters().size() != 2 || c->root()->operand_count() != 2) return std::nullopt;
-  for (const Instruction* o : c->root()->operands())
-    if (o->opcode() != Opcode::kParameter) return std::nullopt;
-  const bool is_int = IsInteger(t);
-  if (is_int && PrimitiveTypeBytes(t) > 4) {
-    // 64-bit extremes are not exact doubles: only additive/multiplicative identities.
-    if (c->root()->opcode() == Opcode::kMaximum || c->root()->opcode() == Opcode::kMinimum) return std::nullopt;
-  }
-  auto lowest = [&]() -> double {
-    if (t == PrimitiveType::kPred || IsUnsignedInteger(t)) return 0.0;
-    if (is_int) return -std::ldexp(1.0, static_cast<int>(PrimitiveTypeBytes(t) * 8 - 1));
-    return -std::numeric_limits<double>::infinity();
-  };
-  auto highest = [&]() -> double {
-    if (t == PrimitiveType::kPred) return 1.0;
-    if (IsUnsignedInteger(t)) return std::ldexp(1.0, static_cast<int>(PrimitiveTypeBytes(t) * 8)) - 1;
-    if (is_int) return std::ldexp(1.0, static_cast<int>(PrimitiveTypeBytes(t) * 8 - 1)) - 1;
-    return std::numeric_limits<double>::infinity();
-  };
-  switch (c->root()->opcode()) {
-    case Opcode::kAdd: case Opcode::kOr: case Opcode::kXor: return 0.0;
-    case Opcode::kMultiply: case Opcode::kAnd: return 1.0;
-    case Opcode::kMaximum: return lowest();
-    case Opcode::kMinimum: return highest();
-    default: return std::nullopt;
-  }
+  const std::optional<ReductionKind> kind = MatchReduction(c);
+  if (!kind) return std::nullopt;
+  const std::optional<Literal> id = ReductionIdentity(*kind, t);
+  if (!id) return std::nullopt;
+  return id->values[0];
 }
 
 bool Windowed(const WindowDimension& w) {

@@ -1,0 +1,66 @@
+#include "core/base/units.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace shardscope {
+
+std::string ThreeDigits(double v) {
+  char buf[64];
+  const double a = std::fabs(v);
+  const int decimals = a >= 99.95 ? 0 : (a >= 9.995 ? 1 : 2);
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+namespace {
+
+std::string WithUnit(double v, const char* const* units, int count, double step) {
+  int u = 0;
+  double a = std::fabs(v);
+  while (u + 1 < count && a >= step * 0.9995) {
+    a /= step;
+    v /= step;
+    ++u;
+  }
+  return ThreeDigits(v) + " " + units[u];
+}
+
+}  // namespace
+
+std::string FormatBytes(double bytes) {
+  static const char* const kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  if (std::fabs(bytes) < 999.5) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+    return buf;
+  }
+  return WithUnit(bytes, kUnits, 6, 1000.0);
+}
+
+std::string FormatRate(double bytes_per_s) {
+  static const char* const kUnits[] = {"B/s", "kB/s", "MB/s", "GB/s", "TB/s", "PB/s"};
+  return WithUnit(bytes_per_s, kUnits, 6, 1000.0);
+}
+
+std::string FormatFlopRate(double flops_per_s) {
+  static const char* const kUnits[] = {"FLOP/s", "kFLOP/s", "MFLOP/s", "GFLOP/s", "TFLOP/s", "PFLOP/s", "EFLOP/s"};
+  return WithUnit(flops_per_s, kUnits, 7, 1000.0);
+}
+
+std::string FormatSeconds(double s) {
+  if (s == 0) return "0 s";
+  const double a = std::fabs(s);
+  if (a < 1e-6 * 0.9995) return ThreeDigits(s * 1e9) + " ns";
+  if (a < 1e-3 * 0.9995) return ThreeDigits(s * 1e6) + " \u00B5s";
+  if (a < 0.9995) return ThreeDigits(s * 1e3) + " ms";
+  return ThreeDigits(s) + " s";
+}
+
+std::string FormatPercent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fraction);
+  return buf;
+}
+
+}  // namespace shardscope

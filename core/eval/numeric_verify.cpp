@@ -1,0 +1,461 @@
+#include "core/eval/numeric_verify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <set>
+
+#include "core/eval/evaluator.h"
+#include "core/eval/virtual_cluster.h"
+
+namespace shardscope {
+
+namespace {
+
+using Storage = Tensor::Storage;
+
+std::string DimsStr(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+std::string Num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+// Copies the box [src_off, src_off + extent) of `src` to [dst_off, ...) of `dst`.
+void CopyBox(Tensor& dst, const std::vector<int64_t>& dst_off, const Tensor& src, const std::vector<int64_t>& src_off,
+             const std::vector<int64_t>& extent) {
+  for (int64_t e : extent)
+    if (e <= 0) return;
+  const auto ds = RowMajorStrides(dst.dims());
+  const auto ss = RowMajorStrides(src.dims());
+  std::vector<int64_t> idx(extent.size(), 0);
+  if (extent.empty()) {
+    CopyElem(dst, 0, src, 0);
+    return;
+  }
+  do {
+    int64_t di = 0, si = 0;
+    for (size_t d = 0; d < extent.size(); ++d) {
+      di += (dst_off[d] + idx[d]) * ds[d];
+      si += (src_off[d] + idx[d]) * ss[d];
+    }
+    CopyElem(dst, di, src, si);
+  } while (NextIndex(idx, extent));
+}
+
+const HloSharding& LeafSharding(const HloSharding& s, int64_t leaf, const HloSharding& fallback) {
+  if (!s.IsTuple()) return s;
+  const auto& el = s.tuple_elements();
+  if (leaf >= 0 && leaf < static_cast<int64_t>(el.size())) return el[static_cast<size_t>(leaf)];
+  return fallback;
+}
+
+Result<Tensor> ShardLeaf(const Tensor& full, const HloSharding& s, int64_t device) {
+  // Unreduced: the devices' values sum to the full value; device 0 holds it all, the others zeros.
+  if (s.kind() == HloSharding::Kind::kUnreduced) return device == 0 ? full : Tensor(full.shape());
+  // Replicated, maximal, manual, unknown, unreduced, or only subgroup dims: the whole array.
+  if (!s.IsTiled() || s.TiledDataRank() == 0) return full;
+  if (s.TiledDataRank() != full.rank())
+    return Error("sharding " + s.ToString() + " does not fit " + full.shape().ToString(false));
+  if (s.TileIndexForDevice(device).empty())
+    return Error("device " + std::to_string(device) + " is not in the tile assignment of " + s.ToString());
+  const auto shard = s.ShardShape(full.dims());
+  const auto offset = s.ShardOffset(full.dims(), device);
+  const auto extent = s.ShardValidExtent(full.dims(), device);
+  Tensor out(Shape(full.type(), shard));
+  CopyBox(out, std::vector<int64_t>(shard.size(), 0), full, offset, extent);
+  return out;
+}
+
+Result<Tensor> ShardRec(const Tensor& full, const HloSharding& s, int64_t device, int64_t& leaf) {
+  if (full.IsTuple()) {
+    std::vector<Tensor> el;
+    for (const Tensor& e : full.elements()) {
+      auto r = ShardRec(e, s, device, leaf);
+      if (!r.ok()) return r.error();
+      el.push_back(std::move(r.value()));
+    }
+    return Tensor::Tuple(std::move(el));
+  }
+  static const HloSharding kReplicated = HloSharding::Replicate();
+  const HloSharding& ls = LeafSharding(s, leaf++, kReplicated);
+  return ShardLeaf(full, ls, device);
+}
+
+Result<Tensor> AssembleLeaf(const std::vector<const Tensor*>& pieces, const HloSharding& s, const Shape& full_shape) {
+  Tensor full(full_shape);
+  const int64_t n = static_cast<int64_t>(pieces.size());
+  auto check_full = [&](const Tensor& t) -> bool { return t.IsArray() && t.dims() == full_shape.dims && t.type() == full_shape.type; };
+  if (s.IsMaximal()) {
+    const int64_t d = s.maximal_device();
+    if (d < 0 || d >= n) return Error("maximal sharding names device " + std::to_string(d) + " of " + std::to_string(n));
+    if (!check_full(*pieces[static_cast<size_t>(d)]))
+      return Error("device " + std::to_string(d) + " returned " + pieces[static_cast<size_t>(d)]->shape().ToString(false) + ", expected " +
+                   full_shape.ToString(false));
+    return *pieces[static_cast<size_t>(d)];
+  }
+  if (s.kind() == HloSharding::Kind::kUnreduced) {
+    // Every device holds a partial sum.
+    std::vector<double> acc(static_cast<size_t>(full.size()), 0.0);
+    for (int64_t d = 0; d < n; ++d) {
+      if (!check_full(*pieces[static_cast<size_t>(d)])) return Error("device " + std::to_string(d) + " returned the wrong shape");
+      for (int64_t i = 0; i < full.size(); ++i) acc[static_cast<size_t>(i)] += pieces[static_cast<size_t>(d)]->GetDouble(i);
+    }
+    for (int64_t i = 0; i < full.size(); ++i) full.SetDouble(i, acc[static_cast<size_t>(i)]);
+    return full;
+  }
+  if (!s.IsTiled() || s.TiledDataRank() == 0) {
+    if (n == 0 || !check_full(*pieces[0]))
+      return Error("device 0 returned " + (n ? pieces[0]->shape().ToString(false) : std::string("nothing")) + " for a " +
+                   s.ToString() + " result of " + full_shape.ToString(false));
+    return *pieces[0];
+  }
+  if (s.TiledDataRank() != full_shape.rank())
+    return Error("sharding " + s.ToString() + " does not fit " + full_shape.ToString(false));
+  const auto shard = s.ShardShape(full_shape.dims);
+  std::set<std::vector<int64_t>> filled;
+  for (int64_t d = 0; d < n; ++d) {
+    auto ti = s.TileIndexForDevice(d);
+    if (ti.empty() || filled.count(ti)) continue;
+    const Tensor& p = *pieces[static_cast<size_t>(d)];
+    const auto offset = s.ShardOffset(full_shape.dims, d);
+    const auto extent = s.ShardValidExtent(full_shape.dims, d);
+    if (p.IsArray() && p.dims() == shard && p.type() == full_shape.type) {
+      CopyBox(full, offset, p, std::vector<int64_t>(shard.size(), 0), extent);
+    } else if (check_full(p)) {
+      CopyBox(full, offset, p, offset, extent);  // the device returned the whole array
+    } else {
+      return Error("device " + std::to_string(d) + " returned " + p.shape().ToString(false) + ", expected the shard " +
+                   Shape(full_shape.type, shard).ToString(false) + " of " + full_shape.ToString(false) + " under " + s.ToString());
+    }
+    filled.insert(std::move(ti));
+  }
+  if (static_cast<int64_t>(filled.size()) != s.NumTiles())
+    return Error("only " + std::to_string(filled.size()) + " of " + std::to_string(s.NumTiles()) + " tiles of " + s.ToString() +
+                 " are held by the " + std::to_string(n) + " devices");
+  return full;
+}
+
+Result<Tensor> AssembleRec(const std::vector<const Tensor*>& pieces, const HloSharding& s, const Shape& shape, int64_t& leaf) {
+  if (shape.IsTuple()) {
+    std::vector<Tensor> el;
+    for (size_t i = 0; i < shape.tuple.size(); ++i) {
+      std::vector<const Tensor*> sub;
+      for (const Tensor* p : pieces) {
+        if (!p->IsTuple() || p->element_count() != static_cast<int64_t>(shape.tuple.size()))
+          return Error("a device returned " + p->shape().ToString(false) + " where a tuple " + shape.ToString(false) + " was expected");
+        sub.push_back(&p->element(static_cast<int64_t>(i)));
+      }
+      auto r = AssembleRec(sub, s, shape.tuple[i], leaf);
+      if (!r.ok()) return r.error();
+      el.push_back(std::move(r.value()));
+    }
+    return Tensor::Tuple(std::move(el));
+  }
+  static const HloSharding kReplicated = HloSharding::Replicate();
+  const HloSharding& ls = LeafSharding(s, leaf++, kReplicated);
+  if (!shape.IsArray()) return Tensor(shape);
+  return AssembleLeaf(pieces, ls, shape);
+}
+
+double RtolFor(PrimitiveType t, const NumericVerifyOptions& o) {
+  switch (t) {
+    case PrimitiveType::kF64: return o.f64_rtol;
+    case PrimitiveType::kF32: return o.f32_rtol;
+    case PrimitiveType::kF16: return o.f16_rtol;
+    case PrimitiveType::kBF16: return o.bf16_rtol;
+    default: return o.f8_rtol;
+  }
+}
+
+struct LeafCompare {
+  bool match = true;
+  double max_err = 0;
+  double tol = 0;
+  std::string line;
+};
+
+std::string IndexOf(const std::vector<int64_t>& dims, int64_t linear) {
+  std::vector<int64_t> idx(dims.size());
+  for (int64_t d = static_cast<int64_t>(dims.size()) - 1; d >= 0; --d) {
+    const int64_t n = dims[static_cast<size_t>(d)];
+    idx[static_cast<size_t>(d)] = n ? linear % n : 0;
+    linear = n ? linear / n : 0;
+  }
+  return DimsStr(idx);
+}
+
+LeafCompare CompareLeaf(const Tensor& e, const Tensor& a, int64_t red, const NumericVerifyOptions& o, const std::string& name) {
+  LeafCompare r;
+  const std::string what = name + " " + e.shape().ToString(false);
+  if (e.type() != a.type() || e.dims() != a.dims()) {
+    r.match = false;
+    r.max_err = std::numeric_limits<double>::infinity();
+    r.line = what + ": the SPMD result is " + a.shape().ToString(false);
+    return r;
+  }
+  if (e.storage() == Storage::kInt) {
+    int64_t mismatches = 0, first = -1;
+    for (int64_t i = 0; i < e.size(); ++i)
+      if (e.ints()[static_cast<size_t>(i)] != a.ints()[static_cast<size_t>(i)]) {
+        if (first < 0) first = i;
+        ++mismatches;
+        r.max_err = std::max(r.max_err, std::fabs(e.GetDouble(i) - a.GetDouble(i)));
+      }
+    r.tol = 0;
+    if (mismatches) {
+      r.match = false;
+      r.line = what + ": " + std::to_string(mismatches) + " of " + std::to_string(e.size()) + " elements differ; first at " +
+               IndexOf(e.dims(), first) + ": expected " + std::to_string(e.GetInt(first)) + ", got " + std::to_string(a.GetInt(first)) +
+               " (integers compare exactly)";
+    } else {
+      r.line = what + ": exact match";
+    }
+    return r;
+  }
+  double max_ref = 0;
+  for (int64_t i = 0; i < e.size(); ++i) {
+    const double v = e.GetDouble(i);
+    if (std::isfinite(v)) max_ref = std::max(max_ref, std::fabs(v));
+  }
+  const double red_scale = std::max(1.0, std::log2(static_cast<double>(std::max<int64_t>(red, 1))));
+  r.tol = RtolFor(e.type(), o) * std::max(1.0, max_ref) * red_scale;
+  int64_t worst = -1, mismatches = 0, first_bad = -1;
+  for (int64_t i = 0; i < e.size(); ++i) {
+    const double x = e.GetDouble(i), y = a.GetDouble(i);
+    double err;
+    if (std::isnan(x) || std::isnan(y)) err = (std::isnan(x) && std::isnan(y)) ? 0 : std::numeric_limits<double>::infinity();
+    else if (std::isinf(x) || std::isinf(y)) err = x == y ? 0 : std::numeric_limits<double>::infinity();
+    else err = std::fabs(x - y);
+    if (worst < 0 || err > r.max_err) {
+      r.max_err = err;
+      worst = i;
+    }
+    if (err > r.tol) {
+      ++mismatches;
+      if (first_bad < 0) first_bad = i;
+    }
+  }
+  if (mismatches) {
+    r.match = false;
+    r.line = what + ": " + std::to_string(mismatches) + " of " + std::to_string(e.size()) + " elements over tolerance " + Num(r.tol) +
+             "; first at " + IndexOf(e.dims(), first_bad) + ": expected " + Num(e.GetDouble(first_bad)) + ", got " +
+             Num(a.GetDouble(first_bad)) + "; max |error| " + Num(r.max_err) + " at " + IndexOf(e.dims(), worst);
+  } else {
+    r.line = what + ": max |error| " + Num(r.max_err) + " <= tolerance " + Num(r.tol);
+  }
+  return r;
+}
+
+void CompareRec(const Tensor& e, const Tensor& a, int64_t red, const NumericVerifyOptions& o, const std::string& name,
+                VerifyReport& rep, double& worst_ratio) {
+  if (e.IsTuple() || a.IsTuple()) {
+    if (!e.IsTuple() || !a.IsTuple() || e.element_count() != a.element_count()) {
+      rep.match = false;
+      rep.max_abs_error = std::numeric_limits<double>::infinity();
+      rep.detail += name + ": expected " + e.shape().ToString(false) + ", the SPMD result is " + a.shape().ToString(false) + "\n";
+      return;
+    }
+    for (int64_t i = 0; i < e.element_count(); ++i)
+      CompareRec(e.element(i), a.element(i), red, o, name + "{" + std::to_string(i) + "}", rep, worst_ratio);
+    return;
+  }
+  if (!e.IsArray()) return;  // tokens
+  LeafCompare lc = CompareLeaf(e, a, red, o, name);
+  rep.match = rep.match && lc.match;
+  rep.max_abs_error = std::max(rep.max_abs_error, lc.max_err);
+  const double ratio = lc.tol > 0 ? lc.max_err / lc.tol : (lc.max_err > 0 ? std::numeric_limits<double>::infinity() : 0);
+  if (worst_ratio < 0 || ratio > worst_ratio) {
+    worst_ratio = ratio;
+    rep.tolerance = lc.tol;
+  }
+  rep.detail += lc.line + "\n";
+}
+
+bool NeedsClusterReference(const Module& m) {
+  if (ModuleHasCollectives(m)) return true;
+  for (const auto& c : m.computations())
+    for (const auto& inst : c->instructions())
+      if (inst->opcode() == Opcode::kCustomCall &&
+          (inst->custom_call_target == "SPMDFullToShardShape" || inst->custom_call_target == "SPMDShardToFullShape") &&
+          inst->operand_count() == 1 && !inst->operand(0)->shape().Compatible(inst->shape()))
+        return true;
+  return false;
+}
+
+}  // namespace
+
+Tensor RandomTensor(const Shape& shape, std::mt19937_64& rng, const NumericVerifyOptions& o) {
+  if (shape.IsTuple()) {
+    std::vector<Tensor> el;
+    for (const Shape& s : shape.tuple) el.push_back(RandomTensor(s, rng, o));
+    return Tensor::Tuple(std::move(el));
+  }
+  Tensor t(shape);
+  if (!t.IsArray() || t.storage() == Storage::kNone) return t;
+  for (int64_t i = 0; i < t.size(); ++i) {
+    if (shape.type == PrimitiveType::kPred) {
+      t.SetInt(i, static_cast<int64_t>(rng() >> 63));
+    } else if (t.storage() == Storage::kInt) {
+      int64_t lo = o.int_min, hi = o.int_max;
+      if (IsUnsignedInteger(shape.type)) lo = std::max<int64_t>(lo, 0);
+      const int bits = BitWidth(shape.type);
+      if (bits < 64) {
+        const int64_t tmax = IsUnsignedInteger(shape.type) ? (int64_t{1} << bits) - 1 : (int64_t{1} << (bits - 1)) - 1;
+        const int64_t tmin = IsUnsignedInteger(shape.type) ? 0 : -(int64_t{1} << (bits - 1));
+        lo = std::clamp(lo, tmin, tmax);
+        hi = std::clamp(hi, tmin, tmax);
+      }
+      if (hi < lo) hi = lo;
+      const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+      t.SetInt(i, lo + static_cast<int64_t>(rng() % span));
+    } else {
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
+      t.SetDouble(i, (2.0 * u - 1.0) * o.float_range);
+    }
+  }
+  return t;
+}
+
+std::vector<Tensor> MakeRandomArguments(const Computation& c, uint64_t seed, const NumericVerifyOptions& options) {
+  std::mt19937_64 rng(seed);
+  std::vector<Tensor> args;
+  for (const Instruction* p : c.parameters()) args.push_back(p ? RandomTensor(p->shape(), rng, options) : Tensor());
+  return args;
+}
+
+Result<Tensor> ShardForDevice(const Tensor& full, const HloSharding& sharding, int64_t device) {
+  int64_t leaf = 0;
+  return ShardRec(full, sharding, device, leaf);
+}
+
+Result<Tensor> AssembleFromDevices(const std::vector<Tensor>& per_device, const HloSharding& sharding, const Shape& full_shape) {
+  if (per_device.empty()) return Error("no device results to assemble");
+  std::vector<const Tensor*> pieces;
+  for (const Tensor& t : per_device) pieces.push_back(&t);
+  int64_t leaf = 0;
+  return AssembleRec(pieces, sharding, full_shape, leaf);
+}
+
+VerifyReport CompareTensors(const Tensor& expected, const Tensor& actual, int64_t reduction_size, const NumericVerifyOptions& options) {
+  VerifyReport rep;
+  rep.match = true;
+  double worst = -1;
+  CompareRec(expected, actual, reduction_size, options, "result", rep, worst);
+  if (!rep.detail.empty() && rep.detail.back() == '\n') rep.detail.pop_back();
+  return rep;
+}
+
+int64_t MaxReductionSize(const Module& module) {
+  int64_t best = 1;
+  for (const auto& c : module.computations()) {
+    for (const auto& inst : c->instructions()) {
+      int64_t n = 1;
+      switch (inst->opcode()) {
+        case Opcode::kDot: {
+          if (inst->operand_count() < 1) break;
+          const Shape& l = inst->operand(0)->shape();
+          for (int64_t d : inst->dot_dims.lhs_contracting)
+            if (d >= 0 && d < l.rank()) n *= l.dim(d);
+          break;
+        }
+        case Opcode::kConvolution: {
+          if (inst->operand_count() < 2) break;
+          const Shape& k = inst->operand(1)->shape();
+          const auto& cd = inst->conv_dims;
+          if (cd.kernel_input_feature < k.rank()) n *= k.dim(cd.kernel_input_feature);
+          for (int64_t d : cd.kernel_spatial)
+            if (d >= 0 && d < k.rank()) n *= k.dim(d);
+          break;
+        }
+        case Opcode::kReduce: {
+          if (inst->operand_count() < 1) break;
+          const Shape& in = inst->operand(0)->shape();
+          for (int64_t d : inst->dimensions)
+            if (d >= 0 && d < in.rank()) n *= in.dim(d);
+          break;
+        }
+        case Opcode::kReduceWindow:
+          for (const auto& w : inst->window.dims) n *= std::max<int64_t>(1, w.size);
+          break;
+        default:
+          break;
+      }
+      best = std::max(best, n);
+    }
+  }
+  return best;
+}
+
+Result<VerifyReport> VerifyPartitioned(const Module& original, const Module& spmd, int64_t num_devices, uint64_t seed,
+                                       const NumericVerifyOptions& options) {
+  const Computation* oe = original.entry();
+  const Computation* se = spmd.entry();
+  if (!oe || !se) return Error("verify: both modules need an entry computation");
+  if (num_devices < 1) return Error("verify: need at least one device");
+  if (oe->parameters().size() != se->parameters().size())
+    return Error("verify: the original takes " + std::to_string(oe->parameters().size()) + " parameter(s), the SPMD program " +
+                 std::to_string(se->parameters().size()));
+  std::vector<Tensor> args = MakeRandomArguments(*oe, seed, options);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!oe->parameters()[i]) return Error("verify: the original has no parameter " + std::to_string(i));
+    if (oe->parameters()[i]->shape().IsArray() && !Tensor::SupportsType(oe->parameters()[i]->shape().type))
+      return Error("verify: parameter " + std::to_string(i) + " has type " +
+                   std::string(PrimitiveTypeName(oe->parameters()[i]->shape().type)) + ", which the evaluator does not support");
+  }
+  // The reference: the original on one device. An original that is already partly manual
+  // (collectives, SPMDFullToShardShape / SPMDShardToFullShape regions) runs on the virtual cluster
+  // with every device holding the full inputs; device 0's output is the reference.
+  Result<Tensor> ref = Error("not run");
+  if (NeedsClusterReference(original)) {
+    ClusterOptions co;
+    co.rng_seed = options.rng_seed;
+    auto outs = RunSpmd(original, num_devices, std::vector<std::vector<Tensor>>(static_cast<size_t>(num_devices), args), co);
+    if (!outs.ok()) return Error("verify: running the original (it contains manual regions or collectives, so on " +
+                                 std::to_string(num_devices) + " devices with replicated inputs): " + outs.error().message);
+    ref = std::move(outs.value()[0]);
+  } else {
+    EvalOptions eo;
+    eo.rng_seed = options.rng_seed;
+    ref = Evaluate(original, args, eo);
+    if (!ref.ok()) return Error("verify: running the original: " + ref.error().message);
+  }
+
+  std::vector<std::vector<Tensor>> dev_args(static_cast<size_t>(num_devices));
+  static const HloSharding kReplicated = HloSharding::Replicate();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Instruction* p = oe->parameters()[i];
+    const Instruction* sp = se->parameters()[i];
+    const HloSharding& sh = p->has_sharding() ? *p->sharding() : kReplicated;
+    for (int64_t d = 0; d < num_devices; ++d) {
+      auto piece = ShardForDevice(args[i], sh, d);
+      if (!piece.ok())
+        return Error("verify: parameter " + std::to_string(i) + " (%" + p->name() + "): " + piece.error().message);
+      if (!sp || !sp->shape().Compatible(piece->shape()))
+        return Error("verify: parameter " + std::to_string(i) + " (%" + p->name() + "): its sharding " + sh.ToString() + " gives " +
+                     piece->shape().ToString(false) + " per device, but the SPMD program expects " +
+                     (sp ? sp->shape().ToString(false) : std::string("no parameter")));
+      dev_args[static_cast<size_t>(d)].push_back(std::move(piece.value()));
+    }
+  }
+  ClusterOptions co;
+  co.rng_seed = options.rng_seed;
+  auto outs = RunSpmd(spmd, num_devices, dev_args, co);
+  if (!outs.ok()) return Error("verify: running the SPMD program: " + outs.error().message);
+  const Instruction* root = oe->root();
+  const HloSharding& out_sh = root && root->has_sharding() ? *root->sharding() : kReplicated;
+  auto assembled = AssembleFromDevices(outs.value(), out_sh, root->shape());
+  if (!assembled.ok()) return Error("verify: reassembling the output: " + assembled.error().message);
+  VerifyReport rep = CompareTensors(ref.value(), assembled.value(), MaxReductionSize(original), options);
+  rep.detail = std::string(rep.match ? "match" : "MISMATCH") + " on " + std::to_string(num_devices) + " devices (seed " +
+               std::to_string(seed) + ")\n" + rep.detail;
+  return rep;
+}
+
+}  // namespace shardscope

@@ -1,0 +1,79 @@
+// Numerical verification of a partitioning: run the original module on one device and the SPMD
+// program on N virtual devices with the same (seeded random) inputs, reassemble the shards and
+// compare (DESIGN.md, "The data, as it flows", step 5).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
+#include "core/sharding/sharding.h"
+#include "core/base/status.h"
+#include "core/eval/tensor.h"
+
+namespace shardscope {
+
+struct VerifyReport {
+  bool match = false;
+  double max_abs_error = 0;  // over all output leaves (inf when NaN/inf placement differs)
+  double tolerance = 0;      // the tolerance of the leaf closest to (or furthest over) its limit
+  std::string detail;        // one line per output leaf; the first mismatch with its index and values
+};
+
+struct NumericVerifyOptions {
+  // Relative tolerances (times max(1, max |reference|) of the leaf, times max(1, log2 of the
+  // largest reduction size in the original module)).
+  double f64_rtol = 1e-9;
+  double f32_rtol = 1e-4;
+  double f16_rtol = 2e-3;
+  double bf16_rtol = 1e-2;
+  double f8_rtol = 1.5e-1;
+  // Random inputs: floats uniform in [-float_range, float_range]; integers uniform in
+  // [int_min, int_max]; pred fair coin.
+  double float_range = 1.0;
+  int64_t int_min = 0, int_max = 7;
+  uint64_t rng_seed = 0x5eedULL;  // for the rng op on both sides
+};
+
+// Original vs SPMD: random inputs from `seed` for the original's entry parameters; the original
+// runs on one device; each input is sharded per its parameter's sharding in the ORIGINAL module
+// (tiled: the device's shard, zero-padded to the padded shard shape; replicated / maximal /
+// manual: whole; partially replicated: the tile of the device's tile index) and passed to the
+// SPMD program on `num_devices` devices; the output is reassembled per the original root's
+// sharding and compared with a tolerance suited to each leaf's type (ints / pred exact).
+// An original that is already partly manual (collectives, SPMDFullToShardShape/ShardToFullShape
+// regions) runs on the virtual cluster with every device holding the full inputs; device 0's
+// output is the reference.
+// An Error means the two modules could not be run or do not fit together (the message says why);
+// a numeric difference is a report with match == false.
+Result<VerifyReport> VerifyPartitioned(const Module& original, const Module& spmd, int64_t num_devices, uint64_t seed,
+                                       const NumericVerifyOptions& options = {});
+
+// ---- Building blocks (also used by the CLI / GUI) ----
+
+// A random tensor of `shape` (tuples recursively) drawn as described in NumericVerifyOptions.
+Tensor RandomTensor(const Shape& shape, std::mt19937_64& rng, const NumericVerifyOptions& options = {});
+// Random arguments for the parameters of `c`, deterministic in `seed`.
+std::vector<Tensor> MakeRandomArguments(const Computation& c, uint64_t seed, const NumericVerifyOptions& options = {});
+
+// Device `device`'s piece of `full` under `sharding` (tuple shardings per leaf; a non-tuple
+// sharding on a tuple applies to every leaf). Unreduced: device 0 holds the full value and the
+// others zeros (the devices' values sum to it).
+Result<Tensor> ShardForDevice(const Tensor& full, const HloSharding& sharding, int64_t device);
+// The full tensor of shape `full_shape` reassembled from per-device pieces under `sharding` (each
+// tile taken from the lowest-numbered device holding it, padding dropped). A device piece that
+// already has the full shape is accepted as-is for a replicated result; an unreduced result is the
+// sum over the devices.
+Result<Tensor> AssembleFromDevices(const std::vector<Tensor>& per_device, const HloSharding& sharding, const Shape& full_shape);
+
+// Compares `actual` with `expected` leaf by leaf; `reduction_size` scales float tolerances.
+VerifyReport CompareTensors(const Tensor& expected, const Tensor& actual, int64_t reduction_size = 1,
+                            const NumericVerifyOptions& options = {});
+
+// The largest number of terms any one output element of a reduction sums in `module` (dot
+// contracting size, convolution window x input features, reduce / reduce-window extent).
+int64_t MaxReductionSize(const Module& module);
+
+}  // namespace shardscope

@@ -1,0 +1,59 @@
+#include "core/ir/replica_groups.h"
+
+namespace shardscope {
+
+namespace {
+
+void AppendList(std::string* s, char open, const std::vector<int64_t>& v, char close) {
+  *s += open;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) *s += ',';
+    *s += std::to_string(v[i]);
+  }
+  *s += close;
+}
+
+std::string Abbreviated(const std::vector<std::vector<int64_t>>& groups) {
+  std::string head = "{{";
+  const auto& first = groups[0];
+  for (size_t j = 0; j < first.size() && j < 4; ++j) head += (j ? "," : "") + std::to_string(first[j]);
+  head += first.size() > 4 ? ",...},...}" : "},...}";
+  return head + " (" + std::to_string(groups.size()) + " groups of " + std::to_string(first.size()) + ")";
+}
+
+}  // namespace
+
+std::string ReplicaGroupsText(const std::vector<std::vector<int64_t>>& groups, size_t max_chars) {
+  std::string s = "{";
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (i) s += ',';
+    AppendList(&s, '{', groups[i], '}');
+    if (s.size() > max_chars) return Abbreviated(groups);
+  }
+  return s + "}";
+}
+
+std::string ReplicaGroupsText(const ReplicaGroups& g, size_t max_chars) {
+  if (g.iota_form && g.iota_dims.size() == 2) {
+    std::string s;
+    AppendList(&s, '[', g.iota_dims, ']');
+    s += "<=";
+    if (g.iota_reshape.empty()) AppendList(&s, '[', {g.iota_dims[0] * g.iota_dims[1]}, ']');
+    else AppendList(&s, '[', g.iota_reshape, ']');
+    if (!g.iota_perm.empty()) {
+      s += 'T';
+      AppendList(&s, '(', g.iota_perm, ')');
+    }
+    return s;
+  }
+  return ReplicaGroupsText(g.groups, max_chars);
+}
+
+std::string SourceTargetPairsText(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  std::string s = "{";
+  for (size_t i = 0; i < pairs.size(); ++i)
+    s += (i ? ",{" : "{") + std::to_string(pairs[i].first) + "," + std::to_string(pairs[i].second) + "}";
+  return s + "}";
+}
+
+}  // namespace shardscope

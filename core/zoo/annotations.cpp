@@ -1,0 +1,77 @@
+#include "core/zoo/annotations.h"
+
+#include <cctype>
+
+namespace shardscope {
+
+// ---- names -----------------------------------------------------------------------------------------------
+
+std::string_view AnnotationSetName(AnnotationSet s) {
+  switch (s) {
+    case AnnotationSet::kNone: return "none";
+    case AnnotationSet::kAttempt1: return "attempt1";
+    case AnnotationSet::kAttempt2: return "attempt2";
+    case AnnotationSet::kFinalized: return "finalized";
+  }
+  return "none";
+}
+
+std::optional<AnnotationSet> AnnotationSetFromName(std::string_view s) {
+  std::string k;
+  for (char c : s)
+    if (c != '-' && c != '_' && c != ' ') k += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (k.rfind("2d", 0) == 0) k = k.substr(2);
+  if (k == "none" || k.empty()) return AnnotationSet::kNone;
+  if (k == "attempt1") return AnnotationSet::kAttempt1;
+  if (k == "attempt2") return AnnotationSet::kAttempt2;
+  if (k == "finalized" || k == "final") return AnnotationSet::kFinalized;
+  return std::nullopt;
+}
+
+std::string_view Table1TensorName(Table1Tensor t) {
+  switch (t) {
+    case Table1Tensor::kWqkv: return "W_Q/W_K/W_V (MND)";
+    case Table1Tensor::kWo: return "W_O (NDM)";
+    case Table1Tensor::kWin: return "W_in (MH)";
+    case Table1Tensor::kWout: return "W_out (HM)";
+    case Table1Tensor::kBSM: return "BSM";
+    case Table1Tensor::kBSND: return "BSND";
+    case Table1Tensor::kBSH: return "BSH";
+  }
+  return "";
+}
+
+// GSPMD Table 1 ("Dense Transformer sharding annotations"), X = mesh axis 0, Y = mesh axis 1:
+//                 MND     NDM     MH   HM   BSM     BSND      BSH
+//   2D Attempt 1  X,Y,_   Y,_,X   X,Y  Y,X  _,_,X   _,_,Y,_   _,_,Y
+//   2D Attempt 2  X,Y,_   Y,_,X   X,Y  Y,X  X,_,_   X,_,Y,_   X,_,Y
+//   2D finalized  X,Y,_   Y,_,X   X,Y  Y,X  X,_,Y   X,_,Y,_   X,_,Y
+std::vector<int64_t> Table1DimsMapping(AnnotationSet set, Table1Tensor tensor) {
+  constexpr int64_t X = 0, Y = 1, _ = -1;
+  if (set == AnnotationSet::kNone) return {};
+  switch (tensor) {
+    case Table1Tensor::kWqkv: return {X, Y, _};
+    case Table1Tensor::kWo: return {Y, _, X};
+    case Table1Tensor::kWin: return {X, Y};
+    case Table1Tensor::kWout: return {Y, X};
+    case Table1Tensor::kBSM:
+      if (set == AnnotationSet::kAttempt1) return {_, _, X};
+      if (set == AnnotationSet::kAttempt2) return {X, _, _};
+      return {X, _, Y};
+    case Table1Tensor::kBSND:
+      if (set == AnnotationSet::kAttempt1) return {_, _, Y, _};
+      return {X, _, Y, _};
+    case Table1Tensor::kBSH:
+      if (set == AnnotationSet::kAttempt1) return {_, _, Y};
+      return {X, _, Y};
+  }
+  return {};
+}
+
+AnnotationSet ReadAnnotationSet(ZooParams& p) {
+  auto s = AnnotationSetFromName(p.Str("annotations"));
+  if (!s) p.Fail("parameter annotations must be none, attempt1, attempt2 or finalized, found '" + p.Str("annotations") + "'");
+  return s.value_or(AnnotationSet::kNone);
+}
+
+}  // namespace shardscope

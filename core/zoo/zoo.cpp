@@ -1,0 +1,155 @@
+#include "core/zoo/zoo.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "core/ir/verifier.h"
+#include "core/zoo/mlp.h"
+#include "core/zoo/transformer.h"
+
+namespace shardscope {
+
+ZooParams::ZooParams(const std::string& model, const std::vector<ZooParameter>& parameters,
+                     const ZooOverrides& overrides) {
+  for (const auto& p : parameters) values_[p.name] = p.default_value;
+  for (const auto& [k, v] : overrides) {
+    if (!values_.count(k)) {
+      std::string names;
+      for (const auto& p : parameters) names += (names.empty() ? "" : ", ") + p.name;
+      Fail("model " + model + " has no parameter '" + k + "' (parameters: " + names + ")");
+      continue;
+    }
+    values_[k] = v;
+  }
+}
+
+void ZooParams::Fail(const std::string& e) {
+  if (error_.empty()) error_ = e;
+}
+
+const std::string& ZooParams::Str(const std::string& k) { return values_[k]; }
+
+int64_t ZooParams::Int(const std::string& k) {
+  const std::string& v = values_[k];
+  int64_t out = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || p != v.data() + v.size()) Fail("parameter " + k + " must be an integer, found '" + v + "'");
+  return out;
+}
+
+bool ZooParams::Bool(const std::string& k) {
+  const std::string& v = values_[k];
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  Fail("parameter " + k + " must be 0 or 1, found '" + v + "'");
+  return false;
+}
+
+double ZooParams::Real(const std::string& k) {
+  const std::string& v = values_[k];
+  try {
+    size_t pos = 0;
+    double d = std::stod(v, &pos);
+    if (pos == v.size() && std::isfinite(d)) return d;
+  } catch (...) {
+  }
+  Fail("parameter " + k + " must be a number, found '" + v + "'");
+  return 0;
+}
+
+PrimitiveType ZooParams::FloatType(const std::string& k, PrimitiveType fallback) {
+  const std::string& v = values_[k];
+  if (v.empty()) return fallback;
+  auto t = PrimitiveTypeFromName(v);
+  if (!t || !IsFloatingPoint(*t)) {
+    Fail("parameter " + k + " must be a floating-point type (f32, bf16, f16, f64), found '" + v + "'");
+    return fallback;
+  }
+  return *t;
+}
+
+std::string ZooParams::Choice(const std::string& k, const std::vector<std::string>& choices) {
+  const std::string& v = values_[k];
+  for (const auto& c : choices)
+    if (c == v) return v;
+  std::string list;
+  for (size_t i = 0; i < choices.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
+  Fail("parameter " + k + " must be " + list + ", found '" + v + "'");
+  return choices.empty() ? v : choices.front();
+}
+
+const std::vector<ZooParameter>& ZooCommonParameters() {
+  static const std::vector<ZooParameter> params = {
+      {"annotations", "finalized", "GSPMD Table 1 annotation set: none | attempt1 | attempt2 | finalized"},
+      {"mesh_x", "4", "mesh axis X size"},
+      {"mesh_y", "4", "mesh axis Y size"},
+      {"dtype", "f32", "weight (and optimizer state) element type"},
+      {"act_dtype", "", "activation element type (default: dtype); weights are converted when it differs"},
+      {"learning_rate", "0.001", "optimizer step size"},
+  };
+  return params;
+}
+
+Result<DeviceMesh> ZooMeshXY(ZooParams& p) {
+  const int64_t x = p.Int("mesh_x"), y = p.Int("mesh_y");
+  if (!p.ok()) return Error(p.error());
+  if (x < 1 || y < 1) return Error("mesh_x and mesh_y must be >= 1");
+  return DeviceMesh({{"X", x}, {"Y", y}});
+}
+
+namespace {
+
+// The families of the zoo, in listing order. A new family adds one line.
+const std::vector<void (*)(std::vector<ZooModel>&)>& Families() {
+  static const std::vector<void (*)(std::vector<ZooModel>&)> families = {
+      &AddMlpModels,
+      &AddTransformerModels,
+  };
+  return families;
+}
+
+const ZooModel* FindModel(const std::vector<ZooModel>& models, std::string_view name) {
+  for (const auto& m : models)
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+Error UnknownModel(const std::vector<ZooModel>& models, std::string_view name) {
+  std::string names;
+  for (const auto& m : models) names += (names.empty() ? "" : ", ") + m.name;
+  return Error("unknown zoo model '" + std::string(name) + "' (models: " + names + ")");
+}
+
+}  // namespace
+
+std::vector<ZooModel> ZooList() {
+  std::vector<ZooModel> models;
+  for (auto add : Families()) add(models);
+  return models;
+}
+
+Result<DeviceMesh> ZooMesh(std::string_view name, const ZooOverrides& overrides) {
+  const auto models = ZooList();
+  const ZooModel* model = FindModel(models, name);
+  if (!model) return UnknownModel(models, name);
+  ZooParams p(model->name, model->parameters, overrides);
+  if (!p.ok()) return Error(p.error());
+  return model->mesh ? model->mesh(p) : ZooMeshXY(p);
+}
+
+Result<std::unique_ptr<Module>> ZooBuild(std::string_view name, const ZooOverrides& overrides) {
+  const auto models = ZooList();
+  const ZooModel* model = FindModel(models, name);
+  if (!model) return UnknownModel(models, name);
+  ZooParams p(model->name, model->parameters, overrides);
+  if (!p.ok()) return Error(p.error());
+  Result<std::unique_ptr<Module>> built = model->build(p);
+  if (!p.ok()) return Error(p.error());  // a setting the family read is malformed
+  if (!built.ok()) return Error(std::string(name) + ": " + built.error().message);
+  if (Status s = VerifyModule(**built); !s.ok())
+    return Error(std::string(name) + ": the built module does not verify: " + s.error().message);
+  return built;
+}
+
+}  // namespace shardscope

@@ -1,0 +1,75 @@
+// The model zoo's registry: every model family (transformer.h, mlp.h, ...) adds its entries —
+// a name, a description, its settings with defaults, how to build the module and the mesh its
+// annotations refer to — and the CLI, the GUI, the tests and the benchmarks build models by name
+// with setting overrides. A new family is a new file plus one line in zoo.cpp's table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/ir/ir.h"
+#include "core/sharding/mesh.h"
+
+namespace shardscope {
+
+struct ZooParameter {
+  std::string name;           // "batch"
+  std::string default_value;  // "8"
+  std::string description;
+};
+using ZooOverrides = std::map<std::string, std::string, std::less<>>;
+
+// A model's settings after overrides, with typed readers that remember the first error (so a
+// family reads all it needs and checks ok() once).
+class ZooParams {
+ public:
+  ZooParams(const std::string& model, const std::vector<ZooParameter>& parameters, const ZooOverrides& overrides);
+  int64_t Int(const std::string& k);
+  bool Bool(const std::string& k);
+  double Real(const std::string& k);
+  const std::string& Str(const std::string& k);
+  // A floating-point element type; `fallback` when the setting is empty.
+  PrimitiveType FloatType(const std::string& k, PrimitiveType fallback);
+  // One of `choices` (the error lists them).
+  std::string Choice(const std::string& k, const std::vector<std::string>& choices);
+  void Fail(const std::string& e);
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::string error_;
+};
+
+struct ZooModel {
+  std::string name;  // "transformer-layer"
+  std::string description;
+  std::vector<ZooParameter> parameters;
+  std::function<Result<std::unique_ptr<Module>>(ZooParams&)> build;
+  // The mesh the model's annotations refer to.
+  std::function<Result<DeviceMesh>(ZooParams&)> mesh;
+};
+
+// Settings most families share ("annotations", "mesh_x", "mesh_y", "dtype", "act_dtype",
+// "learning_rate") and the 2-D (X, Y) mesh they describe.
+const std::vector<ZooParameter>& ZooCommonParameters();
+Result<DeviceMesh> ZooMeshXY(ZooParams& p);
+
+// Every model of the zoo, in the order the families are listed in zoo.cpp.
+std::vector<ZooModel> ZooList();
+// Builds a model with parameter overrides ({"layers", "64"}, {"annotations", "attempt2"}, ...).
+// Unknown models or parameters and malformed values give an Error listing what is accepted; the
+// built module is verified.
+Result<std::unique_ptr<Module>> ZooBuild(std::string_view name, const ZooOverrides& overrides = {});
+// The mesh a zoo model's annotations refer to.
+Result<DeviceMesh> ZooMesh(std::string_view name, const ZooOverrides& overrides = {});
+// The example the GUI opens on: "transformer-layer" (4x4 mesh, 2D finalized annotations).
+inline constexpr std::string_view kZooDefaultExample = "transformer-layer";
+
+}  // namespace shardscope

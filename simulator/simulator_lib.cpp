@@ -1,2 +1,0 @@
-// Anchor so the library target exists before its first component lands.
-namespace shardscope::simulator_detail { int anchor = 0; }
