@@ -76,8 +76,9 @@ Result<Prepared> Prepare(const Case& c, int64_t layers) {
   p.build_s = Now() - t0;
   p.model_flops = CountModuleFlops(**m);
   t0 = Now();
-  auto r = pipeline::Propagate(**m, pipeline::StandardPropagationOptions());
-  if (!r.ok()) return Error("propagation: " + r.error().message);
+  if (auto r = pipeline::Propagate(**m, pipeline::StandardPropagationOptions()); !r.ok()) {
+    return Error("propagation: " + r.error().message);
+  }  // (the propagation engine is released here, before partitioning)
   p.propagate_s = Now() - t0;
   t0 = Now();
   SpmdOptions so;

@@ -83,6 +83,7 @@ PipelineResult RunPipeline(std::unique_ptr<Module> module, const PipelineOptions
     auto p = Propagate(*r.module, *options.propagation, cancel);
     if (!p.ok()) return std::move(Fail(r, Stage::kPropagate, p.error(), cancel));
     r.propagation = std::move(p).value();
+    if (!options.keep_propagation_engine) r.propagation->engine.reset();
   }
   // 2. Strategy passes.
   for (const ModulePass& pass : options.passes) {

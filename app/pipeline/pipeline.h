@@ -55,8 +55,10 @@ enum class Partitioning {
 };
 
 struct PipelineOptions {
-  // 1. Propagation; nullopt keeps the shardings the module carries.
+  // 1. Propagation; nullopt keeps the shardings the module carries. The engine (with the
+  //    provenance Explain needs) is released after the stage unless kept.
   std::optional<PropagationOptions> propagation = StandardPropagationOptions();
+  bool keep_propagation_engine = false;
   // 2. Strategy passes on the propagated module, in order.
   std::vector<ModulePass> passes;
   // 3. Partitioning. spmd.num_partitions 0: the topology's device count when there is one, else
@@ -84,7 +86,7 @@ struct PipelineResult {
   bool cancelled = false;
 
   std::unique_ptr<Module> module;             // the input after propagation and passes
-  std::optional<PropagationRun> propagation;  // when propagation ran
+  std::optional<PropagationRun> propagation;  // when propagation ran (engine: see keep_propagation_engine)
   std::optional<PartitionResult> partition;   // when partitioned here
   VerificationVerdict verification;
   std::vector<std::optional<CollectiveCost>> estimates;  // per partition->collectives
