@@ -71,8 +71,9 @@ std::vector<Tensor> RandomArgs(const Module& m, uint64_t seed) {
 
 // Central finite differences of the loss (output 0) against the gradient outputs (1..): for each
 // weight parameter (entry parameters from `first_weight`), `probes` random elements. Returns the
-// worst relative error.
-double WorstGradientError(const Module& m, int64_t first_weight, int probes, std::string* where) {
+// worst relative error (relative to at least `floor`: the finite differences' own noise is about
+// 1e-10 where the loss is of order 1).
+double WorstGradientError(const Module& m, int64_t first_weight, int probes, std::string* where, double floor = 1e-6) {
   std::vector<Tensor> args = RandomArgs(m, 7);
   auto out = Evaluate(m, args);
   if (!out.ok()) qFatal("evaluate: %s", out.error().message.c_str());
@@ -91,11 +92,11 @@ double WorstGradientError(const Module& m, int64_t first_weight, int probes, std
       const double lm = Evaluate(m, minus)->element(0).GetDouble(0);
       const double fd = (lp - lm) / (2 * h);
       const double an = grad.GetDouble(idx);
-      const double rel = std::abs(fd - an) / std::max(1e-6, std::abs(fd) + std::abs(an));
+      const double rel = std::abs(fd - an) / std::max(floor, std::abs(fd) + std::abs(an));
       if (rel > worst) {
         worst = rel;
         *where = m.entry()->parameter(pi)->name() + "[" + std::to_string(idx) + "]: finite difference " +
-                 std::to_string(fd) + ", gradient " + std::to_string(an);
+                 QString::number(fd, 'g', 12).toStdString() + ", gradient " + QString::number(an, 'g', 12).toStdString();
       }
     }
   }
@@ -113,10 +114,11 @@ class TestModelZoo : public QObject {
  private slots:
   void registry() {
     const auto models = ZooList();
-    QCOMPARE(models.size(), size_t(3));
+    QCOMPARE(models.size(), size_t(4));
     QCOMPARE(models[0].name, std::string("mlp"));
     QCOMPARE(models[1].name, std::string("transformer-layer"));
     QCOMPARE(models[2].name, std::string("transformer"));
+    QCOMPARE(models[3].name, std::string("resnet50"));
     QCOMPARE(std::string(kZooDefaultExample), std::string("transformer-layer"));
     auto value = [](const ZooModel& m, const std::string& k) {
       for (const auto& p : m.parameters)
@@ -362,9 +364,9 @@ class TestModelZoo : public QObject {
   }
 
   void buildErrors() {
-    auto unknown = ZooBuild("resnet");
+    auto unknown = ZooBuild("vgg");
     QVERIFY(!unknown.ok());
-    QCOMPARE(unknown.error().message, std::string("unknown zoo model 'resnet' (models: mlp, transformer-layer, transformer)"));
+    QCOMPARE(unknown.error().message, std::string("unknown zoo model 'vgg' (models: mlp, transformer-layer, transformer, resnet50)"));
     auto bad_key = ZooBuild("mlp", {{"depth", "3"}});
     QVERIFY(!bad_key.ok());
     QVERIFY(bad_key.error().message.rfind("model mlp has no parameter 'depth' (parameters: batch, model,", 0) == 0);
@@ -379,6 +381,10 @@ class TestModelZoo : public QObject {
     auto huge = ZooBuild("transformer-layer", {{"seq", "16777216"}, {"batch", "4096"}});
     QVERIFY(!huge.ok());
     QVERIFY(huge.error().message.find("more than 2^50 elements") != std::string::npos);
+    auto blocks = ZooBuild("resnet50", {{"blocks", "3,x"}});
+    QCOMPARE(blocks.error().message, std::string("parameter blocks must be comma-separated integers, found '3,x'"));
+    auto set = ZooBuild("resnet50", {{"annotations", "finalized"}});
+    QCOMPARE(set.error().message, std::string("parameter annotations must be none, data or spatial, found 'finalized'"));
   }
 
   void cli() {
@@ -411,6 +417,89 @@ class TestModelZoo : public QObject {
     QVERIFY(bad.waitForFinished(60000));
     QCOMPARE(bad.exitCode(), 2);
     QVERIFY(QString::fromUtf8(bad.readAllStandardError()).contains("--set expects KEY=VALUE"));
+  }
+
+  // ResNet-50 at its real sizes: torchvision's resnet50 has 25,557,032 weights (convolutions,
+  // BatchNorm scales and offsets, the classifier with its bias); the shapes of He et al. Table 1.
+  void resnet50RealSizes() {
+    auto m = Build("resnet50", {{"optimizer", "none"}});
+    QVERIFY(m);
+    int64_t weights = 0, n_weights = 0;
+    for (Instruction* p : m->entry()->parameters()) {
+      if (p->name() == "x" || p->name() == "labels") continue;
+      weights += p->shape().ElementCount();
+      ++n_weights;
+    }
+    QCOMPARE(weights, int64_t(25557032));
+    QCOMPARE(n_weights, int64_t(161));  // stem 3, 16 blocks x 9, 4 projections x 3, classifier 2
+    QCOMPARE(ShapeOf(*m, "x"), std::string("f32[64,224,224,3]"));
+    QCOMPARE(ShapeOf(*m, "stem_conv"), std::string("f32[64,112,112,64]"));
+    QCOMPARE(ShapeOf(*m, "stem_pool"), std::string("f32[64,56,56,64]"));
+    QCOMPARE(ShapeOf(*m, "stage1_block0_out"), std::string("f32[64,56,56,256]"));
+    QCOMPARE(ShapeOf(*m, "stage2_block0_conv2_conv"), std::string("f32[64,28,28,128]"));  // stride in the 3x3
+    QCOMPARE(ShapeOf(*m, "stage4_block2_out"), std::string("f32[64,7,7,2048]"));
+    QCOMPARE(ShapeOf(*m, "head_logits"), std::string("f32[64,1000]"));
+    QCOMPARE(ShapeOf(*m, "stage3_block5_conv3_w"), std::string("f32[1,1,256,1024]"));
+    // Data parallel: only the inputs are annotated, the batch over the 8 devices of X.
+    QCOMPARE(CountAnnotated(*m), 2);
+    QCOMPARE(*m->FindInstruction("x")->sharding(), Parse("{devices=[8,1,1,1]<=[8]}"));
+    // The gradient outputs have the weights' shapes.
+    QCOMPARE(m->entry()->root()->shape().tuple.size(), size_t(1 + 161));
+    // LARS keeps one momentum per weight.
+    auto lars = Build("resnet50");
+    QVERIFY(lars);
+    QCOMPARE(lars->entry()->parameters().size(), size_t(2 + 2 * 161));
+    QCOMPARE(lars->entry()->root()->shape().tuple.size(), size_t(1 + 2 * 161));
+    QCOMPARE(ShapeOf(*lars, "head_fc_w_m"), std::string("f32[2048,1000]"));
+    auto spatial = Build("resnet50", {{"annotations", "spatial"}, {"mesh_x", "2"}, {"mesh_y", "4"}});
+    QVERIFY(spatial);
+    QCOMPARE(*spatial->FindInstruction("x")->sharding(), Parse("{devices=[2,4,1,1]<=[8]}"));
+  }
+
+  void resnetGradientsAndLars() {
+    const ZooOverrides small = {{"batch", "2"}, {"image", "16"}, {"channels", "2"}, {"classes", "5"}, {"width", "2"},
+                                {"blocks", "1,2"}, {"dtype", "f64"}, {"annotations", "none"}};
+    ZooOverrides o = small;
+    o["optimizer"] = "none";
+    auto grads_m = Build("resnet50", o);
+    QVERIFY(grads_m);
+    std::string where;
+    const double worst = WorstGradientError(*grads_m, 2, 2, &where, 1e-4);
+    qInfo("resnet (2 stages): worst relative gradient error %.3g", worst);
+    QVERIFY2(worst < 1e-5, where.c_str());
+
+    // LARS: for a matrix, trust = eta |w| / (|g| + wd |w|), m' = mu m + lr trust (g + wd w),
+    // w' = w - m'; for a vector plain momentum.
+    o["optimizer"] = "lars";
+    o["learning_rate"] = "0.5";
+    auto lars_m = Build("resnet50", o);
+    QVERIFY(lars_m);
+    auto args = RandomArgs(*lars_m, 5);
+    const int64_t n_w = (static_cast<int64_t>(args.size()) - 2) / 2;
+    std::vector<Tensor> grad_args(args.begin(), args.begin() + 2 + n_w);
+    auto g = Evaluate(*grads_m, grad_args);
+    auto l = Evaluate(*lars_m, args);
+    QVERIFY(g.ok() && l.ok());
+    for (int64_t k = 0; k < n_w; ++k) {
+      const Tensor& w = args[static_cast<size_t>(2 + k)];
+      const Tensor& m0 = args[static_cast<size_t>(2 + n_w + k)];
+      const Tensor& gr = g->element(1 + k);
+      double wn = 0, gn = 0;
+      for (int64_t i = 0; i < w.size(); ++i) {
+        wn += w.GetDouble(i) * w.GetDouble(i);
+        gn += gr.GetDouble(i) * gr.GetDouble(i);
+      }
+      wn = std::sqrt(wn);
+      gn = std::sqrt(gn);
+      const bool matrix = w.shape().rank() > 1;
+      const double trust = matrix ? 0.001 * wn / (gn + 1e-4 * wn) : 1.0;
+      for (int64_t i = 0; i < w.size(); ++i) {
+        const double step = matrix ? trust * (gr.GetDouble(i) + 1e-4 * w.GetDouble(i)) : gr.GetDouble(i);
+        const double m1 = 0.9 * m0.GetDouble(i) + 0.5 * step;
+        QVERIFY(std::abs(l->element(1 + n_w + k).GetDouble(i) - m1) < 1e-12);
+        QVERIFY(std::abs(l->element(1 + k).GetDouble(i) - (w.GetDouble(i) - m1)) < 1e-12);
+      }
+    }
   }
 };
 
