@@ -114,11 +114,14 @@ class TestModelZoo : public QObject {
  private slots:
   void registry() {
     const auto models = ZooList();
-    QCOMPARE(models.size(), size_t(4));
+    QCOMPARE(models.size(), size_t(7));
     QCOMPARE(models[0].name, std::string("mlp"));
     QCOMPARE(models[1].name, std::string("transformer-layer"));
     QCOMPARE(models[2].name, std::string("transformer"));
     QCOMPARE(models[3].name, std::string("resnet50"));
+    QCOMPARE(models[4].name, std::string("unet3d"));
+    QCOMPARE(models[5].name, std::string("moe-layer"));
+    QCOMPARE(models[6].name, std::string("moe-transformer"));
     QCOMPARE(std::string(kZooDefaultExample), std::string("transformer-layer"));
     auto value = [](const ZooModel& m, const std::string& k) {
       for (const auto& p : m.parameters)
@@ -352,7 +355,7 @@ class TestModelZoo : public QObject {
   }
 
   void roundTripThroughHloText() {
-    for (const char* name : {"mlp", "transformer-layer", "transformer"}) {
+    for (const char* name : {"mlp", "transformer-layer", "transformer", "resnet50", "unet3d", "moe-layer", "moe-transformer"}) {
       auto m = Build(name);
       QVERIFY(m);
       const std::string text = PrintHloModule(*m);
@@ -366,7 +369,8 @@ class TestModelZoo : public QObject {
   void buildErrors() {
     auto unknown = ZooBuild("vgg");
     QVERIFY(!unknown.ok());
-    QCOMPARE(unknown.error().message, std::string("unknown zoo model 'vgg' (models: mlp, transformer-layer, transformer, resnet50)"));
+    QCOMPARE(unknown.error().message, std::string("unknown zoo model 'vgg' (models: mlp, transformer-layer, transformer, resnet50, unet3d, moe-layer, "
+                                                       "moe-transformer)"));
     auto bad_key = ZooBuild("mlp", {{"depth", "3"}});
     QVERIFY(!bad_key.ok());
     QVERIFY(bad_key.error().message.rfind("model mlp has no parameter 'depth' (parameters: batch, model,", 0) == 0);
@@ -383,6 +387,8 @@ class TestModelZoo : public QObject {
     QVERIFY(huge.error().message.find("more than 2^50 elements") != std::string::npos);
     auto blocks = ZooBuild("resnet50", {{"blocks", "3,x"}});
     QCOMPARE(blocks.error().message, std::string("parameter blocks must be comma-separated integers, found '3,x'"));
+    auto levels = ZooBuild("unet3d", {{"image", "100"}});
+    QCOMPARE(levels.error().message, std::string("unet3d: image = 100 must be a multiple of 2^(levels-1) = 8"));
     auto set = ZooBuild("resnet50", {{"annotations", "finalized"}});
     QCOMPARE(set.error().message, std::string("parameter annotations must be none, data or spatial, found 'finalized'"));
   }
@@ -454,6 +460,73 @@ class TestModelZoo : public QObject {
     auto spatial = Build("resnet50", {{"annotations", "spatial"}, {"mesh_x", "2"}, {"mesh_y", "4"}});
     QVERIFY(spatial);
     QCOMPARE(*spatial->FindInstruction("x")->sharding(), Parse("{devices=[2,4,1,1]<=[8]}"));
+  }
+
+  // The 3-D U-Net at GSPMD Table 8's sizes: 128^3 images, Çiçek et al.'s channel counts.
+  void unet3dShapes() {
+    auto m = Build("unet3d", {{"mesh_y", "16"}});
+    QVERIFY(m);
+    QCOMPARE(m->num_partitions, int64_t(16));
+    QCOMPARE(ShapeOf(*m, "x"), std::string("f32[4,128,128,128,1]"));
+    QCOMPARE(ShapeOf(*m, "down0_convb_conv"), std::string("f32[4,128,128,128,64]"));
+    QCOMPARE(ShapeOf(*m, "down0_pool"), std::string("f32[4,64,64,64,64]"));
+    QCOMPARE(ShapeOf(*m, "down3_convb_conv"), std::string("f32[4,16,16,16,512]"));
+    QCOMPARE(ShapeOf(*m, "up2_upconv_conv"), std::string("f32[4,32,32,32,512]"));
+    QCOMPARE(ShapeOf(*m, "up2_concat"), std::string("f32[4,32,32,32,768]"));
+    QCOMPARE(ShapeOf(*m, "up0_convb_conv"), std::string("f32[4,128,128,128,64]"));
+    QCOMPARE(ShapeOf(*m, "final_conv"), std::string("f32[4,128,128,128,3]"));
+    QCOMPARE(ShapeOf(*m, "up1_upconv_w"), std::string("f32[2,2,2,256,256]"));
+    // Only the inputs carry annotations: the batch on X (1 way) and the depth on Y (16 ways).
+    QCOMPARE(CountAnnotated(*m), 2);
+    QCOMPARE(*m->FindInstruction("x")->sharding(), Parse("{devices=[1,16,1,1,1]<=[16]}"));
+  }
+
+  // GShard's MoE: the expert dimension on the expert weights and the einsums, the capacity
+  // C = 2N/(G E), the annotations of each set.
+  void moeShapesAndAnnotations() {
+    auto m = Build("moe-transformer", {{"batch", "8"}, {"seq", "16"}, {"experts", "8"}, {"mesh_x", "4"}});
+    QVERIFY(m);
+    QCOMPARE(ShapeOf(*m, "layer1_wg"), std::string("f32[32,8]"));             // ME
+    QCOMPARE(ShapeOf(*m, "layer1_expert_wi"), std::string("f32[8,32,64]"));  // EMH
+    QCOMPARE(ShapeOf(*m, "layer1_expert_wo"), std::string("f32[8,64,32]"));   // EHM
+    QVERIFY(!m->FindInstruction("layer0_wg"));                                // layer 0 is dense
+    QCOMPARE(ShapeOf(*m, "layer0_wi"), std::string("f32[32,64]"));
+    // G = 4 groups of N/G = 32 tokens; C = 2 * 32 / 8 = 8.
+    QCOMPARE(ShapeOf(*m, "layer1_moe_inputs"), std::string("f32[4,32,32]"));                  // GSM
+    QCOMPARE(ShapeOf(*m, "layer1_moe_gating_dispatch_mask"), std::string("f32[4,32,8,8]"));  // GSEC
+    QCOMPARE(ShapeOf(*m, "layer1_moe_dispatched"), std::string("f32[8,4,8,32]"));             // EGCM
+    QCOMPARE(ShapeOf(*m, "layer1_moe_experts_wi"), std::string("f32[8,4,8,64]"));             // EGCH
+    QCOMPARE(*m->FindInstruction("layer1_expert_wi")->sharding(), Parse("{devices=[4,1,1]<=[4]}"));
+    QCOMPARE(*m->FindInstruction("layer1_moe_dispatched")->sharding(), Parse("{devices=[4,1,1,1]<=[4]}"));
+    QCOMPARE(*m->FindInstruction("layer1_moe_expert_outputs_by_group")->sharding(), Parse("{devices=[1,4,1,1]<=[4]}"));
+    QCOMPARE(*m->FindInstruction("layer0_wqkv")->sharding(), Parse("{replicated}"));
+    QCOMPARE(*m->FindInstruction("x")->sharding(), Parse("{devices=[4,1,1]<=[4]}"));
+    auto hybrid = Build("moe-transformer", {{"annotations", "hybrid"}, {"mesh_x", "2"}, {"mesh_y", "2"}});
+    QVERIFY(hybrid);
+    QCOMPARE(*hybrid->FindInstruction("layer1_expert_wi")->sharding(), Parse("{devices=[2,1,2]<=[4]}"));  // E on X, H on Y
+    QCOMPARE(*hybrid->FindInstruction("layer0_wi")->sharding(), Parse("{devices=[2,2]<=[4]}"));           // Table 1 MH
+    QCOMPARE(*hybrid->FindInstruction("x")->sharding(), Parse("{devices=[2,1,2]<=[4]}"));                 // BSM X,_,Y
+    auto capacity = Build("moe-layer", {{"capacity", "3"}, {"backward", "0"}});
+    QVERIFY(capacity);
+    QCOMPARE(ShapeOf(*capacity, "layer0_moe_dispatched"), std::string("f32[4,4,3,32]"));
+  }
+
+  void unetAndMoeGradients() {
+    auto unet = Build("unet3d", {{"batch", "2"}, {"image", "4"}, {"width", "1"}, {"levels", "2"}, {"classes", "2"},
+                                 {"channels", "2"}, {"optimizer", "none"}, {"dtype", "f64"}, {"annotations", "none"}});
+    QVERIFY(unet);
+    std::string where;
+    double worst = WorstGradientError(*unet, 2, 2, &where, 1e-4);
+    qInfo("unet3d (2 levels): worst relative gradient error %.3g", worst);
+    QVERIFY2(worst < 1e-5, where.c_str());
+    // The MoE's gradients include the gating's (combine weights and the load-balancing loss).
+    auto moe = Build("moe-transformer", {{"batch", "4"}, {"seq", "4"}, {"model", "4"}, {"heads", "2"}, {"head_dim", "2"},
+                                         {"hidden", "6"}, {"experts", "4"}, {"mesh_x", "2"}, {"optimizer", "none"},
+                                         {"aux_loss_weight", "0.5"}, {"dtype", "f64"}});
+    QVERIFY(moe);
+    worst = WorstGradientError(*moe, 2, 3, &where, 1e-4);
+    qInfo("moe-transformer (dense + MoE layer): worst relative gradient error %.3g", worst);
+    QVERIFY2(worst < 1e-5, where.c_str());
   }
 
   void resnetGradientsAndLars() {

@@ -6,8 +6,10 @@
 
 #include "core/ir/verifier.h"
 #include "core/zoo/mlp.h"
+#include "core/zoo/moe_transformer.h"
 #include "core/zoo/resnet.h"
 #include "core/zoo/transformer.h"
+#include "core/zoo/unet3d.h"
 
 namespace shardscope {
 
@@ -135,6 +137,8 @@ const std::vector<void (*)(std::vector<ZooModel>&)>& Families() {
       &AddMlpModels,
       &AddTransformerModels,
       &AddResNetModels,
+      &AddUNet3dModels,
+      &AddMoeTransformerModels,
   };
   return families;
 }
