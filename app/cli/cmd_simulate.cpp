@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "app/cli/cli.h"
+#include "core/base/json.h"
 #include "app/cli/slice_options.h"
 #include "app/pipeline/pipeline.h"
 #include "core/ir/hlo_text.h"
@@ -26,8 +27,8 @@ constexpr const char* kName = "simulate";
 std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned) {
   const RunSummary& s = sim.run.summary;
   std::ostringstream os;
-  os << "{\"module\":" << JsonQuote(sim.run.inputs.module_name) << ",\"chip\":" << JsonQuote(sim.run.inputs.chip_preset)
-     << ",\"mesh\":" << JsonQuote(sim.run.inputs.mesh_text) << ",\"topology\":" << JsonQuote(sim.run.inputs.topology_options)
+  os << "{\"module\":" << json::Quote(sim.run.inputs.module_name) << ",\"chip\":" << json::Quote(sim.run.inputs.chip_preset)
+     << ",\"mesh\":" << json::Quote(sim.run.inputs.mesh_text) << ",\"topology\":" << json::Quote(sim.run.inputs.topology_options)
      << ",\"partitioned_here\":" << (partitioned ? "true" : "false") << ",\"num_devices\":" << s.num_devices
      << ",\"device_classes\":" << sim.run.classes.size() << ",\"step_time_s\":" << FormatDouble(s.step_time_s)
      << ",\"compute_time_s\":" << FormatDouble(s.compute_time_s)
@@ -45,19 +46,19 @@ std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned)
     for (const PeakBuffer& b : top->peak_buffers) by[static_cast<size_t>(b.category)] += b.bytes;
     os << ",\"peak_memory_time_s\":" << FormatDouble(top->peak_memory_time_s) << ",\"peak_memory_by_category\":{";
     for (int k = 0; k < kNumMemoryCategories; ++k) {
-      os << (k ? "," : "") << JsonQuote(MemoryCategoryName(static_cast<MemoryCategory>(k))) << ":" << by[static_cast<size_t>(k)];
+      os << (k ? "," : "") << json::Quote(MemoryCategoryName(static_cast<MemoryCategory>(k))) << ":" << by[static_cast<size_t>(k)];
     }
     os << "}";
   }
   os << ",\"collectives\":[";
   for (size_t k = 0; k < sim.run.collectives.size(); ++k) {
     const CollectiveRecord& c = sim.run.collectives[k];
-    os << (k ? "," : "") << "{\"instruction\":" << JsonQuote(c.instruction) << ",\"kind\":" << JsonQuote(c.kind)
-       << ",\"bytes\":" << c.bytes << ",\"time_s\":" << FormatDouble(c.time_s) << ",\"regime\":" << JsonQuote(c.regime)
+    os << (k ? "," : "") << "{\"instruction\":" << json::Quote(c.instruction) << ",\"kind\":" << json::Quote(c.kind)
+       << ",\"bytes\":" << c.bytes << ",\"time_s\":" << FormatDouble(c.time_s) << ",\"regime\":" << json::Quote(c.regime)
        << "}";
   }
   os << "],\"warnings\":[";
-  for (size_t k = 0; k < sim.warnings.size(); ++k) os << (k ? "," : "") << JsonQuote(sim.warnings[k]);
+  for (size_t k = 0; k < sim.warnings.size(); ++k) os << (k ? "," : "") << json::Quote(sim.warnings[k]);
   os << "]";
   if (run_id > 0) os << ",\"run_id\":" << run_id;
   os << "}";
