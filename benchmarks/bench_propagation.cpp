@@ -18,7 +18,7 @@
 
 #include "core/sharding/mesh.h"
 #include "core/zoo/model_zoo.h"
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 
 using namespace shardscope;
 

@@ -10,7 +10,7 @@
 
 #include "app/cli/cli.h"
 #include "app/conformance/propagation_conformance.h"
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 #include "app/conformance/spmd_conformance.h"
 
 namespace {

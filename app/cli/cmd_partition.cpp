@@ -5,8 +5,8 @@
 #include "app/cli/cli.h"
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/propagation/sharding_propagation.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 namespace shardscope::cli {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "app/cli/cli.h"
 #include "core/ir/hlo_text.h"
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 
 namespace {
 
