@@ -14,7 +14,7 @@
 #include "core/base/status.h"
 #include "core/eval/numeric_verify.h"
 #include "core/ir/ir.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #include "simulator/collective_cost.h"
 #include "simulator/topology.h"
 

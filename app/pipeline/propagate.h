@@ -15,7 +15,7 @@
 #include "core/base/status.h"
 #include "core/ir/ir.h"
 #include "core/sharding/sharding.h"
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 
 namespace shardscope::pipeline {
 

@@ -1,9 +1,9 @@
-// Rule table and the op classification shared by the propagation driver and the rules.
-#include "partitioner/propagation_rules.h"
+// Rule table and the op classification shared by the propagation engine and the rules.
+#include "partitioner/propagation/rules.h"
 
 #include <algorithm>
 
-#include "partitioner/sharding_util.h"
+#include "partitioner/hlo_sharding_util.h"
 
 namespace shardscope::prop {
 
@@ -22,7 +22,7 @@ std::string_view DirectionName(Direction d) {
 
 bool RuleContext::IsSpatiallyPartitioned(const Instruction* inst) const {
   const HloSharding* s = ShardingOf(inst);
-  return s != nullptr && shard_util::IsSpatiallyPartitioned(*s);
+  return s != nullptr && hlo_sharding_util::IsSpatiallyPartitioned(*s);
 }
 
 bool IsGeneric(const Instruction& inst, std::string_view name) {
@@ -60,6 +60,16 @@ bool IsPassthroughCustomCall(const Instruction& inst) {
          t == "PinToDeviceSram" || t == "annotate_device_placement";
 }
 
+bool IsConversionCustomCall(const Instruction& inst) {
+  return IsCustomCall(inst, "SPMDFullToShardShape") || IsCustomCall(inst, "SPMDShardToFullShape");
+}
+
+std::vector<int64_t> SortedUnspecifiedDims(const Instruction& inst) {
+  std::vector<int64_t> dims = inst.UnspecifiedDims();
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
 bool HasSideEffect(const Instruction& inst) {
   switch (inst.opcode()) {
     case Opcode::kSend: case Opcode::kSendDone: case Opcode::kRecv: case Opcode::kRecvDone:
@@ -86,19 +96,6 @@ int64_t NonRootUsers(const Instruction& inst) {
   return n;
 }
 
-bool CompatibleIgnoringElementType(const Shape& a, const Shape& b) {
-  if (a.IsTuple() != b.IsTuple()) return false;
-  if (a.IsTuple()) {
-    if (a.tuple.size() != b.tuple.size()) return false;
-    for (size_t i = 0; i < a.tuple.size(); ++i) {
-      if (!CompatibleIgnoringElementType(a.tuple[i], b.tuple[i])) return false;
-    }
-    return true;
-  }
-  if (a.IsToken() != b.IsToken()) return false;
-  return a.dims == b.dims;
-}
-
 const Instruction* PickRepresentativeOperand(const Instruction& inst, const RuleContext& ctx) {
   if (inst.operand_count() == 0) return nullptr;
   auto first_if_sharded = [&]() -> const Instruction* {
@@ -109,7 +106,7 @@ const Instruction* PickRepresentativeOperand(const Instruction& inst, const Rule
     for (const Instruction* op : inst.operands()) {
       const HloSharding* s = ctx.ShardingOf(op);
       if (s == nullptr) continue;
-      if (best == nullptr || shard_util::IsShardingMoreSpecific(*s, *ctx.ShardingOf(best))) best = op;
+      if (best == nullptr || hlo_sharding_util::IsShardingMoreSpecific(*s, *ctx.ShardingOf(best))) best = op;
     }
     return best;
   };

@@ -1,6 +1,8 @@
 // The SPMD partitioner (GSPMD §4): turns a module whose instructions all carry shardings into one
 // program that every device runs on its shard, with the collectives, dynamic-slices and masking
-// that keep the math equal to the unpartitioned module.
+// that keep the math equal to the unpartitioned module. The public entry point of spmd/; the
+// driver is spmd_partitioner.cpp, the handlers handlers/*.cpp (handler_table.h), the shared
+// machinery context.h.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,10 @@ struct PartitionResult {
   // (correct but communication-heavy), by opcode name.
   std::vector<std::string> replicated_fallbacks;
 };
+
+// True when the op family of `op` has a dedicated handler (handler_table.h); others are
+// partitioned by replicating their operands.
+bool HasSpmdHandler(Opcode op);
 
 // Every instruction of `module` must carry a sharding (run propagation first); instructions
 // without one are treated as replicated. Returns an error naming the instruction on unsupported

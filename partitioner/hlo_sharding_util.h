@@ -15,11 +15,15 @@
 #include "core/sharding/sharding.h"
 #include "core/sharding/tile_assignment.h"
 
-namespace shardscope::shard_util {
+namespace shardscope::hlo_sharding_util {
 
 using SubgroupType = HloSharding::SubgroupType;
 
 // ---- Queries ------------------------------------------------------------------------------------
+
+// Dimension sizes of compatible shapes (tuples leaf by leaf), ignoring the element type (XLA's
+// ShapeUtil::CompatibleIgnoringElementType).
+bool CompatibleIgnoringElementType(const Shape& a, const Shape& b);
 
 // XLA's notion: replicated or a single device (manual and unknown are not tile-maximal).
 bool IsTileMaximal(const HloSharding& s);
@@ -44,8 +48,14 @@ bool IsShardingMoreSpecific(const HloSharding& lhs, const HloSharding& rhs);
 // lhs is manual where rhs is tile-maximal (leaf-wise for tuples): always an improvement.
 bool IsShardingStrictlyBetter(const HloSharding& lhs, const HloSharding& rhs);
 
-// Every device's tile under `sub` lies inside its tile under `sharding` for an array of `shape`.
+// Every device's tile under `sub` lies inside its tile under `sharding` for an array of `shape`
+// (then going from `sharding` to `sub` is a local slice). Per dimension the test is ShardWithin.
 bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, const HloSharding& sharding);
+// One dimension of that test: the valid (unpadded) part of a shard at `sub_offset` of `sub_size`
+// elements, in a dimension of extent `full`, lies within the valid part of a shard at `offset` of
+// `size` elements. A shard entirely in the padding lies within anything. The SPMD partitioner's
+// resharding asks the same question of its tile maps (spmd/tile_map.h, IsLocalRefinement).
+bool ShardWithin(int64_t full, int64_t sub_offset, int64_t sub_size, int64_t offset, int64_t size);
 
 // ---- Construction -------------------------------------------------------------------------------
 
@@ -162,4 +172,4 @@ std::optional<HloSharding> ScatterUpdateShardingFromOutput(const HloSharding& ou
 // Number of scatter operands (variadic scatter: operands N, indices, N updates).
 int64_t ScatterOperandCount(const Instruction& scatter);
 
-}  // namespace shardscope::shard_util
+}  // namespace shardscope::hlo_sharding_util

@@ -3,8 +3,8 @@
 
 #include <optional>
 
-#include "partitioner/propagation_rules.h"
-#include "partitioner/sharding_util.h"
+#include "partitioner/propagation/rules.h"
+#include "partitioner/hlo_sharding_util.h"
 
 namespace shardscope::prop::rules {
 

@@ -1,7 +1,7 @@
 // Elementwise ops (incl. select, clamp, convert, copy, map, rng), pass-through custom-calls and the
 // collectives: the result keeps the operands' sharding; operands of the same shape take the user's.
 // GSPMD §3.5: elementwise ops propagate first, in both directions.
-#include "partitioner/rules/rules_common.h"
+#include "partitioner/propagation/rules/rules_common.h"
 
 namespace shardscope::prop {
 namespace rules {
@@ -14,7 +14,7 @@ int64_t OperandIndex(const Instruction& user, const Instruction& operand) {
 }
 
 HloSharding MaybeTuple(const Instruction& inst, const HloSharding& s) {
-  return shard_util::ToTupleForm(s, inst.shape());
+  return hlo_sharding_util::ToTupleForm(s, inst.shape());
 }
 
 bool DefaultForward(Instruction& inst, RuleContext& ctx) {
@@ -26,7 +26,7 @@ bool DefaultForward(Instruction& inst, RuleContext& ctx) {
       if (!ctx.IsSpatiallyPartitioned(op)) continue;
       const HloSharding& s = *ctx.ShardingOf(op);
       if (inst.opcode() == Opcode::kRng) {
-        changed |= ctx.Improve(&inst, shard_util::ReplicateAllDataDims(s, inst.shape().rank()),
+        changed |= ctx.Improve(&inst, hlo_sharding_util::ReplicateAllDataDims(s, inst.shape().rank()),
                                NonRootUsers(inst) == 1, op, "rng");
         continue;
       }

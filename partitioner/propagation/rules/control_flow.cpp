@@ -1,16 +1,16 @@
 // Tuples and control flow: tuple, get-tuple-element, while (loop-carried values keep one sharding),
 // conditional, call and the parameters of their computations, outfeed. The cross-computation
 // consistency itself (while <-> body root <-> body/condition parameters, ...) is enforced by the
-// driver; these rules move shardings within a computation.
+// engine (engine_inference.cpp); these rules move shardings within a computation.
 #include <functional>
 
-#include "partitioner/rules/rules_common.h"
+#include "partitioner/propagation/rules/rules_common.h"
 
 namespace shardscope::prop {
 namespace rules {
 namespace {
 
-using namespace shard_util;
+using namespace hlo_sharding_util;
 
 bool TupleForward(Instruction& inst, RuleContext& ctx) {
   bool any = false;

@@ -1,6 +1,6 @@
 // Per-op sharding propagation rules (GSPMD paper §3.5), one small place per op family, keyed by
 // opcode. Each family has a forward rule (result sharding from operand shardings) and a backward
-// rule (operand sharding from a user's sharding). The driver in propagation.cpp decides when a rule
+// rule (operand sharding from a user's sharding). The engine (engine.h) decides when a rule
 // runs (priorities / aggressiveness levels, manual shardings, spatial-partitioning support); the
 // rules only compute shardings.
 #pragma once
@@ -13,7 +13,7 @@
 
 #include "core/ir/ir.h"
 #include "core/sharding/sharding.h"
-#include "partitioner/sharding_util.h"
+#include "partitioner/hlo_sharding_util.h"
 
 namespace shardscope::prop {
 
@@ -29,7 +29,7 @@ enum class Direction : uint8_t {
 };
 std::string_view DirectionName(Direction d);
 
-// The environment a rule runs in. Implemented by the propagation driver.
+// The environment a rule runs in. Implemented by the propagation engine (engine.h).
 class RuleContext {
  public:
   virtual ~RuleContext() = default;
@@ -67,7 +67,7 @@ class RuleContext {
   virtual std::optional<HloSharding> LookaheadUserSharding(const Instruction* inst) = 0;
   // Memoised dimension analysis of a dot or convolution, and the output sharding one operand's
   // current sharding implies (contracting dims replicated).
-  virtual const shard_util::DotDims& DotDimsOf(const Instruction& dot) = 0;
+  virtual const hlo_sharding_util::DotDims& DotDimsOf(const Instruction& dot) = 0;
   virtual const HloSharding& OutputShardingFromDotOperand(const Instruction& dot, int operand_index) = 0;
   // Records that the instruction's current sharding also drew on `other` (merges from two sides).
   virtual void NoteSecondSource(const Instruction* inst, const Instruction* other) = 0;
@@ -80,7 +80,7 @@ using ForwardRule = bool (*)(Instruction& inst, RuleContext& ctx);
 using BackwardRule = std::optional<HloSharding> (*)(const Instruction& operand, const Instruction& user,
                                                     const HloSharding& user_sharding, RuleContext& ctx);
 
-// What a backward rule reads besides the structure (lets the driver memoise its results).
+// What a backward rule reads besides the structure (lets the engine memoise its results).
 enum class BackwardInputs : uint8_t {
   kAny,                  // anything (not memoised)
   kUser,                 // only the user's sharding
@@ -97,7 +97,7 @@ struct OpRule {
 // The rule for an instruction's opcode (custom-calls and generic ops resolved by name).
 const OpRule& RuleFor(const Instruction& inst);
 
-// ---- Op classification shared by the driver and the rules ----------------------------------------
+// ---- Op classification shared by the engine and the rules ----------------------------------------
 
 inline bool IsCustomCall(const Instruction& inst, std::string_view target) {
   return inst.opcode() == Opcode::kCustomCall && inst.custom_call_target == target;
@@ -108,6 +108,10 @@ bool IsElementwiseOp(const Instruction& inst);
 // sharding through (resize, Cholesky, memory placement).
 bool IsPassthroughCustomCall(const Instruction& inst);
 bool HasSideEffect(const Instruction& inst);
+// SPMDFullToShardShape / SPMDShardToFullShape: the boundaries of a manual region.
+bool IsConversionCustomCall(const Instruction& inst);
+// The unspecified dims of a partial annotation (Sharding custom-call), ascending.
+std::vector<int64_t> SortedUnspecifiedDims(const Instruction& inst);
 // The generic op named `name` (rng-bit-generator, topk, fft, ...).
 bool IsGeneric(const Instruction& inst, std::string_view name);
 // Number of users that are not the root of the computation.
@@ -116,7 +120,7 @@ int64_t NonRootUsers(const Instruction& inst);
 const Instruction* PickRepresentativeOperand(const Instruction& inst, const RuleContext& ctx);
 
 // Dimension sizes of compatible shapes, ignoring the element type.
-bool CompatibleIgnoringElementType(const Shape& a, const Shape& b);
+using hlo_sharding_util::CompatibleIgnoringElementType;
 
 // Registration of the op families (called once by RuleFor's table).
 struct RuleTable;

@@ -22,22 +22,15 @@
 #include <limits>
 #include <optional>
 
-#include "partitioner/sharding_util.h"
+#include "partitioner/hlo_sharding_util.h"
 #include "core/collectives/reduction.h"
 #include "partitioner/spmd/context.h"
+#include "partitioner/spmd/handler_table.h"
 
 namespace shardscope::spmd {
 namespace {
 
-constexpr int64_t kCollectiveOverheadBytes = 16 * 1024;  // as in the reshard planner
-
 bool Has(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-int64_t Prod(const std::vector<int64_t>& v) {
-  int64_t p = 1;
-  for (int64_t x : v) p *= x;
-  return p;
-}
 
 // Index batch dim j of the indices (j-th dim other than index_vector_dim).
 std::vector<int64_t> IndexBatchDims(int64_t index_rank, int64_t ivd) {
@@ -65,7 +58,7 @@ struct Plan {
 
 // Searches the joint tilings built from subsets of `sources` (each: map + labels).
 std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::vector<JointSource>& sources,
-                                const std::vector<const PValue*>& ins, const std::vector<std::vector<int64_t>>& in_labels,
+                                const std::vector<const PartitionedHlo*>& ins, const std::vector<std::vector<int64_t>>& in_labels,
                                 const std::vector<int64_t>& out_labels, const Shape& out_leaf, const HloSharding& target_leaf,
                                 const std::vector<int64_t>& reducible, bool can_reduce, int64_t outputs) {
   std::optional<Plan> best;
@@ -79,9 +72,9 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
     Plan p{*joint, {}, {}, {}, 0, static_cast<int64_t>(srcs.size())};
     bool ok = true;
     for (size_t i = 0; i < ins.size() && ok; ++i) {
-      auto s = ProjectJointTiling(*joint, in_labels[i]).ToSharding();
+      auto s = joint->Projected(in_labels[i]).ToSharding();
       if (!s.ok()) { ok = false; break; }
-      auto c = ctx.PlanReshard(ins[i]->sharding, *s, ins[i]->base);
+      auto c = ctx.resharder().Plan(ins[i]->sharding, *s, ins[i]->base_shape);
       if (!c.ok()) { ok = false; break; }
       p.cost += c->bytes;
       p.in.push_back(*s);
@@ -90,17 +83,17 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
     for (int64_t l : reducible)
       if (joint->tiles(l) > 1) p.reduce_labels.push_back(l);
     if (!p.reduce_labels.empty() && !can_reduce) continue;
-    TileMap partial = ProjectJointTiling(*joint, out_labels);
+    TileMap partial = joint->Projected(out_labels);
     auto psh = partial.ToSharding();
     if (!psh.ok()) continue;
     p.partial_out = *psh;
-    const int64_t out_bytes = Prod(partial.ShardShape(out_leaf.dims)) * PrimitiveTypeBytes(out_leaf.type) * outputs;
+    const int64_t out_bytes = ElementsOf(partial.ShardShape(out_leaf.dims)) * PrimitiveTypeBytes(out_leaf.type) * outputs;
     if (!p.reduce_labels.empty()) {
       int64_t g = 1;
       for (int64_t l : p.reduce_labels) g *= joint->tiles(l);
       p.cost += 2 * out_bytes * (g - 1) / g + kCollectiveOverheadBytes;
     }
-    auto c3 = ctx.PlanReshard(p.partial_out, target_leaf, out_leaf);
+    auto c3 = ctx.resharder().Plan(p.partial_out, target_leaf, out_leaf);
     if (!c3.ok()) continue;
     p.cost += c3->bytes * outputs;
     if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
@@ -129,13 +122,13 @@ IndexParts SplitIndices(SpmdContext& ctx, Instruction* idx, int64_t ivd) {
   for (int64_t k = 0; k < s.dim(ivd); ++k) {
     std::vector<int64_t> lim = s.dims;
     lim[static_cast<size_t>(ivd)] = 1;
-    Instruction* sl = ctx.Emit(Opcode::kSlice, Shape(s.type, lim), {idx});
+    Instruction* sl = ctx.builder().Emit(Opcode::kSlice, Shape(s.type, lim), {idx});
     sl->slice.starts.assign(lim.size(), 0);
     sl->slice.starts[static_cast<size_t>(ivd)] = k;
     sl->slice.limits = s.dims;
     sl->slice.limits[static_cast<size_t>(ivd)] = k + 1;
     sl->slice.strides.assign(lim.size(), 1);
-    r.comps.push_back(ctx.Reshape(sl, bd));
+    r.comps.push_back(ctx.builder().Reshape(sl, bd));
   }
   return r;
 }
@@ -145,26 +138,26 @@ Instruction* JoinIndices(SpmdContext& ctx, const IndexParts& parts, const Shape&
   std::vector<int64_t> one = full.dims;
   one[static_cast<size_t>(ivd)] = 1;
   std::vector<Instruction*> pieces;
-  for (Instruction* c : parts.comps) pieces.push_back(ctx.Reshape(c, one));
+  for (Instruction* c : parts.comps) pieces.push_back(ctx.builder().Reshape(c, one));
   if (pieces.size() == 1) return pieces[0];
-  Instruction* cat = ctx.Emit(Opcode::kConcatenate, full, pieces);
+  Instruction* cat = ctx.builder().Emit(Opcode::kConcatenate, full, pieces);
   cat->dimensions = {ivd};
   cat->has_dimensions_attr = true;
   return cat;
 }
 
 Instruction* Splat(SpmdContext& ctx, PrimitiveType t, double v, const Shape& like) {
-  return ctx.Broadcast(ctx.ConstantScalar(t, v), Shape(t, like.dims));
+  return ctx.builder().Broadcast(ctx.builder().ConstantScalar(t, v), Shape(t, like.dims));
 }
 
 Instruction* Offset(SpmdContext& ctx, const TileMap& m, int64_t d, int64_t full, const Shape& like) {
-  Instruction* off = ctx.TableLookup(m.OffsetTable(d, full));
-  if (like.type != PrimitiveType::kS32) off = ctx.Emit(Opcode::kConvert, Shape::Scalar(like.type), {off});
-  return ctx.Broadcast(off, like);
+  Instruction* off = ctx.builder().TableLookup(m.OffsetTable(d, full));
+  if (like.type != PrimitiveType::kS32) off = ctx.builder().Emit(Opcode::kConvert, Shape::Scalar(like.type), {off});
+  return ctx.builder().Broadcast(off, like);
 }
 
 Instruction* Cmp(SpmdContext& ctx, Instruction* a, Instruction* b, ComparisonDirection dir) {
-  Instruction* c = ctx.Emit(Opcode::kCompare, Shape(PrimitiveType::kPred, a->shape().dims), {a, b});
+  Instruction* c = ctx.builder().Emit(Opcode::kCompare, Shape(PrimitiveType::kPred, a->shape().dims), {a, b});
   c->comparison = dir;
   return c;
 }
@@ -180,16 +173,16 @@ Status HandleGather(SpmdContext& ctx, const Instruction& g) {
   if (!g.shape().IsArray() || g.operand_count() != 2) return PartitionWithFallback(ctx, g);
   const auto& dn = g.gather_dims;
   const auto& ss = g.gather_slice_sizes;
-  const PValue& ov = ctx.Get(g.operand(0));
-  const PValue& iv = ctx.Get(g.operand(1));
-  const Shape& os = ov.base;
-  const Shape& is = iv.base;
+  const PartitionedHlo& ov = ctx.Get(g.operand(0));
+  const PartitionedHlo& iv = ctx.Get(g.operand(1));
+  const Shape& os = ov.base_shape;
+  const Shape& is = iv.base_shape;
   const int64_t r = os.rank(), ir = is.rank(), R = g.shape().rank(), ivd = dn.index_vector_dim;
   if (static_cast<int64_t>(ss.size()) != r || ivd < 0 || ivd > ir) return PartitionWithFallback(ctx, g);
   const HloSharding target = SpmdContext::ShardingOf(g);
-  auto om = ctx.MapOf(ov.sharding, r);
-  auto im = ctx.MapOf(iv.sharding, ir);
-  auto tm = ctx.MapOf(target, R);
+  auto om = ctx.maps().Get(ov.sharding, r);
+  auto im = ctx.maps().Get(iv.sharding, ir);
+  auto tm = ctx.maps().Get(target, R);
   if (!om.ok() || !im.ok() || !tm.ok()) return PartitionWithFallback(ctx, g);
 
   Labels L;
@@ -212,7 +205,7 @@ Status HandleGather(SpmdContext& ctx, const Instruction& g) {
   // index batch dim of the same extent behaves like a batch dim — tiled alike, each device's indices
   // point into its own shard (moved by the shard start below). The analysis is propagation's own.
   std::vector<int64_t> parallel_operand;
-  if (auto pd = shard_util::GatherParallelDims(g)) {
+  if (auto pd = hlo_sharding_util::GatherParallelDims(g)) {
     for (size_t k = 0; k < pd->operand_dims.size() && k < pd->indices_dims.size(); ++k) {
       const int64_t od = pd->operand_dims[k];
       const int64_t id = pd->indices_dims[k];
@@ -248,11 +241,11 @@ Status HandleGather(SpmdContext& ctx, const Instruction& g) {
                           L.t_labels, true, 1);
   if (!plan) return PartitionWithFallback(ctx, g);
 
-  auto op = ctx.Reshard(ov, plan->in[0]);
+  auto op = ctx.resharder().Reshard(ov, plan->in[0]);
   if (!op.ok()) return Error(g.name() + ": " + op.error().message);
-  auto idx = ctx.Reshard(iv, plan->in[1]);
+  auto idx = ctx.resharder().Reshard(iv, plan->in[1]);
   if (!idx.ok()) return Error(g.name() + ": " + idx.error().message);
-  const TileMap lop = ProjectJointTiling(plan->joint, L.operand);
+  const TileMap lop = plan->joint.Projected(L.operand);
   Instruction* ix = *idx;
   Instruction* valid = nullptr;
   std::vector<int64_t> sharded_t;
@@ -265,7 +258,7 @@ Status HandleGather(SpmdContext& ctx, const Instruction& g) {
       if (lop.tiles(d) > 1 && Has(parallel_operand, d)) {
         // In range by construction (iota over the whole extent): only moved into the local shard.
         Instruction* c = parts.comps[k];
-        parts.comps[k] = ctx.Emit(Opcode::kSubtract, c->shape(), {c, Offset(ctx, lop, d, os.dim(d), c->shape())});
+        parts.comps[k] = ctx.builder().Emit(Opcode::kSubtract, c->shape(), {c, Offset(ctx, lop, d, os.dim(d), c->shape())});
         continue;
       }
       if (lop.tiles(d) == 1 || !Has(L.t_labels, L.operand[static_cast<size_t>(d)])) continue;
@@ -273,35 +266,35 @@ Status HandleGather(SpmdContext& ctx, const Instruction& g) {
       Instruction* c = parts.comps[k];
       const Shape& bs = c->shape();
       // Clamp as the full gather would (start in [0, D - 1]), then move into the local shard.
-      c = ctx.Emit(Opcode::kClamp, bs, {Splat(ctx, bs.type, 0, bs), c, Splat(ctx, bs.type, static_cast<double>(os.dim(d) - 1), bs)});
-      c = ctx.Emit(Opcode::kSubtract, bs, {c, Offset(ctx, lop, d, os.dim(d), bs)});
-      Instruction* in = ctx.Emit(Opcode::kAnd, Shape(PrimitiveType::kPred, bs.dims),
+      c = ctx.builder().Emit(Opcode::kClamp, bs, {Splat(ctx, bs.type, 0, bs), c, Splat(ctx, bs.type, static_cast<double>(os.dim(d) - 1), bs)});
+      c = ctx.builder().Emit(Opcode::kSubtract, bs, {c, Offset(ctx, lop, d, os.dim(d), bs)});
+      Instruction* in = ctx.builder().Emit(Opcode::kAnd, Shape(PrimitiveType::kPred, bs.dims),
                                  {Cmp(ctx, c, Splat(ctx, bs.type, 0, bs), ComparisonDirection::kGe),
                                   Cmp(ctx, c, Splat(ctx, bs.type, static_cast<double>(lop.ShardSize(d, os.dim(d))), bs),
                                       ComparisonDirection::kLt)});
-      valid = valid ? ctx.Emit(Opcode::kAnd, in->shape(), {valid, in}) : in;
+      valid = valid ? ctx.builder().Emit(Opcode::kAnd, in->shape(), {valid, in}) : in;
       parts.comps[k] = c;
     }
     ix = JoinIndices(ctx, parts, ix->shape(), ivd);
   }
-  const TileMap partial = ProjectJointTiling(plan->joint, L.output);
+  const TileMap partial = plan->joint.Projected(L.output);
   Shape local(g.shape().type, partial.ShardShape(g.shape().dims));
-  Instruction* x = ctx.Emit(Opcode::kGather, local, {*op, ix});
+  Instruction* x = ctx.builder().Emit(Opcode::kGather, local, {*op, ix});
   CopyAttributes(g, x);
   x->clear_sharding();
   for (int64_t d = 0; d < r; ++d)
     if (L.operand[static_cast<size_t>(d)] >= 0 && ss[static_cast<size_t>(d)] == os.dim(d))
       x->gather_slice_sizes[static_cast<size_t>(d)] = lop.ShardSize(d, os.dim(d));
   if (valid) {
-    Instruction* vb = ctx.Emit(Opcode::kBroadcast, Shape(PrimitiveType::kPred, local.dims), {valid});
+    Instruction* vb = ctx.builder().Emit(Opcode::kBroadcast, Shape(PrimitiveType::kPred, local.dims), {valid});
     vb->dimensions = batch_out;
     vb->has_dimensions_attr = true;
-    x = ctx.Emit(Opcode::kSelect, local, {vb, x, Splat(ctx, local.type, 0, local)});
+    x = ctx.builder().Emit(Opcode::kSelect, local, {vb, x, Splat(ctx, local.type, 0, local)});
     const Opcode rop = local.type == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd;
-    x = ctx.AllReduce(x, ctx.ScalarReducer(rop, local.type), plan->joint.GroupsAlong(plan->reduce_labels),
+    x = ctx.builder().AllReduce(x, ctx.builder().ScalarReducer(rop, local.type), plan->joint.GroupsAlong(plan->reduce_labels),
                       "gather: operand sharded on indexed dim " + LabelDims(sharded_t) + ", masked + all-reduce");
   }
-  auto fin = ctx.Reshard({x, plan->partial_out, g.shape()}, target);
+  auto fin = ctx.resharder().Reshard({x, plan->partial_out, g.shape()}, target);
   if (!fin.ok()) return Error(g.name() + ": " + fin.error().message);
   ctx.Set(&g, {*fin, target, g.shape()});
   return Status::Ok();
@@ -313,22 +306,22 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
   if (nops < 3 || (nops - 1) % 2 != 0) return PartitionWithFallback(ctx, sc);
   const int64_t n = (nops - 1) / 2;
   const auto& dn = sc.scatter_dims;
-  std::vector<const PValue*> vals;
+  std::vector<const PartitionedHlo*> vals;
   for (int64_t i = 0; i < nops; ++i) vals.push_back(&ctx.Get(sc.operand(i)));
-  const Shape& os = vals[0]->base;
-  const Shape& is = vals[static_cast<size_t>(n)]->base;
-  const Shape& us = vals[static_cast<size_t>(n + 1)]->base;
+  const Shape& os = vals[0]->base_shape;
+  const Shape& is = vals[static_cast<size_t>(n)]->base_shape;
+  const Shape& us = vals[static_cast<size_t>(n + 1)]->base_shape;
   const int64_t r = os.rank(), ir = is.rank(), ur = us.rank(), ivd = dn.index_vector_dim;
   if (ivd < 0 || ivd > ir || !os.IsArray() || !us.IsArray()) return PartitionWithFallback(ctx, sc);
   const HloSharding target = SpmdContext::ShardingOf(sc);
   const HloSharding target_leaf =
       target.IsTuple() ? (target.tuple_elements().empty() ? HloSharding::Replicate() : target.tuple_elements()[0]) : target;
-  auto tm = ctx.MapOf(target_leaf, r);
+  auto tm = ctx.maps().Get(target_leaf, r);
   if (!tm.ok()) return PartitionWithFallback(ctx, sc);
   std::vector<TileMap> maps;
   for (int64_t i = 0; i < nops; ++i) {
-    auto m = ctx.MapOf(vals[static_cast<size_t>(i)]->sharding, vals[static_cast<size_t>(i)]->base.rank());
-    if (!m.ok() || vals[static_cast<size_t>(i)]->base.IsTuple()) return PartitionWithFallback(ctx, sc);
+    auto m = ctx.maps().Get(vals[static_cast<size_t>(i)]->sharding, vals[static_cast<size_t>(i)]->base_shape.rank());
+    if (!m.ok() || vals[static_cast<size_t>(i)]->base_shape.IsTuple()) return PartitionWithFallback(ctx, sc);
     maps.push_back(*m);
   }
 
@@ -355,7 +348,7 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
   // Parallel dims (iota indices along an index batch dim of the same extent), as for gather: the
   // operand dim is tiled with that batch dim, and its indices are moved into the local shard below.
   std::vector<int64_t> parallel_operand;
-  if (auto pd = shard_util::ScatterParallelDims(sc)) {
+  if (auto pd = hlo_sharding_util::ScatterParallelDims(sc)) {
     for (size_t k = 0; k < pd->operand_dims.size() && k < pd->indices_dims.size(); ++k) {
       const int64_t od = pd->operand_dims[k];
       const int64_t id = pd->indices_dims[k];
@@ -410,11 +403,11 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
 
   std::vector<Instruction*> ins;
   for (int64_t i = 0; i < nops; ++i) {
-    auto x = ctx.Reshard(*vals[static_cast<size_t>(i)], plan->in[static_cast<size_t>(i)]);
+    auto x = ctx.resharder().Reshard(*vals[static_cast<size_t>(i)], plan->in[static_cast<size_t>(i)]);
     if (!x.ok()) return Error(sc.name() + ": " + x.error().message);
     ins.push_back(*x);
   }
-  const TileMap lop = ProjectJointTiling(plan->joint, L.operand);
+  const TileMap lop = plan->joint.Projected(L.operand);
   // Indices: move the components of sharded T dims into the local shard. Clamping to [-1, D]
   // keeps out-of-bounds indices out of bounds and avoids overflow; in-bounds indices of other
   // shards fall outside [0, shard) and the local scatter skips them (only the last shard's padding,
@@ -438,8 +431,8 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
       Instruction* c = parts.comps[k];
       const Shape& bs = c->shape();
       const double lo = IsUnsignedInteger(bs.type) ? 0.0 : -1.0;
-      c = ctx.Emit(Opcode::kClamp, bs, {Splat(ctx, bs.type, lo, bs), c, Splat(ctx, bs.type, static_cast<double>(os.dim(d)), bs)});
-      c = ctx.Emit(Opcode::kSubtract, bs, {c, Offset(ctx, lop, d, os.dim(d), bs)});
+      c = ctx.builder().Emit(Opcode::kClamp, bs, {Splat(ctx, bs.type, lo, bs), c, Splat(ctx, bs.type, static_cast<double>(os.dim(d)), bs)});
+      c = ctx.builder().Emit(Opcode::kSubtract, bs, {c, Offset(ctx, lop, d, os.dim(d), bs)});
       parts.comps[k] = c;
     }
     if (split) ix = JoinIndices(ctx, parts, ix->shape(), ivd);
@@ -451,7 +444,7 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
     for (int64_t d = 0; d < ur; ++d)
       if (Has(plan->reduce_labels, L.updates[static_cast<size_t>(d)])) upd_dims.push_back(d);
     ins[static_cast<size_t>(n + 1)] =
-        ctx.MaskPadding({ins[static_cast<size_t>(n + 1)], plan->in[static_cast<size_t>(n + 1)], us}, upd_dims, idv);
+        MaskPadding(ctx, {ins[static_cast<size_t>(n + 1)], plan->in[static_cast<size_t>(n + 1)], us}, upd_dims, idv);
     // The operand enters once: on the first device of every reduction group; the others start
     // from the identity.
     std::vector<int64_t> first(static_cast<size_t>(ctx.num_devices()), 1);
@@ -460,9 +453,9 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
         if (plan->joint.device(dev).index[static_cast<size_t>(l)] != 0) first[static_cast<size_t>(dev)] = 0;
     Instruction* o = ins[0];
     const Shape& ls = o->shape();
-    Instruction* f = ctx.Broadcast(ctx.TableLookup(first), Shape(PrimitiveType::kS32, ls.dims));
+    Instruction* f = ctx.builder().Broadcast(ctx.builder().TableLookup(first), Shape(PrimitiveType::kS32, ls.dims));
     Instruction* pick = Cmp(ctx, f, Splat(ctx, PrimitiveType::kS32, 1, ls), ComparisonDirection::kEq);
-    ins[0] = ctx.Emit(Opcode::kSelect, ls, {pick, o, Splat(ctx, ls.type, idv, ls)});
+    ins[0] = ctx.builder().Emit(Opcode::kSelect, ls, {pick, o, Splat(ctx, ls.type, idv, ls)});
   }
   const std::vector<int64_t> local_dims = lop.ShardShape(os.dims);
   Shape local;
@@ -473,33 +466,33 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
   } else {
     local = Shape(sc.shape().type, local_dims);
   }
-  Instruction* x = ctx.Emit(Opcode::kScatter, local, ins);
+  Instruction* x = ctx.builder().Emit(Opcode::kScatter, local, ins);
   CopyAttributes(sc, x);
   x->clear_sharding();
   std::vector<Computation*> called;
-  for (Computation* c : sc.called_computations()) called.push_back(ctx.CloneScalarComputation(c));
+  for (Computation* c : sc.called_computations()) called.push_back(ctx.builder().CloneScalarComputation(c));
   x->mutable_called_computations() = called;
   if (reduce) {
     std::vector<int64_t> bdims;
     for (int64_t d = 0; d < ur; ++d)
       if (Has(plan->reduce_labels, L.updates[static_cast<size_t>(d)])) bdims.push_back(d);
-    x = ctx.AllReduce(x, ctx.ScalarReducer(comb_op, local.type), plan->joint.GroupsAlong(plan->reduce_labels),
+    x = ctx.builder().AllReduce(x, ctx.builder().ScalarReducer(comb_op, local.type), plan->joint.GroupsAlong(plan->reduce_labels),
                       "scatter: updates sharded on scatter dim " + LabelDims(bdims) + ", partial " +
                           std::string(OpcodeName(comb_op)) + " + all-reduce");
   }
   HloSharding have = sc.shape().IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(static_cast<size_t>(n), plan->partial_out))
                                           : plan->partial_out;
-  auto fin = ctx.ReshardAny({x, have, sc.shape()}, target);
+  auto fin = ctx.resharder().ReshardAny({x, have, sc.shape()}, target);
   if (!fin.ok()) return Error(sc.name() + ": " + fin.error().message);
   ctx.Set(&sc, {*fin, target, sc.shape()});
   return Status::Ok();
 }
 
-const RegisterHandler kGather({Opcode::kGather}, HandleGather);
-const RegisterHandler kScatter({Opcode::kScatter}, HandleScatter);
-
 }  // namespace
 
-int GatherScatterHandlersAnchor() { return 1; }
+void RegisterGatherScatterHandlers(HandlerTable& table) {
+  table.Add({Opcode::kGather}, HandleGather);
+  table.Add({Opcode::kScatter}, HandleScatter);
+}
 
 }  // namespace shardscope::spmd

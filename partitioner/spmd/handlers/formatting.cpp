@@ -1,10 +1,11 @@
 // Data-formatting ops (concatenate, reverse, dynamic-slice, dynamic-update-slice, sort): every
 // dimension the op leaves untouched keeps its sharding and runs locally; only the dimensions the op
 // changes are gathered first. Windowed ops (convolution, reduce-window, pad, slice) keep their
-// windowed dimensions sharded with halo exchange instead: windowed_handlers.cpp.
+// windowed dimensions sharded with halo exchange instead: windowed.cpp.
 #include <algorithm>
 
 #include "partitioner/spmd/context.h"
+#include "partitioner/spmd/handler_table.h"
 
 namespace shardscope::spmd {
 namespace {
@@ -44,7 +45,7 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   HloSharding leaf = target.IsTuple() ? (target.tuple_elements().empty() ? HloSharding::Replicate()
                                                                           : target.tuple_elements()[0])
                                       : target;
-  auto m = ctx.MapOf(leaf, out.rank());
+  auto m = ctx.maps().Get(leaf, out.rank());
   if (!m.ok() || (op.shape().IsTuple() && op.opcode() != Opcode::kSort)) return PartitionWithFallback(ctx, op);
   const std::vector<int64_t> touched = TouchedDims(op);
   const TileMap work = m->Gathered(touched);
@@ -55,17 +56,17 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   for (int64_t i = 0; i < op.operand_count(); ++i) {
     const Instruction* o = op.operand(i);
     const bool data = o->shape().IsArray() && o->shape().rank() == out.rank() && o->shape().rank() > 0;
-    auto r = ctx.Reshard(ctx.Get(o), data ? *ws : HloSharding::Replicate());
+    auto r = ctx.resharder().Reshard(ctx.Get(o), data ? *ws : HloSharding::Replicate());
     if (!r.ok()) return Error(op.name() + ": " + r.error().message);
     ops.push_back(*r);
   }
-  auto local = ctx.ShardShapeOf(op.shape(), op.shape().IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(op.shape().tuple.size(), *ws)) : *ws);
+  auto local = ctx.maps().ShardShape(op.shape(), op.shape().IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(op.shape().tuple.size(), *ws)) : *ws);
   if (!local.ok()) return PartitionWithFallback(ctx, op);
-  Instruction* x = ctx.Emit(op.opcode(), *local, ops);
+  Instruction* x = ctx.builder().Emit(op.opcode(), *local, ops);
   // Attributes: untouched sharded dims cover the whole local shard.
   CopyAttributes(op, x);
   std::vector<Computation*> called;
-  for (Computation* c : op.called_computations()) called.push_back(ctx.CloneScalarComputation(c));
+  for (Computation* c : op.called_computations()) called.push_back(ctx.builder().CloneScalarComputation(c));
   x->mutable_called_computations() = called;
   const Shape& lout = local->IsTuple() ? local->tuple.at(0) : *local;
   if (op.opcode() == Opcode::kDynamicSlice) {
@@ -73,20 +74,19 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
     for (int64_t d = 0; d < out.rank(); ++d)
       if (work.tiles(d) > 1) x->dynamic_slice_sizes[static_cast<size_t>(d)] = lout.dim(d);
   }
-  PValue v{x, op.shape().IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(op.shape().tuple.size(), *ws)) : *ws,
+  PartitionedHlo v{x, op.shape().IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(op.shape().tuple.size(), *ws)) : *ws,
            op.shape()};
-  auto fin = ctx.ReshardAny(v, target);
+  auto fin = ctx.resharder().ReshardAny(v, target);
   if (!fin.ok()) return Error(op.name() + ": " + fin.error().message);
   ctx.Set(&op, {*fin, target, op.shape()});
   return Status::Ok();
 }
 
-const RegisterHandler kFormatting({Opcode::kConcatenate, Opcode::kReverse, Opcode::kDynamicSlice,
-                                   Opcode::kDynamicUpdateSlice, Opcode::kSort},
-                                  HandleKeepUntouched);
-
 }  // namespace
 
-int FormattingHandlersAnchor() { return 1; }
+void RegisterFormattingHandlers(HandlerTable& table) {
+  table.Add({Opcode::kConcatenate, Opcode::kReverse, Opcode::kDynamicSlice, Opcode::kDynamicUpdateSlice, Opcode::kSort},
+            HandleKeepUntouched);
+}
 
 }  // namespace shardscope::spmd

@@ -1,13 +1,13 @@
 // Dot (batch, contracting and non-contracting dims; the result merges the shardings implied by both
 // operands, GSPMD Fig. 3) and convolution (batch, feature and spatial dims; convolutions that are
 // dots in disguise follow the dot rule).
-#include "partitioner/rules/rules_common.h"
+#include "partitioner/propagation/rules/rules_common.h"
 
 namespace shardscope::prop {
 namespace rules {
 namespace {
 
-using namespace shard_util;
+using namespace hlo_sharding_util;
 
 // Shared by dot and dot-like convolutions: each operand implies an output sharding; when both do,
 // the one whose sharding the (single-user chain) consumer wants wins, else the larger operand, and
@@ -96,7 +96,7 @@ bool ConvolutionForward(Instruction& inst, RuleContext& ctx) {
   const Instruction* lhs = inst.operand(0);
   if (!ctx.IsSpatiallyPartitioned(lhs)) return false;
   const HloSharding& ls = *ctx.ShardingOf(lhs);
-  if (shard_util::IsTileMaximal(ls)) return ctx.Improve(&inst, ls, false, lhs, "convolution");
+  if (hlo_sharding_util::IsTileMaximal(ls)) return ctx.Improve(&inst, ls, false, lhs, "convolution");
   const auto& cd = inst.conv_dims;
   if (IsConvolutionKernelSmall(inst)) {
     if (ls.DimensionTiles(cd.input_feature) > 1) return false;

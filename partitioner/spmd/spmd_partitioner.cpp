@@ -1,37 +1,33 @@
-#include "partitioner/spmd_partitioner.h"
+// The driver of the SPMD partitioner: PartitionModule sets up one run (an SpmdContext), then walks
+// the entry computation in post order, handing every instruction to its op family's handler
+// (handler_table.h); while bodies, conditions, branches and call targets are partitioned as their
+// callers reach them.
+#include "partitioner/spmd/spmd_partitioner.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "partitioner/spmd/context.h"
+#include "partitioner/spmd/handler_table.h"
 
 namespace shardscope {
 namespace spmd {
 
-int DotHandlerAnchor();
-int FormattingHandlersAnchor();
-int WindowedHandlersAnchor();
-int GatherScatterHandlersAnchor();
-
 Status SpmdContext::PartitionComputation(const Computation* orig, Computation* out) {
-  Computation* saved = comp_;
-  Instruction* saved_pid = partition_id_;
-  set_comp(out);
-  const auto& registry = HandlerRegistry();
+  const SpmdBuilder::Position saved = builder_.Save();
+  builder_.set_comp(out);
   for (Instruction* inst : orig->MakePostOrder()) {
-    set_origin(inst);
+    builder_.set_origin(inst);
     for (Instruction* op : inst->operands())
       if (!Get(op).hlo) return Error(orig->name() + "/" + inst->name() + ": operand " + op->name() + " was not partitioned");
-    auto it = registry.find(inst->opcode());
-    Status s = it != registry.end() ? it->second(*this, *inst) : PartitionWithFallback(*this, *inst);
+    const Handler handler = handlers_.Find(inst->opcode());
+    Status s = handler ? handler(*this, *inst) : PartitionWithFallback(*this, *inst);
     if (!s.ok()) return s;
   }
-  set_origin(nullptr);
-  if (orig->root()) {
-    const PValue& r = Get(orig->root());
-    out->set_root(r.hlo);
-  }
-  comp_ = saved;
-  partition_id_ = saved_pid;
+  builder_.set_origin(nullptr);
+  if (orig->root()) out->set_root(Get(orig->root()).hlo);
+  builder_.Restore(saved);
+  builder_.set_origin(nullptr);
   return Status::Ok();
 }
 
@@ -41,20 +37,18 @@ Result<Computation*> SpmdContext::PartitionCalled(const Computation* callee,
   if (!callee) return Error("missing called computation");
   auto it = partitioned_.find(callee);
   if (it != partitioned_.end()) return it->second;
-  Computation* out = out_->AddComputation(callee->name() + ".spmd");
+  Computation* out = builder_.out_module()->AddComputation(callee->name() + ".spmd");
   partitioned_[callee] = out;
-  Computation* saved = comp_;
-  Instruction* saved_pid = partition_id_;
-  const Instruction* saved_origin = origin_;
-  set_comp(out);
+  const SpmdBuilder::Position saved = builder_.Save();
+  builder_.set_comp(out);
   for (size_t i = 0; i < callee->parameters().size(); ++i) {
     const Instruction* p = callee->parameters()[i];
     if (!p) continue;
     HloSharding s = i < param_shardings.size() ? param_shardings[i] : ShardingOf(*p);
-    set_origin(p);
-    auto shape = ShardShapeOf(p->shape(), s);
+    builder_.set_origin(p);
+    auto shape = maps_.ShardShape(p->shape(), s);
     if (!shape.ok()) return Error(callee->name() + "/" + p->name() + ": " + shape.error().message);
-    Instruction* np = Emit(Opcode::kParameter, *shape, {});
+    Instruction* np = builder_.Emit(Opcode::kParameter, *shape, {});
     np->parameter_number = p->parameter_number;
     np->set_sharding(s);
     Set(p, {np, s, p->shape()});
@@ -63,24 +57,20 @@ Result<Computation*> SpmdContext::PartitionCalled(const Computation* callee,
   if (!st.ok()) return st.error();
   // The root must come out with the sharding the caller expects (loop-carried consistency).
   if (callee->root()) {
-    set_origin(callee->root());
-    auto r = ReshardAny(Get(callee->root()), root_sharding);
+    builder_.set_origin(callee->root());
+    auto r = resharder_.ReshardAny(Get(callee->root()), root_sharding);
     if (!r.ok()) return Error(callee->name() + ": " + r.error().message);
     out->set_root(*r);
   }
-  set_origin(saved_origin);
-  comp_ = saved;
-  partition_id_ = saved_pid;
+  builder_.Restore(saved);
   return out;
 }
 
 }  // namespace spmd
 
+bool HasSpmdHandler(Opcode op) { return spmd::SpmdHandlers().Find(op) != nullptr; }
+
 Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions& options) {
-  (void)spmd::DotHandlerAnchor();
-  (void)spmd::FormattingHandlersAnchor();
-  (void)spmd::WindowedHandlersAnchor();
-  (void)spmd::GatherScatterHandlersAnchor();
   if (!module.entry()) return Error("module has no entry computation");
   int64_t n = options.num_partitions > 0 ? options.num_partitions : module.num_partitions;
   if (options.num_partitions <= 0 && n <= 1) {
@@ -103,7 +93,7 @@ Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions&
   result.module = std::make_unique<Module>(module.name() + ".spmd");
   result.module->num_partitions = n;
   result.module->num_replicas = module.num_replicas;
-  spmd::SpmdContext ctx(module, result.module.get(), n, options, &result);
+  spmd::SpmdContext ctx(result.module.get(), n, options, &result, spmd::SpmdHandlers());
   Computation* entry = result.module->AddComputation(module.entry()->name(), /*is_entry=*/false);
   Status s = ctx.PartitionComputation(module.entry(), entry);
   if (!s.ok()) return s.error();
@@ -111,14 +101,15 @@ Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions&
   // treats an unsharded entry output).
   const Instruction* root = module.entry()->root();
   if (root) {
-    ctx.set_comp(entry);
-    ctx.set_origin(root);
+    spmd::SpmdBuilder& b = ctx.builder();
+    b.set_comp(entry);
+    b.set_origin(root);
     const HloSharding want = spmd::SpmdContext::ShardingOf(*root);
-    auto r = ctx.ReshardAny(ctx.Get(root), want);
+    auto r = ctx.resharder().ReshardAny(ctx.Get(root), want);
     if (!r.ok()) return Error(root->name() + ": " + r.error().message);
     entry->set_root(*r);
     (*r)->set_sharding(want);
-    ctx.set_origin(nullptr);
+    b.set_origin(nullptr);
   }
   // Make the entry the last computation (callees first when printed).
   result.module->set_entry(entry);

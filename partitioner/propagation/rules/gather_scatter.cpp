@@ -1,13 +1,13 @@
 // Gather and scatter: index pass-through dims (indices <-> output/updates), operand pass-through
 // dims (operand <-> offset/window dims) and parallel dims (explicit batching dims, or dims indexed
 // by an iota).
-#include "partitioner/rules/rules_common.h"
+#include "partitioner/propagation/rules/rules_common.h"
 
 namespace shardscope::prop {
 namespace rules {
 namespace {
 
-using namespace shard_util;
+using namespace hlo_sharding_util;
 
 bool GatherParallelForward(Instruction& inst, const GatherScatterDims& pd, RuleContext& ctx) {
   bool changed = false;
@@ -156,10 +156,10 @@ std::optional<HloSharding> ScatterBackward(const Instruction& operand, const Ins
       if (!from_indices.IsManual() && !from_indices.IsTuple() && !from_output->IsManual() && !from_output->IsTuple()) {
         MergeShardingIfCompatible(from_indices, &*from_output);
       }
-      if (!shard_util::IsTileMaximal(*from_output)) return from_output;
+      if (!hlo_sharding_util::IsTileMaximal(*from_output)) return from_output;
     }
   }
-  if (!shard_util::IsTileMaximal(from_indices)) return from_indices;
+  if (!hlo_sharding_util::IsTileMaximal(from_indices)) return from_indices;
   return std::nullopt;
 }
 

@@ -25,9 +25,12 @@
 #include "core/ir/ir.h"
 #include "core/sharding/sharding.h"
 #include "core/base/status.h"
-#include "partitioner/propagation_rules.h"
+#include "partitioner/propagation/rules.h"
 
 namespace shardscope {
+namespace prop {
+class PropagationEngine;
+}
 
 struct PropagationOptions {
   // SPMD partitioning follows (partial shardings may combine; reverse/custom-calls shardable).
@@ -110,11 +113,10 @@ class ShardingPropagation {
 
   const PropagationOptions& options() const { return options_; }
 
-  struct Engine;  // implementation (propagation.cpp)
 
  private:
   PropagationOptions options_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<prop::PropagationEngine> engine_;  // the last run's state (engine.h)
 };
 
 // Convenience: one full propagation with default bookkeeping.

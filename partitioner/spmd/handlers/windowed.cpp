@@ -1,11 +1,11 @@
 // Windowed ops — convolution, reduce-window, and pad / slice seen as windows — partitioned with
 // halo exchange (GSPMD §3.3, §4.3 and Appendix A.2). A sharded windowed (spatial) dimension stays
 // sharded: every device fetches the few rows its windows need from its neighbours
-// (SpmdContext::ExchangeHalo, the one halo primitive), then runs the op locally with the padding
+// (ExchangeHalo in halo.h, the one halo primitive), then runs the op locally with the padding
 // folded into the exchanged window.
 //
 // Convolution is labelled like a dot, plus one label per windowed dimension (a joint tiling over
-// the labels; the cheapest by bytes moved wins, as in dot_handler.cpp):
+// the labels; the cheapest by bytes moved wins, as in dot.cpp):
 //   batch          input batch = output batch (runs locally)
 //   contracting    input feature = kernel input feature (partial sums + all-reduce)
 //   out-feature    kernel output feature = output feature (runs locally)
@@ -29,18 +29,10 @@
 #include "core/collectives/reduction.h"
 #include "core/ir/shape_inference.h"
 #include "partitioner/spmd/context.h"
+#include "partitioner/spmd/handler_table.h"
 
 namespace shardscope::spmd {
 namespace {
-
-// Same latency term per collective as the resharding planner (context.cpp) and the dot handler.
-constexpr int64_t kOverheadBytes = 16 * 1024;
-
-int64_t Prod(const std::vector<int64_t>& v) {
-  int64_t p = 1;
-  for (int64_t x : v) p *= x;
-  return p;
-}
 
 // The identity of a scalar reducer for the element type (core/collectives/reduction.h): the value
 // halo masking fills in.
@@ -307,8 +299,8 @@ Instruction* SliceOwnOutputs(SpmdContext& ctx, Instruction* x, const std::vector
       table[static_cast<size_t>(dev)] =
           sp[s].tiling.out_offset[static_cast<size_t>(out_map.device(dev).index[static_cast<size_t>(d)])];
     for (int64_t k = 0; k < x->shape().rank(); ++k)
-      offsets.push_back(k == d ? ctx.TableLookup(table) : ctx.ConstantScalar(PrimitiveType::kS32, 0));
-    x = ctx.DynamicSlice(x, offsets, sizes);
+      offsets.push_back(k == d ? ctx.builder().TableLookup(table) : ctx.builder().ConstantScalar(PrimitiveType::kS32, 0));
+    x = ctx.builder().DynamicSlice(x, offsets, sizes);
   }
   return x;
 }
@@ -322,18 +314,18 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
   const ConvLabels& L = *labels;
   const auto& cd = conv.conv_dims;
   const int64_t n = ctx.num_devices();
-  const PValue& lv = ctx.Get(conv.operand(0));
-  const PValue& rv = ctx.Get(conv.operand(1));
+  const PartitionedHlo& lv = ctx.Get(conv.operand(0));
+  const PartitionedHlo& rv = ctx.Get(conv.operand(1));
   const HloSharding target = SpmdContext::ShardingOf(conv);
-  auto lm = ctx.MapOf(lv.sharding, lv.base.rank());
-  auto rm = ctx.MapOf(rv.sharding, rv.base.rank());
-  auto om = ctx.MapOf(target, conv.shape().rank());
+  auto lm = ctx.maps().Get(lv.sharding, lv.base_shape.rank());
+  auto rm = ctx.maps().Get(rv.sharding, rv.base_shape.rank());
+  auto om = ctx.maps().Get(target, conv.shape().rank());
   if (!lm.ok() || !rm.ok() || !om.ok()) return PartitionWithFallback(ctx, conv);
   const Shape& out_shape = conv.shape();
   const int64_t G = std::max<int64_t>(1, conv.feature_group_count), BG = std::max<int64_t>(1, conv.batch_group_count);
   const size_t ns = L.win.size();
   const int64_t out_elem = PrimitiveTypeBytes(out_shape.type);
-  const int64_t lhs_elem = PrimitiveTypeBytes(lv.base.type);
+  const int64_t lhs_elem = PrimitiveTypeBytes(lv.base_shape.type);
 
   // Lhs labellings: each spatial dim the lhs has sharded may follow the output (window label) or
   // the kernel (kernel label).
@@ -376,9 +368,9 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       if (joint.tiles(L.kernel_label[s]) > 1) p.lhs_labels[static_cast<size_t>(d)] = L.kernel_label[s];
       else p.lhs_labels[static_cast<size_t>(d)] = L.window_label[s];
     }
-    p.lhs_map = ProjectJointTiling(joint, p.lhs_labels);
-    const TileMap rmap = ProjectJointTiling(joint, L.rhs);
-    const TileMap pmap = ProjectJointTiling(joint, L.out);
+    p.lhs_map = joint.Projected(p.lhs_labels);
+    const TileMap rmap = joint.Projected(L.rhs);
+    const TileMap pmap = joint.Projected(L.out);
     // Spatial dims: the windows every tile needs.
     p.spatial.resize(ns);
     std::vector<size_t> tiled;  // spatial dims whose input is windowed per tile
@@ -390,7 +382,7 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       if (wt == 1 && kt == 1) continue;
       SpatialPlan& sp = p.spatial[s];
       const WindowDimension& w = L.win[s];
-      const int64_t lhs_full = lv.base.dim(d);
+      const int64_t lhs_full = lv.base_shape.dim(d);
       if (wt > 1) {
         sp.label = L.window_label[s];
         const int64_t od = cd.output_spatial[s];
@@ -400,14 +392,14 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       } else {
         sp.label = L.kernel_label[s];
         if (!ctx.options().conv_halo_exchange_always_on_lhs) {
-          auto rt = RhsHaloTiling(w, kt, lhs_full, rv.base.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
+          auto rt = RhsHaloTiling(w, kt, lhs_full, rv.base_shape.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
           if (rt) {
             rt->label = sp.label;
             sp = std::move(*rt);
             continue;  // the input keeps its shard: not windowed
           }
         }
-        sp.tiling = KernelTiling(w, kt, rv.base.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
+        sp.tiling = KernelTiling(w, kt, rv.base_shape.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
       }
       const int64_t t = joint.tiles(sp.label);
       halos[s] = PlanHalo((lhs_full + t - 1) / t, t, lhs_full, sp.tiling.start, sp.tiling.size, true, true, sp.tiling.need);
@@ -425,17 +417,17 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
         if (combo & (int64_t{1} << k)) whole.push_back(cd.input_spatial[tiled[k]]);
       auto sh = p.lhs_map.Gathered(whole).ToSharding();
       if (!sh.ok()) continue;
-      auto rp = ctx.PlanReshard(lv.sharding, *sh, lv.base);
+      auto rp = ctx.resharder().Plan(lv.sharding, *sh, lv.base_shape);
       if (!rp.ok()) continue;
       int64_t cost = rp->bytes;
-      std::vector<int64_t> shard = p.lhs_map.Gathered(whole).ShardShape(lv.base.dims);
+      std::vector<int64_t> shard = p.lhs_map.Gathered(whole).ShardShape(lv.base_shape.dims);
       for (size_t k = 0; k < tiled.size(); ++k) {
         const int64_t d = cd.input_spatial[tiled[k]];
         if (!(combo & (int64_t{1} << k))) {
-          const int64_t row = Prod(shard) / std::max<int64_t>(1, shard[static_cast<size_t>(d)]) * lhs_elem;
+          const int64_t row = ElementsOf(shard) / std::max<int64_t>(1, shard[static_cast<size_t>(d)]) * lhs_elem;
           // The hops of one exchange are independent (all read the shard itself) and run
           // concurrently: one latency term, like one collective.
-          cost += halos[tiled[k]].link_rows * row + (halos[tiled[k]].permutes > 0 ? kOverheadBytes : 0);
+          cost += halos[tiled[k]].link_rows * row + (halos[tiled[k]].permutes > 0 ? kCollectiveOverheadBytes : 0);
         }
         shard[static_cast<size_t>(d)] = p.spatial[tiled[k]].tiling.size;
       }
@@ -455,20 +447,20 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
     if (!rsh.ok() || !psh.ok()) return std::nullopt;
     p.rhs = *rsh;
     p.partial = *psh;
-    auto c2 = ctx.PlanReshard(rv.sharding, p.rhs, rv.base);
-    auto c3 = ctx.PlanReshard(p.partial, target, out_shape);
+    auto c2 = ctx.resharder().Plan(rv.sharding, p.rhs, rv.base_shape);
+    auto c3 = ctx.resharder().Plan(p.partial, target, out_shape);
     if (!c2.ok() || !c3.ok()) return std::nullopt;
     p.cost = lhs_cost + c2->bytes + c3->bytes;
     // Kernel-side halos: exchanged on the kernel's shard.
-    std::vector<int64_t> rshard = rmap.ShardShape(rv.base.dims);
+    std::vector<int64_t> rshard = rmap.ShardShape(rv.base_shape.dims);
     for (size_t s = 0; s < ns; ++s) {
       const SpatialPlan& sp = p.spatial[s];
       if (sp.reach != Reach::kRhsHalo) continue;
-      const int64_t d = cd.kernel_spatial[s], K = rv.base.dim(d), t = joint.tiles(sp.label);
+      const int64_t d = cd.kernel_spatial[s], K = rv.base_shape.dim(d), t = joint.tiles(sp.label);
       const HaloPlan h = PlanHalo((K + t - 1) / t, t, K, sp.tiling.start, sp.tiling.size, true, true);
-      const int64_t row = Prod(rshard) / std::max<int64_t>(1, rshard[static_cast<size_t>(d)]) *
-                          PrimitiveTypeBytes(rv.base.type);
-      p.cost += h.link_rows * row + (h.permutes > 0 ? kOverheadBytes : 0);
+      const int64_t row = ElementsOf(rshard) / std::max<int64_t>(1, rshard[static_cast<size_t>(d)]) *
+                          PrimitiveTypeBytes(rv.base_shape.type);
+      p.cost += h.link_rows * row + (h.permutes > 0 ? kCollectiveOverheadBytes : 0);
       rshard[static_cast<size_t>(d)] = sp.tiling.size;
     }
     int64_t ctiles = 1;
@@ -480,8 +472,8 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       }
     }
     if (ctiles > 1) {
-      const int64_t partial_bytes = Prod(pmap.ShardShape(out_shape.dims)) * out_elem;
-      p.cost += 2 * partial_bytes * (ctiles - 1) / ctiles + kOverheadBytes;
+      const int64_t partial_bytes = ElementsOf(pmap.ShardShape(out_shape.dims)) * out_elem;
+      p.cost += 2 * partial_bytes * (ctiles - 1) / ctiles + kCollectiveOverheadBytes;
     }
     return p;
   };
@@ -512,8 +504,8 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
 
   // Local shapes, checked by shape inference before anything is emitted.
   const Window local_window = LocalWindow(L, best->joint, best->spatial);
-  std::vector<int64_t> lhs_local = best->lhs_map.ShardShape(lv.base.dims);
-  auto rhs_local = ctx.ShardShapeOf(rv.base, best->rhs);
+  std::vector<int64_t> lhs_local = best->lhs_map.ShardShape(lv.base_shape.dims);
+  auto rhs_local = ctx.maps().ShardShape(rv.base_shape, best->rhs);
   for (size_t s = 0; s < ns; ++s) {
     const SpatialPlan& sp = best->spatial[s];
     if (sp.reach == Reach::kRhsHalo) {
@@ -523,7 +515,7 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       lhs_local[static_cast<size_t>(cd.input_spatial[s])] = sp.tiling.size;
     }
   }
-  auto out_shard = ctx.ShardShapeOf(out_shape, best->partial);
+  auto out_shard = ctx.maps().ShardShape(out_shape, best->partial);
   if (!out_shard.ok()) return PartitionWithFallback(ctx, conv);
   // The local convolution may compute extra windows (base dilation at different phases per
   // tile); a dynamic-slice of the output keeps each tile's own.
@@ -540,7 +532,7 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
   {
     Module scratch("scratch");
     Computation* c = scratch.AddComputation("c", true);
-    Instruction* a = c->AddInstruction(Opcode::kParameter, Shape(lv.base.type, lhs_local), {});
+    Instruction* a = c->AddInstruction(Opcode::kParameter, Shape(lv.base_shape.type, lhs_local), {});
     a->parameter_number = 0;
     Instruction* b = c->AddInstruction(Opcode::kParameter, *rhs_local, {});
     b->parameter_number = 1;
@@ -554,9 +546,9 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
     if (!inferred.ok() || !inferred->Compatible(out_local)) return PartitionWithFallback(ctx, conv);
   }
 
-  auto lhs = ctx.Reshard(lv, best->lhs);
+  auto lhs = ctx.resharder().Reshard(lv, best->lhs);
   if (!lhs.ok()) return Error(conv.name() + ": " + lhs.error().message);
-  auto rhs = ctx.Reshard(rv, best->rhs);
+  auto rhs = ctx.resharder().Reshard(rv, best->rhs);
   if (!rhs.ok()) return Error(conv.name() + ": " + rhs.error().message);
   Instruction* lx = *lhs;
   Instruction* rx = *rhs;
@@ -570,8 +562,8 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       for (size_t d = 0; d < L.lhs.size(); ++d)
         if (L.lhs[d] == l) lmask.push_back(static_cast<int64_t>(d));
   }
-  if (!lmask.empty()) lx = ctx.MaskPadding({lx, best->lhs, lv.base}, lmask, 0.0);
-  if (!rmask.empty()) rx = ctx.MaskPadding({rx, best->rhs, rv.base}, rmask, 0.0);
+  if (!lmask.empty()) lx = MaskPadding(ctx, {lx, best->lhs, lv.base_shape}, lmask, 0.0);
+  if (!rmask.empty()) rx = MaskPadding(ctx, {rx, best->rhs, rv.base_shape}, rmask, 0.0);
   for (size_t s = 0; s < ns; ++s) {
     const SpatialPlan& sp = best->spatial[s];
     if (sp.reach != Reach::kRhsHalo) continue;
@@ -579,12 +571,12 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
     // tile's rows move lhs_off[i] into the local buffer (a pad and a dynamic-slice when the
     // offsets differ).
     const int64_t d = cd.input_spatial[s];
-    lx = ctx.MaskPadding({lx, best->lhs, lv.base}, {d}, 0.0);
+    lx = MaskPadding(ctx, {lx, best->lhs, lv.base_shape}, {d}, 0.0);
     const int64_t maxoff = sp.lhs_size - lx->shape().dim(d);
     if (maxoff > 0) {
       std::vector<int64_t> dims = lx->shape().dims;
       dims[static_cast<size_t>(d)] += 2 * maxoff;
-      Instruction* pad = ctx.Emit(Opcode::kPad, Shape(lx->shape().type, dims), {lx, ctx.ConstantScalar(lx->shape().type, 0.0)});
+      Instruction* pad = ctx.builder().Emit(Opcode::kPad, Shape(lx->shape().type, dims), {lx, ctx.builder().ConstantScalar(lx->shape().type, 0.0)});
       pad->padding.resize(dims.size());
       pad->padding[static_cast<size_t>(d)].low = maxoff;
       pad->padding[static_cast<size_t>(d)].high = maxoff;
@@ -594,13 +586,13 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
             maxoff - sp.lhs_off[static_cast<size_t>(best->lhs_map.device(dev).index[static_cast<size_t>(d)])];
       std::vector<Instruction*> offsets;
       for (int64_t k = 0; k < lx->shape().rank(); ++k)
-        offsets.push_back(k == d ? ctx.TableLookup(table) : ctx.ConstantScalar(PrimitiveType::kS32, 0));
+        offsets.push_back(k == d ? ctx.builder().TableLookup(table) : ctx.builder().ConstantScalar(PrimitiveType::kS32, 0));
       std::vector<int64_t> sizes = lx->shape().dims;
       sizes[static_cast<size_t>(d)] = sp.lhs_size;
-      lx = ctx.DynamicSlice(pad, offsets, sizes);
+      lx = ctx.builder().DynamicSlice(pad, offsets, sizes);
     }
     const int64_t kd = cd.kernel_spatial[s];
-    auto h = ctx.ExchangeHalo(rx, ProjectJointTiling(best->joint, L.rhs), kd, rv.base.dim(kd), sp.tiling.start,
+    auto h = ExchangeHalo(ctx.builder(), rx, best->joint.Projected(L.rhs), kd, rv.base_shape.dim(kd), sp.tiling.start,
                               sp.tiling.size, 0.0, true, "convolution kernel");
     if (!h.ok()) return Error(conv.name() + ": " + h.error().message);
     rx = *h;
@@ -609,24 +601,24 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
     const SpatialPlan& sp = best->spatial[s];
     if (sp.reach == Reach::kNone || sp.reach == Reach::kRhsHalo) continue;
     const int64_t d = cd.input_spatial[s];
-    auto h = ctx.ExchangeHalo(lx, best->lhs_map, d, lv.base.dim(d), sp.tiling.start, sp.tiling.size, 0.0,
+    auto h = ExchangeHalo(ctx.builder(), lx, best->lhs_map, d, lv.base_shape.dim(d), sp.tiling.start, sp.tiling.size, 0.0,
                               sp.reach == Reach::kHalo, "convolution", sp.tiling.need);
     if (!h.ok()) return Error(conv.name() + ": " + h.error().message);
     lx = *h;
   }
-  Instruction* x = ctx.Emit(Opcode::kConvolution, out_local, {lx, rx});
+  Instruction* x = ctx.builder().Emit(Opcode::kConvolution, out_local, {lx, rx});
   CopyAttributes(conv, x);
   x->window = local_window;
   x->has_window = true;
   x->feature_group_count = G / fg_tiles;
   x->batch_group_count = BG / bg_tiles;
-  x = SliceOwnOutputs(ctx, x, best->spatial, cd.output_spatial, ProjectJointTiling(best->joint, L.out), *out_shard);
+  x = SliceOwnOutputs(ctx, x, best->spatial, cd.output_spatial, best->joint.Projected(L.out), *out_shard);
   if (!best->contract_labels.empty()) {
-    Computation* add = ctx.ScalarReducer(out_shape.type == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd, out_shape.type);
-    x = ctx.AllReduce(x, add, best->joint.GroupsAlong(best->contract_labels),
+    Computation* add = ctx.builder().ScalarReducer(out_shape.type == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd, out_shape.type);
+    x = ctx.builder().AllReduce(x, add, best->joint.GroupsAlong(best->contract_labels),
                       "convolution: contracting dimension sharded");
   }
-  auto fin = ctx.Reshard({x, best->partial, out_shape}, target);
+  auto fin = ctx.resharder().Reshard({x, best->partial, out_shape}, target);
   if (!fin.ok()) return Error(conv.name() + ": " + fin.error().message);
   ctx.Set(&conv, {*fin, target, out_shape});
   return Status::Ok();
@@ -652,10 +644,10 @@ struct WindowedOp {
 Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const WindowedOp& w) {
   const int64_t rank = op.shape().rank();
   if (op.shape().ElementCount() == 0 || w.operand->shape().ElementCount() == 0) return PartitionWithFallback(ctx, op);
-  const PValue& in = ctx.Get(w.operand);
+  const PartitionedHlo& in = ctx.Get(w.operand);
   const HloSharding target = SpmdContext::ShardingOf(op);
-  auto m = ctx.MapOf(target, rank);
-  auto im = ctx.MapOf(in.sharding, rank);
+  auto m = ctx.maps().Get(target, rank);
+  auto im = ctx.maps().Get(in.sharding, rank);
   if (!m.ok() || !im.ok()) return PartitionWithFallback(ctx, op);
   // Per windowed dim the output keeps sharded: halo exchange of the sharded input, or windows cut
   // from the whole input (when it is whole already, or the halo would cost more than a gather);
@@ -692,7 +684,7 @@ Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const Windowed
   auto in_sharding = in_work.ToSharding();
   auto out_sharding = out_work.ToSharding();
   if (!in_sharding.ok() || !out_sharding.ok()) return PartitionWithFallback(ctx, op);
-  auto x = ctx.Reshard(in, *in_sharding);
+  auto x = ctx.resharder().Reshard(in, *in_sharding);
   if (!x.ok()) return Error(op.name() + ": " + x.error().message);
   Instruction* cur = *x;
   std::vector<std::optional<WindowDimension>> local(static_cast<size_t>(rank));
@@ -701,7 +693,7 @@ Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const Windowed
   for (int64_t d = 0; d < rank; ++d) {
     const SpatialPlan& sp = plans[static_cast<size_t>(d)];
     if (sp.reach == Reach::kNone) continue;
-    auto h = ctx.ExchangeHalo(cur, out_work, d, w.operand->shape().dim(d), sp.tiling.start, sp.tiling.size,
+    auto h = ExchangeHalo(ctx.builder(), cur, out_work, d, w.operand->shape().dim(d), sp.tiling.start, sp.tiling.size,
                               w.pad_value.value_or(0.0), sp.reach == Reach::kHalo, w.what, sp.tiling.need,
                               w.pad_scalar);
     if (!h.ok()) return Error(op.name() + ": " + h.error().message);
@@ -712,7 +704,7 @@ Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const Windowed
   Instruction* r = w.emit(cur, local, local_shape);
   if (!r) return Error(op.name() + ": could not build the local " + w.what);
   r = SliceOwnOutputs(ctx, r, plans, dims, out_work, shard);
-  auto fin = ctx.Reshard({r, *out_sharding, op.shape()}, target);
+  auto fin = ctx.resharder().Reshard({r, *out_sharding, op.shape()}, target);
   if (!fin.ok()) return Error(op.name() + ": " + fin.error().message);
   ctx.Set(&op, {*fin, target, op.shape()});
   return Status::Ok();
@@ -723,7 +715,7 @@ Status HandleReduceWindow(SpmdContext& ctx, const Instruction& rw) {
   const int64_t rank = rw.shape().rank();
   if (rw.operand(0)->shape().rank() != rank || static_cast<int64_t>(rw.window.dims.size()) != rank)
     return PartitionWithFallback(ctx, rw);
-  auto init = ctx.Reshard(ctx.Get(rw.operand(1)), HloSharding::Replicate());
+  auto init = ctx.resharder().Reshard(ctx.Get(rw.operand(1)), HloSharding::Replicate());
   if (!init.ok()) return Error(rw.name() + ": " + init.error().message);
   WindowedOp w;
   w.operand = rw.operand(0);
@@ -733,12 +725,12 @@ Status HandleReduceWindow(SpmdContext& ctx, const Instruction& rw) {
   w.pad_value = ReducerIdentity(rw.to_apply(), w.operand->shape().type);
   w.what = "reduce-window";
   w.emit = [&](Instruction* x, const std::vector<std::optional<WindowDimension>>& local, const Shape& shape) {
-    Instruction* r = ctx.Emit(Opcode::kReduceWindow, shape, {x, *init});
+    Instruction* r = ctx.builder().Emit(Opcode::kReduceWindow, shape, {x, *init});
     CopyAttributes(rw, r);
     for (size_t d = 0; d < local.size(); ++d)
       if (local[d]) r->window.dims[d] = *local[d];
     r->has_window = true;
-    r->mutable_called_computations() = {ctx.CloneScalarComputation(rw.to_apply())};
+    r->mutable_called_computations() = {ctx.builder().CloneScalarComputation(rw.to_apply())};
     return r;
   };
   return PartitionWindowed(ctx, rw, w);
@@ -748,7 +740,7 @@ Status HandlePad(SpmdContext& ctx, const Instruction& pad) {
   const int64_t rank = pad.shape().rank();
   if (pad.operand_count() != 2 || !pad.shape().IsArray() || static_cast<int64_t>(pad.padding.size()) != rank)
     return PartitionWithFallback(ctx, pad);
-  auto value = ctx.Reshard(ctx.Get(pad.operand(1)), HloSharding::Replicate());
+  auto value = ctx.resharder().Reshard(ctx.Get(pad.operand(1)), HloSharding::Replicate());
   if (!value.ok()) return Error(pad.name() + ": " + value.error().message);
   WindowedOp w;
   w.operand = pad.operand(0);
@@ -772,7 +764,7 @@ Status HandlePad(SpmdContext& ctx, const Instruction& pad) {
     if (std::all_of(padding.begin(), padding.end(), [](const PaddingDim& p) { return p == PaddingDim{}; }) &&
         x->shape().dims == shape.dims)
       return x;  // the exchanged windows are the result already
-    Instruction* r = ctx.Emit(Opcode::kPad, shape, {x, *value});
+    Instruction* r = ctx.builder().Emit(Opcode::kPad, shape, {x, *value});
     r->padding = std::move(padding);
     return r;
   };
@@ -810,20 +802,20 @@ Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
     bool identity = x->shape().dims == shape.dims;
     for (int64_t d = 0; d < rank; ++d) identity &= spec.starts[static_cast<size_t>(d)] == 0 && spec.strides[static_cast<size_t>(d)] == 1;
     if (identity) return x;  // the exchanged windows are the result already
-    Instruction* r = ctx.Emit(Opcode::kSlice, shape, {x});
+    Instruction* r = ctx.builder().Emit(Opcode::kSlice, shape, {x});
     r->slice = std::move(spec);
     return r;
   };
   return PartitionWindowed(ctx, slice, w);
 }
 
-const RegisterHandler kConvolution({Opcode::kConvolution}, HandleConvolution);
-const RegisterHandler kReduceWindow({Opcode::kReduceWindow}, HandleReduceWindow);
-const RegisterHandler kPad({Opcode::kPad}, HandlePad);
-const RegisterHandler kSlice({Opcode::kSlice}, HandleSlice);
-
 }  // namespace
 
-int WindowedHandlersAnchor() { return 1; }
+void RegisterWindowedHandlers(HandlerTable& table) {
+  table.Add({Opcode::kConvolution}, HandleConvolution);
+  table.Add({Opcode::kReduceWindow}, HandleReduceWindow);
+  table.Add({Opcode::kPad}, HandlePad);
+  table.Add({Opcode::kSlice}, HandleSlice);
+}
 
 }  // namespace shardscope::spmd

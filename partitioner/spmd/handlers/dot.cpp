@@ -14,6 +14,7 @@
 #include <map>
 
 #include "partitioner/spmd/context.h"
+#include "partitioner/spmd/handler_table.h"
 
 namespace shardscope::spmd {
 
@@ -54,9 +55,6 @@ DotLabels MakeLabels(const Instruction& dot) {
   return L;
 }
 
-// Same per-collective latency term as the resharding planner's (context.cpp).
-constexpr int64_t kDotCollectiveOverheadBytes = 16 * 1024;
-
 struct DotPlan {
   TileMap joint;
   HloSharding lhs, rhs, partial_out;  // partial_out: after the all-reduce
@@ -67,22 +65,16 @@ struct DotPlan {
   int64_t sources = 0;
 };
 
-int64_t Prod(const std::vector<int64_t>& v) {
-  int64_t p = 1;
-  for (int64_t x : v) p *= x;
-  return p;
-}
-
 Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   if (!dot.shape().IsArray() || dot.operand_count() != 2) return Error(dot.name() + ": malformed dot");
   const int64_t n = ctx.num_devices();
   const DotLabels L = MakeLabels(dot);
-  const PValue& lv = ctx.Get(dot.operand(0));
-  const PValue& rv = ctx.Get(dot.operand(1));
+  const PartitionedHlo& lv = ctx.Get(dot.operand(0));
+  const PartitionedHlo& rv = ctx.Get(dot.operand(1));
   const HloSharding target = SpmdContext::ShardingOf(dot);
-  auto lm = ctx.MapOf(lv.sharding, lv.base.rank());
-  auto rm = ctx.MapOf(rv.sharding, rv.base.rank());
-  auto om = ctx.MapOf(target, dot.shape().rank());
+  auto lm = ctx.maps().Get(lv.sharding, lv.base_shape.rank());
+  auto rm = ctx.maps().Get(rv.sharding, rv.base_shape.rank());
+  auto om = ctx.maps().Get(target, dot.shape().rank());
   if (!lm.ok() || !rm.ok() || !om.ok()) {
     return PartitionWithFallback(ctx, dot);
   }
@@ -95,13 +87,13 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
 
   // The same dot configuration recurs on every layer: decide once.
   std::string key = ShardingKey(lv.sharding) + "|" + ShardingKey(rv.sharding) + "|" + ShardingKey(target) + "|" +
-                    lv.base.ToString(false) + "|" + rv.base.ToString(false) + "|" + dot.shape().ToString(false);
+                    lv.base_shape.ToString(false) + "|" + rv.base_shape.ToString(false) + "|" + dot.shape().ToString(false);
   for (auto* dims : {&dot.dot_dims.lhs_batch, &dot.dot_dims.rhs_batch, &dot.dot_dims.lhs_contracting,
                      &dot.dot_dims.rhs_contracting}) {
     key += '|';
     for (int64_t d : *dims) key += std::to_string(d) + ",";
   }
-  auto& cache = ctx.DecisionCache<std::optional<DotPlan>>();
+  auto& cache = ctx.Decisions<std::optional<DotPlan>>();
   std::optional<DotPlan> best;
   auto cached = cache.find(key);
   if (cached != cache.end()) {
@@ -115,21 +107,21 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     auto joint = BuildJointTiling(srcs, L.num_labels(), n);
     if (!joint) continue;
     DotPlan p{*joint, {}, {}, {}, false, -1, {}, 0, static_cast<int64_t>(srcs.size())};
-    auto lsh = ProjectJointTiling(*joint, L.lhs_label).ToSharding();
-    auto rsh = ProjectJointTiling(*joint, L.rhs_label).ToSharding();
-    TileMap partial = ProjectJointTiling(*joint, out_labels);
+    auto lsh = joint->Projected(L.lhs_label).ToSharding();
+    auto rsh = joint->Projected(L.rhs_label).ToSharding();
+    TileMap partial = joint->Projected(out_labels);
     auto psh = partial.ToSharding();
     if (!lsh.ok() || !rsh.ok() || !psh.ok()) continue;
     p.lhs = *lsh;
     p.rhs = *rsh;
     p.partial_out = *psh;
-    auto c1 = ctx.PlanReshard(lv.sharding, p.lhs, lv.base);
-    auto c2 = ctx.PlanReshard(rv.sharding, p.rhs, rv.base);
+    auto c1 = ctx.resharder().Plan(lv.sharding, p.lhs, lv.base_shape);
+    auto c2 = ctx.resharder().Plan(rv.sharding, p.rhs, rv.base_shape);
     if (!c1.ok() || !c2.ok()) continue;
     p.cost = c1->bytes + c2->bytes;
     int64_t c_tiles = 1;
     for (int64_t l : c_labels) c_tiles *= joint->tiles(l);
-    const int64_t partial_bytes = Prod(partial.ShardShape(dot.shape().dims)) * out_elem;
+    const int64_t partial_bytes = ElementsOf(partial.ShardShape(dot.shape().dims)) * out_elem;
     HloSharding after = p.partial_out;
     if (c_tiles > 1) {
       p.reduce_groups = joint->GroupsAlong(c_labels);
@@ -169,12 +161,12 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
           p.rs_dim = k;
           p.reduce_groups = groups;
           after = target;
-          p.cost += partial_bytes * (g - 1) / g + kDotCollectiveOverheadBytes;
+          p.cost += partial_bytes * (g - 1) / g + kCollectiveOverheadBytes;
         }
       }
-      if (!rs_ok) p.cost += 2 * partial_bytes * (g - 1) / g + kDotCollectiveOverheadBytes;
+      if (!rs_ok) p.cost += 2 * partial_bytes * (g - 1) / g + kCollectiveOverheadBytes;
     }
-    auto c3 = ctx.PlanReshard(after, target, dot.shape());
+    auto c3 = ctx.resharder().Plan(after, target, dot.shape());
     if (!c3.ok()) continue;
     p.cost += c3->bytes;
     if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
@@ -184,9 +176,9 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   if (!best) {
     return PartitionWithFallback(ctx, dot);
   }
-  auto lhs = ctx.Reshard(lv, best->lhs);
+  auto lhs = ctx.resharder().Reshard(lv, best->lhs);
   if (!lhs.ok()) return Error(dot.name() + ": " + lhs.error().message);
-  auto rhs = ctx.Reshard(rv, best->rhs);
+  auto rhs = ctx.resharder().Reshard(rv, best->rhs);
   if (!rhs.ok()) return Error(dot.name() + ": " + rhs.error().message);
   Instruction* lx = *lhs;
   Instruction* rx = *rhs;
@@ -200,34 +192,32 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     }
   }
   if (!lpad.empty()) {
-    lx = ctx.MaskPadding({lx, best->lhs, lv.base}, lpad, 0.0);
-    rx = ctx.MaskPadding({rx, best->rhs, rv.base}, rpad, 0.0);
+    lx = MaskPadding(ctx, {lx, best->lhs, lv.base_shape}, lpad, 0.0);
+    rx = MaskPadding(ctx, {rx, best->rhs, rv.base_shape}, rpad, 0.0);
   }
-  TileMap partial = ProjectJointTiling(best->joint, out_labels);
+  TileMap partial = best->joint.Projected(out_labels);
   Shape local(dot.shape().type, partial.ShardShape(dot.shape().dims));
-  Instruction* d = ctx.Emit(Opcode::kDot, local, {lx, rx});
+  Instruction* d = ctx.builder().Emit(Opcode::kDot, local, {lx, rx});
   d->dot_dims = dot.dot_dims;
   d->raw_attributes = dot.raw_attributes;
   HloSharding have = best->partial_out;
   if (!best->reduce_groups.empty()) {
-    Computation* add = ctx.ScalarReducer(Opcode::kAdd, dot.shape().type);
+    Computation* add = ctx.builder().ScalarReducer(Opcode::kAdd, dot.shape().type);
     if (best->reduce_scatter) {
-      d = ctx.ReduceScatter(d, add, best->rs_dim, best->reduce_groups, "dot: contracting dimension sharded");
+      d = ctx.builder().ReduceScatter(d, add, best->rs_dim, best->reduce_groups, "dot: contracting dimension sharded");
       have = target;
     } else {
-      d = ctx.AllReduce(d, add, best->reduce_groups, "dot: contracting dimension sharded");
+      d = ctx.builder().AllReduce(d, add, best->reduce_groups, "dot: contracting dimension sharded");
     }
   }
-  auto fin = ctx.Reshard({d, have, dot.shape()}, target);
+  auto fin = ctx.resharder().Reshard({d, have, dot.shape()}, target);
   if (!fin.ok()) return Error(dot.name() + ": " + fin.error().message);
   ctx.Set(&dot, {*fin, target, dot.shape()});
   return Status::Ok();
 }
 
-const RegisterHandler kDot({Opcode::kDot}, HandleDot);
-
 }  // namespace
 
-int DotHandlerAnchor() { return 1; }
+void RegisterDotHandlers(HandlerTable& table) { table.Add({Opcode::kDot}, HandleDot); }
 
 }  // namespace shardscope::spmd

@@ -1,6 +1,6 @@
 // Sharding algebra for propagation. See sharding_util.h. The semantics mirror XLA's
 // hlo_sharding_util (so imported HLO behaves as in XLA); the code is our own.
-#include "partitioner/sharding_util.h"
+#include "partitioner/hlo_sharding_util.h"
 
 #include "core/sharding/tile_assignment.h"
 
@@ -8,7 +8,7 @@
 #include <numeric>
 #include <unordered_map>
 
-namespace shardscope::shard_util {
+namespace shardscope::hlo_sharding_util {
 namespace {
 
 int64_t Product(const std::vector<int64_t>& v, size_t begin = 0, size_t end = SIZE_MAX) {
@@ -46,6 +46,8 @@ void Unflatten(int64_t flat, const std::vector<int64_t>& dims, std::vector<int64
   }
 }
 
+}  // namespace
+
 bool CompatibleIgnoringElementType(const Shape& a, const Shape& b) {
   if (a.IsTuple() != b.IsTuple()) return false;
   if (a.IsTuple()) {
@@ -58,8 +60,6 @@ bool CompatibleIgnoringElementType(const Shape& a, const Shape& b) {
   if (a.IsToken() != b.IsToken()) return false;
   return a.dims == b.dims;
 }
-
-}  // namespace
 
 // ---- Queries ------------------------------------------------------------------------------------
 
@@ -171,6 +171,12 @@ bool IsShardingStrictlyBetter(const HloSharding& lhs, const HloSharding& rhs) {
   return IsManualLeaf(lhs) && IsTileMaximalLeaf(rhs);
 }
 
+bool ShardWithin(int64_t full, int64_t sub_offset, int64_t sub_size, int64_t offset, int64_t size) {
+  const int64_t sub_end = std::min(sub_offset + sub_size, full);
+  if (sub_end <= sub_offset) return true;  // entirely padding
+  return sub_offset >= offset && sub_end <= std::min(offset + size, full);
+}
+
 bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, const HloSharding& sharding) {
   if (sub.IsManual() || sharding.IsManual()) return false;
   if (IsTileMaximal(sharding)) return true;
@@ -205,9 +211,7 @@ bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, cons
     Unflatten(static_cast<int64_t>(f), pdims, &idx);
     for (int64_t j = 0; j < rank; ++j) {
       const size_t uj = static_cast<size_t>(j);
-      const int64_t off = sub_base[uj] * idx[uj];
-      if (off < it->second[uj]) return false;
-      if (off + sub_base[uj] <= shape.dim(j) && off + sub_base[uj] > it->second[uj] + base[uj]) return false;
+      if (!ShardWithin(shape.dim(j), sub_base[uj] * idx[uj], sub_base[uj], it->second[uj], base[uj])) return false;
     }
   }
   return true;
@@ -1527,4 +1531,4 @@ std::optional<HloSharding> ScatterUpdateShardingFromOutput(const HloSharding& ou
   return MergeParallelAndPassthrough(std::move(parallel), std::move(passthrough));
 }
 
-}  // namespace shardscope::shard_util
+}  // namespace shardscope::hlo_sharding_util

@@ -2,13 +2,13 @@
 // merges), transpose, reverse, slice, pad, concatenate, dynamic-slice, dynamic-update-slice.
 #include <algorithm>
 
-#include "partitioner/rules/rules_common.h"
+#include "partitioner/propagation/rules/rules_common.h"
 
 namespace shardscope::prop {
 namespace rules {
 namespace {
 
-using namespace shard_util;
+using namespace hlo_sharding_util;
 
 bool Contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
