@@ -1,5 +1,5 @@
 // The partition, verify and estimate stages of the analysis pipeline: the SPMD partitioner
-// (partitioner/spmd_partitioner.h) on a module whose shardings are complete, the numerical check of
+// (partitioner/spmd/spmd_partitioner.h) on a module whose shardings are complete, the numerical check of
 // its program (core/eval/numeric_verify.h) within size limits, and the simulator's estimate of every
 // collective it inserted (simulator/collective_cost.h).
 #pragma once
