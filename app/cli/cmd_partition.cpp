@@ -4,6 +4,7 @@
 
 #include "app/cli/cli.h"
 #include "core/ir/hlo_text.h"
+#include "core/ir/spmd_program.h"
 #include "core/eval/numeric_verify.h"
 #include "partitioner/propagation.h"
 #include "partitioner/spmd_partitioner.h"
@@ -14,6 +15,7 @@ namespace {
 struct Prepared {
   std::unique_ptr<Module> annotated;  // after propagation
   PartitionResult partition;
+  std::string already_partitioned;    // evidence: the input is an SPMD program, left as it is
 };
 
 // Parses, propagates (unless --no-propagate) and partitions. Returns 0 on success, else the exit
@@ -30,6 +32,11 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, Prepared* ou
   if (!m.ok()) {
     std::cerr << m.error().message << "\n";
     return 2;
+  }
+  if (auto evidence = AlreadyPartitioned(**m)) {
+    out->already_partitioned = *evidence;
+    out->annotated = std::move(m).value();
+    return 0;
   }
   if (!no_propagate) {
     // By default the pass may also shard the entry's parameters and outputs (what JAX asks for
@@ -83,6 +90,17 @@ int RunPartition(const std::vector<std::string>& argv) {
   const bool summary = TakeFlag(args, "summary");
   Prepared p;
   if (int rc = Prepare("partition", args, &p)) return rc;
+  if (!p.already_partitioned.empty()) {
+    const std::string note = args[0] + ": already partitioned (" + p.already_partitioned + "); left unchanged\n";
+    if (has_out) {
+      if (!WriteFile(out_path, PrintHloModule(*p.annotated))) return 2;
+      std::cout << note;
+    } else {
+      std::cout << PrintHloModule(*p.annotated);
+      std::cerr << note;
+    }
+    return 0;
+  }
   const std::string text = PrintHloModule(*p.partition.module);
   if (has_out) {
     if (!WriteFile(out_path, text)) return 2;
@@ -106,6 +124,11 @@ int RunVerify(const std::vector<std::string>& argv) {
   }
   Prepared p;
   if (int rc = Prepare("verify", args, &p)) return rc;
+  if (!p.already_partitioned.empty()) {
+    std::cout << args[0] << ": already partitioned (" << p.already_partitioned
+              << "); there is no global program to compare it with\n";
+    return 0;
+  }
   const int64_t n = p.partition.module->num_partitions;
   auto v = VerifyPartitioned(*p.annotated, *p.partition.module, n, seed);
   if (!v.ok()) {

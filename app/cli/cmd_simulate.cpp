@@ -1,7 +1,7 @@
 // shardscope-cli simulate: partition (when needed), simulate one step on a modelled pod, store, export.
 //
-// A module counts as already partitioned (an SPMD program) when it contains partition-id,
-// replica-id or a collective, or when no instruction carries a tiled sharding; otherwise its
+// A module counts as already partitioned (an SPMD program) by core/ir/spmd_program.h's rule, or
+// when no instruction carries a tiled sharding; otherwise its
 // shardings are propagated and it is partitioned for the mesh's device count first (--partition /
 // --no-partition force the choice); propagation may then also shard the entry parameters and
 // outputs it was not given shardings for (--keep-io-shardings: no). The run is stored only when
@@ -14,6 +14,7 @@
 #include "app/cli/cli.h"
 #include "app/cli/slice_options.h"
 #include "core/ir/hlo_text.h"
+#include "core/ir/spmd_program.h"
 #include "core/sharding/mesh.h"
 #include "partitioner/propagation.h"
 #include "partitioner/spmd_partitioner.h"
@@ -29,11 +30,10 @@ namespace {
 constexpr const char* kName = "simulate";
 
 bool NeedsPartitioning(const Module& m) {
+  if (AlreadyPartitioned(m)) return false;
   bool tiled = false;
   for (const auto& c : m.computations()) {
     for (const auto& i : c->instructions()) {
-      const Opcode op = i->opcode();
-      if (op == Opcode::kPartitionId || op == Opcode::kReplicaId || IsCollective(op)) return false;
       if (i->has_sharding()) {
         const HloSharding& s = *i->sharding();
         if (s.IsTuple()) {
@@ -152,6 +152,8 @@ int Run(const std::vector<std::string>& in) {
     return 2;
   }
   std::unique_ptr<Module> module = std::move(parsed).value();
+  // A module XLA's backend already fused runs its own kernels: no second fusion.
+  if (IsBackendOptimized(*module)) options.program.fuse_elementwise = false;
   const int64_t devices = topology.num_devices();
   const bool partition = force_partition || (!force_no_partition && NeedsPartitioning(*module));
   if (partition) {
