@@ -365,6 +365,30 @@ ENTRY e {
   ROOT full = f32[4] custom-call(m2), custom_call_target="SPMDShardToFullShape", sharding={devices=[2]<=[2]}
 })");
 
+const char* const kAsyncSim = R"(HloModule async_sim, is_scheduled=true, num_partitions=4
+
+%sum (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %add = f32[] add(%x, %y)
+}
+
+%fc (q: f32[16,8]) -> f32[16,8] {
+  %q = f32[16,8] parameter(0)
+  %e = f32[16,8] exponential(%q)
+  ROOT %n = f32[16,8] negate(%e)
+}
+
+ENTRY %main_spmd (p: f32[16,8]) -> f32[4,8] {
+  %p = f32[16,8] parameter(0)
+  %f = f32[16,8] fusion(%p), kind=kLoop, calls=%fc
+  %a2a-start = ((f32[16,8]), f32[16,8]) all-to-all-start(%f), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+  %a2a-done = f32[16,8] all-to-all-done(%a2a-start)
+  %rs-start = ((f32[16,8]), f32[4,8]) reduce-scatter-start(%a2a-done), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=%sum
+  ROOT %rs-done = f32[4,8] reduce-scatter-done(%rs-start)
+}
+)";
+
 }  // namespace
 
 class TestHloRealDumps : public QObject {
@@ -485,8 +509,21 @@ class TestHloRealDumps : public QObject {
     QCOMPARE(AsyncPartOf(*Find(*m, "recv-done")), AsyncPart::kDone);
     QCOMPARE(Find(*m, "rs-start")->to_apply(), m->FindComputation("sum"));
     QCOMPARE(Find(*m, "ag-start")->replica_groups.groups.size(), size_t{1});
+    // A wrapped collective written <op>-start carries its collective's attributes, typed.
+    const Instruction* rs = Find(*m, "rs-start");
+    QCOMPARE(rs->replica_groups.groups, (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}}));
+    QCOMPARE(rs->dimensions, (std::vector<int64_t>{0}));
+    QCOMPARE(rs->channel_id, std::optional<int64_t>(4));
     CHECK_ROUND_TRIP(m);
     QVERIFY(AlreadyPartitioned(*m).has_value());
+
+    // Simulated as it is: the fusion is one kernel, the async collectives are collectives.
+    DumpCaseResult r = RunDumpCase("async.hlo", kAsyncSim, DumpConformanceOptions{});
+    QVERIFY2(r.passed(), r.failures.empty() ? "" : r.failures[0].c_str());
+    QCOMPARE(r.simulate, 1);
+    QCOMPARE(r.devices, int64_t{4});
+    QCOMPARE(r.simulated_compute_ops, int64_t{1});
+    QCOMPARE(r.simulated_collectives, int64_t{2});
   }
 
   void AttributesOfAnyContentAreKeptVerbatim() {

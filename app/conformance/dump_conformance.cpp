@@ -167,6 +167,7 @@ DumpCaseResult RunDumpCase(const std::string& name, const std::string& text, con
     } else {
       r.simulate = 1;
       r.simulated_compute_ops = sim->stats.compute_ops;
+      r.simulated_collectives = sim->stats.collective_ops;
     }
   }
   return r;
@@ -207,7 +208,9 @@ Result<DumpConformanceSummary> RunDumpConformance(const std::string& dir, std::o
       out << (r.passed() ? "ok   " : "FAIL ") << r.file << ": " << r.instructions << " instructions";
       if (r.fusions) out << ", " << r.fusions << " fusions";
       out << (r.spmd_evidence.empty() ? ", global program" : ", SPMD program (" + r.spmd_evidence + ")");
-      if (r.simulate == 1) out << ", simulated on " << r.devices << " devices (" << r.simulated_compute_ops << " kernels)";
+      if (r.simulate == 1)
+        out << ", simulated on " << r.devices << " devices (" << r.simulated_compute_ops << " kernels, "
+            << r.simulated_collectives << " collectives)";
       out << "\n";
       for (const auto& w : r.warnings) out << "     " << w << "\n";
       for (const auto& why : r.failures) out << "     " << why << "\n";

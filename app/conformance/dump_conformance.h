@@ -37,6 +37,7 @@ struct DumpCaseResult {
   int propagate = -1, partition = -1, verify = -1, simulate = -1;
   int64_t devices = 0;
   int64_t simulated_compute_ops = 0;  // kernels in the compute model
+  int64_t simulated_collectives = 0;  // collectives the simulator timed
   std::vector<std::string> warnings;
   std::vector<std::string> failures;  // "stage: reason"
   bool passed() const { return failures.empty(); }

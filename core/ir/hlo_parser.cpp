@@ -1362,7 +1362,7 @@ class Parser {
       if (op == Opcode::kGeneric) inst->raw_attributes.push_back({std::string(key), std::string(t_.substr(voff, p_ - voff))});
       return true;
     }
-    if (!hlo_internal::IsTypedAttribute(op, key)) {
+    if (!hlo_internal::IsTypedAttribute(hlo_internal::AttributeOpcode(*inst), key)) {
       std::string_view value;
       if (!ScanRawValue(&value)) return false;
       inst->raw_attributes.push_back({std::string(key), std::string(value)});

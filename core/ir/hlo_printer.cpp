@@ -163,7 +163,7 @@ void AppendCalledComputations(std::string* s, const Instruction& inst) {
 }
 
 void AppendTypedAttributes(std::string* s, const Instruction& inst) {
-  const Opcode op = inst.opcode();
+  const Opcode op = hlo_internal::AttributeOpcode(inst);
   if (op == Opcode::kGetTupleElement) {
     AppendAttr(s, "index");
     AppendInt(s, inst.tuple_index);
