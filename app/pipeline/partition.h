@@ -20,8 +20,8 @@
 
 namespace shardscope::pipeline {
 
-// True when `module` still has to be partitioned: some instruction carries a tiled sharding and
-// none is a partition-id, replica-id or collective (an SPMD program has those).
+// True when `module` still has to be partitioned: some instruction carries a tiled sharding and the
+// module is not already an SPMD program (AlreadyPartitioned, core/ir/spmd_program.h).
 bool NeedsPartitioning(const Module& module);
 
 // Partitions `module` (every instruction carries its sharding: run propagation first) into the
