@@ -16,8 +16,8 @@
 #include "core/ir/hlo_text.h"
 #include "core/ir/spmd_program.h"
 #include "core/sharding/shardy.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/propagation/sharding_propagation.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 using namespace shardscope;
 
