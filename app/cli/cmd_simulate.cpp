@@ -1,7 +1,7 @@
 // shardscope-cli simulate: partition (when needed), simulate one step on a modelled pod, store, export.
 //
-// A module counts as already partitioned (an SPMD program) when it contains partition-id,
-// replica-id or a collective, or when no instruction carries a tiled sharding; otherwise its
+// A module counts as already partitioned (an SPMD program) by core/ir/spmd_program.h's rule, or
+// when no instruction carries a tiled sharding; otherwise its
 // shardings are propagated and it is partitioned for the mesh's device count first (--partition /
 // --no-partition force the choice); propagation may then also shard the entry parameters and
 // outputs it was not given shardings for (--keep-io-shardings: no). The run is stored only when
@@ -12,9 +12,11 @@
 #include <sstream>
 
 #include "app/cli/cli.h"
+#include "core/base/json.h"
 #include "app/cli/slice_options.h"
 #include "app/pipeline/pipeline.h"
 #include "core/ir/hlo_text.h"
+#include "core/ir/spmd_program.h"
 #include "core/sharding/mesh.h"
 #include "simulator/trace_export.h"
 
@@ -26,8 +28,8 @@ constexpr const char* kName = "simulate";
 std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned) {
   const RunSummary& s = sim.run.summary;
   std::ostringstream os;
-  os << "{\"module\":" << JsonQuote(sim.run.inputs.module_name) << ",\"chip\":" << JsonQuote(sim.run.inputs.chip_preset)
-     << ",\"mesh\":" << JsonQuote(sim.run.inputs.mesh_text) << ",\"topology\":" << JsonQuote(sim.run.inputs.topology_options)
+  os << "{\"module\":" << json::Quote(sim.run.inputs.module_name) << ",\"chip\":" << json::Quote(sim.run.inputs.chip_preset)
+     << ",\"mesh\":" << json::Quote(sim.run.inputs.mesh_text) << ",\"topology\":" << json::Quote(sim.run.inputs.topology_options)
      << ",\"partitioned_here\":" << (partitioned ? "true" : "false") << ",\"num_devices\":" << s.num_devices
      << ",\"device_classes\":" << sim.run.classes.size() << ",\"step_time_s\":" << FormatDouble(s.step_time_s)
      << ",\"compute_time_s\":" << FormatDouble(s.compute_time_s)
@@ -45,19 +47,19 @@ std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned)
     for (const PeakBuffer& b : top->peak_buffers) by[static_cast<size_t>(b.category)] += b.bytes;
     os << ",\"peak_memory_time_s\":" << FormatDouble(top->peak_memory_time_s) << ",\"peak_memory_by_category\":{";
     for (int k = 0; k < kNumMemoryCategories; ++k) {
-      os << (k ? "," : "") << JsonQuote(MemoryCategoryName(static_cast<MemoryCategory>(k))) << ":" << by[static_cast<size_t>(k)];
+      os << (k ? "," : "") << json::Quote(MemoryCategoryName(static_cast<MemoryCategory>(k))) << ":" << by[static_cast<size_t>(k)];
     }
     os << "}";
   }
   os << ",\"collectives\":[";
   for (size_t k = 0; k < sim.run.collectives.size(); ++k) {
     const CollectiveRecord& c = sim.run.collectives[k];
-    os << (k ? "," : "") << "{\"instruction\":" << JsonQuote(c.instruction) << ",\"kind\":" << JsonQuote(c.kind)
-       << ",\"bytes\":" << c.bytes << ",\"time_s\":" << FormatDouble(c.time_s) << ",\"regime\":" << JsonQuote(c.regime)
+    os << (k ? "," : "") << "{\"instruction\":" << json::Quote(c.instruction) << ",\"kind\":" << json::Quote(c.kind)
+       << ",\"bytes\":" << c.bytes << ",\"time_s\":" << FormatDouble(c.time_s) << ",\"regime\":" << json::Quote(c.regime)
        << "}";
   }
   os << "],\"warnings\":[";
-  for (size_t k = 0; k < sim.warnings.size(); ++k) os << (k ? "," : "") << JsonQuote(sim.warnings[k]);
+  for (size_t k = 0; k < sim.warnings.size(); ++k) os << (k ? "," : "") << json::Quote(sim.warnings[k]);
   os << "]";
   if (run_id > 0) os << ",\"run_id\":" << run_id;
   os << "}";
@@ -127,6 +129,8 @@ int Run(const std::vector<std::string>& in) {
     std::cerr << parsed.error().message << "\n";
     return 2;
   }
+  // A module XLA's backend already fused runs its own kernels: no second fusion.
+  if (IsBackendOptimized(**parsed)) options.program.fuse_elementwise = false;
   const int64_t devices = topology.num_devices();
   pipeline::PipelineOptions run;
   // The step's inputs and outputs may take the shardings propagation infers (XLA's

@@ -1,5 +1,5 @@
 // The partition, verify and estimate stages of the analysis pipeline: the SPMD partitioner
-// (partitioner/spmd_partitioner.h) on a module whose shardings are complete, the numerical check of
+// (partitioner/spmd/spmd_partitioner.h) on a module whose shardings are complete, the numerical check of
 // its program (core/eval/numeric_verify.h) within size limits, and the simulator's estimate of every
 // collective it inserted (simulator/collective_cost.h).
 #pragma once
@@ -14,14 +14,14 @@
 #include "core/base/status.h"
 #include "core/eval/numeric_verify.h"
 #include "core/ir/ir.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #include "simulator/collective_cost.h"
 #include "simulator/topology.h"
 
 namespace shardscope::pipeline {
 
-// True when `module` still has to be partitioned: some instruction carries a tiled sharding and
-// none is a partition-id, replica-id or collective (an SPMD program has those).
+// True when `module` still has to be partitioned: some instruction carries a tiled sharding and the
+// module is not already an SPMD program (AlreadyPartitioned, core/ir/spmd_program.h).
 bool NeedsPartitioning(const Module& module);
 
 // Partitions `module` (every instruction carries its sharding: run propagation first) into the
