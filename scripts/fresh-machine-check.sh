@@ -85,6 +85,7 @@ ccache_max=$( (command -v ccache >/dev/null && CCACHE_DIR="$ccache_dir" ccache -
 mkdir -p "$ccache_dir" "$apt_cache/partial" "$workdir"
 
 work=$(mktemp -d "$workdir/shardscope-fresh.XXXXXX")
+image="$work.img"                   # the file system the roots live in (see "prepare the work area")
 build_root="$work/build-root"       # the developer's machine: minimal Debian 12 + install-deps.sh
 runtime_root="$work/runtime-root"   # a user's machine: minimal Debian 12 + the .deb, nothing else
 clone=/work/fresh/main              # inside the roots; ../shared is /work/fresh/shared
@@ -125,9 +126,16 @@ cleanup() {
   done
   if [ -n "$(mounts_below_work)" ]; then
     echo "fresh-machine-check: something is still mounted below $work; not removing it" >&2
-  elif [ $keep -eq 1 ]; then
-    log "kept the roots in $work"
+    exit $rc
+  fi
+  if mountpoint -q "$work"; then
+    umount "$work" || { echo "fresh-machine-check: could not unmount $work; not removing it" >&2; exit $rc; }
+  fi
+  if [ $keep -eq 1 ]; then
+    if [ -f "$image" ]; then log "kept the roots in $image (mount -o loop $image DIR to look)"; rmdir "$work"
+    else log "kept the roots in $work"; fi
   else
+    rm -f "$image"
     rm -rf --one-file-system "$work"
   fi
   exit $rc
@@ -183,11 +191,27 @@ check_png() {
 }
 
 begin "install mmdebstrap on the host"
-if ! command -v mmdebstrap >/dev/null 2>&1; then
+if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap e2fsprogs >/dev/null
 fi
 log "$(mmdebstrap --version)"
+done_step
+
+begin "prepare the work area in $workdir"
+# The roots (about 7 GB with both builds) live in a file system of their own, a sparse image
+# mounted through a loop device: removing it at the end is one unmount and one file, where deleting
+# the roots' tens of thousands of files takes minutes on a disk mounted with discard.
+avail_kb=$(df --output=avail -k "$workdir" | tail -n1)
+[ "$avail_kb" -ge $((10 * 1024 * 1024)) ] || { echo "fresh-machine-check: $workdir has $((avail_kb / 1024 / 1024)) GB free; the roots need about 10 GB" >&2; false; }
+truncate -s 40G "$image"
+mkfs.ext4 -q -F -O ^has_journal -E nodiscard "$image"
+if mount -o loop,noatime "$image" "$work" 2>/dev/null; then
+  log "roots in $image (loop-mounted on $work)"
+else
+  rm -f "$image"
+  log "no loop device: the roots are plain folders in $work"
+fi
 done_step
 
 begin "make the build root (mmdebstrap --variant=minbase bookworm)"
