@@ -37,6 +37,7 @@ set -euo pipefail
 {
 
 die() { echo "fresh-machine-check: $*" >&2; exit 2; }
+all_args=("$@")
 
 asan=0 keep=0 artifacts="" mirror="" shared="" shared_given=0
 ccache_dir=${SHARDSCOPE_CCACHE_DIR:-}
@@ -60,8 +61,10 @@ done
 
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null 2>&1 || die "needs root (chroot, mounts, mmdebstrap); run it as root"
-  exec sudo --preserve-env=SHARDSCOPE_CCACHE_DIR,SHARDSCOPE_APT_CACHE,TMPDIR "$0" "$@"
+  exec sudo --preserve-env=SHARDSCOPE_CCACHE_DIR,SHARDSCOPE_APT_CACHE,TMPDIR "$0" "${all_args[@]}"
 fi
+# git as root on a checkout that belongs to the user who called sudo.
+git() { command git -c safe.directory='*' "$@"; }
 
 checkout=$(cd "$(dirname "$0")/.." && git rev-parse --show-toplevel)
 head=$(git -C "$checkout" rev-parse HEAD)
