@@ -113,10 +113,11 @@ class TestModelZoo : public QObject {
  private slots:
   void registry() {
     const auto models = ZooList();
-    QCOMPARE(models.size(), size_t(3));
+    QCOMPARE(models.size(), size_t(4));
     QCOMPARE(models[0].name, std::string("mlp"));
     QCOMPARE(models[1].name, std::string("transformer-layer"));
     QCOMPARE(models[2].name, std::string("transformer"));
+    QCOMPARE(models[3].name, std::string("pipelined-transformer"));
     QCOMPARE(std::string(kZooDefaultExample), std::string("transformer-layer"));
     auto value = [](const ZooModel& m, const std::string& k) {
       for (const auto& p : m.parameters)
@@ -364,7 +365,7 @@ class TestModelZoo : public QObject {
   void buildErrors() {
     auto unknown = ZooBuild("resnet");
     QVERIFY(!unknown.ok());
-    QCOMPARE(unknown.error().message, std::string("unknown zoo model 'resnet' (models: mlp, transformer-layer, transformer)"));
+    QCOMPARE(unknown.error().message, std::string("unknown zoo model 'resnet' (models: mlp, transformer-layer, transformer, pipelined-transformer)"));
     auto bad_key = ZooBuild("mlp", {{"depth", "3"}});
     QVERIFY(!bad_key.ok());
     QVERIFY(bad_key.error().message.rfind("model mlp has no parameter 'depth' (parameters: batch, model,", 0) == 0);

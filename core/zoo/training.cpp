@@ -53,6 +53,17 @@ Status CheckElementCount(const std::vector<Dims>& tensors) {
 
 // ---- layer norm (no bias): y = (x - mean) * rsqrt(var + eps) * gamma over the last dim ------------
 
+namespace {
+// Where the scale's dims sit in x: its last dim on x's last, leading dims (a stack of scales, one
+// per leading index of x) on x's leading dims.
+Dims ScaleDims(Instruction* gamma, int64_t last) {
+  Dims d;
+  for (int64_t i = 0; i + 1 < gamma->shape().rank(); ++i) d.push_back(i);
+  d.push_back(last);
+  return d;
+}
+}  // namespace
+
 
 LayerNormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma) {
   Builder& b = net.b();
@@ -68,7 +79,7 @@ LayerNormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma) {
   Instruction* r = b.Rsqrt(b.Add(var, var ? b.FullLike(var, kLayerNormEps) : nullptr), "rsqrt");
   s.xhat = b.Mul(xc, net.Bcast(r, x, keep), "normalized");
   s.r = r;
-  s.y = b.Mul(s.xhat, net.Bcast(gamma, x, {last}), "scaled");
+  s.y = b.Mul(s.xhat, net.Bcast(gamma, x, ScaleDims(gamma, last)), "scaled");
   return s;
 }
 
@@ -81,8 +92,10 @@ Instruction* LayerNormBackward(Net& net, const LayerNormSaved& s, Instruction* g
   const double inv_m = 1.0 / static_cast<double>(dy->shape().dims.back());
   Dims keep;
   for (int64_t i = 0; i < last; ++i) keep.push_back(i);
-  *dgamma = net.Sum(b.Mul(dy, s.xhat), keep, "dscale");
-  Instruction* dxhat = b.Mul(dy, net.Bcast(gamma, dy, {last}), "dnormalized");
+  Dims summed;  // every dim but the scale's (the last, and any leading dims it carries)
+  for (int64_t i = gamma->shape().rank() - 1; i < last; ++i) summed.push_back(i);
+  *dgamma = net.Sum(b.Mul(dy, s.xhat), summed, "dscale");
+  Instruction* dxhat = b.Mul(dy, net.Bcast(gamma, dy, ScaleDims(gamma, last)), "dnormalized");
   Instruction* mean_d = net.Scale(net.Sum(dxhat, {last}), inv_m, "mean_dnormalized");
   Instruction* mean_dx = net.Scale(net.Sum(b.Mul(dxhat, s.xhat), {last}), inv_m, "mean_dnormalized_x");
   Instruction* t = b.Sub(dxhat, net.Bcast(mean_d, dy, keep));

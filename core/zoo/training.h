@@ -105,6 +105,7 @@ Status CheckElementCount(const std::vector<Dims>& tensors);
 
 // ---- layer norm (no bias): y = (x - mean) * rsqrt(var + eps) * gamma over the last dim ------------
 
+// gamma is [M] or, for layers stacked along leading dims of x, [leading..., M].
 struct LayerNormSaved {
   Instruction* xhat = nullptr;  // normalised input
   Instruction* r = nullptr;     // rsqrt(var + eps), [B,S]
@@ -135,13 +136,10 @@ void AddAdamParameters(Builder& b, std::vector<Weight>& weights, int64_t* next_p
 void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g);
 
 
-// The settings the Transformer and the MLP share (both configs name them alike).
+// The training settings every family's config names alike: backward, optimizer and the common
+// parameters (ZooCommonParameters).
 template <typename Config>
-void ReadCommonParameters(ZooParams& p, Config& c) {
-  c.batch = p.Int("batch");
-  c.model = p.Int("model");
-  c.hidden = p.Int("hidden");
-  c.layers = p.Int("layers");
+void ReadTrainingParameters(ZooParams& p, Config& c) {
   c.backward = p.Bool("backward");
   c.optimizer = ReadOptimizer(p);
   c.learning_rate = p.Real("learning_rate");
@@ -150,6 +148,16 @@ void ReadCommonParameters(ZooParams& p, Config& c) {
   c.annotations = ReadAnnotationSet(p);
   c.mesh_x = p.Int("mesh_x");
   c.mesh_y = p.Int("mesh_y");
+}
+
+// The settings the Transformer and the MLP share (both configs name them alike).
+template <typename Config>
+void ReadCommonParameters(ZooParams& p, Config& c) {
+  c.batch = p.Int("batch");
+  c.model = p.Int("model");
+  c.hidden = p.Int("hidden");
+  c.layers = p.Int("layers");
+  ReadTrainingParameters(p, c);
 }
 
 }  // namespace zoo

@@ -1,7 +1,8 @@
 #include "core/zoo/transformer.h"
 
-#include <cmath>
 #include <string>
+
+#include "core/zoo/transformer_block.h"
 
 namespace shardscope {
 
@@ -43,13 +44,9 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
   int64_t pn = 0;
   Instruction* x = b.Parameter(pn++, Shape(A, {B, S, M}), "x");
   Instruction* target = c.backward ? b.Parameter(pn++, Shape(A, {B, S, M}), "target") : nullptr;
-  struct LayerW {
-    Weight* ln1 = nullptr; Weight* wqkv = nullptr; Weight* wo = nullptr;
-    Weight* ln2 = nullptr; Weight* wi = nullptr; Weight* wout = nullptr;
-  };
   std::vector<Weight> weights;
   weights.reserve(static_cast<size_t>(c.layers) * 6);
-  std::vector<LayerW> lw(static_cast<size_t>(c.layers));
+  std::vector<TransformerBlockWeights> lw(static_cast<size_t>(c.layers));
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layer" + std::to_string(l);
     auto add = [&](const std::string& n, const std::string& scope, Shape s) {
@@ -60,7 +57,7 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
       weights.push_back(w);
       return &weights.back();
     };
-    LayerW& L = lw[static_cast<size_t>(l)];
+    TransformerBlockWeights& L = lw[static_cast<size_t>(l)];
     if (c.layernorm) L.ln1 = add("ln1_scale", "ln1", Shape(P, {M}));
     L.wqkv = add("wqkv", "attention", Shape(P, {3, M, N, D}));
     L.wo = add("wo", "attention", Shape(P, {N, D, M}));
@@ -81,66 +78,16 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
   }
 
   // Forward, keeping what backward needs.
-  struct Saved {
-    Instruction* x = nullptr;
-    LayerNormSaved ln1, ln2;
-    Instruction *h1 = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *p = nullptr, *ctx = nullptr;
-    Instruction *x1 = nullptr, *h2 = nullptr, *hid = nullptr, *relu = nullptr;
+  const TransformerBlockConfig bc{c.heads, c.head_dim, c.layernorm, 0};
+  const Table1Hook annotate = [&](Instruction* inst, Table1Tensor t, const std::function<Dims(const Dims&)>& expand) {
+    ann.Table1(inst, t, expand);
   };
-  std::vector<Saved> saved(static_cast<size_t>(c.layers));
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<TransformerBlockSaved> saved(static_cast<size_t>(c.layers));
   Instruction* h = x;
   for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string p = "layer" + std::to_string(l);
-    Saved& sv = saved[static_cast<size_t>(l)];
-    LayerW& L = lw[static_cast<size_t>(l)];
-    auto layer_scope = b.Scope(p);
-    sv.x = h;
-    ann.Table1(h, Table1Tensor::kBSM);  // the layer input activation
-    {
-      auto s = b.Scope("ln1");
-      if (c.layernorm) sv.ln1 = LayerNormForward(net, h, L.ln1->value);
-      sv.h1 = c.layernorm ? sv.ln1.y : h;
-    }
-    Instruction* attn_out = nullptr;
-    {
-      auto s = b.Scope("attention");
-      Instruction* qkv = net.Dot(sv.h1, L.wqkv->value, {}, {}, {2}, {1}, "qkv");  // [B,S,3,N,D]
-      ann.Table1(qkv, Table1Tensor::kBSND, [](const Dims& d) { return Dims{d[0], d[1], -1, d[2], d[3]}; });
-      auto part = [&](int64_t j, const char* n) {
-        Instruction* sl = b.Slice(qkv, {0, 0, j, 0, 0}, {B, S, j + 1, N, D}, {}, std::string(n) + "_slice");
-        return b.Reshape(sl, {B, S, N, D}, n);
-      };
-      sv.q = part(0, "q");
-      sv.k = part(1, "k");
-      sv.v = part(2, "v");
-      Instruction* scores = net.Dot(sv.q, sv.k, {0, 2}, {0, 2}, {3}, {3}, "scores");  // [B,N,S,T]
-      Instruction* scaled = net.Scale(scores, scale, "scaled_scores");
-      {
-        auto sm = b.Scope("softmax");
-        Instruction* mx = net.MaxOver(scaled, {3}, "max");
-        Instruction* e = b.Exp(b.Sub(scaled, net.Bcast(mx, scaled, {0, 1, 2}), "shifted"), "exp");
-        Instruction* den = net.Sum(e, {3}, "sum");
-        sv.p = b.Div(e, net.Bcast(den, e, {0, 1, 2}), "probs");
-      }
-      sv.ctx = net.Dot(sv.p, sv.v, {0, 1}, {0, 2}, {3}, {1}, "context");           // [B,N,S,D]
-      attn_out = net.Dot(sv.ctx, L.wo->value, {}, {}, {1, 3}, {0, 1}, "out");     // [B,S,M]
-    }
-    sv.x1 = b.Add(h, attn_out, "residual1");
-    {
-      auto s = b.Scope("ln2");
-      if (c.layernorm) sv.ln2 = LayerNormForward(net, sv.x1, L.ln2->value);
-      sv.h2 = c.layernorm ? sv.ln2.y : sv.x1;
-    }
-    Instruction* ffn_out = nullptr;
-    {
-      auto s = b.Scope("ffn");
-      sv.hid = net.Dot(sv.h2, L.wi->value, {}, {}, {2}, {0}, "wi");  // [B,S,H]
-      ann.Table1(sv.hid, Table1Tensor::kBSH);
-      sv.relu = net.Relu(sv.hid, "relu");
-      ffn_out = net.Dot(sv.relu, L.wout->value, {}, {}, {2}, {0}, "wo");  // [B,S,M]
-    }
-    h = b.Add(sv.x1, ffn_out, "residual2");
+    auto layer_scope = b.Scope("layer" + std::to_string(l));
+    saved[static_cast<size_t>(l)] = TransformerBlockForward(net, h, lw[static_cast<size_t>(l)], bc, annotate);
+    h = saved[static_cast<size_t>(l)].out;
   }
 
   if (!c.backward) {
@@ -151,59 +98,8 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
 
   auto [loss, dh] = MseLoss(net, h, target);
   for (int64_t l = c.layers - 1; l >= 0; --l) {
-    const std::string p = "layer" + std::to_string(l);
-    Saved& sv = saved[static_cast<size_t>(l)];
-    LayerW& L = lw[static_cast<size_t>(l)];
-    auto bwd = b.Scope("backward/" + p);
-    Instruction* dx1 = dh;  // residual2 passes the gradient through
-    {
-      auto s = b.Scope("ffn");
-      Instruction* dffn = dh;
-      AccumulateGrad(b, &L.wout->grad, net.Dot(sv.relu, dffn, {}, {}, {0, 1}, {0, 1}, "dwout"));  // [H,M]
-      Instruction* drelu = net.Dot(dffn, L.wout->value, {}, {}, {2}, {1}, "drelu");              // [B,S,H]
-      Instruction* dhid = net.ReluGrad(sv.hid, drelu, "dhidden");
-      AccumulateGrad(b, &L.wi->grad, net.Dot(sv.h2, dhid, {}, {}, {0, 1}, {0, 1}, "dwi"));        // [M,H]
-      Instruction* dh2 = net.Dot(dhid, L.wi->value, {}, {}, {2}, {1}, "dh2");                     // [B,S,M]
-      Instruction* dres = dh2;
-      if (c.layernorm) {
-        auto s2 = b.Scope("ln2");
-        Instruction* dg = nullptr;
-        dres = LayerNormBackward(net, sv.ln2, L.ln2->value, dh2, &dg);
-        AccumulateGrad(b, &L.ln2->grad, dg);
-      }
-      dx1 = b.Add(dh, dres, "dresidual1");
-    }
-    {
-      auto s = b.Scope("attention");
-      AccumulateGrad(b, &L.wo->grad, net.Dot(sv.ctx, dx1, {}, {}, {0, 2}, {0, 1}, "dwo"));   // [N,D,M]
-      Instruction* dctx = b.Transpose(net.Dot(dx1, L.wo->value, {}, {}, {2}, {2}), {0, 2, 1, 3}, "dcontext");  // [B,N,S,D]
-      Instruction* dp = net.Dot(dctx, sv.v, {0, 1}, {0, 2}, {3}, {3}, "dprobs");             // [B,N,S,T]
-      Instruction* dv = b.Transpose(net.Dot(sv.p, dctx, {0, 1}, {0, 1}, {2}, {2}), {0, 2, 1, 3}, "dv");  // [B,T,N,D]
-      Instruction* dscores = nullptr;
-      {
-        auto sm = b.Scope("softmax");
-        Instruction* pdp = b.Mul(sv.p, dp);
-        Instruction* rowsum = net.Sum(pdp, {3}, "rowsum");
-        Instruction* dscaled = b.Sub(pdp, b.Mul(sv.p, net.Bcast(rowsum, pdp, {0, 1, 2})), "dscaled");
-        dscores = net.Scale(dscaled, scale, "dscores");
-      }
-      Instruction* dq = b.Transpose(net.Dot(dscores, sv.k, {0, 1}, {0, 2}, {3}, {1}), {0, 2, 1, 3}, "dq");  // [B,S,N,D]
-      Instruction* dk = b.Transpose(net.Dot(dscores, sv.q, {0, 1}, {0, 2}, {2}, {1}), {0, 2, 1, 3}, "dk");  // [B,T,N,D]
-      Instruction* dqkv = b.Concatenate({b.Reshape(dq, {B, S, 1, N, D}), b.Reshape(dk, {B, S, 1, N, D}),
-                                         b.Reshape(dv, {B, S, 1, N, D})},
-                                        2, "dqkv");  // [B,S,3,N,D]
-      AccumulateGrad(b, &L.wqkv->grad,
-                     b.Transpose(net.Dot(sv.h1, dqkv, {}, {}, {0, 1}, {0, 1}), {1, 0, 2, 3}, "dwqkv"));  // [3,M,N,D]
-      Instruction* dh1 = net.Dot(dqkv, L.wqkv->value, {}, {}, {2, 3, 4}, {0, 2, 3}, "dh1");            // [B,S,M]
-      Instruction* dres = dh1;
-      if (c.layernorm) {
-        auto s2 = b.Scope("ln1");
-        Instruction* dg = nullptr;
-        dres = LayerNormBackward(net, sv.ln1, L.ln1->value, dh1, &dg);
-        AccumulateGrad(b, &L.ln1->grad, dg);
-      }
-      dh = b.Add(dx1, dres, "dx");
-    }
+    auto bwd = b.Scope("backward/layer" + std::to_string(l));
+    dh = TransformerBlockBackward(net, saved[static_cast<size_t>(l)], lw[static_cast<size_t>(l)], dh, bc);
   }
   FinishGradients(net, weights, P);
   Instruction* root = MakeRoot(net, loss, weights, c.optimizer, c.learning_rate);

@@ -18,7 +18,8 @@
 // Table 1 column "W_Q, W_K, W_V" is one annotation and a layer carries exactly the 7 annotations
 // the paper counts: W_qkv, W_o, W_in, W_out, BSM (the layer input), BSND (qkv), BSH (hid).
 // The loss is 0.5 * mean((out - target)^2); backward gives the exact gradient of that loss for
-// every weight (LayerNorm scales included); an optimizer step returns the updated weights.
+// every weight (LayerNorm scales included); an optimizer step returns the updated weights. The
+// layer's forward and backward are transformer_block.h, shared with the pipelined Transformer.
 //
 // Names: parameters are "x", "target", "layer<i>_<weight>" ("layer0_wqkv", "layer0_wi", ...);
 // instructions carry metadata op_name scopes ("layer0/attention/qkv", "layer0/ffn/wi",

@@ -5,6 +5,7 @@
 
 #include "core/ir/verifier.h"
 #include "core/zoo/mlp.h"
+#include "core/zoo/pipelined_transformer.h"
 #include "core/zoo/transformer.h"
 
 namespace shardscope {
@@ -105,6 +106,7 @@ const std::vector<void (*)(std::vector<ZooModel>&)>& Families() {
   static const std::vector<void (*)(std::vector<ZooModel>&)> families = {
       &AddMlpModels,
       &AddTransformerModels,
+      &AddPipelinedTransformerModels,
   };
   return families;
 }
