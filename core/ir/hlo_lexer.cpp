@@ -87,9 +87,19 @@ bool IsTypedAttribute(Opcode op, std::string_view key) {
   return false;
 }
 
+Opcode AttributeOpcode(const Instruction& inst) {
+  if (inst.opcode() != Opcode::kGeneric) return inst.opcode();
+  std::string_view t = inst.opcode_text();
+  constexpr std::string_view kStart = "-start";
+  if (t.size() <= kStart.size() || t.substr(t.size() - kStart.size()) != kStart) return Opcode::kGeneric;
+  const auto op = OpcodeFromName(t.substr(0, t.size() - kStart.size()));
+  return op && IsCollective(*op) ? *op : Opcode::kGeneric;
+}
+
 bool PrintsDimensions(const Instruction& inst) {
-  if (!TakesDimensions(inst.opcode())) return false;
-  return inst.has_dimensions_attr || RequiresDimensions(inst.opcode()) || !inst.dimensions.empty();
+  const Opcode op = AttributeOpcode(inst);
+  if (!TakesDimensions(op)) return false;
+  return inst.has_dimensions_attr || RequiresDimensions(op) || !inst.dimensions.empty();
 }
 
 bool PrintsWindow(const Instruction& inst) {
@@ -98,7 +108,7 @@ bool PrintsWindow(const Instruction& inst) {
 }
 
 bool PrintsReplicaGroups(const Instruction& inst) {
-  if (!IsTypedAttribute(inst.opcode(), "replica_groups")) return false;
+  if (!IsTypedAttribute(AttributeOpcode(inst), "replica_groups")) return false;
   return inst.has_replica_groups || !inst.replica_groups.empty();
 }
 

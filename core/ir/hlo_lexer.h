@@ -25,6 +25,12 @@ inline bool IsNameChar(char c) { return IsAlpha(c) || IsDigit(c) || c == '_' || 
 // are handled separately and are not covered here.
 bool IsTypedAttribute(Opcode op, std::string_view key);
 
+// The opcode whose typed attributes an instruction carries: its own, or for a generic
+// "<collective>-start" that XLA writes for an async-wrapped collective (reduce-scatter-start,
+// all-to-all-start) the collective's, so that its replica_groups, channel_id and dimensions are
+// typed as on the synchronous op.
+Opcode AttributeOpcode(const Instruction& inst);
+
 // Ops that carry dimensions={...} (and the subset for which XLA requires it).
 bool TakesDimensions(Opcode op);
 bool RequiresDimensions(Opcode op);

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/sharding/mesh.h"
-#include "core/zoo/transformer_block.h"
+#include "core/zoo/transformer.h"
 
 namespace shardscope {
 
@@ -91,6 +91,17 @@ struct Pipeline {
     }
   }
   bool has(int k) const { return c.layernorm || (k != kLn1 && k != kLn2); }
+  // Table 1's activation annotations on this mesh (nullptr without annotations).
+  Table1Policy ActivationPolicy() const {
+    if (c.annotations == AnnotationSet::kNone) return nullptr;
+    return [this](Table1Tensor t) { return Mapped(t, nullptr, false); };
+  }
+  // The annotator of a builder: Table 1 on X / Y behind the stage axis L.
+  Annotator MakeAnnotator(Builder& b) const {
+    Annotator a(b, ActivationPolicy(), mesh);
+    a.set_prefix_axes({kAxisL});
+    return a;
+  }
 };
 
 // A while loop under construction: the condition (i < trip count, i the first element) and a body
@@ -210,55 +221,66 @@ Instruction* Shift(Builder& b, const Pipeline& p, Instruction* x, bool forward) 
   return b.Slice(padded, lo, hi, {}, "shift");
 }
 
+// One layer of every stage: the Transformer blocks (transformer.h) over the stage dim.
+struct StageLayer {
+  AttentionBlock attention;
+  FfnBlock ffn;
+};
+
 // What backward reads of a layer's forward: the activations, in a fixed order (LayerNorm's only
 // with layernorm).
-std::vector<Instruction*> PackSaved(const TransformerBlockSaved& s, bool layernorm) {
+std::vector<Instruction*> PackSaved(const StageLayer& s, bool layernorm) {
   std::vector<Instruction*> v;
-  if (layernorm) v.insert(v.end(), {s.ln1.xhat, s.ln1.r});
-  v.insert(v.end(), {s.h1, s.q, s.k, s.v, s.p, s.ctx});
-  if (layernorm) v.insert(v.end(), {s.ln2.xhat, s.ln2.r});
-  v.insert(v.end(), {s.h2, s.hid, s.relu});
+  if (layernorm) v.insert(v.end(), {s.attention.norm.xhat, s.attention.norm.r});
+  v.insert(v.end(), {s.attention.h, s.attention.q, s.attention.k, s.attention.v, s.attention.p, s.attention.ctx});
+  if (layernorm) v.insert(v.end(), {s.ffn.norm.xhat, s.ffn.norm.r});
+  v.insert(v.end(), {s.ffn.h, s.ffn.hid, s.ffn.relu});
   return v;
 }
 
-TransformerBlockSaved UnpackSaved(const std::vector<Instruction*>& v, bool layernorm) {
-  TransformerBlockSaved s;
+// The blocks' saved state from PackSaved's list (the blocks read their input only for its shape:
+// the normalised input stands in).
+void UnpackSaved(const std::vector<Instruction*>& v, bool layernorm, StageLayer* s) {
   size_t i = 0;
-  if (layernorm) {
-    s.ln1.xhat = v[i++];
-    s.ln1.r = v[i++];
-  }
-  s.h1 = v[i++];
-  s.q = v[i++];
-  s.k = v[i++];
-  s.v = v[i++];
-  s.p = v[i++];
-  s.ctx = v[i++];
-  if (layernorm) {
-    s.ln2.xhat = v[i++];
-    s.ln2.r = v[i++];
-  }
-  s.h2 = v[i++];
-  s.hid = v[i++];
-  s.relu = v[i++];
-  return s;
+  auto norm = [&](NormSaved* n, Instruction* like) {
+    n->xhat = v[i++];
+    n->r = v[i++];
+    const int64_t last = like ? like->shape().rank() - 1 : 0;
+    n->stats = {last};
+    n->param = {0, last};
+  };
+  AttentionBlock& a = s->attention;
+  if (layernorm) norm(&a.norm, v[i]);
+  a.h = v[i++];
+  a.q = v[i++];
+  a.k = v[i++];
+  a.v = v[i++];
+  a.p = v[i++];
+  a.ctx = v[i++];
+  a.x = a.h;
+  FfnBlock& f = s->ffn;
+  if (layernorm) norm(&f.norm, v[i]);
+  f.h = v[i++];
+  f.hid = v[i++];
+  f.relu = v[i++];
+  f.x = f.h;
 }
 
 // The layers of the stage compute of one iteration: for each, its weights [L, ...] (values in the
 // activation type) and fresh gradient accumulators.
 struct StageWeights {
   std::vector<Weight> w;  // one per kind (unused kinds empty)
-  TransformerBlockWeights block() {
-    TransformerBlockWeights t;
-    Weight* ptr[kNumKinds];
-    for (int k = 0; k < kNumKinds; ++k) ptr[k] = w[static_cast<size_t>(k)].value ? &w[static_cast<size_t>(k)] : nullptr;
-    t.ln1 = ptr[kLn1];
-    t.wqkv = ptr[kWqkv];
-    t.wo = ptr[kWo];
-    t.ln2 = ptr[kLn2];
-    t.wi = ptr[kWi];
-    t.wout = ptr[kWout];
-    return t;
+  Weight* at(int k) { return w[static_cast<size_t>(k)].value ? &w[static_cast<size_t>(k)] : nullptr; }
+  // The blocks of a layer using these weights.
+  StageLayer Layer() {
+    StageLayer l;
+    l.attention.ln = at(kLn1);
+    l.attention.wqkv = at(kWqkv);
+    l.attention.wo = at(kWo);
+    l.ffn.ln = at(kLn2);
+    l.ffn.wi = at(kWi);
+    l.ffn.wout = at(kWout);
+    return l;
   }
 };
 
@@ -280,6 +302,7 @@ StageWeights SelectWeights(Builder& b, const Pipeline& p, const std::vector<Inst
       lo[1] = slot;
       hi[1] = slot + 1;
       sw.w[static_cast<size_t>(k)].value = b.Reshape(b.Slice(W, lo, hi), out, name);
+      sw.w[static_cast<size_t>(k)].param = sw.w[static_cast<size_t>(k)].value;
     } else {
       GatherDimensionNumbers g;
       for (size_t i = 2; i < d.size(); ++i) g.offset_dims.push_back(static_cast<int64_t>(i) - 1);
@@ -292,6 +315,7 @@ StageWeights SelectWeights(Builder& b, const Pipeline& p, const std::vector<Inst
       sizes[0] = 1;
       sizes[1] = 1;
       sw.w[static_cast<size_t>(k)].value = b.Gather(W, rounds, g, sizes, name);
+      sw.w[static_cast<size_t>(k)].param = sw.w[static_cast<size_t>(k)].value;
     }
     sw.w[static_cast<size_t>(k)].name = "stage_" + name;
     sw.w[static_cast<size_t>(k)].scope = kKindScope[k];
@@ -356,19 +380,16 @@ Instruction* StageForward(Builder& b, Pipeline& p, Instruction* in, const std::v
                           Instruction* rounds, const std::string& scope,
                           std::vector<std::vector<Instruction*>>* saved) {
   Net net(p.m, b, p.A);
-  Annotator ann(b, p.c.annotations, p.mesh);
-  const Table1Hook hook = [&](Instruction* inst, Table1Tensor t, const std::function<Dims(const Dims&)>& expand) {
-    ann.Apply(inst, Cat({kAxisL}, p.Mapped(t, expand, false)));
-  };
-  TransformerBlockConfig bc{p.c.heads, p.c.head_dim, p.c.layernorm, 1};
+  Annotator ann = p.MakeAnnotator(b);
   const int64_t per_iteration = p.circular ? 1 : p.z.R;
   Instruction* h = in;
   for (int64_t r = 0; r < per_iteration; ++r) {
     auto s = b.Scope(scope + "/layer" + std::to_string(r));
     StageWeights sw = SelectWeights(b, p, stacked, r, rounds);
-    TransformerBlockSaved sv = TransformerBlockForward(net, h, sw.block(), bc, hook);
-    if (saved) saved->push_back(PackSaved(sv, p.c.layernorm));
-    h = sv.out;
+    StageLayer layer = sw.Layer();
+    ann.Table1(h, Table1Tensor::kBSM);  // the layer input activation
+    h = FfnForward(net, ann, layer.ffn, AttentionForward(net, ann, layer.attention, h));
+    if (saved) saved->push_back(PackSaved(layer, p.c.layernorm));
   }
   return h;
 }
@@ -410,7 +431,7 @@ Result<std::unique_ptr<Module>> BuildPipelinedTransformer(const PipelinedTransfo
   b.set_scoped_names(true);
   Net net(m, b, A);
   Pipeline p{c, z, m, DeviceMesh({{"L", c.stages}, {"X", c.mesh_x}, {"Y", c.mesh_y}}), A, circular};
-  Annotator ann(b, c.annotations, p.mesh);
+  Annotator ann = p.MakeAnnotator(b);
   const Dims act = z.Act();                 // [mb, S, M]
   const Dims stage_act = Cat({z.L}, act);   // [L, mb, S, M]
   const Dims data = Cat({z.N}, act);        // [N, mb, S, M]
@@ -429,23 +450,17 @@ Result<std::unique_ptr<Module>> BuildPipelinedTransformer(const PipelinedTransfo
   std::vector<Weight> weights;
   weights.reserve(kNumKinds);
   std::vector<int> kind_of;
+  const WeightAdder add = MakeWeightAdder(b, weights, "stacked", &pn);
   for (int k = 0; k < kNumKinds; ++k) {
     if (!p.has(k)) continue;
-    Weight w;
-    w.name = std::string("stacked_") + kKindName[k];
-    w.scope = std::string("stacked/") + kKindScope[k];
-    w.param = b.Parameter(pn++, Shape(P, Cat({z.L, z.R}, z.Weight(k))), w.name);
-    ann.Apply(w.param, p.StackedWeight(k));
-    weights.push_back(w);
+    Weight* w = add(kKindName[k], kKindScope[k], Shape(P, Cat({z.L, z.R}, z.Weight(k))));
+    if (w) ann.Apply(w->param, p.StackedWeight(k));
     kind_of.push_back(k);
   }
-  if (c.optimizer == Optimizer::kAdam) AddAdamParameters(b, weights, &pn);
+  AddOptimizerState(b, weights, c.optimizer, &pn);
+  CastWeights(net, weights);
   std::vector<Instruction*> stacked(kNumKinds, nullptr);  // values in the activation type, by kind
-  for (size_t i = 0; i < weights.size(); ++i) {
-    auto scope = b.Scope(weights[i].scope);
-    weights[i].value = net.ToType(weights[i].param, A, std::string("cast_") + kKindName[kind_of[i]]);
-    stacked[static_cast<size_t>(kind_of[i])] = weights[i].value;
-  }
+  for (size_t i = 0; i < weights.size(); ++i) stacked[static_cast<size_t>(kind_of[i])] = weights[i].value;
   auto zeros = [&](const Dims& dims, const Dims& mapping, const std::string& name) {
     Instruction* z0 = b.Broadcast(b.ConstantScalar(A, 0), dims, {}, name);
     if (!mapping.empty()) ann.Apply(z0, mapping);
@@ -499,7 +514,7 @@ Result<std::unique_ptr<Module>> BuildPipelinedTransformer(const PipelinedTransfo
   Loop fwd = MakeLoop(p, "forward", init, names, z.T);
   {
     Builder& fb = *fwd.b;
-    Annotator fann(fb, c.annotations, p.mesh);
+    Annotator fann = p.MakeAnnotator(fb);
     Instruction* i = fwd.in[0];
     std::vector<Instruction*> next = fwd.in;
     Instruction* shifted = Shift(fb, p, fwd.in[1], /*forward=*/true);
@@ -601,7 +616,7 @@ Result<std::unique_ptr<Module>> BuildPipelinedTransformer(const PipelinedTransfo
   Loop bwd = MakeLoop(p, "backward", binit, bnames, z.T);
   {
     Builder& bb = *bwd.b;
-    Annotator bann(bb, c.annotations, p.mesh);
+    Annotator bann = p.MakeAnnotator(bb);
     Net bnet(m, bb, A);
     Instruction* j = bwd.in[0];
     std::vector<Instruction*> next = bwd.in;
@@ -650,13 +665,13 @@ Result<std::unique_ptr<Module>> BuildPipelinedTransformer(const PipelinedTransfo
         saved.push_back(layer);
       }
     }
-    TransformerBlockConfig bc{c.heads, c.head_dim, c.layernorm, 1};
     std::vector<std::vector<Instruction*>> grads(static_cast<size_t>(per_iteration));
     for (int64_t r = per_iteration - 1; r >= 0; --r) {
       auto scope = bb.Scope("backward/layer" + std::to_string(r));
       StageWeights sw = SelectWeights(bb, p, Wb, r, rounds);
-      TransformerBlockWeights tw = sw.block();
-      g = TransformerBlockBackward(bnet, UnpackSaved(saved[static_cast<size_t>(r)], c.layernorm), tw, g, bc);
+      StageLayer layer = sw.Layer();
+      UnpackSaved(saved[static_cast<size_t>(r)], c.layernorm, &layer);
+      g = AttentionBackward(bnet, layer.attention, FfnBackward(bnet, layer.ffn, g));
       for (int kd = 0; kd < kNumKinds; ++kd) grads[static_cast<size_t>(r)].push_back(sw.w[static_cast<size_t>(kd)].grad);
     }
     std::vector<Instruction*> acc(kNumKinds, nullptr);
@@ -740,7 +755,7 @@ void AddPipelinedTransformerModels(std::vector<ZooModel>& models) {
       {"remat", "1", "recompute forward activations in the backward pass (0 | 1)"},
       {"layernorm", "1", "pre-norm LayerNorm before attention and feed-forward (0 | 1)"},
       {"backward", "1", "add the loss and the backward pass (0 | 1)"},
-      {"optimizer", "sgd", "weight update after backward: none | sgd | adam"},
+      {"optimizer", "sgd", "weight update after backward: none | sgd | adam | lars"},
   };
   for (const auto& cp : ZooCommonParameters()) {
     ZooParameter q = cp;

@@ -1,8 +1,8 @@
 // The Transformer of transformer.h pipelined the GSPMD way (§3.3): pipelining reduced to sharding.
 //
 // The layers are stacked: every weight gets two leading dims [L, R, ...] — L pipeline stages and R
-// layers per stage — and each layer's computation is "vectorised" over L (transformer_block.h with
-// one prefix dim: every dot batched over L). Microbatches flow through a *shifting buffer*
+// layers per stage — and each layer's computation is "vectorised" over L (the attention and FFN
+// blocks of transformer.h with one leading dim: every dot batched over L). Microbatches flow through a *shifting buffer*
 // state[L, mb, S, M] inside a while loop: each iteration shifts the buffer one stage along L,
 // stage 0 takes the next microbatch, every stage runs its layers, and the last stage's result is
 // written to the output buffer. Annotating L as sharded over the mesh axis "L" puts one stage on

@@ -1,12 +1,217 @@
 #include "core/zoo/transformer.h"
 
+#include <cmath>
 #include <string>
-
-#include "core/zoo/transformer_block.h"
 
 namespace shardscope {
 
 using namespace zoo;
+
+// ---- blocks -----------------------------------------------------------------------------------------------
+
+namespace zoo {
+
+void AddAttentionWeights(const WeightAdder& add, PrimitiveType P, int64_t M, int64_t N, int64_t D, bool layernorm,
+                         AttentionBlock* a) {
+  if (layernorm) a->ln = add("ln1_scale", "ln1", Shape(P, {M}));
+  a->wqkv = add("wqkv", "attention", Shape(P, {3, M, N, D}));
+  a->wo = add("wo", "attention", Shape(P, {N, D, M}));
+}
+
+void AnnotateAttentionWeights(Annotator& ann, const AttentionBlock& a) {
+  ann.Table1(a.wqkv->param, Table1Tensor::kWqkv, [](const Dims& d) { return Dims{-1, d[0], d[1], d[2]}; });
+  ann.Table1(a.wo->param, Table1Tensor::kWo);
+}
+
+void AddFfnWeights(const WeightAdder& add, PrimitiveType P, int64_t M, int64_t H, bool layernorm, FfnBlock* f) {
+  if (layernorm) f->ln = add("ln2_scale", "ln2", Shape(P, {M}));
+  f->wi = add("wi", "ffn", Shape(P, {M, H}));
+  f->wout = add("wout", "ffn", Shape(P, {H, M}));
+}
+
+void AnnotateFfnWeights(Annotator& ann, const FfnBlock& f) {
+  ann.Table1(f.wi->param, Table1Tensor::kWin);
+  ann.Table1(f.wout->param, Table1Tensor::kWout);
+}
+
+Instruction* PreNorm(Net& net, Weight* ln, Instruction* x, NormSaved* saved) {
+  if (!ln) return x;
+  *saved = LayerNormForward(net, x, ln->value);
+  return saved->y;
+}
+
+Instruction* PreNormBackward(Net& net, Weight* ln, const NormSaved& saved, Instruction* dy) {
+  if (!ln) return dy;
+  Instruction* dg = nullptr;
+  Instruction* dx = LayerNormBackward(net, saved, ln->value, dy, &dg);
+  AccumulateGrad(net.b(), &ln->grad, dg);
+  return dx;
+}
+
+namespace {
+
+// The blocks' tensors may carry leading dims P (layers stacked and vectorised over them: the
+// pipelined Transformer's stage dim): x [P..., B, S, M], W_qkv [P..., 3, M, N, D], every dot
+// batched over P. Dimension lists of the prefix-free layer, moved behind the prefix:
+struct PrefixDims {
+  int64_t p = 0;
+  // The layer's own dims, shifted by p.
+  Dims At(const Dims& d) const {
+    Dims r;
+    for (int64_t x : d) r.push_back(x + p);
+    return r;
+  }
+  // Batch dims of a dot, dims kept by a broadcast, a permutation: the prefix dims, then the
+  // shifted ones.
+  Dims Batch(const Dims& d) const {
+    Dims r;
+    for (int64_t i = 0; i < p; ++i) r.push_back(i);
+    for (int64_t x : d) r.push_back(x + p);
+    return r;
+  }
+  // Slice starts: 0 on the prefix dims.
+  Dims Starts(const Dims& own) const {
+    Dims r(static_cast<size_t>(p), 0);
+    r.insert(r.end(), own.begin(), own.end());
+    return r;
+  }
+  // A shape of the layer's own dims behind `like`'s prefix.
+  Dims Shape(Instruction* like, const Dims& own) const {
+    Dims r;
+    for (int64_t i = 0; i < p; ++i) r.push_back(like->shape().dim(i));
+    r.insert(r.end(), own.begin(), own.end());
+    return r;
+  }
+};
+
+PrefixDims PrefixOf(Instruction* x) { return PrefixDims{x->shape().rank() - 3}; }
+
+}  // namespace
+
+Instruction* AttentionForward(Net& net, Annotator& ann, AttentionBlock& a, Instruction* x) {
+  Builder& b = net.b();
+  if (!x || !a.wqkv || !a.wo || x->shape().rank() < 3) return nullptr;
+  const PrefixDims P = PrefixOf(x);
+  const Dims none = P.Batch({});
+  const int64_t B = x->shape().dim(P.p), S = x->shape().dim(P.p + 1);
+  const int64_t N = a.wqkv->param->shape().dim(P.p + 2), D = a.wqkv->param->shape().dim(P.p + 3);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  a.x = x;
+  {
+    auto s = b.Scope("ln1");
+    a.h = PreNorm(net, a.ln, x, &a.norm);
+  }
+  Instruction* out = nullptr;
+  {
+    auto s = b.Scope("attention");
+    Instruction* qkv = net.Dot(a.h, a.wqkv->value, none, none, P.At({2}), P.At({1}), "qkv");  // [B,S,3,N,D]
+    ann.Table1(qkv, Table1Tensor::kBSND, [](const Dims& d) { return Dims{d[0], d[1], -1, d[2], d[3]}; });
+    auto part = [&](int64_t j, const char* n) {
+      Instruction* sl = b.Slice(qkv, P.Starts({0, 0, j, 0, 0}), P.Shape(x, {B, S, j + 1, N, D}), {},
+                                std::string(n) + "_slice");
+      return b.Reshape(sl, P.Shape(x, {B, S, N, D}), n);
+    };
+    a.q = part(0, "q");
+    a.k = part(1, "k");
+    a.v = part(2, "v");
+    Instruction* scores = net.Dot(a.q, a.k, P.Batch({0, 2}), P.Batch({0, 2}), P.At({3}), P.At({3}), "scores");  // [B,N,S,T]
+    Instruction* scaled = net.Scale(scores, scale, "scaled_scores");
+    {
+      auto sm = b.Scope("softmax");
+      Instruction* mx = net.MaxOver(scaled, P.At({3}), "max");
+      Instruction* e = b.Exp(b.Sub(scaled, net.Bcast(mx, scaled, P.Batch({0, 1, 2})), "shifted"), "exp");
+      Instruction* den = net.Sum(e, P.At({3}), "sum");
+      a.p = b.Div(e, net.Bcast(den, e, P.Batch({0, 1, 2})), "probs");
+    }
+    a.ctx = net.Dot(a.p, a.v, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({1}), "context");  // [B,N,S,D]
+    out = net.Dot(a.ctx, a.wo->value, none, none, P.At({1, 3}), P.At({0, 1}), "out");  // [B,S,M]
+  }
+  return b.Add(x, out, "residual1");
+}
+
+Instruction* AttentionBackward(Net& net, AttentionBlock& a, Instruction* dy) {
+  Builder& b = net.b();
+  if (!dy || !a.x) return nullptr;
+  const PrefixDims P = PrefixOf(a.x);
+  const Dims none = P.Batch({});
+  const int64_t B = a.x->shape().dim(P.p), S = a.x->shape().dim(P.p + 1);
+  const int64_t N = a.wqkv->param->shape().dim(P.p + 2), D = a.wqkv->param->shape().dim(P.p + 3);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto s = b.Scope("attention");
+  AccumulateGrad(b, &a.wo->grad, net.Dot(a.ctx, dy, none, none, P.At({0, 2}), P.At({0, 1}), "dwo"));  // [N,D,M]
+  Instruction* dctx = b.Transpose(net.Dot(dy, a.wo->value, none, none, P.At({2}), P.At({2})), P.Batch({0, 2, 1, 3}),
+                                  "dcontext");  // [B,N,S,D]
+  Instruction* dp = net.Dot(dctx, a.v, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({3}), "dprobs");  // [B,N,S,T]
+  Instruction* dv = b.Transpose(net.Dot(a.p, dctx, P.Batch({0, 1}), P.Batch({0, 1}), P.At({2}), P.At({2})),
+                                P.Batch({0, 2, 1, 3}), "dv");  // [B,T,N,D]
+  Instruction* dscores = nullptr;
+  {
+    auto sm = b.Scope("softmax");
+    Instruction* pdp = b.Mul(a.p, dp);
+    Instruction* rowsum = net.Sum(pdp, P.At({3}), "rowsum");
+    Instruction* dscaled = b.Sub(pdp, b.Mul(a.p, net.Bcast(rowsum, pdp, P.Batch({0, 1, 2}))), "dscaled");
+    dscores = net.Scale(dscaled, scale, "dscores");
+  }
+  Instruction* dq = b.Transpose(net.Dot(dscores, a.k, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({1})),
+                                P.Batch({0, 2, 1, 3}), "dq");  // [B,S,N,D]
+  Instruction* dk = b.Transpose(net.Dot(dscores, a.q, P.Batch({0, 1}), P.Batch({0, 2}), P.At({2}), P.At({1})),
+                                P.Batch({0, 2, 1, 3}), "dk");  // [B,T,N,D]
+  const Dims one = P.Shape(a.x, {B, S, 1, N, D});
+  Instruction* dqkv = b.Concatenate({b.Reshape(dq, one), b.Reshape(dk, one), b.Reshape(dv, one)}, P.p + 2,
+                                    "dqkv");  // [B,S,3,N,D]
+  AccumulateGrad(b, &a.wqkv->grad,
+                 b.Transpose(net.Dot(a.h, dqkv, none, none, P.At({0, 1}), P.At({0, 1})), P.Batch({1, 0, 2, 3}),
+                             "dwqkv"));  // [3,M,N,D]
+  Instruction* dh1 = net.Dot(dqkv, a.wqkv->value, none, none, P.At({2, 3, 4}), P.At({0, 2, 3}), "dh1");  // [B,S,M]
+  Instruction* dres = dh1;
+  if (a.ln) {
+    auto s2 = b.Scope("ln1");
+    dres = PreNormBackward(net, a.ln, a.norm, dh1);
+  }
+  return b.Add(dy, dres, "dx");
+}
+
+Instruction* FfnForward(Net& net, Annotator& ann, FfnBlock& f, Instruction* x) {
+  Builder& b = net.b();
+  if (!x || !f.wi || !f.wout || x->shape().rank() < 3) return nullptr;
+  const PrefixDims P = PrefixOf(x);
+  const Dims none = P.Batch({});
+  f.x = x;
+  {
+    auto s = b.Scope("ln2");
+    f.h = PreNorm(net, f.ln, x, &f.norm);
+  }
+  Instruction* out = nullptr;
+  {
+    auto s = b.Scope("ffn");
+    f.hid = net.Dot(f.h, f.wi->value, none, none, P.At({2}), P.At({0}), "wi");  // [B,S,H]
+    ann.Table1(f.hid, Table1Tensor::kBSH);
+    f.relu = net.Relu(f.hid, "relu");
+    out = net.Dot(f.relu, f.wout->value, none, none, P.At({2}), P.At({0}), "wo");  // [B,S,M]
+  }
+  return b.Add(x, out, "residual2");
+}
+
+Instruction* FfnBackward(Net& net, FfnBlock& f, Instruction* dy) {
+  Builder& b = net.b();
+  if (!dy || !f.x) return nullptr;
+  const PrefixDims P = PrefixOf(f.x);
+  const Dims none = P.Batch({});
+  auto s = b.Scope("ffn");
+  AccumulateGrad(b, &f.wout->grad, net.Dot(f.relu, dy, none, none, P.At({0, 1}), P.At({0, 1}), "dwout"));  // [H,M]
+  Instruction* drelu = net.Dot(dy, f.wout->value, none, none, P.At({2}), P.At({1}), "drelu");              // [B,S,H]
+  Instruction* dhid = net.ReluGrad(f.hid, drelu, "dhidden");
+  AccumulateGrad(b, &f.wi->grad, net.Dot(f.h, dhid, none, none, P.At({0, 1}), P.At({0, 1}), "dwi"));        // [M,H]
+  Instruction* dh2 = net.Dot(dhid, f.wi->value, none, none, P.At({2}), P.At({1}), "dh2");                   // [B,S,M]
+  Instruction* dres = dh2;
+  if (f.ln) {
+    auto s2 = b.Scope("ln2");
+    dres = PreNormBackward(net, f.ln, f.norm, dh2);
+  }
+  return b.Add(dy, dres, "dresidual1");
+}
+
+}  // namespace zoo
 
 // ---- Transformer ----------------------------------------------------------------------------------------
 
@@ -44,50 +249,31 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
   int64_t pn = 0;
   Instruction* x = b.Parameter(pn++, Shape(A, {B, S, M}), "x");
   Instruction* target = c.backward ? b.Parameter(pn++, Shape(A, {B, S, M}), "target") : nullptr;
+  struct Layer {
+    AttentionBlock attention;
+    FfnBlock ffn;
+  };
   std::vector<Weight> weights;
   weights.reserve(static_cast<size_t>(c.layers) * 6);
-  std::vector<TransformerBlockWeights> lw(static_cast<size_t>(c.layers));
+  std::vector<Layer> layers(static_cast<size_t>(c.layers));
   for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string p = "layer" + std::to_string(l);
-    auto add = [&](const std::string& n, const std::string& scope, Shape s) {
-      Weight w;
-      w.name = p + "_" + n;
-      w.scope = p + "/" + scope;
-      w.param = b.Parameter(pn++, s, w.name);
-      weights.push_back(w);
-      return &weights.back();
-    };
-    TransformerBlockWeights& L = lw[static_cast<size_t>(l)];
-    if (c.layernorm) L.ln1 = add("ln1_scale", "ln1", Shape(P, {M}));
-    L.wqkv = add("wqkv", "attention", Shape(P, {3, M, N, D}));
-    L.wo = add("wo", "attention", Shape(P, {N, D, M}));
-    if (c.layernorm) L.ln2 = add("ln2_scale", "ln2", Shape(P, {M}));
-    L.wi = add("wi", "ffn", Shape(P, {M, H}));
-    L.wout = add("wout", "ffn", Shape(P, {H, M}));
-    ann.Table1(L.wqkv->param, Table1Tensor::kWqkv, [](const Dims& d) { return Dims{-1, d[0], d[1], d[2]}; });
-    ann.Table1(L.wo->param, Table1Tensor::kWo);
-    ann.Table1(L.wi->param, Table1Tensor::kWin);
-    ann.Table1(L.wout->param, Table1Tensor::kWout);
+    const WeightAdder add = MakeWeightAdder(b, weights, "layer" + std::to_string(l), &pn);
+    Layer& L = layers[static_cast<size_t>(l)];
+    AddAttentionWeights(add, P, M, N, D, c.layernorm, &L.attention);
+    AddFfnWeights(add, P, M, H, c.layernorm, &L.ffn);
+    AnnotateAttentionWeights(ann, L.attention);
+    AnnotateFfnWeights(ann, L.ffn);
   }
-  if (c.optimizer == Optimizer::kAdam) AddAdamParameters(b, weights, &pn);
-
-  // Weights in the activation type.
-  for (Weight& w : weights) {
-    auto scope = b.Scope(w.scope);
-    w.value = net.ToType(w.param, A, "cast_" + w.name.substr(w.name.find('_') + 1));
-  }
+  AddOptimizerState(b, weights, c.optimizer, &pn);
+  CastWeights(net, weights);
 
   // Forward, keeping what backward needs.
-  const TransformerBlockConfig bc{c.heads, c.head_dim, c.layernorm, 0};
-  const Table1Hook annotate = [&](Instruction* inst, Table1Tensor t, const std::function<Dims(const Dims&)>& expand) {
-    ann.Table1(inst, t, expand);
-  };
-  std::vector<TransformerBlockSaved> saved(static_cast<size_t>(c.layers));
   Instruction* h = x;
   for (int64_t l = 0; l < c.layers; ++l) {
+    Layer& L = layers[static_cast<size_t>(l)];
     auto layer_scope = b.Scope("layer" + std::to_string(l));
-    saved[static_cast<size_t>(l)] = TransformerBlockForward(net, h, lw[static_cast<size_t>(l)], bc, annotate);
-    h = saved[static_cast<size_t>(l)].out;
+    ann.Table1(h, Table1Tensor::kBSM);  // the layer input activation
+    h = FfnForward(net, ann, L.ffn, AttentionForward(net, ann, L.attention, h));
   }
 
   if (!c.backward) {
@@ -98,8 +284,9 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
 
   auto [loss, dh] = MseLoss(net, h, target);
   for (int64_t l = c.layers - 1; l >= 0; --l) {
+    Layer& L = layers[static_cast<size_t>(l)];
     auto bwd = b.Scope("backward/layer" + std::to_string(l));
-    dh = TransformerBlockBackward(net, saved[static_cast<size_t>(l)], lw[static_cast<size_t>(l)], dh, bc);
+    dh = AttentionBackward(net, L.attention, FfnBackward(net, L.ffn, dh));
   }
   FinishGradients(net, weights, P);
   Instruction* root = MakeRoot(net, loss, weights, c.optimizer, c.learning_rate);
@@ -123,7 +310,7 @@ std::vector<ZooParameter> TransformerParameters(int64_t layers, bool backward, c
       {"layers", std::to_string(layers), "number of stacked Transformer layers"},
       {"layernorm", "1", "pre-norm LayerNorm before attention and feed-forward (0 | 1)"},
       {"backward", backward ? "1" : "0", "add the loss and the backward pass (0 | 1)"},
-      {"optimizer", optimizer, "weight update after backward: none | sgd | adam"},
+      {"optimizer", optimizer, "weight update after backward: none | sgd | adam | lars"},
   };
   for (const auto& c : ZooCommonParameters()) p.push_back(c);
   return p;
