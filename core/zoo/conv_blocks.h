@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/zoo/annotations.h"
 #include "core/zoo/training.h"
 
 namespace shardscope::zoo {
@@ -75,5 +76,18 @@ void AddConvLayer(const WeightAdder& add, PrimitiveType P, const std::string& na
 Instruction* ConvLayerForward(Net& net, ConvLayer& layer, Instruction* x);
 // Returns dx (null when !need_dx); accumulates the weights' gradients.
 Instruction* ConvLayerBackward(Net& net, ConvLayer& layer, Instruction* dy, bool need_dx);
+
+// The settings the image models share: "batch", "image", "channels", "classes", "width",
+// "annotations" (none | data | spatial) and the training step's.
+template <typename Config>
+void ReadImageParameters(ZooParams& p, Config& c) {
+  c.batch = p.Int("batch");
+  c.image = p.Int("image");
+  c.channels = p.Int("channels");
+  c.classes = p.Int("classes");
+  c.width = p.Int("width");
+  ReadTrainingParameters(p, c);
+  c.annotations = ReadImageAnnotations(p);
+}
 
 }  // namespace shardscope::zoo

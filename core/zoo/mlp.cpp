@@ -15,9 +15,7 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
     return s.error();
   if (c.layers > 4096) return Error("layers = " + std::to_string(c.layers) + " is too many (limit 4096)");
   if (Status s = CheckElementCount({{c.batch, c.hidden}, {c.model, c.hidden}}); !s.ok()) return s.error();
-  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
-  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
-    return Error("parameter and activation types must be floating point");
+  if (Status s = CheckTrainingParameters(c); !s.ok()) return s.error();
 
   const int64_t B = c.batch, M = c.model, H = c.hidden;
   const PrimitiveType P = c.param_type, A = c.act_type;

@@ -333,9 +333,7 @@ Result<std::unique_ptr<Module>> BuildMoeTransformer(const MoeTransformerConfig& 
                                     {T, T}, {c.experts, c.model, c.hidden}});
       !s.ok())
     return s.error();
-  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
-  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
-    return Error("parameter and activation types must be floating point");
+  if (Status s = CheckTrainingParameters(c); !s.ok()) return s.error();
   Result<DeviceMesh> mesh_or = MoeMesh(c);
   if (!mesh_or.ok()) return mesh_or.error();
   const DeviceMesh mesh = *mesh_or;
@@ -464,15 +462,9 @@ bool ReadConfig(ZooParams& p, MoeTransformerConfig& c) {
   c.capacity = p.Int("capacity");
   c.aux_loss_weight = p.Real("aux_loss_weight");
   c.layernorm = p.Bool("layernorm");
-  c.backward = p.Bool("backward");
-  c.optimizer = ReadOptimizer(p);
-  c.learning_rate = p.Real("learning_rate");
-  c.param_type = p.FloatType("dtype", PrimitiveType::kF32);
-  c.act_type = p.FloatType("act_dtype", c.param_type);
+  ReadTrainingParameters(p, c);
   const std::string set = p.Choice("annotations", {"gshard", "hybrid", "none"});
   c.annotations = set == "gshard" ? MoeAnnotations::kGShard : set == "hybrid" ? MoeAnnotations::kHybrid : MoeAnnotations::kNone;
-  c.mesh_x = p.Int("mesh_x");
-  c.mesh_y = p.Int("mesh_y");
   return p.ok();
 }
 

@@ -409,9 +409,7 @@ Result<std::unique_ptr<Module>> BuildPipelinedTransformer(const PipelinedTransfo
   if (circular && c.microbatches < c.stages)
     return Error("the circular schedule needs microbatches >= stages (" + std::to_string(c.microbatches) + " < " +
                  std::to_string(c.stages) + "): a microbatch's next round must not start before its last one ends");
-  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
-  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
-    return Error("parameter and activation types must be floating point");
+  if (Status s = CheckTrainingParameters(c); !s.ok()) return s.error();
   const Sizes z{c.stages, c.microbatches, c.microbatch, c.seq, c.model, c.heads, c.head_dim, c.hidden,
                 c.layers / c.stages, PipelineIterations(c)};
   if (Status s = CheckElementCount({{z.T, z.L, z.mb, z.Nh, z.S, z.S}, {z.L, z.N, z.mb, z.S, z.M},
@@ -727,6 +725,7 @@ Result<std::unique_ptr<Module>> BuildFromParams(ZooParams& p) {
   c.remat = p.Bool("remat");
   c.layernorm = p.Bool("layernorm");
   ReadTrainingParameters(p, c);
+  c.annotations = ReadAnnotationSet(p);
   if (!p.ok()) return Error(p.error());
   return BuildPipelinedTransformer(c);
 }

@@ -32,9 +32,7 @@ Result<std::unique_ptr<Module>> BuildResNet(const ResNetConfig& c) {
                                     {3, 3, top_width, top_width}, {4 * top_width, c.classes}});
       !s.ok())
     return s.error();
-  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
-  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
-    return Error("parameter and activation types must be floating point");
+  if (Status s = CheckTrainingParameters(c); !s.ok()) return s.error();
 
   const int64_t B = c.batch, I = c.image, K = c.classes;
   const PrimitiveType P = c.param_type, A = c.act_type;
@@ -201,20 +199,8 @@ std::vector<ZooParameter> ResNetParameters() {
 
 Result<std::unique_ptr<Module>> BuildFromParams(ZooParams& p) {
   ResNetConfig c;
-  c.batch = p.Int("batch");
-  c.image = p.Int("image");
-  c.channels = p.Int("channels");
-  c.classes = p.Int("classes");
-  c.width = p.Int("width");
+  ReadImageParameters(p, c);
   c.blocks = p.IntList("blocks");
-  c.backward = p.Bool("backward");
-  c.optimizer = ReadOptimizer(p);
-  c.learning_rate = p.Real("learning_rate");
-  c.param_type = p.FloatType("dtype", PrimitiveType::kF32);
-  c.act_type = p.FloatType("act_dtype", c.param_type);
-  c.annotations = ReadImageAnnotations(p);
-  c.mesh_x = p.Int("mesh_x");
-  c.mesh_y = p.Int("mesh_y");
   if (!p.ok()) return Error(p.error());
   return BuildResNet(c);
 }

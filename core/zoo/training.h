@@ -178,8 +178,8 @@ void AddOptimizerState(Builder& b, std::vector<Weight>& weights, Optimizer opt, 
 void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g);
 
 
-// The training settings every family's config names alike: backward, optimizer and the common
-// parameters (ZooCommonParameters).
+// The settings of a training step every family has: "backward", "optimizer", "learning_rate",
+// "dtype", "act_dtype", "mesh_x", "mesh_y".
 template <typename Config>
 void ReadTrainingParameters(ZooParams& p, Config& c) {
   c.backward = p.Bool("backward");
@@ -187,9 +187,16 @@ void ReadTrainingParameters(ZooParams& p, Config& c) {
   c.learning_rate = p.Real("learning_rate");
   c.param_type = p.FloatType("dtype", PrimitiveType::kF32);
   c.act_type = p.FloatType("act_dtype", c.param_type);
-  c.annotations = ReadAnnotationSet(p);
   c.mesh_x = p.Int("mesh_x");
   c.mesh_y = p.Int("mesh_y");
+}
+// Their consistency: an optimizer step needs backward; both element types floating point.
+template <typename Config>
+Status CheckTrainingParameters(const Config& c) {
+  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
+  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
+    return Error("parameter and activation types must be floating point");
+  return Status::Ok();
 }
 
 // The settings the Transformer and the MLP share (both configs name them alike).
@@ -200,6 +207,7 @@ void ReadCommonParameters(ZooParams& p, Config& c) {
   c.hidden = p.Int("hidden");
   c.layers = p.Int("layers");
   ReadTrainingParameters(p, c);
+  c.annotations = ReadAnnotationSet(p);
 }
 
 }  // namespace zoo

@@ -34,9 +34,7 @@ Result<std::unique_ptr<Module>> BuildUNet3d(const UNet3dConfig& c) {
                                     {3, 3, 3, c.width << c.levels, c.width << c.levels}});
       !s.ok())
     return s.error();
-  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
-  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
-    return Error("parameter and activation types must be floating point");
+  if (Status s = CheckTrainingParameters(c); !s.ok()) return s.error();
 
   const int64_t B = c.batch, I = c.image, L = c.levels;
   const PrimitiveType P = c.param_type, A = c.act_type;
@@ -205,21 +203,9 @@ std::vector<ZooParameter> UNet3dParameters() {
 
 Result<std::unique_ptr<Module>> BuildFromParams(ZooParams& p) {
   UNet3dConfig c;
-  c.batch = p.Int("batch");
-  c.image = p.Int("image");
-  c.channels = p.Int("channels");
-  c.classes = p.Int("classes");
-  c.width = p.Int("width");
+  ReadImageParameters(p, c);
   c.levels = p.Int("levels");
   c.batchnorm = p.Bool("batchnorm");
-  c.backward = p.Bool("backward");
-  c.optimizer = ReadOptimizer(p);
-  c.learning_rate = p.Real("learning_rate");
-  c.param_type = p.FloatType("dtype", PrimitiveType::kF32);
-  c.act_type = p.FloatType("act_dtype", c.param_type);
-  c.annotations = ReadImageAnnotations(p);
-  c.mesh_x = p.Int("mesh_x");
-  c.mesh_y = p.Int("mesh_y");
   if (!p.ok()) return Error(p.error());
   return BuildUNet3d(c);
 }
