@@ -15,7 +15,7 @@
 #include <QString>
 
 #include "core/eval/numeric_verify.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #include "simulator/collective_cost.h"
 #include "simulator/run_result.h"
 

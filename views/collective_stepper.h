@@ -19,7 +19,7 @@
 #include <QWidget>
 
 #include "core/sharding/mesh.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #include "simulator/collective_steps.h"
 #include "simulator/topology.h"
 #include "views/mesh_grid.h"

@@ -18,7 +18,7 @@
 #include "core/ir/ir.h"
 #include "core/sharding/mesh.h"
 #include "core/sharding/sharding.h"
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 
 class QUndoStack;
 

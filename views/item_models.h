@@ -11,7 +11,7 @@
 #include <QAbstractTableModel>
 #include <QPointer>
 
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #include "simulator/collective_cost.h"
 #include "simulator/run_result.h"
 

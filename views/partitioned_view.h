@@ -9,7 +9,7 @@
 #include <QPointer>
 #include <QWidget>
 
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 class QLabel;
 class QPlainTextEdit;

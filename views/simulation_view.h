@@ -30,7 +30,7 @@ class QTableWidget;
 class QTextBrowser;
 class QTimer;
 
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 namespace shardscope {
 struct RunResult;

@@ -15,7 +15,7 @@
 #include <QObject>
 #include <QString>
 
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #include "views/analysis_model.h"
 #include "views/job_tracker.h"
 
