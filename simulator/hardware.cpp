@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-namespace shardscope {
+namespace shardscope::sim {
 
 namespace {
 
@@ -620,4 +620,4 @@ Result<ChipSpec> ResolveChip(std::string_view name_or_path) {
   return ChipPreset(name_or_path);
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -13,7 +13,7 @@
 
 #include "core/base/status.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 // How a generation decides which axes of a slice have wraparound links.
 enum class WraparoundRule : uint8_t {
@@ -107,4 +107,4 @@ struct FlatJsonMember {
 // objects/arrays and trailing garbage are errors "LINE:COLUMN: message".
 Result<std::vector<FlatJsonMember>> ParseFlatJsonObject(std::string_view text);
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <system_error>
 
-namespace shardscope {
+namespace shardscope::sim {
 
 // ---- Building blocks -----------------------------------------------------------------------------
 
@@ -512,4 +512,4 @@ Status ExportCsv(const RunResult& run, std::string_view kind, const std::string&
   return Error("unknown CSV export '" + std::string(kind) + "' (expected summary, timeline or memory)");
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

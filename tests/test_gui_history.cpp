@@ -25,6 +25,7 @@
 #include "views/timeline_view.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 using namespace shardscope::views;
 
 namespace {

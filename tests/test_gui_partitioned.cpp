@@ -10,7 +10,7 @@
 #include <QtTest>
 
 #include "core/ir/hlo_text.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 #include "views/document.h"
@@ -20,6 +20,7 @@
 #include "views/partitioned_view.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 using namespace shardscope::views;
 
 namespace {

@@ -28,7 +28,7 @@
 #endif
 
 #if __has_include("simulator/engine.h")
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/engine.h"
 #include "simulator/hardware.h"
 #include "simulator/schedule.h"
@@ -607,9 +607,9 @@ bool SmallerIsBetter(const ComparedFigure& figure) {
 
 // ---- Teaching ----------------------------------------------------------------------------------
 
-#if __has_include("simulator/collective_steps.h")
-#include "simulator/collective_cost.h"
-#include "simulator/collective_steps.h"
+#if __has_include("simulator/collectives/walkthrough.h")
+#include "simulator/collectives/cost.h"
+#include "simulator/collectives/walkthrough.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 #define SHARDSCOPE_HAVE_TEACHING 1

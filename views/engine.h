@@ -24,6 +24,9 @@
 
 namespace shardscope::views {
 
+// The simulator's value types (RunResult, RunComparison, ...) are the views' own.
+using namespace ::shardscope::sim;
+
 // ---- Examples ----------------------------------------------------------------------------------
 
 struct ExampleInfo {
@@ -222,7 +225,7 @@ class RunDatabase {
 
 // The figures RunDatabase::Compare gives, for two runs that are not both stored (a store that could
 // not be opened keeps runs in memory only).
-using ::shardscope::CompareRunOverviews;  // simulator/run_store.h
+using ::shardscope::sim::CompareRunOverviews;  // simulator/run_store.h
 
 // The module a run was made from: RunInputs::module_name without the partitioner's ".spmd" suffix
 // (the simulator records the name of the SPMD program it ran).
@@ -235,7 +238,7 @@ bool SmallerIsBetter(const ComparedFigure& figure);
 }  // namespace shardscope::views
 
 // ---- Teaching ----------------------------------------------------------------------------------
-// Step through one collective on the mesh (simulator/collective_steps.h): the transfers of every
+// Step through one collective on the mesh (simulator/collectives/walkthrough.h): the transfers of every
 // synchronous step, what each device holds after it, and the cost formula with its numbers.
 
 namespace shardscope::views {

@@ -30,11 +30,13 @@ class QTableWidget;
 class QTextBrowser;
 class QTimer;
 
-namespace shardscope {
+namespace shardscope::sim {
 struct RunResult;
 }
 
 namespace shardscope::views {
+
+using sim::RunResult;
 
 class Document;
 class MemoryChart;
