@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 #include "app/conformance/spmd_conformance.h"
 
 using namespace shardscope;
