@@ -16,7 +16,7 @@
 
 #include "core/eval/numeric_verify.h"
 #include "partitioner/spmd/spmd_partitioner.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/run_result.h"
 
 namespace shardscope::views {

@@ -20,7 +20,7 @@
 
 #include "core/sharding/mesh.h"
 #include "partitioner/spmd/spmd_partitioner.h"
-#include "simulator/collective_steps.h"
+#include "simulator/collectives/walkthrough.h"
 #include "simulator/topology.h"
 #include "views/mesh_grid.h"
 

@@ -12,7 +12,7 @@
 #include <QPointer>
 
 #include "partitioner/spmd/spmd_partitioner.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/run_result.h"
 
 namespace shardscope {
