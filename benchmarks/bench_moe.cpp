@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/zoo/model_zoo.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/propagation/sharding_propagation.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 using namespace shardscope;
 

@@ -9,8 +9,8 @@
 
 #include "core/eval/numeric_verify.h"
 #include "core/zoo/zoo.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/propagation/sharding_propagation.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 namespace shardscope::testing {
 
