@@ -46,6 +46,10 @@ bool PrintsReplicaGroups(const Instruction& inst);
 
 // Escapes a string for a double-quoted HLO string literal (without the quotes).
 std::string EscapeString(std::string_view s);
+// Reads the double-quoted string that starts at s[i] == '"' (escapes \n \t \r \xHH \ooo, any
+// other \c as c), appending the unescaped text to *out when given. Returns the index just past
+// the closing quote, or std::string_view::npos when the string is not terminated.
+size_t ReadQuotedString(std::string_view s, size_t i, std::string* out);
 
 // Text forms of typed attributes, used by the printer (and by tests).
 std::string WindowToString(const Window& w);

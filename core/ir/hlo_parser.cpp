@@ -425,49 +425,23 @@ class Parser {
   // p_ at '"': skips the string (escapes honoured). Optionally unescapes into *out.
   bool ScanString(std::string* out = nullptr) {
     const size_t b = p_;
-    ++p_;
-    while (p_ < t_.size()) {
-      const char c = t_[p_];
-      if (c == '"') {
-        ++p_;
-        return true;
-      }
-      if (c == '\\' && p_ + 1 < t_.size()) {
-        const char e = t_[p_ + 1];
-        p_ += 2;
-        if (!out) continue;
-        switch (e) {
-          case 'n': *out += '\n'; break;
-          case 't': *out += '\t'; break;
-          case 'r': *out += '\r'; break;
-          case 'x': {
-            int v = 0, k = 0;
-            while (k < 2 && p_ < t_.size() && std::isxdigit(static_cast<unsigned char>(t_[p_]))) {
-              const char h = t_[p_++];
-              v = v * 16 + (IsDigit(h) ? h - '0' : (h | 0x20) - 'a' + 10);
-              ++k;
-            }
-            *out += static_cast<char>(v);
-            break;
-          }
-          default:
-            if (e >= '0' && e <= '7') {
-              int v = e - '0', k = 1;
-              while (k < 3 && p_ < t_.size() && t_[p_] >= '0' && t_[p_] <= '7') {
-                v = v * 8 + (t_[p_++] - '0');
-                ++k;
-              }
-              *out += static_cast<char>(v);
-            } else {
-              *out += e;
-            }
+    if (!out) {  // skipping (the hot path: metadata, backend_config): no unescaping
+      for (size_t i = p_ + 1; i < t_.size(); ++i) {
+        if (t_[i] == '\\') {
+          ++i;
+        } else if (t_[i] == '"') {
+          p_ = i + 1;
+          return true;
         }
-        continue;
       }
-      if (out) *out += c;
-      ++p_;
     }
-    return Fail(t_.size(), "expected '\"' to close the string started at " + Where(b) + ", found end of input");
+    const size_t e = out ? hlo_internal::ReadQuotedString(t_, p_, out) : std::string_view::npos;
+    if (e == std::string_view::npos) {
+      p_ = t_.size();
+      return Fail(t_.size(), "expected '\"' to close the string started at " + Where(b) + ", found end of input");
+    }
+    p_ = e;
+    return true;
   }
 
   // p_ at '(', '[' or '{': skips to after the matching closer (strings honoured).

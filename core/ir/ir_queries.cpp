@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "core/ir/hlo_lexer.h"
 #include "core/ir/ir.h"
 
 namespace shardscope {
@@ -13,43 +14,10 @@ namespace {
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-// Reads a quoted string starting at s[i] == '"'; unescapes into *out; returns the index after the
-// closing quote (s.size() when unterminated).
+// A quoted string at s[i] == '"', unescaped into *out; the index after it (s.size() if unterminated).
 size_t ReadQuoted(std::string_view s, size_t i, std::string* out) {
-  ++i;
-  while (i < s.size() && s[i] != '"') {
-    if (s[i] == '\\' && i + 1 < s.size()) {
-      const char e = s[i + 1];
-      i += 2;
-      switch (e) {
-        case 'n': *out += '\n'; break;
-        case 't': *out += '\t'; break;
-        case 'r': *out += '\r'; break;
-        default:
-          if (e >= '0' && e <= '7') {
-            int v = e - '0', k = 1;
-            while (k < 3 && i < s.size() && s[i] >= '0' && s[i] <= '7') {
-              v = v * 8 + (s[i++] - '0');
-              ++k;
-            }
-            *out += static_cast<char>(v);
-          } else if (e == 'x') {
-            int v = 0, k = 0;
-            while (k < 2 && i < s.size() && std::isxdigit(static_cast<unsigned char>(s[i]))) {
-              const char h = s[i++];
-              v = v * 16 + (h >= '0' && h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
-              ++k;
-            }
-            *out += static_cast<char>(v);
-          } else {
-            *out += e;
-          }
-      }
-      continue;
-    }
-    *out += s[i++];
-  }
-  return i < s.size() ? i + 1 : i;
+  const size_t e = hlo_internal::ReadQuotedString(s, i, out);
+  return e == std::string_view::npos ? s.size() : e;
 }
 
 // Index after the group opened at s[i] ('{', '[' or '('), strings honoured.

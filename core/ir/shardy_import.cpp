@@ -31,8 +31,8 @@ class Importer {
       for (const auto& i : c->instructions()) insts.push_back(i.get());
       for (Instruction* i : insts) ReadSharding(i);
       for (Instruction* i : insts) {
-        if (IsCustomCall(*i, kGlobalToLocal)) LowerGlobalToLocal(c.get(), i);
-        else if (IsCustomCall(*i, kLocalToGlobal)) LowerLocalToGlobal(c.get(), i);
+        if (IsCustomCall(*i, kGlobalToLocal)) LowerBoundary(c.get(), i, /*entering=*/true);
+        else if (IsCustomCall(*i, kLocalToGlobal)) LowerBoundary(c.get(), i, /*entering=*/false);
         else if (IsCustomCall(*i, kFuncResultSharding) && i->operand_count() == 1) i->custom_call_target = "Sharding";
       }
     }
@@ -165,52 +165,35 @@ class Importer {
     return {};
   }
 
-  void LowerGlobalToLocal(Computation* c, Instruction* g2l) {
-    const auto manual = ManualAxesOf(g2l);
-    const size_t n = static_cast<size_t>(g2l->operand_count());
-    auto in = ShardingsOf(g2l, "xla.sdy.in_shardings");
-    auto local = ShardingsOf(g2l, "xla.sdy.in_shardings", &manual);
-    const std::vector<Shape> shapes = Values(g2l, n);
-    if (in.size() != n || local.size() != n || shapes.size() != n || n == 0) {
-      Report(g2l, "a manual computation needs one in-sharding and one local shape per operand; left as it is");
+  // A manual computation's boundary: entering (GlobalToLocalShape, per operand: Sharding with the
+  // in-sharding, then SPMDFullToShardShape to the local value) or leaving (LocalToGlobalShape, per
+  // operand: Sharding with the local sharding, then SPMDShardToFullShape with the out-sharding).
+  void LowerBoundary(Computation* c, Instruction* at, bool entering) {
+    const auto manual = ManualAxesOf(at);
+    const size_t n = static_cast<size_t>(at->operand_count());
+    const char* key = entering ? "xla.sdy.in_shardings" : "xla.sdy.out_shardings";
+    auto global = ShardingsOf(at, key);
+    auto local = ShardingsOf(at, key, &manual);
+    const std::vector<Shape> shapes = Values(at, n);
+    if (global.size() != n || local.size() != n || shapes.size() != n || n == 0) {
+      Report(at, std::string("a manual computation needs one ") + (entering ? "in" : "out") +
+                     "-sharding and one shape per value; left as it is");
       return;
     }
     std::vector<Instruction*> parts;
     for (size_t i = 0; i < n; ++i) {
-      const std::string base = g2l->name() + "." + std::to_string(i);
-      Instruction* a = Annotate(c, g2l->operand(static_cast<int64_t>(i)), in[i], g2l, base + ".sharding");
-      parts.push_back(Reshape(c, a, "SPMDFullToShardShape", shapes[i], local[i], g2l, base + ".full_to_shard"));
+      const std::string base = at->name() + "." + std::to_string(i);
+      Instruction* a = Annotate(c, at->operand(static_cast<int64_t>(i)), entering ? global[i] : local[i], at,
+                                base + ".sharding");
+      parts.push_back(Reshape(c, a, entering ? "SPMDFullToShardShape" : "SPMDShardToFullShape", shapes[i],
+                              entering ? local[i] : global[i], at, base + (entering ? ".full_to_shard" : ".shard_to_full")));
     }
     Instruction* result = parts[0];
-    if (g2l->shape().IsTuple()) {
-      result = c->AddInstruction(Opcode::kTuple, g2l->shape(), parts, g2l->name() + ".local");
-      c->MoveBefore(result, g2l);
+    if (at->shape().IsTuple()) {
+      result = c->AddInstruction(Opcode::kTuple, at->shape(), parts, at->name() + (entering ? ".local" : ".global"));
+      c->MoveBefore(result, at);
     }
-    Replace(c, g2l, result);
-  }
-
-  void LowerLocalToGlobal(Computation* c, Instruction* l2g) {
-    const auto manual = ManualAxesOf(l2g);
-    const size_t n = static_cast<size_t>(l2g->operand_count());
-    auto out = ShardingsOf(l2g, "xla.sdy.out_shardings");
-    auto local = ShardingsOf(l2g, "xla.sdy.out_shardings", &manual);
-    const std::vector<Shape> shapes = Values(l2g, n);
-    if (out.size() != n || local.size() != n || shapes.size() != n || n == 0) {
-      Report(l2g, "a manual computation needs one out-sharding and one global shape per result; left as it is");
-      return;
-    }
-    std::vector<Instruction*> parts;
-    for (size_t i = 0; i < n; ++i) {
-      const std::string base = l2g->name() + "." + std::to_string(i);
-      Instruction* a = Annotate(c, l2g->operand(static_cast<int64_t>(i)), local[i], l2g, base + ".sharding");
-      parts.push_back(Reshape(c, a, "SPMDShardToFullShape", shapes[i], out[i], l2g, base + ".shard_to_full"));
-    }
-    Instruction* result = parts[0];
-    if (l2g->shape().IsTuple()) {
-      result = c->AddInstruction(Opcode::kTuple, l2g->shape(), parts, l2g->name() + ".global");
-      c->MoveBefore(result, l2g);
-    }
-    Replace(c, l2g, result);
+    Replace(c, at, result);
   }
 
   Module& m_;
