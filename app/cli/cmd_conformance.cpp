@@ -1,43 +1,16 @@
-// shardscope-cli conformance KIND DIR [--filter TEXT] [--quiet]: runs XLA's own test expectations
-// (../shared/conformance/xla/<kind>) and prints failing checks, a table by op kind and, last, the
-// pass rate. Exit 0 when every check holds, 1 when some fail, 2 on bad input.
-// KIND spmd runs the SPMD partitioner corpus (partitioner/spmd_conformance.h; cases whose pipeline
-// propagates shardings first use this project's propagation); its last line is its pass rate.
+// shardscope-cli conformance KIND DIR [--filter TEXT] [--quiet] [--verbose]: runs XLA's own test
+// expectations (../shared/conformance/xla/<kind>; app/conformance/conformance.h) and prints failing
+// checks, case errors, a table by op kind, the unsupported ops and, last, the pass rate
+// ("propagation: H/T checks hold (P%)", "spmd: H/T cases match (P%)"). Exit 0 when everything
+// counted holds, 1 when something fails, 2 on bad input.
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "app/cli/cli.h"
-#include "app/conformance/propagation_conformance.h"
-#include "partitioner/propagation.h"
-#include "app/conformance/spmd_conformance.h"
+#include "app/conformance/conformance.h"
 
 namespace {
-
-int RunSpmd(const std::string& dir, bool quiet) {
-  using namespace shardscope;
-  SpmdConformanceOptions o;
-  o.propagate = [](Module& m) -> Status {
-    auto r = PropagateShardings(m);
-    if (!r.ok()) return r.error();
-    return Status::Ok();
-  };
-  std::ostringstream out;
-  auto summary = RunSpmdConformance(dir, out, o);
-  if (!summary.ok()) {
-    std::cerr << "shardscope-cli conformance: " << summary.error().message << "\n";
-    return 2;
-  }
-  const std::string text = out.str();
-  if (quiet) {
-    const size_t at = text.rfind("spmd: ");
-    std::cout << (at == std::string::npos ? text : text.substr(at));
-  } else {
-    std::cout << text;
-  }
-  return summary->matched_supported == summary->supported ? 0 : 1;
-}
 
 int Run(const std::vector<std::string>& args_in) {
   using namespace shardscope;
@@ -45,12 +18,12 @@ int Run(const std::vector<std::string>& args_in) {
   conformance::ConformanceOptions options;
   cli::TakeOption(args, "filter", &options.filter);
   const bool quiet = cli::TakeFlag(args, "quiet");
+  options.verbose = cli::TakeFlag(args, "verbose");
   if (args.size() != 2) {
     std::string kinds;
     for (const auto& k : conformance::ConformanceKinds()) kinds += (kinds.empty() ? "" : "|") + k;
-    return cli::UsageError("conformance", "expected KIND DIR (KIND: " + kinds + "|spmd)");
+    return cli::UsageError("conformance", "expected KIND DIR (KIND: " + kinds + ")");
   }
-  if (args[0] == "spmd") return RunSpmd(args[1], quiet);
   auto report = conformance::RunConformance(args[0], args[1], options);
   if (!report.ok()) {
     std::cerr << "shardscope-cli conformance: " << report.error().message << "\n";
@@ -59,13 +32,13 @@ int Run(const std::vector<std::string>& args_in) {
   if (quiet) {
     std::cout << report->SummaryLine() << "\n";
   } else {
-    std::cout << conformance::FormatReport(*report);
+    std::cout << conformance::FormatReport(*report, options.verbose);
   }
-  return report->passed_checks == report->total_checks ? 0 : 1;
+  return report->rate.passed == report->rate.total ? 0 : 1;
 }
 
 const bool registered = shardscope::cli::Register(
-    {"conformance", "KIND DIR [--filter TEXT] [--quiet]",
+    {"conformance", "KIND DIR [--filter TEXT] [--quiet] [--verbose]",
      "Measure against XLA's test expectations (KIND: propagation|spmd); last line: pass rate", &Run});
 
 }  // namespace
