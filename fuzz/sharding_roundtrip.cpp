@@ -1,0 +1,53 @@
+// Target: sharding and mesh text. A sharding that parses prints to text that parses back into an
+// equal sharding (with and without metadata), and printing is a fixed point; the same for device
+// meshes ("X=4,Y=4", "{x:2, y:8}"). Errors carry an offset inside the text.
+#include <string>
+#include <string_view>
+
+#include "core/sharding/mesh.h"
+#include "core/sharding/sharding.h"
+#include "fuzz/fuzz_target.h"
+
+using namespace shardscope;
+using shardscope::fuzz::Finding;
+using shardscope::fuzz::Reach;
+
+namespace {
+
+void CheckOffset(const Error& e, size_t size, const char* what) {
+  if (e.offset < -1 || e.offset > static_cast<int64_t>(size)) {
+    Finding(std::string(what) + " error offset outside the text", e.message + " (offset " + std::to_string(e.offset) + ")");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Reach("inputs");
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  auto sharding = HloSharding::Parse(text);
+  if (sharding.ok()) {
+    Reach("sharding parsed");
+    for (bool metadata : {false, true}) {
+      const std::string printed = sharding->ToString(metadata);
+      auto again = HloSharding::Parse(printed);
+      if (!again.ok()) Finding("the printed sharding does not parse: " + again.error().message, printed);
+      if (!(*again == *sharding)) Finding("the sharding round trip differs", std::string(text) + "\n" + printed);
+      if (again->ToString(metadata) != printed) Finding("sharding printing is not a fixed point", printed);
+    }
+    Reach("sharding round trip equal");
+  } else {
+    CheckOffset(sharding.error(), size, "sharding");
+  }
+  auto mesh = DeviceMesh::Parse(text);
+  if (mesh.ok()) {
+    Reach("mesh parsed");
+    const std::string printed = mesh->ToString();
+    auto again = DeviceMesh::Parse(printed);
+    if (!again.ok()) Finding("the printed mesh does not parse: " + again.error().message, printed);
+    if (!(*again == *mesh)) Finding("the mesh round trip differs", std::string(text) + "\n" + printed);
+  } else {
+    CheckOffset(mesh.error(), size, "mesh");
+  }
+  return 0;
+}
