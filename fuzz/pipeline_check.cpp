@@ -9,25 +9,12 @@
 #include "core/ir/hlo_text.h"
 #include "core/ir/verifier.h"
 #include "fuzz/fuzz_target.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
+#include "app/pipeline/partition.h"
+#include "app/pipeline/propagate.h"
 
 namespace shardscope::fuzz {
 
 namespace {
-
-int64_t DevicesNamedBy(const HloSharding& s) {
-  if (s.IsTuple()) {
-    int64_t n = 0;
-    for (const auto& e : s.tuple_elements()) n = std::max(n, DevicesNamedBy(e));
-    return n;
-  }
-  if (s.IsMaximal()) return s.maximal_device() + 1;
-  if (!s.IsTiled()) return 1;
-  int64_t n = s.NumDevices();
-  for (int64_t d : s.tile_assignment().devices()) n = std::max(n, d + 1);
-  return n;
-}
 
 // Ops whose result on virtual devices is not expected to equal the one-device result (random
 // numbers, I/O, opaque calls) or that may run unboundedly long (loops).
@@ -57,25 +44,16 @@ std::string Describe(const Module& original, const Module& spmd, int64_t devices
 
 }  // namespace
 
-int64_t DevicesOf(const Module& module) {
-  int64_t n = std::max<int64_t>(1, module.num_partitions);
-  for (const auto& c : module.computations()) {
-    for (const auto& i : c->instructions()) {
-      if (i->has_sharding()) n = std::max(n, DevicesNamedBy(*i->sharding()));
-    }
-  }
-  return n;
-}
-
 void CheckPipeline(std::unique_ptr<Module> module, int64_t num_devices, const PipelineLimits& limits) {
   if (num_devices < 1 || num_devices > limits.max_devices) return Reach("skipped: too many devices");
   if (module->instruction_count() > limits.max_instructions) return Reach("skipped: too many instructions");
-  auto propagated = PropagateShardings(*module);
+  // As the CLI and the GUI run it (entry parameters and outputs may take shardings).
+  auto propagated = pipeline::Propagate(*module);
   if (!propagated.ok()) return Reach("propagation: error");
   Reach("propagated");
   SpmdOptions options;
   options.num_partitions = num_devices;
-  auto partitioned = PartitionModule(*module, options);
+  auto partitioned = pipeline::Partition(*module, options);
   if (!partitioned.ok()) return Reach("partitioning: error");
   Reach("partitioned");
   const Module& spmd = *partitioned->module;

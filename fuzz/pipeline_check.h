@@ -21,7 +21,4 @@ struct PipelineLimits {
 // Takes the module (propagation changes it). `num_devices` is the mesh it is partitioned for.
 void CheckPipeline(std::unique_ptr<Module> module, int64_t num_devices, const PipelineLimits& limits = {});
 
-// The devices a module's shardings and num_partitions imply (at least 1).
-int64_t DevicesOf(const Module& module);
-
 }  // namespace shardscope::fuzz

@@ -1,9 +1,9 @@
-// Target: parse -> propagate -> partition -> verify on HLO text (mutated modules). Modules that
-// parse and verify are partitioned for the devices they name; see pipeline_check.h for what is a
-// finding.
-#include <string_view>
+// Target: parse -> propagate -> partition -> verify on HLO text (mutated modules). A module that
+// parses and verifies is partitioned for the mesh the GUI would guess for it (pipeline::GuessMesh);
+// see pipeline_check.h for what is a finding.
+#include <string>
 
-#include "core/ir/hlo_text.h"
+#include "app/pipeline/sources.h"
 #include "fuzz/fuzz_target.h"
 #include "fuzz/pipeline_check.h"
 
@@ -11,13 +11,13 @@ using namespace shardscope;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Reach("inputs");
-  auto parsed = ParseHloModule(std::string_view(reinterpret_cast<const char*>(data), size), "in.hlo");
-  if (!parsed.ok()) {
+  auto model = pipeline::ParseModel(std::string(reinterpret_cast<const char*>(data), size), "in.hlo");
+  if (!model.ok()) {
     fuzz::Reach("rejected by parser or verifier");
     return 0;
   }
   fuzz::Reach("parsed and verified");
-  const int64_t devices = fuzz::DevicesOf(**parsed);
-  fuzz::CheckPipeline(std::move(*parsed), devices);
+  const int64_t devices = model->mesh.num_devices();
+  fuzz::CheckPipeline(std::move(model->module), devices);
   return 0;
 }

@@ -33,12 +33,10 @@
 #include "core/ir/opcodes.h"
 #include "core/project/project_file.h"
 #include "core/zoo/zoo.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
-#include "simulator/engine.h"
+#include "app/pipeline/pipeline.h"
+#include "app/pipeline/sources.h"
 #include "simulator/hardware.h"
 #include "simulator/run_store.h"
-#include "simulator/topology.h"
 
 namespace fs = std::filesystem;
 using namespace shardscope;
@@ -175,34 +173,26 @@ std::string ChipJson(const ChipSpec& c) {
   return json::Serialize(json::Value::Object(std::move(m)), 2);
 }
 
-// A store with two simulated runs of the MLP on a 2x2 mesh of tpu-v5e chips.
+// A store with two simulated runs of the MLP on a 2x2 mesh of tpu-v5e chips, through the pipeline.
 Status WriteRunStore(const fs::path& path) {
-  const ZooOverrides o = {{"batch", "8"}, {"model", "16"}, {"hidden", "32"}, {"layers", "1"}, {"mesh_x", "2"}, {"mesh_y", "2"}};
-  auto module = ZooBuild("mlp", o);
-  if (!module.ok()) return module.error();
-  auto mesh = ZooMesh("mlp", o);
-  if (!mesh.ok()) return mesh.error();
-  if (auto p = PropagateShardings(**module); !p.ok()) return p.error();
-  SpmdOptions so;
-  so.num_partitions = mesh->num_devices();
-  auto spmd = PartitionModule(**module, so);
-  if (!spmd.ok()) return spmd.error();
-  auto chip = ChipPreset("tpu-v5e");
-  if (!chip.ok()) return chip.error();
-  auto topology = Topology::ForMesh(*chip, *mesh);
-  if (!topology.ok()) return topology.error();
   std::error_code ec;
   fs::remove(path, ec);
-  auto store = RunStore::Open(path.string());
+  auto store = pipeline::RunDatabase::Open(path.string());
   if (!store.ok()) return store.error();
+  const ZooOverrides o = {{"batch", "8"}, {"model", "16"}, {"hidden", "32"}, {"layers", "1"}, {"mesh_x", "2"}, {"mesh_y", "2"}};
   for (const char* label : {"first", "second"}) {
-    SimulationOptions options;
-    options.mesh_text = mesh->ToString();
-    options.label = label;
-    auto sim = Simulate(*spmd->module, *topology, options);
-    if (!sim.ok()) return sim.error();
-    auto id = store->SaveRun(sim->run);
-    if (!id.ok()) return id.error();
+    auto model = pipeline::BuildZooModel("mlp", o);
+    if (!model.ok()) return model.error();
+    pipeline::PipelineOptions options;
+    auto topology = pipeline::SliceForMesh("tpu-v5e", model->mesh);
+    if (!topology.ok()) return topology.error();
+    options.topology = *topology;
+    options.simulation = SimulationOptions{};
+    options.simulation->mesh_text = model->mesh.ToString();
+    options.simulation->label = label;
+    options.store = *store;
+    auto run = pipeline::RunPipeline(std::move(model->module), options);
+    if (!run.ok()) return Error(run.FailureText());
   }
   return Status::Ok();
 }

@@ -19,9 +19,9 @@
 #define SHARDSCOPE_HAVE_ZOO 0
 #endif
 
-#if __has_include("partitioner/spmd_partitioner.h")
+#if __has_include("partitioner/spmd/spmd_partitioner.h")
 #include "core/eval/numeric_verify.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #define SHARDSCOPE_HAVE_PARTITIONER 1
 #else
 #define SHARDSCOPE_HAVE_PARTITIONER 0
@@ -38,8 +38,8 @@
 #define SHARDSCOPE_HAVE_SIMULATOR 0
 #endif
 
-#if __has_include("partitioner/propagation.h")
-#include "partitioner/propagation.h"
+#if __has_include("partitioner/propagation/sharding_propagation.h")
+#include "partitioner/propagation/sharding_propagation.h"
 #define SHARDSCOPE_HAVE_PROPAGATION 1
 #else
 #define SHARDSCOPE_HAVE_PROPAGATION 0

@@ -1,8 +1,10 @@
-// shardscope-cli conformance KIND DIR [--filter TEXT] [--quiet] [--verbose]: runs XLA's own test
-// expectations (../shared/conformance/xla/<kind>; app/conformance/conformance.h) and prints failing
-// checks, case errors, a table by op kind, the unsupported ops and, last, the pass rate
-// ("propagation: H/T checks hold (P%)", "spmd: H/T cases match (P%)"). Exit 0 when everything
-// counted holds, 1 when something fails, 2 on bad input.
+// shardscope-cli conformance KIND DIR [--filter TEXT] [--quiet] [--verbose]: measures against
+// expectations kept as data (app/conformance/conformance.h): XLA's own tests
+// (../shared/conformance/xla/<kind>, KIND propagation or spmd) or a folder of real HLO dumps
+// (KIND dumps). Prints failing checks, case errors, tables by op kind, the unsupported ops and,
+// last, the pass rate ("propagation: H/T checks hold (P%)", "spmd: H/T cases match (P%)",
+// "dumps: H/T dumps pass (P%)"). Exit 0 when everything counted holds, 1 when something fails, 2
+// on bad input.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -39,6 +41,8 @@ int Run(const std::vector<std::string>& args_in) {
 
 const bool registered = shardscope::cli::Register(
     {"conformance", "KIND DIR [--filter TEXT] [--quiet] [--verbose]",
-     "Measure against XLA's test expectations (KIND: propagation|spmd); last line: pass rate", &Run});
+     "Measure against XLA's test expectations (KIND: propagation|spmd) or run the pipeline over real dumps (dumps); "
+     "last line: pass rate",
+     &Run});
 
 }  // namespace

@@ -1,24 +1,21 @@
 // shardscope-cli partition / verify: the SPMD partitioner and its numerical check.
 #include <iostream>
-#include <sstream>
+#include <optional>
 
 #include "app/cli/cli.h"
+#include "app/pipeline/pipeline.h"
 #include "core/ir/hlo_text.h"
-#include "core/eval/numeric_verify.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
+#include "core/ir/spmd_program.h"
 
 namespace shardscope::cli {
 namespace {
 
-struct Prepared {
-  std::unique_ptr<Module> annotated;  // after propagation
-  PartitionResult partition;
-};
-
-// Parses, propagates (unless --no-propagate) and partitions. Returns 0 on success, else the exit
-// code to use (2: bad input).
-int Prepare(const std::string& cmd, std::vector<std::string>& args, Prepared* out) {
+// Parses, propagates (unless --no-propagate), partitions and, with `verify`, checks the program
+// numerically. A module that is already an SPMD program (core/ir/spmd_program.h) is left as it is:
+// *already_partitioned gets the evidence and out->module the module. Returns 0 on success, else the
+// exit code to use (2: bad input).
+int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::optional<pipeline::VerifyOptions>& verify,
+            pipeline::PipelineResult* out, std::string* already_partitioned) {
   const bool no_propagate = TakeFlag(args, "no-propagate");
   const bool keep_io = TakeFlag(args, "keep-io-shardings");
   std::string np_text;
@@ -31,36 +28,31 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, Prepared* ou
     std::cerr << m.error().message << "\n";
     return 2;
   }
-  if (!no_propagate) {
-    // By default the pass may also shard the entry's parameters and outputs (what JAX asks for
-    // when no in/out shardings are given); --keep-io-shardings uses XLA's pass defaults.
-    PropagationOptions po;
-    if (!keep_io) {
-      po.propagate_to_output = {true};
-      po.propagate_to_parameters = {true};
-    }
-    auto p = PropagateShardings(**m, po);
-    if (!p.ok()) {
-      std::cerr << args[0] << ": error: sharding propagation failed: " << p.error().message << "\n";
-      return 2;
-    }
+  if (auto evidence = AlreadyPartitioned(**m)) {
+    *already_partitioned = *evidence;
+    out->module = std::move(m).value();
+    return 0;
   }
-  SpmdOptions so;
+  pipeline::PipelineOptions options;
+  // By default the pass may also shard the entry's parameters and outputs (what JAX asks for when
+  // no in/out shardings are given); --keep-io-shardings uses XLA's pass defaults.
+  if (no_propagate) options.propagation.reset();
+  else options.propagation = pipeline::StandardPropagationOptions(keep_io ? pipeline::EntryIo::kKeep : pipeline::EntryIo::kShard);
   if (has_np) {
     try {
-      so.num_partitions = std::stoll(np_text);
+      options.spmd.num_partitions = std::stoll(np_text);
     } catch (...) {
       return UsageError(cmd, "--num-partitions takes a positive integer");
     }
-    if (so.num_partitions < 1) return UsageError(cmd, "--num-partitions takes a positive integer");
+    if (options.spmd.num_partitions < 1) return UsageError(cmd, "--num-partitions takes a positive integer");
   }
-  auto r = PartitionModule(**m, so);
-  if (!r.ok()) {
-    std::cerr << args[0] << ": error: partitioning failed: " << r.error().message << "\n";
+  options.verify = verify;
+  *out = pipeline::RunPipeline(std::move(m).value(), options);
+  if (!out->ok()) {
+    const std::string what = out->failed == pipeline::Stage::kPropagate ? "sharding propagation failed" : "partitioning failed";
+    std::cerr << args[0] << ": error: " << what << ": " << out->status.error().message << "\n";
     return 2;
   }
-  out->annotated = std::move(m).value();
-  out->partition = std::move(r).value();
   return 0;
 }
 
@@ -81,15 +73,27 @@ int RunPartition(const std::vector<std::string>& argv) {
   std::string out_path;
   const bool has_out = TakeOption(args, "o", &out_path) || TakeOption(args, "output", &out_path);
   const bool summary = TakeFlag(args, "summary");
-  Prepared p;
-  if (int rc = Prepare("partition", args, &p)) return rc;
-  const std::string text = PrintHloModule(*p.partition.module);
+  pipeline::PipelineResult p;
+  std::string already;
+  if (int rc = Prepare("partition", args, std::nullopt, &p, &already)) return rc;
+  if (!already.empty()) {
+    const std::string note = args[0] + ": already partitioned (" + already + "); left unchanged\n";
+    if (has_out) {
+      if (!WriteFile(out_path, PrintHloModule(*p.module))) return 2;
+      std::cout << note;
+    } else {
+      std::cout << PrintHloModule(*p.module);
+      std::cerr << note;
+    }
+    return 0;
+  }
+  const std::string text = PrintHloModule(*p.partition->module);
   if (has_out) {
     if (!WriteFile(out_path, text)) return 2;
-    PrintCollectives(std::cout, p.partition);
+    PrintCollectives(std::cout, *p.partition);
   } else {
     std::cout << text;
-    if (summary) PrintCollectives(std::cerr, p.partition);
+    if (summary) PrintCollectives(std::cerr, *p.partition);
   }
   return 0;
 }
@@ -104,16 +108,21 @@ int RunVerify(const std::vector<std::string>& argv) {
   } catch (...) {
     return UsageError("verify", "--seed takes a non-negative integer");
   }
-  Prepared p;
-  if (int rc = Prepare("verify", args, &p)) return rc;
-  const int64_t n = p.partition.module->num_partitions;
-  auto v = VerifyPartitioned(*p.annotated, *p.partition.module, n, seed);
-  if (!v.ok()) {
-    std::cerr << args[0] << ": error: cannot evaluate: " << v.error().message << "\n";
+  pipeline::PipelineResult p;
+  std::string already;
+  if (int rc = Prepare("verify", args, pipeline::VerifyOptions::Unlimited(seed), &p, &already)) return rc;
+  if (!already.empty()) {
+    std::cout << args[0] << ": already partitioned (" << already << "); there is no global program to compare it with\n";
+    return 0;
+  }
+  const int64_t n = p.partition->module->num_partitions;
+  if (p.verification.state == VerificationVerdict::State::kError) {
+    std::cerr << args[0] << ": error: cannot evaluate: " << p.verification.reason << "\n";
     return 2;
   }
+  const VerifyReport* v = &p.verification.report;
   std::cout << "devices: " << n << "\n";
-  PrintCollectives(std::cout, p.partition);
+  PrintCollectives(std::cout, *p.partition);
   std::cout << v->detail;
   if (!v->detail.empty() && v->detail.back() != '\n') std::cout << "\n";
   std::cout << (v->match ? "verdict: match" : "verdict: MISMATCH") << " (tolerance " << v->tolerance << ")\n";

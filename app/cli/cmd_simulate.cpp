@@ -1,7 +1,7 @@
 // shardscope-cli simulate: partition (when needed), simulate one step on a modelled pod, store, export.
 //
-// A module counts as already partitioned (an SPMD program) when it contains partition-id,
-// replica-id or a collective, or when no instruction carries a tiled sharding; otherwise its
+// A module counts as already partitioned (an SPMD program) by core/ir/spmd_program.h's rule, or
+// when no instruction carries a tiled sharding; otherwise its
 // shardings are propagated and it is partitioned for the mesh's device count first (--partition /
 // --no-partition force the choice); propagation may then also shard the entry parameters and
 // outputs it was not given shardings for (--keep-io-shardings: no). The run is stored only when
@@ -14,39 +14,16 @@
 #include "app/cli/cli.h"
 #include "core/base/json.h"
 #include "app/cli/slice_options.h"
+#include "app/pipeline/pipeline.h"
 #include "core/ir/hlo_text.h"
+#include "core/ir/spmd_program.h"
 #include "core/sharding/mesh.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
-#include "simulator/engine.h"
-#include "simulator/hardware.h"
-#include "simulator/run_store.h"
-#include "simulator/topology.h"
 #include "simulator/trace_export.h"
 
 namespace shardscope::cli {
 namespace {
 
 constexpr const char* kName = "simulate";
-
-bool NeedsPartitioning(const Module& m) {
-  bool tiled = false;
-  for (const auto& c : m.computations()) {
-    for (const auto& i : c->instructions()) {
-      const Opcode op = i->opcode();
-      if (op == Opcode::kPartitionId || op == Opcode::kReplicaId || IsCollective(op)) return false;
-      if (i->has_sharding()) {
-        const HloSharding& s = *i->sharding();
-        if (s.IsTuple()) {
-          for (const auto& e : s.tuple_elements()) tiled = tiled || e.IsTiled();
-        } else {
-          tiled = tiled || s.IsTiled();
-        }
-      }
-    }
-  }
-  return tiled;
-}
 
 std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned) {
   const RunSummary& s = sim.run.summary;
@@ -152,46 +129,42 @@ int Run(const std::vector<std::string>& in) {
     std::cerr << parsed.error().message << "\n";
     return 2;
   }
-  std::unique_ptr<Module> module = std::move(parsed).value();
+  // A module XLA's backend already fused runs its own kernels: no second fusion.
+  if (IsBackendOptimized(**parsed)) options.program.fuse_elementwise = false;
   const int64_t devices = topology.num_devices();
-  const bool partition = force_partition || (!force_no_partition && NeedsPartitioning(*module));
-  if (partition) {
-    options.model_flops = CountModuleFlops(*module);
-    // The step's inputs and outputs may take the shardings propagation infers (XLA's
-    // allow_spmd_sharding_propagation_to_output/parameters): unannotated optimizer state and
-    // updated weights then stay sharded instead of being gathered. --keep-io-shardings: off.
-    PropagationOptions po;
-    po.propagate_to_output = {!keep_io};
-    po.propagate_to_parameters = {!keep_io};
-    auto p = PropagateShardings(*module, po);
-    if (!p.ok()) {
-      std::cerr << args[0] << ": error: sharding propagation failed: " << p.error().message << "\n";
-      return 2;
-    }
-    SpmdOptions so;
-    so.num_partitions = devices;
-    auto r = PartitionModule(*module, so);
-    if (!r.ok()) {
-      std::cerr << args[0] << ": error: partitioning for " << devices << " devices failed: " << r.error().message << "\n";
-      return 2;
-    }
-    module = std::move(r->module);
-    if (!json) std::cout << "partitioned for " << devices << " devices (" << module->instruction_count() << " instructions)\n";
+  pipeline::PipelineOptions run;
+  // The step's inputs and outputs may take the shardings propagation infers (XLA's
+  // allow_spmd_sharding_propagation_to_output/parameters): unannotated optimizer state and
+  // updated weights then stay sharded instead of being gathered. --keep-io-shardings: off.
+  run.propagation = pipeline::StandardPropagationOptions(keep_io ? pipeline::EntryIo::kKeep : pipeline::EntryIo::kShard);
+  run.partitioning = force_partition      ? pipeline::Partitioning::kAlways
+                     : force_no_partition ? pipeline::Partitioning::kNever
+                                          : pipeline::Partitioning::kWhenNeeded;
+  if (force_no_partition) run.propagation.reset();
+  run.topology = topology;
+  run.simulation = options;
+  auto r = pipeline::RunPipeline(std::move(parsed).value(), run);
+  const bool partition = r.partition.has_value();
+  if (partition && !json) {
+    std::cout << "partitioned for " << devices << " devices (" << r.partition->module->instruction_count() << " instructions)\n";
   }
-  auto sim = Simulate(*module, topology, options);
-  if (!sim.ok()) {
-    std::cerr << args[0] << ": error: " << sim.error().message << "\n";
+  if (!r.ok()) {
+    std::cerr << args[0] << ": error: ";
+    if (r.failed == pipeline::Stage::kPropagate) std::cerr << "sharding propagation failed: ";
+    else if (r.failed == pipeline::Stage::kPartition) std::cerr << "partitioning for " << devices << " devices failed: ";
+    std::cerr << r.status.error().message << "\n";
     return 2;
   }
+  const Simulation* sim = &*r.simulation;
 
   int64_t run_id = 0;
   if (have_db) {
-    auto store = RunStore::Open(db_path);
+    auto store = pipeline::RunDatabase::Open(db_path);
     if (!store.ok()) {
       std::cerr << db_path << ": error: " << store.error().message << "\n";
       return 2;
     }
-    auto id = store->SaveRun(sim->run);
+    auto id = (*store)->Save(sim->run);
     if (!id.ok()) {
       std::cerr << db_path << ": error: storing the run failed: " << id.error().message << "\n";
       return 2;
@@ -218,10 +191,10 @@ int Run(const std::vector<std::string>& in) {
   }
 
   if (json) {
-    std::cout << SummaryJson(sim.value(), run_id, partition) << "\n";
+    std::cout << SummaryJson(*sim, run_id, partition) << "\n";
   } else {
     std::cout << "chip: " << topology.chip().name << ", " << topology.Describe() << ", mesh " << mesh.ToString() << "\n";
-    std::cout << DescribeSimulation(sim.value());
+    std::cout << DescribeSimulation(*sim);
     if (run_id > 0) std::cout << "stored run " << run_id << " in " << db_path << "\n";
     if (have_trace) std::cout << "trace: " << trace_path << (selection.one_device_per_class ? " (one device per class)" : "") << "\n";
     if (have_csv) std::cout << csv_kind << " csv: " << csv_path << "\n";

@@ -10,18 +10,19 @@
 
 namespace shardscope::conformance {
 
-// The files of one case: DIR/NAME.<extension>.
+// The files of one case: DIR/NAME.<extension>; `file` is the one that was found.
 struct CaseFiles {
-  std::string dir, name;
+  std::string dir, name, file;
   std::string Path(std::string_view extension) const { return dir + "/" + name + std::string(extension); }
   // False when the file cannot be read.
   bool Read(std::string_view extension, std::string* text) const;
 };
 
 struct CaseKind {
-  std::string name;            // "propagation"
-  std::string case_extension;  // a case is every NAME with a NAME<case_extension> file
+  std::string name;                          // "propagation"
+  std::vector<std::string> case_extensions;  // a case is every file NAME<extension>
   RateUnit unit = RateUnit::kChecks;
+  std::string rate_phrase;                   // "checks hold"
   bool partitions = false;
   // Runs one case: fills `result` (not checks/passed: the framework counts them from the checks)
   // and appends the case's checks, each carrying the case's name.
@@ -32,6 +33,7 @@ struct CaseKind {
 
 CaseKind PropagationCases();  // propagation_conformance.cpp
 CaseKind SpmdCases();         // spmd_conformance.cpp
+CaseKind DumpCases();         // dump_conformance.cpp
 
 // Text helpers the kinds share.
 std::vector<std::string> NonEmptyLines(const std::string& text);  // trailing spaces and CR removed

@@ -15,7 +15,7 @@ namespace shardscope::conformance {
 namespace {
 
 const std::vector<CaseKind>& Kinds() {
-  static const std::vector<CaseKind> kinds = {PropagationCases(), SpmdCases()};
+  static const std::vector<CaseKind> kinds = {PropagationCases(), SpmdCases(), DumpCases()};
   return kinds;
 }
 
@@ -66,14 +66,14 @@ std::string Trim(std::string s) {
 std::string ConformanceReport::SummaryLine() const {
   char buf[200];
   std::snprintf(buf, sizeof(buf), "%s: %lld/%lld %s (%.1f%%)", kind.c_str(), static_cast<long long>(rate.passed),
-                static_cast<long long>(rate.total), unit == RateUnit::kChecks ? "checks hold" : "cases match",
-                Rate());
+                static_cast<long long>(rate.total), rate_phrase.c_str(), Rate());
   return buf;
 }
 
 void ConformanceReport::Finish() {
   rate = {};
   by_op_kind.clear();
+  cases_by_kind.clear();
   unsupported_ops.clear();
   cases_parsed = cases_partitioned = cases_holding = 0;
   cases_verified = verify_mismatches = holding_without_checks = 0;
@@ -81,25 +81,25 @@ void ConformanceReport::Finish() {
     cases_parsed += c.parsed;
     cases_partitioned += c.partitioned;
     cases_holding += c.holds();
-    if (c.holds() && c.checks == 0 && c.supported()) ++holding_without_checks;
+    if (c.holds() && c.checks == 0 && c.counted) ++holding_without_checks;
     if (c.verified >= 0) {
       ++cases_verified;
       verify_mismatches += c.verified == 0;
     }
     for (const auto& op : c.unsupported) ++unsupported_ops[op];
-    if (unit == RateUnit::kCases && c.supported()) {
-      for (Tally* t : {&rate, &by_op_kind[c.op_kind]}) {
+    if (unit == RateUnit::kCases && c.counted) {
+      for (Tally* t : {&rate, &cases_by_kind[c.op_kind]}) {
         ++t->total;
         t->passed += c.holds();
       }
     }
   }
-  if (unit == RateUnit::kChecks) {
-    for (const CheckResult& r : checks) {
-      for (Tally* t : {&rate, &by_op_kind[r.op_kind]}) {
-        ++t->total;
-        t->passed += r.passed;
-      }
+  for (const CheckResult& r : checks) {
+    std::vector<Tally*> tallies = {&by_op_kind[r.op_kind]};
+    if (unit == RateUnit::kChecks) tallies.push_back(&rate);
+    for (Tally* t : tallies) {
+      ++t->total;
+      t->passed += r.passed;
     }
   }
 }
@@ -112,7 +112,7 @@ std::string FormatReport(const ConformanceReport& report, bool verbose) {
     if (!c.note.empty()) out += "  (" + c.note + ")";
     out += "\n";
   }
-  const std::string held = report.unit == RateUnit::kChecks ? "hold" : "match";
+  const std::string held = "hold";
   for (const auto& c : report.cases) {
     for (const auto& e : c.errors) out += "ERROR " + c.name + ": " + e + "\n";
     if (!c.unsupported.empty()) {
@@ -126,15 +126,19 @@ std::string FormatReport(const ConformanceReport& report, bool verbose) {
   }
   char buf[200];
   const bool by_case = report.unit == RateUnit::kCases;
-  out += by_case ? "\nby op kind (cases whose ops are all supported):\n" : "\nby op kind:\n";
-  std::snprintf(buf, sizeof(buf), "  %-26s %8s %8s %8s\n", "op", by_case ? "cases" : "checks", held.c_str(), "rate");
-  out += buf;
-  for (const auto& [kind, t] : report.by_op_kind) {
-    std::snprintf(buf, sizeof(buf), "  %-26s %8lld %8lld %7.1f%%\n", kind.c_str(), static_cast<long long>(t.total),
-                  static_cast<long long>(t.passed), t.Rate());
+  auto table = [&](const char* title, const char* what, const std::map<std::string, Tally>& rows) {
+    out += title;
+    std::snprintf(buf, sizeof(buf), "  %-26s %8s %8s %8s\n", "op", what, held.c_str(), "rate");
     out += buf;
-  }
-  out += by_case ? "\nunsupported ops (cases using them, excluded from the rate):" : "\nunsupported ops (cases using them):";
+    for (const auto& [kind, t] : rows) {
+      std::snprintf(buf, sizeof(buf), "  %-26s %8lld %8lld %7.1f%%\n", kind.c_str(), static_cast<long long>(t.total),
+                    static_cast<long long>(t.passed), t.Rate());
+      out += buf;
+    }
+  };
+  table(by_case ? "\nchecks by op kind:\n" : "\nby op kind:\n", "checks", report.by_op_kind);
+  if (by_case) table("\ncases by kind (the cases the rate counts):\n", "cases", report.cases_by_kind);
+  out += "\nunsupported ops (cases using them" + std::string(by_case ? ", excluded from the rate):" : "):");
   if (report.unsupported_ops.empty()) out += " none";
   out += "\n";
   for (const auto& [op, n] : report.unsupported_ops) out += "  " + op + ": " + Count(n) + "\n";
@@ -174,26 +178,34 @@ Result<ConformanceReport> RunConformance(std::string_view kind_name, const std::
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return Error("conformance directory not found: " + dir);
-  std::vector<std::string> names;
+  std::vector<std::pair<std::string, std::string>> found;  // (name, file)
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == kind->case_extension) names.push_back(entry.path().stem().string());
+    const std::string ext = entry.path().extension().string();
+    if (!entry.is_regular_file() ||
+        std::find(kind->case_extensions.begin(), kind->case_extensions.end(), ext) == kind->case_extensions.end()) {
+      continue;
+    }
+    found.emplace_back(entry.path().stem().string(), entry.path().string());
   }
   if (ec) return Error("cannot list " + dir + ": " + ec.message());
-  if (names.empty()) {
-    return Error(dir + ": no " + kind->name + " cases (expected NAME" + kind->case_extension + " files)");
+  if (found.empty()) {
+    std::string extensions;
+    for (const auto& e : kind->case_extensions) extensions += (extensions.empty() ? "NAME" : " or NAME") + e;
+    return Error(dir + ": no " + kind->name + " cases (expected " + extensions + " files)");
   }
-  std::sort(names.begin(), names.end());
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
 
   ConformanceReport report;
   report.kind = kind->name;
   report.unit = kind->unit;
   report.partitions = kind->partitions;
-  for (const auto& name : names) {
+  report.rate_phrase = kind->rate_phrase;
+  for (const auto& [name, file] : found) {
     if (!options.filter.empty() && name.find(options.filter) == std::string::npos) continue;
     CaseResult c;
     c.name = name;
     const size_t first = report.checks.size();
-    kind->run(CaseFiles{dir, name}, options, &c, &report.checks);
+    kind->run(CaseFiles{dir, name, file}, options, &c, &report.checks);
     for (size_t i = first; i < report.checks.size(); ++i) {
       ++c.checks;
       c.passed += report.checks[i].passed;

@@ -12,7 +12,7 @@
 #include "core/ir/hlo_text.h"
 #include "core/ir/ir.h"
 #include "core/sharding/sharding.h"
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 
 namespace shardscope::conformance {
 namespace {
@@ -226,6 +226,8 @@ void RunCase(const CaseFiles& files, const ConformanceOptions&, CaseResult* c, s
 
 }  // namespace
 
-CaseKind PropagationCases() { return CaseKind{"propagation", ".hlo", RateUnit::kChecks, /*partitions=*/false, &RunCase}; }
+CaseKind PropagationCases() {
+  return CaseKind{"propagation", {".hlo"}, RateUnit::kChecks, "checks hold", /*partitions=*/false, &RunCase};
+}
 
 }  // namespace shardscope::conformance

@@ -9,10 +9,10 @@
 
 #include "app/conformance/case_kinds.h"
 #include "core/eval/numeric_verify.h"
+#include "app/pipeline/partition.h"
+#include "app/pipeline/propagate.h"
 #include "core/ir/hlo_text.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd/context.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 namespace shardscope::conformance {
 
@@ -235,15 +235,15 @@ void RunCase(const CaseFiles& files, const ConformanceOptions& options, CaseResu
   auto parsed = ParseHloModule(hlo, files.Path(".hlo"), po);
   if (!parsed.ok()) {
     r->errors.push_back("parse: " + parsed.error().message);
+    r->counted = false;
     return;
   }
   r->parsed = true;
   const Module& mod = **parsed;
   r->op_kind = CategoryOf(mod);
   // Ops without a dedicated handler; those used only inside scalar reducers/comparators need none.
-  const auto& registry = spmd::HandlerRegistry();
   for (const auto& i : mod.entry()->instructions()) {
-    if (registry.count(i->opcode())) continue;
+    if (HasSpmdHandler(i->opcode())) continue;
     const std::string& op = i->opcode_text();
     if (std::find(r->unsupported.begin(), r->unsupported.end(), op) == r->unsupported.end()) r->unsupported.push_back(op);
   }
@@ -253,7 +253,7 @@ void RunCase(const CaseFiles& files, const ConformanceOptions& options, CaseResu
     const SpmdExpectations& run = runs[ri];
     auto m = mod.Clone();
     if (run.run_propagation) {
-      auto propagated = PropagateShardings(*m);
+      auto propagated = pipeline::Propagate(*m, pipeline::StandardPropagationOptions(pipeline::EntryIo::kKeep));
       if (!propagated.ok()) {
         r->errors.push_back("propagation: " + propagated.error().message);
         continue;
@@ -269,7 +269,7 @@ void RunCase(const CaseFiles& files, const ConformanceOptions& options, CaseResu
         continue;
       }
     }
-    auto part = PartitionModule(*m, so);
+    auto part = pipeline::Partition(*m, so);
     if (!part.ok()) {
       r->errors.push_back("partition: " + part.error().message);
       all_partitioned = false;
@@ -300,10 +300,11 @@ void RunCase(const CaseFiles& files, const ConformanceOptions& options, CaseResu
     checks->push_back(std::move(c));
   }
   r->partitioned = all_partitioned;
+  r->counted = r->unsupported.empty();
 }
 
 }  // namespace
 
-CaseKind SpmdCases() { return CaseKind{"spmd", ".notes", RateUnit::kCases, /*partitions=*/true, &RunCase}; }
+CaseKind SpmdCases() { return CaseKind{"spmd", {".notes"}, RateUnit::kCases, "cases match", /*partitions=*/true, &RunCase}; }
 
 }  // namespace shardscope::conformance

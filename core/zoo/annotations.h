@@ -1,6 +1,6 @@
 // Annotation sets of the model zoo: GSPMD Table 1's dense-Transformer sharding annotations
 // (2D Attempt 1, Attempt 2, finalized) and the helper that applies a dims mapping to an
-// instruction through MeshSplit on the model's mesh.
+// instruction through MeshSplit on the model's mesh (Table 1's rows or a model's own policy).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/ir/builder.h"
@@ -31,15 +32,39 @@ std::vector<int64_t> Table1DimsMapping(AnnotationSet set, Table1Tensor tensor);
 // The "annotations" setting of a zoo model.
 AnnotationSet ReadAnnotationSet(ZooParams& p);
 
+// The annotation sets of the image models (resnet.h, unet3d.h): none; data (the batch split over
+// mesh axis X); spatial (the batch on X and the first spatial dim on Y: GSPMD §5.6). Only the
+// model's inputs are annotated.
+enum class ImageAnnotations : uint8_t { kNone, kData, kSpatial };
+std::string_view ImageAnnotationsName(ImageAnnotations a);
+// The "annotations" setting of the image models (none | data | spatial).
+ImageAnnotations ReadImageAnnotations(ZooParams& p);
+// The dims mapping of an image input [B, spatial..., C] under `a` (empty for kNone).
+std::vector<int64_t> ImageInputMapping(ImageAnnotations a, int64_t rank);
+
+// The dims mapping of each Table 1 tensor under some annotation policy: Table 1's own rows, or a
+// model's own (the MoE sets annotate the dense layers' tensors their way). Empty: not annotated.
+using Table1Policy = std::function<std::vector<int64_t>(Table1Tensor)>;
+
 namespace zoo {
 
-// Annotation helper: MeshSplit on a 2-D mesh, recording errors in the builder.
+// Annotation helper: MeshSplit on the model's mesh, recording errors in the builder.
 class Annotator {
  public:
-  Annotator(Builder& b, AnnotationSet set, const DeviceMesh& mesh) : b_(b), set_(set), mesh_(mesh) {}
-  // `mapping` over the instruction's dims (already expanded from the Table 1 logical dims).
+  // Table 1's rows for `set` (kNone annotates nothing).
+  Annotator(Builder& b, AnnotationSet set, const DeviceMesh& mesh)
+      : b_(b), mesh_(mesh), enabled_(set != AnnotationSet::kNone) {
+    if (enabled_) policy_ = [set](Table1Tensor t) { return Table1DimsMapping(set, t); };
+  }
+  // A model's own policy (an empty policy annotates nothing).
+  Annotator(Builder& b, Table1Policy policy, const DeviceMesh& mesh)
+      : b_(b), mesh_(mesh), policy_(std::move(policy)), enabled_(static_cast<bool>(policy_)) {}
+  // For models that apply their own mappings (Apply only): enabled or not.
+  Annotator(Builder& b, const DeviceMesh& mesh, bool enabled) : b_(b), mesh_(mesh), enabled_(enabled) {}
+  // `mapping` over the instruction's dims (mesh axis per dim, -1: not split; all -1: replicated).
+  // An empty mapping leaves the instruction to propagation.
   void Apply(Instruction* inst, const std::vector<int64_t>& mapping) {
-    if (!inst || set_ == AnnotationSet::kNone) return;
+    if (!inst || !enabled_ || mapping.empty()) return;
     Result<HloSharding> s = MeshSplit(inst->shape().rank(), mesh_, mapping);
     if (!s.ok()) {
       b_.Fail("annotating " + inst->name() + ": " + s.error().message);
@@ -47,17 +72,21 @@ class Annotator {
     }
     b_.Annotate(inst, *s);
   }
+  // The policy's mapping of Table 1 tensor `t`, expanded to the instruction's dims by `expand`.
   void Table1(Instruction* inst, Table1Tensor t, const std::function<std::vector<int64_t>(const std::vector<int64_t>&)>& expand = nullptr) {
-    if (set_ == AnnotationSet::kNone) return;
-    std::vector<int64_t> m = Table1DimsMapping(set_, t);
+    if (!enabled_ || !policy_) return;
+    std::vector<int64_t> m = policy_(t);
+    if (m.empty()) return;
     Apply(inst, expand ? expand(m) : m);
   }
-  AnnotationSet set() const { return set_; }
+  bool enabled() const { return enabled_; }
+  const DeviceMesh& mesh() const { return mesh_; }
 
  private:
   Builder& b_;
-  AnnotationSet set_;
   const DeviceMesh& mesh_;
+  Table1Policy policy_;
+  bool enabled_ = false;
 };
 
 }  // namespace zoo

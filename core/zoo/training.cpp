@@ -1,5 +1,6 @@
 #include "core/zoo/training.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace shardscope {
@@ -9,6 +10,7 @@ std::string_view OptimizerName(Optimizer o) {
     case Optimizer::kNone: return "none";
     case Optimizer::kSgd: return "sgd";
     case Optimizer::kAdam: return "adam";
+    case Optimizer::kLars: return "lars";
   }
   return "none";
 }
@@ -17,16 +19,39 @@ std::optional<Optimizer> OptimizerFromName(std::string_view s) {
   if (s == "none") return Optimizer::kNone;
   if (s == "sgd") return Optimizer::kSgd;
   if (s == "adam") return Optimizer::kAdam;
+  if (s == "lars") return Optimizer::kLars;
   return std::nullopt;
 }
 
 Optimizer ReadOptimizer(ZooParams& p) {
   auto o = OptimizerFromName(p.Str("optimizer"));
-  if (!o) p.Fail("parameter optimizer must be none, sgd or adam, found '" + p.Str("optimizer") + "'");
+  if (!o) p.Fail("parameter optimizer must be none, sgd, adam or lars, found '" + p.Str("optimizer") + "'");
   return o.value_or(Optimizer::kNone);
 }
 
 namespace zoo {
+
+WeightAdder MakeWeightAdder(Builder& b, std::vector<Weight>& weights, const std::string& prefix, int64_t* next_param) {
+  return [&b, &weights, prefix, next_param](const std::string& name, const std::string& scope, const Shape& shape) -> Weight* {
+    if (weights.size() == weights.capacity()) {
+      b.Fail("internal: the weight list's capacity was not reserved");
+      return nullptr;
+    }
+    Weight w;
+    w.name = prefix + "_" + name;
+    w.scope = scope.empty() ? prefix : prefix + "/" + scope;
+    w.param = b.Parameter((*next_param)++, shape, w.name);
+    weights.push_back(w);
+    return &weights.back();
+  };
+}
+
+void CastWeights(Net& net, std::vector<Weight>& weights) {
+  for (Weight& w : weights) {
+    auto scope = net.b().Scope(w.scope);
+    w.value = net.ToType(w.param, net.act(), "cast_" + w.name.substr(w.name.find('_') + 1));
+  }
+}
 
 Status CheckPositive(const std::vector<std::pair<const char*, int64_t>>& values) {
   for (const auto& [n, v] : values) {
@@ -51,43 +76,80 @@ Status CheckElementCount(const std::vector<Dims>& tensors) {
   return Status::Ok();
 }
 
-// ---- layer norm (no bias): y = (x - mean) * rsqrt(var + eps) * gamma over the last dim ------------
+// ---- normalisation ---------------------------------------------------------------------------------
 
+namespace {
 
-LayerNormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma) {
+Dims Complement(const Dims& dims, int64_t rank) {
+  Dims out;
+  for (int64_t i = 0; i < rank; ++i)
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) out.push_back(i);
+  return out;
+}
+
+double Count(const Instruction* x, const Dims& dims) {
+  double n = 1;
+  for (int64_t d : dims) n *= static_cast<double>(x->shape().dim(d));
+  return n;
+}
+
+}  // namespace
+
+NormSaved NormalizeForward(Net& net, Instruction* x, const Dims& stats, Instruction* gamma, Instruction* beta,
+                           const Dims& param, double eps) {
   Builder& b = net.b();
-  LayerNormSaved s;
+  NormSaved s;
+  s.stats = stats;
+  s.param = param;
   if (!x || !gamma) return s;
-  const int64_t last = x->shape().rank() - 1;
-  const double inv_m = 1.0 / static_cast<double>(x->shape().dims.back());
-  Dims keep;
-  for (int64_t i = 0; i < last; ++i) keep.push_back(i);
-  Instruction* mean = net.Scale(net.Sum(x, {last}), inv_m, "mean");
+  const Dims keep = Complement(stats, x->shape().rank());
+  const double inv_n = 1.0 / Count(x, stats);
+  Instruction* mean = net.Scale(net.Sum(x, stats), inv_n, "mean");
   Instruction* xc = b.Sub(x, net.Bcast(mean, x, keep), "centered");
-  Instruction* var = net.Scale(net.Sum(b.Mul(xc, xc), {last}), inv_m, "variance");
-  Instruction* r = b.Rsqrt(b.Add(var, var ? b.FullLike(var, kLayerNormEps) : nullptr), "rsqrt");
+  Instruction* var = net.Scale(net.Sum(b.Mul(xc, xc), stats), inv_n, "variance");
+  Instruction* r = b.Rsqrt(b.Add(var, var ? b.FullLike(var, eps) : nullptr), "rsqrt");
   s.xhat = b.Mul(xc, net.Bcast(r, x, keep), "normalized");
   s.r = r;
-  s.y = b.Mul(s.xhat, net.Bcast(gamma, x, {last}), "scaled");
+  s.y = b.Mul(s.xhat, net.Bcast(gamma, x, param), "scaled");
+  if (beta) s.y = b.Add(s.y, net.Bcast(beta, x, param), "shifted");
   return s;
 }
 
-// Returns dx; accumulates dgamma into *dgamma.
-Instruction* LayerNormBackward(Net& net, const LayerNormSaved& s, Instruction* gamma, Instruction* dy,
-                               Instruction** dgamma) {
+Instruction* NormalizeBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma,
+                               Instruction** dbeta) {
   Builder& b = net.b();
   if (!dy || !s.xhat || !gamma) return nullptr;
-  const int64_t last = dy->shape().rank() - 1;
-  const double inv_m = 1.0 / static_cast<double>(dy->shape().dims.back());
-  Dims keep;
-  for (int64_t i = 0; i < last; ++i) keep.push_back(i);
-  *dgamma = net.Sum(b.Mul(dy, s.xhat), keep, "dscale");
-  Instruction* dxhat = b.Mul(dy, net.Bcast(gamma, dy, {last}), "dnormalized");
-  Instruction* mean_d = net.Scale(net.Sum(dxhat, {last}), inv_m, "mean_dnormalized");
-  Instruction* mean_dx = net.Scale(net.Sum(b.Mul(dxhat, s.xhat), {last}), inv_m, "mean_dnormalized_x");
+  const int64_t rank = dy->shape().rank();
+  const Dims keep = Complement(s.stats, rank);
+  const Dims outside_param = Complement(s.param, rank);
+  const double inv_n = 1.0 / Count(dy, s.stats);
+  *dgamma = net.Sum(b.Mul(dy, s.xhat), outside_param, "dscale");
+  if (dbeta) *dbeta = net.Sum(dy, outside_param, "doffset");
+  // dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), means over the stats dims.
+  Instruction* dxhat = b.Mul(dy, net.Bcast(gamma, dy, s.param), "dnormalized");
+  Instruction* mean_d = net.Scale(net.Sum(dxhat, s.stats), inv_n, "mean_dnormalized");
+  Instruction* mean_dx = net.Scale(net.Sum(b.Mul(dxhat, s.xhat), s.stats), inv_n, "mean_dnormalized_x");
   Instruction* t = b.Sub(dxhat, net.Bcast(mean_d, dy, keep));
   t = b.Sub(t, b.Mul(s.xhat, net.Bcast(mean_dx, dy, keep)));
   return b.Mul(t, net.Bcast(s.r, dy, keep), "dx");
+}
+
+NormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma) {
+  if (!x) return {};
+  const Dims last{x->shape().rank() - 1};
+  return NormalizeForward(net, x, last, gamma, nullptr, last, kLayerNormEps);
+}
+
+Instruction* LayerNormBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma) {
+  return NormalizeBackward(net, s, gamma, dy, dgamma);
+}
+
+NormSaved BatchNormForward(Net& net, Instruction* x, Instruction* gamma, Instruction* beta) {
+  if (!x) return {};
+  const int64_t f = x->shape().rank() - 1;
+  Dims stats;
+  for (int64_t i = 0; i < f; ++i) stats.push_back(i);
+  return NormalizeForward(net, x, stats, gamma, beta, {f}, kBatchNormEps);
 }
 
 // ---- optimizer -----------------------------------------------------------------------------------------
@@ -105,10 +167,32 @@ UpdateResult ApplyOptimizer(Net& net, Optimizer opt, double lr, std::vector<Weig
       out.params.push_back(b.Sub(w.param, net.Scale(g, lr), short_name + "_new"));
       continue;
     }
+    if (opt == Optimizer::kLars) {
+      Instruction* step = g;
+      if (g && w.param && w.param->shape().rank() > 1) {
+        // trust = eta |w| / (|g| + wd |w|), 1 when either norm is 0; the step is lr trust (g + wd w).
+        const PrimitiveType t = w.param->shape().type;
+        Dims all;
+        for (int64_t i = 0; i < w.param->shape().rank(); ++i) all.push_back(i);
+        Instruction* wn = b.Sqrt(net.Sum(b.Mul(w.param, w.param), all), short_name + "_norm");
+        Instruction* gn = b.Sqrt(net.Sum(b.Mul(g, g), all), short_name + "_grad_norm");
+        Instruction* zero = net.Const(0, t);
+        Instruction* both = b.Binary(Opcode::kAnd, b.Compare(wn, zero, ComparisonDirection::kGt),
+                                     b.Compare(gn, zero, ComparisonDirection::kGt));
+        Instruction* ratio = b.Div(net.Scale(wn, kLarsEta), b.Add(gn, net.Scale(wn, kLarsWeightDecay)));
+        Instruction* trust = b.Select(both, ratio, net.Const(1, t), short_name + "_trust");
+        Instruction* decayed = b.Add(g, net.Scale(w.param, kLarsWeightDecay));
+        step = b.Mul(decayed, b.Broadcast(trust, g->shape().dims, {}));
+      }
+      Instruction* m = b.Add(net.Scale(w.m, kLarsMomentum), net.Scale(step, lr), short_name + "_m_new");
+      out.params.push_back(b.Sub(w.param, m, short_name + "_new"));
+      out.m.push_back(m);
+      continue;
+    }
     // Adam without bias correction: m' = b1 m + (1-b1) g; v' = b2 v + (1-b2) g^2;
     // w' = w - lr m' / (sqrt(v') + eps).
-    Instruction* m = b.Add(net.Scale(w.adam_m, kBeta1), net.Scale(g, 1 - kBeta1), short_name + "_m_new");
-    Instruction* v = b.Add(net.Scale(w.adam_v, kBeta2), net.Scale(g ? b.Mul(g, g) : nullptr, 1 - kBeta2), short_name + "_v_new");
+    Instruction* m = b.Add(net.Scale(w.m, kBeta1), net.Scale(g, 1 - kBeta1), short_name + "_m_new");
+    Instruction* v = b.Add(net.Scale(w.v, kBeta2), net.Scale(g ? b.Mul(g, g) : nullptr, 1 - kBeta2), short_name + "_v_new");
     Instruction* denom = v ? b.Add(b.Sqrt(v), b.FullLike(v, kEps)) : nullptr;
     Instruction* step = net.Scale(b.Div(m, denom), lr);
     out.params.push_back(b.Sub(w.param, step, short_name + "_new"));
@@ -156,10 +240,34 @@ std::pair<Instruction*, Instruction*> MseLoss(Net& net, Instruction* out, Instru
   return {loss, dout};
 }
 
-// Adds Adam state parameters (m for every weight, then v for every weight).
-void AddAdamParameters(Builder& b, std::vector<Weight>& weights, int64_t* next_param) {
-  for (Weight& w : weights) w.adam_m = b.Parameter((*next_param)++, w.param ? w.param->shape() : Shape(), w.name + "_m");
-  for (Weight& w : weights) w.adam_v = b.Parameter((*next_param)++, w.param ? w.param->shape() : Shape(), w.name + "_v");
+void AddOptimizerState(Builder& b, std::vector<Weight>& weights, Optimizer opt, int64_t* next_param) {
+  if (opt != Optimizer::kAdam && opt != Optimizer::kLars) return;
+  for (Weight& w : weights) w.m = b.Parameter((*next_param)++, w.param ? w.param->shape() : Shape(), w.name + "_m");
+  if (opt != Optimizer::kAdam) return;
+  for (Weight& w : weights) w.v = b.Parameter((*next_param)++, w.param ? w.param->shape() : Shape(), w.name + "_v");
+}
+
+std::pair<Instruction*, Instruction*> SoftmaxCrossEntropy(Net& net, Instruction* logits, Instruction* labels) {
+  Builder& b = net.b();
+  auto scope = b.Scope("loss");
+  if (!logits || !labels) return {nullptr, nullptr};
+  const int64_t last = logits->shape().rank() - 1;
+  Dims rows, all;
+  for (int64_t i = 0; i < last; ++i) rows.push_back(i);
+  for (int64_t i = 0; i <= last; ++i) all.push_back(i);
+  const double count = static_cast<double>(logits->shape().ElementCount() / std::max<int64_t>(1, logits->shape().dim(last)));
+  Instruction* mx = net.MaxOver(logits, {last}, "max");
+  Instruction* shifted = b.Sub(logits, net.Bcast(mx, logits, rows), "shifted");
+  Instruction* e = b.Exp(shifted, "exp");
+  Instruction* den = net.Sum(e, {last}, "sum");
+  Instruction* log_probs = b.Sub(shifted, net.Bcast(b.Log(den), logits, rows), "log_probs");
+  Instruction* loss = net.Scale(net.Sum(b.Mul(labels, log_probs), all, "sum_ll"), -1.0 / count, "loss");
+  Instruction* probs = b.Div(e, net.Bcast(den, e, rows), "probs");
+  // d/dlogits = (probs * sum(labels) - labels) / rows: exact for any labels (probs - labels for a
+  // distribution).
+  Instruction* mass = net.Bcast(net.Sum(labels, {last}, "label_mass"), logits, rows);
+  Instruction* dlogits = net.Scale(b.Sub(b.Mul(probs, mass), labels), 1.0 / count, "dlogits");
+  return {loss, dlogits};
 }
 
 void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g) {

@@ -1,11 +1,13 @@
 // Building blocks the zoo's models share: a thin layer over the Builder (Net), trainable weights
-// with their gradients and optimizer state, argument checks, LayerNorm forward/backward, the MSE
-// loss, and the optimizer step (SGD, Adam). Each model family (transformer.cpp, mlp.cpp, ...)
-// builds its forward pass and hand-derived backward pass from these.
+// with their gradients and optimizer state, argument checks, normalisation (LayerNorm, BatchNorm)
+// forward/backward, the losses (MSE, softmax cross-entropy), and the optimizer step (SGD, Adam,
+// LARS). Each model family (transformer.cpp, mlp.cpp, ...) builds its forward pass and
+// hand-derived backward pass from these.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,7 +21,7 @@
 
 namespace shardscope {
 
-enum class Optimizer : uint8_t { kNone, kSgd, kAdam };
+enum class Optimizer : uint8_t { kNone, kSgd, kAdam, kLars };
 std::string_view OptimizerName(Optimizer o);
 std::optional<Optimizer> OptimizerFromName(std::string_view s);
 // The "optimizer" setting of a zoo model.
@@ -50,6 +52,11 @@ class Net {
     if (!x) return nullptr;
     const PrimitiveType t = x->shape().type;
     return b_.Reduce(x, Const(-INFINITY, t), dims, ScalarMax(m_, t), name);
+  }
+  Instruction* MinOver(Instruction* x, const Dims& dims, const std::string& name = "") {
+    if (!x) return nullptr;
+    const PrimitiveType t = x->shape().type;
+    return b_.Reduce(x, Const(INFINITY, t), dims, ScalarMin(m_, t), name);
   }
   // Broadcasts `x` into `like`'s dims, x's dims landing on `dims`.
   Instruction* Bcast(Instruction* x, Instruction* like, const Dims& dims) {
@@ -94,29 +101,51 @@ struct Weight {
   Instruction* param = nullptr;  // param type
   Instruction* value = nullptr;  // act type
   Instruction* grad = nullptr;   // act type, accumulated by backward
-  Instruction* adam_m = nullptr;
-  Instruction* adam_v = nullptr;
+  // Optimizer state: Adam's first and second moments (m, v); LARS's momentum (m).
+  Instruction* m = nullptr;
+  Instruction* v = nullptr;
 };
+
+// Adds a weight "<prefix>_<name>" as the next entry parameter, scoped "<prefix>/<scope>" (or
+// "<prefix>" for an empty scope), to a
+// list whose capacity was reserved (the returned pointers stay valid).
+using WeightAdder = std::function<Weight*(const std::string& name, const std::string& scope, const Shape& shape)>;
+WeightAdder MakeWeightAdder(Builder& b, std::vector<Weight>& weights, const std::string& prefix, int64_t* next_param);
+// Every weight's value in the activation type ("cast_<name>" where the types differ).
+void CastWeights(Net& net, std::vector<Weight>& weights);
 
 Status CheckPositive(const std::vector<std::pair<const char*, int64_t>>& values);
 // Fails when a tensor of these dims would have more than 2^50 elements (shapes stay in int64 with
 // room for byte sizes).
 Status CheckElementCount(const std::vector<Dims>& tensors);
 
-// ---- layer norm (no bias): y = (x - mean) * rsqrt(var + eps) * gamma over the last dim ------------
+// ---- normalisation: y = (x - mean) * rsqrt(var + eps) * gamma (+ beta) --------------------------------
+// Mean and variance are taken over the `stats` dims; gamma (and beta) lie along the `param` dims.
+// LayerNorm: stats = param = {last}. BatchNorm: stats = every dim but the feature dim, param = {feature}.
 
-struct LayerNormSaved {
+struct NormSaved {
   Instruction* xhat = nullptr;  // normalised input
-  Instruction* r = nullptr;     // rsqrt(var + eps), [B,S]
+  Instruction* r = nullptr;     // rsqrt(var + eps), over the dims outside `stats`
   Instruction* y = nullptr;
+  Dims stats, param;
 };
+using LayerNormSaved = NormSaved;
 
 constexpr double kLayerNormEps = 1e-6;
+constexpr double kBatchNormEps = 1e-3;
 
-LayerNormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma);
-// Returns dx; accumulates dgamma into *dgamma.
-Instruction* LayerNormBackward(Net& net, const LayerNormSaved& s, Instruction* gamma, Instruction* dy,
-                               Instruction** dgamma);
+NormSaved NormalizeForward(Net& net, Instruction* x, const Dims& stats, Instruction* gamma, Instruction* beta,
+                           const Dims& param, double eps);
+// Returns dx; sets *dgamma (and *dbeta when beta was used) to this use's contribution.
+Instruction* NormalizeBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma,
+                               Instruction** dbeta = nullptr);
+
+// LayerNorm without bias over the last dim.
+NormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma);
+Instruction* LayerNormBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma);
+
+// BatchNorm over every dim but the last (features), training mode (batch statistics).
+NormSaved BatchNormForward(Net& net, Instruction* x, Instruction* gamma, Instruction* beta);
 
 // ---- optimizer -----------------------------------------------------------------------------------------
 
@@ -124,16 +153,50 @@ struct UpdateResult {
   std::vector<Instruction*> params, m, v;
 };
 
+// SGD: w' = w - lr g. Adam (no bias correction): m' = 0.9 m + 0.1 g, v' = 0.999 v + 0.001 g^2,
+// w' = w - lr m' / (sqrt(v') + 1e-8). LARS (You, Gitman and Ginsburg 2017; the optimizer of the
+// weight-update-sharding paper's ResNet-50), for weights of rank > 1:
+//   trust = eta |w| / (|g| + wd |w|)   (1 when |w| or |g| is 0)
+//   m' = mu m + lr trust (g + wd w),  w' = w - m'
+// and plain momentum (m' = mu m + lr g) for vectors (BatchNorm scales and offsets, biases), with
+// the commonly used eta, wd and mu below.
+constexpr double kLarsEta = 0.001, kLarsWeightDecay = 1e-4, kLarsMomentum = 0.9;
 UpdateResult ApplyOptimizer(Net& net, Optimizer opt, double lr, std::vector<Weight>& weights);
 // Converts each accumulated gradient to the parameter type (backward scope).
 void FinishGradients(Net& net, std::vector<Weight>& weights, PrimitiveType param_type);
 Instruction* MakeRoot(Net& net, Instruction* loss, std::vector<Weight>& weights, Optimizer opt, double lr);
 // Loss 0.5 * mean((out - target)^2) and its gradient with respect to `out`.
 std::pair<Instruction*, Instruction*> MseLoss(Net& net, Instruction* out, Instruction* target);
-// Adds Adam state parameters (m for every weight, then v for every weight).
-void AddAdamParameters(Builder& b, std::vector<Weight>& weights, int64_t* next_param);
+// Softmax cross-entropy over the last dim (classes) against `labels` (a distribution per row, e.g.
+// one-hot), averaged over the rows: -mean(sum(labels * log_softmax(logits))). Returns the loss and
+// its gradient with respect to the logits ((softmax - labels) / rows for a distribution).
+std::pair<Instruction*, Instruction*> SoftmaxCrossEntropy(Net& net, Instruction* logits, Instruction* labels);
+// Adds the optimizer's state parameters: Adam m for every weight, then v for every weight; LARS
+// the momentum for every weight (named "<weight>_m"); nothing for SGD.
+void AddOptimizerState(Builder& b, std::vector<Weight>& weights, Optimizer opt, int64_t* next_param);
 void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g);
 
+
+// The settings of a training step every family has: "backward", "optimizer", "learning_rate",
+// "dtype", "act_dtype", "mesh_x", "mesh_y".
+template <typename Config>
+void ReadTrainingParameters(ZooParams& p, Config& c) {
+  c.backward = p.Bool("backward");
+  c.optimizer = ReadOptimizer(p);
+  c.learning_rate = p.Real("learning_rate");
+  c.param_type = p.FloatType("dtype", PrimitiveType::kF32);
+  c.act_type = p.FloatType("act_dtype", c.param_type);
+  c.mesh_x = p.Int("mesh_x");
+  c.mesh_y = p.Int("mesh_y");
+}
+// Their consistency: an optimizer step needs backward; both element types floating point.
+template <typename Config>
+Status CheckTrainingParameters(const Config& c) {
+  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
+  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
+    return Error("parameter and activation types must be floating point");
+  return Status::Ok();
+}
 
 // The settings the Transformer and the MLP share (both configs name them alike).
 template <typename Config>
@@ -142,14 +205,8 @@ void ReadCommonParameters(ZooParams& p, Config& c) {
   c.model = p.Int("model");
   c.hidden = p.Int("hidden");
   c.layers = p.Int("layers");
-  c.backward = p.Bool("backward");
-  c.optimizer = ReadOptimizer(p);
-  c.learning_rate = p.Real("learning_rate");
-  c.param_type = p.FloatType("dtype", PrimitiveType::kF32);
-  c.act_type = p.FloatType("act_dtype", c.param_type);
+  ReadTrainingParameters(p, c);
   c.annotations = ReadAnnotationSet(p);
-  c.mesh_x = p.Int("mesh_x");
-  c.mesh_y = p.Int("mesh_y");
 }
 
 }  // namespace zoo
