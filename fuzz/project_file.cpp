@@ -20,23 +20,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   Reach("read");
-  const std::string written = WriteProjectFile(*project);
+  const ProjectContents& first = project->contents;
+  const std::string written = WriteProjectFile(project->module.get(), first);
   auto again = ReadProjectFile(written, "written.shardscope");
   if (!again.ok()) Finding("the written project does not read: " + again.error().message, written);
   std::string why;
   if (!ModulesEqual(*project->module, *again->module, &why)) Finding("the module differs after writing: " + why, written);
-  if (!(again->mesh == project->mesh)) Finding("the mesh differs after writing", written);
-  if (again->annotations.size() != project->annotations.size()) Finding("the annotations differ after writing", written);
-  for (size_t i = 0; i < project->annotations.size(); ++i) {
-    if (again->annotations[i].instruction != project->annotations[i].instruction ||
-        !(again->annotations[i].sharding == project->annotations[i].sharding)) {
+  const ProjectContents& second = again->contents;
+  if (!(second.mesh == first.mesh)) Finding("the mesh differs after writing", written);
+  if (second.annotations.size() != first.annotations.size()) Finding("the annotations differ after writing", written);
+  for (size_t i = 0; i < first.annotations.size(); ++i) {
+    if (second.annotations[i].instruction != first.annotations[i].instruction ||
+        !(second.annotations[i].sharding == first.annotations[i].sharding)) {
       Finding("annotation " + std::to_string(i) + " differs after writing", written);
     }
   }
-  if (again->source_kind != project->source_kind || again->source != project->source || again->selected != project->selected) {
+  if (second.source_kind != first.source_kind || second.source != first.source || second.selected != first.selected) {
     Finding("source or selection differs after writing", written);
   }
-  if (WriteProjectFile(*again) != written) Finding("writing is not a fixed point", written);
+  if (WriteProjectFile(again->module.get(), second) != written) Finding("writing is not a fixed point", written);
   Reach("written and read back equal");
   return 0;
 }

@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
     CollectShardings(*m.module, shardings);
     shardings.Add("mesh", m.mesh.ToString());
     // The project a person would save: the annotations as such, the module text without them.
-    Project p;
+    ProjectContents p;
     p.mesh = m.mesh;
     p.source_kind = "zoo";
     p.source = m.name;
@@ -262,8 +262,7 @@ int main(int argc, char** argv) {
         i->clear_sharding();
       }
     }
-    p.module = std::move(m.module);
-    projects.Add(m.name, WriteProjectFile(p));
+    projects.Add(m.name, WriteProjectFile(m.module.get(), p));
   }
   for (const auto& [name, text] : TestModules(source / "tests")) {
     hlo.Add(name, text);

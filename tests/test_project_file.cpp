@@ -52,16 +52,17 @@ class TestProjectFile : public QObject {
     QVERIFY(mesh.ok());
     Project p;
     p.module = std::move(*module);
-    p.mesh = DeviceMesh(mesh->axes(), {3, 1, 2, 0});
+    ProjectContents& c = p.contents;
+    c.mesh = DeviceMesh(mesh->axes(), {3, 1, 2, 0});
     const Instruction* first = p.module->entry()->parameters()[0];
     QVERIFY(first && first->shape().rank() == 2);
     auto s = HloSharding::Parse("{devices=[2,2]3,1,2,0}");
     QVERIFY(s.ok());
-    p.annotations.push_back({first->name(), *s});
-    p.source_kind = "zoo";
-    p.source = "mlp";
-    p.selected = first->name();
-    const std::string text = WriteProjectFile(p);
+    c.annotations.push_back({first->name(), *s});
+    c.source_kind = "zoo";
+    c.source = "mlp";
+    c.selected = first->name();
+    const std::string text = WriteProjectFile(p.module.get(), c);
     QVERIFY(text.find("\"named\": ") != std::string::npos);  // the notation for people is written
 
     auto back = ReadProjectFile(text, "p.shardscope");
@@ -72,13 +73,14 @@ class TestProjectFile : public QObject {
     QCOMPARE(*back->module->FindInstruction(first->name())->sharding(), *s);
     back->module->FindInstruction(first->name())->clear_sharding();
     QVERIFY2(ModulesEqual(*p.module, *back->module, &why), why.c_str());
-    QVERIFY(back->mesh == p.mesh);
-    QCOMPARE(back->mesh.device_order(), (std::vector<int64_t>{3, 1, 2, 0}));
-    QCOMPARE(back->annotations.size(), size_t{1});
-    QCOMPARE(back->annotations[0].instruction, first->name());
-    QCOMPARE(back->source_kind, std::string("zoo"));
-    QCOMPARE(back->source, std::string("mlp"));
-    QCOMPARE(back->selected, first->name());
+    const ProjectContents& b = back->contents;
+    QVERIFY(b.mesh == c.mesh);
+    QCOMPARE(b.mesh.device_order(), (std::vector<int64_t>{3, 1, 2, 0}));
+    QCOMPARE(b.annotations.size(), size_t{1});
+    QCOMPARE(b.annotations[0].instruction, first->name());
+    QCOMPARE(b.source_kind, std::string("zoo"));
+    QCOMPARE(b.source, std::string("mlp"));
+    QCOMPARE(b.selected, first->name());
   }
 
   void readsFilesWithSortedKeys() {
@@ -88,14 +90,14 @@ class TestProjectFile : public QObject {
                                          "        }\n    ]"),
                              "old.shardscope");
     QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
-    QCOMPARE(p->mesh.num_axes(), int64_t{2});
-    QCOMPARE(p->mesh.axes()[1].name, std::string("Y"));
-    QCOMPARE(p->mesh.device_order(), (std::vector<int64_t>{0, 2, 1, 3}));
+    QCOMPARE(p->contents.mesh.num_axes(), int64_t{2});
+    QCOMPARE(p->contents.mesh.axes()[1].name, std::string("Y"));
+    QCOMPARE(p->contents.mesh.device_order(), (std::vector<int64_t>{0, 2, 1, 3}));
     QCOMPARE(p->module->FindInstruction("w")->sharding()->ToString(),
              std::string("{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}"));
     QVERIFY(!p->module->FindInstruction("p")->has_sharding());
-    QCOMPARE(p->selected, std::string("d"));
-    QCOMPARE(p->source, std::string("/tmp/m.hlo"));
+    QCOMPARE(p->contents.selected, std::string("d"));
+    QCOMPARE(p->contents.source, std::string("/tmp/m.hlo"));
   }
 
   void errorsPointIntoTheFile_data() {

@@ -41,6 +41,7 @@ class ProjectReader {
     }
 
     Project p;
+    ProjectContents& c = p.contents;
     auto module_text = String(root, "module", /*required=*/true);
     if (!module_text.ok()) return module_text.error();
     auto module = ParseHloModule(*module_text, where_ + "#module");
@@ -51,11 +52,11 @@ class ProjectReader {
     if (!mesh_text.ok()) return mesh_text.error();
     auto mesh = DeviceMesh::Parse(*mesh_text);
     if (!mesh.ok()) return At(root.Find("mesh")->position(), "bad mesh \"" + *mesh_text + "\": " + mesh.error().message);
-    p.mesh = *mesh;
+    c.mesh = *mesh;
     if (const json::Value* order = root.Find("mesh_devices"); order && !(order->is_array() && order->items().empty())) {
-      auto devices = DeviceOrder(*order, p.mesh.num_devices());
+      auto devices = DeviceOrder(*order, c.mesh.num_devices());
       if (!devices.ok()) return devices.error();
-      p.mesh = DeviceMesh(p.mesh.axes(), *devices);
+      c.mesh = DeviceMesh(c.mesh.axes(), *devices);
     }
 
     if (const json::Value* annotations = root.Find("annotations")) {
@@ -72,12 +73,12 @@ class ProjectReader {
       if (!kind.ok()) return kind.error();
       auto from = String(*source, "source", false);
       if (!from.ok()) return from.error();
-      p.source_kind = *kind;
-      p.source = *from;
+      c.source_kind = *kind;
+      c.source = *from;
     }
     auto selected = String(root, "selected", false);
     if (!selected.ok()) return selected.error();
-    p.selected = *selected;
+    c.selected = *selected;
     return p;
   }
 
@@ -131,15 +132,16 @@ class ProjectReader {
     if (!inst) return At(a.Find("instruction")->position(), "annotation for unknown instruction \"" + *name + "\"");
     auto sharding = HloSharding::Parse(*text);
     if (!sharding.ok()) return At(a.Find("sharding")->position(), "bad sharding for \"" + *name + "\": " + sharding.error().message);
-    if (!sharding->IsTileMaximal() && !sharding->IsTuple() && sharding->NumDevices() > p.mesh.num_devices()) {
+    const DeviceMesh& mesh = p.contents.mesh;
+    if (!sharding->IsTileMaximal() && !sharding->IsTuple() && sharding->NumDevices() > mesh.num_devices()) {
       return At(a.Find("sharding")->position(), "the sharding of \"" + *name + "\" spans " +
                                                     std::to_string(sharding->NumDevices()) + " devices but the mesh has " +
-                                                    std::to_string(p.mesh.num_devices()));
+                                                    std::to_string(mesh.num_devices()));
     }
-    Status fits = VerifySharding(*sharding, inst->shape(), p.mesh.num_devices(), "\"" + *name + "\"");
+    Status fits = VerifySharding(*sharding, inst->shape(), mesh.num_devices(), "\"" + *name + "\"");
     if (!fits.ok()) return At(a.Find("sharding")->position(), "annotation does not fit: " + fits.error().message);
     inst->set_sharding(*sharding);
-    p.annotations.push_back({*name, *sharding});
+    p.contents.annotations.push_back({*name, *sharding});
     return Status::Ok();
   }
 
@@ -157,37 +159,37 @@ Result<Project> ReadProjectFile(std::string_view json_text, std::string_view whe
   return ProjectReader(where).Read(json_text);
 }
 
-std::string WriteProjectFile(const Project& project) {
+std::string WriteProjectFile(const Module* module, const ProjectContents& contents) {
   std::vector<json::Member> root;
   auto add = [](std::vector<json::Member>& object, std::string key, json::Value value) {
     object.push_back(json::Member{std::move(key), {}, std::move(value)});
   };
   add(root, "format", json::Value::String(std::string(kProjectFormat)));
   add(root, "version", json::Value::Integer(kProjectVersion));
-  if (project.module) {
+  if (module) {
     std::vector<json::Member> source;
-    add(source, "kind", json::Value::String(project.source_kind));
-    add(source, "source", json::Value::String(project.source));
+    add(source, "kind", json::Value::String(contents.source_kind));
+    add(source, "source", json::Value::String(contents.source));
     add(root, "source", json::Value::Object(std::move(source)));
-    add(root, "mesh", json::Value::String(project.mesh.ToString()));
+    add(root, "mesh", json::Value::String(contents.mesh.ToString()));
     std::vector<json::Value> order;
-    for (int64_t d : project.mesh.device_order()) order.push_back(json::Value::Integer(d));
+    for (int64_t d : contents.mesh.device_order()) order.push_back(json::Value::Integer(d));
     add(root, "mesh_devices", json::Value::Array(std::move(order)));
-    add(root, "module", json::Value::String(PrintHloModule(*project.module)));
+    add(root, "module", json::Value::String(PrintHloModule(*module)));
     std::vector<json::Value> annotations;
-    for (const ProjectAnnotation& a : project.annotations) {
+    for (const ProjectAnnotation& a : contents.annotations) {
       std::vector<json::Member> entry;
       add(entry, "instruction", json::Value::String(a.instruction));
       add(entry, "sharding", json::Value::String(a.sharding.ToString()));
-      const Instruction* inst = project.module->FindInstruction(a.instruction);
+      const Instruction* inst = module->FindInstruction(a.instruction);
       if (inst && inst->shape().IsArray()) {
-        auto named = ToNamedAxes(a.sharding, inst->shape().rank(), project.mesh, inst->name());
+        auto named = ToNamedAxes(a.sharding, inst->shape().rank(), contents.mesh, inst->name());
         if (named.ok()) add(entry, "named", json::Value::String(*named));
       }
       annotations.push_back(json::Value::Object(std::move(entry)));
     }
     add(root, "annotations", json::Value::Array(std::move(annotations)));
-    if (!project.selected.empty()) add(root, "selected", json::Value::String(project.selected));
+    if (!contents.selected.empty()) add(root, "selected", json::Value::String(contents.selected));
   }
   return json::Serialize(json::Value::Object(std::move(root)), 4) + "\n";
 }

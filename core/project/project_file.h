@@ -34,12 +34,17 @@ struct ProjectAnnotation {
   HloSharding sharding;
 };
 
-struct Project {
-  std::unique_ptr<Module> module;  // read: the annotations are set on its instructions
+// Everything a project file holds besides the module.
+struct ProjectContents {
   DeviceMesh mesh;
   std::vector<ProjectAnnotation> annotations;  // in file order
   std::string source_kind, source;             // where the module came from ("zoo", "hlo", ...)
   std::string selected;                        // the selected instruction (qualified name), or empty
+};
+
+struct Project {
+  std::unique_ptr<Module> module;  // read: the annotations are set on its instructions
+  ProjectContents contents;
 };
 
 // Reads a project. `where` prefixes messages (usually the path). The module text must parse and
@@ -47,9 +52,10 @@ struct Project {
 // annotation must name an instruction and fit its shape and the mesh.
 Result<Project> ReadProjectFile(std::string_view json_text, std::string_view where);
 
-// The JSON of a project (indented). `module` is written without shardings of its own; the
-// annotations carry them.
-std::string WriteProjectFile(const Project& project);
+// The JSON of a project (indented). The module is written as it is (a session keeps the
+// annotations apart from it, so usually without shardings); null writes only the format and
+// version.
+std::string WriteProjectFile(const Module* module, const ProjectContents& contents);
 
 // The name a project file uses for an instruction: "name" in the entry, "computation/name" elsewhere.
 std::string QualifiedInstructionName(const Module& module, const Instruction& inst);

@@ -30,6 +30,7 @@
 #include "core/ir/shape_inference.h"
 #include "partitioner/spmd/context.h"
 #include "partitioner/spmd/handler_table.h"
+#include "partitioner/spmd/handlers/windowed.h"
 
 namespace shardscope::spmd {
 namespace {
@@ -639,16 +640,18 @@ struct WindowedOp {
   // Emits the local op on x; local[d] is the local window of each dim whose windows were cut.
   std::function<Instruction*(Instruction* x, const std::vector<std::optional<WindowDimension>>& local,
                              const Shape& local_shape)> emit;
+  // When the shardings cannot be partitioned this way (nullptr: the replicated fallback of op).
+  std::function<Status()> fallback;
 };
 
 Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const WindowedOp& w) {
   const int64_t rank = op.shape().rank();
-  if (op.shape().ElementCount() == 0 || w.operand->shape().ElementCount() == 0) return PartitionWithFallback(ctx, op);
+  if (op.shape().ElementCount() == 0 || w.operand->shape().ElementCount() == 0) return w.fallback ? w.fallback() : PartitionWithFallback(ctx, op);
   const PartitionedHlo& in = ctx.Get(w.operand);
   const HloSharding target = SpmdContext::ShardingOf(op);
   auto m = ctx.maps().Get(target, rank);
   auto im = ctx.maps().Get(in.sharding, rank);
-  if (!m.ok() || !im.ok()) return PartitionWithFallback(ctx, op);
+  if (!m.ok() || !im.ok()) return w.fallback ? w.fallback() : PartitionWithFallback(ctx, op);
   // Per windowed dim the output keeps sharded: halo exchange of the sharded input, or windows cut
   // from the whole input (when it is whole already, or the halo would cost more than a gather);
   // without a pad value to mask with (or a tiling no slice reconciles) the dim is computed whole
@@ -683,7 +686,7 @@ Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const Windowed
   const TileMap in_work = out_work.Gathered(cut_from_whole);
   auto in_sharding = in_work.ToSharding();
   auto out_sharding = out_work.ToSharding();
-  if (!in_sharding.ok() || !out_sharding.ok()) return PartitionWithFallback(ctx, op);
+  if (!in_sharding.ok() || !out_sharding.ok()) return w.fallback ? w.fallback() : PartitionWithFallback(ctx, op);
   auto x = ctx.resharder().Reshard(in, *in_sharding);
   if (!x.ok()) return Error(op.name() + ": " + x.error().message);
   Instruction* cur = *x;
@@ -740,35 +743,8 @@ Status HandlePad(SpmdContext& ctx, const Instruction& pad) {
   const int64_t rank = pad.shape().rank();
   if (pad.operand_count() != 2 || !pad.shape().IsArray() || static_cast<int64_t>(pad.padding.size()) != rank)
     return PartitionWithFallback(ctx, pad);
-  auto value = ctx.resharder().Reshard(ctx.Get(pad.operand(1)), HloSharding::Replicate());
-  if (!value.ok()) return Error(pad.name() + ": " + value.error().message);
-  WindowedOp w;
-  w.operand = pad.operand(0);
-  w.window.resize(static_cast<size_t>(rank));
-  for (int64_t d = 0; d < rank; ++d) {
-    const PaddingDim& p = pad.padding[static_cast<size_t>(d)];
-    WindowDimension& wd = w.window[static_cast<size_t>(d)];
-    wd.padding_low = p.low;
-    wd.padding_high = p.high;
-    wd.base_dilation = p.interior + 1;
-  }
-  // Windows reaching outside the operand read the pad value.
-  const Instruction* pv = pad.operand(1);
-  if (pv->opcode() == Opcode::kConstant && pv->literal.values.size() == 1) w.pad_value = pv->literal.values[0];
-  else w.pad_scalar = *value;
-  w.what = "pad";
-  w.emit = [&](Instruction* x, const std::vector<std::optional<WindowDimension>>& local, const Shape& shape) {
-    std::vector<PaddingDim> padding = pad.padding;
-    for (size_t d = 0; d < local.size(); ++d)
-      if (local[d]) padding[d] = {local[d]->padding_low, local[d]->padding_high, local[d]->base_dilation - 1};
-    if (std::all_of(padding.begin(), padding.end(), [](const PaddingDim& p) { return p == PaddingDim{}; }) &&
-        x->shape().dims == shape.dims)
-      return x;  // the exchanged windows are the result already
-    Instruction* r = ctx.builder().Emit(Opcode::kPad, shape, {x, *value});
-    r->padding = std::move(padding);
-    return r;
-  };
-  return PartitionWindowed(ctx, pad, w);
+  return PartitionPadded(ctx, pad, *pad.operand(0), pad.padding, *pad.operand(1), "pad",
+                         [&]() { return PartitionWithFallback(ctx, pad); });
 }
 
 Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
@@ -810,6 +786,45 @@ Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
 }
 
 }  // namespace
+
+Status PartitionPadded(SpmdContext& ctx, const Instruction& op, const Instruction& operand,
+                       const std::vector<PaddingDim>& padding, const Instruction& pad_value, const std::string& what,
+                       const std::function<Status()>& fallback) {
+  const int64_t rank = op.shape().rank();
+  if (!op.shape().IsArray() || static_cast<int64_t>(padding.size()) != rank || operand.shape().rank() != rank)
+    return fallback();
+  auto value = ctx.resharder().Reshard(ctx.Get(&pad_value), HloSharding::Replicate());
+  if (!value.ok()) return Error(op.name() + ": " + value.error().message);
+  WindowedOp w;
+  w.operand = &operand;
+  w.window.resize(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
+    const PaddingDim& p = padding[static_cast<size_t>(d)];
+    WindowDimension& wd = w.window[static_cast<size_t>(d)];
+    wd.padding_low = p.low;
+    wd.padding_high = p.high;
+    wd.base_dilation = p.interior + 1;
+  }
+  // Windows reaching outside the operand read the pad value.
+  if (pad_value.opcode() == Opcode::kConstant && pad_value.literal.values.size() == 1)
+    w.pad_value = pad_value.literal.values[0];
+  else
+    w.pad_scalar = *value;
+  w.what = what;
+  w.emit = [&](Instruction* x, const std::vector<std::optional<WindowDimension>>& local, const Shape& shape) {
+    std::vector<PaddingDim> local_padding = padding;
+    for (size_t d = 0; d < local.size(); ++d)
+      if (local[d]) local_padding[d] = {local[d]->padding_low, local[d]->padding_high, local[d]->base_dilation - 1};
+    if (std::all_of(local_padding.begin(), local_padding.end(), [](const PaddingDim& p) { return p == PaddingDim{}; }) &&
+        x->shape().dims == shape.dims)
+      return x;  // the exchanged windows are the result already
+    Instruction* r = ctx.builder().Emit(Opcode::kPad, shape, {x, *value});
+    r->padding = std::move(local_padding);
+    return r;
+  };
+  w.fallback = fallback;
+  return PartitionWindowed(ctx, op, w);
+}
 
 void RegisterWindowedHandlers(HandlerTable& table) {
   table.Add({Opcode::kConvolution}, HandleConvolution);
