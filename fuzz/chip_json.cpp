@@ -16,9 +16,7 @@ using shardscope::fuzz::Reach;
 namespace {
 
 void CheckError(const Error& e, size_t size, const char* what) {
-  if (e.offset < -1 || e.offset > static_cast<int64_t>(size)) {
-    Finding(std::string(what) + " error offset outside the text", e.message + " (offset " + std::to_string(e.offset) + ")");
-  }
+  fuzz::CheckErrorOffset(e, size, what);
   const size_t colon = e.message.find(':');
   if (colon == 0 || colon == std::string::npos || e.message.find_first_not_of("0123456789") != colon) {
     Finding(std::string(what) + " error without LINE:COLUMN", e.message);
@@ -27,12 +25,10 @@ void CheckError(const Error& e, size_t size, const char* what) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Reach("inputs");
-  const std::string_view text(reinterpret_cast<const char*>(data), size);
+void fuzz::TestOneInput(std::string_view text) {
   auto value = json::Parse(text);
   if (!value.ok()) {
-    CheckError(value.error(), size, "JSON");
+    CheckError(value.error(), text.size(), "JSON");
     Reach("JSON rejected");
   } else {
     Reach("JSON read");
@@ -46,10 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto chip = ParseChipSpecJson(text);
   if (!chip.ok()) {
-    CheckError(chip.error(), size, "chip");
-    return 0;
+    CheckError(chip.error(), text.size(), "chip");
+    return;
   }
   Reach("chip read");
   if (Status valid = ValidateChipSpec(*chip); !valid.ok()) Finding("a chip that reads is invalid: " + valid.error().message);
-  return 0;
 }

@@ -34,6 +34,13 @@ void Finding(std::string_view what, std::string_view detail) {
   std::abort();
 }
 
+void CheckErrorOffset(const Error& error, size_t size, std::string_view what) {
+  if (error.offset < -1 || error.offset > static_cast<int64_t>(size)) {
+    Finding(std::string(what) + " error with an offset outside the text",
+            error.message + " (offset " + std::to_string(error.offset) + ")");
+  }
+}
+
 void Reach(const char* stage) {
   for (auto& [name, count] : Get().stages) {
     if (name == stage || std::strcmp(name, stage) == 0) {
@@ -60,3 +67,9 @@ std::string ReachReport() {
 }
 
 }  // namespace shardscope::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  shardscope::fuzz::Reach("inputs");
+  shardscope::fuzz::TestOneInput(std::string_view(reinterpret_cast<const char*>(data), size));
+  return 0;
+}

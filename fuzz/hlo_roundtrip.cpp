@@ -12,20 +12,16 @@ using namespace shardscope;
 using shardscope::fuzz::Finding;
 using shardscope::fuzz::Reach;
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Reach("inputs");
-  const std::string_view text(reinterpret_cast<const char*>(data), size);
+void fuzz::TestOneInput(std::string_view text) {
   ParseOptions no_verify;
   no_verify.verify = false;
   auto parsed = ParseHloModule(text, "in.hlo", no_verify);
   if (!parsed.ok()) {
     const Error& e = parsed.error();
     if (e.message.rfind("in.hlo:", 0) != 0) Finding("a parse error without FILE:LINE:COLUMN", e.message);
-    if (e.offset < -1 || e.offset > static_cast<int64_t>(size)) {
-      Finding("a parse error whose offset lies outside the text", e.message + " (offset " + std::to_string(e.offset) + ")");
-    }
+    fuzz::CheckErrorOffset(e, text.size(), "parse");
     Reach("rejected by the parser");
-    return 0;
+    return;
   }
   Reach("parsed");
   const std::string printed = PrintHloModule(**parsed);
@@ -43,5 +39,4 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 (second.ok() ? std::string("printed ok") : second.error().message) + "\n" + printed);
   }
   if (first.ok()) Reach("verified");
-  return 0;
 }

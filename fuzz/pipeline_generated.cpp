@@ -12,9 +12,8 @@
 
 using namespace shardscope;
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  fuzz::Reach("inputs");
-  fuzz::ByteReader in(data, size);
+void fuzz::TestOneInput(std::string_view bytes) {
+  fuzz::ByteReader in(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   auto generated = fuzz::GenerateModule(in);
   if (!generated.ok()) fuzz::Finding("the generator built an invalid module", generated.error().message);
   fuzz::Reach("generated");
@@ -25,5 +24,4 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (print) std::fprintf(stderr, "mesh %s\n%s\n", generated->mesh.ToString().c_str(), PrintHloModule(*generated->module).c_str());
   const int64_t devices = generated->mesh.num_devices();
   fuzz::CheckPipeline(std::move(generated->module), devices);
-  return 0;
 }

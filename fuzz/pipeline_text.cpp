@@ -9,15 +9,13 @@
 
 using namespace shardscope;
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  fuzz::Reach("inputs");
-  auto model = pipeline::ParseModel(std::string(reinterpret_cast<const char*>(data), size), "in.hlo");
+void fuzz::TestOneInput(std::string_view text) {
+  auto model = pipeline::ParseModel(std::string(text), "in.hlo");
   if (!model.ok()) {
     fuzz::Reach("rejected by parser or verifier");
-    return 0;
+    return;
   }
   fuzz::Reach("parsed and verified");
   const int64_t devices = model->mesh.num_devices();
   fuzz::CheckPipeline(std::move(model->module), devices);
-  return 0;
 }

@@ -11,13 +11,12 @@ using namespace shardscope;
 using shardscope::fuzz::Finding;
 using shardscope::fuzz::Reach;
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Reach("inputs");
-  auto project = ReadProjectFile(std::string_view(reinterpret_cast<const char*>(data), size), "in.shardscope");
+void fuzz::TestOneInput(std::string_view text) {
+  auto project = ReadProjectFile(text, "in.shardscope");
   if (!project.ok()) {
     if (project.error().message.rfind("in.shardscope", 0) != 0) Finding("an error that does not name the file", project.error().message);
     Reach("rejected");
-    return 0;
+    return;
   }
   Reach("read");
   const ProjectContents& first = project->contents;
@@ -40,5 +39,4 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (WriteProjectFile(again->module.get(), second) != written) Finding("writing is not a fixed point", written);
   Reach("written and read back equal");
-  return 0;
 }

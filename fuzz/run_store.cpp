@@ -56,13 +56,12 @@ void Query(RunStore& store) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Reach("inputs");
+void fuzz::TestOneInput(std::string_view bytes) {
   const std::string path = StorePath();
   RemoveStore(path);
   {
     std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
   {
     auto store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
@@ -74,5 +73,4 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   RemoveStore(path);
-  return 0;
 }

@@ -12,19 +12,7 @@ using namespace shardscope;
 using shardscope::fuzz::Finding;
 using shardscope::fuzz::Reach;
 
-namespace {
-
-void CheckOffset(const Error& e, size_t size, const char* what) {
-  if (e.offset < -1 || e.offset > static_cast<int64_t>(size)) {
-    Finding(std::string(what) + " error offset outside the text", e.message + " (offset " + std::to_string(e.offset) + ")");
-  }
-}
-
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Reach("inputs");
-  const std::string_view text(reinterpret_cast<const char*>(data), size);
+void fuzz::TestOneInput(std::string_view text) {
   auto sharding = HloSharding::Parse(text);
   if (sharding.ok()) {
     Reach("sharding parsed");
@@ -37,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     Reach("sharding round trip equal");
   } else {
-    CheckOffset(sharding.error(), size, "sharding");
+    fuzz::CheckErrorOffset(sharding.error(), text.size(), "sharding");
   }
   auto mesh = DeviceMesh::Parse(text);
   if (mesh.ok()) {
@@ -47,7 +35,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!again.ok()) Finding("the printed mesh does not parse: " + again.error().message, printed);
     if (!(*again == *mesh)) Finding("the mesh round trip differs", std::string(text) + "\n" + printed);
   } else {
-    CheckOffset(mesh.error(), size, "mesh");
+    fuzz::CheckErrorOffset(mesh.error(), text.size(), "mesh");
   }
-  return 0;
 }
