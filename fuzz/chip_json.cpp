@@ -10,6 +10,7 @@
 #include "simulator/hardware.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 using shardscope::fuzz::Finding;
 using shardscope::fuzz::Reach;
 

@@ -13,6 +13,7 @@
 #include "simulator/run_store.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 using shardscope::fuzz::Reach;
 
 namespace {

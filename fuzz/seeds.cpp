@@ -40,6 +40,7 @@
 
 namespace fs = std::filesystem;
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

@@ -31,6 +31,7 @@
 #include "views/timeline_view.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 using namespace shardscope::views;
 using shardscope::gui::Session;
 using shardscope::gui::WaitUntilIdle;

@@ -17,7 +17,7 @@
 #include "core/base/units.h"
 #include "core/ir/hlo_text.h"
 #include "gui_test_support.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 #include "views/analysis_model.h"

@@ -16,10 +16,13 @@
 
 #include "core/eval/numeric_verify.h"
 #include "partitioner/spmd/spmd_partitioner.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/run_result.h"
 
 namespace shardscope::views {
+
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
 
 // The partitioned program of the document's shardings.
 struct PartitionedProgram {

@@ -20,7 +20,7 @@
 
 #include "core/sharding/mesh.h"
 #include "partitioner/spmd/spmd_partitioner.h"
-#include "simulator/collective_steps.h"
+#include "simulator/collectives/walkthrough.h"
 #include "simulator/topology.h"
 #include "views/mesh_grid.h"
 
@@ -32,6 +32,9 @@ class QSlider;
 class QTimer;
 
 namespace shardscope::views {
+
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
 
 // A collective to step through on a mesh.
 struct TeachingRequest {

@@ -12,7 +12,7 @@
 #include <QPointer>
 
 #include "partitioner/spmd/spmd_partitioner.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/run_result.h"
 
 namespace shardscope {
@@ -20,6 +20,9 @@ class Instruction;
 }
 
 namespace shardscope::views {
+
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
 
 class DocumentModel;
 

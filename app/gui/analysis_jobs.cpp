@@ -17,6 +17,8 @@
 
 namespace shardscope::gui {
 
+using namespace ::shardscope::sim;
+
 namespace {
 
 using Lane = views::JobTracker::Lane;
@@ -151,6 +153,7 @@ void AnalysisJobs::startPropagation() {
           out.summary = "sharding propagation failed: " + Q(report.error().message);
           return out;
         }
+        if (token.cancelled()) return out;  // superseded: its result is dropped anyway
         out.ok = true;
         out.shardings = worker->session->Snapshot(*module);
         out.summary = Summary(out.shardings);
