@@ -6,6 +6,7 @@
 // the same on 4 virtual devices before and after.
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -38,6 +39,7 @@ std::vector<Tensor> Run(const Module& m) {
   return r.ok() ? std::move(r).value() : std::vector<Tensor>{};
 }
 
+// The largest difference between the devices' outputs, relative to the values (at least 1).
 double MaxDifference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   if (a.size() != b.size() || a.empty()) return INFINITY;
   double worst = 0;
@@ -49,7 +51,10 @@ double MaxDifference(const std::vector<Tensor>& a, const std::vector<Tensor>& b)
     if (xs.size() != ys.size()) return INFINITY;
     for (size_t e = 0; e < xs.size(); ++e) {
       if (xs[e].size() != ys[e].size()) return INFINITY;
-      for (int64_t i = 0; i < xs[e].size(); ++i) worst = std::max(worst, std::abs(xs[e].GetDouble(i) - ys[e].GetDouble(i)));
+      for (int64_t i = 0; i < xs[e].size(); ++i) {
+        const double p = xs[e].GetDouble(i), q = ys[e].GetDouble(i);
+        worst = std::max(worst, std::abs(p - q) / std::max({1.0, std::abs(p), std::abs(q)}));
+      }
     }
   }
   return worst;
