@@ -196,6 +196,7 @@ int Run(const std::vector<std::string>& in) {
     std::cout << SummaryJson(*sim, run_id, partition) << "\n";
   } else {
     std::cout << "chip: " << topology.chip().name << ", " << topology.Describe() << ", mesh " << mesh.ToString() << "\n";
+    std::cout << "placement: " << topology.DescribePlacement() << "\n";
     std::cout << DescribeSimulation(*sim);
     if (run_id > 0) std::cout << "stored run " << run_id << " in " << db_path << "\n";
     if (have_trace) std::cout << "trace: " << trace_path << (selection.one_device_per_class ? " (one device per class)" : "") << "\n";
@@ -211,7 +212,7 @@ int Run(const std::vector<std::string>& in) {
 const bool kRegistered = Register(
     {"simulate",
      "FILE.hlo --chip CHIP --mesh X=4,Y=4 [--db FILE] [--trace OUT.json] [--csv OUT.csv] [--csv-kind timeline|summary|memory] "
-     "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--cores-per-chip 2] "
+     "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
      "[--schedule program-order|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
      "[--no-in-place] [--no-donation] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
      "[--keep-io-shardings] [--trace-all-devices] [--label TEXT]",
