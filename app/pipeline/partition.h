@@ -58,7 +58,4 @@ std::vector<std::optional<CollectiveCost>> EstimateCollectives(const PartitionRe
 // inserted collectives map to the instruction that caused them.
 std::map<std::string, std::string> SpmdOrigins(const PartitionResult& partition);
 
-// A collective-permute the partitioner inserted for a halo exchange.
-bool IsHaloExchange(const InsertedCollective& collective);
-
 }  // namespace shardscope::pipeline
