@@ -39,7 +39,8 @@ std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned)
      << ",\"exposed_communication_s\":" << FormatDouble(s.exposed_communication_s)
      << ",\"idle_time_s\":" << FormatDouble(s.idle_time_s) << ",\"mfu\":" << FormatDouble(s.mfu)
      << ",\"total_flops\":" << FormatDouble(s.total_flops) << ",\"bytes_communicated\":" << s.bytes_communicated
-     << ",\"peak_memory_bytes\":" << s.peak_memory_bytes;
+     << ",\"peak_memory_bytes\":" << s.peak_memory_bytes << ",\"device_hbm_bytes\":" << s.device_hbm_bytes
+     << ",\"fits\":" << (s.fits() ? "true" : "false") << ",\"missing_bytes\":" << s.missing_bytes();
   // Peak breakdown of the class with the highest peak.
   const DeviceClass* top = nullptr;
   for (const DeviceClass& c : sim.run.classes)
