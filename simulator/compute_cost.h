@@ -1,8 +1,9 @@
-// Compute cost: a roofline per op. An op that performs `flops` floating-point operations and moves
-// `bytes_accessed` bytes between HBM and the core takes
-//   max(flops / (peak FLOP/s x flops_efficiency), bytes / (HBM bandwidth x hbm_efficiency))
-// on one device (a chip, or a core when a v2/v3 chip runs as two devices). The efficiency factors
-// live in ChipSpec (documented choice: 1.0, the theoretical roofline the book uses).
+// Compute cost: a roofline per op. An op that performs `flops` floating-point operations on the
+// matrix unit (padded to its tiles: CountMxuFlops) and moves `bytes_accessed` bytes between HBM and
+// the core takes
+//   max(flops / (peak FLOP/s x flops_efficiency), bytes / (HBM bandwidth x hbm_efficiency)) + op_overhead
+// on one device (a chip, or a core when a v2/v3 chip runs as two devices). The factors are the
+// chip's calibration (ChipSpec; one file per preset in simulator/calibration/).
 #pragma once
 
 #include "core/ir/ir.h"
@@ -30,6 +31,13 @@ double ComputeCost(double flops, double bytes_accessed, const ChipSpec& chip);
 //   (the kernel's input-feature dimension is already per feature group).
 // Error for any other opcode.
 Result<double> CountFlops(const Instruction& inst);
+// The FLOPs the matrix unit performs for a dot or convolution once its operands are padded to the
+// chip's tiles (ChipSpec::mxu_tile, mxu_rows): the contracted size and the output-feature size round
+// up to mxu_tile, the streamed rows to mxu_rows; of the two ways to map a dot's free sizes onto the
+// unit the cheaper one is taken (XLA picks the layout). A convolution contracts its kernel window
+// times its input features; its rows are batch x output positions, its columns output features. Equals CountFlops when the chip has no tiles
+// or the sizes are multiples. Error for any other opcode.
+Result<double> CountMxuFlops(const Instruction& inst, const ChipSpec& chip);
 // Bytes read and written: every array operand once plus the result (tuples: their leaves).
 double BytesAccessed(const Instruction& inst);
 

@@ -699,6 +699,7 @@ Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& t
   sum.idle_time_s = figures[slow].idle;
   sum.exposed_communication_s = figures[slow].exposed;
   for (const ClassFigures& f : figures) sum.peak_memory_bytes = std::max(sum.peak_memory_bytes, f.peak);
+  sum.device_hbm_bytes = static_cast<int64_t>(topology.chip().device_hbm_bytes());
   sum.total_flops = program.flops * static_cast<double>(n);
   double comm_bytes = 0;
   for (const ExecOp& op : program.ops) {
@@ -743,6 +744,8 @@ Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& t
   st.emplace_back("bidirectional", options.collectives.bidirectional ? "1" : "0");
   st.emplace_back("flops_efficiency", std::to_string(topology.chip().flops_efficiency));
   st.emplace_back("hbm_efficiency", std::to_string(topology.chip().hbm_efficiency));
+  st.emplace_back("mxu_tile", std::to_string(topology.chip().mxu_tile));
+  st.emplace_back("op_overhead_s", std::to_string(topology.chip().op_overhead));
   if (options.model_flops > 0) st.emplace_back("model_flops", std::to_string(options.model_flops));
 
   sim.stats.exec_ops = static_cast<int64_t>(program.ops.size());
@@ -797,6 +800,14 @@ std::string DescribeSimulation(const Simulation& sim) {
      << " moved in total\n";
   os << "peak memory per device: " << FormatBytes(static_cast<double>(s.peak_memory_bytes)) << " (" << s.peak_memory_bytes
      << " bytes)\n";
+  if (!s.fits()) {
+    os << "DOES NOT FIT: the peak exceeds the " << FormatBytes(static_cast<double>(s.device_hbm_bytes))
+       << " of HBM per device by " << FormatBytes(static_cast<double>(s.missing_bytes()))
+       << " (what dominates: the categories and largest buffers below)\n";
+  } else if (s.device_hbm_bytes > 0) {
+    os << "fits: " << FormatBytes(static_cast<double>(s.device_hbm_bytes - s.peak_memory_bytes)) << " of the "
+       << FormatBytes(static_cast<double>(s.device_hbm_bytes)) << " HBM per device left\n";
+  }
   // Breakdown at the peak of the class holding the highest peak.
   const DeviceClass* top = nullptr;
   for (const DeviceClass& c : sim.run.classes)

@@ -1,5 +1,7 @@
 #include "simulator/hardware.h"
 
+#include "simulator/calibration/calibration.h"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -149,6 +151,7 @@ std::vector<ChipSpec> BuildPresets() {
     c.wraparound = WraparoundRule::kNever;
     p.push_back(c);
   }
+  for (ChipSpec& c : p) ApplyPresetCalibration(c);
   return p;
 }
 
@@ -208,6 +211,11 @@ std::string ChipSpec::ToString() const {
      << (dcn_bandwidth > 0 ? FormatDouble(dcn_bandwidth) + " B/s" : std::string("n/a")) << "\n";
   ss << "  pod: " << ShapeText(pod_shape) << "; devices per chip: " << cores_per_chip << " (max "
      << max_cores_per_chip << ")\n";
+  ss << "  compute: matmuls at " << FormatDouble(flops_efficiency) << " of peak, memory-bound ops at "
+     << FormatDouble(hbm_efficiency) << " of HBM bandwidth, "
+     << (mxu_tile > 0 ? "sizes padded to " + std::to_string(mxu_tile) + "x" + std::to_string(mxu_tile) + " tiles" : std::string("no tile padding"))
+     << ", " << FormatDouble(op_overhead * 1e6) << " us per op\n";
+  if (!calibration.empty()) ss << "  calibration: " << calibration << "\n";
   return ss.str();
 }
 
@@ -240,6 +248,16 @@ Result<ChipSpec> WithCoresPerChip(ChipSpec chip, int64_t cores_per_chip) {
   return chip;
 }
 
+ChipSpec IdealRoofline(ChipSpec chip) {
+  chip.flops_efficiency = 1.0;
+  chip.hbm_efficiency = 1.0;
+  chip.mxu_tile = 0;
+  chip.mxu_rows = 0;
+  chip.op_overhead = 0;
+  chip.calibration = "none (ideal roofline)";
+  return chip;
+}
+
 Status ValidateChipSpec(const ChipSpec& c) {
   auto positive = [&](double v, const char* what) -> Status {
     if (!(v > 0) || !std::isfinite(v)) return Error(c.name + ": " + what + " must be a positive number");
@@ -255,6 +273,8 @@ Status ValidateChipSpec(const ChipSpec& c) {
     if (!s.ok()) return s;
   }
   if (c.flops_efficiency > 1 || c.hbm_efficiency > 1) return Error(c.name + ": efficiency factors must be in (0, 1]");
+  if (c.mxu_tile < 0 || c.mxu_rows < 0) return Error(c.name + ": mxu_tile and mxu_rows must be >= 0");
+  if (!(c.op_overhead >= 0) || !std::isfinite(c.op_overhead)) return Error(c.name + ": op_overhead must be >= 0 seconds");
   if (!(c.hop_latency >= 0) || !std::isfinite(c.hop_latency)) return Error(c.name + ": hop_latency must be >= 0");
   if (!(c.dcn_bandwidth >= 0)) return Error(c.name + ": dcn_bandwidth must be >= 0");
   if (c.links_per_chip < 1) return Error(c.name + ": links_per_chip must be >= 1");
@@ -367,6 +387,10 @@ Result<ChipSpec> ParseChipSpecJson(std::string_view text) {
     else if (k == "cores_per_chip") s = integer(&chip.cores_per_chip);
     else if (k == "flops_efficiency") s = number(&chip.flops_efficiency);
     else if (k == "hbm_efficiency") s = number(&chip.hbm_efficiency);
+    else if (k == "mxu_tile") s = integer(&chip.mxu_tile);
+    else if (k == "mxu_rows") s = integer(&chip.mxu_rows);
+    else if (k == "op_overhead") s = number(&chip.op_overhead);
+    else if (k == "calibration") s = string(&chip.calibration);
     else if (k == "interconnect") {
       std::string t;
       s = string(&t);
@@ -396,7 +420,7 @@ Result<ChipSpec> ParseChipSpecJson(std::string_view text) {
                                            "\" (known: name, description, base, peak_flops, hbm_bytes, hbm_bandwidth, "
                                            "ici_bandwidth, links_per_chip, hop_latency, dcn_bandwidth, interconnect, "
                                            "physical_dims, pod_shape, wraparound, max_cores_per_chip, cores_per_chip, "
-                                           "flops_efficiency, hbm_efficiency)");
+                                           "flops_efficiency, hbm_efficiency, mxu_tile, mxu_rows, op_overhead, calibration)");
     }
     if (!s.ok()) return s.error();
   }

@@ -48,10 +48,15 @@ struct ChipSpec {
   WraparoundRule wraparound = WraparoundRule::kNever;
   int64_t max_cores_per_chip = 1;    // 2 for v2/v3 (two TensorCores that can be separate devices)
   int64_t cores_per_chip = 1;        // devices per chip actually used (1, or 2 where allowed)
-  // Roofline efficiency factors (documented choice: 1.0, the theoretical roofline used by the
-  // book; a calibrated study may lower them, e.g. to the 47-63% FLOPS utilisation of G4).
-  double flops_efficiency = 1.0;
-  double hbm_efficiency = 1.0;
+  // ---- Compute calibration: one file per preset, simulator/calibration/<preset>.cpp, gives every
+  // figure below with its source (ApplyPresetCalibration); custom chips take the keys of the same
+  // names. 1.0 / 0 everywhere is the theoretical roofline the book uses.
+  double flops_efficiency = 1.0;  // fraction of peak a large, tile-aligned matrix product sustains
+  double hbm_efficiency = 1.0;    // fraction of HBM bandwidth a streaming (memory-bound) op sustains
+  int64_t mxu_tile = 0;           // matrix-unit side: contracted and output-feature sizes padded to it (0: none)
+  int64_t mxu_rows = 0;           // granule of the streamed (row) dimension, e.g. 8 sublanes (0: none)
+  double op_overhead = 0;         // seconds every compute op (kernel) adds: launch, pipeline fill/drain
+  std::string calibration;        // one line: where the figures above come from
 
   // Per-device figures (a device is a chip, or a core when cores_per_chip == 2).
   double device_peak_flops() const { return peak_flops / static_cast<double>(cores_per_chip); }
@@ -70,6 +75,9 @@ Result<ChipSpec> ChipPreset(std::string_view name);
 // Runs a v2/v3 chip as two devices per chip (halves per-device FLOP/s, HBM and HBM bandwidth; both
 // devices share the chip's links). Error on a chip whose max_cores_per_chip is smaller.
 Result<ChipSpec> WithCoresPerChip(ChipSpec chip, int64_t cores_per_chip);
+// The chip with its compute calibration switched off: full peak FLOP/s and HBM bandwidth, no tile
+// padding, no per-op overhead (the theoretical roofline the book's arithmetic uses).
+ChipSpec IdealRoofline(ChipSpec chip);
 // Checks that the figures make sense (positive, dimensions in range, ...).
 Status ValidateChipSpec(const ChipSpec& chip);
 
@@ -80,7 +88,7 @@ Status ValidateChipSpec(const ChipSpec& chip);
 // ici_bandwidth (one way, per link), links_per_chip, hop_latency (s), dcn_bandwidth,
 // interconnect ("grid" | "switch"), physical_dims, pod_shape ("16x16x16"), wraparound
 // ("full-pod" | "full-cubes" | "axis-of-16" | "always" | "never"), max_cores_per_chip,
-// cores_per_chip, flops_efficiency, hbm_efficiency.
+// cores_per_chip, flops_efficiency, hbm_efficiency, mxu_tile, mxu_rows, op_overhead (s), calibration.
 // Without "base", peak_flops, hbm_bytes, hbm_bandwidth and ici_bandwidth are required.
 // Errors carry "LINE:COLUMN: message" (1-based) and the byte offset.
 Result<ChipSpec> ParseChipSpecJson(std::string_view text);

@@ -66,6 +66,12 @@ struct RunSummary {
   int64_t peak_memory_bytes = 0;       // highest per-device peak over all devices
   int64_t bytes_communicated = 0;      // collective payload bytes of one step, summed over devices
   double total_flops = 0;              // FLOPs of one step, summed over devices
+  int64_t device_hbm_bytes = 0;        // the chip's HBM per device (0: unknown, e.g. an old store)
+
+  // Whether the peak fits the device's HBM (true when the HBM is unknown), and by how much it does
+  // not (0 when it fits).
+  bool fits() const { return device_hbm_bytes <= 0 || peak_memory_bytes <= device_hbm_bytes; }
+  int64_t missing_bytes() const { return fits() ? 0 : peak_memory_bytes - device_hbm_bytes; }
 
   bool operator==(const RunSummary&) const = default;
 };

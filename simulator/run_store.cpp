@@ -90,10 +90,12 @@ struct Migration {
   int from_version;
   const char* sql;
 };
-constexpr std::array<Migration, 1> kMigrations{{
+constexpr std::array<Migration, 2> kMigrations{{
     // 2: the original instruction behind each instruction of the partitioned program.
     {1, "CREATE TABLE instruction_origins(run_id INTEGER NOT NULL, instruction TEXT NOT NULL, "
         "origin TEXT NOT NULL, PRIMARY KEY(run_id, instruction)) WITHOUT ROWID"},
+    // 3: the chip's HBM per device, so a run that does not fit says so (0 for older runs: unknown).
+    {2, "ALTER TABLE runs ADD COLUMN device_hbm_bytes INTEGER NOT NULL DEFAULT 0"},
 }};
 
 // RAII prepared statement.
@@ -396,8 +398,8 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
       if (!s.Prepare(db_, "INSERT INTO runs(created_ms, label, module_name, module_hash, chip_preset, "
                           "mesh_text, topology_options, num_devices, num_classes, step_time_s, "
                           "compute_time_s, communication_time_s, idle_time_s, exposed_communication_s, "
-                          "mfu, peak_memory_bytes, bytes_communicated, total_flops) "
-                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"))
+                          "mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes) "
+                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"))
         return fail("cannot prepare the run insert");
       const RunInputs& in = run.inputs;
       const RunSummary& sm = run.summary;
@@ -419,6 +421,7 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
       s.Bind(16, sm.peak_memory_bytes);
       s.Bind(17, sm.bytes_communicated);
       s.Bind(18, sm.total_flops);
+      s.Bind(19, sm.device_hbm_bytes);
       if (!s.Run()) return fail("cannot insert the run");
       id = sqlite3_last_insert_rowid(db_);
       if (!tick()) return fail("");
@@ -602,7 +605,7 @@ namespace {
 constexpr const char* kOverviewColumns =
     "id, created_ms, label, module_name, module_hash, chip_preset, mesh_text, topology_options, "
     "num_devices, num_classes, step_time_s, compute_time_s, communication_time_s, idle_time_s, "
-    "exposed_communication_s, mfu, peak_memory_bytes, bytes_communicated, total_flops";
+    "exposed_communication_s, mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes";
 
 RunOverview ReadOverview(const Stmt& s) {
   RunOverview o;
@@ -625,6 +628,7 @@ RunOverview ReadOverview(const Stmt& s) {
   o.summary.peak_memory_bytes = s.Int(16);
   o.summary.bytes_communicated = s.Int(17);
   o.summary.total_flops = s.Real(18);
+  o.summary.device_hbm_bytes = s.Int(19);
   return o;
 }
 }  // namespace

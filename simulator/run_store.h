@@ -71,7 +71,7 @@ RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b);
 
 class RunStore {
  public:
-  static constexpr int kSchemaVersion = 2;  // 2: instruction origins
+  static constexpr int kSchemaVersion = 3;  // 2: instruction origins; 3: device HBM
 
   enum class OpenMode {
     kCreate,        // create the file (and schema) when missing

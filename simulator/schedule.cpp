@@ -841,8 +841,16 @@ class Expander {
     // 3. External reads: buffer -> bytes read (slices read only what they keep; a
     //    dynamic-update-slice reads only its update).
     std::map<int32_t, double> reads;
+    double mxu_flops = 0;  // what the matrix unit performs, operands padded to its tiles
     for (const Instruction* m : g.members) {
-      op.flops += InstructionFlops(*m, &flops_memo_);
+      const double flops = InstructionFlops(*m, &flops_memo_);
+      op.flops += flops;
+      if (m->opcode() == Opcode::kDot || m->opcode() == Opcode::kConvolution) {
+        auto padded = CountMxuFlops(*m, chip_);
+        mxu_flops += padded.ok() ? *padded : flops;
+      } else {
+        mxu_flops += flops;
+      }
       for (int64_t k = 0; k < m->operand_count(); ++k) {
         const Instruction* o = m->operand(k);
         if (member_set.count(o)) continue;
@@ -883,7 +891,7 @@ class Expander {
     double read_bytes = 0;
     for (const auto& [b, bytes] : reads) read_bytes += bytes;
     op.bytes = read_bytes + write_bytes;
-    op.duration_s = ComputeCost(op.flops, op.bytes, chip_);
+    op.duration_s = ComputeCost(mxu_flops, op.bytes, chip_);
     AddControlDeps(f, g.members, op);
     FinalizeDeps(op);
     prog_->ops.push_back(std::move(op));

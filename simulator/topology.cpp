@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 namespace shardscope::sim {
@@ -166,6 +167,170 @@ Result<Topology> Topology::Create(const ChipSpec& chip, std::vector<int64_t> sha
   return t;
 }
 
+std::string_view MeshPlacementName(MeshPlacement p) { return p == MeshPlacement::kRowMajor ? "row-major" : "snake"; }
+
+Result<MeshPlacement> MeshPlacementFromName(std::string_view name) {
+  if (name == "snake") return MeshPlacement::kSnake;
+  if (name == "row-major") return MeshPlacement::kRowMajor;
+  return Error("unknown placement '" + std::string(name) + "' (expected snake or row-major)");
+}
+
+namespace {
+
+// `shape` with trailing 1s dropped and padded with 1s to `dims` axes.
+std::vector<int64_t> ToDims(std::vector<int64_t> shape, int64_t dims) {
+  while (static_cast<int64_t>(shape.size()) > dims && !shape.empty() && shape.back() == 1) shape.pop_back();
+  while (static_cast<int64_t>(shape.size()) < dims) shape.push_back(1);
+  return shape;
+}
+
+// True when a slice of `shape` chips fits the pod axis by axis (in some order of the axes).
+bool FitsPod(const ChipSpec& chip, std::vector<int64_t> shape) {
+  if (chip.pod_shape.empty() || chip.interconnect == InterconnectKind::kSwitch) return true;
+  shape = ToDims(shape, chip.physical_dims);
+  std::vector<int64_t> pod = chip.pod_shape;
+  if (shape.size() != pod.size()) return false;
+  std::sort(shape.begin(), shape.end());
+  std::sort(pod.begin(), pod.end());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] > pod[i]) return false;
+  }
+  return true;
+}
+
+// One factor of a mesh axis laid on a physical axis: `size` consecutive coordinates `stride` apart.
+struct AxisFactor {
+  int64_t axis = 0;
+  int64_t size = 1;
+  int64_t stride = 1;
+};
+
+// A mesh laid on a slice: the chip of each mesh position (row-major over the mesh axes) and a line
+// saying how, or an error when the mesh's axes do not factor onto the slice's.
+struct MeshOnSlice {
+  std::vector<int64_t> chip_of_position;
+  std::vector<std::vector<AxisFactor>> factors;  // per mesh axis, innermost first
+  int64_t core_axis = -1;                        // the mesh axis whose innermost devices share a chip
+};
+
+Result<MeshOnSlice> LayMesh(const DeviceMesh& mesh, const std::vector<int64_t>& shape, int64_t cores,
+                            MeshPlacement placement) {
+  MeshOnSlice out;
+  const size_t m = static_cast<size_t>(mesh.num_axes());
+  std::vector<int64_t> sizes;
+  for (const auto& a : mesh.axes()) sizes.push_back(a.size);
+  // The cores of a chip are the minor-most devices: the last axis that is not 1 (divisible).
+  if (cores > 1) {
+    for (size_t i = m; i-- > 0;) {
+      if (sizes[i] == 1) continue;
+      if (sizes[i] % cores != 0) break;
+      out.core_axis = static_cast<int64_t>(i);
+      break;
+    }
+    if (out.core_axis < 0) return Error("its last axis is not divisible by " + std::to_string(cores));
+  }
+  std::vector<int64_t> chip_sizes = sizes;
+  if (out.core_axis >= 0) chip_sizes[static_cast<size_t>(out.core_axis)] /= cores;
+  // Later mesh axes take the inner factors of the later physical axes.
+  std::vector<int64_t> cap = shape, next_stride(shape.size(), 1);
+  int64_t p = static_cast<int64_t>(shape.size()) - 1;
+  out.factors.assign(m, {});
+  for (size_t i = m; i-- > 0;) {
+    int64_t s = chip_sizes[i];
+    while (s > 1) {
+      while (p >= 0 && cap[static_cast<size_t>(p)] == 1) --p;
+      if (p < 0) return Error("its axes need more chips than the slice has");
+      const size_t pa = static_cast<size_t>(p);
+      const int64_t r = cap[pa];
+      const int64_t take = r % s == 0 ? s : (s % r == 0 ? r : 0);
+      if (take == 0) {
+        return Error("axis " + mesh.axes()[i].name + " (" + std::to_string(chip_sizes[i]) + " chips) does not factor onto " +
+                     "physical axis " + std::to_string(p) + " (" + std::to_string(shape[pa]) + " chips)");
+      }
+      out.factors[i].push_back({p, take, next_stride[pa]});
+      next_stride[pa] *= take;
+      cap[pa] /= take;
+      s /= take;
+    }
+  }
+  // Every mesh position's chip.
+  const int64_t n = mesh.num_devices();
+  out.chip_of_position.resize(static_cast<size_t>(n));
+  std::vector<int64_t> index(m, 0), coords(shape.size());
+  for (int64_t pos = 0; pos < n; ++pos) {
+    int64_t rest = pos;
+    for (size_t i = m; i-- > 0;) {
+      index[i] = rest % sizes[i];
+      rest /= sizes[i];
+    }
+    std::fill(coords.begin(), coords.end(), 0);
+    for (size_t i = 0; i < m; ++i) {
+      int64_t v = index[i];
+      if (static_cast<int64_t>(i) == out.core_axis) v /= cores;
+      const auto& f = out.factors[i];
+      // Digits from the outermost factor in; a snake reflects the inner digits after an odd one.
+      int64_t below = 1;
+      for (const AxisFactor& x : f) below *= x.size;
+      bool reflect = false;
+      for (size_t k = f.size(); k-- > 0;) {
+        below /= f[k].size;
+        const int64_t raw = v / below;
+        v %= below;
+        const int64_t digit = reflect ? f[k].size - 1 - raw : raw;
+        coords[static_cast<size_t>(f[k].axis)] += digit * f[k].stride;
+        if (placement == MeshPlacement::kSnake && raw % 2 == 1) reflect = !reflect;
+      }
+    }
+    int64_t chip = 0;
+    for (size_t a = 0; a < shape.size(); ++a) chip = chip * shape[a] + coords[a];
+    out.chip_of_position[static_cast<size_t>(pos)] = chip;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<int64_t>> Topology::SliceShapeFor(const ChipSpec& chip, int64_t chips) {
+  if (chips < 1) return Error("a slice needs at least one chip");
+  if (chip.interconnect == InterconnectKind::kSwitch) return std::vector<int64_t>{chips};
+  const size_t dims = static_cast<size_t>(std::max<int64_t>(1, chip.physical_dims));
+  std::vector<int64_t> shape(dims, 1);
+  std::vector<int64_t> pod = chip.pod_shape;
+  std::sort(pod.begin(), pod.end());
+  // The limit of the axis that is the k-th smallest once the shape is sorted.
+  auto fits = [&](const std::vector<int64_t>& candidate) { return pod.empty() || FitsPod(chip, candidate); };
+  int64_t rest = chips;
+  while (rest % 2 == 0) {
+    // Double the smallest axis that may grow (ties: the last), keeping larger axes last.
+    bool grown = false;
+    std::vector<size_t> order(dims);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      return shape[x] != shape[y] ? shape[x] < shape[y] : x > y;
+    });
+    for (size_t a : order) {
+      std::vector<int64_t> candidate = shape;
+      candidate[a] *= 2;
+      if (!fits(candidate)) continue;
+      shape = candidate;
+      grown = true;
+      break;
+    }
+    if (!grown) break;
+    rest /= 2;
+  }
+  if (rest > 1) {
+    std::vector<int64_t> candidate = shape;
+    candidate.back() *= rest;
+    if (!fits(candidate)) {
+      return Error(std::to_string(chips) + " " + chip.name + " chips do not form a slice of its pod (" + DimsText(chip.pod_shape) + ")");
+    }
+    shape = candidate;
+  }
+  std::sort(shape.begin(), shape.end());
+  return shape;
+}
+
 Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh, std::vector<int64_t> chip_shape,
                                    const TopologyOptions& options) {
   const int64_t n = mesh.num_devices();
@@ -175,8 +340,10 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
     return Error("mesh " + mesh.ToString() + " has " + std::to_string(n) + " devices, not a multiple of the " +
                  std::to_string(cores) + " devices per chip");
   }
+  bool iota = true;
   {
     std::vector<int64_t> ids = mesh.device_order();
+    for (int64_t i = 0; i < static_cast<int64_t>(ids.size()); ++i) iota = iota && ids[static_cast<size_t>(i)] == i;
     std::sort(ids.begin(), ids.end());
     for (int64_t i = 0; i < static_cast<int64_t>(ids.size()); ++i) {
       if (ids[static_cast<size_t>(i)] != i) {
@@ -184,6 +351,7 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
       }
     }
   }
+  bool own_shape = false;  // the slice is the mesh's own shape
   if (chip_shape.empty()) {
     if (chip.interconnect == InterconnectKind::kSwitch) {
       chip_shape = {n / cores};
@@ -215,6 +383,15 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
         sizes.erase(sizes.begin());
       }
       chip_shape = sizes;
+      own_shape = true;
+      if (!FitsPod(chip, chip_shape)) {
+        // Not a slice of this generation: the slice a real system gives that many chips.
+        auto slice = SliceShapeFor(chip, n / cores);
+        if (slice.ok()) {
+          chip_shape = slice.value();
+          own_shape = false;
+        }
+      }
     }
   }
   if (Product(chip_shape) * cores != n) {
@@ -222,7 +399,65 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
                  std::to_string(Product(chip_shape) * cores) + " devices) but mesh " + mesh.ToString() + " has " +
                  std::to_string(n) + " devices");
   }
-  return Create(chip, std::move(chip_shape), options);
+  TopologyOptions o = options;
+  std::optional<MeshOnSlice> laid;
+  if (o.device_to_chip.empty() && chip.interconnect != InterconnectKind::kSwitch && (iota || !own_shape)) {
+    std::vector<int64_t> shape = chip_shape;
+    if (chip.interconnect == InterconnectKind::kGrid) shape = ToDims(shape, std::max<int64_t>(chip.physical_dims, 1));
+    auto l = LayMesh(mesh, shape, cores, o.placement);
+    if (!l.ok() && !own_shape) {
+      return Error("cannot place mesh " + mesh.ToString() + " on a " + DimsText(chip_shape) + " " + chip.name + " slice: " +
+                   l.error().message + " (give the slice shape with the topology option)");
+    }
+    if (l.ok()) {
+      laid = std::move(l).value();
+      o.device_to_chip.assign(static_cast<size_t>(n), 0);
+      for (int64_t pos = 0; pos < n; ++pos) {
+        o.device_to_chip[static_cast<size_t>(mesh.device_order()[static_cast<size_t>(pos)])] = laid->chip_of_position[static_cast<size_t>(pos)];
+      }
+    }
+  }
+  auto t = Create(chip, std::move(chip_shape), o);
+  if (!t.ok() || !laid) return t;
+  // Say how the mesh lies on the slice.
+  std::string text;
+  for (size_t i = 0; i < laid->factors.size(); ++i) {
+    const auto& axis = mesh.axes()[i];
+    const auto& f = laid->factors[i];
+    std::string part = axis.name + "=" + std::to_string(axis.size);
+    if (f.empty()) {
+      part += " on one chip";
+    } else {
+      std::vector<int64_t> axes;
+      for (size_t k = f.size(); k-- > 0;) axes.push_back(f[k].axis);
+      part += axes.size() == 1 ? " along physical axis " + std::to_string(axes[0]) : " over physical axes ";
+      if (axes.size() > 1) {
+        for (size_t k = 0; k < axes.size(); ++k) part += (k ? "," : "") + std::to_string(axes[k]);
+      }
+      if (f.size() == 1 && f[0].size < t->shape()[static_cast<size_t>(f[0].axis)]) {
+        part += " (" + std::to_string(f[0].size) + " of its " + std::to_string(t->shape()[static_cast<size_t>(f[0].axis)]) + ")";
+      }
+      if (f.size() > 1) {
+        // Does the axis close into a ring: its last device next to its first?
+        const int64_t stride_pos = [&] {
+          int64_t s = 1;
+          for (size_t j = i + 1; j < mesh.axes().size(); ++j) s *= mesh.axes()[j].size;
+          return s;
+        }();
+        const int64_t last = (axis.size / (static_cast<int64_t>(i) == laid->core_axis ? cores : 1) - 1) *
+                             (static_cast<int64_t>(i) == laid->core_axis ? cores : 1) * stride_pos;
+        const int64_t first_chip = laid->chip_of_position[0];
+        const int64_t last_chip = laid->chip_of_position[static_cast<size_t>(last)];
+        const bool ring = t->LinkBetween(last_chip, first_chip) >= 0;
+        part += std::string(" (") + std::string(MeshPlacementName(o.placement)) +
+                (ring ? ", a closed ring" : ", an open line") + ")";
+      }
+    }
+    if (static_cast<int64_t>(i) == laid->core_axis) part += ", " + std::to_string(cores) + " devices per chip";
+    text += (text.empty() ? "" : "; ") + part;
+  }
+  t->placement_ = text;
+  return t;
 }
 
 Status Topology::SetDeviceToChip(std::vector<int64_t> map) {

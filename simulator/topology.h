@@ -35,13 +35,26 @@ struct TopologyLink {
   double latency = 0;       // seconds to traverse (switch: half the hop latency per link)
 };
 
+// How the axes of a logical mesh are laid on the slice's physical axes (Topology::ForMesh). Each mesh
+// axis takes whole physical axes or a factor of one (later mesh axes innermost, as the device ids
+// run); a mesh axis that spans several physical axes is laid out:
+enum class MeshPlacement : uint8_t {
+  kSnake,     // boustrophedon: consecutive devices are neighbours, so a 1-D mesh of 1024 TPU v3
+              // chips is a ring snaking over the 32x32 torus (closed by its wraparound)
+  kRowMajor,  // row-major over those axes (device i+1 may jump to the start of the next row)
+};
+std::string_view MeshPlacementName(MeshPlacement p);  // "snake" | "row-major"
+Result<MeshPlacement> MeshPlacementFromName(std::string_view name);
+
 struct TopologyOptions {
   enum class Wraparound : uint8_t { kGenerationRule, kAll, kNone };
   Wraparound wraparound = Wraparound::kGenerationRule;
   // Per-axis override (size == number of physical axes); wins over `wraparound` when given.
   std::optional<std::vector<bool>> wraparound_per_axis;
-  // device id -> chip id. Empty: device d lives on chip d / cores_per_chip (row-major chips).
+  // device id -> chip id. Empty: device d lives on chip d / cores_per_chip (row-major chips), or
+  // for ForMesh the chip its mesh position is placed on (see `placement`).
   std::vector<int64_t> device_to_chip;
+  MeshPlacement placement = MeshPlacement::kSnake;
   // Allow more chips than the chip's pod_shape holds (what-if studies). Off: an error.
   bool allow_larger_than_pod = false;
 };
@@ -67,12 +80,19 @@ class Topology {
   // switch: the number of chips). Devices: num_chips x chip.cores_per_chip.
   static Result<Topology> Create(const ChipSpec& chip, std::vector<int64_t> chip_shape,
                                  const TopologyOptions& options = {});
-  // The slice a logical mesh runs on. When `chip_shape` is empty it is derived from the mesh:
-  // mesh axes become physical axes (leading axes merged when the mesh has more axes than the chip
-  // has dimensions, trailing 1s added when fewer; with 2 cores per chip the last axis is halved).
-  // The mesh's device ids must be 0..N-1 where N = chips x cores_per_chip.
+  // The slice a logical mesh runs on, placed as a real slice is. When `chip_shape` is empty it is
+  // the mesh's own shape when that is a slice of the chip's pod (mesh axes become physical axes,
+  // leading axes merged when the mesh has more axes than the chip has dimensions, trailing 1s added
+  // when fewer; with 2 cores per chip the last axis is halved), else the generation's slice for
+  // that many chips (SliceShapeFor: 1024 TPU v3 chips are the 32x32 pod, a torus). The mesh is then
+  // laid on the slice axis by axis (options.placement; DescribePlacement says how). The mesh's
+  // device ids must be 0..N-1 where N = chips x cores_per_chip.
   static Result<Topology> ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
                                   std::vector<int64_t> chip_shape = {}, const TopologyOptions& options = {});
+  // The slice shape a generation gives `chips` chips: powers of two spread over its physical
+  // axes as evenly as the pod allows (v3: 64 -> 8x8, 128 -> 8x16, 1024 -> 32x32; v4: 64 -> 4x4x4);
+  // other counts: all on the last axis. Error when no such slice fits the pod.
+  static Result<std::vector<int64_t>> SliceShapeFor(const ChipSpec& chip, int64_t chips);
   // The generation's wraparound rule applied to a slice shape (one flag per axis).
   static std::vector<bool> GenerationWraparound(const ChipSpec& chip, const std::vector<int64_t>& chip_shape);
 
@@ -124,6 +144,9 @@ class Topology {
 
   // "8x4 mesh (wraparound: none), 32 chips, 1 device per chip, 104 links" and the like.
   std::string Describe() const;
+  // How ForMesh laid the mesh on the slice, e.g. "X=1024 over physical axes 0,1 (32x32, snake: a
+  // closed ring)"; "devices in id order" when not placed from a mesh.
+  const std::string& DescribePlacement() const { return placement_; }
   std::string ShapeString() const;  // "8x4"
 
  private:
@@ -136,6 +159,7 @@ class Topology {
   std::vector<int64_t> neighbor_;  // [chip * 2 * axes + axis * 2 + (dir > 0 ? 0 : 1)] -> link id
   std::vector<int64_t> device_to_chip_;
   std::vector<std::vector<int64_t>> chip_devices_;
+  std::string placement_ = "devices in id order (device d on chip d / devices per chip)";
 };
 
 }  // namespace shardscope::sim

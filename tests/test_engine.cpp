@@ -43,12 +43,14 @@ std::unique_ptr<Module> Parse(const std::string& text) {
   return std::move(m).value();
 }
 
+// The engine's mechanics are checked on the ideal roofline (expected times are written as FLOPs /
+// peak); the chips' calibration is checked against the papers in test_reproduce.
 Topology TopologyFor(const char* chip_name, const char* mesh_text, TopologyOptions to = {}) {
   auto chip = ChipPreset(chip_name);
   if (!chip.ok()) qFatal("chip: %s", chip.error().message.c_str());
   auto mesh = DeviceMesh::Parse(mesh_text);
   if (!mesh.ok()) qFatal("mesh: %s", mesh.error().message.c_str());
-  auto t = Topology::ForMesh(chip.value(), mesh.value(), {}, to);
+  auto t = Topology::ForMesh(IdealRoofline(chip.value()), mesh.value(), {}, to);
   if (!t.ok()) qFatal("topology: %s", t.error().message.c_str());
   return std::move(t).value();
 }

@@ -294,7 +294,7 @@ void TestRunStore::createsVersionedWalSchema() {
     QCOMPARE(RawText(path, "PRAGMA journal_mode"), std::string("wal"));
   }
   QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{RunStore::kSchemaVersion});
-  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("2"));
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("3"));
   QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'application'"),
            std::string("ShardScope run store"));
   // Reopening an existing store keeps it.
@@ -637,7 +637,7 @@ void TestRunStore::schemaVersionChecks() {
   Result<RunStore> n = RunStore::Open(newer);
   QVERIFY(!n.ok());
   QVERIFY2(Contains(n.error().message, "schema version 7") && Contains(n.error().message, "newer ShardScope") &&
-               Contains(n.error().message, "up to 2"),
+               Contains(n.error().message, "up to 3"),
            n.error().message.c_str());
 
   // A version number but no schema table: some other application's database.
@@ -678,16 +678,19 @@ void TestRunStore::migratesVersion1Store() {
     old_id = store->SaveRun(run).value();
   }
   // Turn it back into exactly what version 1 wrote.
-  QVERIFY(RawExec(path, "DROP TABLE instruction_origins; PRAGMA user_version = 1; "
-                        "UPDATE schema SET value = '1' WHERE key = 'version';"));
+  QVERIFY(RawExec(path, "DROP TABLE instruction_origins; ALTER TABLE runs DROP COLUMN device_hbm_bytes; "
+                        "PRAGMA user_version = 1; UPDATE schema SET value = '1' WHERE key = 'version';"));
   QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{1});
   Result<RunStore> store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
   QVERIFY2(store.ok(), store.ok() ? "" : store.error().message.c_str());
-  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{2});
-  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("2"));
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{3});
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("3"));
   Result<RunResult> old_run = store->LoadRun(old_id);
   QVERIFY2(old_run.ok(), old_run.ok() ? "" : old_run.error().message.c_str());
   QVERIFY(old_run->origins.empty());
+  // Version 3 adds the device's HBM: unknown (0) for an old run, which therefore counts as fitting.
+  QCOMPARE(old_run->summary.device_hbm_bytes, int64_t{0});
+  QVERIFY(old_run->summary.fits());
   QCOMPARE(old_run->classes.size(), size_t{2});
   const int64_t new_id = store->SaveRun(MakeRun(4, 2, 10, 3, 2)).value();
   QCOMPARE(store->LoadRun(new_id)->origins.at("all-reduce.1"), std::string("dot.3"));

@@ -672,7 +672,7 @@ class TestSimulatorCost : public QObject {
 
   // ---- compute ------------------------------------------------------------------------------------------------
   void rooflineCompute() {
-    const ChipSpec v5e = Preset("tpu-v5e");
+    const ChipSpec v5e = IdealRoofline(Preset("tpu-v5e"));
     // bf16 matmul [8192,8192] x [8192,8192]: 2 N^3 FLOPs, 3 N^2 x 2 bytes: compute-bound.
     const double n = 8192, flops = 2 * n * n * n, bytes = 3 * n * n * 2;
     const RooflineEstimate big = ComputeRoofline(flops, bytes, v5e);
@@ -689,9 +689,13 @@ class TestSimulatorCost : public QObject {
     ChipSpec slow = v5e;
     slow.flops_efficiency = 0.5;
     QCOMPARE(ComputeCost(flops, bytes, slow), 2 * flops / 1.97e14);
-    auto v3 = WithCoresPerChip(Preset("tpu-v3"), 2);
+    auto v3 = WithCoresPerChip(IdealRoofline(Preset("tpu-v3")), 2);
     QCOMPARE(ComputeCost(1.23e14, 0, v3.value()), 2.0);  // one core: half the chip's FLOP/s
     QCOMPARE(ComputeCost(0, 4.5e11, v3.value()), 1.0);   // one core: half the HBM bandwidth
+    // The calibrated preset: the matrix units' and HBM's sustained shares plus the per-op overhead.
+    const ChipSpec real = Preset("tpu-v5e");
+    QCOMPARE(ComputeCost(flops, bytes, real), flops / (1.97e14 * real.flops_efficiency) + real.op_overhead);
+    QCOMPARE(ComputeCost(1e8, 6e8, real), 6e8 / (8.19e11 * real.hbm_efficiency) + real.op_overhead);
   }
 
   void countFlopsOfDotAndConvolution() {

@@ -346,6 +346,59 @@ class TestTopology : public QObject {
     QVERIFY(v5e3d.error().message.find("2-D") != std::string::npos);
   }
 
+  // Issue 12 / WUS paper section 6.1: a 1-D mesh of 1024 TPU v3 chips runs on the 32x32 pod
+  // (a torus), laid out as a ring that snakes over it, so the last device neighbours the first.
+  void oneDimensionalMeshSnakesOverTheTorus() {
+    auto mesh = DeviceMesh::Parse("X=1024");
+    QVERIFY(mesh.ok());
+    auto t = Topology::ForMesh(Preset("tpu-v3"), mesh.value());
+    QVERIFY2(t.ok(), t.ok() ? "" : t.error().message.c_str());
+    QCOMPARE(t->shape(), (std::vector<int64_t>{32, 32}));
+    QCOMPARE(t->wraparound(), (std::vector<bool>{true, true}));
+    for (int64_t d = 0; d < 1024; ++d) {
+      const int64_t next = (d + 1) % 1024;
+      QCOMPARE(t->HopDistance(t->ChipOfDevice(d), t->ChipOfDevice(next)), int64_t{1});
+    }
+    QCOMPARE(t->ChipOfDevice(31), t->ChipAt({0, 31}));
+    QCOMPARE(t->ChipOfDevice(32), t->ChipAt({1, 31}));  // the second row runs backwards
+    QCOMPARE(t->ChipOfDevice(1023), t->ChipAt({31, 0}));
+    const std::string& how = t->DescribePlacement();
+    QVERIFY2(how.find("X=1024 over physical axes 0,1 (snake, a closed ring)") != std::string::npos, how.c_str());
+
+    // Row-major (the override): device 32 starts the next row, two hops from device 31.
+    TopologyOptions row;
+    row.placement = MeshPlacement::kRowMajor;
+    auto r = Topology::ForMesh(Preset("tpu-v3"), mesh.value(), {}, row);
+    QVERIFY(r.ok());
+    QCOMPARE(r->ChipOfDevice(32), r->ChipAt({1, 0}));
+    QCOMPARE(r->HopDistance(r->ChipOfDevice(31), r->ChipOfDevice(32)), int64_t{2});
+    QVERIFY(r->DescribePlacement().find("row-major, an open line") != std::string::npos);
+
+    // Two cores per chip: 2048 devices on the same 1024 chips, both cores of a chip adjacent.
+    auto two = WithCoresPerChip(Preset("tpu-v3"), 2);
+    auto mesh2 = DeviceMesh::Parse("X=2048");
+    auto t2 = Topology::ForMesh(two.value(), mesh2.value());
+    QVERIFY(t2.ok());
+    QCOMPARE(t2->shape(), (std::vector<int64_t>{32, 32}));
+    QCOMPARE(t2->ChipOfDevice(0), t2->ChipOfDevice(1));
+    QCOMPARE(t2->HopDistance(t2->ChipOfDevice(2047), t2->ChipOfDevice(0)), int64_t{1});
+
+    // A 2-D mesh that is not the slice's shape: X takes the outer factors, Y the inner ones.
+    auto mesh2d = DeviceMesh::Parse("X=64,Y=16");
+    auto t3 = Topology::ForMesh(Preset("tpu-v3"), mesh2d.value());
+    QVERIFY(t3.ok());
+    QCOMPARE(t3->shape(), (std::vector<int64_t>{32, 32}));
+    for (int64_t y = 0; y < 16; ++y) {  // each Y group: 16 neighbouring chips of one row
+      QCOMPARE(t3->HopDistance(t3->ChipOfDevice(mesh2d->DeviceAt({5, y})), t3->ChipOfDevice(mesh2d->DeviceAt({5, (y + 1) % 16}))),
+               int64_t{y == 15 ? 15 : 1});
+    }
+    // Slices a generation gives a chip count.
+    QCOMPARE(Topology::SliceShapeFor(Preset("tpu-v3"), 128).value(), (std::vector<int64_t>{8, 16}));
+    QCOMPARE(Topology::SliceShapeFor(Preset("tpu-v4"), 64).value(), (std::vector<int64_t>{4, 4, 4}));
+    QVERIFY(!Topology::SliceShapeFor(Preset("tpu-v3"), 2048).ok());
+    QVERIFY(!MeshPlacementFromName("spiral").ok());
+  }
+
   void reorderedPlacement() {
     Topology t = Make(Preset("tpu-v5e"), {4});
     QVERIFY(t.SetDeviceToChip({3, 2, 1, 0}).ok());

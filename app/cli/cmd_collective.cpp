@@ -204,6 +204,7 @@ int Run(const std::vector<std::string>& in) {
   out << "chip: " << spec.name << " (ICI " << Sci(spec.ici_link_bandwidth) << " B/s per link one way, hop latency "
       << Fixed(spec.hop_latency * 1e6, 2) << " us)\n";
   out << "topology: " << topo.Describe() << "\n";
+  out << "placement: " << topo.DescribePlacement() << "\n";
   out << "array: " << shape->ToString(false) << " " << sharding_text << ": " << Fixed(whole, 0) << " bytes whole, "
       << Fixed(per_device, 0) << " bytes per device\n";
   if (kind.value() != CollectiveKind::kCollectivePermute) {
@@ -246,7 +247,7 @@ int Run(const std::vector<std::string>& in) {
 const bool registered = Register(
     {kName,
      "KIND --chip CHIP --mesh X=8,Y=4 --shape bf16[2048,8192] --sharding \"[E_Y, F]\" --axes Y "
-     "[--no-wraparound|--wraparound] [--topology 8x4] [--cores-per-chip 2] [--one-direction] "
+     "[--no-wraparound|--wraparound] [--topology 8x4] [--placement snake|row-major] [--cores-per-chip 2] [--one-direction] "
      "[--latency-model overlapped|additive] [--shift N] [--no-cyclic]",
      "Modelled time of one collective (all-gather, reduce-scatter, all-reduce, all-to-all, collective-permute)", &Run});
 

@@ -39,7 +39,8 @@ std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned)
      << ",\"exposed_communication_s\":" << FormatDouble(s.exposed_communication_s)
      << ",\"idle_time_s\":" << FormatDouble(s.idle_time_s) << ",\"mfu\":" << FormatDouble(s.mfu)
      << ",\"total_flops\":" << FormatDouble(s.total_flops) << ",\"bytes_communicated\":" << s.bytes_communicated
-     << ",\"peak_memory_bytes\":" << s.peak_memory_bytes;
+     << ",\"peak_memory_bytes\":" << s.peak_memory_bytes << ",\"device_hbm_bytes\":" << s.device_hbm_bytes
+     << ",\"fits\":" << (s.fits() ? "true" : "false") << ",\"missing_bytes\":" << s.missing_bytes();
   // Peak breakdown of the class with the highest peak.
   const DeviceClass* top = nullptr;
   for (const DeviceClass& c : sim.run.classes)
@@ -198,6 +199,7 @@ int Run(const std::vector<std::string>& in) {
     std::cout << SummaryJson(*sim, run_id, partition) << "\n";
   } else {
     std::cout << "chip: " << topology.chip().name << ", " << topology.Describe() << ", mesh " << mesh.ToString() << "\n";
+    std::cout << "placement: " << topology.DescribePlacement() << "\n";
     std::cout << DescribeSimulation(*sim);
     if (run_id > 0) std::cout << "stored run " << run_id << " in " << db_path << "\n";
     if (have_trace) std::cout << "trace: " << trace_path << (selection.one_device_per_class ? " (one device per class)" : "") << "\n";
@@ -213,7 +215,7 @@ int Run(const std::vector<std::string>& in) {
 const bool kRegistered = Register(
     {"simulate",
      "FILE.hlo --chip CHIP --mesh X=4,Y=4 [--db FILE] [--trace OUT.json] [--csv OUT.csv] [--csv-kind timeline|summary|memory] "
-     "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--cores-per-chip 2] "
+     "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
      "[--schedule program-order|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
      "[--no-in-place] [--no-donation] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
      "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT]",

@@ -29,6 +29,7 @@ SliceOptionTexts TakeSliceOptions(std::vector<std::string>& args) {
   take("chip", t.chip);
   take("mesh", t.mesh);
   take("topology", t.topology);
+  take("placement", t.placement);
   take("cores-per-chip", t.cores);
   take("latency-model", t.latency_model);
   t.no_wraparound = TakeFlag(args, "no-wraparound");
@@ -76,6 +77,11 @@ Result<Slice> ResolveSlice(const SliceOptionTexts& t) {
   TopologyOptions options;
   if (t.no_wraparound) options.wraparound = TopologyOptions::Wraparound::kNone;
   if (t.wraparound) options.wraparound = TopologyOptions::Wraparound::kAll;
+  if (t.placement) {
+    auto placement = MeshPlacementFromName(*t.placement);
+    if (!placement.ok()) return Error("--placement: " + placement.error().message);
+    options.placement = placement.value();
+  }
   auto topology = Topology::ForMesh(spec, mesh.value(), slice, options);
   if (!topology.ok()) return topology.error();
   return Slice{std::move(spec), std::move(mesh.value()), std::move(topology.value()), collectives};

@@ -1,0 +1,352 @@
+#include "app/pipeline/reproduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "app/pipeline/pipeline.h"
+#include "core/sharding/mesh.h"
+#include "simulator/hardware.h"
+#include "simulator/topology.h"
+
+namespace shardscope::pipeline {
+
+std::string_view ReproduceMetricName(ReproduceMetric m) {
+  switch (m) {
+    case ReproduceMetric::kStepTime: return "step time";
+    case ReproduceMetric::kMfu: return "MFU";
+    case ReproduceMetric::kPeakMemory: return "peak memory";
+    case ReproduceMetric::kAllToAllShare: return "all-to-all share";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr double kGB = 1e9;
+
+// The issue's bounds for Table 2 (the whole-model issue): 15% step time, 5 points of MFU, 10% peak memory.
+PublishedFigure Step(double s) { return {ReproduceMetric::kStepTime, s, 0.15}; }
+PublishedFigure Mfu(double percent) { return {ReproduceMetric::kMfu, percent, 5.0}; }
+PublishedFigure Memory(double gb) { return {ReproduceMetric::kPeakMemory, gb * kGB, 0.10}; }
+
+// GSPMD Table 2 (validation.md G4): the dense Transformer with wide layers on TPU v3 cores. The
+// zoo's Transformer (MSE loss, no embedding) with the paper's M, H, N, D, sequence 1024, f32
+// weights, bf16 activations and Table 1's "2D finalized" annotations. Adafactor's factored state is
+// a few vectors per weight matrix; the zoo has no Adafactor on this branch, so SGD (no state) stands
+// in for it (the difference is (M + H) floats per matrix, under 1 MB per device).
+ReproduceColumn Table2Column(std::string label, int64_t layers, int64_t model, int64_t hidden, int64_t heads,
+                             int64_t batch, int64_t x, int64_t y, double step, double mfu, double memory_gb,
+                             bool small) {
+  ReproduceColumn c;
+  c.label = std::move(label);
+  c.model = "transformer";
+  c.settings = {{"batch", std::to_string(batch)}, {"seq", "1024"},          {"model", std::to_string(model)},
+                {"hidden", std::to_string(hidden)}, {"heads", std::to_string(heads)}, {"head_dim", "256"},
+                {"layers", std::to_string(layers)}, {"optimizer", "sgd"},   {"dtype", "f32"},
+                {"act_dtype", "bf16"},              {"annotations", "finalized"}, {"mesh_x", std::to_string(x)},
+                {"mesh_y", std::to_string(y)}};
+  c.mesh = "X=" + std::to_string(x) + ",Y=" + std::to_string(y);
+  c.published = {Step(step), Mfu(mfu), Memory(memory_gb)};
+  c.small = small;
+  return c;
+}
+
+PublishedFigure AllToAll(double percent) { return {ReproduceMetric::kAllToAllShare, percent, 3.0}; }
+
+// GSPMD Table 6 (validation.md G5): GShard's sparse MoE Transformer, one expert per device on a
+// 1-D mesh, batch 4 per device (docs/zoo.md lists the settings); SGD stands in for Adafactor as in
+// Table 2.
+ReproduceColumn Table6Column(int64_t devices, double step, double mfu, double memory_gb, double all_to_all, bool small) {
+  ReproduceColumn c;
+  c.label = std::to_string(devices) + " experts/devices";
+  c.model = "moe-transformer";
+  const std::string n = std::to_string(devices);
+  c.settings = {{"annotations", "gshard"}, {"layers", "36"},   {"model", "1024"},      {"hidden", "8192"},
+                {"heads", "16"},           {"head_dim", "64"}, {"seq", "1024"},        {"act_dtype", "bf16"},
+                {"experts", n},            {"mesh_x", n},      {"mesh_y", "1"},        {"batch", std::to_string(4 * devices)},
+                {"optimizer", "sgd"}};
+  c.mesh = "X=" + n + ",Y=1";
+  c.published = {Step(step), Mfu(mfu), Memory(memory_gb), AllToAll(all_to_all)};
+  c.small = small;
+  return c;
+}
+
+// GSPMD Table 8 (validation.md G6): the 3-D U-Net with spatial partitioning (first mesh axis data,
+// second spatial), annotated on its inputs only.
+ReproduceColumn Table8Column(int64_t x, int64_t y, int64_t image, int64_t batch, double step, double mfu, double memory_gb,
+                             bool small) {
+  ReproduceColumn c;
+  c.label = "(" + std::to_string(x) + "," + std::to_string(y) + ") image " + std::to_string(image);
+  c.model = "unet3d";
+  c.settings = {{"annotations", "spatial"}, {"act_dtype", "bf16"},        {"image", std::to_string(image)},
+                {"batch", std::to_string(batch)}, {"mesh_x", std::to_string(x)}, {"mesh_y", std::to_string(y)}};
+  c.mesh = "X=" + std::to_string(x) + ",Y=" + std::to_string(y);
+  c.published = {Step(step), Mfu(mfu), Memory(memory_gb)};
+  c.small = small;
+  return c;
+}
+
+std::vector<ReproduceCase> BuildCases() {
+  std::vector<ReproduceCase> cases;
+  {
+    ReproduceCase c;
+    c.name = "gspmd-table2";
+    c.title = "Dense Transformer with wide layers (M=8192, H=65536, N=128, D=256), 2D finalized sharding, TPU v3";
+    c.source = "GSPMD paper, Table 2 (validation.md G4)";
+    c.columns = {
+        Table2Column("64B, 128 devices", 32, 8192, 65536, 128, 64, 8, 16, 5.74, 62.7, 15.3, true),
+        Table2Column("64B, 512 devices", 32, 8192, 65536, 128, 256, 16, 32, 6.25, 57.1, 13.3, true),
+        Table2Column("64B, 2048 devices", 32, 8192, 65536, 128, 1024, 32, 64, 6.30, 56.9, 15.56, false),
+        Table2Column("128B, 2048 devices", 64, 8192, 65536, 128, 512, 32, 64, 6.31, 56.5, 14.0, false),
+        Table2Column("256B, 2048 devices", 128, 8192, 65536, 128, 256, 32, 64, 6.71, 54.1, 12.9, false),
+        Table2Column("512B, 2048 devices", 256, 8192, 65536, 128, 128, 32, 64, 7.64, 47.5, 13.6, false),
+        Table2Column("1T, 2048 devices", 128, 16384, 131072, 256, 128, 32, 64, 12.66, 55.6, 15.8, false),
+    };
+    cases.push_back(std::move(c));
+  }
+  {
+    ReproduceCase c;
+    c.name = "gspmd-table6";
+    c.title = "Sparse MoE Transformer (GShard), one expert per device, 1-D mesh, TPU v3";
+    c.source = "GSPMD paper, Table 6 (validation.md G5)";
+    c.columns = {Table6Column(32, 0.98, 58.2, 10.8, 2, true), Table6Column(128, 1.01, 49.8, 11.2, 6, false),
+                 Table6Column(512, 1.10, 49.8, 11.2, 9, false), Table6Column(2048, 1.51, 46.8, 11.6, 11, false)};
+    cases.push_back(std::move(c));
+  }
+  {
+    ReproduceCase c;
+    c.name = "gspmd-table8";
+    c.title = "3-D U-Net with spatial partitioning (data x spatial mesh), TPU v3";
+    c.source = "GSPMD paper, Table 8 (validation.md G6); (1,1) is not simulated: one device of a two-core chip";
+    c.columns = {Table8Column(1, 2, 128, 4, 1.56, 43.7, 14.8, true),  Table8Column(1, 4, 128, 4, 0.79, 43.5, 7.9, true),
+                 Table8Column(1, 8, 128, 4, 0.39, 43.5, 4.5, true),   Table8Column(1, 16, 128, 4, 0.19, 43.8, 2.7, true),
+                 Table8Column(4, 16, 256, 8, 1.66, 20.5, 14.9, false), Table8Column(2, 32, 256, 8, 0.76, 41.2, 8.52, false)};
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::string Fixed(double v, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+// A figure in the unit people read it in.
+std::string FigureText(ReproduceMetric m, double v) {
+  switch (m) {
+    case ReproduceMetric::kStepTime: return Fixed(v, 2) + " s";
+    case ReproduceMetric::kPeakMemory: return Fixed(v / kGB, 2) + " GB";
+    case ReproduceMetric::kMfu:
+    case ReproduceMetric::kAllToAllShare: return Fixed(v, 1) + "%";
+  }
+  return Fixed(v, 3);
+}
+
+bool IsPercentage(ReproduceMetric m) { return m == ReproduceMetric::kMfu || m == ReproduceMetric::kAllToAllShare; }
+
+Result<Topology> ColumnSlice(const ReproduceColumn& col, DeviceMesh* mesh_out) {
+  auto chip = ResolveChip(col.chip);
+  if (!chip.ok()) return chip.error();
+  auto spec = WithCoresPerChip(chip.value(), col.cores_per_chip);
+  if (!spec.ok()) return spec.error();
+  auto mesh = DeviceMesh::Parse(col.mesh);
+  if (!mesh.ok()) return Error("mesh '" + col.mesh + "': " + mesh.error().message);
+  *mesh_out = mesh.value();
+  return Topology::ForMesh(spec.value(), mesh.value());
+}
+
+ReproducedColumn RunColumn(const ReproduceColumn& col, const CancellationToken& cancel) {
+  ReproducedColumn out;
+  out.column = &col;
+  auto simulated = SimulateZooConfiguration(col, cancel);
+  if (!simulated.ok()) {
+    out.status = simulated.error();
+    return out;
+  }
+  const RunResult& run = simulated.value();
+  out.step_time_s = run.summary.step_time_s;
+  out.mfu_percent = 100 * run.summary.mfu;
+  out.peak_memory_bytes = run.summary.peak_memory_bytes;
+  out.device_hbm_bytes = static_cast<double>(run.summary.device_hbm_bytes);
+  out.fits = run.summary.fits();
+  double all_to_all = 0;
+  for (const CollectiveRecord& c : run.collectives) {
+    if (c.kind.rfind("all-to-all", 0) == 0) all_to_all += c.time_s;
+  }
+  for (const PublishedFigure& p : col.published) {
+    ReproducedValue v;
+    v.published = p;
+    switch (p.metric) {
+      case ReproduceMetric::kStepTime: v.simulated = out.step_time_s; break;
+      case ReproduceMetric::kMfu: v.simulated = out.mfu_percent; break;
+      case ReproduceMetric::kPeakMemory: v.simulated = static_cast<double>(out.peak_memory_bytes); break;
+      case ReproduceMetric::kAllToAllShare:
+        v.simulated = out.step_time_s > 0 ? 100 * all_to_all / out.step_time_s : 0;
+        break;
+    }
+    v.difference_percent = p.value != 0 ? 100 * (v.simulated - p.value) / p.value : 0;
+    v.difference_points = v.simulated - p.value;
+    v.within_tolerance = IsPercentage(p.metric) ? std::abs(v.difference_points) <= p.tolerance
+                                                : std::abs(v.difference_percent) <= 100 * p.tolerance;
+    out.values.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& col, const CancellationToken& cancel) {
+  DeviceMesh mesh;
+  auto topology = ColumnSlice(col, &mesh);
+  if (!topology.ok()) return topology.error();
+  auto module = ZooBuild(col.model, col.settings);
+  if (!module.ok()) return Error(col.model + ": " + module.error().message);
+  PipelineOptions o;
+  o.propagation = StandardPropagationOptions(EntryIo::kShard);
+  o.partitioning = Partitioning::kAlways;
+  o.topology = topology.value();
+  SimulationOptions so;
+  so.mesh_text = mesh.ToString();
+  so.label = col.label;
+  o.simulation = so;
+  auto r = RunPipeline(std::move(module).value(), o, cancel);
+  if (!r.ok()) return Error(r.FailureText());
+  return std::move(r.simulation->run);
+}
+
+Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step, int64_t limit, const CancellationToken& cancel) {
+  if (step < 1) return Error("the batch step must be at least 1");
+  if (limit < step) return Error("the batch limit " + std::to_string(limit) + " is below the step " + std::to_string(step));
+  MaxBatchResult out;
+  // Simulates `batch`; true when it fits.
+  auto fits = [&](int64_t batch, int64_t* peak) -> Result<bool> {
+    configuration.settings["batch"] = std::to_string(batch);
+    auto run = SimulateZooConfiguration(configuration, cancel);
+    if (!run.ok()) return Error("batch " + std::to_string(batch) + ": " + run.error().message);
+    ++out.simulations;
+    out.device_hbm_bytes = run->summary.device_hbm_bytes;
+    *peak = run->summary.peak_memory_bytes;
+    return run->summary.fits();
+  };
+  // Doubling from one step, then bisection between the last fitting and the first failing multiple.
+  int64_t good = 0, bad = 0, peak = 0;
+  for (int64_t k = 1; k * step <= limit; k *= 2) {
+    auto f = fits(k * step, &peak);
+    if (!f.ok()) return f.error();
+    if (!f.value()) {
+      bad = k;
+      out.next_batch = k * step;
+      out.next_peak_bytes = peak;
+      break;
+    }
+    good = k;
+    out.batch = k * step;
+    out.peak_memory_bytes = peak;
+  }
+  if (bad == 0) {
+    out.reached_limit = true;
+    return out;
+  }
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    auto f = fits(mid * step, &peak);
+    if (!f.ok()) return f.error();
+    if (f.value()) {
+      good = mid;
+      out.batch = mid * step;
+      out.peak_memory_bytes = peak;
+    } else {
+      bad = mid;
+      out.next_batch = mid * step;
+      out.next_peak_bytes = peak;
+    }
+  }
+  return out;
+}
+
+const std::vector<ReproduceCase>& ReproduceCases() {
+  static const std::vector<ReproduceCase> cases = BuildCases();
+  return cases;
+}
+
+Result<const ReproduceCase*> FindReproduceCase(std::string_view name) {
+  std::string names;
+  for (const ReproduceCase& c : ReproduceCases()) {
+    if (c.name == name) return &c;
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  return Error("no reproduction case '" + std::string(name) + "' (known: " + names + ")");
+}
+
+ReproducedCase RunReproduceCase(const ReproduceCase& spec, const ReproduceOptions& options, const CancellationToken& cancel) {
+  ReproducedCase r;
+  r.spec = &spec;
+  for (const ReproduceColumn& col : spec.columns) {
+    if (options.small_only && !col.small) continue;
+    if (!options.only_column.empty() && col.label != options.only_column) continue;
+    if (cancel.cancelled()) break;
+    if (options.on_column) options.on_column(col);
+    ReproducedColumn c = RunColumn(col, cancel);
+    for (const ReproducedValue& v : c.values) {
+      ++r.checked;
+      if (v.within_tolerance) ++r.within;
+      r.worst_percent = std::max(r.worst_percent, std::abs(v.difference_percent));
+    }
+    r.columns.push_back(std::move(c));
+  }
+  return r;
+}
+
+std::string ReproduceTableText(const ReproducedCase& r) {
+  std::ostringstream os;
+  os << r.spec->name << ": " << r.spec->title << "\n";
+  os << "source: " << r.spec->source << "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-22s %-17s %12s %12s %10s  %s\n", "column", "figure", "published", "simulated",
+                "difference", "tolerance");
+  os << line;
+  for (const ReproducedColumn& c : r.columns) {
+    if (!c.status.ok()) {
+      os << c.column->label << ": error: " << c.status.error().message << "\n";
+      continue;
+    }
+    for (const ReproducedValue& v : c.values) {
+      const ReproduceMetric m = v.published.metric;
+      const double d = IsPercentage(m) ? v.difference_points : v.difference_percent;
+      char diff_text[48];
+      std::snprintf(diff_text, sizeof diff_text, "%+.1f%s", d, IsPercentage(m) ? " pts" : "%");
+      const std::string diff = diff_text;
+      const std::string tol = (IsPercentage(m) ? Fixed(v.published.tolerance, 0) + " pts" : Fixed(100 * v.published.tolerance, 0) + "%");
+      std::snprintf(line, sizeof line, "%-22s %-17s %12s %12s %10s  %s %s\n", c.column->label.c_str(),
+                    std::string(ReproduceMetricName(m)).c_str(), FigureText(m, v.published.value).c_str(),
+                    FigureText(m, v.simulated).c_str(), diff.c_str(), v.within_tolerance ? "within" : "OUTSIDE", tol.c_str());
+      os << line;
+    }
+    if (!c.fits) {
+      os << c.column->label << ": does not fit: peak " << Fixed(static_cast<double>(c.peak_memory_bytes) / kGB, 2) << " GB > "
+         << Fixed(c.device_hbm_bytes / kGB, 2) << " GB of HBM per device ("
+         << Fixed((static_cast<double>(c.peak_memory_bytes) - c.device_hbm_bytes) / kGB, 2) << " GB missing)\n";
+    }
+  }
+  os << "within tolerance: " << r.within << " of " << r.checked << "\n";
+  os << "worst: " << Fixed(r.worst_percent, 1) << "%\n";
+  return os.str();
+}
+
+std::string ReproduceCsv(const ReproducedCase& r) {
+  std::ostringstream os;
+  os << "case,column,metric,published,simulated,difference_percent,tolerance,within,fits\n";
+  for (const ReproducedColumn& c : r.columns) {
+    for (const ReproducedValue& v : c.values) {
+      os << r.spec->name << ",\"" << c.column->label << "\"," << ReproduceMetricName(v.published.metric) << ","
+         << v.published.value << "," << v.simulated << "," << Fixed(v.difference_percent, 2) << "," << v.published.tolerance
+         << "," << (v.within_tolerance ? 1 : 0) << "," << (c.fits ? 1 : 0) << "\n";
+    }
+  }
+  return os.str();
+}
+
+}  // namespace shardscope::pipeline

@@ -1,0 +1,125 @@
+// The reproduction registry: published whole-model configurations (GSPMD Table 2, ...) that the
+// simulator is checked against. Each case names its columns as zoo models with settings, the
+// chip, the mesh and the figures the paper publishes; RunReproduceCase builds each column from the
+// zoo, partitions and simulates it (RunPipeline) and sets the simulated figure beside the
+// published one. One chip calibration (simulator/calibration/) serves every case; the cases and
+// the residual differences are in docs/reproduce.md. The CLI's `reproduce NAME` prints the table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/cancellation.h"
+#include "core/base/status.h"
+#include "core/zoo/zoo.h"
+#include "simulator/run_result.h"
+
+namespace shardscope::pipeline {
+
+// What a published figure measures.
+enum class ReproduceMetric : uint8_t {
+  kStepTime,        // seconds per training step
+  kMfu,             // model FLOP utilisation, percent
+  kPeakMemory,      // peak bytes per device
+  kAllToAllShare,   // all-to-all time, percent of the step
+};
+std::string_view ReproduceMetricName(ReproduceMetric m);  // "step time", "MFU", ...
+
+struct PublishedFigure {
+  ReproduceMetric metric = ReproduceMetric::kStepTime;
+  double value = 0;       // seconds, percent or bytes
+  double tolerance = 0;   // the bound: relative (0.15 = 15%) for times and bytes, points for percentages
+};
+
+// One published column: a zoo model at the paper's sizes on a slice.
+struct ReproduceColumn {
+  std::string label;  // "64B, 128 devices"
+  std::string model;  // zoo name
+  ZooOverrides settings;
+  std::string chip = "tpu-v3";  // preset name or chip .json file
+  int64_t cores_per_chip = 2;   // the papers count TPU v3 cores as devices
+  std::string mesh;             // "X=8,Y=16"
+  std::vector<PublishedFigure> published;
+  bool small = false;  // simulates in a few seconds (the test runs these)
+};
+
+struct ReproduceCase {
+  std::string name;    // "gspmd-table2"
+  std::string title;   // one line
+  std::string source;  // paper, table, validation.md case id
+  std::vector<ReproduceColumn> columns;
+};
+
+// Every registered case, in a stable order.
+const std::vector<ReproduceCase>& ReproduceCases();
+// A case by name; the error lists the names.
+Result<const ReproduceCase*> FindReproduceCase(std::string_view name);
+
+// A published figure beside the simulated one.
+struct ReproducedValue {
+  PublishedFigure published;
+  double simulated = 0;
+  double difference_percent = 0;  // (simulated - published) / published x 100
+  double difference_points = 0;   // simulated - published (percentages)
+  bool within_tolerance = false;
+};
+
+struct ReproducedColumn {
+  const ReproduceColumn* column = nullptr;
+  Status status;  // the pipeline's error when the column could not be simulated
+  std::vector<ReproducedValue> values;
+  double step_time_s = 0;
+  double mfu_percent = 0;
+  int64_t peak_memory_bytes = 0;
+  double device_hbm_bytes = 0;  // the chip's HBM per device
+  bool fits = true;             // peak_memory_bytes <= device_hbm_bytes
+};
+
+struct ReproducedCase {
+  const ReproduceCase* spec = nullptr;
+  std::vector<ReproducedColumn> columns;
+  double worst_percent = 0;  // the largest |difference_percent| over the values checked
+  int64_t checked = 0, within = 0;
+};
+
+struct ReproduceOptions {
+  bool small_only = false;       // only the columns marked small
+  std::string only_column;       // when set, only the column with this label
+  std::function<void(const ReproduceColumn&)> on_column;  // called as each column starts
+};
+
+ReproducedCase RunReproduceCase(const ReproduceCase& spec, const ReproduceOptions& options = {},
+                                const CancellationToken& cancel = {});
+
+// One zoo configuration simulated on its slice, as each column runs: the zoo build, propagation
+// (entry inputs and outputs may take inferred shardings), partitioning and one simulated step.
+Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& configuration, const CancellationToken& cancel = {});
+
+struct MaxBatchResult {
+  int64_t batch = 0;              // the largest global batch that fits (0: not even one step)
+  int64_t peak_memory_bytes = 0;  // its simulated peak per device
+  int64_t next_batch = 0;         // the smallest batch tried that does not fit (0: none)
+  int64_t next_peak_bytes = 0;
+  int64_t device_hbm_bytes = 0;
+  bool reached_limit = false;     // every multiple up to the limit fits
+  int64_t simulations = 0;
+};
+// The largest global batch, a multiple of `step` (the data-parallel axis, so every device gets
+// whole rows) and at most `limit`, whose simulated peak fits the device's HBM: the zoo setting
+// "batch" doubles from `step` until a peak exceeds the HBM, then bisects. Each try is a full
+// simulation at real size.
+Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step, int64_t limit,
+                                    const CancellationToken& cancel = {});
+
+// The table people read: one line per published figure (published, simulated, difference,
+// within the tolerance or not), "does not fit" where a peak exceeds the chip's HBM, and the last
+// line "worst: P%".
+std::string ReproduceTableText(const ReproducedCase& r);
+// The same as CSV: case,column,metric,published,simulated,difference_percent,tolerance,within,fits.
+std::string ReproduceCsv(const ReproducedCase& r);
+
+}  // namespace shardscope::pipeline
