@@ -74,20 +74,23 @@ Status Session::loadHloFile(const QString& path) {
   if (!f.open(QIODevice::ReadOnly)) {
     return Error(QString("%1: cannot open: %2").arg(path, f.errorString()).toStdString());
   }
-  Status st = loadHloText(QString::fromUtf8(f.readAll()), path);
-  if (st.ok()) doc_->setFilePath(path);
-  return st;
+  auto parsed = pipeline::ParseModel(QString::fromUtf8(f.readAll()).toStdString(), path.toStdString());
+  if (!parsed.ok()) return parsed.error();
+  doc_->setModule(std::move(parsed->module), parsed->mesh, "hlo", path, path);
+  return Status::Ok();
 }
 
 void Session::adopt(ParsedProject p, const QString& path) {
-  doc_->setModule(std::move(p.module), p.mesh, p.source_kind, p.source);
+  doc_->setModule(std::move(p.module), p.mesh, p.source_kind, p.source, path);
   if (!p.selected.isEmpty()) {
     if (const Instruction* sel = doc_->findInstruction(p.selected)) doc_->select(sel->id());
   }
-  if (!path.isEmpty()) {
-    doc_->setFilePath(path);
-    store_->setProject(path, /*carry_session_runs=*/false);
-  }
+  if (!path.isEmpty()) store_->setProject(path, /*carry_session_runs=*/false);
+}
+
+void Session::close() {
+  cancelLoad();
+  doc_->clear();
 }
 
 Status Session::loadProject(const QString& path) {
@@ -145,8 +148,7 @@ void Session::requestLoadFile(const QString& path) {
         if (r.project) {
           adopt(std::move(*r.project), path);
         } else if (r.model) {
-          doc_->setModule(std::move(r.model->module), r.model->mesh, "hlo", path);
-          doc_->setFilePath(path);
+          doc_->setModule(std::move(r.model->module), r.model->mesh, "hlo", path, path);
         } else {
           emit loadFinished(path, false, r.error);
           return;
