@@ -259,12 +259,17 @@ class TestGuiRealClicks : public QObject {
           drawn ? "was drawn" : "was still waiting to be drawn", static_cast<long long>(opened.elapsed()));
     QEXPECT_FAIL("", "Graphviz is not thread-safe: its one lane holds a running layout until it ends (an 8-layer "
                  "Transformer expanded takes minutes) and the next module's layout waits; the lazy per-group layout "
-                 "of the GUI-at-real-scale work removes such layouts", Abort);
+                 "of the GUI-at-real-scale work removes such layouts", Continue);
     QVERIFY2(drawn, qPrintable(Brief(s)));
 
-    // 9. Quit (Ctrl+Q): the process ends.
+    // 9. Quit (Ctrl+Q): the process ends at once, even with the large layout still running.
+    QElapsedTimer quitting;
+    quitting.start();
     WindowKey("ctrl+q");
-    QVERIFY(app_.waitForFinished(15000));
+    QVERIFY(app_.waitForFinished(8000));
+    qInfo("quit took %lld ms", static_cast<long long>(quitting.elapsed()));
+    QCOMPARE(app_.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(app_.exitCode(), 0);
   }
 };
 

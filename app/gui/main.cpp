@@ -8,18 +8,22 @@
 // (0 on success, 2 on bad input, 1 when it cannot finish or write the image). It runs headless: the
 // offscreen platform is used unless QT_QPA_PLATFORM says otherwise.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QElapsedTimer>
 #include <QIcon>
 #include <QImage>
 #include <QMessageBox>
 #include <QPixmap>
 #include <QTemporaryDir>
+#include <QThread>
 #include <QTimer>
 
 #include "app/gui/main_window.h"
+#include "app/gui/session.h"
 #include "app/gui/window_state.h"
 #include "app/pipeline/sources.h"
 #include "shardscope_version.h"
@@ -146,5 +150,19 @@ int main(int argc, char** argv) {
       QCoreApplication::exit(0);
     });
   }
-  return app.exec();
+  const int rc = app.exec();
+  // Quitting never waits for a job that cannot stop mid-stage (a Graphviz layout may take minutes):
+  // what would be lost is saved by now (settings when the window closed; a run is stored before it
+  // is shown), so after a short grace for such writes the process ends without unwinding.
+  QElapsedTimer grace;
+  grace.start();
+  while (!window.session()->idle() && grace.elapsed() < 2000) {
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    QThread::msleep(10);
+  }
+  if (!window.session()->idle()) {
+    std::fflush(nullptr);
+    std::_Exit(rc);
+  }
+  return rc;
 }
