@@ -5,6 +5,7 @@
 #include <QtTest>
 
 #include "app/gui/session.h"
+#include "views/document_model.h"
 #include "views/graph_view.h"
 
 namespace shardscope::gui {
@@ -19,5 +20,15 @@ inline bool WaitUntilIdle(Session& session, int timeout_ms = 60000) {
 inline bool WaitForLayout(views::GraphView& view, int timeout_ms = 60000) {
   return QTest::qWaitFor([&view] { return !view.isLayoutPending(); }, timeout_ms);
 }
+
+// A hand-written convolution module on 2 devices (the second module the window tests open).
+inline constexpr const char* kHandConvModule = R"(HloModule handconv, num_partitions=2
+
+ENTRY main {
+  img = f32[8,32,32,16] parameter(0), sharding={devices=[2,1,1,1]<=[2]}
+  k = f32[3,3,16,32] parameter(1), sharding={replicated}
+  ROOT conv = f32[8,32,32,32] convolution(img, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+}
+)";
 
 }  // namespace shardscope::gui

@@ -22,6 +22,8 @@
 #include "simulator/hardware.h"
 #include "simulator/run_store.h"
 #include "views/analysis_model.h"
+#include "views/comparison_view.h"
+#include "views/run_display.h"
 #include "views/document_model.h"
 #include "views/item_models.h"
 #include "views/run_history.h"
@@ -57,15 +59,22 @@ ENTRY main {
 }
 )";
 
-// A document with its simulation panel, shown (offscreen) so geometry is real.
+// A document with its simulation panel and the comparison view it asks for, shown (offscreen) so
+// geometry is real.
 struct Panel {
   Session doc;
   SimulationView view;
+  ComparisonView compare;
   Panel() {
     view.setModels(doc.document(), doc.analysis(), doc.runs());
+    compare.setModels(doc.document(), doc.analysis(), doc.runs());
+    QObject::connect(&view, &SimulationView::compareRequested, &compare,
+                     [this](qint64 a, qint64 b) { compare.compareRuns(a, b); });
     view.resize(1400, 800);
+    compare.resize(1400, 800);
     view.setConfirmDeletes(false);
     view.show();
+    compare.show();
   }
   bool load() { return doc.loadHloText(kModule, "hist.hlo").ok() && WaitUntilIdle(doc, 60000); }
   // Simulates one step; the new run, or null.
@@ -296,9 +305,9 @@ class TestGuiHistory : public QObject {
     ClickRow(table, 0);
     ClickRow(table, 1, Qt::ControlModifier);
     QVERIFY(WaitUntilIdle(p.doc, 30000));
-    QVERIFY(p.view.comparedRuns());
-    QCOMPARE(p.view.comparedRuns()->first, a->id);
-    QCOMPARE(p.view.comparedRuns()->second, b->id);
+    QVERIFY(p.compare.comparedRuns());
+    QCOMPARE(p.compare.comparedRuns()->first, a->id);
+    QCOMPARE(p.compare.comparedRuns()->second, b->id);
     // The figures are the store's own comparison.
     auto store = RunStore::Open(db_.toStdString(), RunStore::OpenMode::kOpenExisting);
     QVERIFY(store.ok());
@@ -306,7 +315,7 @@ class TestGuiHistory : public QObject {
     QVERIFY(expected.ok());
     QCOMPARE(expected->step_time.a, a->summary.step_time_s);
     QCOMPARE(expected->step_time.b, b->summary.step_time_s);
-    QTableWidget* t = p.view.comparisonTable();
+    QTableWidget* t = p.compare.comparisonTable();
     QCOMPARE(t->rowCount(), static_cast<int>(expected->figures.size()));
     QCOMPARE(t->rowCount(), 8);  // step time, peak memory, bytes, compute, communication, idle, exposed, MFU
     for (int r = 0; r < t->rowCount(); ++r) {
@@ -322,27 +331,38 @@ class TestGuiHistory : public QObject {
     QCOMPARE(better(0), b->summary.step_time_s < a->summary.step_time_s ? QString("B") : QString("A"));
     QCOMPARE(t->item(0, 1)->text(), QString::fromStdString(FormatSeconds(a->summary.step_time_s)));
     QCOMPARE(t->item(0, 2)->text(), QString::fromStdString(FormatSeconds(b->summary.step_time_s)));
-    QCOMPARE(better(7), a->summary.mfu == b->summary.mfu ? QString("=") : b->summary.mfu > a->summary.mfu ? QString("B") : QString("A"));
+    QCOMPARE(better(7), a->summary.mfu == b->summary.mfu ? QString("tie") : b->summary.mfu > a->summary.mfu ? QString("B") : QString("A"));
     QVERIFY(a->summary.step_time_s != b->summary.step_time_s);  // different chips
     // Both timelines, on one time scale, and both memory curves overlaid.
-    QVERIFY(p.view.comparedTimeline()->isVisible());
-    QCOMPARE(p.view.timeline()->run()->id, a->id);
-    QCOMPARE(p.view.comparedTimeline()->run()->id, b->id);
-    QCOMPARE(p.view.timeline()->rangeEnd(), p.view.comparedTimeline()->rangeEnd());
-    QVERIFY(p.view.timeline()->rangeEnd() >= std::max(a->summary.step_time_s, b->summary.step_time_s));
-    const QStringList names = p.view.memoryChart()->seriesNames();
+    QVERIFY(p.compare.timelineB()->isVisible());
+    QCOMPARE(p.compare.timelineA()->run()->id, a->id);
+    QCOMPARE(p.compare.timelineB()->run()->id, b->id);
+    QCOMPARE(p.compare.timelineA()->rangeEnd(), p.compare.timelineB()->rangeEnd());
+    QVERIFY(p.compare.timelineA()->rangeEnd() >= std::max(a->summary.step_time_s, b->summary.step_time_s));
+    const QStringList names = p.compare.memoryChart()->seriesNames();
     QVERIFY2(names.contains(QString("A: run %1").arg(a->id)) && names.contains(QString("B: run %1").arg(b->id)) &&
                  names.contains("A peak") && names.contains("B peak"),
              qPrintable(names.join(", ")));
     // Zooming one timeline zooms the other.
-    p.view.timeline()->setRange(0, a->summary.step_time_s / 2);
-    QCOMPARE(p.view.comparedTimeline()->rangeEnd(), a->summary.step_time_s / 2);
-    // One row again: back to one run.
+    p.compare.timelineA()->setRange(0, a->summary.step_time_s / 2);
+    QCOMPARE(p.compare.timelineB()->rangeEnd(), a->summary.step_time_s / 2);
+    // One row again: the simulation view shows that run; the comparison stays in its own view.
     ClickRow(table, 1);
     QVERIFY(WaitUntilIdle(p.doc, 30000));
-    QVERIFY(!p.view.comparedRuns());
-    QVERIFY(!p.view.comparedTimeline()->isVisible());
+    QVERIFY(p.compare.comparedRuns());
     QCOMPARE(p.view.shownRun(), b->id);
+  }
+
+  // The better run of a figure: less time or memory, more MFU; none on a tie (two runs of one
+  // program differ only by rounding, far below what is shown).
+  void anExactTieFavoursNoRun() {
+    QCOMPARE(BetterRun({"step time", "s", 2.0e-3, 1.5e-3}), 1);
+    QCOMPARE(BetterRun({"step time", "s", 1.5e-3, 2.0e-3}), -1);
+    QCOMPARE(BetterRun({"MFU", "FLOP/s fraction", 0.30, 0.42}), 1);
+    QCOMPARE(BetterRun({"step time", "s", 48.1e-6, 48.1e-6}), 0);
+    QCOMPARE(BetterRun({"step time", "s", 48.1e-6, 48.1e-6 * (1 + 1e-12)}), 0);
+    QCOMPARE(BetterRun({"idle time", "s", 0, 0}), 0);
+    QCOMPARE(FormatDifference({"step time", "s", 48.1e-6, 48.1e-6 * (1 + 1e-12)}), QString("0"));
   }
 
   void timelineClickSelectsTheInstruction() {
@@ -500,12 +520,12 @@ class TestGuiHistory : public QObject {
     QCOMPARE(p.view.timeline()->run(), b.get());
     QVERIFY(p.view.showRun(a->id));
     QCOMPARE(p.view.timeline()->run(), a.get());
-    QVERIFY(p.view.compareRuns(a->id, b->id));
+    QVERIFY(p.compare.compareRuns(a->id, b->id));
     QVERIFY(WaitUntilIdle(p.doc, 30000));
     const RunComparison expected = CompareRunOverviews(OverviewOf(*a), OverviewOf(*b));
-    QCOMPARE(p.view.comparisonTable()->rowCount(), 8);
-    QCOMPARE(p.view.comparisonTable()->item(0, 1)->data(Qt::UserRole).toDouble(), expected.step_time.a);
-    QCOMPARE(p.view.comparisonTable()->item(1, 2)->data(Qt::UserRole).toDouble(), expected.peak_memory.b);
+    QCOMPARE(p.compare.comparisonTable()->rowCount(), 8);
+    QCOMPARE(p.compare.comparisonTable()->item(0, 1)->data(Qt::UserRole).toDouble(), expected.step_time.a);
+    QCOMPARE(p.compare.comparisonTable()->item(1, 2)->data(Qt::UserRole).toDouble(), expected.peak_memory.b);
     QVERIFY(p.doc.runs()->setLabel(a->id, "kept"));
     QCOMPARE(p.view.history()->index(0, RunHistoryModel::kLabel).data().toString(), QString("kept"));
     QVERIFY(p.doc.runs()->deleteRun(b->id));

@@ -192,6 +192,60 @@ class TestGuiJobs : public QObject {
     QVERIFY(finished.load());
     QVERIFY(!queued_ran.load());
   }
+
+  // An analysis (partitioning, simulation) checks its token only between stages: once cancelled or
+  // superseded it is abandoned, and the lane's next job starts at once instead of waiting for it.
+  void aCancelledStageNeverDelaysTheNextJob() {
+    for (const bool supersede : {false, true}) {
+      JobTracker jobs;
+      Gate stuck;
+      int first_delivered = 0, first_cancelled = 0, second = 0;
+      const auto key = supersede ? QString("partition") : QString();
+      const auto first = jobs.run<int>(
+          Spec("partitioning", JobTracker::Lane::kAnalysis, key, true),
+          [&stuck](const CancellationToken& token) {
+            stuck.wait(token, /*heed_token=*/false);  // a stage that does not look at its token
+            return 1;
+          },
+          [&](int) { ++first_delivered; }, [&] { ++first_cancelled; });
+      QTRY_VERIFY(stuck.entered.load());
+      QVERIFY(jobs.isRunning(first));
+      if (!supersede) QVERIFY(jobs.cancel(first));
+      const auto next = jobs.run<int>(
+          Spec("partitioning", JobTracker::Lane::kAnalysis, key, true), [](const CancellationToken&) { return 2; },
+          [&](int r) { second = r; });
+      QCOMPARE(first_cancelled, supersede ? 0 : 1);  // a cancel gives the panel back at once
+      QVERIFY(!jobs.isActive(first));
+      // The second job's result arrives while the first is still stuck in its stage.
+      QTRY_COMPARE(second, 2);
+      QVERIFY(!jobs.isActive(next));
+      QCOMPARE(jobs.abandonedRunning(), 1);
+      QVERIFY(!stuck.open.load());
+      stuck.open = true;
+      QTRY_COMPARE(jobs.abandonedRunning(), 0);
+      QTest::qWait(20);
+      QCOMPARE(first_delivered, 0);  // its late result is dropped
+    }
+    // The propagation lane keeps its order (its session has state): a job waits for the one before.
+    JobTracker jobs;
+    Gate gate;
+    std::vector<int> order;
+    const auto first = jobs.run<int>(
+        Spec("propagating", JobTracker::Lane::kEngine, QString(), true),
+        [&gate](const CancellationToken& token) {
+          gate.wait(token, false);
+          return 1;
+        },
+        [&](int r) { order.push_back(r); });
+    QTRY_VERIFY(gate.entered.load());
+    jobs.cancel(first);
+    jobs.run<int>(Spec("propagating", JobTracker::Lane::kEngine), [](const CancellationToken&) { return 2; },
+                  [&](int r) { order.push_back(r); });
+    QTest::qWait(50);
+    QVERIFY(order.empty());  // still waiting for the lane
+    gate.open = true;
+    QTRY_COMPARE(order, std::vector<int>{2});
+  }
 };
 
 QTEST_MAIN(TestGuiJobs)

@@ -333,6 +333,13 @@ ENTRY main {
   ROOT p = f32[8] parameter(0)
 })");
     QCOMPARE(pipeline::GuessMesh(*plain).ToString(), DeviceMesh({{"X", 3}, {"Y", 4}}).ToString());
+    // A Shardy module: its own mesh, with the user's axis names (not X/Y), even where a tiled
+    // sharding would give another shape.
+    auto sdy = Parse(R"(HloModule jit_f, num_partitions=8, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["data"=2, "model"=4]>}}
+ENTRY main {
+  ROOT p = f32[8,16] parameter(0), sharding={devices=[8,1]<=[8]}
+})");
+    QCOMPARE(pipeline::GuessMesh(*sdy).ToString(), DeviceMesh({{"data", 2}, {"model", 4}}).ToString());
     // Errors of the text carry the position.
     auto bad = pipeline::ParseModel("HloModule m\nENTRY main {\n  ROOT p = f32[8 parameter(0)\n}\n", "bad.hlo");
     QVERIFY(!bad.ok());

@@ -52,6 +52,9 @@ void AnalysisModel::setSimulationCancelled() {
 void AnalysisModel::reset() {
   partition_ = PartitionedProgram{};
   simulation_ = SimulatedStep{};
+  partition_busy_ = simulation_busy_ = false;
+  emit analysisReset();
+  emit busyChanged();
 }
 
 }  // namespace shardscope::views

@@ -85,7 +85,7 @@ class AnalysisModel : public QObject {
   void setSimulationBusy(bool busy);
   void setSimulation(SimulatedStep step);
   void setSimulationCancelled();
-  // A different module: forget what was computed for the old one.
+  // A different module: forget what was computed for the old one (analysisReset follows).
   void reset();
 
  signals:
@@ -99,6 +99,7 @@ class AnalysisModel : public QObject {
   void simulationUpdated();
   void simulationCancelled();
   void busyChanged();
+  void analysisReset();  // nothing is partitioned or simulated any more
 
  private:
   PartitionedProgram partition_;

@@ -616,6 +616,16 @@ bool CollectiveStepper::setRequest(const TeachingRequest& request) {
   return plan_.ok;
 }
 
+void CollectiveStepper::clear() {
+  pause();
+  request_ = TeachingRequest{};
+  plan_ = TeachingPlan{};
+  step_ = 0;
+  canvas_->setPlan(&plan_);
+  refresh();
+  emit planChanged();
+}
+
 void CollectiveStepper::replan() {
   TeachingRequest r = request_;
   r.chip = chip_->currentData().toString().toStdString();

@@ -138,6 +138,8 @@ class CollectiveStepper : public QWidget {
   // One of TeachingExamples() by name.
   bool showExample(const QString& name);
   bool hasPlan() const { return plan_.ok; }
+  // Nothing shown (a new module: its collectives are not the old one's).
+  void clear();
   const TeachingPlan& plan() const { return plan_; }
 
   int stepCount() const { return static_cast<int>(plan_.walk.steps.size()); }

@@ -73,7 +73,7 @@ DocumentModel::DocumentModel(QObject* parent)
 DocumentModel::~DocumentModel() = default;
 
 QString DocumentModel::title() const {
-  if (!module_) return "ShardScope";
+  if (!module_) return QString();
   if (!file_path_.isEmpty()) return QFileInfo(file_path_).fileName();
   return Q(module_->name());
 }
@@ -84,11 +84,19 @@ void DocumentModel::setClean() { undo_stack_->setClean(); }
 
 // ---- The module -----------------------------------------------------------------------------------
 
+void DocumentModel::setFilePath(const QString& path) {
+  if (path == file_path_) return;
+  file_path_ = path;
+  emit filePathChanged();
+}
+
+void DocumentModel::clear() { setModule(nullptr, DeviceMesh(), QString(), QString()); }
+
 void DocumentModel::setModule(std::unique_ptr<Module> module, const DeviceMesh& mesh, const QString& source_kind,
-                              const QString& source) {
+                              const QString& source, const QString& file_path) {
   annotations_.clear();
-  for (const auto& comp : module->computations()) {
-    for (const auto& inst : comp->instructions()) {
+  for (size_t c = 0; module && c < module->computations().size(); ++c) {
+    for (const auto& inst : module->computations()[c]->instructions()) {
       if (inst->has_sharding()) {
         annotations_.emplace(inst->id(), *inst->sharding());
         inst->clear_sharding();
@@ -99,7 +107,7 @@ void DocumentModel::setModule(std::unique_ptr<Module> module, const DeviceMesh& 
   mesh_ = mesh;
   source_kind_ = source_kind;
   source_ = source;
-  file_path_.clear();
+  file_path_ = file_path;
   selected_ = -1;
   propagated_ = std::make_shared<const std::unordered_map<int64_t, HloSharding>>();
   why_.clear();

@@ -35,9 +35,13 @@ class DocumentModel : public QObject {
 
   // ---- The module ----
   // Takes a module; its instruction shardings become the user annotations. Clears the undo
-  // history, the selection and the propagated shardings.
+  // history, the selection and the propagated shardings. `file_path`: the file it was read from
+  // ("" for an example), known before moduleReset so every view reads the new title. A null
+  // module is no module (clear()).
   void setModule(std::unique_ptr<Module> module, const DeviceMesh& mesh, const QString& source_kind,
-                 const QString& source);
+                 const QString& source, const QString& file_path = QString());
+  // No module (File ▸ Close): every view shows its empty state.
+  void clear();
   const Module* module() const { return module_.get(); }
   // The same module for a worker to read (it never changes while the document holds it).
   std::shared_ptr<const Module> sharedModule() const { return module_; }
@@ -58,7 +62,8 @@ class DocumentModel : public QObject {
   QString sourceKind() const { return source_kind_; }
   QString source() const { return source_; }
   QString filePath() const { return file_path_; }
-  void setFilePath(const QString& path) { file_path_ = path; }
+  void setFilePath(const QString& path);
+  // The file's name, else the module's name; "" when there is no module.
   QString title() const;
   bool isModified() const;
   void setClean();  // saved
@@ -122,6 +127,7 @@ class DocumentModel : public QObject {
   void selectionChanged(qint64 id);
   void errorOccurred(const QString& message);
   void modifiedChanged(bool modified);
+  void filePathChanged();    // saved under another name
 
  private:
   void rebuildIndex();

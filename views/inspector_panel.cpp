@@ -88,6 +88,22 @@ void InspectorPanel::refresh() {
   h += QString("<p style='margin-top:0'><tt>%1</tt> &nbsp;%2").arg(Esc(ShapeText(shape)), Esc(Q(inst->opcode_text())));
   if (inst->parent()) h += QString(" &nbsp;<small>in %1</small>").arg(Esc(Q(inst->parent()->name())));
   h += "</p>";
+  // Where the frontend wrote it (metadata stack_frame_id through the module's stack-frame tables, or
+  // source_file/source_line): the line first, then its callers.
+  if (const Module* m = doc_->module()) {
+    if (auto loc = SourceLocationOf(*m, *inst); loc && !loc->frames.empty()) {
+      h += QString("<p style='margin-top:0'>Source: <tt>%1</tt>").arg(Esc(Q(loc->frames[0].ToString())));
+      if (loc->frames.size() > 1) {
+        h += "<br><small>called from ";
+        for (size_t i = 1; i < loc->frames.size(); ++i) {
+          if (i > 1) h += " &larr; ";
+          h += "<tt>" + Esc(Q(loc->frames[i].ToString())) + "</tt>";
+        }
+        h += "</small>";
+      }
+      h += "</p>";
+    }
+  }
   if (sh) {
     const QColor fill = ShardingFillColor(*sh, palette());
     h += QString("<p><span style='background-color:%1; color:%2'>&nbsp;%3&nbsp;</span> &nbsp;<b>%4</b></p>")

@@ -1,29 +1,28 @@
 #include "views/job_tracker.h"
 
+#include <algorithm>
+
 #include <QThreadPool>
 
 namespace shardscope::views {
 
-
-JobTracker::JobTracker(QObject* parent) : QObject(parent) {
+JobTracker::JobTracker(QObject* parent) : QObject(parent), pool_(new QThreadPool(this)) {
   clock_.start();
-  for (Lane lane : {Lane::kEngine, Lane::kLayout, Lane::kStore, Lane::kFiles}) {
-    auto* pool = new QThreadPool(this);
-    pool->setMaxThreadCount(1);  // one worker per lane: its jobs run in order
-    pool->setExpiryTimeout(-1);
-    lanes_[lane] = pool;
-  }
+  for (Lane lane : {Lane::kEngine, Lane::kAnalysis, Lane::kLayout, Lane::kStore, Lane::kFiles}) lanes_[lane];
+  // One running job per lane plus the abandoned ones still finishing their stage.
+  pool_->setMaxThreadCount(16);
 }
 
 JobTracker::~JobTracker() {
   for (auto& [id, job] : jobs_) job.token.Cancel();
   jobs_.clear();
-  for (auto& [lane, pool] : lanes_) pool->waitForDone();
+  for (auto& [lane, state] : lanes_) state.queue.clear();
+  pool_->waitForDone();
 }
 
 JobTracker::JobId JobTracker::add(Spec spec, std::function<void()> on_cancel, CancellationToken* token) {
   // A newer job with the same key supersedes the older ones: queued ones never start, a running one
-  // finishes its stage and its result is dropped.
+  // finishes its stage (or is abandoned) and its result is dropped.
   if (!spec.key.isEmpty()) {
     std::vector<JobId> older;
     for (const auto& [id, job] : jobs_) {
@@ -46,7 +45,42 @@ JobTracker::JobId JobTracker::add(Spec spec, std::function<void()> on_cancel, Ca
   return id;
 }
 
-void JobTracker::start(Lane lane, std::function<void()> work) { lanes_.at(lane)->start(std::move(work)); }
+void JobTracker::setBody(JobId id, std::function<void()> body) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  it->second.body = std::move(body);
+  const Lane lane = it->second.spec.lane;
+  lanes_[lane].queue.push_back(id);
+  dispatch(lane);
+}
+
+void JobTracker::dispatch(Lane lane) {
+  LaneState& state = lanes_[lane];
+  while (state.running == 0 && !state.queue.empty()) {
+    const JobId id = state.queue.front();
+    state.queue.pop_front();
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;  // superseded or cancelled while it waited
+    state.running = id;
+    it->second.running_ms = clock_.elapsed();
+    std::function<void()> body = std::move(it->second.body);
+    it->second.body = nullptr;
+    pool_->start(std::move(body));
+    emit jobsChanged();
+  }
+}
+
+void JobTracker::workFinished(JobId id, Lane lane, bool ran) {
+  if (ran) ++work_run_;
+  LaneState& state = lanes_[lane];
+  if (state.running == id) {
+    state.running = 0;
+    dispatch(lane);
+  } else {
+    // An abandoned job's thread has finished: the lane went on without it.
+    abandoned_running_ = std::max(0, abandoned_running_ - 1);
+  }
+}
 
 bool JobTracker::deliverable(JobId id) {
   auto it = jobs_.find(id);
@@ -64,6 +98,14 @@ void JobTracker::remove(JobId id, bool cancelled) {
   Job job = std::move(it->second);
   jobs_.erase(it);
   job.token.Cancel();  // (a finished job's token is no longer read)
+  LaneState& state = lanes_[job.spec.lane];
+  if (auto q = std::find(state.queue.begin(), state.queue.end(), id); q != state.queue.end()) state.queue.erase(q);
+  if (state.running == id && abandons(job.spec.lane)) {
+    // It cannot be stopped mid-stage; the lane does not wait for it.
+    state.running = 0;
+    ++abandoned_running_;
+    dispatch(job.spec.lane);
+  }
   if (cancelled && job.on_cancel && (!job.has_context || !job.spec.context.isNull())) job.on_cancel();
   emit jobsChanged();
   if (jobs_.empty()) emit idleChanged(true);
@@ -91,6 +133,11 @@ bool JobTracker::cancelUserJobs() {
   }
   for (JobId id : ids) remove(id, /*cancelled=*/true);
   return !ids.empty();
+}
+
+bool JobTracker::isRunning(JobId id) const {
+  auto it = jobs_.find(id);
+  return it != jobs_.end() && it->second.running_ms >= 0;
 }
 
 bool JobTracker::hasKey(const QString& key) const {

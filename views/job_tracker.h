@@ -1,5 +1,6 @@
 // The one tracker of the GUI's background jobs (hotspot's pattern): loading, propagation, graph
-// layout, partitioning with its numerical check, simulation and run-store I/O all run through it.
+// layout, partitioning with its numerical check, simulation, run-store I/O and exports all run
+// through it.
 //
 // A job is a function of a CancellationToken run on a worker lane; its result is handed back by a
 // queued call on the GUI thread. Every job gets an id (a generation number: ids only grow). A job
@@ -9,15 +10,21 @@
 // does the same for one job or a key; the job's `cancelled` callback then runs at once (the panel is
 // given back without waiting for the worker).
 //
-// Lanes are single worker threads, so the jobs of a lane run in order and one lane never waits for
-// another: Graphviz (not thread-safe) has a lane of its own and a long layout never delays a
-// propagation; the SQLite store has its own; files are read on a fourth.
+// Lanes run their jobs one at a time, in order, and one lane never waits for another: Graphviz (not
+// thread-safe) has a lane of its own, so a long layout never delays a propagation; the document's
+// propagation session has one (it keeps state between runs); the analyses (partitioning,
+// verification, simulation), the SQLite store and file reading have one each. A job that cannot
+// stop mid-stage (an engine checks its token only between stages) would hold its lane after it was
+// cancelled or superseded: on the lanes whose jobs share no state (analysis, files) it is
+// abandoned instead — it finishes on its thread, its result is dropped, and the lane's next job
+// starts at once on another thread. So a cancelled or superseded job never delays the next one.
 //
 // QtCore only (no widgets): the session in app/gui submits the analysis jobs, the graph view its
 // layouts, the job indicator lists them.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,7 +46,11 @@ class JobTracker : public QObject {
   Q_OBJECT
 
  public:
-  enum class Lane { kEngine, kLayout, kStore, kFiles };
+  // kEngine: the document's propagation session (ordered, keeps state between runs).
+  // kAnalysis: partitioning with its numerical check, simulation (abandoned when cancelled).
+  // kLayout: Graphviz. kStore: the SQLite run store. kFiles: reading and writing files (abandoned
+  // when cancelled).
+  enum class Lane { kEngine, kAnalysis, kLayout, kStore, kFiles };
   using JobId = quint64;
 
   struct Spec {
@@ -55,13 +66,18 @@ class JobTracker : public QObject {
     Spec spec;
     CancellationToken token;
     qint64 started_ms = 0;  // when it was submitted (QElapsedTimer of the tracker)
+    qint64 running_ms = -1; // when its work started on a thread (-1: still queued)
     std::function<void()> on_cancel;
-    bool has_context = false;  // spec.context was given (its results need it alive)
+    std::function<void()> body;  // the work and the hand-back, run on a worker thread
+    bool has_context = false;    // spec.context was given (its results need it alive)
   };
 
   explicit JobTracker(QObject* parent = nullptr);
-  // Cancels every job and waits for the workers to finish what they started.
+  // Cancels every job and waits for the workers to finish what they started (abandoned ones too).
   ~JobTracker() override;
+
+  // Whether a lane abandons a cancelled running job (see above).
+  static bool abandons(Lane lane) { return lane == Lane::kAnalysis || lane == Lane::kFiles; }
 
   // Runs `work(token)` on spec.lane. `done(result)` runs on the GUI thread unless the job was
   // cancelled or superseded first; then `cancelled()` (may be empty) runs instead, at once.
@@ -76,6 +92,8 @@ class JobTracker : public QObject {
   bool cancelUserJobs();
 
   bool isActive(JobId id) const { return jobs_.count(id) != 0; }
+  // Active and its work has started (not waiting for its lane).
+  bool isRunning(JobId id) const;
   bool hasKey(const QString& key) const;
   bool hasCancellable() const;
   // The jobs not yet finished, cancelled or superseded, oldest first.
@@ -86,25 +104,35 @@ class JobTracker : public QObject {
   qint64 elapsedMs(JobId id) const;
   // Jobs whose work has run (for tests: a superseded job that never started does not count).
   int workRun() const { return work_run_; }
+  // Running jobs given up after a cancel, whose threads have not finished yet (for tests).
+  int abandonedRunning() const { return abandoned_running_; }
 
  signals:
-  void jobsChanged();       // a job was added, finished, cancelled or superseded
+  void jobsChanged();       // a job was added, started, finished, cancelled or superseded
   void idleChanged(bool idle);
 
  private:
+  struct LaneState {
+    std::deque<JobId> queue;  // waiting, in order
+    JobId running = 0;        // whose work runs now (0: none)
+  };
   JobId add(Spec spec, std::function<void()> on_cancel, CancellationToken* token);
-  // Posts `work` to the lane; `finish(id)` runs on the GUI thread when it returns.
-  void start(Lane lane, std::function<void()> work);
+  void setBody(JobId id, std::function<void()> body);
+  // Starts the lane's next job when it is free.
+  void dispatch(Lane lane);
+  // A job's work returned (or was skipped): its lane is free for the next one.
+  void workFinished(JobId id, Lane lane, bool ran);
   void remove(JobId id, bool cancelled);
   // Active, and its context (when it has one) still alive; a job whose context died is dropped.
   bool deliverable(JobId id);
-  void noteWorkRun() { ++work_run_; }
 
   std::map<JobId, Job> jobs_;
+  std::map<Lane, LaneState> lanes_;
   JobId next_id_ = 0;
   QElapsedTimer clock_;
-  std::map<Lane, QThreadPool*> lanes_;
+  QThreadPool* pool_;
   int work_run_ = 0;
+  int abandoned_running_ = 0;
 };
 
 template <typename R>
@@ -113,17 +141,17 @@ JobTracker::JobId JobTracker::run(Spec spec, std::function<R(const CancellationT
   CancellationToken token;
   const Lane lane = spec.lane;
   const JobId id = add(std::move(spec), std::move(cancelled), &token);
-  QPointer<JobTracker> self(this);
-  start(lane, [self, id, token, work = std::move(work), done = std::move(done)]() mutable {
-    if (token.cancelled()) return;  // superseded or cancelled before it started
-    auto result = std::make_shared<R>(work(token));
-    if (self.isNull()) return;
+  // The tracker outlives every body (its destructor waits for the workers); a hand-back queued after
+  // it is gone is discarded by Qt (the tracker is the call's context).
+  JobTracker* self = this;
+  setBody(id, [self, id, lane, token, work = std::move(work), done = std::move(done)]() mutable {
+    std::shared_ptr<R> result;
+    if (!token.cancelled()) result = std::make_shared<R>(work(token));
     QMetaObject::invokeMethod(
-        self.data(),
-        [self, id, token, result, done = std::move(done)]() mutable {
-          if (self.isNull()) return;
-          self->noteWorkRun();
-          if (token.cancelled() || !self->deliverable(id)) return;  // cancelled: its callback already ran
+        self,
+        [self, id, lane, token, result, done]() mutable {
+          self->workFinished(id, lane, result != nullptr);
+          if (!result || token.cancelled() || !self->deliverable(id)) return;  // cancelled: its callback already ran
           self->remove(id, false);
           done(std::move(*result));
         },

@@ -327,13 +327,14 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   auto* mesh_box = new QGroupBox("Device mesh");
   auto* mesh_col = new QVBoxLayout(mesh_box);
   mesh_summary_ = new QLabel;
+  mesh_summary_->setObjectName("meshSummary");
   mesh_summary_->setWordWrap(true);
   mesh_col->addWidget(mesh_summary_);
   axes_box_ = new QWidget;
   axes_grid_ = new QGridLayout(axes_box_);
   axes_grid_->setContentsMargins(0, 0, 0, 0);
   mesh_col->addWidget(axes_box_);
-  auto* add = new QPushButton("Add axis");
+  auto* add = add_axis_ = new QPushButton("Add axis");
   add->setToolTip("Add a mesh axis of size 1 (then resize it)");
   connect(add, &QPushButton::clicked, this, [this] { addAxis(); });
   auto* add_row = new QHBoxLayout;
@@ -372,8 +373,17 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   named_row->addWidget(named_, 1);
   named_row->addWidget(apply_named_);
   tcol->addLayout(named_row);
+  // What is wrong with a typed sharding, under the field (which is marked until it is edited).
+  named_error_ = new QLabel;
+  named_error_->setObjectName("namedAxesError");
+  named_error_->setWordWrap(true);
+  named_error_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  named_error_->hide();
+  tcol->addWidget(named_error_);
+  connect(named_, &QLineEdit::textEdited, this, [this] { markNamedAxes(QString()); });
   auto* buttons = new QHBoxLayout;
   replicate_ = new QPushButton("Replicate");
+  replicate_->setObjectName("replicateButton");
   replicate_->setToolTip("Annotate the tensor as replicated on every device");
   clear_ = new QPushButton("Clear annotation");
   clear_->setToolTip("Remove your annotation: propagation decides this tensor's sharding");
@@ -419,7 +429,10 @@ void MeshView::setDocument(DocumentModel* doc) {
     rebuildAxes();
     rebuildTensor();
   });
-  connect(doc_, &DocumentModel::selectionChanged, this, [this](qint64) { rebuildTensor(); });
+  connect(doc_, &DocumentModel::selectionChanged, this, [this](qint64) {
+    markNamedAxes(QString());  // the message was about another tensor
+    rebuildTensor();
+  });
   connect(doc_, &DocumentModel::annotationsChanged, this, [this] { rebuildTensor(); });
   connect(doc_, &DocumentModel::shardingsUpdated, this, [this] { rebuildTensor(); });
   rebuildAxes();
@@ -434,7 +447,16 @@ const Instruction* MeshView::selectedTensor() const {
 void MeshView::rebuildAxes() {
   if (!doc_) return;
   const DeviceMesh& mesh = doc_->mesh();
-  mesh_summary_->setText(QString("<b>%1</b> &mdash; %2 devices").arg(Q(mesh.ToString()).toHtmlEscaped()).arg(mesh.num_devices()));
+  axes_box_->setEnabled(doc_->hasModule());
+  add_axis_->setEnabled(doc_->hasModule());
+  if (!doc_->hasModule()) {
+    mesh_summary_->setText("<i>No module open.</i>");
+  } else {
+    mesh_summary_->setText(QString("<b>%1</b> &mdash; %2 device%3")
+                               .arg(Q(mesh.ToString()).toHtmlEscaped())
+                               .arg(mesh.num_devices())
+                               .arg(mesh.num_devices() == 1 ? "" : "s"));
+  }
   const int rows = static_cast<int>(mesh.num_axes());
   // Same number of axes: update the editors in place (one of them may be emitting right now).
   if (axes_grid_->rowCount() - 1 == rows && axes_grid_->count() == rows * 3 + 2) {
@@ -506,6 +528,14 @@ void MeshView::rebuildTensor() {
   apply_named_->setEnabled(array);
   replicate_->setEnabled(array);
   clear_->setEnabled(inst && doc_->origin(inst->id()) == TensorOrigin::kUser);
+  if (!doc_->hasModule()) {
+    tensor_title_->setText("<i>Open a module (File \u25B8 Open) to annotate its tensors.</i>");
+    tensor_state_->clear();
+    named_->clear();
+    grid_->setState(DeviceMesh(), std::nullopt, {}, 0);
+    grid_info_->clear();
+    return;
+  }
   if (!inst) {
     tensor_title_->setText("<i>Select a tensor in the graph to shard it.</i>");
     tensor_state_->clear();
@@ -664,10 +694,35 @@ bool MeshView::applyNamedAxes(const QString& text) {
   }
   auto s = ParseNamedAxes(text.trimmed().toStdString(), inst->shape().rank(), doc_->mesh());
   if (!s.ok()) {
-    emit message(QString("Cannot read \"%1\": %2").arg(text, Q(s.error().message)));
+    const QString why = QString("Cannot read \"%1\": %2").arg(text, Q(s.error().message));
+    markNamedAxes(why);
+    emit message(why);
     return false;
   }
-  return doc_->annotate(inst->id(), *s);
+  // The document says why it refuses an annotation (errorOccurred): shown under the field too.
+  QString refused;
+  auto c = connect(doc_, &DocumentModel::errorOccurred, this, [&refused](const QString& m) { refused = m; });
+  const bool ok = doc_->annotate(inst->id(), *s);
+  disconnect(c);
+  markNamedAxes(ok ? QString() : refused);
+  return ok;
+}
+
+void MeshView::markNamedAxes(const QString& error) {
+  if (error.isEmpty()) {
+    if (named_error_->isHidden()) return;
+    named_->setStyleSheet(QString());
+    named_->setProperty("invalid", false);
+    named_error_->hide();
+    named_error_->clear();
+    return;
+  }
+  named_->setProperty("invalid", true);
+  named_->setStyleSheet("QLineEdit { border: 2px solid #d32f2f; border-radius: 3px; }");
+  named_error_->setText(QString("<span style='color:#d32f2f'>\u26A0 %1</span>").arg(error.toHtmlEscaped()));
+  named_error_->show();
+  named_->setFocus(Qt::OtherFocusReason);
+  named_->selectAll();
 }
 
 bool MeshView::replicateSelected() {

@@ -107,6 +107,8 @@ class MeshView : public QWidget {
   std::vector<std::vector<int64_t>> currentAssignment() const;
   DeviceGridWidget* grid() const { return grid_; }
   QLineEdit* namedAxesField() const { return named_; }
+  // Why the last typed sharding was refused (hidden when it was accepted or edited since).
+  QLabel* namedAxesError() const { return named_error_; }
 
  signals:
   void message(const QString& text);
@@ -116,6 +118,8 @@ class MeshView : public QWidget {
   void rebuildTensor();
   void refreshGrid();
   bool annotateWith(const std::vector<std::vector<int64_t>>& dims);
+  // Marks the named-axes field with `error` (red border, the message under it); "" clears it.
+  void markNamedAxes(const QString& error);
   const Instruction* selectedTensor() const;
 
   QPointer<DocumentModel> doc_;
@@ -129,6 +133,8 @@ class MeshView : public QWidget {
   QVBoxLayout* dims_layout_;
   QLineEdit* named_;
   QPushButton* apply_named_;
+  QLabel* named_error_;
+  QPushButton* add_axis_;
   QPushButton* replicate_;
   QPushButton* clear_;
   DeviceGridWidget* grid_;

@@ -58,17 +58,35 @@ PartitionedView::PartitionedView(QWidget* parent)
   tabs_->addTab(text_, "HLO");
   button_->setToolTip("Run the SPMD partitioner on the current shardings");
   status_->setWordWrap(true);
+  status_->setObjectName("partitionStatus");
+  status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  auto* side = new QPushButton("Side by side", this);
+  side->setObjectName("sideBySide");
+  side->setToolTip("Show the original graph and the partitioned one next to each other (Graph view)");
+  auto* save = new QPushButton("Export HLO\u2026", this);
+  save->setObjectName("exportPartitionedHlo");
+  save->setToolTip("Write the partitioned program as HLO text (File \u25B8 Export)");
+  // Two rows: the controls, then the status line with all the room it needs (never squeezed).
   auto* bar = new QHBoxLayout;
   bar->setContentsMargins(6, 4, 6, 0);
   bar->addWidget(button_);
-  bar->addWidget(status_, 1);
   bar->addWidget(new QLabel("Seen from", this));
   bar->addWidget(device_);
   bar->addWidget(badge_);
+  bar->addStretch(1);
+  bar->addWidget(side);
+  bar->addWidget(save);
+  auto* status_row = new QHBoxLayout;
+  status_row->setContentsMargins(8, 0, 6, 2);
+  status_row->addWidget(status_, 1);
   auto* col = new QVBoxLayout(this);
   col->setContentsMargins(0, 0, 0, 0);
+  col->setSpacing(2);
   col->addLayout(bar);
+  col->addLayout(status_row);
   col->addWidget(tabs_, 1);
+  connect(side, &QPushButton::clicked, this, &PartitionedView::sideBySideRequested);
+  connect(save, &QPushButton::clicked, this, &PartitionedView::exportRequested);
   debounce_->setSingleShot(true);
   debounce_->setInterval(300);
   connect(debounce_, &QTimer::timeout, this, &PartitionedView::partitionNow);
@@ -118,6 +136,22 @@ void PartitionedView::setModels(DocumentModel* doc, AnalysisModel* analysis, Job
     button_->setText("Partition");
     status_->setText("Partitioning cancelled.");
   });
+  connect(analysis_, &AnalysisModel::analysisReset, this, &PartitionedView::onAnalysisReset);
+  onAnalysisReset();
+}
+
+void PartitionedView::onAnalysisReset() {
+  debounce_->stop();
+  button_->setText("Partition");
+  button_->setToolTip("Run the SPMD partitioner on the current shardings");
+  collectives_->clear();
+  text_->clear();
+  badge_->hide();
+  device_->setMaximum(0);
+  device_->setValue(-1);
+  spmd_doc_->clear();
+  status_->setText(doc_ && doc_->module() ? "Press Partition to see the program every device runs."
+                                          : "Open a module to partition it.");
 }
 
 void PartitionedView::followSelection() {

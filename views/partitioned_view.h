@@ -46,18 +46,25 @@ class PartitionedView : public QWidget {
   // Brings the Collectives tab to the front.
   void showCollectives();
   int64_t device() const;
+  // The status line ("partitioned into 16 devices with 20 collectives ...") and the HLO text.
+  QLabel* statusLabel() const { return status_; }
+  QPlainTextEdit* hloText() const { return text_; }
 
  signals:
   // The user asked to step through a collective (double-click on its row): the collective and who
   // takes part (CollectiveTableModel::participants).
   void collectiveActivated(const shardscope::InsertedCollective& collective,
                            const std::vector<std::vector<int64_t>>& participants);
+  // The user asked for the original and the partitioned graph side by side / to export the HLO text.
+  void sideBySideRequested();
+  void exportRequested();
 
  public slots:
   void partitionNow();
 
  private:
   void onPartitionUpdated();
+  void onAnalysisReset();
   void followSelection();
   void showVerdict();
 

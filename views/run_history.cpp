@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <string_view>
 
 namespace shardscope::views {
@@ -21,6 +22,13 @@ bool SmallerIsBetter(const ComparedFigure& figure) {
   std::string name = figure.name;
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   return name.find("mfu") == std::string::npos && name.find("utili") == std::string::npos;
+}
+
+int BetterRun(const ComparedFigure& figure) {
+  const double scale = std::max(std::fabs(figure.a), std::fabs(figure.b));
+  if (std::fabs(figure.b - figure.a) <= 1e-9 * scale) return 0;
+  const bool b_better = SmallerIsBetter(figure) ? figure.b < figure.a : figure.b > figure.a;
+  return b_better ? 1 : -1;
 }
 
 RunHistory::RunHistory(QObject* parent) : QObject(parent) {}

@@ -30,6 +30,9 @@ std::string RunModuleName(const RunInputs& inputs);
 // For every figure of a comparison: true when a smaller value is better (times, bytes), false when
 // a larger one is (MFU).
 bool SmallerIsBetter(const ComparedFigure& figure);
+// Which run a figure favours: -1 run A, +1 run B, 0 a tie (equal to one part in 10^9, closer than
+// any figure is shown, so two runs of the same program are never told apart by rounding noise).
+int BetterRun(const ComparedFigure& figure);
 
 class RunHistory : public QObject {
   Q_OBJECT

@@ -34,6 +34,7 @@
 #include "views/memory_chart.h"
 #include "views/sharding_style.h"
 #include "views/pipeline_stages.h"
+#include "views/run_display.h"
 #include "views/timeline_view.h"
 
 namespace shardscope::views {
@@ -43,34 +44,6 @@ using namespace ::shardscope::sim;
 namespace {
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }
-
-enum CompareColumn { kFigure, kRunA, kRunB, kDifference, kRatio, kBetter, kCompareColumns };
-
-QString FormatFigure(const ComparedFigure& f, double v) {
-  if (f.unit == "s") return Q(FormatSeconds(v));
-  if (f.unit == "bytes") return Q(FormatBytes(v));
-  if (f.unit.find("fraction") != std::string::npos) return Q(FormatPercent(v));
-  return QString::number(v, 'g', 4);
-}
-
-QString FormatDifference(const ComparedFigure& f) {
-  const double d = f.difference();
-  if (d == 0) return "0";
-  const QString sign = d > 0 ? "+" : QString::fromUtf8("\u2212");
-  if (f.unit.find("fraction") != std::string::npos) return sign + QString("%1 pt").arg(std::fabs(d) * 100, 0, 'f', 1);
-  return sign + FormatFigure(f, std::fabs(d));
-}
-
-// The memory curve of the device class that holds the run's peak.
-const DeviceClass* PeakClass(const RunResult& run) {
-  const DeviceClass* peak = nullptr;
-  for (const auto& c : run.classes) {
-    if (!peak || c.peak_memory_bytes > peak->peak_memory_bytes) peak = &c;
-  }
-  return peak;
-}
-
-QString RunName(int64_t id) { return id < 0 ? QString("unsaved run %1").arg(-id) : QString("run %1").arg(id); }
 
 }  // namespace
 
@@ -83,15 +56,11 @@ SimulationView::SimulationView(QWidget* parent)
       status_(new QLabel),
       store_label_(new QLabel),
       timeline_(new TimelineWidget),
-      timeline_b_(new TimelineWidget),
       chart_(MemoryChart::Create()),
       history_(new RunHistoryModel(this)),
       proxy_(new QSortFilterProxyModel(this)),
       table_(new QTableView),
-      details_(new QStackedWidget),
       summary_(new QTextBrowser),
-      compare_title_(new QLabel),
-      compare_table_(new QTableWidget(0, kCompareColumns)),
       tick_(new QTimer(this)),
       elapsed_(std::make_unique<QElapsedTimer>()) {
   setObjectName("simulationView");
@@ -119,21 +88,15 @@ SimulationView::SimulationView(QWidget* parent)
   bar->addWidget(progress_);
   bar->addWidget(status_, 1);
 
-  // Left: the timeline(s) over the memory chart.
-  auto* lanes = new QWidget;
-  auto* lanes_col = new QVBoxLayout(lanes);
-  lanes_col->setContentsMargins(0, 0, 0, 0);
-  lanes_col->setSpacing(2);
-  lanes_col->addWidget(timeline_);
-  lanes_col->addWidget(timeline_b_);
-  lanes_col->addStretch(0);
-  timeline_b_->setObjectName("comparedTimeline");
-  timeline_b_->hide();
+  // Left: the timeline over the memory chart.
   auto* scroll = new QScrollArea;
-  scroll->setWidget(lanes);
+  scroll->setWidget(timeline_);
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setMinimumHeight(100);
+  chart_->setMinimumSize(240, 150);
   auto* left = new QSplitter(Qt::Vertical);
+  left->setChildrenCollapsible(false);
   left->addWidget(scroll);
   left->addWidget(chart_);
   left->setStretchFactor(0, 1);
@@ -152,30 +115,17 @@ SimulationView::SimulationView(QWidget* parent)
   table_->verticalHeader()->hide();
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->setContextMenuPolicy(Qt::CustomContextMenu);
-  table_->setToolTip("Select a run to show it, Ctrl-click a second one to compare them. Double-click a label to "
-                     "rename it; Delete removes the selected runs from the store.");
+  table_->setToolTip("Select a run to show it, Ctrl-click a second one to compare them side by side. Double-click a "
+                     "label to rename it; Delete removes the selected runs from the store.");
   table_->installEventFilter(this);
-  compare_table_->setObjectName("runComparison");
-  compare_table_->setHorizontalHeaderLabels({"Figure", "Run A", "Run B", "B \u2212 A", "B / A", "Better"});
-  compare_table_->verticalHeader()->hide();
-  compare_table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  compare_table_->setSelectionMode(QAbstractItemView::NoSelection);
-  compare_table_->horizontalHeader()->setStretchLastSection(true);
-  compare_title_->setWordWrap(true);
-  compare_title_->setTextFormat(Qt::RichText);
-  auto* compare_page = new QWidget;
-  auto* compare_col = new QVBoxLayout(compare_page);
-  compare_col->setContentsMargins(4, 4, 4, 4);
-  compare_col->addWidget(compare_title_);
-  compare_col->addWidget(compare_table_, 1);
-  details_->addWidget(summary_);
-  details_->addWidget(compare_page);
   auto* right = new QSplitter(Qt::Vertical);
+  right->setChildrenCollapsible(false);
   right->addWidget(table_);
-  right->addWidget(details_);
+  right->addWidget(summary_);
   right->setStretchFactor(0, 2);
   right->setStretchFactor(1, 3);
-  auto* split = split_ = new QSplitter(Qt::Horizontal);
+  auto* split = new QSplitter(Qt::Horizontal);
+  split->setChildrenCollapsible(false);
   split->addWidget(left);
   split->addWidget(right);
   split->setStretchFactor(0, 3);
@@ -206,17 +156,7 @@ SimulationView::SimulationView(QWidget* parent)
   connect(timeline_, &TimelineWidget::eventClicked, this, [this](const QString& name, int) {
     if (timeline_->run()) onEventClicked(timeline_->run()->id, name);
   });
-  connect(timeline_b_, &TimelineWidget::eventClicked, this, [this](const QString& name, int) {
-    if (timeline_b_->run()) onEventClicked(timeline_b_->run()->id, name);
-  });
   connect(timeline_, &TimelineWidget::rangeSelected, this, &SimulationView::onRangeSelected);
-  // Compared timelines share one time window.
-  connect(timeline_, &TimelineWidget::rangeChanged, this, [this](double a, double b) {
-    if (timeline_b_->isVisible() && (timeline_b_->rangeStart() != a || timeline_b_->rangeEnd() != b)) timeline_b_->setRange(a, b);
-  });
-  connect(timeline_b_, &TimelineWidget::rangeChanged, this, [this](double a, double b) {
-    if (timeline_b_->isVisible() && (timeline_->rangeStart() != a || timeline_->rangeEnd() != b)) timeline_->setRange(a, b);
-  });
   button_->setEnabled(false);
   status_->setText("Press Simulate to run one step of the partitioned program on a simulated pod.");
 }
@@ -245,11 +185,6 @@ void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunH
   });
   connect(runs_, &RunHistory::runRemoved, this, [this](qint64 id) {
     history_->removeRun(id);
-    if (compared_ && (compared_->first == id || compared_->second == id)) {
-      compared_.reset();
-      details_->setCurrentIndex(0);
-      timeline_b_->hide();
-    }
     if (shown_id_ == id) {
       shown_id_ = wanted_id_ = 0;
       timeline_->setRun(nullptr);
@@ -259,34 +194,16 @@ void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunH
   });
   connect(runs_, &RunHistory::runLabelChanged, this, [this](qint64 id) {
     if (const RunOverview* o = runs_->overview(id)) history_->setLabel(id, Q(o->label));
-    if (id == shown_id_ && !compared_) {
+    if (id == shown_id_) {
       if (auto run = runs_->loadedRun(id)) summary_->setHtml(summaryHtml(*run));
     }
   });
   connect(runs_, &RunHistory::historyReset, this, &SimulationView::resetHistory);
   connect(runs_, &RunHistory::runLoaded, this, &SimulationView::onRunLoaded);
-  connect(runs_, &RunHistory::comparisonReady, this, [this](qint64 a, qint64 b) {
-    if (compared_ && compared_->first == a && compared_->second == b) displayComparison();
-  });
   connect(runs_, &RunHistory::storeChanged, this, &SimulationView::updateStoreLabel);
   connect(runs_, &RunHistory::storeMessage, this, [this](const QString& message) { status_->setText(message); });
   connect(doc_, &DocumentModel::selectionChanged, this, &SimulationView::highlightSelection);
-  connect(doc_, &DocumentModel::moduleReset, this, [this] {
-    history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
-    shown_id_ = wanted_id_ = 0;
-    compared_.reset();
-    queue_.clear();
-    compare_after_queue_ = false;
-    timeline_->setRun(nullptr);
-    timeline_b_->setRun(nullptr);
-    timeline_b_->hide();
-    chart_->clear();
-    summary_->clear();
-    details_->setCurrentIndex(0);
-    updating_selection_ = true;
-    table_->clearSelection();
-    updating_selection_ = false;
-  });
+  connect(doc_, &DocumentModel::moduleReset, this, &SimulationView::reset);
   history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
   runs_->open();
   resetHistory();
@@ -295,56 +212,25 @@ void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunH
 }
 
 int64_t SimulationView::instructionForEvent(int64_t run_id, const QString& spmd_instruction) const {
-  if (!doc_ || !runs_ || !doc_->module()) return -1;
-  const Module* module = doc_->module();
-  if (const RunOverview* o = runs_->overview(run_id); o && !o->inputs.module_name.empty() && RunModuleName(o->inputs) != module->name()) {
-    return -1;  // another module's run: its names mean nothing here
-  }
-  std::string name = spmd_instruction.toStdString();
-  while (!name.empty() && name.back() == ']') {  // "[i]" per enclosing loop
-    const auto open = name.rfind('[');
-    if (open == std::string::npos) break;
-    name.erase(open);
-  }
-  if (name.empty()) return -1;
-  // The name as the event gives it, with the partitioner's ".spmd" computation suffix dropped, and
-  // without its computation.
-  std::vector<std::string> candidates{name};
-  for (auto pos = name.find(".spmd/"); pos != std::string::npos; pos = std::string::npos) {
-    candidates.push_back(name.substr(0, pos) + name.substr(pos + 5));
-  }
-  if (const auto slash = name.rfind('/'); slash != std::string::npos) candidates.push_back(name.substr(slash + 1));
-  auto find = [module](const std::string& n) -> int64_t {
-    const Instruction* inst = module->FindInstruction(n);
-    return inst ? inst->id() : -1;
-  };
-  // 1. The partitioner's own map, kept with the run (in the store too).
-  if (auto run = runs_->loadedRun(run_id)) {
-    for (const auto& c : candidates) {
-      auto it = run->origins.find(c);
-      if (it == run->origins.end()) continue;
-      if (int64_t id = find(it->second); id >= 0) return id;
-    }
-  }
-  // 2. The last partitioned program of this document.
-  if (analysis_ && analysis_->partition().ok()) {
-    const PartitionResult& p = *analysis_->partition().result;
-    for (const auto& c : candidates) {
-      for (const auto& [original, spmd_names] : p.origin_map) {
-        if (std::find(spmd_names.begin(), spmd_names.end(), c) == spmd_names.end()) continue;
-        if (int64_t id = find(original); id >= 0) return id;
-      }
-      for (const auto& col : p.collectives) {
-        if (col.instruction != c) continue;
-        if (int64_t id = find(col.origin); id >= 0) return id;
-      }
-    }
-  }
-  // 3. The same name (the partitioner keeps the names of the instructions it partitions).
-  for (const auto& c : candidates) {
-    if (int64_t id = find(c); id >= 0) return id;
-  }
-  return -1;
+  return InstructionForRunEvent(doc_, runs_, analysis_, run_id, spmd_instruction);
+}
+
+void SimulationView::reset() {
+  if (doc_) history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
+  shown_id_ = wanted_id_ = 0;
+  queue_.clear();
+  compare_after_queue_ = false;
+  timeline_->setRun(nullptr);
+  timeline_->setTitle(QString());
+  chart_->clear();
+  summary_->clear();
+  updating_selection_ = true;
+  table_->clearSelection();
+  updating_selection_ = false;
+  updateBusy();
+  status_->setText(doc_ && doc_->module()
+                       ? QString("Press Simulate to run one step of %1 on a simulated pod.").arg(Q(doc_->module()->name()))
+                       : QString("Open a module to simulate it."));
 }
 
 // ---- Simulating ------------------------------------------------------------------------------------
@@ -425,7 +311,8 @@ void SimulationView::onSimulationUpdated() {
     for (auto it = ids.rbegin(); it != ids.rend() && last.size() < 2; ++it) last.insert(last.begin(), *it);
     if (last.size() == 2) {
       selectRuns(last);
-      compareRuns(last[0], last[1]);
+      status_->setText(QString("Simulated both: %1 and %2 are compared side by side.").arg(RunName(last[0]), RunName(last[1])));
+      emit compareRequested(last[0], last[1]);
       return;
     }
   }
@@ -482,7 +369,8 @@ void SimulationView::onHistorySelectionChanged() {
   if (ids.size() == 1) {
     showRun(ids.front());
   } else if (ids.size() == 2) {
-    compareRuns(ids[0], ids[1]);
+    status_->setText(QString("%1 and %2 are compared side by side in the Compare view.").arg(RunName(ids[0]), RunName(ids[1])));
+    emit compareRequested(ids[0], ids[1]);
   } else if (ids.size() > 2) {
     status_->setText("Select one run to show it, or two (Ctrl-click) to compare them.");
   }
@@ -532,7 +420,7 @@ void SimulationView::showHistoryMenu(const QPoint& pos) {
   QAction* chosen = menu.exec(table_->viewport()->mapToGlobal(pos));
   if (!chosen) return;
   if (chosen == show) showRun(ids.front());
-  else if (chosen == compare) compareRuns(ids[0], ids[1]);
+  else if (chosen == compare) emit compareRequested(ids[0], ids[1]);
   else if (chosen == rename) {
     const int row = history_->rowOf(ids.front());
     table_->edit(proxy_->mapFromSource(history_->index(row, RunHistoryModel::kLabel)));
@@ -562,15 +450,7 @@ void SimulationView::updateStoreLabel() {
 
 bool SimulationView::showRun(int64_t run_id) {
   if (!runs_ || !runs_->overview(run_id)) return false;
-  compared_.reset();
-  details_->setCurrentIndex(0);
-  timeline_b_->hide();
-  timeline_b_->setRun(nullptr);
   timeline_->setMinimumSpan(0);
-  if (!saved_split_.isEmpty()) {  // give back the room a comparison took
-    split_->setSizes(saved_split_);
-    saved_split_.clear();
-  }
   wanted_id_ = run_id;
   if (selectedRunIds() != std::vector<int64_t>{run_id}) selectRuns({run_id});
   runs_->requestRun(run_id);  // runLoaded follows (at once when it is in memory)
@@ -578,56 +458,7 @@ bool SimulationView::showRun(int64_t run_id) {
 }
 
 void SimulationView::onRunLoaded(qint64 run_id) {
-  if (!runs_) return;
-  if (compared_) {
-    if (run_id != compared_->first && run_id != compared_->second) return;
-    auto a = runs_->loadedRun(compared_->first);
-    auto b = runs_->loadedRun(compared_->second);
-    if (!a || !b) return;
-    // Both timelines on one time scale, one above the other, and both memory curves overlaid.
-    const double span = std::max(a->summary.step_time_s, b->summary.step_time_s);
-    timeline_->setRun(a);
-    timeline_->setTitle("A \u00B7 " + RunName(a->id));
-    timeline_b_->setRun(b);
-    timeline_b_->setTitle("B \u00B7 " + RunName(b->id));
-    timeline_b_->show();
-    timeline_->setMinimumSpan(span);
-    timeline_b_->setMinimumSpan(span);
-    for (TimelineWidget* t : {timeline_, timeline_b_}) {
-      const int64_t id = t->run()->id;
-      QPointer<const SimulationView> self(this);
-      t->setOriginResolver([self, id](const QString& name) {
-        if (!self || !self->doc_) return QString();
-        return self->doc_->qualifiedName(self->doc_->instruction(self->instructionForEvent(id, name)));
-      });
-    }
-    highlightSelection();
-    std::vector<MemoryChart::Series> series;
-    std::vector<MemoryChart::Marker> markers;
-    const bool dark = IsDarkPalette(palette());
-    const QColor colors[2] = {dark ? QColor(110, 170, 255) : QColor(30, 90, 200), dark ? QColor(255, 150, 90) : QColor(210, 90, 20)};
-    const char* names[2] = {"A", "B"};
-    int i = 0;
-    for (const auto& run : {a, b}) {
-      const DeviceClass* peak = PeakClass(*run);
-      if (peak) {
-        MemoryChart::Series s;
-        s.name = QString("%1: %2").arg(names[i], RunName(run->id));
-        s.color = colors[i];
-        s.emphasise = true;
-        for (const auto& m : peak->memory) s.points.push_back({m.time_s, static_cast<double>(m.total())});
-        series.push_back(std::move(s));
-        markers.push_back({peak->peak_memory_time_s, QString("%1 peak").arg(names[i]), colors[i]});
-      }
-      ++i;
-    }
-    chart_->setSeries(QString("Memory per device: A peak %1, B peak %2")
-                          .arg(Q(FormatBytes(static_cast<double>(a->summary.peak_memory_bytes))),
-                               Q(FormatBytes(static_cast<double>(b->summary.peak_memory_bytes)))),
-                      std::move(series), std::move(markers));
-    return;
-  }
-  if (run_id != wanted_id_) return;
+  if (!runs_ || run_id != wanted_id_) return;
   if (auto run = runs_->loadedRun(run_id)) display(run);
 }
 
@@ -662,31 +493,7 @@ void SimulationView::display(std::shared_ptr<const RunResult> run) {
   });
   highlightSelection();
   showPipelineBubble(*run);
-  // Memory of the device class holding the peak.
-  if (const DeviceClass* peak = PeakClass(*run)) {
-    std::vector<MemoryChart::Series> series;
-    for (int c = 0; c < kNumMemoryCategories; ++c) {
-      MemoryChart::Series s;
-      s.name = Q(std::string(MemoryCategoryName(static_cast<MemoryCategory>(c))));
-      s.color = QColor::fromHsl((c * 67 + 200) % 360, 160, IsDarkPalette(palette()) ? 120 : 110);
-      bool any = false;
-      for (const auto& m : peak->memory) {
-        s.points.push_back({m.time_s, static_cast<double>(m.bytes[static_cast<size_t>(c)])});
-        any |= m.bytes[static_cast<size_t>(c)] > 0;
-      }
-      if (any) series.push_back(std::move(s));
-    }
-    MemoryChart::Series total;
-    total.name = "total";
-    total.color = palette().color(QPalette::Text);
-    total.emphasise = true;
-    for (const auto& m : peak->memory) total.points.push_back({m.time_s, static_cast<double>(m.total())});
-    series.push_back(std::move(total));
-    chart_->setSeries(QString("Memory per device (peak %1)").arg(Q(FormatBytes(peak->peak_memory_bytes))), std::move(series),
-                      peak->peak_memory_time_s);
-  } else {
-    chart_->clear();
-  }
+  ShowRunMemory(chart_, *run, palette());
   summary_->setHtml(summaryHtml(*run));
 }
 
@@ -741,77 +548,6 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
   return h;
 }
 
-// ---- Two runs ----------------------------------------------------------------------------------------
-
-bool SimulationView::compareRuns(int64_t run_a, int64_t run_b) {
-  if (!runs_ || !runs_->overview(run_a) || !runs_->overview(run_b) || run_a == run_b) return false;
-  compared_ = std::make_pair(run_a, run_b);
-  shown_id_ = wanted_id_ = 0;
-  details_->setCurrentIndex(1);
-  compare_title_->setText(QString("<b>A</b> = %1 vs <b>B</b> = %2 \u2026").arg(RunName(run_a), RunName(run_b)));
-  compare_table_->setRowCount(0);
-  const auto ids = selectedRunIds();
-  if (ids != std::vector<int64_t>{run_a, run_b} && ids != std::vector<int64_t>{run_b, run_a}) selectRuns({run_a, run_b});
-  runs_->requestComparison(run_a, run_b);
-  runs_->requestRun(run_a);
-  runs_->requestRun(run_b);
-  return true;
-}
-
-void SimulationView::displayComparison() {
-  if (!runs_ || !runs_->comparison()) return;
-  const RunComparison& c = *runs_->comparison();
-  auto describe = [](const RunOverview& o) {
-    return QString("%1 <small>\u00B7 %2</small>")
-        .arg(RunName(o.id).toHtmlEscaped(), Q(o.label.empty() ? RunModuleName(o.inputs) : o.label).toHtmlEscaped());
-  };
-  compare_title_->setText(QString("<b>A</b> %1<br><b>B</b> %2").arg(describe(c.a), describe(c.b)));
-  compare_table_->setRowCount(static_cast<int>(c.figures.size()));
-  QColor better_bg = palette().color(QPalette::Highlight);
-  better_bg.setAlpha(60);
-  for (int r = 0; r < static_cast<int>(c.figures.size()); ++r) {
-    const ComparedFigure& f = c.figures[static_cast<size_t>(r)];
-    auto item = [&](int col, const QString& text, const QVariant& raw) {
-      auto* it = new QTableWidgetItem(text);
-      if (raw.isValid()) it->setData(Qt::UserRole, raw);
-      if (col != kFigure) it->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
-      compare_table_->setItem(r, col, it);
-      return it;
-    };
-    item(kFigure, Q(f.name), QVariant());
-    auto* ia = item(kRunA, FormatFigure(f, f.a), f.a);
-    auto* ib = item(kRunB, FormatFigure(f, f.b), f.b);
-    item(kDifference, FormatDifference(f), f.difference());
-    item(kRatio, f.a != 0 ? QString::fromUtf8("\u00D7%1").arg(f.ratio(), 0, 'f', 3) : QString("\u2013"), f.ratio());
-    QString better = "=";
-    if (f.a != f.b) {
-      const bool b_better = SmallerIsBetter(f) ? f.b < f.a : f.b > f.a;
-      better = b_better ? "B" : "A";
-      QTableWidgetItem* winner = b_better ? ib : ia;
-      QFont bold = winner->font();
-      bold.setBold(true);
-      winner->setFont(bold);
-      winner->setBackground(better_bg);
-    }
-    item(kBetter, better, QVariant())->setTextAlignment(Qt::AlignCenter);
-  }
-  compare_table_->resizeColumnsToContents();
-  // The figures need their width: widen the details side for them (given back with one run).
-  const int need = compare_table_->horizontalHeader()->length() + 2 * compare_table_->frameWidth() +
-                   style()->pixelMetric(QStyle::PM_ScrollBarExtent) + 16;
-  const QList<int> sizes = split_->sizes();
-  if (sizes.size() == 2 && sizes[1] < need) {
-    if (saved_split_.isEmpty()) saved_split_ = sizes;
-    const int total = sizes[0] + sizes[1];
-    const int right = std::min(need, total * 65 / 100);
-    split_->setSizes({total - right, right});
-  }
-  status_->setText(QString("Comparing %1 and %2: step time B/A \u00D7%3, peak memory B/A \u00D7%4")
-                       .arg(RunName(c.a.id), RunName(c.b.id))
-                       .arg(c.step_time.ratio(), 0, 'f', 3)
-                       .arg(c.peak_memory.ratio(), 0, 'f', 3));
-}
-
 // ---- Timeline -> instruction ---------------------------------------------------------------------------
 
 void SimulationView::onEventClicked(int64_t run_id, const QString& instruction) {
@@ -832,7 +568,6 @@ void SimulationView::highlightSelection() {
   if (!doc_) return;
   const QString name = doc_->qualifiedName(doc_->instruction(doc_->selected()));
   timeline_->setHighlightedOrigin(name);
-  timeline_b_->setHighlightedOrigin(name);
 }
 
 void SimulationView::onRangeSelected(double start_s, double end_s) {

@@ -1,9 +1,8 @@
 // The simulation panel: pick a chip, simulate one step of the partitioned program (with progress
 // and Cancel), and see the per-device timelines, memory over time (with the peak marked and the
 // buffers live at the peak) and the history of runs from the SQLite run store. Select one run in
-// the history to show it, two (Ctrl-click) to compare them side by side: the figures of
-// RunStore::CompareRuns with difference, ratio and the better one marked, both timelines on one
-// time scale and both memory curves overlaid. Clicking an event in a timeline selects the
+// the history to show it; select two (Ctrl-click) to compare them: compareRequested asks the window
+// to show them side by side (ComparisonView). Clicking an event in the timeline selects the
 // instruction it came from in the document.
 #pragma once
 
@@ -24,9 +23,7 @@ class QProgressBar;
 class QPushButton;
 class QSortFilterProxyModel;
 class QSplitter;
-class QStackedWidget;
 class QTableView;
-class QTableWidget;
 class QTextBrowser;
 class QTimer;
 
@@ -62,14 +59,9 @@ class SimulationView : public QWidget {
   int64_t instructionForEvent(int64_t run_id, const QString& spmd_instruction) const;
 
   TimelineWidget* timeline() const { return timeline_; }
-  // The second timeline, shown under the first while two runs are compared.
-  TimelineWidget* comparedTimeline() const { return timeline_b_; }
   MemoryChart* memoryChart() const { return chart_; }
   RunHistoryModel* history() const { return history_; }
   QTableView* historyTable() const { return table_; }
-  // The comparison figures: one row per figure; columns figure, run A, run B, difference, ratio,
-  // better. Item data Qt::UserRole holds the raw numbers (A, B, difference, ratio).
-  QTableWidget* comparisonTable() const { return compare_table_; }
   QLabel* statusLabel() const { return status_; }
   // The store's path, or the reason runs are only kept in memory.
   QLabel* storeLabel() const { return store_label_; }
@@ -81,10 +73,10 @@ class SimulationView : public QWidget {
   bool showRun(int64_t run_id);
   // The run shown (0 when none).
   int64_t shownRun() const { return shown_id_; }
-  // Compares two runs of the history; false when either is missing.
-  bool compareRuns(int64_t run_a, int64_t run_b);
-  // The pair compared, if the comparison pane is up.
-  std::optional<std::pair<int64_t, int64_t>> comparedRuns() const { return compared_; }
+  // The runs selected in the history, oldest first.
+  std::vector<int64_t> selectedRunIds() const;
+  // Selects runs in the history (without showing or comparing them).
+  void selectRuns(const std::vector<int64_t>& ids);
   // Deletes the runs selected in the history, after asking (unless confirmations are off).
   void deleteSelectedRuns();
   void setConfirmDeletes(bool on) { confirm_deletes_ = on; }
@@ -93,8 +85,14 @@ class SimulationView : public QWidget {
     QString chip;
     bool replicated = false;
   };
-  // Simulates each configuration in turn, then compares the last two runs (A = the first).
+  // Simulates each configuration in turn, then asks to compare the last two runs (A = the first).
   void simulateAndCompare(const QList<Configuration>& configurations);
+  // Forgets what was shown (a new module): the run, the status, the queue; the history stays.
+  void reset();
+
+ signals:
+  // Two runs were selected in the history (or a simulateAndCompare finished): show them side by side.
+  void compareRequested(qint64 run_a, qint64 run_b);
 
  public slots:
   void simulate();
@@ -112,11 +110,8 @@ class SimulationView : public QWidget {
   void updateStoreLabel();
   void updateBusy();
   void resetHistory();
-  void selectRuns(const std::vector<int64_t>& ids);
-  std::vector<int64_t> selectedRunIds() const;
   void display(std::shared_ptr<const RunResult> run);
   void showPipelineBubble(const RunResult& run);
-  void displayComparison();
   void showHistoryMenu(const QPoint& pos);
   void highlightSelection();
   QString summaryHtml(const RunResult& run) const;
@@ -131,22 +126,15 @@ class SimulationView : public QWidget {
   QLabel* status_;
   QLabel* store_label_;
   TimelineWidget* timeline_;
-  TimelineWidget* timeline_b_;
   MemoryChart* chart_;
   RunHistoryModel* history_;
   QSortFilterProxyModel* proxy_;
   QTableView* table_;
-  QStackedWidget* details_;
   QTextBrowser* summary_;
-  QLabel* compare_title_;
-  QTableWidget* compare_table_;
   QTimer* tick_;
-  QSplitter* split_ = nullptr;   // timelines and chart | history and details
-  QList<int> saved_split_;       // the sizes before a comparison widened the details
   std::unique_ptr<QElapsedTimer> elapsed_;
   int64_t shown_id_ = 0;    // the run displayed
   int64_t wanted_id_ = 0;   // the run asked for (displayed once loaded)
-  std::optional<std::pair<int64_t, int64_t>> compared_;
   bool confirm_deletes_ = true;
   bool updating_selection_ = false;
   QList<Configuration> queue_;

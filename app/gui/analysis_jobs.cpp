@@ -190,7 +190,7 @@ void AnalysisJobs::requestPartition() {
   const quint64 module_gen = doc_->moduleGeneration(), edit = doc_->editGeneration(), result = doc_->resultGeneration();
   analysis_->setPartitionBusy(true);
   const views::JobTracker::Spec spec{
-      .label = "partitioning and verifying", .lane = Lane::kEngine, .key = kPartitionKey, .cancellable = true,
+      .label = "partitioning and verifying", .lane = Lane::kAnalysis, .key = kPartitionKey, .cancellable = true,
       .context = this};
   jobs_->run<views::PartitionedProgram>(
       spec,
@@ -274,7 +274,7 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
   jobs_->cancelKey(kSimulationSaveKey);
   analysis_->setSimulationBusy(true);
   const views::JobTracker::Spec spec{
-      .label = "simulating", .lane = Lane::kEngine, .key = kSimulationKey, .cancellable = true, .context = this};
+      .label = "simulating", .lane = Lane::kAnalysis, .key = kSimulationKey, .cancellable = true, .context = this};
   jobs_->run<SimulationOutcome>(
       spec,
       [module, annotations = std::move(annotations), propagated, mesh, chip, label, replicated,

@@ -2,22 +2,29 @@
 //   shardscope [FILE.hlo | PROJECT.shardscope]
 //   shardscope --screenshot OUT.png [--example NAME] [--view NAME] [--select INSTRUCTION]
 //              [--theme system|light|dark] [--size WxH] [FILE]
+//   shardscope --state STATE.json ...   keeps STATE.json up to date with the window's state (for
+//              sessions scripted with real input, see app/gui/window_state.h)
 // --screenshot loads, waits for propagation and layout, renders the main window to a PNG and exits
 // (0 on success, 2 on bad input, 1 when it cannot finish or write the image). It runs headless: the
 // offscreen platform is used unless QT_QPA_PLATFORM says otherwise.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QElapsedTimer>
 #include <QIcon>
 #include <QImage>
 #include <QMessageBox>
 #include <QPixmap>
 #include <QTemporaryDir>
+#include <QThread>
 #include <QTimer>
 
 #include "app/gui/main_window.h"
+#include "app/gui/session.h"
+#include "app/gui/window_state.h"
 #include "app/pipeline/sources.h"
 #include "shardscope_version.h"
 
@@ -52,12 +59,13 @@ int main(int argc, char** argv) {
   parser.addVersionOption();
   QCommandLineOption screenshot("screenshot", "Render the main window to OUT.png and exit.", "OUT.png");
   QCommandLineOption example("example", "Open the model-zoo example NAME.", "NAME");
-  QCommandLineOption view("view", "Raise a panel: graph, mesh, inspector, instructions, partitioned, simulation, compare, history, teaching.", "NAME");
+  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, inspector, instructions, history.", "NAME");
+  QCommandLineOption state("state", "Keep FILE up to date with the window's state as JSON (for scripted sessions).", "FILE");
   QCommandLineOption select("select", "Select the instruction NAME.", "NAME");
   QCommandLineOption theme("theme", "Colour theme: system, light or dark.", "THEME");
   QCommandLineOption size("size", "Window size for --screenshot (default 1600x1000).", "WxH");
   QCommandLineOption timeout("timeout", "Seconds --screenshot waits for the engines (default 120).", "SECONDS");
-  parser.addOptions({screenshot, example, view, select, theme, size, timeout});
+  parser.addOptions({screenshot, example, view, select, theme, size, timeout, state});
   parser.addPositionalArgument("file", "An HLO module (.hlo) or a ShardScope project (.shardscope).", "[FILE]");
   parser.process(app);
 
@@ -84,6 +92,7 @@ int main(int argc, char** argv) {
     window.resize(w, h);
   }
   window.show();
+  if (parser.isSet(state)) new shardscope::gui::WindowStateWriter(&window, parser.value(state));
 
   // What to open: a file, an example, or the default example so a new user sees something at once.
   QString error;
@@ -141,5 +150,19 @@ int main(int argc, char** argv) {
       QCoreApplication::exit(0);
     });
   }
-  return app.exec();
+  const int rc = app.exec();
+  // Quitting never waits for a job that cannot stop mid-stage (a Graphviz layout may take minutes):
+  // what would be lost is saved by now (settings when the window closed; a run is stored before it
+  // is shown), so after a short grace for such writes the process ends without unwinding.
+  QElapsedTimer grace;
+  grace.start();
+  while (!window.session()->idle() && grace.elapsed() < 2000) {
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    QThread::msleep(10);
+  }
+  if (!window.session()->idle()) {
+    std::fflush(nullptr);
+    std::_Exit(rc);
+  }
+  return rc;
 }

@@ -19,6 +19,8 @@
 #include <QScrollArea>
 #include <QSettings>
 #include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QTabWidget>
 #include <QStatusBar>
 #include <QStyle>
 #include <QStyleFactory>
@@ -28,6 +30,7 @@
 #include <QUndoView>
 #include <QVBoxLayout>
 
+#include "app/gui/exports.h"
 #include "app/gui/project_file.h"
 #include "app/gui/session.h"
 #include "app/pipeline/sources.h"
@@ -42,7 +45,10 @@
 #include "views/mesh_view.h"
 #include "views/partitioned_view.h"
 #include "views/collective_stepper.h"
+#include "views/comparison_view.h"
 #include "views/simulation_view.h"
+#include "views/timeline_view.h"
+#include "simulator/trace_export.h"
 
 namespace shardscope::gui {
 
@@ -94,24 +100,37 @@ MainWindow::MainWindow(QWidget* parent)
   graph_ = new views::GraphPane(this);
   graph_->setJobTracker(session_->jobs());
   graph_->setDocument(doc_);
-  setCentralWidget(graph_);
+  createModes();
   createDocks();
   createActions();
   createMenus();
 
+  // The summary is permanent and messages have a label of their own: a message never covers it.
   summary_label_ = new QLabel;
+  summary_label_->setObjectName("moduleSummary");
+  summary_label_->setMinimumWidth(0);
+  summary_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  message_label_ = new QLabel;
+  message_label_->setObjectName("statusMessage");
+  message_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  message_timer_ = new QTimer(this);
+  message_timer_->setSingleShot(true);
+  connect(message_timer_, &QTimer::timeout, message_label_, &QLabel::clear);
   engine_label_ = new QLabel;
   jobs_ = new views::JobIndicator;
   jobs_->setJobTracker(session_->jobs());
-  statusBar()->addWidget(summary_label_, 1);
+  statusBar()->addWidget(summary_label_, 3);
+  statusBar()->addWidget(message_label_, 2);
   statusBar()->addPermanentWidget(engine_label_);
   statusBar()->addPermanentWidget(jobs_);
 
   connect(doc_, &views::DocumentModel::moduleReset, this, [this] {
     updateTitle();
     updateStatus();
+    message_label_->clear();
   });
   connect(doc_, &views::DocumentModel::modifiedChanged, this, &MainWindow::updateTitle);
+  connect(doc_, &views::DocumentModel::filePathChanged, this, &MainWindow::updateTitle);
   connect(doc_, &views::DocumentModel::shardingsUpdated, this, [this] {
     updateStatus();
     if (select_interesting_pending_) pickInteresting();
@@ -120,15 +139,19 @@ MainWindow::MainWindow(QWidget* parent)
   connect(doc_, &views::DocumentModel::meshChanged, this, &MainWindow::updateStatus);
   connect(session_, &Session::loadFinished, this, [this](const QString& path, bool ok, const QString& message) {
     if (!ok) {
-      statusBar()->clearMessage();
+      message_label_->clear();
       showError("Cannot open file", message);
       return;
     }
     addRecentFile(path);
-    statusBar()->showMessage(QString("Opened %1").arg(path), 5000);
+    showMessage(QString("Opened %1").arg(path), 5000);
   });
-  connect(doc_, &views::DocumentModel::errorOccurred, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
-  connect(mesh_, &views::MeshView::message, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+  connect(doc_, &views::DocumentModel::errorOccurred, this, [this](const QString& m) { showMessage(m, 8000); });
+  connect(mesh_, &views::MeshView::message, this, [this](const QString& m) { showMessage(m, 8000); });
+  dock_shares_timer_ = new QTimer(this);
+  dock_shares_timer_->setSingleShot(true);
+  dock_shares_timer_->setInterval(60);
+  connect(dock_shares_timer_, &QTimer::timeout, this, &MainWindow::applyDockShares);
   resize(1500, 940);
   updateTitle();
   updateStatus();
@@ -136,7 +159,134 @@ MainWindow::MainWindow(QWidget* parent)
 
 MainWindow::~MainWindow() = default;
 
-// ---- Docks ------------------------------------------------------------------------------------------
+void MainWindow::showMessage(const QString& text, int ms) {
+  message_label_->setText(text);
+  message_label_->setToolTip(text);
+  if (ms > 0) message_timer_->start(ms);
+  else message_timer_->stop();
+}
+
+// ---- Modes and docks -----------------------------------------------------------------------------------
+
+void MainWindow::createModes() {
+  modes_ = new QTabWidget(this);
+  modes_->setObjectName("modes");
+  modes_->setDocumentMode(true);
+  modes_->setTabPosition(QTabWidget::North);
+
+  // Graph: the graph, and the partitioned program beside it on demand.
+  graph_split_ = new QSplitter(Qt::Horizontal);
+  graph_split_->setObjectName("graphSplit");
+  graph_split_->setChildrenCollapsible(false);
+  graph_split_->addWidget(graph_);
+  graph_->setMinimumSize(320, 200);
+  modes_->addTab(graph_split_, "Graph");
+
+  partitioned_ = new views::PartitionedView;
+  partitioned_->setModels(doc_, session_->analysis(), session_->jobs());
+  partitioned_->setAutoUpdate(true);
+  partitioned_->setMinimumSize(320, 200);
+  partitioned_page_ = new QWidget;
+  auto* pcol = new QVBoxLayout(partitioned_page_);
+  pcol->setContentsMargins(0, 0, 0, 0);
+  pcol->addWidget(partitioned_);
+  modes_->addTab(partitioned_page_, "Partitioned");
+
+  simulation_ = new views::SimulationView;
+  simulation_->setModels(doc_, session_->analysis(), session_->runs());
+  modes_->addTab(simulation_, "Simulation");
+
+  comparison_ = new views::ComparisonView;
+  comparison_->setModels(doc_, session_->analysis(), session_->runs());
+  modes_->addTab(comparison_, "Compare");
+
+  // Teaching: step through a collective on the mesh (opened from the partitioned program's list).
+  teaching_ = new views::CollectiveStepper;
+  teaching_->setChips(session_->analysis()->chips(), session_->analysis()->defaultChip());
+  auto* teaching_scroll = new QScrollArea;  // never cut off: scrolls when the window is small
+  teaching_scroll->setObjectName("teachingScroll");
+  teaching_scroll->setWidget(teaching_);
+  teaching_scroll->setWidgetResizable(true);
+  teaching_scroll->setFrameShape(QFrame::NoFrame);
+  modes_->addTab(teaching_scroll, "Teaching");
+  setCentralWidget(modes_);
+
+  const char* tips[] = {"The module's graph: annotate tensors, follow propagation (Ctrl+1)",
+                        "The program every device runs, its collectives and the numerical check (Ctrl+2)",
+                        "One simulated step: per-device timelines, memory, the runs kept (Ctrl+3)",
+                        "Two runs side by side (Ctrl+4)", "Step through a collective on the mesh (Ctrl+5)"};
+  for (int i = 0; i < modes_->count(); ++i) modes_->setTabToolTip(i, tips[i]);
+
+  connect(modes_, &QTabWidget::currentChanged, this, [this](int index) {
+    const Mode m = static_cast<Mode>(index);
+    if (m == Mode::kPartitioned) {
+      if (side_by_side_) setSideBySide(false);
+      partitioned_->partitionNow();
+    }
+    if (m == Mode::kTeaching) raiseTeaching();
+  });
+  connect(partitioned_, &views::PartitionedView::sideBySideRequested, this, [this] { setSideBySide(!side_by_side_); });
+  connect(partitioned_, &views::PartitionedView::exportRequested, this, [this] {
+    const QString path = askExportPath("Export partitioned HLO", ".spmd.hlo", "HLO text (*.hlo)");
+    if (!path.isEmpty()) exportPartitionedHlo(path, [this, path](const QString& error) { reportExport(path, error); });
+  });
+  connect(simulation_, &views::SimulationView::compareRequested, this, [this](qint64 a, qint64 b) {
+    if (comparison_->compareRuns(a, b)) setMode(Mode::kCompare);
+  });
+  // Double-clicking a collective of the partitioned program steps through it on the document's mesh.
+  connect(partitioned_, &views::PartitionedView::collectiveActivated, this,
+          [this](const InsertedCollective& c, const std::vector<std::vector<int64_t>>& participants) {
+            teaching_->showCollective(c, participants, doc_->mesh());
+            setMode(Mode::kTeaching);
+          });
+  // A new module: the teaching panel forgets the old one's collective.
+  connect(doc_, &views::DocumentModel::moduleReset, this, [this] {
+    teaching_->clear();
+    if (side_by_side_) setSideBySide(false);
+  });
+}
+
+MainWindow::Mode MainWindow::mode() const { return static_cast<Mode>(modes_->currentIndex()); }
+
+void MainWindow::setMode(Mode mode) {
+  if (modes_->currentIndex() == static_cast<int>(mode)) {
+    if (mode == Mode::kTeaching) raiseTeaching();
+    return;
+  }
+  modes_->setCurrentIndex(static_cast<int>(mode));  // currentChanged does the rest
+}
+
+void MainWindow::setSideBySide(bool on) {
+  if (on == side_by_side_) {
+    if (on) setMode(Mode::kGraph);
+    return;
+  }
+  side_by_side_ = on;
+  if (on) {
+    graph_split_->addWidget(partitioned_);  // reparented from its own page
+    const int half = std::max(200, graph_split_->width() / 2);
+    graph_split_->setSizes({half, half});
+    setMode(Mode::kGraph);
+    partitioned_->partitionNow();
+  } else {
+    partitioned_page_->layout()->addWidget(partitioned_);
+  }
+  partitioned_->show();
+  if (side_by_side_act_) side_by_side_act_->setChecked(on);
+}
+
+void MainWindow::raiseTeaching() {
+  if (!teaching_->hasPlan()) {
+    // Nothing chosen yet: an example, part-way through, so there is something to see.
+    teaching_->showExample("all-reduce");
+    teaching_->setStep(std::min(3, teaching_->stepCount()));
+  }
+  if (modes_->currentIndex() != static_cast<int>(Mode::kTeaching)) {
+    modes_->setCurrentIndex(static_cast<int>(Mode::kTeaching));
+  }
+  // Its keys (→, ←, Space) work at once, whatever had the focus before.
+  teaching_->setFocus(Qt::OtherFocusReason);
+}
 
 void MainWindow::createDocks() {
   auto make_dock = [this](const QString& title, const QString& name, QWidget* w, Qt::DockWidgetArea area) {
@@ -149,6 +299,13 @@ void MainWindow::createDocks() {
   mesh_ = new views::MeshView;
   mesh_->setDocument(doc_);
   mesh_dock_ = make_dock("Mesh", "meshDock", mesh_, Qt::RightDockWidgetArea);
+
+  inspector_ = new views::InspectorPanel;
+  inspector_->setDocument(doc_);
+  inspector_->setAnalysis(session_->analysis());
+  inspector_->setMinimumSize(200, 120);
+  inspector_dock_ = make_dock("Inspector \u2014 why", "inspectorDock", inspector_, Qt::RightDockWidgetArea);
+  splitDockWidget(mesh_dock_, inspector_dock_, Qt::Vertical);
 
   // Instruction table with a filter.
   auto* table_box = new QWidget;
@@ -176,6 +333,7 @@ void MainWindow::createDocks() {
   table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 6);
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->setAlternatingRowColors(true);
+  table_->setMinimumHeight(60);
   tcol->addWidget(table_);
   connect(filter, &QLineEdit::textChanged, table_proxy_, &QSortFilterProxyModel::setFilterFixedString);
   connect(table_->selectionModel(), &QItemSelectionModel::currentRowChanged, this, [this](const QModelIndex& current) {
@@ -183,92 +341,41 @@ void MainWindow::createDocks() {
     const qint64 id = table_proxy_->data(current, views::InstructionTableModel::kIdRole).toLongLong();
     doc_->select(id);
   });
+  // One row selected, the document's: the selection model's current row and its selection move together.
   connect(doc_, &views::DocumentModel::selectionChanged, this, [this](qint64 id) {
     const int row = table_model_->rowOf(id);
+    QSignalBlocker block(table_->selectionModel());
     if (row < 0) {
-      table_->clearSelection();
+      table_->selectionModel()->clear();
+      table_->viewport()->update();
       return;
     }
     const QModelIndex proxy = table_proxy_->mapFromSource(table_model_->index(row, 0));
-    if (!proxy.isValid() || table_->currentIndex().row() == proxy.row()) return;
-    QSignalBlocker block(table_->selectionModel());
+    if (!proxy.isValid()) {
+      table_->selectionModel()->clear();
+      table_->viewport()->update();
+      return;
+    }
     table_->selectionModel()->setCurrentIndex(proxy, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    table_->viewport()->update();
     table_->scrollTo(proxy);
   });
-  connect(doc_, &views::DocumentModel::moduleReset, this, [this] { table_->resizeColumnsToContents(); });
+  connect(doc_, &views::DocumentModel::moduleReset, this, [this] {
+    table_->selectionModel()->clear();
+    table_->resizeColumnsToContents();
+  });
   table_dock_ = make_dock("Instructions", "instructionsDock", table_box, Qt::BottomDockWidgetArea);
 
-  inspector_ = new views::InspectorPanel;
-  inspector_->setDocument(doc_);
-  inspector_->setAnalysis(session_->analysis());
-  inspector_dock_ = make_dock("Inspector \u2014 why", "inspectorDock", inspector_, Qt::BottomDockWidgetArea);
-  splitDockWidget(table_dock_, inspector_dock_, Qt::Horizontal);
   undo_view_ = new QUndoView(doc_->undoStack());
   undo_view_->setEmptyLabel("Opened");
   history_dock_ = make_dock("Edit history", "historyDock", undo_view_, Qt::BottomDockWidgetArea);
-  tabifyDockWidget(inspector_dock_, history_dock_);
-  inspector_dock_->raise();
-
-  partitioned_ = new views::PartitionedView;
-  partitioned_->setModels(doc_, session_->analysis(), session_->jobs());
-  partitioned_->setAutoUpdate(true);
-  partitioned_dock_ = make_dock("Partitioned program", "partitionedDock", partitioned_, Qt::BottomDockWidgetArea);
-  tabifyDockWidget(table_dock_, partitioned_dock_);
-
-  simulation_ = new views::SimulationView;
-  simulation_->setModels(doc_, session_->analysis(), session_->runs());
-  simulation_dock_ = make_dock("Simulation", "simulationDock", simulation_, Qt::BottomDockWidgetArea);
-  tabifyDockWidget(partitioned_dock_, simulation_dock_);
+  tabifyDockWidget(table_dock_, history_dock_);
   table_dock_->raise();
-  createTeachingDock();
 
-  // The mesh takes the whole right-hand column; the table and the inspector sit under the graph.
+  // The mesh and the inspector take the whole right-hand column; the table sits under the modes.
   setCorner(Qt::BottomRightCorner, Qt::RightDockWidgetArea);
-}
-
-void MainWindow::createTeachingDock() {
-  teaching_ = new views::CollectiveStepper;
-  teaching_->setChips(session_->analysis()->chips(), session_->analysis()->defaultChip());
-  teaching_dock_ = new QDockWidget("Teaching", this);
-  teaching_dock_->setObjectName("teachingDock");
-  // In a scroll area: the panel needs room for the mesh and the formula, but it shares a column
-  // with the inspector, which must be able to stay narrow while the timeline or the SPMD graph is wide.
-  auto* teaching_scroll = new QScrollArea;
-  teaching_scroll->setWidget(teaching_);
-  teaching_scroll->setWidgetResizable(true);
-  teaching_scroll->setFrameShape(QFrame::NoFrame);
-  teaching_dock_->setWidget(teaching_scroll);
-  addDockWidget(Qt::BottomDockWidgetArea, teaching_dock_);
-  tabifyDockWidget(inspector_dock_, teaching_dock_);
-  inspector_dock_->raise();
-  // Double-clicking a collective of the partitioned program steps through it on the document's mesh.
-  connect(partitioned_, &views::PartitionedView::collectiveActivated, this,
-          [this](const InsertedCollective& c, const std::vector<std::vector<int64_t>>& participants) {
-            teaching_->showCollective(c, participants, doc_->mesh());
-            raiseTeachingDock();
-          });
-}
-
-void MainWindow::raiseTeachingDock() {
-  if (!teaching_->hasPlan()) {
-    // Nothing chosen yet (--view teaching): an example, part-way through, so there is something to see.
-    teaching_->showExample("all-reduce");
-    teaching_->setStep(std::min(3, teaching_->stepCount()));
-  }
-  teaching_dock_->show();
-  teaching_dock_->raise();
-  // Room for the mesh and the formula: the bottom row grows and the teaching panel takes most of it.
-  arrange([this] {
-    const int bottom = std::max(400, width() - mesh_dock_->width());
-    resizeDocks({table_dock_, inspector_dock_, history_dock_, teaching_dock_},
-                {bottom * 26 / 100, bottom * 74 / 100, bottom * 74 / 100, bottom * 74 / 100}, Qt::Horizontal);
-    resizeDocks({table_dock_}, {height() * 68 / 100}, Qt::Vertical);
-  });
-}
-
-void MainWindow::arrange(std::function<void()> arrangement) {
-  arrangement_ = std::move(arrangement);
-  arrangement_();
+  setCorner(Qt::TopRightCorner, Qt::RightDockWidgetArea);
+  default_state_ = saveState(1);
 }
 
 // ---- Actions and menus --------------------------------------------------------------------------------
@@ -280,16 +387,47 @@ void MainWindow::createActions() {
   open_project_act_ = new QAction("Open &Project\u2026", this);
   open_project_act_->setShortcut(QKeySequence("Ctrl+Shift+O"));
   connect(open_project_act_, &QAction::triggered, this, &MainWindow::openProjectDialog);
+  close_act_ = new QAction("&Close", this);
+  close_act_->setShortcut(QKeySequence::Close);
+  connect(close_act_, &QAction::triggered, this, [this] {
+    if (maybeSave()) session_->close();
+  });
   save_act_ = new QAction("&Save Project", this);
   save_act_->setShortcut(QKeySequence::Save);
   connect(save_act_, &QAction::triggered, this, &MainWindow::saveProject);
   save_as_act_ = new QAction("Save Project &As\u2026", this);
   save_as_act_->setShortcut(QKeySequence::SaveAs);
   connect(save_as_act_, &QAction::triggered, this, &MainWindow::saveProjectAs);
-  export_hlo_act_ = new QAction("Export Annotated &HLO\u2026", this);
-  connect(export_hlo_act_, &QAction::triggered, this, &MainWindow::exportHlo);
-  export_image_act_ = new QAction("Export Graph &Image\u2026", this);
-  connect(export_image_act_, &QAction::triggered, this, &MainWindow::exportGraphImage);
+  export_hlo_act_ = new QAction("Annotated &HLO\u2026", this);
+  connect(export_hlo_act_, &QAction::triggered, this, [this] {
+    const QString path = askExportPath("Export annotated HLO", ".hlo", "HLO text (*.hlo)");
+    if (!path.isEmpty()) reportExport(path, exportAnnotatedHlo(path));
+  });
+  export_spmd_act_ = new QAction("&Partitioned HLO\u2026", this);
+  connect(export_spmd_act_, &QAction::triggered, this, [this] {
+    const QString path = askExportPath("Export partitioned HLO", ".spmd.hlo", "HLO text (*.hlo)");
+    if (!path.isEmpty()) exportPartitionedHlo(path, [this, path](const QString& error) { reportExport(path, error); });
+  });
+  export_trace_act_ = new QAction("Run as &Trace (Perfetto)\u2026", this);
+  connect(export_trace_act_, &QAction::triggered, this, [this] {
+    const QString path = askExportPath("Export the run as a Chrome/Perfetto trace", ".trace.json", "Trace JSON (*.json)");
+    if (!path.isEmpty()) reportExport(path, exportRunTrace(path));
+  });
+  export_csv_act_ = new QAction("Run as &CSV\u2026", this);
+  connect(export_csv_act_, &QAction::triggered, this, [this] {
+    const QString path = askExportPath("Export the run's timeline as CSV", ".timeline.csv", "CSV (*.csv)");
+    if (!path.isEmpty()) reportExport(path, exportRunCsv(path));
+  });
+  export_image_act_ = new QAction("&Graph Image\u2026", this);
+  connect(export_image_act_, &QAction::triggered, this, [this] {
+    const QString path = askExportPath("Export graph image", ".graph.png", "PNG image (*.png);;SVG image (*.svg)");
+    if (!path.isEmpty()) reportExport(path, exportGraphImageTo(path));
+  });
+  export_chart_act_ = new QAction("Chart &Image\u2026", this);
+  connect(export_chart_act_, &QAction::triggered, this, [this] {
+    const QString path = askExportPath("Export the charts of this view", ".chart.png", "PNG image (*.png);;SVG image (*.svg)");
+    if (!path.isEmpty()) reportExport(path, exportChartImageTo(path));
+  });
   quit_act_ = new QAction("&Quit", this);
   quit_act_->setShortcut(QKeySequence::Quit);
   quit_act_->setMenuRole(QAction::QuitRole);
@@ -301,7 +439,10 @@ void MainWindow::createActions() {
   redo_act_->setShortcut(QKeySequence::Redo);
   find_act_ = new QAction("&Find\u2026", this);
   find_act_->setShortcut(QKeySequence::Find);
-  connect(find_act_, &QAction::triggered, graph_, &views::GraphPane::focusSearch);
+  connect(find_act_, &QAction::triggered, this, [this] {
+    setMode(Mode::kGraph);
+    graph_->focusSearch();
+  });
   auto* find_next = new QAction("Find &Next", this);
   find_next->setShortcut(QKeySequence::FindNext);
   connect(find_next, &QAction::triggered, graph_, &views::GraphPane::findNext);
@@ -321,15 +462,20 @@ void MainWindow::createActions() {
   zoom_out_act_->setShortcut(QKeySequence::ZoomOut);
   connect(zoom_out_act_, &QAction::triggered, graph_->view(), &views::GraphView::zoomOut);
   reset_zoom_act_ = new QAction("&Actual Size", this);
-  reset_zoom_act_->setShortcut(QKeySequence("Ctrl+1"));
+  reset_zoom_act_->setShortcut(QKeySequence("Ctrl+9"));
   connect(reset_zoom_act_, &QAction::triggered, graph_->view(), &views::GraphView::resetZoom);
   partition_act_ = new QAction("&Partition Now", this);
   partition_act_->setShortcut(QKeySequence("Ctrl+P"));
   connect(partition_act_, &QAction::triggered, this, [this] {
-    partitioned_dock_->show();
-    partitioned_dock_->raise();
+    if (!side_by_side_) setMode(Mode::kPartitioned);
     partitioned_->partitionNow();
   });
+  side_by_side_act_ = new QAction("&Side by Side: Original and Partitioned", this);
+  side_by_side_act_->setCheckable(true);
+  side_by_side_act_->setShortcut(QKeySequence("Ctrl+Shift+B"));
+  connect(side_by_side_act_, &QAction::triggered, this, [this](bool on) { setSideBySide(on); });
+  reset_layout_act_ = new QAction("&Reset Layout", this);
+  connect(reset_layout_act_, &QAction::triggered, this, &MainWindow::resetLayout);
   about_act_ = new QAction("&About ShardScope", this);
   about_act_->setMenuRole(QAction::AboutRole);
   connect(about_act_, &QAction::triggered, this, &MainWindow::about);
@@ -343,12 +489,30 @@ void MainWindow::createMenus() {
   connect(recent_menu_, &QMenu::aboutToShow, this, &MainWindow::rebuildRecentMenu);
   examples_menu_ = file->addMenu("&Examples");
   rebuildExamplesMenu();
+  file->addAction(close_act_);
   file->addSeparator();
   file->addAction(save_act_);
   file->addAction(save_as_act_);
   file->addSeparator();
-  file->addAction(export_hlo_act_);
-  file->addAction(export_image_act_);
+  QMenu* exports = file->addMenu("E&xport");
+  exports->addAction(export_hlo_act_);
+  exports->addAction(export_spmd_act_);
+  exports->addSeparator();
+  exports->addAction(export_trace_act_);
+  exports->addAction(export_csv_act_);
+  exports->addSeparator();
+  exports->addAction(export_image_act_);
+  exports->addAction(export_chart_act_);
+  connect(exports, &QMenu::aboutToShow, this, [this] {
+    const bool module = doc_->hasModule();
+    export_hlo_act_->setEnabled(module);
+    export_spmd_act_->setEnabled(module);
+    const bool run = simulation_->timeline()->run() != nullptr;
+    export_trace_act_->setEnabled(run);
+    export_csv_act_->setEnabled(run);
+    export_image_act_->setEnabled(module);
+    export_chart_act_->setEnabled(mode() == Mode::kSimulation || mode() == Mode::kCompare || mode() == Mode::kTeaching);
+  });
   file->addSeparator();
   file->addAction(quit_act_);
 
@@ -359,6 +523,14 @@ void MainWindow::createMenus() {
   edit->addAction(find_act_);
 
   view_menu_ = menuBar()->addMenu("&View");
+  const char* names[] = {"&Graph", "&Partitioned Program", "&Simulation", "&Compare Runs", "&Teaching"};
+  for (int i = 0; i < modes_->count(); ++i) {
+    QAction* a = view_menu_->addAction(names[i]);
+    a->setShortcut(QKeySequence(QString("Ctrl+%1").arg(i + 1)));
+    connect(a, &QAction::triggered, this, [this, i] { setMode(static_cast<Mode>(i)); });
+  }
+  view_menu_->addAction(side_by_side_act_);
+  view_menu_->addSeparator();
   view_menu_->addAction(fit_act_);
   view_menu_->addAction(zoom_in_act_);
   view_menu_->addAction(zoom_out_act_);
@@ -366,14 +538,13 @@ void MainWindow::createMenus() {
   view_menu_->addSeparator();
   auto* expand = view_menu_->addAction("E&xpand All Scopes");
   connect(expand, &QAction::triggered, graph_->view(), &views::GraphView::expandAll);
-  auto* collapse = view_menu_->addAction("&Collapse All Scopes");
+  auto* collapse = view_menu_->addAction("C&ollapse All Scopes");
   connect(collapse, &QAction::triggered, graph_->view(), &views::GraphView::collapseAll);
   view_menu_->addSeparator();
   QMenu* docks = view_menu_->addMenu("&Panels");
-  for (QDockWidget* d : {mesh_dock_, inspector_dock_, table_dock_, partitioned_dock_, simulation_dock_, history_dock_, teaching_dock_}) {
-    docks->addAction(d->toggleViewAction());
-  }
-  QMenu* theme = view_menu_->addMenu("&Theme");
+  for (QDockWidget* d : {mesh_dock_, inspector_dock_, table_dock_, history_dock_}) docks->addAction(d->toggleViewAction());
+  view_menu_->addAction(reset_layout_act_);
+  QMenu* theme = view_menu_->addMenu("T&heme");
   auto* group = new QActionGroup(this);
   for (const auto& [key, label] : {std::pair<QString, QString>{"system", "&System"}, {"light", "&Light"}, {"dark", "&Dark"}}) {
     QAction* a = theme->addAction(label);
@@ -391,11 +562,20 @@ void MainWindow::createMenus() {
   QAction* simulate = tools->addAction("&Simulate Step");
   simulate->setShortcut(QKeySequence("Ctrl+R"));
   connect(simulate, &QAction::triggered, this, [this] { showView("simulation"); });
+  QAction* compare = tools->addAction("&Compare With Replicated");
+  compare->setToolTip("Simulate the module replicated (A) and as annotated (B), and compare the two runs");
+  compare->setShortcut(QKeySequence("Ctrl+Shift+R"));
+  connect(compare, &QAction::triggered, this, [this] { showView("compare"); });
 
   QMenu* help = menuBar()->addMenu("&Help");
   help->addAction(about_act_);
   auto* about_qt = help->addAction("About &Qt");
   connect(about_qt, &QAction::triggered, qApp, &QApplication::aboutQt);
+
+  // Window-wide shortcuts: they work whatever has the focus, floating docks included.
+  for (QAction* a : findChildren<QAction*>()) {
+    if (!a->shortcut().isEmpty()) a->setShortcutContext(Qt::ApplicationShortcut);
+  }
 }
 
 void MainWindow::rebuildExamplesMenu() {
@@ -461,7 +641,7 @@ bool MainWindow::openPath(const QString& path, QString* error) {
     return false;
   }
   addRecentFile(path);
-  statusBar()->showMessage(QString("Opened %1").arg(path), 5000);
+  showMessage(QString("Opened %1").arg(path), 5000);
   return true;
 }
 
@@ -486,7 +666,7 @@ void MainWindow::openFileDialog() {
 
 void MainWindow::openInBackground(const QString& path) {
   // Read and parsed on the worker (large modules take a while); loadFinished says how it went.
-  statusBar()->showMessage(QString("Opening %1\u2026").arg(path));
+  showMessage(QString("Opening %1\u2026").arg(path), 0);
   session_->requestLoadFile(path);
 }
 
@@ -507,7 +687,7 @@ bool MainWindow::saveProjectTo(const QString& path) {
   }
   addRecentFile(path);
   updateTitle();
-  statusBar()->showMessage(QString("Saved %1").arg(path), 5000);
+  showMessage(QString("Saved %1").arg(path), 5000);
   return true;
 }
 
@@ -527,28 +707,106 @@ bool MainWindow::saveProjectAs() {
   return saveProjectTo(path);
 }
 
-void MainWindow::exportHlo() {
-  const QString path = QFileDialog::getSaveFileName(this, "Export annotated HLO", doc_->title() + ".hlo", "HLO text (*.hlo)");
-  if (path.isEmpty()) return;
-  QSaveFile f(path);
-  const QByteArray text = doc_->moduleText(/*with_inferred=*/true).toUtf8();
-  if (!f.open(QIODevice::WriteOnly) || f.write(text) != text.size() || !f.commit()) {
-    showError("Cannot export", QString("%1: %2").arg(path, f.errorString()));
-  }
+// ---- Exports -----------------------------------------------------------------------------------------------
+
+QString MainWindow::suggestedExportPath(const QString& suffix) const {
+  return ExportPath(*doc_, QSettings().value("lastDir").toString(), suffix);
 }
 
-void MainWindow::exportGraphImage() {
-  const QString path = QFileDialog::getSaveFileName(this, "Export graph image", doc_->title() + ".png", "PNG image (*.png)");
-  if (path.isEmpty()) return;
-  QGraphicsScene* scene = graph_->view()->scene();
-  const QRectF r = scene->sceneRect();
-  QImage image(r.size().toSize() * 2, QImage::Format_ARGB32);
-  image.fill(graph_->view()->palette().color(QPalette::Base));
-  QPainter p(&image);
-  p.setRenderHint(QPainter::Antialiasing);
-  scene->render(&p, QRectF(QPointF(0, 0), image.size()), r);
-  p.end();
-  if (!image.save(path)) showError("Cannot export", QString("%1: cannot write the image").arg(path));
+QString MainWindow::askExportPath(const QString& title, const QString& suffix, const QString& filter) {
+  if (batch_) return QString();
+  const QString path = QFileDialog::getSaveFileName(this, title, suggestedExportPath(suffix), filter);
+  if (!path.isEmpty()) QSettings().setValue("lastDir", QFileInfo(path).absolutePath());
+  return path;
+}
+
+void MainWindow::reportExport(const QString& path, const QString& error) {
+  if (!error.isEmpty()) {
+    showError("Cannot export", error);
+    return;
+  }
+  showMessage(QString("Wrote %1").arg(path), 6000);
+}
+
+QString MainWindow::exportAnnotatedHlo(const QString& path) {
+  if (!doc_->hasModule()) return "No module is open.";
+  Status st = WriteFileAtomically(path, doc_->moduleText(/*with_inferred=*/true).toUtf8());
+  return st.ok() ? QString() : Q(st.error().message);
+}
+
+void MainWindow::exportPartitionedHlo(const QString& path, std::function<void(const QString&)> done) {
+  if (!done) done = [](const QString&) {};
+  if (!doc_->hasModule()) {
+    done("No module is open.");
+    return;
+  }
+  views::AnalysisModel* analysis = session_->analysis();
+  auto write = [this, path, done, analysis] {
+    const views::PartitionedProgram& p = analysis->partition();
+    if (!p.ok()) {
+      done(QString("The module could not be partitioned: %1").arg(Q(p.message)));
+      return;
+    }
+    Status st = WriteFileAtomically(path, QByteArray::fromStdString(p.text));
+    done(st.ok() ? QString() : Q(st.error().message));
+  };
+  if (analysis->partition().ok() && analysis->partition().edit_generation == doc_->editGeneration()) {
+    write();
+    return;
+  }
+  // Not current: partition first, then write (once; a cancel or a new module drops the export).
+  auto links = std::make_shared<std::vector<QMetaObject::Connection>>();
+  auto finish = [links] {
+    for (const auto& c : *links) QObject::disconnect(c);
+  };
+  links->push_back(connect(analysis, &views::AnalysisModel::partitionUpdated, this, [this, finish, write, analysis] {
+    if (analysis->partition().edit_generation != doc_->editGeneration()) return;  // an older edit's
+    finish();
+    write();
+  }));
+  links->push_back(connect(analysis, &views::AnalysisModel::analysisReset, this, [finish, done] {
+    finish();
+    done("The export was dropped: another module was opened.");
+  }));
+  links->push_back(connect(analysis, &views::AnalysisModel::partitionCancelled, this, [finish, done] {
+    finish();
+    done("The export was dropped: partitioning was cancelled.");
+  }));
+  showMessage("Partitioning before the export\u2026", 0);
+  partitioned_->partitionNow();
+}
+
+QString MainWindow::exportRunTrace(const QString& path) {
+  const RunResult* run = simulation_->timeline()->run();
+  if (!run) return "No simulation run is shown: simulate a step first (Ctrl+R).";
+  Status st = sim::ExportChromeTrace(*run, path.toStdString());
+  return st.ok() ? QString() : Q(st.error().message);
+}
+
+QString MainWindow::exportRunCsv(const QString& path) {
+  const RunResult* run = simulation_->timeline()->run();
+  if (!run) return "No simulation run is shown: simulate a step first (Ctrl+R).";
+  Status st = sim::ExportCsv(*run, "timeline", path.toStdString());
+  return st.ok() ? QString() : Q(st.error().message);
+}
+
+QString MainWindow::exportGraphImageTo(const QString& path) {
+  views::GraphView* view = mode() == Mode::kPartitioned ? partitioned_->graphPane()->view() : graph_->view();
+  if (!doc_->hasModule()) return "No module is open.";
+  Status st = ExportSceneImage(view->scene(), view->palette().color(QPalette::Base), path);
+  return st.ok() ? QString() : Q(st.error().message);
+}
+
+QString MainWindow::exportChartImageTo(const QString& path) {
+  QWidget* what = nullptr;
+  switch (mode()) {
+    case Mode::kSimulation: what = simulation_; break;
+    case Mode::kCompare: what = comparison_; break;
+    case Mode::kTeaching: what = teaching_; break;
+    default: return "Charts are exported from the Simulation, Compare or Teaching view.";
+  }
+  Status st = ExportWidgetImage(what, path);
+  return st.ok() ? QString() : Q(st.error().message);
 }
 
 bool MainWindow::maybeSave() {
@@ -585,45 +843,43 @@ bool MainWindow::showView(const QString& name) {
   const QString n = name.toLower();
   QDockWidget* dock = nullptr;
   if (n == "graph") {
+    setMode(Mode::kGraph);
     graph_->view()->setFocus();
     return true;
   }
   if (n == "teaching" || n == "teach") {
-    raiseTeachingDock();
+    setMode(Mode::kTeaching);
+    return true;
+  }
+  if (n == "side-by-side" || n == "sidebyside" || n == "both") {
+    setSideBySide(true);
+    return true;
+  }
+  if (n == "partitioned" || n == "spmd" || n == "collectives") {
+    setMode(Mode::kPartitioned);
+    partitioned_->partitionNow();
+    if (n == "collectives") partitioned_->showCollectives();
+    return true;
+  }
+  if (n == "simulation" || n == "timeline") {
+    setMode(Mode::kSimulation);
+    simulation_->simulate();
+    return true;
+  }
+  if (n == "compare") {
+    // Two configurations side by side: A the module replicated on every device, B its shardings.
+    setMode(Mode::kCompare);
+    const QString chip = QString::fromStdString(session_->analysis()->defaultChip());
+    simulation_->simulateAndCompare({{chip, /*replicated=*/true}, {chip, /*replicated=*/false}});
     return true;
   }
   if (n == "mesh") dock = mesh_dock_;
   else if (n == "inspector" || n == "why") dock = inspector_dock_;
   else if (n == "instructions" || n == "table") dock = table_dock_;
-  else if (n == "partitioned" || n == "spmd" || n == "collectives") dock = partitioned_dock_;
-  else if (n == "simulation" || n == "timeline" || n == "compare") dock = simulation_dock_;
   else if (n == "history") dock = history_dock_;
   if (!dock) return false;
   dock->show();
   dock->raise();
-  if (dock == partitioned_dock_ || dock == simulation_dock_) {
-    // Room for a graph or a timeline: the bottom row grows and the inspector narrows.
-    const int share = dock == partitioned_dock_ ? 45 : 50;
-    arrange([this, share] {
-      const int bottom = std::max(400, width() - mesh_dock_->width());
-      resizeDocks({table_dock_, inspector_dock_, history_dock_}, {bottom * 72 / 100, bottom * 28 / 100, bottom * 28 / 100},
-                  Qt::Horizontal);
-      resizeDocks({table_dock_}, {height() * share / 100}, Qt::Vertical);
-    });
-  }
-  if (dock == partitioned_dock_) {
-    partitioned_->partitionNow();
-    if (n == "collectives") partitioned_->showCollectives();
-  }
-  if (dock == simulation_dock_) {
-    if (n == "compare") {
-      // Two configurations side by side: A the module replicated on every device, B its shardings.
-      const QString chip = QString::fromStdString(session_->analysis()->defaultChip());
-      simulation_->simulateAndCompare({{chip, /*replicated=*/true}, {chip, /*replicated=*/false}});
-    } else {
-      simulation_->simulate();
-    }
-  }
   return true;
 }
 
@@ -697,16 +953,21 @@ void MainWindow::whenReady(int timeout_ms, std::function<void(bool)> done) {
 }
 
 // ---- Title, status, settings ------------------------------------------------------------------------------
+// ---- Title, status, settings ------------------------------------------------------------------------------
 
 void MainWindow::updateTitle() {
-  setWindowTitle(QString("%1[*] \u2014 ShardScope").arg(doc_->title()));
-  setWindowModified(doc_->isModified());
+  const QString title = doc_->title();
+  setWindowTitle(title.isEmpty() ? QString("ShardScope") : QString("%1[*] \u2014 ShardScope").arg(title));
+  setWindowModified(doc_->hasModule() && doc_->isModified());
+  const bool module = doc_->hasModule();
+  for (QAction* a : {close_act_, save_act_, save_as_act_, partition_act_}) a->setEnabled(module);
 }
 
 void MainWindow::updateStatus() {
   const Module* m = doc_->module();
   if (!m) {
-    summary_label_->setText("No module");
+    summary_label_->setText("No module open \u2014 File \u25B8 Open (Ctrl+O) or File \u25B8 Examples");
+    summary_label_->setToolTip(QString());
     engine_label_->clear();
     return;
   }
@@ -717,16 +978,20 @@ void MainWindow::updateStatus() {
       if (doc_->sharding(inst->id())) ++sharded;
     }
   }
-  summary_label_->setText(QString("%1 \u00B7 %2 instructions in %3 computation%4 \u00B7 mesh %5 (%6 devices) \u00B7 %7 "
-                                  "annotations \u00B7 %8/%2 sharded")
-                              .arg(Q(m->name()))
-                              .arg(total)
-                              .arg(m->computations().size())
-                              .arg(m->computations().size() == 1 ? "" : "s")
-                              .arg(Q(doc_->mesh().ToString()))
-                              .arg(doc_->mesh().num_devices())
-                              .arg(doc_->annotations().size())
-                              .arg(sharded));
+  const int64_t devices = doc_->mesh().num_devices();
+  const QString text = QString("%1 \u00B7 %2 instructions in %3 computation%4 \u00B7 mesh %5 (%6 device%7) \u00B7 %8 "
+                               "annotations \u00B7 %9/%2 sharded")
+                           .arg(Q(m->name()))
+                           .arg(total)
+                           .arg(m->computations().size())
+                           .arg(m->computations().size() == 1 ? "" : "s")
+                           .arg(Q(doc_->mesh().ToString()))
+                           .arg(devices)
+                           .arg(devices == 1 ? "" : "s")
+                           .arg(doc_->annotations().size())
+                           .arg(sharded);
+  summary_label_->setText(text);
+  summary_label_->setToolTip(text);
   engine_label_->setText(doc_->propagationSummary());
 }
 
@@ -747,10 +1012,15 @@ void MainWindow::applyTheme(const QString& theme) {
   }
 }
 
+// Version 2 of the saved window state: the modes replaced the docks of the partitioned program,
+// the simulation and the teaching panel (a version-1 state is ignored).
+constexpr int kStateVersion = 2;
+
 void MainWindow::restoreSettings() {
   QSettings s;
   if (s.contains("geometry")) restoreGeometry(s.value("geometry").toByteArray());
-  if (s.contains("windowState")) state_restored_ = restoreState(s.value("windowState").toByteArray(), 1);
+  if (s.contains("windowState")) state_restored_ = restoreState(s.value("windowState").toByteArray(), kStateVersion);
+  if (s.contains("mode")) setMode(static_cast<Mode>(std::clamp(s.value("mode").toInt(), 0, modes_->count() - 1)));
   const QString theme = s.value("theme", "system").toString();
   if (theme != "system") applyTheme(theme);
 }
@@ -759,20 +1029,53 @@ void MainWindow::saveSettings() {
   if (batch_) return;
   QSettings s;
   s.setValue("geometry", saveGeometry());
-  s.setValue("windowState", saveState(1));
+  s.setValue("windowState", saveState(kStateVersion));
+  s.setValue("mode", static_cast<int>(mode()));
   s.setValue("theme", theme_);
 }
 
+void MainWindow::resetLayout() {
+  if (side_by_side_) setSideBySide(false);
+  restoreState(default_state_, 1);
+  for (QDockWidget* d : {mesh_dock_, inspector_dock_, table_dock_, history_dock_}) {
+    d->setFloating(false);
+    d->show();
+  }
+  table_dock_->raise();
+  mesh_share_ = table_share_ = 0;
+  applyDefaultDockSizes();
+  setMode(Mode::kGraph);
+  showMessage("Layout reset", 3000);
+}
+
 void MainWindow::applyDefaultDockSizes() {
-  const int w = std::max(900, width());
-  resizeDocks({mesh_dock_}, {std::min(460, w / 3)}, Qt::Horizontal);
-  resizeDocks({table_dock_}, {std::max(220, height() / 4)}, Qt::Vertical);
-  const int bottom = w - std::min(460, w / 3);
-  // (A tabified dock is resized through the first dock of its tab group.)
-  resizeDocks({table_dock_, inspector_dock_, history_dock_}, {bottom * 55 / 100, bottom * 45 / 100, bottom * 45 / 100},
-              Qt::Horizontal);
-  // A panel raised on purpose (showView) keeps the room it was given.
-  if (arrangement_) arrangement_();
+  const int w = std::max(800, width()), h = std::max(500, height());
+  // The right column: the mesh over the inspector, about a third of the width (at most 460 px).
+  const int right = std::clamp(w * 30 / 100, 300, 460);
+  resizeDocks({mesh_dock_}, {right}, Qt::Horizontal);
+  resizeDocks({mesh_dock_, inspector_dock_}, {h * 55 / 100, h * 45 / 100}, Qt::Vertical);
+  // The instruction table under the modes: a fifth of the height.
+  const int table = std::clamp(h * 20 / 100, 110, 260);
+  resizeDocks({table_dock_}, {table}, Qt::Vertical);
+  // (The docks take these sizes at the next layout: the shares are the targets, not today's sizes.)
+  mesh_share_ = double(right) / std::max(1, width());
+  table_share_ = double(table) / std::max(1, height());
+}
+
+void MainWindow::noteDockShares(QSize window) {
+  if (!window.isValid()) window = size();
+  if (window.width() <= 0 || window.height() <= 0) return;
+  if (!mesh_dock_->isFloating() && mesh_dock_->isVisible()) mesh_share_ = double(mesh_dock_->width()) / window.width();
+  if (!table_dock_->isFloating() && table_dock_->isVisible()) table_share_ = double(table_dock_->height()) / window.height();
+}
+
+void MainWindow::applyDockShares() {
+  if (mesh_share_ > 0 && !mesh_dock_->isFloating() && mesh_dock_->isVisible()) {
+    resizeDocks({mesh_dock_}, {std::max(220, static_cast<int>(mesh_share_ * width()))}, Qt::Horizontal);
+  }
+  if (table_share_ > 0 && !table_dock_->isFloating() && table_dock_->isVisible()) {
+    resizeDocks({table_dock_}, {std::max(90, static_cast<int>(table_share_ * height()))}, Qt::Vertical);
+  }
 }
 
 void MainWindow::showEvent(QShowEvent* event) {
@@ -780,13 +1083,23 @@ void MainWindow::showEvent(QShowEvent* event) {
   if (!first_show_done_) {
     first_show_done_ = true;
     if (!state_restored_) QTimer::singleShot(0, this, &MainWindow::applyDefaultDockSizes);
+    else QTimer::singleShot(0, this, [this] { noteDockShares(); });
   }
 }
 
 void MainWindow::resizeEvent(QResizeEvent* event) {
   QMainWindow::resizeEvent(event);
-  // Until the user arranges the docks, keep the default proportions when the window is resized.
-  if (first_show_done_ && !state_restored_ && batch_) applyDefaultDockSizes();
+  // The docks keep their share of the window (what the user arranged comes back when the window
+  // grows again), once the dock layout has taken the new size.
+  if (first_show_done_) dock_shares_timer_->start();
+}
+
+bool MainWindow::event(QEvent* event) {
+  // A separator between docks was dragged (the window gets the mouse): that is the user's arrangement.
+  if (event->type() == QEvent::MouseButtonRelease) {
+    QMetaObject::invokeMethod(this, [this] { noteDockShares(); }, Qt::QueuedConnection);
+  }
+  return QMainWindow::event(event);
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

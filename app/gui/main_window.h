@@ -1,11 +1,16 @@
-// The ShardScope main window: the graph in the centre, docks for the mesh, the inspector ("why"),
-// the instruction table, the partitioned program, the simulation and the undo history; menus and
-// standard shortcuts; settings (dock layout, recent files, theme) persisted with QSettings.
+// The ShardScope main window. The centre holds one task at a time, each with the whole central area
+// (modes, as Qt Creator or KCachegrind have them): the graph, the partitioned program (or both
+// graphs side by side), the simulation (timeline and memory), the comparison of two runs and the
+// teaching panel. Docks hold what accompanies every task: the mesh, the inspector ("why"), the
+// instruction table and the edit history. Menus and standard shortcuts (window-wide, whatever has
+// the focus); exports; settings (window state, recent files, theme) persisted with QSettings, and
+// View ▸ Reset Layout to go back to the default arrangement.
 #pragma once
 
 #include <functional>
 
 #include <QMainWindow>
+#include <QSize>
 #include <QStringList>
 
 class QAction;
@@ -13,7 +18,10 @@ class QDockWidget;
 class QLabel;
 class QMenu;
 class QSortFilterProxyModel;
+class QSplitter;
 class QTableView;
+class QTabWidget;
+class QTimer;
 class QUndoView;
 
 namespace shardscope::views {
@@ -26,6 +34,7 @@ class MeshView;
 class PartitionedView;
 class SimulationView;
 class CollectiveStepper;
+class ComparisonView;
 }  // namespace shardscope::views
 
 namespace shardscope::gui {
@@ -49,9 +58,47 @@ class MainWindow : public QMainWindow {
   void openInBackground(const QString& path);
   bool openPath(const QString& path, QString* error);
   bool openExample(const QString& name, QString* error);
-  // Raises a dock: "graph", "mesh", "inspector", "instructions", "partitioned", "simulation",
-  // "history". Returns false for an unknown name.
+  // Shows a mode ("graph", "partitioned", "side-by-side", "simulation", "compare", "teaching") or
+  // raises a dock ("mesh", "inspector", "instructions", "history"). Returns false for an unknown name.
   bool showView(const QString& name);
+
+  // The modes of the central area, in tab order.
+  enum class Mode { kGraph, kPartitioned, kSimulation, kCompare, kTeaching };
+  Mode mode() const;
+  void setMode(Mode mode);
+  QTabWidget* modes() const { return modes_; }
+  // The original and the partitioned graph next to each other in the Graph mode.
+  void setSideBySide(bool on);
+  bool sideBySide() const { return side_by_side_; }
+  // The default arrangement of the docks and modes (View ▸ Reset Layout).
+  void resetLayout();
+
+  // ---- Exports (File ▸ Export); each returns "" on success, else why it failed ----
+  QString exportAnnotatedHlo(const QString& path);
+  // The partitioned program as HLO text; partitions first when the shown program is not current
+  // (the file is written when the partitioner is done: `done` says how it went).
+  void exportPartitionedHlo(const QString& path, std::function<void(const QString& error)> done = {});
+  // The run shown in the Simulation mode: a Chrome/Perfetto trace (.json) or its timeline as CSV.
+  QString exportRunTrace(const QString& path);
+  QString exportRunCsv(const QString& path);
+  // The graph of the current mode (the whole scene), or the charts of the current mode, as PNG or SVG.
+  QString exportGraphImageTo(const QString& path);
+  QString exportChartImageTo(const QString& path);
+  // Where a save dialog for `suffix` starts (the document's folder, a name from the module).
+  QString suggestedExportPath(const QString& suffix) const;
+
+  views::PartitionedView* partitionedView() const { return partitioned_; }
+  views::SimulationView* simulationView() const { return simulation_; }
+  views::ComparisonView* comparisonView() const { return comparison_; }
+  views::CollectiveStepper* teachingPanel() const { return teaching_; }
+  views::MeshView* meshView() const { return mesh_; }
+  views::InspectorPanel* inspector() const { return inspector_; }
+  QTableView* instructionTable() const { return table_; }
+  // The module summary at the left of the status bar (messages have a place of their own).
+  QLabel* summaryLabel() const { return summary_label_; }
+  QLabel* messageLabel() const { return message_label_; }
+  // A message in the status bar (its own label, never over the summary), cleared after `ms`.
+  void showMessage(const QString& text, int ms = 6000);
   // Selects an instruction by name; false when there is none.
   bool selectInstruction(const QString& name);
   // Selects the first dot whose sharding propagation inferred (so a new user sees the mesh tiles
@@ -74,13 +121,16 @@ class MainWindow : public QMainWindow {
   void closeEvent(QCloseEvent* event) override;
   void showEvent(QShowEvent* event) override;
   void resizeEvent(QResizeEvent* event) override;
+  bool event(QEvent* event) override;
 
  private:
+  void createModes();
   void createDocks();
-  // Teaching: step through a collective on the mesh (opened from the partitioned program's list).
-  void createTeachingDock();
-  void raiseTeachingDock();
+  void raiseTeaching();
   void applyDefaultDockSizes();
+  // Keeps the docks' share of the window across resizes (a shrink never sticks).
+  void noteDockShares(QSize window = QSize());
+  void applyDockShares();
   void createActions();
   void createMenus();
   void updateTitle();
@@ -97,13 +147,12 @@ class MainWindow : public QMainWindow {
   void openProjectDialog();
   bool saveProject();
   bool saveProjectAs();
-  void exportHlo();
-  void exportGraphImage();
   void about();
+  // A save dialog for an export (not in batch mode): the chosen path, or "" when cancelled.
+  QString askExportPath(const QString& title, const QString& suffix, const QString& filter);
+  void reportExport(const QString& path, const QString& error);
 
   void pickInteresting();
-  // Sizes the docks for a raised panel now and again whenever the default sizes are applied.
-  void arrange(std::function<void()> arrangement);
 
   Session* session_;
   views::DocumentModel* doc_;
@@ -115,19 +164,31 @@ class MainWindow : public QMainWindow {
   QTableView* table_;
   views::PartitionedView* partitioned_;
   views::SimulationView* simulation_;
-  QUndoView* undo_view_;
-  QDockWidget *mesh_dock_, *inspector_dock_, *table_dock_, *partitioned_dock_, *simulation_dock_, *history_dock_;
+  views::ComparisonView* comparison_;
   views::CollectiveStepper* teaching_ = nullptr;
-  QDockWidget* teaching_dock_ = nullptr;
+  QUndoView* undo_view_;
+  QTabWidget* modes_;
+  QSplitter* graph_split_;   // the graph (and the partitioned program, side by side)
+  QWidget* partitioned_page_;
+  bool side_by_side_ = false;
+  QDockWidget *mesh_dock_, *inspector_dock_, *table_dock_, *history_dock_;
+  QByteArray default_state_;  // the docks as first arranged (Reset Layout)
+  // The docks' share of the window: mesh width / width, table height / height.
+  double mesh_share_ = 0, table_share_ = 0;
+  QTimer* dock_shares_timer_ = nullptr;  // applies them once a resize has settled
 
   QMenu* recent_menu_ = nullptr;
   QMenu* examples_menu_ = nullptr;
   QMenu* view_menu_ = nullptr;
-  QAction *open_act_, *open_project_act_, *save_act_, *save_as_act_, *export_hlo_act_, *export_image_act_, *quit_act_;
+  QAction *open_act_, *open_project_act_, *close_act_, *save_act_, *save_as_act_, *quit_act_;
+  QAction *export_hlo_act_, *export_spmd_act_, *export_trace_act_, *export_csv_act_, *export_image_act_, *export_chart_act_;
+  QAction *side_by_side_act_, *reset_layout_act_;
   QAction *undo_act_, *redo_act_, *find_act_;
   QAction *fit_act_, *zoom_in_act_, *zoom_out_act_, *reset_zoom_act_, *partition_act_;
   QAction *about_act_;
   QLabel* summary_label_;
+  QLabel* message_label_;
+  QTimer* message_timer_;
   QLabel* engine_label_;
   views::JobIndicator* jobs_;
   QString theme_ = "system";
@@ -135,7 +196,6 @@ class MainWindow : public QMainWindow {
   bool first_show_done_ = false;
   bool state_restored_ = false;
   bool select_interesting_pending_ = false;
-  std::function<void()> arrangement_;
 };
 
 }  // namespace shardscope::gui

@@ -74,21 +74,24 @@ Status Session::loadHloFile(const QString& path) {
   if (!f.open(QIODevice::ReadOnly)) {
     return Error(QString("%1: cannot open: %2").arg(path, f.errorString()).toStdString());
   }
-  Status st = loadHloText(QString::fromUtf8(f.readAll()), path);
-  if (st.ok()) doc_->setFilePath(path);
-  return st;
+  auto parsed = pipeline::ParseModel(QString::fromUtf8(f.readAll()).toStdString(), path.toStdString());
+  if (!parsed.ok()) return parsed.error();
+  doc_->setModule(std::move(parsed->module), parsed->mesh, "hlo", path, path);
+  return Status::Ok();
 }
 
 void Session::adopt(Project p, const QString& path) {
   const ProjectContents& c = p.contents;
-  doc_->setModule(std::move(p.module), c.mesh, Q(c.source_kind), Q(c.source));
+  doc_->setModule(std::move(p.module), c.mesh, Q(c.source_kind), Q(c.source), path);
   if (!c.selected.empty()) {
     if (const Instruction* sel = doc_->findInstruction(Q(c.selected))) doc_->select(sel->id());
   }
-  if (!path.isEmpty()) {
-    doc_->setFilePath(path);
-    store_->setProject(path, /*carry_session_runs=*/false);
-  }
+  if (!path.isEmpty()) store_->setProject(path, /*carry_session_runs=*/false);
+}
+
+void Session::close() {
+  cancelLoad();
+  doc_->clear();
 }
 
 Status Session::loadProject(const QString& path) {
@@ -146,8 +149,7 @@ void Session::requestLoadFile(const QString& path) {
         if (r.project) {
           adopt(std::move(*r.project), path);
         } else if (r.model) {
-          doc_->setModule(std::move(r.model->module), r.model->mesh, "hlo", path);
-          doc_->setFilePath(path);
+          doc_->setModule(std::move(r.model->module), r.model->mesh, "hlo", path, path);
         } else {
           emit loadFinished(path, false, r.error);
           return;

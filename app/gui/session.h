@@ -57,6 +57,8 @@ class Session : public QObject {
   void requestLoadFile(const QString& path);
   void cancelLoad();
   bool loadBusy() const;
+  // No module: every view shows its empty state (File ▸ Close).
+  void close();
 
   // ---- Saving ----
   // Writes the project atomically; its run store is used from then on (with this session's runs).

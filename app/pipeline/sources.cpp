@@ -58,6 +58,10 @@ DeviceMesh GuessMesh(const Module& module) {
   for (const auto& c : module.computations())
     for (const auto& i : c->instructions())
       if (i->has_sharding()) n = std::max(n, DevicesNamedBy(*i->sharding()));
+  // A Shardy module names its mesh and axes itself (xla.sdy.meshes): the user's "data", "model".
+  for (const SdyMesh& sdy : module.sdy_meshes) {
+    if (sdy.mesh.num_axes() > 0 && (sdy.mesh.num_devices() == n || n == 1)) return sdy.mesh;
+  }
   if (const Computation* entry = module.entry()) {
     for (const auto& inst : entry->instructions()) {
       if (!inst->has_sharding()) continue;

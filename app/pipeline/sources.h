@@ -30,7 +30,8 @@ Result<LoadedModel> BuildZooModel(const std::string& name, const ZooOverrides& o
 // HLO text; errors read "FILE:LINE:COLUMN: error: ...". The mesh is GuessMesh's.
 Result<LoadedModel> ParseModel(const std::string& text, const std::string& filename);
 
-// A mesh that fits a module read from a file: the shape of its first tiled sharding whose tile
+// A mesh that fits a module read from a file: a Shardy mesh of the module (xla.sdy.meshes, with the
+// user's axis names) that spans its devices, else the shape of its first tiled sharding whose tile
 // assignment spans every device (num_partitions, or the devices its shardings name when that is
 // missing, as in many of XLA's own tests), else a near-square 2-D mesh over them.
 DeviceMesh GuessMesh(const Module& module);
