@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "app/cli/cli.h"
 #include "app/cli/slice_options.h"
+#include "app/cli/wus_options.h"
 #include "core/ir/hlo_text.h"
 #include "core/sharding/mesh.h"
 #include "partitioner/propagation.h"
@@ -108,6 +110,9 @@ int Run(const std::vector<std::string>& in) {
   const bool force_no_partition = TakeFlag(args, "no-partition");
   const bool trace_all = TakeFlag(args, "trace-all-devices");
   const bool keep_io = TakeFlag(args, "keep-io-shardings");
+  bool wus = false;
+  WeightUpdateShardingOptions wus_options;
+  if (std::string e = TakeWeightUpdateShardingOptions(args, &wus, &wus_options); !e.empty()) return UsageError(kName, e);
 
   for (const auto& a : args) {
     if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
@@ -177,6 +182,35 @@ int Run(const std::vector<std::string>& in) {
     module = std::move(r->module);
     if (!json) std::cout << "partitioned for " << devices << " devices (" << module->instruction_count() << " instructions)\n";
   }
+  if (wus) {
+    // Weight-update sharding on the data-parallel program: its cost model takes the chip's figures
+    // and the replica mesh the device mesh (unless given), and the step before and after is shown.
+    const ChipSpec& chip = topology.chip();
+    wus_options.hbm_bytes_per_second = chip.device_hbm_bandwidth() * chip.hbm_efficiency;
+    wus_options.link_bytes_per_second = chip.ici_link_bandwidth_bidirectional();
+    wus_options.hop_latency_seconds = chip.hop_latency;
+    if (wus_options.replica_mesh.empty() && mesh.num_axes() == 2) wus_options.replica_mesh = {mesh.axis_size(0), mesh.axis_size(1)};
+    auto before = Simulate(*module, topology, options);
+    if (!before.ok()) {
+      std::cerr << args[0] << ": error: " << before.error().message << "\n";
+      return 2;
+    }
+    auto r = ShardWeightUpdates(*module, wus_options);
+    if (!r.ok()) {
+      std::cerr << args[0] << ": error: " << r.error().message << "\n";
+      return 2;
+    }
+    if (!json) {
+      std::map<std::string, int64_t> kinds;
+      for (const auto& c : before->run.collectives) ++kinds[c.kind];
+      std::cout << "before weight-update sharding: step " << FormatDouble(before->run.summary.step_time_s * 1e6) << " us, peak memory "
+                << before->run.summary.peak_memory_bytes << " bytes, collectives:";
+      for (const auto& [k, n] : kinds) std::cout << " " << n << " " << k;
+      std::cout << "\n" << DescribeWeightUpdateSharding(*r);
+      if (r->split) std::cout << "simulating the main program (the sharding and unsharding programs run outside the training loop)\n";
+    }
+    module = std::move(r->module);
+  }
   auto sim = Simulate(*module, topology, options);
   if (!sim.ok()) {
     std::cerr << args[0] << ": error: " << sim.error().message << "\n";
@@ -238,7 +272,7 @@ const bool kRegistered = Register(
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--cores-per-chip 2] "
      "[--schedule program-order|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
      "[--no-in-place] [--no-donation] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
-     "[--keep-io-shardings] [--trace-all-devices] [--label TEXT]",
+     "[--keep-io-shardings] [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
 

@@ -148,6 +148,36 @@ Status Computation::RemoveInstruction(Instruction* inst) {
   return Status::Ok();
 }
 
+Status Computation::RemoveInstructions(const std::vector<Instruction*>& dead) {
+  std::unordered_set<const Instruction*> gone(dead.begin(), dead.end());
+  for (Instruction* inst : dead) {
+    if (!inst || inst->parent_ != this) return Error("instruction is not in computation " + name_);
+    if (inst == root_) return Error("cannot remove " + inst->name_ + ": it is the root");
+    for (Instruction* u : inst->users_)
+      if (!gone.count(u)) return Error("cannot remove " + inst->name_ + ": it still has users");
+  }
+  for (Instruction* inst : dead) {
+    for (Instruction* op : inst->operands_) {
+      if (gone.count(op)) continue;
+      auto& u = op->users_;
+      u.erase(std::remove(u.begin(), u.end(), inst), u.end());
+    }
+    if (inst->opcode_ == Opcode::kParameter)
+      for (auto& p : parameters_)
+        if (p == inst) p = nullptr;
+    by_name_.erase(inst->name_);
+  }
+  for (auto& other : instructions_) {
+    if (gone.count(other.get()) || other->control_predecessors.empty()) continue;
+    auto& cp = other->control_predecessors;
+    cp.erase(std::remove_if(cp.begin(), cp.end(), [&](Instruction* x) { return gone.count(x) != 0; }), cp.end());
+  }
+  instructions_.erase(std::remove_if(instructions_.begin(), instructions_.end(),
+                                     [&](const std::unique_ptr<Instruction>& p) { return gone.count(p.get()) != 0; }),
+                      instructions_.end());
+  return Status::Ok();
+}
+
 std::vector<Instruction*> Computation::MakePostOrder() const {
   std::vector<Instruction*> order;
   order.reserve(instructions_.size());

@@ -222,6 +222,9 @@ class Computation {
                           std::string name = "");
   // Removes an instruction that has no users and is not the root.
   Status RemoveInstruction(Instruction* inst);
+  // Removes several at once in one pass over the computation (each must have no users outside
+  // the set and not be the root); an error names the first that cannot go and removes nothing.
+  Status RemoveInstructions(const std::vector<Instruction*>& dead);
   // Topological order (post-order from the root, then any unreachable instructions in order).
   std::vector<Instruction*> MakePostOrder() const;
 

@@ -47,6 +47,7 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
       w.name = p + "_" + n;
       w.scope = p;
       w.param = b.Parameter(pn++, s, w.name);
+      ann.WeightParameter(w.param);
       weights.push_back(w);
       return &weights.back();
     };
@@ -58,7 +59,7 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
     ann.Table1(L.w1->param, Table1Tensor::kWin);
     ann.Table1(L.w2->param, Table1Tensor::kWout);
   }
-  if (c.optimizer == Optimizer::kAdam) AddAdamParameters(b, weights, &pn);
+  AddOptimizerParameters(b, c.optimizer, weights, &pn);
   for (Weight& w : weights) {
     auto scope = b.Scope(w.scope);
     w.value = net.ToType(w.param, A, "cast_" + w.name.substr(w.name.find('_') + 1));
@@ -115,7 +116,8 @@ std::vector<ZooParameter> MlpParameters() {
       {"hidden", "256", "H: hidden width"},
       {"layers", "2", "number of feed-forward blocks"},
       {"backward", "1", "add the loss and the backward pass (0 | 1)"},
-      {"optimizer", "sgd", "weight update after backward: none | sgd | adam"},
+      {"steps", "0", "0: one training step; K: a training loop of K steps (a while loop over K batches, inputs [K,...])"},
+      {"optimizer", "sgd", "weight update after backward: none | sgd | adam | adafactor | lars"},
   };
   for (const auto& c : ZooCommonParameters()) p.push_back(c.name == "learning_rate" ? ZooParameter{c.name, "0.01", c.description} : c);
   return p;
@@ -125,7 +127,11 @@ Result<std::unique_ptr<Module>> BuildFromParams(ZooParams& p) {
   MlpConfig c;
   ReadCommonParameters(p, c);
   if (!p.ok()) return Error(p.error());
-  return BuildMlp(c);
+  const int64_t steps = p.Int("steps");
+  if (!p.ok()) return Error(p.error());
+  auto step = BuildMlp(c);
+  if (!step.ok() || steps == 0) return step;
+  return WrapInTrainingLoop(**step, steps, 2);
 }
 
 }  // namespace

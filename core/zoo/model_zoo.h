@@ -4,6 +4,7 @@
 
 #include "core/zoo/annotations.h"
 #include "core/zoo/mlp.h"
+#include "core/zoo/ncf.h"
 #include "core/zoo/training.h"
 #include "core/zoo/transformer.h"
 #include "core/zoo/zoo.h"

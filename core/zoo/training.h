@@ -1,7 +1,7 @@
 // Building blocks the zoo's models share: a thin layer over the Builder (Net), trainable weights
 // with their gradients and optimizer state, argument checks, LayerNorm forward/backward, the MSE
-// loss, and the optimizer step (SGD, Adam). Each model family (transformer.cpp, mlp.cpp, ...)
-// builds its forward pass and hand-derived backward pass from these.
+// loss, and the optimizer step (SGD, Adam, Adafactor, LARS). Each model family (transformer.cpp,
+// mlp.cpp, ...) builds its forward pass and hand-derived backward pass from these.
 #pragma once
 
 #include <cmath>
@@ -19,7 +19,7 @@
 
 namespace shardscope {
 
-enum class Optimizer : uint8_t { kNone, kSgd, kAdam };
+enum class Optimizer : uint8_t { kNone, kSgd, kAdam, kAdafactor, kLars };
 std::string_view OptimizerName(Optimizer o);
 std::optional<Optimizer> OptimizerFromName(std::string_view s);
 // The "optimizer" setting of a zoo model.
@@ -94,8 +94,9 @@ struct Weight {
   Instruction* param = nullptr;  // param type
   Instruction* value = nullptr;  // act type
   Instruction* grad = nullptr;   // act type, accumulated by backward
-  Instruction* adam_m = nullptr;
-  Instruction* adam_v = nullptr;
+  // Optimizer state parameters, one per slot of OptimizerSlots (Adam: m, v; LARS: momentum;
+  // Adafactor: the row and column factors of a weight of rank >= 2, else one second moment).
+  std::vector<Instruction*> state;
 };
 
 Status CheckPositive(const std::vector<std::pair<const char*, int64_t>>& values);
@@ -119,19 +120,49 @@ Instruction* LayerNormBackward(Net& net, const LayerNormSaved& s, Instruction* g
                                Instruction** dgamma);
 
 // ---- optimizer -----------------------------------------------------------------------------------------
+//
+// The state each optimizer keeps per weight (its "auxiliary variables"), as named parameters:
+//   sgd        none
+//   adam       <w>_m, <w>_v: moving averages of g and g^2, each the weight's shape (Kingma & Ba,
+//              without bias correction)
+//   lars       <w>_momentum, the weight's shape (You, Gitman & Ginsburg 2017: the step of a weight
+//              of rank >= 2 is scaled by the trust ratio eta |w| / (|g| + wd |w|); rank-1 weights,
+//              biases and scales, take plain momentum with weight decay, as MLPerf's LARS does)
+//   adafactor  a weight of rank >= 2 keeps factored second moments over its last two dims:
+//              <w>_adafactor_row (the shape without the last dim) and <w>_adafactor_col (without
+//              the second-last); a rank-1 weight keeps <w>_adafactor_v (Shazeer & Stern 2018,
+//              Algorithm 4/5 with beta1 = 0, a fixed decay beta2 and update clipping d = 1)
+// The norms, factored means and RMS are reduce ops: the non-elementwise optimizer ops a
+// weight-update-sharding pass has to handle (paper 000, section 4.1).
+struct OptimizerSlot {
+  std::string suffix;  // "m", "v", "momentum", "adafactor_row", ...
+  Shape shape;
+};
+std::vector<OptimizerSlot> OptimizerSlots(Optimizer opt, const Shape& weight);
 
 struct UpdateResult {
-  std::vector<Instruction*> params, m, v;
+  std::vector<Instruction*> params;
+  std::vector<Instruction*> state;  // in the order AddOptimizerParameters adds the state parameters
 };
 
 UpdateResult ApplyOptimizer(Net& net, Optimizer opt, double lr, std::vector<Weight>& weights);
 // Converts each accumulated gradient to the parameter type (backward scope).
 void FinishGradients(Net& net, std::vector<Weight>& weights, PrimitiveType param_type);
 Instruction* MakeRoot(Net& net, Instruction* loss, std::vector<Weight>& weights, Optimizer opt, double lr);
+// A training loop of `steps` steps around a one-step module whose entry takes the batch inputs
+// first (`batch_inputs` parameters: x, target, ...), then the weights and optimizer state, and
+// returns (loss, new weights and state in parameter order). The loop's entry takes each batch input
+// with a leading [steps] dim (step i reads slice i) and the initial weights and state, carries
+// them through a while loop (known trip count) whose body is the step, and returns
+// (final weights and state..., last loss). Shardings of the step carry over (a batch input's gain
+// an unsplit leading dim).
+Result<std::unique_ptr<Module>> WrapInTrainingLoop(const Module& step, int64_t steps, int64_t batch_inputs);
+
 // Loss 0.5 * mean((out - target)^2) and its gradient with respect to `out`.
 std::pair<Instruction*, Instruction*> MseLoss(Net& net, Instruction* out, Instruction* target);
-// Adds Adam state parameters (m for every weight, then v for every weight).
-void AddAdamParameters(Builder& b, std::vector<Weight>& weights, int64_t* next_param);
+// Adds the optimizer's state parameters: slot 0 for every weight, then slot 1 for every weight
+// that has one (Adam: every m, then every v).
+void AddOptimizerParameters(Builder& b, Optimizer opt, std::vector<Weight>& weights, int64_t* next_param);
 void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g);
 
 

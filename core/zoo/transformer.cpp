@@ -57,6 +57,7 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
       w.name = p + "_" + n;
       w.scope = p + "/" + scope;
       w.param = b.Parameter(pn++, s, w.name);
+      ann.WeightParameter(w.param);
       weights.push_back(w);
       return &weights.back();
     };
@@ -72,7 +73,7 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
     ann.Table1(L.wi->param, Table1Tensor::kWin);
     ann.Table1(L.wout->param, Table1Tensor::kWout);
   }
-  if (c.optimizer == Optimizer::kAdam) AddAdamParameters(b, weights, &pn);
+  AddOptimizerParameters(b, c.optimizer, weights, &pn);
 
   // Weights in the activation type.
   for (Weight& w : weights) {
@@ -227,7 +228,8 @@ std::vector<ZooParameter> TransformerParameters(int64_t layers, bool backward, c
       {"layers", std::to_string(layers), "number of stacked Transformer layers"},
       {"layernorm", "1", "pre-norm LayerNorm before attention and feed-forward (0 | 1)"},
       {"backward", backward ? "1" : "0", "add the loss and the backward pass (0 | 1)"},
-      {"optimizer", optimizer, "weight update after backward: none | sgd | adam"},
+      {"steps", "0", "0: one training step; K: a training loop of K steps (a while loop over K batches, inputs [K,...])"},
+      {"optimizer", optimizer, "weight update after backward: none | sgd | adam | adafactor | lars"},
   };
   for (const auto& c : ZooCommonParameters()) p.push_back(c);
   return p;
@@ -241,7 +243,11 @@ Result<std::unique_ptr<Module>> BuildFromParams(ZooParams& p) {
   c.head_dim = p.Int("head_dim");
   c.layernorm = p.Bool("layernorm");
   if (!p.ok()) return Error(p.error());
-  return BuildTransformer(c);
+  const int64_t steps = p.Int("steps");
+  if (!p.ok()) return Error(p.error());
+  auto step = BuildTransformer(c);
+  if (!step.ok() || steps == 0) return step;
+  return WrapInTrainingLoop(**step, steps, 2);
 }
 
 }  // namespace

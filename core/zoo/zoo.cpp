@@ -5,6 +5,7 @@
 
 #include "core/ir/verifier.h"
 #include "core/zoo/mlp.h"
+#include "core/zoo/ncf.h"
 #include "core/zoo/transformer.h"
 
 namespace shardscope {
@@ -81,7 +82,8 @@ std::string ZooParams::Choice(const std::string& k, const std::vector<std::strin
 
 const std::vector<ZooParameter>& ZooCommonParameters() {
   static const std::vector<ZooParameter> params = {
-      {"annotations", "finalized", "GSPMD Table 1 annotation set: none | attempt1 | attempt2 | finalized"},
+      {"annotations", "finalized",
+       "annotation set: none | attempt1 | attempt2 | finalized (GSPMD Table 1) | data-parallel (weights replicated, batch over every device)"},
       {"mesh_x", "4", "mesh axis X size"},
       {"mesh_y", "4", "mesh axis Y size"},
       {"dtype", "f32", "weight (and optimizer state) element type"},
@@ -105,6 +107,7 @@ const std::vector<void (*)(std::vector<ZooModel>&)>& Families() {
   static const std::vector<void (*)(std::vector<ZooModel>&)> families = {
       &AddMlpModels,
       &AddTransformerModels,
+      &AddNcfModels,
   };
   return families;
 }
