@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "app/pipeline/partition.h"
+#include "app/pipeline/propagate.h"
 #include "core/zoo/model_zoo.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
 
 using namespace shardscope;
 
@@ -50,18 +50,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "build failed: %s\n", m.error().message.c_str());
     return 1;
   }
-  auto p = PropagateShardings(**m);
-  if (!p.ok()) {
+  // XLA's pass defaults (entry parameters and outputs keep what they have), as measured so far.
+  if (auto p = pipeline::Propagate(**m, pipeline::StandardPropagationOptions(pipeline::EntryIo::kKeep)); !p.ok()) {
     std::fprintf(stderr, "propagation failed: %s\n", p.error().message.c_str());
     return 1;
-  }
+  }  // (the propagation engine, with its provenance, is released here)
   std::printf("module: %d-layer Transformer training step (Adam), %lld instructions, mesh 4x4 (16 devices)\n",
               layers, static_cast<long long>((*m)->instruction_count()));
   std::vector<double> times;
   int64_t out_instructions = 0, collectives = 0;
   for (int r = 0; r < runs; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    auto res = PartitionModule(**m);
+    auto res = pipeline::Partition(**m);
     auto t1 = std::chrono::steady_clock::now();
     if (!res.ok()) {
       std::fprintf(stderr, "partition failed: %s\n", res.error().message.c_str());

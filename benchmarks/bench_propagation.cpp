@@ -13,12 +13,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "app/pipeline/propagate.h"
 #include "core/sharding/mesh.h"
 #include "core/zoo/model_zoo.h"
-#include "partitioner/propagation.h"
 
 using namespace shardscope;
 
@@ -60,31 +61,34 @@ int Bench(int64_t layers, int repeats, int64_t mesh_x, int64_t mesh_y, bool trai
   const Module& original = **built;
   const int64_t instructions = original.instruction_count();
 
+  // XLA's pass defaults (entry parameters and outputs keep what they have), as measured so far.
+  const PropagationOptions options = pipeline::StandardPropagationOptions(pipeline::EntryIo::kKeep);
   // Full runs on fresh copies of the annotated module.
   std::vector<double> full_wall, full_cpu;
   PropagationReport last{};
   for (int r = 0; r < repeats; ++r) {
     auto m = original.Clone();
-    ShardingPropagation prop;
     const double w0 = WallMs(), c0 = ThreadCpuMs();
-    auto report = prop.Run(*m);
+    auto run = pipeline::Propagate(*m, options);
     const double c1 = ThreadCpuMs(), w1 = WallMs();
-    if (!report.ok()) {
-      std::fprintf(stderr, "bench_propagation: %s\n", report.error().message.c_str());
+    if (!run.ok()) {
+      std::fprintf(stderr, "bench_propagation: %s\n", run.error().message.c_str());
       return 2;
     }
-    last = *report;
+    last = run->report;
     full_wall.push_back(w1 - w0);
     full_cpu.push_back(c1 - c0);
   }
 
-  // Incremental: change one weight annotation in the middle layer (swap its mesh axes), then
-  // change it back, re-propagating after each edit.
-  auto m = original.Clone();
-  ShardingPropagation prop;
-  if (!prop.Run(*m).ok()) return 2;
+  // Incremental, as the GUI runs it (pipeline::PropagationSession, given the whole set of
+  // annotations each time): change one weight annotation in the middle layer (swap its mesh axes),
+  // then change it back, re-propagating after each edit.
+  auto copy = original.Clone();
+  std::map<int64_t, HloSharding> annotations = pipeline::TakeAnnotations(*copy);
+  pipeline::PropagationSession session(std::move(copy), options);
+  if (!session.Run(annotations).ok()) return 2;
   const std::string name = "layer" + std::to_string(layers / 2) + "_wi";
-  Instruction* w = m->FindInstruction(name);
+  const Instruction* w = original.FindInstruction(name);
   if (w == nullptr || !w->has_sharding()) {
     std::fprintf(stderr, "bench_propagation: no annotated %s\n", name.c_str());
     return 2;
@@ -96,9 +100,9 @@ int Bench(int64_t layers, int repeats, int64_t mesh_x, int64_t mesh_y, bool trai
   std::vector<double> inc_wall, inc_cpu;
   int64_t region = 0;
   for (int r = 0; r < 2 * repeats; ++r) {
-    w->set_sharding(r % 2 == 0 ? swapped : original_sharding);
+    annotations[w->id()] = r % 2 == 0 ? swapped : original_sharding;
     const double w0 = WallMs(), c0 = ThreadCpuMs();
-    auto report = prop.Update(*m, {w});
+    auto report = session.Run(annotations);
     const double c1 = ThreadCpuMs(), w1 = WallMs();
     if (!report.ok()) {
       std::fprintf(stderr, "bench_propagation: %s\n", report.error().message.c_str());

@@ -23,13 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "app/pipeline/pipeline.h"
 #include "core/zoo/model_zoo.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
-#include "simulator/engine.h"
-#include "simulator/hardware.h"
-#include "simulator/run_store.h"
-#include "simulator/topology.h"
+#include "simulator/schedule.h"
 
 using namespace shardscope;
 
@@ -80,16 +76,14 @@ Result<Prepared> Prepare(const Case& c, int64_t layers) {
   p.build_s = Now() - t0;
   p.model_flops = CountModuleFlops(**m);
   t0 = Now();
-  PropagationOptions po;
-  po.propagate_to_output = {true};
-  po.propagate_to_parameters = {true};
-  auto r = PropagateShardings(**m, po);
-  if (!r.ok()) return Error("propagation: " + r.error().message);
+  if (auto r = pipeline::Propagate(**m, pipeline::StandardPropagationOptions()); !r.ok()) {
+    return Error("propagation: " + r.error().message);
+  }  // (the propagation engine is released here, before partitioning)
   p.propagate_s = Now() - t0;
   t0 = Now();
   SpmdOptions so;
   so.num_partitions = devices;
-  auto part = PartitionModule(**m, so);
+  auto part = pipeline::Partition(**m, so);
   if (!part.ok()) return Error("partitioning: " + part.error().message);
   p.partition_s = Now() - t0;
   p.spmd = std::move(part->module);
@@ -118,13 +112,13 @@ Result<Timed> SimulateAndStore(const Prepared& p, const std::string& db) {
   so.model_flops = p.model_flops;
   so.label = "bench_simulate";
   double t0 = Now();
-  auto sim = Simulate(*p.spmd, p.topology, so);
+  auto sim = pipeline::SimulateStep(*p.spmd, p.topology, so);
   if (!sim.ok()) return sim.error();
   t.simulate_s = Now() - t0;
   t0 = Now();
-  auto store = RunStore::Open(db);
+  auto store = pipeline::RunDatabase::Open(db);
   if (!store.ok()) return store.error();
-  auto id = store->SaveRun(sim->run);
+  auto id = (*store)->Save(sim->run);
   if (!id.ok()) return id.error();
   t.store_s = Now() - t0;
   t.sim = std::move(sim).value();

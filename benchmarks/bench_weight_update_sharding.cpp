@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "app/pipeline/pipeline.h"
 #include "core/zoo/model_zoo.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
 #include "partitioner/weight_update_sharding/weight_update_sharding.h"
 
 using namespace shardscope;
@@ -44,14 +43,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "build failed: %s\n", m.error().message.c_str());
     return 1;
   }
-  PropagationOptions po;
-  po.propagate_to_output = {true};
-  po.propagate_to_parameters = {true};
-  if (auto p = PropagateShardings(**m, po); !p.ok()) {
+  if (auto p = pipeline::Propagate(**m, pipeline::StandardPropagationOptions(pipeline::EntryIo::kShard)); !p.ok()) {
     std::fprintf(stderr, "propagation failed: %s\n", p.error().message.c_str());
     return 1;
   }
-  auto part = PartitionModule(**m);
+  auto part = pipeline::Partition(**m);
   if (!part.ok()) {
     std::fprintf(stderr, "partition failed: %s\n", part.error().message.c_str());
     return 1;

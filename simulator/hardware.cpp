@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/base/json.h"
+
 namespace shardscope {
 
 namespace {
@@ -274,196 +276,9 @@ Status ValidateChipSpec(const ChipSpec& c) {
   return Status::Ok();
 }
 
-// ---- Flat JSON -------------------------------------------------------------------------------------
+// ---- Custom chips from JSON -------------------------------------------------------------------------
 
 namespace {
-
-class FlatJsonParser {
- public:
-  explicit FlatJsonParser(std::string_view text) : text_(text) {}
-
-  Result<std::vector<FlatJsonMember>> Parse() {
-    std::vector<FlatJsonMember> members;
-    SkipSpace();
-    if (!Consume('{')) return Fail(pos_, "expected '{' at the start of a JSON object");
-    SkipSpace();
-    std::set<std::string> seen;
-    if (!Consume('}')) {
-      while (true) {
-        SkipSpace();
-        FlatJsonMember m;
-        m.offset = static_cast<int64_t>(pos_);
-        LineCol(pos_, &m.line, &m.column);
-        if (Peek() != '"') return Fail(pos_, "expected a quoted key");
-        auto key = ParseString();
-        if (!key.ok()) return key.error();
-        m.key = std::move(key.value());
-        if (!seen.insert(m.key).second) return Fail(static_cast<size_t>(m.offset), "duplicate key \"" + m.key + "\"");
-        SkipSpace();
-        if (!Consume(':')) return Fail(pos_, "expected ':' after key \"" + m.key + "\"");
-        SkipSpace();
-        auto value = ParseValue();
-        if (!value.ok()) return value.error();
-        m.value = std::move(value.value());
-        members.push_back(std::move(m));
-        SkipSpace();
-        if (Consume(',')) continue;
-        if (Consume('}')) break;
-        return Fail(pos_, "expected ',' or '}'");
-      }
-    }
-    SkipSpace();
-    if (pos_ != text_.size()) return Fail(pos_, "unexpected text after the closing '}'");
-    return members;
-  }
-
- private:
-  char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
-  bool Consume(char c) {
-    if (Peek() == c && pos_ < text_.size()) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  void SkipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r')) ++pos_;
-  }
-  void LineCol(size_t offset, int64_t* line, int64_t* col) const {
-    int64_t l = 1, c = 1;
-    for (size_t i = 0; i < offset && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++l;
-        c = 1;
-      } else {
-        ++c;
-      }
-    }
-    *line = l;
-    *col = c;
-  }
-  Error Fail(size_t offset, const std::string& message) const {
-    int64_t line = 0, col = 0;
-    LineCol(offset, &line, &col);
-    return Error(std::to_string(line) + ":" + std::to_string(col) + ": " + message, static_cast<int64_t>(offset));
-  }
-
-  Result<std::string> ParseString() {
-    const size_t start = pos_;
-    ++pos_;  // opening quote
-    std::string out;
-    while (true) {
-      if (pos_ >= text_.size()) return Fail(start, "unterminated string");
-      const char c = text_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (c == '\n') return Fail(pos_, "newline inside a string");
-      if (c == '\\') {
-        ++pos_;
-        if (pos_ >= text_.size()) return Fail(start, "unterminated string");
-        const char e = text_[pos_];
-        switch (e) {
-          case '"': out += '"'; break;
-          case '\\': out += '\\'; break;
-          case '/': out += '/'; break;
-          case 'b': out += '\b'; break;
-          case 'f': out += '\f'; break;
-          case 'n': out += '\n'; break;
-          case 'r': out += '\r'; break;
-          case 't': out += '\t'; break;
-          case 'u': {
-            if (pos_ + 4 >= text_.size()) return Fail(pos_ - 1, "incomplete \\u escape");
-            unsigned code = 0;
-            for (int i = 1; i <= 4; ++i) {
-              const char h = text_[pos_ + static_cast<size_t>(i)];
-              code <<= 4;
-              if (h >= '0' && h <= '9') code |= static_cast<unsigned>(h - '0');
-              else if (h >= 'a' && h <= 'f') code |= static_cast<unsigned>(h - 'a' + 10);
-              else if (h >= 'A' && h <= 'F') code |= static_cast<unsigned>(h - 'A' + 10);
-              else return Fail(pos_ + static_cast<size_t>(i), "bad hex digit in \\u escape");
-            }
-            pos_ += 4;
-            // UTF-8 encode (surrogate pairs are kept as two code points; good enough for names).
-            if (code < 0x80) {
-              out += static_cast<char>(code);
-            } else if (code < 0x800) {
-              out += static_cast<char>(0xC0 | (code >> 6));
-              out += static_cast<char>(0x80 | (code & 0x3F));
-            } else {
-              out += static_cast<char>(0xE0 | (code >> 12));
-              out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-              out += static_cast<char>(0x80 | (code & 0x3F));
-            }
-            break;
-          }
-          default: return Fail(pos_ - 1, std::string("unknown escape \\") + e);
-        }
-        ++pos_;
-        continue;
-      }
-      out += c;
-      ++pos_;
-    }
-  }
-
-  Result<FlatJsonValue> ParseValue() {
-    FlatJsonValue v;
-    v.offset = static_cast<int64_t>(pos_);
-    LineCol(pos_, &v.line, &v.column);
-    const char c = Peek();
-    if (c == '"') {
-      auto s = ParseString();
-      if (!s.ok()) return s.error();
-      v.type = FlatJsonValue::Type::kString;
-      v.string = std::move(s.value());
-      return v;
-    }
-    if (c == '{' || c == '[') {
-      return Fail(pos_, "nested objects and arrays are not supported (a flat object of numbers and strings is expected)");
-    }
-    auto word = [&](std::string_view w) {
-      if (text_.substr(pos_, w.size()) == w) {
-        pos_ += w.size();
-        return true;
-      }
-      return false;
-    };
-    if (word("true")) {
-      v.type = FlatJsonValue::Type::kBool;
-      v.boolean = true;
-      return v;
-    }
-    if (word("false")) {
-      v.type = FlatJsonValue::Type::kBool;
-      return v;
-    }
-    if (word("null")) return v;
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      size_t end = pos_;
-      while (end < text_.size() &&
-             (std::isdigit(static_cast<unsigned char>(text_[end])) || text_[end] == '-' || text_[end] == '+' ||
-              text_[end] == '.' || text_[end] == 'e' || text_[end] == 'E')) {
-        ++end;
-      }
-      double d = 0;
-      const char* first = text_.data() + pos_;
-      const char* last = text_.data() + end;
-      auto [ptr, ec] = std::from_chars(first, last, d);
-      if (ec != std::errc() || ptr != last) return Fail(pos_, "malformed number '" + std::string(first, last) + "'");
-      v.type = FlatJsonValue::Type::kNumber;
-      v.number = d;
-      pos_ = end;
-      return v;
-    }
-    if (pos_ >= text_.size()) return Fail(pos_, "expected a value, found the end of the text");
-    return Fail(pos_, std::string("expected a value (number, string, true, false or null), found '") + c + "'");
-  }
-
-  std::string_view text_;
-  size_t pos_ = 0;
-};
 
 Result<std::vector<int64_t>> ParseShapeText(std::string_view s) {
   std::vector<int64_t> dims;
@@ -485,24 +300,27 @@ Result<std::vector<int64_t>> ParseShapeText(std::string_view s) {
 
 }  // namespace
 
-Result<std::vector<FlatJsonMember>> ParseFlatJsonObject(std::string_view text) {
-  return FlatJsonParser(text).Parse();
-}
-
 Result<ChipSpec> ParseChipSpecJson(std::string_view text) {
-  auto parsed = ParseFlatJsonObject(text);
+  auto parsed = json::Parse(text);
   if (!parsed.ok()) return parsed.error();
-  const auto& members = parsed.value();
-  auto at = [](const FlatJsonMember& m, const std::string& msg) {
-    return Error(std::to_string(m.value.line) + ":" + std::to_string(m.value.column) + ": " + msg, m.value.offset);
-  };
+  if (!parsed->is_object()) {
+    return json::ErrorAt(parsed->position(), "expected a JSON object of chip figures, found " +
+                                                 std::string(json::TypeName(parsed->type())));
+  }
+  const auto& members = parsed->members();
+  auto at = [](const json::Member& m, const std::string& msg) { return json::ErrorAt(m.value.position(), msg); };
+  for (const auto& m : members) {
+    if (m.value.is_object() || m.value.is_array()) {
+      return at(m, "nested objects and arrays are not supported (a flat object of numbers and strings is expected)");
+    }
+  }
 
   ChipSpec chip;
   bool has_base = false;
   for (const auto& m : members) {
     if (m.key != "base") continue;
-    if (m.value.type != FlatJsonValue::Type::kString) return at(m, "\"base\" must be a preset name string");
-    auto base = ChipPreset(m.value.string);
+    if (!m.value.is_string()) return at(m, "\"base\" must be a preset name string");
+    auto base = ChipPreset(m.value.string());
     if (!base.ok()) return at(m, base.error().message);
     chip = base.value();
     has_base = true;
@@ -516,20 +334,19 @@ Result<ChipSpec> ParseChipSpecJson(std::string_view text) {
   for (const auto& m : members) {
     const auto& v = m.value;
     auto number = [&](double* out) -> Status {
-      if (v.type != FlatJsonValue::Type::kNumber) return at(m, "\"" + m.key + "\" must be a number");
-      *out = v.number;
+      if (!v.is_number()) return at(m, "\"" + m.key + "\" must be a number");
+      *out = v.number();
       return Status::Ok();
     };
     auto integer = [&](int64_t* out) -> Status {
-      if (v.type != FlatJsonValue::Type::kNumber || v.number != std::floor(v.number) || std::fabs(v.number) > 1e15) {
-        return at(m, "\"" + m.key + "\" must be an integer");
-      }
-      *out = static_cast<int64_t>(v.number);
+      const auto i = v.AsInt64();
+      if (!i || *i > 1000000000000000 || *i < -1000000000000000) return at(m, "\"" + m.key + "\" must be an integer");
+      *out = *i;
       return Status::Ok();
     };
     auto string = [&](std::string* out) -> Status {
-      if (v.type != FlatJsonValue::Type::kString) return at(m, "\"" + m.key + "\" must be a string");
-      *out = v.string;
+      if (!v.is_string()) return at(m, "\"" + m.key + "\" must be a string");
+      *out = v.string();
       return Status::Ok();
     };
     Status s;
@@ -575,11 +392,11 @@ Result<ChipSpec> ParseChipSpecJson(std::string_view text) {
         chip.wraparound = r.value();
       }
     } else {
-      return Error(std::to_string(m.line) + ":" + std::to_string(m.column) + ": unknown key \"" + k +
-                       "\" (known: name, description, base, peak_flops, hbm_bytes, hbm_bandwidth, ici_bandwidth, "
-                       "links_per_chip, hop_latency, dcn_bandwidth, interconnect, physical_dims, pod_shape, "
-                       "wraparound, max_cores_per_chip, cores_per_chip, flops_efficiency, hbm_efficiency)",
-                   m.offset);
+      return json::ErrorAt(m.position, "unknown key \"" + k +
+                                           "\" (known: name, description, base, peak_flops, hbm_bytes, hbm_bandwidth, "
+                                           "ici_bandwidth, links_per_chip, hop_latency, dcn_bandwidth, interconnect, "
+                                           "physical_dims, pod_shape, wraparound, max_cores_per_chip, cores_per_chip, "
+                                           "flops_efficiency, hbm_efficiency)");
     }
     if (!s.ok()) return s.error();
   }

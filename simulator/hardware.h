@@ -89,22 +89,4 @@ Result<ChipSpec> LoadChipSpecFile(const std::string& path);
 // A preset name, or a path to a JSON file (anything ending in .json or containing a '/').
 Result<ChipSpec> ResolveChip(std::string_view name_or_path);
 
-// The tiny JSON reader itself, exposed for tests and other flat config files.
-struct FlatJsonValue {
-  enum class Type : uint8_t { kNumber, kString, kBool, kNull };
-  Type type = Type::kNull;
-  double number = 0;
-  std::string string;
-  bool boolean = false;
-  int64_t line = 0, column = 0, offset = 0;  // where the value starts (1-based line/column)
-};
-struct FlatJsonMember {
-  std::string key;
-  FlatJsonValue value;
-  int64_t line = 0, column = 0, offset = 0;  // where the key starts
-};
-// Parses `{ "k": v, ... }` where v is a number, string, true/false or null. Duplicate keys, nested
-// objects/arrays and trailing garbage are errors "LINE:COLUMN: message".
-Result<std::vector<FlatJsonMember>> ParseFlatJsonObject(std::string_view text);
-
 }  // namespace shardscope

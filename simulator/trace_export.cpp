@@ -13,71 +13,13 @@
 #include <sstream>
 #include <system_error>
 
+#include "core/base/json.h"
+
 namespace shardscope {
 
 // ---- Building blocks -----------------------------------------------------------------------------
 
 namespace {
-
-// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not valid UTF-8.
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char c = byte(i);
-  size_t n = 0;
-  uint32_t cp = 0;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1F; }
-  else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0F; }
-  else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07; }
-  else return 0;
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    unsigned char cc = byte(i + k);
-    if ((cc & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (cc & 0x3F);
-  }
-  if (n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return 0;  // overlong / surrogate
-  if (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) return 0;
-  return n;
-}
-
-void AppendJsonQuoted(std::string& out, std::string_view text) {
-  static const char* kHex = "0123456789abcdef";
-  out.push_back('"');
-  for (size_t i = 0; i < text.size();) {
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80) {
-      size_t n = Utf8SequenceLength(text, i);
-      if (n == 0) {
-        out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
-        ++i;
-      } else {
-        out.append(text.substr(i, n));
-        i += n;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 0xF]);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-    ++i;
-  }
-  out.push_back('"');
-}
 
 void AppendDouble(std::string& out, double v) {
   if (!std::isfinite(v)) v = 0;
@@ -102,13 +44,6 @@ void AppendInt(std::string& out, int64_t v) {
 }
 
 }  // namespace
-
-std::string JsonQuote(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  AppendJsonQuoted(out, text);
-  return out;
-}
 
 std::string CsvField(std::string_view text) {
   bool quote = text.find_first_of(",\"\r\n") != std::string_view::npos ||
@@ -266,24 +201,24 @@ Status WriteChromeTrace(const RunResult& run, std::ostream& out, const TraceExpo
   b += "\"run_id\":";
   AppendInt(b, run.id);
   b += ",\"label\":";
-  AppendJsonQuoted(b, run.label);
+  json::AppendQuoted(b, run.label);
   b += ",\"created\":";
-  AppendJsonQuoted(b, run.created_unix_ms ? FormatUtcTime(run.created_unix_ms) : std::string());
+  json::AppendQuoted(b, run.created_unix_ms ? FormatUtcTime(run.created_unix_ms) : std::string());
   b += ",\"module\":";
-  AppendJsonQuoted(b, run.inputs.module_name);
+  json::AppendQuoted(b, run.inputs.module_name);
   b += ",\"module_hash\":";
-  AppendJsonQuoted(b, run.inputs.module_hash);
+  json::AppendQuoted(b, run.inputs.module_hash);
   b += ",\"chip\":";
-  AppendJsonQuoted(b, run.inputs.chip_preset);
+  json::AppendQuoted(b, run.inputs.chip_preset);
   b += ",\"mesh\":";
-  AppendJsonQuoted(b, run.inputs.mesh_text);
+  json::AppendQuoted(b, run.inputs.mesh_text);
   b += ",\"topology\":";
-  AppendJsonQuoted(b, run.inputs.topology_options);
+  json::AppendQuoted(b, run.inputs.topology_options);
   for (const auto& [k, v] : run.inputs.settings) {
     b += ',';
-    AppendJsonQuoted(b, "setting." + k);
+    json::AppendQuoted(b, "setting." + k);
     b += ':';
-    AppendJsonQuoted(b, v);
+    json::AppendQuoted(b, v);
   }
   b += ",\"devices\":";
   AppendInt(b, run.num_devices());
@@ -317,7 +252,7 @@ Status WriteChromeTrace(const RunResult& run, std::ostream& out, const TraceExpo
     b += "{\"ph\":\"M\",\"pid\":";
     AppendInt(b, d);
     b += ",\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":";
-    AppendJsonQuoted(b, pname);
+    json::AppendQuoted(b, pname);
     b += "}}";
     begin_event();
     b += "{\"ph\":\"M\",\"pid\":";
@@ -332,7 +267,7 @@ Status WriteChromeTrace(const RunResult& run, std::ostream& out, const TraceExpo
       b += ",\"tid\":";
       AppendInt(b, t);
       b += ",\"name\":\"thread_name\",\"args\":{\"name\":";
-      AppendJsonQuoted(b, StreamName(static_cast<Stream>(t)));
+      json::AppendQuoted(b, StreamName(static_cast<Stream>(t)));
       b += "}}";
       begin_event();
       b += "{\"ph\":\"M\",\"pid\":";
@@ -356,11 +291,11 @@ Status WriteChromeTrace(const RunResult& run, std::ostream& out, const TraceExpo
       b += ",\"dur\":";
       AppendMicros(b, e.duration_s);
       b += ",\"name\":";
-      AppendJsonQuoted(b, e.instruction);
+      json::AppendQuoted(b, e.instruction);
       b += ",\"cat\":";
-      AppendJsonQuoted(b, StreamName(e.stream));
+      json::AppendQuoted(b, StreamName(e.stream));
       b += ",\"args\":{\"kind\":";
-      AppendJsonQuoted(b, e.kind);
+      json::AppendQuoted(b, e.kind);
       b += ",\"bytes\":";
       AppendInt(b, e.bytes);
       b += ",\"flops\":";

@@ -52,9 +52,6 @@ Status ExportCsv(const RunResult& run, std::string_view kind, const std::string&
                  const ExportSelection& selection = {});
 
 // Building blocks, exposed for tests and other writers.
-// JSON string literal with quotes: escapes '"', '\\' and control characters; invalid UTF-8 bytes
-// become U+FFFD.
-std::string JsonQuote(std::string_view text);
 // One RFC 4180 field: quoted only when it contains ',', '"', CR or LF (or leading/trailing space).
 std::string CsvField(std::string_view text);
 // Shortest text that reads back as the same double ("0.1", "1e+20"); non-finite values give "0".

@@ -146,7 +146,6 @@ class TestTraceExport : public QObject {
   Q_OBJECT
 
  private slots:
-  void jsonQuoteEscapes();
   void csvFieldQuoting();
   void formatting();
   void chromeTraceStructure();
@@ -161,26 +160,6 @@ class TestTraceExport : public QObject {
   void memoryCsv();
   void csvExportErrors();
 };
-
-void TestTraceExport::jsonQuoteEscapes() {
-  QCOMPARE(JsonQuote("plain"), std::string("\"plain\""));
-  QCOMPARE(JsonQuote("a\"b\\c"), std::string("\"a\\\"b\\\\c\""));
-  QCOMPARE(JsonQuote("l1\nl2\tx\r\b\f"), std::string("\"l1\\nl2\\tx\\r\\b\\f\""));
-  QCOMPARE(JsonQuote(std::string("\x01\x1f", 2)), std::string("\"\\u0001\\u001f\""));
-  QCOMPARE(JsonQuote(std::string("nul\0x", 5)), std::string("\"nul\\u0000x\""));
-  QCOMPARE(JsonQuote("é→𝄞"), std::string("\"é→𝄞\""));  // valid UTF-8 passes through
-  // Invalid UTF-8 (stray continuation, truncated sequence, overlong, surrogate) -> U+FFFD.
-  QCOMPARE(JsonQuote("a\x80z"), std::string("\"a\xEF\xBF\xBDz\""));
-  QCOMPARE(JsonQuote("\xC3"), std::string("\"\xEF\xBF\xBD\""));
-  QCOMPARE(JsonQuote("\xC0\xAF"), std::string("\"\xEF\xBF\xBD\xEF\xBF\xBD\""));
-  QCOMPARE(JsonQuote("\xED\xA0\x80"), std::string("\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\""));
-  // Every quoted string parses back to the expected text.
-  for (std::string s : {std::string("x\"y"), std::string("\\\\"), std::string("\x02\n"), std::string("é")}) {
-    QJsonDocument d = Parse("[" + JsonQuote(s) + "]");
-    QVERIFY(d.isArray());
-    QCOMPARE(d.array().at(0).toString(), QString::fromStdString(s));
-  }
-}
 
 void TestTraceExport::csvFieldQuoting() {
   QCOMPARE(CsvField("plain"), std::string("plain"));

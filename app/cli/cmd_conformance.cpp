@@ -10,7 +10,7 @@
 
 #include "app/cli/cli.h"
 #include "app/conformance/propagation_conformance.h"
-#include "partitioner/propagation.h"
+#include "app/pipeline/propagate.h"
 #include "app/conformance/spmd_conformance.h"
 
 namespace {
@@ -19,7 +19,7 @@ int RunSpmd(const std::string& dir, bool quiet) {
   using namespace shardscope;
   SpmdConformanceOptions o;
   o.propagate = [](Module& m) -> Status {
-    auto r = PropagateShardings(m);
+    auto r = pipeline::Propagate(m, pipeline::StandardPropagationOptions(pipeline::EntryIo::kKeep));
     if (!r.ok()) return r.error();
     return Status::Ok();
   };

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "app/cli/cli.h"
+#include "app/pipeline/propagate.h"
 #include "core/ir/hlo_text.h"
-#include "partitioner/propagation.h"
 
 namespace {
 
@@ -63,22 +63,20 @@ int Run(const std::vector<std::string>& args_in) {
     return 2;
   }
   Module& module = **parsed;
-  PropagationOptions options;
+  PropagationOptions options =
+      pipeline::StandardPropagationOptions(keep_io ? pipeline::EntryIo::kKeep : pipeline::EntryIo::kShard);
   options.is_spmd = !not_spmd;
   options.cse_prevention_only = cse_only;
   options.verify = !no_verify;
-  if (!keep_io) {
-    options.propagate_to_output = {true};
-    options.propagate_to_parameters = {true};
-  }
   if (!to_output.empty()) options.propagate_to_output = ParseBoolList(to_output);
   if (!to_params.empty()) options.propagate_to_parameters = ParseBoolList(to_params);
-  ShardingPropagation propagation(options);
-  auto report = propagation.Run(module);
-  if (!report.ok()) {
-    std::cerr << args[0] << ": " << report.error().message << "\n";
+  auto run = pipeline::Propagate(module, options);
+  if (!run.ok()) {
+    std::cerr << args[0] << ": " << run.error().message << "\n";
     return 2;
   }
+  const ShardingPropagation& propagation = *run->engine;
+  const PropagationReport* report = &run->report;
   for (const auto& e : explain) {
     const Instruction* inst = module.FindInstruction(e);
     if (inst == nullptr) {

@@ -13,16 +13,12 @@
 #include <sstream>
 
 #include "app/cli/cli.h"
+#include "core/base/json.h"
 #include "app/cli/slice_options.h"
 #include "app/cli/wus_options.h"
+#include "app/pipeline/pipeline.h"
 #include "core/ir/hlo_text.h"
 #include "core/sharding/mesh.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
-#include "simulator/engine.h"
-#include "simulator/hardware.h"
-#include "simulator/run_store.h"
-#include "simulator/topology.h"
 #include "simulator/trace_export.h"
 
 namespace shardscope::cli {
@@ -30,30 +26,11 @@ namespace {
 
 constexpr const char* kName = "simulate";
 
-bool NeedsPartitioning(const Module& m) {
-  bool tiled = false;
-  for (const auto& c : m.computations()) {
-    for (const auto& i : c->instructions()) {
-      const Opcode op = i->opcode();
-      if (op == Opcode::kPartitionId || op == Opcode::kReplicaId || IsCollective(op)) return false;
-      if (i->has_sharding()) {
-        const HloSharding& s = *i->sharding();
-        if (s.IsTuple()) {
-          for (const auto& e : s.tuple_elements()) tiled = tiled || e.IsTiled();
-        } else {
-          tiled = tiled || s.IsTiled();
-        }
-      }
-    }
-  }
-  return tiled;
-}
-
 std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned) {
   const RunSummary& s = sim.run.summary;
   std::ostringstream os;
-  os << "{\"module\":" << JsonQuote(sim.run.inputs.module_name) << ",\"chip\":" << JsonQuote(sim.run.inputs.chip_preset)
-     << ",\"mesh\":" << JsonQuote(sim.run.inputs.mesh_text) << ",\"topology\":" << JsonQuote(sim.run.inputs.topology_options)
+  os << "{\"module\":" << json::Quote(sim.run.inputs.module_name) << ",\"chip\":" << json::Quote(sim.run.inputs.chip_preset)
+     << ",\"mesh\":" << json::Quote(sim.run.inputs.mesh_text) << ",\"topology\":" << json::Quote(sim.run.inputs.topology_options)
      << ",\"partitioned_here\":" << (partitioned ? "true" : "false") << ",\"num_devices\":" << s.num_devices
      << ",\"device_classes\":" << sim.run.classes.size() << ",\"step_time_s\":" << FormatDouble(s.step_time_s)
      << ",\"compute_time_s\":" << FormatDouble(s.compute_time_s)
@@ -71,19 +48,19 @@ std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned)
     for (const PeakBuffer& b : top->peak_buffers) by[static_cast<size_t>(b.category)] += b.bytes;
     os << ",\"peak_memory_time_s\":" << FormatDouble(top->peak_memory_time_s) << ",\"peak_memory_by_category\":{";
     for (int k = 0; k < kNumMemoryCategories; ++k) {
-      os << (k ? "," : "") << JsonQuote(MemoryCategoryName(static_cast<MemoryCategory>(k))) << ":" << by[static_cast<size_t>(k)];
+      os << (k ? "," : "") << json::Quote(MemoryCategoryName(static_cast<MemoryCategory>(k))) << ":" << by[static_cast<size_t>(k)];
     }
     os << "}";
   }
   os << ",\"collectives\":[";
   for (size_t k = 0; k < sim.run.collectives.size(); ++k) {
     const CollectiveRecord& c = sim.run.collectives[k];
-    os << (k ? "," : "") << "{\"instruction\":" << JsonQuote(c.instruction) << ",\"kind\":" << JsonQuote(c.kind)
-       << ",\"bytes\":" << c.bytes << ",\"time_s\":" << FormatDouble(c.time_s) << ",\"regime\":" << JsonQuote(c.regime)
+    os << (k ? "," : "") << "{\"instruction\":" << json::Quote(c.instruction) << ",\"kind\":" << json::Quote(c.kind)
+       << ",\"bytes\":" << c.bytes << ",\"time_s\":" << FormatDouble(c.time_s) << ",\"regime\":" << json::Quote(c.regime)
        << "}";
   }
   os << "],\"warnings\":[";
-  for (size_t k = 0; k < sim.warnings.size(); ++k) os << (k ? "," : "") << JsonQuote(sim.warnings[k]);
+  for (size_t k = 0; k < sim.warnings.size(); ++k) os << (k ? "," : "") << json::Quote(sim.warnings[k]);
   os << "]";
   if (run_id > 0) os << ",\"run_id\":" << run_id;
   os << "}";
@@ -156,75 +133,71 @@ int Run(const std::vector<std::string>& in) {
     std::cerr << parsed.error().message << "\n";
     return 2;
   }
-  std::unique_ptr<Module> module = std::move(parsed).value();
   const int64_t devices = topology.num_devices();
-  const bool partition = force_partition || (!force_no_partition && NeedsPartitioning(*module));
-  if (partition) {
-    options.model_flops = CountModuleFlops(*module);
-    // The step's inputs and outputs may take the shardings propagation infers (XLA's
-    // allow_spmd_sharding_propagation_to_output/parameters): unannotated optimizer state and
-    // updated weights then stay sharded instead of being gathered. --keep-io-shardings: off.
-    PropagationOptions po;
-    po.propagate_to_output = {!keep_io};
-    po.propagate_to_parameters = {!keep_io};
-    auto p = PropagateShardings(*module, po);
-    if (!p.ok()) {
-      std::cerr << args[0] << ": error: sharding propagation failed: " << p.error().message << "\n";
-      return 2;
-    }
-    SpmdOptions so;
-    so.num_partitions = devices;
-    auto r = PartitionModule(*module, so);
-    if (!r.ok()) {
-      std::cerr << args[0] << ": error: partitioning for " << devices << " devices failed: " << r.error().message << "\n";
-      return 2;
-    }
-    module = std::move(r->module);
-    if (!json) std::cout << "partitioned for " << devices << " devices (" << module->instruction_count() << " instructions)\n";
-  }
+  pipeline::PipelineOptions run;
+  // The step's inputs and outputs may take the shardings propagation infers (XLA's
+  // allow_spmd_sharding_propagation_to_output/parameters): unannotated optimizer state and
+  // updated weights then stay sharded instead of being gathered. --keep-io-shardings: off.
+  run.propagation = pipeline::StandardPropagationOptions(keep_io ? pipeline::EntryIo::kKeep : pipeline::EntryIo::kShard);
+  run.partitioning = force_partition      ? pipeline::Partitioning::kAlways
+                     : force_no_partition ? pipeline::Partitioning::kNever
+                                          : pipeline::Partitioning::kWhenNeeded;
+  if (force_no_partition) run.propagation.reset();
+  run.topology = topology;
+  run.simulation = options;
   if (wus) {
-    // Weight-update sharding on the data-parallel program: its cost model takes the chip's figures
-    // and the replica mesh the device mesh (unless given), and the step before and after is shown.
+    // The pass's cost model takes the simulated chip's figures and, unless given, the mesh as its
+    // replica mesh (device = row * cols + col, the mesh's own order).
     const ChipSpec& chip = topology.chip();
     wus_options.hbm_bytes_per_second = chip.device_hbm_bandwidth() * chip.hbm_efficiency;
     wus_options.link_bytes_per_second = chip.ici_link_bandwidth_bidirectional();
     wus_options.hop_latency_seconds = chip.hop_latency;
     if (wus_options.replica_mesh.empty() && mesh.num_axes() == 2) wus_options.replica_mesh = {mesh.axis_size(0), mesh.axis_size(1)};
-    auto before = Simulate(*module, topology, options);
-    if (!before.ok()) {
-      std::cerr << args[0] << ": error: " << before.error().message << "\n";
-      return 2;
-    }
-    auto r = ShardWeightUpdates(*module, wus_options);
-    if (!r.ok()) {
-      std::cerr << args[0] << ": error: " << r.error().message << "\n";
-      return 2;
-    }
-    if (!json) {
-      std::map<std::string, int64_t> kinds;
-      for (const auto& c : before->run.collectives) ++kinds[c.kind];
-      std::cout << "before weight-update sharding: step " << FormatDouble(before->run.summary.step_time_s * 1e6) << " us, peak memory "
-                << before->run.summary.peak_memory_bytes << " bytes, collectives:";
-      for (const auto& [k, n] : kinds) std::cout << " " << n << " " << k;
-      std::cout << "\n" << DescribeWeightUpdateSharding(*r);
-      if (r->split) std::cout << "simulating the main program (the sharding and unsharding programs run outside the training loop)\n";
-    }
-    module = std::move(r->module);
+    run.weight_update_sharding = wus_options;
   }
-  auto sim = Simulate(*module, topology, options);
-  if (!sim.ok()) {
-    std::cerr << args[0] << ": error: " << sim.error().message << "\n";
+  auto r = pipeline::RunPipeline(std::move(parsed).value(), run);
+  const bool partition = r.partition.has_value();
+  if (partition && !json) {
+    std::cout << "partitioned for " << devices << " devices (" << r.partition->module->instruction_count() << " instructions)\n";
+  }
+  if (!r.ok()) {
+    std::cerr << args[0] << ": error: ";
+    if (r.failed == pipeline::Stage::kPropagate) std::cerr << "sharding propagation failed: ";
+    else if (r.failed == pipeline::Stage::kPartition) std::cerr << "partitioning for " << devices << " devices failed: ";
+    else if (r.failed == pipeline::Stage::kWeightUpdateSharding) std::cerr << "weight-update sharding failed: ";
+    std::cerr << r.status.error().message << "\n";
     return 2;
+  }
+  const Simulation* sim = &*r.simulation;
+  if (r.weight_update_sharding && !json) {
+    // Before and after: the step, its peak memory and its collectives by kind; per weight what the
+    // pass did.
+    auto kinds = [](const Simulation& s) {
+      std::map<std::string, int64_t> k;
+      for (const auto& c : s.run.collectives) ++k[c.kind];
+      std::string t;
+      for (const auto& [name, n] : k) t += " " + std::to_string(n) + " " + name;
+      return t;
+    };
+    if (r.simulation_before)
+      std::cout << "before weight-update sharding: step " << FormatDouble(r.simulation_before->run.summary.step_time_s * 1e6)
+                << " us, peak memory " << r.simulation_before->run.summary.peak_memory_bytes << " bytes, collectives:"
+                << kinds(*r.simulation_before) << "\n";
+    std::cout << DescribeWeightUpdateSharding(*r.weight_update_sharding);
+    std::cout << "after weight-update sharding: step " << FormatDouble(sim->run.summary.step_time_s * 1e6) << " us, peak memory "
+              << sim->run.summary.peak_memory_bytes << " bytes, collectives:" << kinds(*sim) << "\n";
+    if (r.weight_update_sharding->split)
+      std::cout << "(the main program; its sharding and unsharding programs run outside the training loop)\n";
   }
 
   int64_t run_id = 0;
   if (have_db) {
-    auto store = RunStore::Open(db_path);
+    auto store = pipeline::RunDatabase::Open(db_path);
     if (!store.ok()) {
       std::cerr << db_path << ": error: " << store.error().message << "\n";
       return 2;
     }
-    auto id = store->SaveRun(sim->run);
+    auto id = (*store)->Save(sim->run);
     if (!id.ok()) {
       std::cerr << db_path << ": error: storing the run failed: " << id.error().message << "\n";
       return 2;
@@ -251,10 +224,10 @@ int Run(const std::vector<std::string>& in) {
   }
 
   if (json) {
-    std::cout << SummaryJson(sim.value(), run_id, partition) << "\n";
+    std::cout << SummaryJson(*sim, run_id, partition) << "\n";
   } else {
     std::cout << "chip: " << topology.chip().name << ", " << topology.Describe() << ", mesh " << mesh.ToString() << "\n";
-    std::cout << DescribeSimulation(sim.value());
+    std::cout << DescribeSimulation(*sim);
     if (run_id > 0) std::cout << "stored run " << run_id << " in " << db_path << "\n";
     if (have_trace) std::cout << "trace: " << trace_path << (selection.one_device_per_class ? " (one device per class)" : "") << "\n";
     if (have_csv) std::cout << csv_kind << " csv: " << csv_path << "\n";

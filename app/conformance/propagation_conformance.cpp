@@ -8,11 +8,10 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <sstream>
-#include <variant>
 
+#include "core/base/json.h"
 #include "core/ir/hlo_text.h"
 #include "core/ir/ir.h"
 #include "core/sharding/sharding.h"
@@ -22,129 +21,6 @@ namespace shardscope::conformance {
 namespace {
 
 namespace fs = std::filesystem;
-
-// ---- A small JSON reader (settings files only) ----------------------------------------------------
-
-struct Json {
-  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject } type = Type::kNull;
-  bool b = false;
-  double number = 0;
-  std::string str;
-  std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
-
-  const Json* Get(std::string_view key) const {
-    for (const auto& [k, v] : object) {
-      if (k == key) return &v;
-    }
-    return nullptr;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(std::string_view text) : t_(text) {}
-  std::optional<Json> Parse() {
-    auto v = Value();
-    Skip();
-    if (!v || p_ != t_.size()) return std::nullopt;
-    return v;
-  }
-
- private:
-  void Skip() {
-    while (p_ < t_.size() && std::isspace(static_cast<unsigned char>(t_[p_]))) ++p_;
-  }
-  bool Eat(char c) {
-    Skip();
-    if (p_ < t_.size() && t_[p_] == c) {
-      ++p_;
-      return true;
-    }
-    return false;
-  }
-  std::optional<std::string> String() {
-    if (!Eat('"')) return std::nullopt;
-    std::string out;
-    while (p_ < t_.size() && t_[p_] != '"') {
-      char c = t_[p_++];
-      if (c == '\\' && p_ < t_.size()) {
-        char e = t_[p_++];
-        switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case 'u': p_ = std::min(t_.size(), p_ + 4); out += '?'; break;
-          default: out += e; break;
-        }
-      } else {
-        out += c;
-      }
-    }
-    if (p_ >= t_.size()) return std::nullopt;
-    ++p_;
-    return out;
-  }
-  std::optional<Json> Value() {
-    Skip();
-    if (p_ >= t_.size() || ++depth_ > 64) return std::nullopt;
-    Json j;
-    const char c = t_[p_];
-    if (c == '{') {
-      ++p_;
-      j.type = Json::Type::kObject;
-      if (!Eat('}')) {
-        do {
-          auto k = String();
-          if (!k || !Eat(':')) return std::nullopt;
-          auto v = Value();
-          if (!v) return std::nullopt;
-          j.object.emplace_back(std::move(*k), std::move(*v));
-        } while (Eat(','));
-        if (!Eat('}')) return std::nullopt;
-      }
-    } else if (c == '[') {
-      ++p_;
-      j.type = Json::Type::kArray;
-      if (!Eat(']')) {
-        do {
-          auto v = Value();
-          if (!v) return std::nullopt;
-          j.array.push_back(std::move(*v));
-        } while (Eat(','));
-        if (!Eat(']')) return std::nullopt;
-      }
-    } else if (c == '"') {
-      auto s = String();
-      if (!s) return std::nullopt;
-      j.type = Json::Type::kString;
-      j.str = std::move(*s);
-    } else if (t_.substr(p_, 4) == "true") {
-      p_ += 4;
-      j.type = Json::Type::kBool;
-      j.b = true;
-    } else if (t_.substr(p_, 5) == "false") {
-      p_ += 5;
-      j.type = Json::Type::kBool;
-    } else if (t_.substr(p_, 4) == "null") {
-      p_ += 4;
-    } else {
-      size_t q = p_;
-      while (q < t_.size() && (std::isdigit(static_cast<unsigned char>(t_[q])) || t_[q] == '-' || t_[q] == '+' ||
-                               t_[q] == '.' || t_[q] == 'e' || t_[q] == 'E')) {
-        ++q;
-      }
-      if (q == p_) return std::nullopt;
-      j.type = Json::Type::kNumber;
-      j.number = std::strtod(std::string(t_.substr(p_, q - p_)).c_str(), nullptr);
-      p_ = q;
-    }
-    --depth_;
-    return j;
-  }
-  std::string_view t_;
-  size_t p_ = 0;
-  int depth_ = 0;
-};
 
 bool ReadText(const fs::path& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
@@ -179,19 +55,19 @@ std::vector<std::string> SplitTabs(const std::string& line) {
 }
 
 // A bool list setting; `param_value` substitutes "param:..." entries. Missing -> {false}.
-std::vector<bool> BoolList(const Json* j, bool param_value, bool* uses_param) {
+std::vector<bool> BoolList(const json::Value* j, bool param_value, bool* uses_param) {
   std::vector<bool> out;
   if (j == nullptr) return {false};
-  auto one = [&](const Json& e) {
-    if (e.type == Json::Type::kBool) return e.b;
-    if (e.type == Json::Type::kString && e.str.rfind("param:", 0) == 0) {
+  auto one = [&](const json::Value& e) {
+    if (e.is_bool()) return e.boolean();
+    if (e.is_string() && e.string().rfind("param:", 0) == 0) {
       if (uses_param) *uses_param = true;
       return param_value;
     }
     return false;
   };
-  if (j->type == Json::Type::kArray) {
-    for (const auto& e : j->array) out.push_back(one(e));
+  if (j->is_array()) {
+    for (const auto& e : j->items()) out.push_back(one(e));
   } else {
     out.push_back(one(*j));
   }
@@ -199,9 +75,9 @@ std::vector<bool> BoolList(const Json* j, bool param_value, bool* uses_param) {
   return out;
 }
 
-bool BoolSetting(const Json& settings, std::string_view key, bool fallback) {
-  const Json* j = settings.Get(key);
-  if (j && j->type == Json::Type::kBool) return j->b;
+bool BoolSetting(const json::Value& settings, std::string_view key, bool fallback) {
+  const json::Value* j = settings.Find(key);
+  if (j && j->is_bool()) return j->boolean();
   return fallback;
 }
 
@@ -254,7 +130,7 @@ struct RunConfig {
 };
 
 Result<std::unique_ptr<Module>> ParseAndPropagate(const std::string& text, const std::string& name,
-                                                  const Json& settings, bool output_param,
+                                                  const json::Value& settings, bool output_param,
                                                   std::vector<std::string>* unsupported) {
   ParseOptions po;
   po.verify = false;
@@ -264,9 +140,9 @@ Result<std::unique_ptr<Module>> ParseAndPropagate(const std::string& text, const
   PropagationOptions options;
   options.is_spmd = BoolSetting(settings, "is_spmd", false);
   options.cse_prevention_only = BoolSetting(settings, "cse_prevention_only", false);
-  options.propagate_to_output = BoolList(settings.Get("allow_spmd_sharding_propagation_to_output"), output_param, nullptr);
+  options.propagate_to_output = BoolList(settings.Find("allow_spmd_sharding_propagation_to_output"), output_param, nullptr);
   options.propagate_to_parameters =
-      BoolList(settings.Get("allow_spmd_sharding_propagation_to_parameters"), output_param, nullptr);
+      BoolList(settings.Find("allow_spmd_sharding_propagation_to_parameters"), output_param, nullptr);
   ShardingPropagation propagation(options);
   auto report = propagation.Run(*module);
   if (!report.ok()) return report.error();
@@ -415,16 +291,19 @@ Result<ConformanceReport> RunPropagationConformance(const std::string& dir, cons
     ReadText(base.string() + ".expect", &expect);
     const bool has_if_output = ReadText(base.string() + ".expect_if_output_prop", &if_output);
     const bool has_rel = ReadText(base.string() + ".expect_rel", &rel);
-    Json settings;
+    json::Value settings;
+    std::string settings_error;
     if (ReadText(base.string() + ".settings.json", &settings_text)) {
-      if (auto j = JsonParser(settings_text).Parse()) settings = std::move(*j);
+      auto j = json::Parse(settings_text);
+      if (j.ok()) settings = std::move(*j);
+      else settings_error = name + ".settings.json:" + j.error().message;
     }
     const auto expect_lines = Lines(expect);
     const auto if_output_lines = has_if_output ? Lines(if_output) : std::vector<std::string>{};
     const auto rel_lines = has_rel ? Lines(rel) : std::vector<std::string>{};
     bool uses_param = false;
-    BoolList(settings.Get("allow_spmd_sharding_propagation_to_output"), false, &uses_param);
-    BoolList(settings.Get("allow_spmd_sharding_propagation_to_parameters"), false, &uses_param);
+    BoolList(settings.Find("allow_spmd_sharding_propagation_to_output"), false, &uses_param);
+    BoolList(settings.Find("allow_spmd_sharding_propagation_to_parameters"), false, &uses_param);
 
     auto fail_all = [&](const std::string& why) {
       c.error = why;
@@ -446,6 +325,11 @@ Result<ConformanceReport> RunPropagationConformance(const std::string& dir, cons
       add(rel_lines, true);
     };
 
+    if (!settings_error.empty()) {
+      fail_all(settings_error);
+      report.cases.push_back(std::move(c));
+      continue;
+    }
     auto module = ParseAndPropagate(hlo, name + ".hlo", settings, false, &c.unsupported);
     if (!module.ok()) {
       fail_all(module.error().message);

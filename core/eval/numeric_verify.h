@@ -22,6 +22,16 @@ struct VerifyReport {
   std::string detail;        // one line per output leaf; the first mismatch with its index and values
 };
 
+// What a tool shows of a numerical check: its outcome, or why there is none (the check was not
+// asked for, the two programs could not be run, or they are too large to evaluate here).
+struct VerificationVerdict {
+  enum class State { kNotRun, kMatch, kMismatch, kError, kSkipped };
+  State state = State::kNotRun;
+  VerifyReport report;  // kMatch / kMismatch
+  std::string reason;   // kError: the error; kSkipped: why it was not run
+  double millis = 0;    // the check itself
+};
+
 struct NumericVerifyOptions {
   // Relative tolerances (times max(1, max |reference|) of the leaf, times max(1, log2 of the
   // largest reduction size in the original module)).

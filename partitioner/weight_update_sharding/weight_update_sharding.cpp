@@ -56,6 +56,7 @@ Result<WeightUpdateShardingResult> ShardWeightUpdatesOf(PartitionResult& partiti
       kept.push_back(std::move(c));
   kept.insert(kept.end(), r->collectives.begin(), r->collectives.end());
   partition.collectives = std::move(kept);
+  r->input = std::move(partition.module);
   partition.module = std::move(r->module);
   return r;
 }

@@ -125,6 +125,8 @@ struct WeightUpdateShardingResult {
   // `composed` is null too (the module itself has the input's signature).
   std::unique_ptr<Module> module;
   std::unique_ptr<Module> sharding_program, unsharding_program, composed;
+  // ShardWeightUpdatesOf: the program the pass read (the partition's module before it).
+  std::unique_ptr<Module> input;
   std::vector<WeightUpdateDecision> decisions;
   std::vector<InsertedCollective> collectives;    // inserted (after batching), with reasons
   std::vector<std::string> replaced_all_reduces;   // input all-reduces that no longer exist
@@ -140,8 +142,8 @@ Result<WeightUpdateShardingResult> ShardWeightUpdates(const Module& spmd_program
 
 // Runs the pass on a partitioner result: its module becomes the rewritten (main) program, the
 // removed all-reduces leave its collective list and the inserted collectives join it, so the
-// partitioned-program view shows one consistent record. Returns the pass's result (module moved
-// out).
+// partitioned-program view shows one consistent record. Returns the pass's result, whose `module`
+// is then the partition's old program (the data-parallel one, for comparisons) moved to `input`.
 Result<WeightUpdateShardingResult> ShardWeightUpdatesOf(PartitionResult& partition,
                                                         const WeightUpdateShardingOptions& options = {});
 
