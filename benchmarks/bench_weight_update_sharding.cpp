@@ -5,6 +5,7 @@
 // Prints the median over several runs. Target (issue 13): under 100 ms on this 2-core machine.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -54,12 +55,14 @@ int main(int argc, char** argv) {
   }
   std::printf("module: %d-layer Transformer training step (Adam), data-parallel on 16 devices; SPMD program %lld instructions\n",
               layers, static_cast<long long>(part->module->instruction_count()));
-  std::vector<double> times;
+  std::vector<double> times, cpu;
   WeightUpdateShardingResult last;
   for (int r = 0; r < runs; ++r) {
+    const std::clock_t c0 = std::clock();
     auto t0 = std::chrono::steady_clock::now();
     auto res = ShardWeightUpdates(*part->module);
     auto t1 = std::chrono::steady_clock::now();
+    cpu.push_back(1000.0 * static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
     if (!res.ok()) {
       std::fprintf(stderr, "weight-update sharding failed: %s\n", res.error().message.c_str());
       return 1;
@@ -74,5 +77,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(last.module->instruction_count()), static_cast<long long>(sharded), last.decisions.size());
   std::printf("weight-update sharding time: median %.1f ms over %d runs (min %.1f, max %.1f)   target < 100 ms\n",
               Median(times), runs, *std::min_element(times.begin(), times.end()), *std::max_element(times.begin(), times.end()));
+  // CPU time: what the pass costs when the machine is shared (wall time counts the waits too).
+  std::printf("weight-update sharding CPU time: median %.1f ms\n", Median(cpu));
   return 0;
 }

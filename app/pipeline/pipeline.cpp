@@ -125,9 +125,14 @@ PipelineResult RunPipeline(std::unique_ptr<Module> module, const PipelineOptions
   if (r.partition && options.verify) {
     if (Stopped(r, Stage::kVerify, cancel)) return r;
     StageClock clock(r, Stage::kVerify, options);
-    const Module* program = r.partition->module.get();
-    if (r.weight_update_sharding && r.weight_update_sharding->composed) program = r.weight_update_sharding->composed.get();
-    r.verification = Verify(*r.module, *program, r.partition->module->num_partitions, *options.verify, cancel);
+    std::unique_ptr<Module> composed;
+    if (r.weight_update_sharding && r.weight_update_sharding->split) {
+      auto c = ComposeStepPrograms(*r.weight_update_sharding);
+      if (!c.ok()) return std::move(Fail(r, Stage::kVerify, c.error(), cancel));
+      composed = std::move(c).value();
+    }
+    r.verification = Verify(*r.module, composed ? *composed : *r.partition->module, r.partition->module->num_partitions,
+                            *options.verify, cancel);
   }
   // 5. Estimates.
   if (r.partition && options.estimate_collectives && options.topology) {

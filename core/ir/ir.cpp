@@ -213,6 +213,42 @@ std::vector<Instruction*> Computation::MakePostOrder() const {
   return order;
 }
 
+void Computation::SortInstructionsTopologically() {
+  // Keeps the current order where it is already valid: each instruction is placed after its
+  // operands (and control predecessors), pulling forward only those defined too late.
+  int64_t max_id = -1;
+  for (const auto& i : instructions_) max_id = std::max(max_id, i->id_);
+  std::vector<uint8_t> state(static_cast<size_t>(max_id + 1), 0);  // 0 new, 1 on the stack, 2 placed
+  std::vector<std::unique_ptr<Instruction>*> slot(static_cast<size_t>(max_id + 1), nullptr);
+  for (auto& i : instructions_) slot[static_cast<size_t>(i->id_)] = &i;
+  std::vector<std::unique_ptr<Instruction>> sorted;
+  sorted.reserve(instructions_.size());
+  std::vector<std::pair<Instruction*, size_t>> stack;
+  for (auto& start : instructions_) {
+    if (!start || state[static_cast<size_t>(start->id_)] == 2) continue;
+    stack.emplace_back(start.get(), 0);
+    state[static_cast<size_t>(start->id_)] = 1;
+    while (!stack.empty()) {
+      auto& [inst, next] = stack.back();
+      const size_t n_ops = inst->operands_.size();
+      const size_t n_all = n_ops + inst->control_predecessors.size();
+      if (next < n_all) {
+        Instruction* dep = next < n_ops ? inst->operands_[next] : inst->control_predecessors[next - n_ops];
+        ++next;
+        if (dep && dep->parent_ == this && state[static_cast<size_t>(dep->id_)] == 0) {
+          state[static_cast<size_t>(dep->id_)] = 1;
+          stack.emplace_back(dep, 0);
+        }
+      } else {
+        state[static_cast<size_t>(inst->id_)] = 2;
+        sorted.push_back(std::move(*slot[static_cast<size_t>(inst->id_)]));
+        stack.pop_back();
+      }
+    }
+  }
+  instructions_ = std::move(sorted);
+}
+
 // ---- Module ------------------------------------------------------------------------------------------
 
 Computation* Module::AddComputation(std::string name, bool is_entry) {

@@ -227,6 +227,9 @@ class Computation {
   Status RemoveInstructions(const std::vector<Instruction*>& dead);
   // Topological order (post-order from the root, then any unreachable instructions in order).
   std::vector<Instruction*> MakePostOrder() const;
+  // Puts the definition order back into a topological one (MakePostOrder's) after a pass added
+  // instructions that earlier ones now use (a combined collective replacing several).
+  void SortInstructionsTopologically();
 
  private:
   friend class Module;

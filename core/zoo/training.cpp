@@ -368,6 +368,16 @@ Result<std::unique_ptr<Module>> WrapInTrainingLoop(const Module& step, int64_t s
   }
   state.push_back(loss_shape);
   const Shape state_shape = Shape::Tuple(state);
+  // The entry first, so its parameters keep the step's names (x, target, ...).
+  Computation* entry = m->AddComputation("main", /*is_entry=*/true);
+  std::vector<Instruction*> ins;
+  for (int64_t k = 0; k < np; ++k) {
+    const Instruction* prm = params[static_cast<size_t>(k)];
+    Instruction* n = entry->AddInstruction(Opcode::kParameter, state[static_cast<size_t>(1 + k)], {}, prm->name());
+    n->parameter_number = k;
+    if (prm->has_sharding()) n->set_sharding(k < batch_inputs ? WithLeadingDim(*prm->sharding()) : *prm->sharding());
+    ins.push_back(n);
+  }
   auto gte = [](Computation* c, Instruction* t, int64_t i, const std::string& name = "") {
     Instruction* g = c->AddInstruction(Opcode::kGetTupleElement, t->shape().tuple[static_cast<size_t>(i)], {t}, name);
     g->tuple_index = i;
@@ -430,19 +440,9 @@ Result<std::unique_ptr<Module>> WrapInTrainingLoop(const Module& step, int64_t s
     body->set_root(body->AddInstruction(Opcode::kTuple, state_shape, next, "next_state"));
   }
   // Entry: the loop over the inputs, then (final weights and state..., last loss).
-  Computation* entry = m->AddComputation("main", /*is_entry=*/true);
   {
     std::vector<Instruction*> init = {nullptr};
-    Instruction* zero = nullptr;
-    std::vector<Instruction*> ins;
-    for (int64_t k = 0; k < np; ++k) {
-      const Instruction* prm = params[static_cast<size_t>(k)];
-      Instruction* n = entry->AddInstruction(Opcode::kParameter, state[static_cast<size_t>(1 + k)], {}, prm->name());
-      n->parameter_number = k;
-      if (prm->has_sharding()) n->set_sharding(k < batch_inputs ? WithLeadingDim(*prm->sharding()) : *prm->sharding());
-      ins.push_back(n);
-    }
-    zero = entry->AddInstruction(Opcode::kConstant, s32, {}, "first_step");
+    Instruction* zero = entry->AddInstruction(Opcode::kConstant, s32, {}, "first_step");
     zero->literal = ScalarLiteral(PrimitiveType::kS32, 0);
     init[0] = zero;
     init.insert(init.end(), ins.begin(), ins.end());

@@ -28,12 +28,14 @@ std::string KeyOf(const Instruction& i) {
 struct Bucket {
   std::vector<Instruction*> members;
   int64_t bytes = 0;
-  std::unordered_set<const Instruction*> downstream;  // everything the members' results reach
+  std::vector<uint8_t> downstream;       // by instruction id: what the members' results reach
+  std::vector<const Instruction*> reached;
 };
 
 }  // namespace
 
-int64_t CombineCollectives(Module* module, int64_t threshold, std::vector<InsertedCollective>* records) {
+int64_t CombineCollectives(Module* module, int64_t threshold, const std::unordered_set<std::string>& once,
+                           std::vector<InsertedCollective>* records) {
   if (threshold <= 0) return 0;
   std::unordered_map<std::string, size_t> record_of;
   for (size_t k = 0; k < records->size(); ++k) record_of[(*records)[k].instruction] = k;
@@ -42,27 +44,43 @@ int64_t CombineCollectives(Module* module, int64_t threshold, std::vector<Insert
   std::vector<InsertedCollective> added;
   for (const auto& comp_holder : module->computations()) {
     Computation* comp = comp_holder.get();
+    size_t ids = 0;
+    for (const auto& i : comp->instructions()) ids = std::max(ids, static_cast<size_t>(i->id() + 1));
     std::unordered_map<std::string, Bucket> open;
     std::vector<Bucket> done;
+    auto reached = [](const Bucket& b, const Instruction* x) {
+      return !b.downstream.empty() && b.downstream[static_cast<size_t>(x->id())] != 0;
+    };
     auto reach = [&](Bucket& b, Instruction* from) {
+      if (b.downstream.empty()) b.downstream.assign(ids, 0);
       std::vector<const Instruction*> work = {from};
       while (!work.empty()) {
         const Instruction* x = work.back();
         work.pop_back();
-        for (const Instruction* u : x->users())
-          if (b.downstream.insert(u).second) work.push_back(u);
+        for (const Instruction* u : x->users()) {
+          uint8_t& seen = b.downstream[static_cast<size_t>(u->id())];
+          if (seen) continue;
+          seen = 1;
+          work.push_back(u);
+        }
       }
     };
-    for (Instruction* inst : comp->MakePostOrder()) {
+    // Definition order is topological (the IR's contract).
+    std::vector<Instruction*> order;
+    for (const auto& i : comp->instructions()) order.push_back(i.get());
+    for (Instruction* inst : order) {
       const Opcode op = inst->opcode();
       if (op != Opcode::kAllGather && op != Opcode::kReduceScatter && op != Opcode::kAllReduce) continue;
-      if (inst->operand_count() != 1 || !inst->shape().IsArray() || !record_of.count(inst->name())) continue;
+      if (inst->operand_count() != 1 || !inst->shape().IsArray() || !record_of.count(inst->name()) || once.count(inst->name()))
+        continue;
       const int64_t bytes = inst->operand(0)->shape().ByteSize();
       if (bytes > threshold) continue;
       const std::string key = KeyOf(*inst);
       Bucket& b = open[key];
-      const bool conflict = b.downstream.count(inst->operand(0)) != 0 || b.downstream.count(inst) != 0;
+      const bool conflict = reached(b, inst->operand(0)) || reached(b, inst);
       if (!b.members.empty() && (b.bytes + bytes > threshold || conflict)) {
+        b.downstream.clear();
+        b.downstream.shrink_to_fit();
         done.push_back(std::move(b));
         b = Bucket{};
       }
@@ -115,7 +133,10 @@ int64_t CombineCollectives(Module* module, int64_t threshold, std::vector<Insert
       added.push_back(std::move(rec));
       merged += static_cast<int64_t>(b.members.size()) - 1;
     }
-    if (!dead.empty()) (void)comp->RemoveInstructions(dead);
+    if (!dead.empty()) {
+      (void)comp->RemoveInstructions(dead);
+      comp->SortInstructionsTopologically();  // the combined collectives were added last
+    }
   }
   std::vector<InsertedCollective> kept;
   for (size_t k = 0; k < records->size(); ++k)

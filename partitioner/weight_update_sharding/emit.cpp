@@ -34,11 +34,20 @@ class Emitter {
   Status Run();
 
  private:
+  // What an input instruction became in the new program (dense, by instruction id).
   struct Forms {
     Instruction* full = nullptr;
     Instruction* shard = nullptr;
+    const Instruction* alias = nullptr;  // a get-tuple-element of a lazy tuple: the element itself
     int32_t layout = -1;
-    std::string gather_why;  // where an all-gather of this shard sits (section 4.2), when special
+    uint8_t lazy = 0;                    // kLazyTuple / kLazyBroadcast: emitted when first needed
+    bool once = false;                   // gathered after the loop: runs once, not batched
+    bool live = false;                   // needed by the root or a side effect
+  };
+  static constexpr uint8_t kLazyTuple = 1, kLazyBroadcast = 2;
+  // The rare extras of a value kept sharded across iterations or steps.
+  struct Extra {
+    std::string gather_why;  // where an all-gather of this shard sits (section 4.2)
     std::string display;     // the name reports use (a loop state element: what it started as)
   };
   // A tuple-valued instruction of the new program some of whose elements are shards.
@@ -46,17 +55,16 @@ class Emitter {
     Instruction* tuple = nullptr;
     std::map<int64_t, int32_t> shards;
     std::string gather_why;
+    bool once = false;  // the state after a loop: its gathers run once
   };
   struct Ctx {
     const Computation* in = nullptr;
     Computation* out = nullptr;
     const ComputationPlan* plan = nullptr;
     const ShardedIo* io = nullptr;
-    std::unordered_map<const Instruction*, Forms> forms;
+    std::vector<Forms> forms;  // by input instruction id
+    std::unordered_map<const Instruction*, Extra> notes;
     std::unordered_map<const Instruction*, TupleValue> tuples;
-    std::unordered_set<const Instruction*> lazy_tuples;              // input tuples built on demand
-    std::unordered_set<const Instruction*> lazy;                     // broadcasts emitted on demand
-    std::unordered_map<const Instruction*, const Instruction*> alias;  // GTE of a lazy tuple -> element
     std::map<std::pair<const Instruction*, int32_t>, Instruction*> shard_cache;
     Instruction* device = nullptr;
     std::map<std::pair<int32_t, int64_t>, Instruction*> offsets;  // (scheme, shard rows) -> offset
@@ -78,8 +86,9 @@ class Emitter {
   Result<Instruction*> BuildTuple(Ctx& c, const Instruction* tuple, const std::map<int64_t, int32_t>& shards);
   Result<Instruction*> Root(Ctx& c);
 
-  const Instruction* Resolve(const Ctx& c, const Instruction* v) const {
-    for (auto it = c.alias.find(v); it != c.alias.end(); it = c.alias.find(v)) v = it->second;
+  static Forms& F(Ctx& c, const Instruction* x) { return c.forms[static_cast<size_t>(x->id())]; }
+  const Instruction* Resolve(Ctx& c, const Instruction* v) const {
+    while (F(c, v).alias) v = F(c, v).alias;
     return v;
   }
   Result<Instruction*> Full(Ctx& c, const Instruction* v);
@@ -109,9 +118,13 @@ class Emitter {
     auto it = seed_weight_.find(seed);
     return it == seed_weight_.end() ? seed->name() : it->second;
   }
-  std::string GatherWhy(const Ctx& c, const Forms& f) const {
-    if (!f.gather_why.empty()) return f.gather_why;
-    return c.gather_why;
+  std::string GatherWhy(const Ctx& c, const Instruction* v) const {
+    auto it = c.notes.find(v);
+    return it != c.notes.end() && !it->second.gather_why.empty() ? it->second.gather_why : c.gather_why;
+  }
+  std::string Display(const Ctx& c, const Instruction* v) const {
+    auto it = c.notes.find(v);
+    return it != c.notes.end() && !it->second.display.empty() ? it->second.display : v->name();
   }
 
   const Plan& p_;
@@ -120,6 +133,17 @@ class Emitter {
   int64_t next_channel_ = 1;
   std::unordered_map<const Computation*, Computation*> copied_;
   std::unordered_map<const Instruction*, std::string> seed_weight_;
+  size_t id_limit_ = 0;  // input instruction ids are below it
+  // Collectives that run once per training run (after a loop, the unsharding program): batching
+  // them would only hold more memory at once.
+  bool once_ = false;
+  std::unordered_set<std::string> once_names_;
+  struct OnceScope {
+    OnceScope(Emitter* e, bool on) : e_(e), saved_(e->once_) { e->once_ = e->once_ || on; }
+    ~OnceScope() { e_->once_ = saved_; }
+    Emitter* e_;
+    bool saved_;
+  };
   Status status_;
 };
 
@@ -222,6 +246,7 @@ Instruction* Emitter::Collective(Ctx& c, Opcode op, Instruction* x, Shape shape,
   ic.replica_groups = ReplicaGroupsText(groups, 200);
   ic.reason = kPrefix + reason;
   r_->collectives.push_back(std::move(ic));
+  if (once_) once_names_.insert(i->name());
   return i;
 }
 
@@ -251,7 +276,7 @@ Computation* Emitter::CopyComputation(const Computation* src) {
 
 Result<Instruction*> Emitter::Full(Ctx& c, const Instruction* v) {
   v = Resolve(c, v);
-  Forms& f = c.forms[v];
+  Forms& f = F(c, v);
   if (f.full) return f.full;
   if (auto t = c.tuples.find(v); t != c.tuples.end()) {
     // A state tuple with shard elements: its elements gathered (section 4.2: after the loop).
@@ -260,8 +285,10 @@ Result<Instruction*> Emitter::Full(Ctx& c, const Instruction* v) {
     for (int64_t i = 0; i < static_cast<int64_t>(s.tuple.size()); ++i) {
       Instruction* e = Add(c, Opcode::kGetTupleElement, s.tuple[static_cast<size_t>(i)], {t->second.tuple});
       e->tuple_index = i;
-      if (auto sh = t->second.shards.find(i); sh != t->second.shards.end())
+      if (auto sh = t->second.shards.find(i); sh != t->second.shards.end()) {
+        OnceScope once(this, t->second.once);
         e = Unshard(c, e, sh->second, v->name() + "." + std::to_string(i), t->second.gather_why);
+      }
       elems.push_back(e);
     }
     std::vector<Shape> shapes;
@@ -269,23 +296,26 @@ Result<Instruction*> Emitter::Full(Ctx& c, const Instruction* v) {
     f.full = Add(c, Opcode::kTuple, Shape::Tuple(shapes), elems);
     return f.full;
   }
-  if (c.lazy_tuples.count(v)) {
+  if (f.lazy == kLazyTuple) {
     auto t = BuildTuple(c, v, {});
     if (!t.ok()) return t;
-    c.forms[v].full = *t;
+    F(c, v).full = *t;
     return *t;
   }
-  if (c.lazy.erase(v)) {
+  if (f.lazy == kLazyBroadcast) {
+    f.lazy = 0;
     const Instruction* saved = c.origin;
     c.origin = v;
     Status s = EmitFull(c, v);
     c.origin = saved;
     if (!s.ok()) return s.error();
-    return c.forms[v].full;
+    return F(c, v).full;
   }
   if (f.shard) {
-    f.full = Unshard(c, f.shard, f.layout, f.display.empty() ? v->name() : f.display, GatherWhy(c, f));
-    return f.full;
+    OnceScope once(this, f.once);
+    Instruction* full = Unshard(c, f.shard, f.layout, Display(c, v), GatherWhy(c, v));
+    F(c, v).full = full;
+    return full;
   }
   return Error(c.in->name() + "/" + v->name() + ": used before it was emitted");
 }
@@ -341,7 +371,7 @@ Result<Instruction*> Emitter::Shard(Ctx& c, const Instruction* v, int32_t layout
   v = Resolve(c, v);
   auto key = std::make_pair(v, layout);
   if (auto it = c.shard_cache.find(key); it != c.shard_cache.end()) return it->second;
-  Forms& f = c.forms[v];
+  const Forms f = F(c, v);
   if (f.shard && f.layout == layout) return f.shard;
   const Layout& l = p_.layout(layout);
   Instruction* out = nullptr;
@@ -420,7 +450,7 @@ Status Emitter::EmitSeed(Ctx& c, const Instruction* inst, const ValuePlan& v) {
   if (!s.cross_groups.empty())
     x = Collective(c, Opcode::kAllReduce, x, x->shape(), s.cross_groups, reducer,
                    "partial sharding: the row's shard of " + w + "'s gradient all-reduced across rows (section 5.2)");
-  Forms& fm = c.forms[inst];
+  Forms& fm = F(c, inst);
   fm.shard = x;
   fm.layout = v.layout;
   r_->replaced_all_reduces.push_back(Qualified(c, ar));
@@ -437,7 +467,7 @@ Status Emitter::EmitElementwise(Ctx& c, const Instruction* inst, const ValuePlan
   Instruction* n = Add(c, inst->opcode(), WithDims(inst->shape().type, p_.layout(v.layout).format.ShardDims()), ops,
                        inst->name());
   CopyAttributes(*inst, n);
-  Forms& fm = c.forms[inst];
+  Forms& fm = F(c, inst);
   fm.shard = n;
   fm.layout = v.layout;
   return Status::Ok();
@@ -453,7 +483,7 @@ Status Emitter::EmitBroadcast(Ctx& c, const Instruction* inst, const ValuePlan& 
   n->has_dimensions_attr = true;
   n->dimensions.push_back(0);
   for (size_t i = static_cast<size_t>(m); i < inst->dimensions.size(); ++i) n->dimensions.push_back(inst->dimensions[i] - m + 1);
-  Forms& fm = c.forms[inst];
+  Forms& fm = F(c, inst);
   fm.shard = n;
   fm.layout = v.layout;
   return Status::Ok();
@@ -486,7 +516,7 @@ Status Emitter::EmitReduce(Ctx& c, const Instruction* inst, const ValuePlan& v) 
     n->dimensions = dims;
     n->has_dimensions_attr = true;
     n->mutable_called_computations() = {reducer};
-    Forms& fm = c.forms[inst];
+    Forms& fm = F(c, inst);
     fm.shard = n;
     fm.layout = v.layout;
     return Status::Ok();
@@ -530,7 +560,7 @@ Status Emitter::EmitReduce(Ctx& c, const Instruction* inst, const ValuePlan& v) 
     b->has_dimensions_attr = true;
     all = Add(c, ReductionOpcode(*kind), inst->shape(), {all, b});
   }
-  c.forms[inst].full = all;
+  F(c, inst).full = all;
   return Status::Ok();
 }
 
@@ -552,7 +582,7 @@ Status Emitter::EmitFull(Ctx& c, const Instruction* inst) {
   // Figure 7: a cast of a value that is held as a shard casts the shard, then gathers.
   if (inst->opcode() == Opcode::kConvert && p_.options.gather_in_compute_type) {
     const Instruction* x = Resolve(c, inst->operand(0));
-    Forms& xf = c.forms[x];
+    const Forms xf = F(c, x);
     if (xf.shard && !xf.full &&
         PrimitiveTypeBytes(inst->shape().type) < PrimitiveTypeBytes(x->shape().type)) {
       bool all_casts = true;
@@ -564,9 +594,9 @@ Status Emitter::EmitFull(Ctx& c, const Instruction* inst) {
                                 inst->name() + ".shard");
         Note(cast, x->name() + "'s shard cast to " + std::string(PrimitiveTypeName(inst->shape().type)) +
                        " before the all-gather (Figure 7)");
-        c.forms[inst].full = Unshard(c, cast, xf.layout,
-                                     (xf.display.empty() ? x->name() : xf.display) + " (" + std::string(PrimitiveTypeName(inst->shape().type)) + ")",
-                                     GatherWhy(c, xf) + ", in the narrower type (Figure 7)");
+        Instruction* full = Unshard(c, cast, xf.layout, Display(c, x) + " (" + std::string(PrimitiveTypeName(inst->shape().type)) + ")",
+                                    GatherWhy(c, x) + ", in the narrower type (Figure 7)");
+        F(c, inst).full = full;
         return Status::Ok();
       }
     }
@@ -583,7 +613,7 @@ Status Emitter::EmitFull(Ctx& c, const Instruction* inst) {
   std::vector<Computation*> called;
   for (Computation* cc : inst->called_computations()) called.push_back(CopyComputation(cc));
   n->mutable_called_computations() = called;
-  c.forms[inst].full = n;
+  F(c, inst).full = n;
   return Status::Ok();
 }
 
@@ -606,7 +636,7 @@ Status Emitter::EmitWhile(Ctx& c, const Instruction* inst) {
     auto f = Full(c, init);
     if (!f.ok()) return f.error();
     new_init = *f;
-  } else if (c.lazy_tuples.count(init)) {
+  } else if (F(c, init).lazy == kLazyTuple) {
     auto t = BuildTuple(c, init, shards);
     if (!t.ok()) return t.error();
     new_init = *t;
@@ -628,9 +658,9 @@ Status Emitter::EmitWhile(Ctx& c, const Instruction* inst) {
   CopyAttributes(*inst, w);
   w->mutable_called_computations() = {*cond, *body};
   if (shards.empty()) {
-    c.forms[inst].full = w;
+    F(c, inst).full = w;
   } else {
-    c.tuples[inst] = {w, shards, "after the loop (section 4.2: auxiliaries are gathered only outside the training loop)"};
+    c.tuples[inst] = {w, shards, "after the loop (section 4.2: auxiliaries are gathered only outside the training loop)", true};
   }
   return Status::Ok();
 }
@@ -663,7 +693,7 @@ Status Emitter::EmitConditional(Ctx& c, const Instruction* inst) {
   Instruction* n = c.out->AddInstruction(Opcode::kConditional, inst->shape(), ops, inst->name());
   CopyAttributes(*inst, n);
   n->mutable_called_computations() = out_branches;
-  c.forms[inst].full = n;
+  F(c, inst).full = n;
   return Status::Ok();
 }
 
@@ -684,30 +714,32 @@ Status Emitter::EmitInstruction(Ctx& c, const Instruction* inst) {
   }
   switch (inst->opcode()) {
     case Opcode::kTuple:
-      c.lazy_tuples.insert(inst);
+      F(c, inst).lazy = kLazyTuple;
       return Status::Ok();
     case Opcode::kBroadcast:
       // Emitted where first needed whole; a shard of it is a broadcast of its own (Shard).
-      c.lazy.insert(inst);
+      F(c, inst).lazy = kLazyBroadcast;
       return Status::Ok();
     case Opcode::kGetTupleElement: {
       const Instruction* t = Resolve(c, inst->operand(0));
-      if (c.lazy_tuples.count(t) && !c.forms[t].full) {
-        c.alias[inst] = t->operand(inst->tuple_index);
+      if (F(c, t).lazy == kLazyTuple && !F(c, t).full) {
+        F(c, inst).alias = t->operand(inst->tuple_index);
         return Status::Ok();
       }
       if (auto tv = c.tuples.find(t); tv != c.tuples.end()) {
         const Shape& s = tv->second.tuple->shape().tuple[static_cast<size_t>(inst->tuple_index)];
         Instruction* g = Add(c, Opcode::kGetTupleElement, s, {tv->second.tuple}, inst->name());
         g->tuple_index = inst->tuple_index;
-        Forms& fm = c.forms[inst];
+        Forms& fm = F(c, inst);
         if (auto sh = tv->second.shards.find(inst->tuple_index); sh != tv->second.shards.end()) {
           fm.shard = g;
           fm.layout = sh->second;
-          fm.gather_why = tv->second.gather_why;
+          fm.once = tv->second.once;
+          Extra& note = c.notes[inst];
+          note.gather_why = tv->second.gather_why;
           if (auto names = p_.state_names.find(c.in); names != p_.state_names.end() && t->opcode() == Opcode::kParameter &&
               inst->tuple_index < static_cast<int64_t>(names->second.size()))
-            fm.display = names->second[static_cast<size_t>(inst->tuple_index)];
+            note.display = names->second[static_cast<size_t>(inst->tuple_index)];
         } else {
           fm.full = g;
         }
@@ -729,7 +761,7 @@ Status Emitter::EmitInstruction(Ctx& c, const Instruction* inst) {
       Instruction* n = c.out->AddInstruction(Opcode::kCall, inst->shape(), ops, inst->name());
       CopyAttributes(*inst, n);
       n->mutable_called_computations() = {*callee};
-      c.forms[inst].full = n;
+      F(c, inst).full = n;
       return Status::Ok();
     }
     default:
@@ -741,7 +773,7 @@ Result<Instruction*> Emitter::Root(Ctx& c) {
   const Instruction* root = Resolve(c, c.in->root());
   c.origin = c.in->root();
   if (!c.io || c.io->outputs.empty()) return Full(c, root);
-  if (c.lazy_tuples.count(root)) return BuildTuple(c, root, c.io->outputs);
+  if (F(c, root).lazy == kLazyTuple) return BuildTuple(c, root, c.io->outputs);
   if (!root->shape().IsTuple() && c.io->outputs.count(0)) return Shard(c, root, c.io->outputs.at(0));
   return Full(c, root);
 }
@@ -754,6 +786,7 @@ Result<Computation*> Emitter::EmitComputation(const Computation* in, const Shard
   c.out = out;
   c.io = io;
   c.gather_why = gather_why.empty() ? "where it is next used (section 4)" : gather_why;
+  c.forms.assign(id_limit_, Forms{});
   if (auto it = p_.comps.find(in); it != p_.comps.end()) c.plan = &it->second;
   const bool split_entry = in == p_.module->entry() && p_.split;
   // Parameters.
@@ -781,18 +814,18 @@ Result<Computation*> Emitter::EmitComputation(const Computation* in, const Shard
     np->metadata = prm->metadata;
     if (shards.empty() && prm->has_sharding()) np->set_sharding(*prm->sharding());
     if (shards.empty()) {
-      c.forms[prm].full = np;
+      F(c, prm).full = np;
     } else if (split_entry) {
-      Forms& f = c.forms[prm];
+      Forms& f = F(c, prm);
       f.shard = np;
       f.layout = shards[0];
-      f.gather_why = "at the start of the step, before the forward pass (section 4.2, Figure 4 right)";
+      c.notes[prm].gather_why = "at the start of the step, before the forward pass (section 4.2, Figure 4 right)";
     } else {
       c.tuples[prm] = {np, shards, "before its use in this computation (section 4.2: kept sharded across iterations)"};
     }
   }
-  // Live instructions only (what the root or a side effect needs).
-  std::unordered_set<const Instruction*> live;
+  // Live instructions only (what the root or a side effect needs), in definition order (the IR's
+  // topological order).
   std::vector<const Instruction*> work;
   if (in->root()) work.push_back(in->root());
   for (const auto& i : in->instructions())
@@ -800,12 +833,15 @@ Result<Computation*> Emitter::EmitComputation(const Computation* in, const Shard
   while (!work.empty()) {
     const Instruction* x = work.back();
     work.pop_back();
-    if (!live.insert(x).second) continue;
+    Forms& f = F(c, x);
+    if (f.live) continue;
+    f.live = true;
     for (const Instruction* o : x->operands()) work.push_back(o);
     for (const Instruction* o : x->control_predecessors) work.push_back(o);
   }
-  for (const Instruction* inst : in->MakePostOrder()) {
-    if (inst->opcode() == Opcode::kParameter || !live.count(inst)) continue;
+  for (const auto& holder : in->instructions()) {
+    const Instruction* inst = holder.get();
+    if (inst->opcode() == Opcode::kParameter || !F(c, inst).live) continue;
     if (Status s = EmitInstruction(c, inst); !s.ok()) return s.error();
   }
   auto root = Root(c);
@@ -818,87 +854,50 @@ Result<Computation*> Emitter::EmitComputation(const Computation* in, const Shard
 
 // ---- the whole module --------------------------------------------------------------------------
 
-// Copies the computations `entry` reaches into a module of their own.
-// With `restore_names`, parameter names the composition had to suffix (x.1 beside the main
-// program's x) get their own name back where it is free.
-std::unique_ptr<Module> ExtractProgram(const Module& from, const Computation* entry, const std::string& name,
-                                       bool restore_names = false) {
-  auto m = std::make_unique<Module>(name);
-  m->num_partitions = from.num_partitions;
-  m->num_replicas = from.num_replicas;
-  m->header_attributes = from.header_attributes;
-  std::unordered_map<const Computation*, Computation*> cmap;
-  std::function<Computation*(const Computation*, bool)> copy = [&](const Computation* src, bool is_entry) -> Computation* {
-    if (auto it = cmap.find(src); it != cmap.end()) return it->second;
-    for (const auto& inst : src->instructions())
-      for (const Computation* cc : inst->called_computations()) copy(cc, false);
-    Computation* c = m->AddComputation(src->name(), is_entry);
-    cmap[src] = c;
-    std::unordered_map<const Instruction*, Instruction*> imap;
-    for (Instruction* inst : src->MakePostOrder()) {
-      std::vector<Instruction*> ops;
-      for (Instruction* o : inst->operands()) ops.push_back(imap.at(o));
-      std::string nm = inst->name();
-      if (restore_names && inst->opcode() == Opcode::kParameter) {
-        const auto dot = nm.rfind('.');
-        if (dot != std::string::npos && dot + 1 < nm.size() &&
-            nm.find_first_not_of("0123456789", dot + 1) == std::string::npos && !m->HasName(nm.substr(0, dot)))
-          nm = nm.substr(0, dot);
-      }
-      Instruction* n = inst->opcode() == Opcode::kGeneric ? c->AddGeneric(inst->opcode_text(), inst->shape(), ops, nm)
-                                                           : c->AddInstruction(inst->opcode(), inst->shape(), ops, nm);
-      CopyAttributes(*inst, n);
-      if (inst->has_sharding()) n->set_sharding(*inst->sharding());
-      std::vector<Computation*> called;
-      for (Computation* cc : inst->called_computations()) called.push_back(cmap.at(cc));
-      n->mutable_called_computations() = called;
-      imap[inst] = n;
-    }
-    if (src->root()) c->set_root(imap.at(src->root()));
-    return c;
-  };
-  copy(entry, true);
-  return m;
-}
-
 Status Emitter::Run() {
   const Module& in = *p_.module;
-  out_ = std::make_unique<Module>(in.name());
-  out_->num_partitions = in.num_partitions;
-  out_->num_replicas = in.num_replicas;
-  out_->header_attributes = in.header_attributes;
   for (const auto& comp : in.computations())
-    for (const auto& inst : comp->instructions())
+    for (const auto& inst : comp->instructions()) {
       if (inst->channel_id) next_channel_ = std::max(next_channel_, *inst->channel_id + 1);
+      id_limit_ = std::max(id_limit_, static_cast<size_t>(inst->id() + 1));
+    }
   for (const Cluster& cl : p_.clusters)
     if (!cl.rejected && cl.decision.sharded)
       for (const Instruction* s : cl.seeds) seed_weight_[s] = cl.decision.weight;
   const Computation* entry = in.entry();
   const auto io = p_.io.find(entry);
-  if (!p_.split || io == p_.io.end()) {
-    auto e = EmitComputation(entry, io == p_.io.end() ? nullptr : &io->second, entry->name(),
-                             "at the end of the step, where it is next used (section 4)", true);
-    if (!e.ok()) return e.error();
-    out_->entry_computation_layout = in.entry_computation_layout;
-    r_->combined_collectives = CombineCollectives(out_.get(), p_.options.combine_threshold_bytes, &r_->collectives);
+  const bool split = p_.split && io != p_.io.end();
+  auto new_module = [&](const std::string& name) {
+    auto m = std::make_unique<Module>(name);
+    m->num_partitions = in.num_partitions;
+    m->num_replicas = in.num_replicas;
+    m->header_attributes = in.header_attributes;
+    return m;
+  };
+  out_ = new_module(split ? in.name() + ".main" : in.name());
+  auto e = EmitComputation(entry, split ? &io->second : nullptr, entry->name(),
+                           "at the end of the step, where it is next used (section 4)", true);
+  if (!e.ok()) return e.error();
+  if (!split) out_->entry_computation_layout = in.entry_computation_layout;
+  r_->combined_collectives = CombineCollectives(out_.get(), p_.options.combine_threshold_bytes, once_names_, &r_->collectives);
+  if (!split) {
     r_->module = std::move(out_);
     return Status::Ok();
   }
-  // Section 4.2's three programs, composed into one for verification: sharding -> main -> unsharding.
+  // Section 4.2's three programs: the main one above, and around it the sharding program (full
+  // parameters -> the main program's) and the unsharding program (its outputs -> full ones).
   const ShardedIo& sio = io->second;
-  auto main = EmitComputation(entry, &sio, entry->name(), "at the end of the step, where it is next used (section 4)", false);
-  if (!main.ok()) return main.error();
-  // Sharding program: full parameters -> main's parameters.
-  Computation* shard_comp = out_->AddComputation(entry->name() + ".sharding");
-  std::vector<Instruction*> full_params;
+  std::unique_ptr<Module> main = std::move(out_);
   {
+    out_ = new_module(in.name() + ".sharding");
+    Computation* comp = out_->AddComputation(entry->name() + ".sharding", true);
     Ctx c;
-    c.out = shard_comp;
+    c.out = comp;
     c.in = entry;
     std::vector<Instruction*> outs;
     for (size_t i = 0; i < entry->parameters().size(); ++i) {
       const Instruction* prm = entry->parameters()[i];
-      Instruction* np = shard_comp->AddInstruction(Opcode::kParameter, prm->shape(), {}, prm->name());
+      Instruction* np = comp->AddInstruction(Opcode::kParameter, prm->shape(), {}, prm->name());
       np->parameter_number = static_cast<int64_t>(i);
       if (prm->has_sharding()) np->set_sharding(*prm->sharding());
       auto it = sio.inputs.find(static_cast<int64_t>(i));
@@ -907,15 +906,17 @@ Status Emitter::Run() {
     }
     std::vector<Shape> shapes;
     for (Instruction* o : outs) shapes.push_back(o->shape());
-    shard_comp->set_root(shard_comp->AddInstruction(Opcode::kTuple, Shape::Tuple(shapes), outs, "sharded_state"));
+    comp->set_root(comp->AddInstruction(Opcode::kTuple, Shape::Tuple(shapes), outs, "sharded_state"));
+    r_->sharding_program = std::move(out_);
   }
-  // Unsharding program: main's outputs -> the full outputs.
-  Computation* unshard_comp = out_->AddComputation(entry->name() + ".unsharding");
-  const Shape& main_out = (*main)->root()->shape();
-  const bool tuple_out = main_out.IsTuple();
   {
+    OnceScope once(this, true);
+    out_ = new_module(in.name() + ".unsharding");
+    Computation* comp = out_->AddComputation(entry->name() + ".unsharding", true);
+    const Shape& main_out = main->entry()->root()->shape();
+    const bool tuple_out = main_out.IsTuple();
     Ctx c;
-    c.out = unshard_comp;
+    c.out = comp;
     c.in = entry;
     std::vector<Instruction*> outs;
     const size_t n = tuple_out ? main_out.tuple.size() : 1;
@@ -926,61 +927,23 @@ Status Emitter::Run() {
         c.origin = entry->root()->operand(static_cast<int64_t>(k));
         pname = c.origin->name();
       }
-      Instruction* np = unshard_comp->AddInstruction(Opcode::kParameter, s, {}, pname);
+      Instruction* np = comp->AddInstruction(Opcode::kParameter, s, {}, pname);
       np->parameter_number = static_cast<int64_t>(k);
       auto it = sio.outputs.find(static_cast<int64_t>(k));
-      outs.push_back(it == sio.outputs.end() ? np
-                                             : Unshard(c, np, it->second, pname, "by the unsharding program, after the training loop (section 4.2)"));
+      outs.push_back(it == sio.outputs.end() ? np : Unshard(c, np, it->second, pname, "by the unsharding program, after the training loop (section 4.2)"));
     }
     if (tuple_out) {
       std::vector<Shape> shapes;
       for (Instruction* o : outs) shapes.push_back(o->shape());
-      unshard_comp->set_root(unshard_comp->AddInstruction(Opcode::kTuple, Shape::Tuple(shapes), outs, "full_state"));
+      Instruction* root = comp->AddInstruction(Opcode::kTuple, Shape::Tuple(shapes), outs, "full_state");
+      if (entry->root()->has_sharding()) root->set_sharding(*entry->root()->sharding());
+      comp->set_root(root);
     } else {
-      unshard_comp->set_root(outs[0]);
+      comp->set_root(outs[0]);
     }
+    r_->unsharding_program = std::move(out_);
   }
-  // The composition.
-  Computation* composed = out_->AddComputation(entry->name() + ".composed", true);
-  {
-    std::vector<Instruction*> params;
-    for (size_t i = 0; i < entry->parameters().size(); ++i) {
-      const Instruction* prm = entry->parameters()[i];
-      Instruction* np = composed->AddInstruction(Opcode::kParameter, prm->shape(), {}, prm->name());
-      np->parameter_number = static_cast<int64_t>(i);
-      if (prm->has_sharding()) np->set_sharding(*prm->sharding());
-      params.push_back(np);
-    }
-    Instruction* s = composed->AddInstruction(Opcode::kCall, shard_comp->root()->shape(), params, "sharding");
-    s->mutable_called_computations() = {shard_comp};
-    std::vector<Instruction*> margs;
-    for (int64_t i = 0; i < static_cast<int64_t>(shard_comp->root()->shape().tuple.size()); ++i) {
-      Instruction* g = composed->AddInstruction(Opcode::kGetTupleElement, shard_comp->root()->shape().tuple[static_cast<size_t>(i)], {s});
-      g->tuple_index = i;
-      margs.push_back(g);
-    }
-    Instruction* m = composed->AddInstruction(Opcode::kCall, main_out, margs, "main");
-    m->mutable_called_computations() = {*main};
-    std::vector<Instruction*> uargs;
-    if (tuple_out) {
-      for (int64_t k = 0; k < static_cast<int64_t>(main_out.tuple.size()); ++k) {
-        Instruction* g = composed->AddInstruction(Opcode::kGetTupleElement, main_out.tuple[static_cast<size_t>(k)], {m});
-        g->tuple_index = k;
-        uargs.push_back(g);
-      }
-    } else {
-      uargs.push_back(m);
-    }
-    Instruction* u = composed->AddInstruction(Opcode::kCall, unshard_comp->root()->shape(), uargs, "unsharding");
-    u->mutable_called_computations() = {unshard_comp};
-    if (entry->root()->has_sharding()) u->set_sharding(*entry->root()->sharding());
-    composed->set_root(u);
-  }
-  r_->combined_collectives = CombineCollectives(out_.get(), p_.options.combine_threshold_bytes, &r_->collectives);
-  r_->module = ExtractProgram(*out_, *main, in.name() + ".main");
-  r_->sharding_program = ExtractProgram(*out_, shard_comp, in.name() + ".sharding", true);
-  r_->unsharding_program = ExtractProgram(*out_, unshard_comp, in.name() + ".unsharding", true);
-  r_->composed = std::move(out_);
+  r_->module = std::move(main);
   r_->split = true;
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 // Planning of weight-update sharding: clusters around gradient all-reduces, their formats and
 // layouts (sections 3.2 and 4.1), placement of sharded state (4.2) and profitability (3.2).
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <set>
 #include <unordered_set>
@@ -371,7 +372,8 @@ void Planner::PlanComputation(const Computation* c) {
   cp.frequency = frequency_.count(c) ? frequency_[c] : 1;
   cp.is_loop_body = loop_body_.count(c) != 0;
   std::unordered_map<const Instruction*, std::pair<const Instruction*, int32_t>> pending;  // chain end -> source, layout
-  for (const Instruction* inst : c->MakePostOrder()) {
+  for (const auto& holder : c->instructions()) {  // definition order: topological (the IR's contract)
+    const Instruction* inst = holder.get();
     ValuePlan v;
     if (auto pend = pending.find(inst); pend != pending.end()) {
       const Instruction* source = pend->second.first;
@@ -501,9 +503,9 @@ bool Planner::PullReduces(const Computation* c) {
 bool Planner::PullElementwise(const Computation* c) {
   ComputationPlan& cp = p_.comps[c];
   bool changed = false;
-  const std::vector<Instruction*> order = c->MakePostOrder();
+  const auto& order = c->instructions();
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const Instruction* x = *it;
+    const Instruction* x = it->get();
     if (!ShardableElementwise(*x) || x->shape().rank() == 0 || cp.values.count(x) || pinned_.count(x) ||
         !p_.redundancy->IsRedundant(x) || x->users().empty() || x == c->root())
       continue;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -122,7 +123,9 @@ Status EmitPlan(const Plan& plan, WeightUpdateShardingResult* result);
 
 // Section 5.2 batching of the pass's collectives in `module`; updates `collectives` (the records of
 // what was combined). Returns the number of collectives merged away.
-int64_t CombineCollectives(Module* module, int64_t threshold_bytes, std::vector<InsertedCollective>* collectives);
+// Collectives named in `once` (after a loop, in the unsharding program) are left alone.
+int64_t CombineCollectives(Module* module, int64_t threshold_bytes, const std::unordered_set<std::string>& once,
+                           std::vector<InsertedCollective>* collectives);
 
 // Operand `i` of an elementwise op that the op reads whole at every element (clamp's scalar
 // bounds): such operands stay full.

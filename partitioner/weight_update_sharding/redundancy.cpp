@@ -33,6 +33,10 @@ bool DeviceDependent(const Instruction& inst) {
 Result<RedundancyAnalysis> RedundancyAnalysis::Run(const Module& module, const std::vector<bool>& redundant_parameters) {
   if (!module.entry()) return Error("module has no entry computation");
   RedundancyAnalysis a;
+  int64_t max_id = 0;
+  for (const auto& c : module.computations())
+    for (const auto& i : c->instructions()) max_id = std::max(max_id, i->id());
+  a.array_bits_.assign(static_cast<size_t>(max_id + 1), 2);
   a.replicas_ = std::max<int64_t>(1, module.num_replicas);
   a.partitions_ = std::max<int64_t>(1, module.num_partitions);
   a.devices_ = a.replicas_ * a.partitions_;
@@ -65,13 +69,48 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Analyze(const Computation* comp, co
 }
 
 void RedundancyAnalysis::RunComputation(const Computation* comp) {
-  for (const Instruction* inst : comp->MakePostOrder()) bits_[inst] = Compute(inst);
+  // Definition order is topological (the IR's contract). Arrays from ordinary ops take the fast
+  // path: one byte, no vector.
+  for (const auto& holder : comp->instructions()) {
+    const Instruction* inst = holder.get();
+    const Opcode op = inst->opcode();
+    const bool simple = !inst->shape().IsTuple() && op != Opcode::kParameter && op != Opcode::kGetTupleElement &&
+                        op != Opcode::kWhile && op != Opcode::kConditional && op != Opcode::kCall &&
+                        op != Opcode::kAllReduce && op != Opcode::kAllReduceStart && op != Opcode::kAllGather &&
+                        op != Opcode::kAllGatherStart && op != Opcode::kConstant && op != Opcode::kIota &&
+                        inst->id() >= 0 && static_cast<size_t>(inst->id()) < array_bits_.size();
+    if (simple) {
+      bool r = !DeviceDependent(*inst);
+      for (const Instruction* o : inst->operands()) r = r && AllOf(o);
+      array_bits_[static_cast<size_t>(inst->id())] = r ? 1 : 0;
+      continue;
+    }
+    Set(inst, Compute(inst));
+  }
 }
 
-const RedundancyAnalysis::Bits& RedundancyAnalysis::Get(const Instruction* inst) const {
-  static const Bits kEmpty;
-  auto it = bits_.find(inst);
-  return it == bits_.end() ? kEmpty : it->second;
+void RedundancyAnalysis::Set(const Instruction* inst, Bits bits) {
+  if (!inst->shape().IsTuple() && inst->id() >= 0 && static_cast<size_t>(inst->id()) < array_bits_.size()) {
+    array_bits_[static_cast<size_t>(inst->id())] = bits.empty() ? 0 : bits[0];
+    return;
+  }
+  tuple_bits_[inst] = std::move(bits);
+}
+
+RedundancyAnalysis::Bits RedundancyAnalysis::Get(const Instruction* inst) const {
+  if (!inst->shape().IsTuple() && inst->id() >= 0 && static_cast<size_t>(inst->id()) < array_bits_.size()) {
+    const uint8_t b = array_bits_[static_cast<size_t>(inst->id())];
+    return b == 2 ? Bits{} : Bits{b};
+  }
+  auto it = tuple_bits_.find(inst);
+  return it == tuple_bits_.end() ? Bits{} : it->second;
+}
+
+bool RedundancyAnalysis::AllOf(const Instruction* inst) const {
+  if (!inst->shape().IsTuple() && inst->id() >= 0 && static_cast<size_t>(inst->id()) < array_bits_.size())
+    return array_bits_[static_cast<size_t>(inst->id())] == 1;
+  auto it = tuple_bits_.find(inst);
+  return it != tuple_bits_.end() && !it->second.empty() && AllSet(it->second);
 }
 
 RedundancyAnalysis::Bits RedundancyAnalysis::Compute(const Instruction* inst) {
@@ -79,17 +118,18 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Compute(const Instruction* inst) {
   auto uniform = [&](bool v) { return Bits(static_cast<size_t>(n), v ? 1 : 0); };
   auto operands_redundant = [&]() {
     for (const Instruction* o : inst->operands())
-      if (!AllSet(Get(o))) return false;
+      if (!AllOf(o)) return false;
     return true;
   };
   switch (inst->opcode()) {
     case Opcode::kParameter: {
       const CompState& st = comps_[inst->parent()];
-      // Offset of this parameter's leaves in the flattened parameter bits.
+      // Offset of this parameter's leaves in the flattened parameter bits (arrays: one leaf each
+      // before it, unless a tuple parameter precedes).
       size_t off = 0;
       for (const Instruction* p : inst->parent()->parameters()) {
         if (p == inst) break;
-        if (p) off += static_cast<size_t>(Leaves(p->shape()));
+        if (p) off += p->shape().IsTuple() ? static_cast<size_t>(Leaves(p->shape())) : 1;
       }
       Bits b = uniform(false);
       for (int64_t k = 0; k < n && off + static_cast<size_t>(k) < st.params.size(); ++k)
@@ -111,14 +151,14 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Compute(const Instruction* inst) {
     case Opcode::kTuple: {
       Bits b;
       for (const Instruction* o : inst->operands()) {
-        const Bits& ob = Get(o);
+        const Bits ob = Get(o);
         b.insert(b.end(), ob.begin(), ob.end());
       }
       return b;
     }
     case Opcode::kGetTupleElement: {
       const Instruction* t = inst->operand(0);
-      const Bits& tb = Get(t);
+      const Bits tb = Get(t);
       size_t off = 0;
       for (int64_t i = 0; i < inst->tuple_index && i < static_cast<int64_t>(t->shape().tuple.size()); ++i)
         off += static_cast<size_t>(Leaves(t->shape().tuple[static_cast<size_t>(i)]));
@@ -151,7 +191,7 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Compute(const Instruction* inst) {
     case Opcode::kConditional: {
       const auto& branches = inst->called_computations();
       if (inst->operand_count() != static_cast<int64_t>(branches.size()) + 1) return uniform(false);
-      const bool pred = AllSet(Get(inst->operand(0)));
+      const bool pred = AllOf(inst->operand(0));
       Bits out = uniform(pred);
       for (size_t k = 0; k < branches.size(); ++k) {
         Bits in = Get(inst->operand(static_cast<int64_t>(k + 1)));
@@ -165,7 +205,7 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Compute(const Instruction* inst) {
       if (!inst->to_apply()) return uniform(false);
       Bits in;
       for (const Instruction* o : inst->operands()) {
-        const Bits& ob = Get(o);
+        const Bits ob = Get(o);
         in.insert(in.end(), ob.begin(), ob.end());
       }
       Bits r = Analyze(inst->to_apply(), in);
@@ -179,15 +219,11 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Compute(const Instruction* inst) {
   return uniform(operands_redundant());
 }
 
-bool RedundancyAnalysis::IsRedundant(const Instruction* inst) const {
-  auto it = bits_.find(inst);
-  return it != bits_.end() && !it->second.empty() && AllSet(it->second);
-}
+bool RedundancyAnalysis::IsRedundant(const Instruction* inst) const { return AllOf(inst); }
 
 bool RedundancyAnalysis::IsLeafRedundant(const Instruction* inst, int64_t leaf) const {
-  auto it = bits_.find(inst);
-  return it != bits_.end() && leaf >= 0 && leaf < static_cast<int64_t>(it->second.size()) &&
-         it->second[static_cast<size_t>(leaf)];
+  const Bits b = Get(inst);
+  return leaf >= 0 && leaf < static_cast<int64_t>(b.size()) && b[static_cast<size_t>(leaf)];
 }
 
 bool RedundancyAnalysis::IsFullCollective(const Instruction* inst) const {
@@ -197,7 +233,8 @@ bool RedundancyAnalysis::IsFullCollective(const Instruction* inst) const {
 
 int64_t RedundancyAnalysis::redundant_instructions() const {
   int64_t n = 0;
-  for (const auto& [inst, b] : bits_)
+  for (uint8_t b : array_bits_) n += b == 1;
+  for (const auto& [inst, b] : tuple_bits_)
     if (!b.empty() && AllSet(b)) ++n;
   return n;
 }

@@ -54,11 +54,16 @@ class RedundancyAnalysis {
   Bits Analyze(const Computation* comp, const Bits& params);
   void RunComputation(const Computation* comp);
   Bits Compute(const Instruction* inst);
-  const Bits& Get(const Instruction* inst) const;
+  // The leaves of a value (tuples: in order).
+  Bits Get(const Instruction* inst) const;
+  bool AllOf(const Instruction* inst) const;
+  void Set(const Instruction* inst, Bits bits);
 
   int64_t replicas_ = 1, partitions_ = 1, devices_ = 1;
   std::vector<bool> entry_params_;
-  std::unordered_map<const Instruction*, Bits> bits_;
+  // Arrays (one leaf) by instruction id: 0 / 1, 2 = not analysed; tuples in a map.
+  std::vector<uint8_t> array_bits_;
+  std::unordered_map<const Instruction*, Bits> tuple_bits_;
   std::unordered_map<const Computation*, CompState> comps_;
   std::unordered_map<const Instruction*, bool> full_collective_;
   Status status_;

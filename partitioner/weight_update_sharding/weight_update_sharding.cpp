@@ -1,9 +1,9 @@
 #include "partitioner/weight_update_sharding/weight_update_sharding.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <sstream>
+#include <unordered_map>
 
 #include "partitioner/weight_update_sharding/plan.h"
 
@@ -59,6 +59,74 @@ Result<WeightUpdateShardingResult> ShardWeightUpdatesOf(PartitionResult& partiti
   r->input = std::move(partition.module);
   partition.module = std::move(r->module);
   return r;
+}
+
+namespace {
+
+// Copies `src` and what it calls into `dst`, computations renamed `prefix` + name.
+Computation* CopyInto(const Computation* src, Module* dst, const std::string& prefix,
+                      std::unordered_map<const Computation*, Computation*>& done) {
+  if (auto it = done.find(src); it != done.end()) return it->second;
+  for (const auto& inst : src->instructions())
+    for (const Computation* callee : inst->called_computations()) CopyInto(callee, dst, prefix, done);
+  Computation* c = dst->AddComputation(prefix + src->name());
+  done[src] = c;
+  std::unordered_map<const Instruction*, Instruction*> map;
+  for (const auto& holder : src->instructions()) {
+    const Instruction* inst = holder.get();
+    std::vector<Instruction*> ops;
+    for (const Instruction* o : inst->operands()) ops.push_back(map.at(o));
+    Instruction* n = inst->opcode() == Opcode::kGeneric ? c->AddGeneric(inst->opcode_text(), inst->shape(), ops, inst->name())
+                                                         : c->AddInstruction(inst->opcode(), inst->shape(), ops, inst->name());
+    CopyAttributes(*inst, n);
+    if (inst->has_sharding()) n->set_sharding(*inst->sharding());
+    for (const Computation* callee : inst->called_computations()) n->mutable_called_computations().push_back(done.at(callee));
+    map[inst] = n;
+  }
+  c->set_root(map.at(src->root()));
+  return c;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Module>> ComposeStepPrograms(const WeightUpdateShardingResult& r) {
+  if (!r.split || !r.module || !r.sharding_program || !r.unsharding_program)
+    return Error("weight-update sharding did not split the step: the rewritten module is the whole program");
+  auto m = std::make_unique<Module>(r.module->name() + ".composed");
+  m->num_partitions = r.module->num_partitions;
+  m->num_replicas = r.module->num_replicas;
+  const Computation* sharding_in = r.sharding_program->entry();
+  std::unordered_map<const Computation*, Computation*> a, b, c;
+  Computation* entry = m->AddComputation("composed", /*is_entry=*/true);
+  std::vector<Instruction*> params;
+  for (const Instruction* p : sharding_in->parameters()) {
+    Instruction* np = entry->AddInstruction(Opcode::kParameter, p->shape(), {}, p->name());
+    np->parameter_number = p->parameter_number;
+    if (p->has_sharding()) np->set_sharding(*p->sharding());
+    params.push_back(np);
+  }
+  Computation* sharding = CopyInto(sharding_in, m.get(), "sharding.", a);
+  Computation* main = CopyInto(r.module->entry(), m.get(), "main.", b);
+  Computation* unsharding = CopyInto(r.unsharding_program->entry(), m.get(), "unsharding.", c);
+  auto call = [&](Computation* callee, std::vector<Instruction*> args, const std::string& name) {
+    Instruction* i = entry->AddInstruction(Opcode::kCall, callee->root()->shape(), std::move(args), name);
+    i->mutable_called_computations() = {callee};
+    return i;
+  };
+  auto elements = [&](Instruction* t) {
+    std::vector<Instruction*> out;
+    if (!t->shape().IsTuple()) return std::vector<Instruction*>{t};
+    for (int64_t k = 0; k < static_cast<int64_t>(t->shape().tuple.size()); ++k) {
+      Instruction* g = entry->AddInstruction(Opcode::kGetTupleElement, t->shape().tuple[static_cast<size_t>(k)], {t});
+      g->tuple_index = k;
+      out.push_back(g);
+    }
+    return out;
+  };
+  Instruction* sharded = call(sharding, params, "sharding");
+  Instruction* stepped = call(main, elements(sharded), "main");
+  entry->set_root(call(unsharding, elements(stepped), "unsharding"));
+  return m;
 }
 
 std::string DescribeWeightUpdateSharding(const WeightUpdateShardingResult& r) {

@@ -119,12 +119,11 @@ struct InsertedFormatting {
 
 struct WeightUpdateShardingResult {
   // The rewritten program. With a step split (no loop), the main program: it takes and returns
-  // the sharded weights and auxiliaries; `sharding_program` makes them from the full values,
-  // `unsharding_program` gathers them back, and `composed` runs the three in order (one program
-  // with the input's signature, for verification). Without a split the three are null and
-  // `composed` is null too (the module itself has the input's signature).
+  // the sharded weights and auxiliaries; `sharding_program` makes them from the full values and
+  // `unsharding_program` gathers them back (ComposeStepPrograms runs the three in order). Without a
+  // split both are null (the module itself has the input's signature).
   std::unique_ptr<Module> module;
-  std::unique_ptr<Module> sharding_program, unsharding_program, composed;
+  std::unique_ptr<Module> sharding_program, unsharding_program;
   // ShardWeightUpdatesOf: the program the pass read (the partition's module before it).
   std::unique_ptr<Module> input;
   std::vector<WeightUpdateDecision> decisions;
@@ -146,6 +145,11 @@ Result<WeightUpdateShardingResult> ShardWeightUpdates(const Module& spmd_program
 // is then the partition's old program (the data-parallel one, for comparisons) moved to `input`.
 Result<WeightUpdateShardingResult> ShardWeightUpdatesOf(PartitionResult& partition,
                                                         const WeightUpdateShardingOptions& options = {});
+
+// The three programs of a step split run in order — sharding, main, unsharding — as one program
+// with the input's signature (what numerical verification checks against the input). Error when
+// the result is not split.
+Result<std::unique_ptr<Module>> ComposeStepPrograms(const WeightUpdateShardingResult& result);
 
 // A report: per all-reduce what was done, the collectives before and after.
 std::string DescribeWeightUpdateSharding(const WeightUpdateShardingResult& result);
