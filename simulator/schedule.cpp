@@ -17,7 +17,7 @@
 #include "simulator/compute_cost.h"
 #include "simulator/memory_model.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 std::string_view ScheduleKindName(ScheduleKind k) {
   return k == ScheduleKind::kCollectivesEarly ? "collectives-early" : "program-order";
@@ -70,7 +70,9 @@ bool IsCollectiveOp(Opcode op) {
   }
 }
 
-bool IsAsyncDone(Opcode op) {
+bool IsAsyncDone(const Instruction& i) {
+  const Opcode op = i.opcode();
+  if (op == Opcode::kGeneric) return AsyncPartOf(i) == AsyncPart::kDone;  // reduce-scatter-done, async-done, ...
   return op == Opcode::kAllGatherDone || op == Opcode::kAllReduceDone || op == Opcode::kCollectivePermuteDone ||
          op == Opcode::kCopyDone;
 }
@@ -87,8 +89,8 @@ Role BaseRole(const Instruction& i) {
     case Opcode::kConditional: return Role::kConditional;
     default: break;
   }
-  if (IsAsyncDone(i.opcode())) return Role::kAlias;
-  if (IsCollectiveOp(i.opcode())) return Role::kCollective;
+  if (IsAsyncDone(i)) return Role::kAlias;
+  if (IsCollectiveOp(i.opcode()) || (i.opcode() == Opcode::kGeneric && CollectiveOpcodeOf(i))) return Role::kCollective;
   if (IsAnnotationCustomCall(i) || IsGenericNamed(i, "add-dependency")) return Role::kAlias;
   return Role::kCompute;
 }
@@ -718,7 +720,7 @@ class Expander {
       }
       default: break;
     }
-    if (IsAsyncDone(i->opcode())) {
+    if (IsAsyncDone(*i)) {
       if (i->operand_count() < 1) return Error(i->name() + ": needs an operand");
       auto ov = ValueOf(f, i->operand(0));
       if (!ov.ok()) return ov.error();
@@ -895,7 +897,7 @@ class Expander {
     op.kind = ExecKind::kCollective;
     op.name = Qualified(*f.comp, i, f.iter);
     CollectiveKind kind = CollectiveKind::kAllReduce;
-    switch (i.opcode()) {
+    switch (CollectiveOpcodeOf(i).value_or(i.opcode())) {  // async forms: the collective they start
       case Opcode::kAllGather: case Opcode::kAllGatherStart: kind = CollectiveKind::kAllGather; break;
       case Opcode::kAllReduce: case Opcode::kAllReduceStart: kind = CollectiveKind::kAllReduce; break;
       case Opcode::kReduceScatter: kind = CollectiveKind::kReduceScatter; break;
@@ -918,7 +920,8 @@ class Expander {
     const MemoryCategory cat = ClassifyValue(i, false, param_names_, CategoryOfValue(operand_value));
     Value v;
     const Shape& s = i.shape();
-    const bool start_tuple = (i.opcode() == Opcode::kAllGatherStart || i.opcode() == Opcode::kCollectivePermuteStart) &&
+    const bool start_tuple = (i.opcode() == Opcode::kAllGatherStart || i.opcode() == Opcode::kCollectivePermuteStart ||
+                              i.opcode() == Opcode::kGeneric) &&
                              s.IsTuple() && s.tuple.size() >= 2;
     if (start_tuple) {
       const int64_t n0 = LeafCount(s.tuple[0]);
@@ -1167,4 +1170,4 @@ Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip,
   return program;
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -14,12 +14,13 @@
 #include "core/eval/virtual_cluster.h"
 #include "core/ir/builder.h"
 #include "core/ir/hlo_text.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #include "simulator/engine.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

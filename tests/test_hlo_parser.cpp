@@ -226,9 +226,8 @@ void TestHloParser::parsesMlpBlock() {
   QCOMPARE(m->num_partitions, int64_t{4});
   QCOMPARE(m->num_replicas, int64_t{1});
   QCOMPARE(m->entry_computation_layout, std::string("(f32[8,16]{1,0}, f32[16,32]{1,0})->f32[8]{0}"));
-  QCOMPARE(m->header_attributes.size(), size_t{1});
-  QCOMPARE(m->header_attributes[0].key, std::string("is_scheduled"));
-  QCOMPARE(m->header_attributes[0].value, std::string("true"));
+  QVERIFY(m->is_scheduled);
+  QCOMPARE(m->header_attributes.size(), size_t{0});
   QCOMPARE(m->computations().size(), size_t{2});
   Computation* entry = m->entry();
   QVERIFY(entry);

@@ -71,8 +71,9 @@ std::vector<Tensor> RandomArgs(const Module& m, uint64_t seed) {
 
 // Central finite differences of the loss (output 0) against the gradient outputs (1..): for each
 // weight parameter (entry parameters from `first_weight`), `probes` random elements. Returns the
-// worst relative error.
-double WorstGradientError(const Module& m, int64_t first_weight, int probes, std::string* where) {
+// worst relative error (relative to at least `floor`: the finite differences' own noise is about
+// 1e-10 where the loss is of order 1).
+double WorstGradientError(const Module& m, int64_t first_weight, int probes, std::string* where, double floor = 1e-6) {
   std::vector<Tensor> args = RandomArgs(m, 7);
   auto out = Evaluate(m, args);
   if (!out.ok()) qFatal("evaluate: %s", out.error().message.c_str());
@@ -91,11 +92,11 @@ double WorstGradientError(const Module& m, int64_t first_weight, int probes, std
       const double lm = Evaluate(m, minus)->element(0).GetDouble(0);
       const double fd = (lp - lm) / (2 * h);
       const double an = grad.GetDouble(idx);
-      const double rel = std::abs(fd - an) / std::max(1e-6, std::abs(fd) + std::abs(an));
+      const double rel = std::abs(fd - an) / std::max(floor, std::abs(fd) + std::abs(an));
       if (rel > worst) {
         worst = rel;
         *where = m.entry()->parameter(pi)->name() + "[" + std::to_string(idx) + "]: finite difference " +
-                 std::to_string(fd) + ", gradient " + std::to_string(an);
+                 QString::number(fd, 'g', 12).toStdString() + ", gradient " + QString::number(an, 'g', 12).toStdString();
       }
     }
   }
@@ -113,11 +114,16 @@ class TestModelZoo : public QObject {
  private slots:
   void registry() {
     const auto models = ZooList();
-    QCOMPARE(models.size(), size_t(4));
+    QCOMPARE(models.size(), size_t(9));
     QCOMPARE(models[0].name, std::string("mlp"));
     QCOMPARE(models[1].name, std::string("transformer-layer"));
     QCOMPARE(models[2].name, std::string("transformer"));
-    QCOMPARE(models[3].name, std::string("ncf"));
+    QCOMPARE(models[3].name, std::string("resnet50"));
+    QCOMPARE(models[4].name, std::string("unet3d"));
+    QCOMPARE(models[5].name, std::string("moe-layer"));
+    QCOMPARE(models[6].name, std::string("moe-transformer"));
+    QCOMPARE(models[7].name, std::string("pipelined-transformer"));
+    QCOMPARE(models[8].name, std::string("ncf"));
     QCOMPARE(std::string(kZooDefaultExample), std::string("transformer-layer"));
     auto value = [](const ZooModel& m, const std::string& k) {
       for (const auto& p : m.parameters)
@@ -351,7 +357,7 @@ class TestModelZoo : public QObject {
   }
 
   void roundTripThroughHloText() {
-    for (const char* name : {"mlp", "transformer-layer", "transformer"}) {
+    for (const char* name : {"mlp", "transformer-layer", "transformer", "resnet50", "unet3d", "moe-layer", "moe-transformer"}) {
       auto m = Build(name);
       QVERIFY(m);
       const std::string text = PrintHloModule(*m);
@@ -363,9 +369,10 @@ class TestModelZoo : public QObject {
   }
 
   void buildErrors() {
-    auto unknown = ZooBuild("alexnet");
+    auto unknown = ZooBuild("vgg");
     QVERIFY(!unknown.ok());
-    QCOMPARE(unknown.error().message, std::string("unknown zoo model 'alexnet' (models: mlp, transformer-layer, transformer, ncf)"));
+    QCOMPARE(unknown.error().message, std::string("unknown zoo model 'vgg' (models: mlp, transformer-layer, transformer, resnet50, unet3d, moe-layer, "
+                                                   "moe-transformer, pipelined-transformer, ncf)"));
     auto bad_key = ZooBuild("mlp", {{"depth", "3"}});
     QVERIFY(!bad_key.ok());
     QVERIFY(bad_key.error().message.rfind("model mlp has no parameter 'depth' (parameters: batch, model,", 0) == 0);
@@ -380,6 +387,12 @@ class TestModelZoo : public QObject {
     auto huge = ZooBuild("transformer-layer", {{"seq", "16777216"}, {"batch", "4096"}});
     QVERIFY(!huge.ok());
     QVERIFY(huge.error().message.find("more than 2^50 elements") != std::string::npos);
+    auto blocks = ZooBuild("resnet50", {{"blocks", "3,x"}});
+    QCOMPARE(blocks.error().message, std::string("parameter blocks must be comma-separated integers, found '3,x'"));
+    auto levels = ZooBuild("unet3d", {{"image", "100"}});
+    QCOMPARE(levels.error().message, std::string("unet3d: image = 100 must be a multiple of 2^(levels-1) = 8"));
+    auto set = ZooBuild("resnet50", {{"annotations", "finalized"}});
+    QCOMPARE(set.error().message, std::string("parameter annotations must be none, data or spatial, found 'finalized'"));
   }
 
   void cli() {
@@ -412,6 +425,156 @@ class TestModelZoo : public QObject {
     QVERIFY(bad.waitForFinished(60000));
     QCOMPARE(bad.exitCode(), 2);
     QVERIFY(QString::fromUtf8(bad.readAllStandardError()).contains("--set expects KEY=VALUE"));
+  }
+
+  // ResNet-50 at its real sizes: torchvision's resnet50 has 25,557,032 weights (convolutions,
+  // BatchNorm scales and offsets, the classifier with its bias); the shapes of He et al. Table 1.
+  void resnet50RealSizes() {
+    auto m = Build("resnet50", {{"optimizer", "none"}});
+    QVERIFY(m);
+    int64_t weights = 0, n_weights = 0;
+    for (Instruction* p : m->entry()->parameters()) {
+      if (p->name() == "x" || p->name() == "labels") continue;
+      weights += p->shape().ElementCount();
+      ++n_weights;
+    }
+    QCOMPARE(weights, int64_t(25557032));
+    QCOMPARE(n_weights, int64_t(161));  // stem 3, 16 blocks x 9, 4 projections x 3, classifier 2
+    QCOMPARE(ShapeOf(*m, "x"), std::string("f32[64,224,224,3]"));
+    QCOMPARE(ShapeOf(*m, "stem_conv"), std::string("f32[64,112,112,64]"));
+    QCOMPARE(ShapeOf(*m, "stem_pool"), std::string("f32[64,56,56,64]"));
+    QCOMPARE(ShapeOf(*m, "stage1_block0_out"), std::string("f32[64,56,56,256]"));
+    QCOMPARE(ShapeOf(*m, "stage2_block0_conv2_conv"), std::string("f32[64,28,28,128]"));  // stride in the 3x3
+    QCOMPARE(ShapeOf(*m, "stage4_block2_out"), std::string("f32[64,7,7,2048]"));
+    QCOMPARE(ShapeOf(*m, "head_logits"), std::string("f32[64,1000]"));
+    QCOMPARE(ShapeOf(*m, "stage3_block5_conv3_w"), std::string("f32[1,1,256,1024]"));
+    // Data parallel: only the inputs are annotated, the batch over the 8 devices of X.
+    QCOMPARE(CountAnnotated(*m), 2);
+    QCOMPARE(*m->FindInstruction("x")->sharding(), Parse("{devices=[8,1,1,1]<=[8]}"));
+    // The gradient outputs have the weights' shapes.
+    QCOMPARE(m->entry()->root()->shape().tuple.size(), size_t(1 + 161));
+    // LARS keeps one momentum per weight.
+    auto lars = Build("resnet50");
+    QVERIFY(lars);
+    QCOMPARE(lars->entry()->parameters().size(), size_t(2 + 2 * 161));
+    QCOMPARE(lars->entry()->root()->shape().tuple.size(), size_t(1 + 2 * 161));
+    QCOMPARE(ShapeOf(*lars, "head_fc_w_m"), std::string("f32[2048,1000]"));
+    auto spatial = Build("resnet50", {{"annotations", "spatial"}, {"mesh_x", "2"}, {"mesh_y", "4"}});
+    QVERIFY(spatial);
+    QCOMPARE(*spatial->FindInstruction("x")->sharding(), Parse("{devices=[2,4,1,1]<=[8]}"));
+  }
+
+  // The 3-D U-Net at GSPMD Table 8's sizes: 128^3 images, Çiçek et al.'s channel counts.
+  void unet3dShapes() {
+    auto m = Build("unet3d", {{"mesh_y", "16"}});
+    QVERIFY(m);
+    QCOMPARE(m->num_partitions, int64_t(16));
+    QCOMPARE(ShapeOf(*m, "x"), std::string("f32[4,128,128,128,1]"));
+    QCOMPARE(ShapeOf(*m, "down0_convb_conv"), std::string("f32[4,128,128,128,64]"));
+    QCOMPARE(ShapeOf(*m, "down0_pool"), std::string("f32[4,64,64,64,64]"));
+    QCOMPARE(ShapeOf(*m, "down3_convb_conv"), std::string("f32[4,16,16,16,512]"));
+    QCOMPARE(ShapeOf(*m, "up2_upconv_conv"), std::string("f32[4,32,32,32,512]"));
+    QCOMPARE(ShapeOf(*m, "up2_concat"), std::string("f32[4,32,32,32,768]"));
+    QCOMPARE(ShapeOf(*m, "up0_convb_conv"), std::string("f32[4,128,128,128,64]"));
+    QCOMPARE(ShapeOf(*m, "final_conv"), std::string("f32[4,128,128,128,3]"));
+    QCOMPARE(ShapeOf(*m, "up1_upconv_w"), std::string("f32[2,2,2,256,256]"));
+    // Only the inputs carry annotations: the batch on X (1 way) and the depth on Y (16 ways).
+    QCOMPARE(CountAnnotated(*m), 2);
+    QCOMPARE(*m->FindInstruction("x")->sharding(), Parse("{devices=[1,16,1,1,1]<=[16]}"));
+  }
+
+  // GShard's MoE: the expert dimension on the expert weights and the einsums, the capacity
+  // C = 2N/(G E), the annotations of each set.
+  void moeShapesAndAnnotations() {
+    auto m = Build("moe-transformer", {{"batch", "8"}, {"seq", "16"}, {"experts", "8"}, {"mesh_x", "4"}});
+    QVERIFY(m);
+    QCOMPARE(ShapeOf(*m, "layer1_wg"), std::string("f32[32,8]"));             // ME
+    QCOMPARE(ShapeOf(*m, "layer1_expert_wi"), std::string("f32[8,32,64]"));  // EMH
+    QCOMPARE(ShapeOf(*m, "layer1_expert_wo"), std::string("f32[8,64,32]"));   // EHM
+    QVERIFY(!m->FindInstruction("layer0_wg"));                                // layer 0 is dense
+    QCOMPARE(ShapeOf(*m, "layer0_wi"), std::string("f32[32,64]"));
+    // G = 4 groups of N/G = 32 tokens; C = 2 * 32 / 8 = 8.
+    QCOMPARE(ShapeOf(*m, "layer1_moe_inputs"), std::string("f32[4,32,32]"));                  // GSM
+    QCOMPARE(ShapeOf(*m, "layer1_moe_gating_dispatch_mask"), std::string("f32[4,32,8,8]"));  // GSEC
+    QCOMPARE(ShapeOf(*m, "layer1_moe_dispatched"), std::string("f32[8,4,8,32]"));             // EGCM
+    QCOMPARE(ShapeOf(*m, "layer1_moe_experts_wi"), std::string("f32[8,4,8,64]"));             // EGCH
+    QCOMPARE(*m->FindInstruction("layer1_expert_wi")->sharding(), Parse("{devices=[4,1,1]<=[4]}"));
+    QCOMPARE(*m->FindInstruction("layer1_moe_dispatched")->sharding(), Parse("{devices=[4,1,1,1]<=[4]}"));
+    QCOMPARE(*m->FindInstruction("layer1_moe_expert_outputs_by_group")->sharding(), Parse("{devices=[1,4,1,1]<=[4]}"));
+    QCOMPARE(*m->FindInstruction("layer0_wqkv")->sharding(), Parse("{replicated}"));
+    QCOMPARE(*m->FindInstruction("x")->sharding(), Parse("{devices=[4,1,1]<=[4]}"));
+    auto hybrid = Build("moe-transformer", {{"annotations", "hybrid"}, {"mesh_x", "2"}, {"mesh_y", "2"}});
+    QVERIFY(hybrid);
+    QCOMPARE(*hybrid->FindInstruction("layer1_expert_wi")->sharding(), Parse("{devices=[2,1,2]<=[4]}"));  // E on X, H on Y
+    QCOMPARE(*hybrid->FindInstruction("layer0_wi")->sharding(), Parse("{devices=[2,2]<=[4]}"));           // Table 1 MH
+    QCOMPARE(*hybrid->FindInstruction("x")->sharding(), Parse("{devices=[2,1,2]<=[4]}"));                 // BSM X,_,Y
+    auto capacity = Build("moe-layer", {{"capacity", "3"}, {"backward", "0"}});
+    QVERIFY(capacity);
+    QCOMPARE(ShapeOf(*capacity, "layer0_moe_dispatched"), std::string("f32[4,4,3,32]"));
+  }
+
+  void unetAndMoeGradients() {
+    auto unet = Build("unet3d", {{"batch", "2"}, {"image", "4"}, {"width", "1"}, {"levels", "2"}, {"classes", "2"},
+                                 {"channels", "2"}, {"optimizer", "none"}, {"dtype", "f64"}, {"annotations", "none"}});
+    QVERIFY(unet);
+    std::string where;
+    double worst = WorstGradientError(*unet, 2, 2, &where, 1e-4);
+    qInfo("unet3d (2 levels): worst relative gradient error %.3g", worst);
+    QVERIFY2(worst < 1e-5, where.c_str());
+    // The MoE's gradients include the gating's (combine weights and the load-balancing loss).
+    auto moe = Build("moe-transformer", {{"batch", "4"}, {"seq", "4"}, {"model", "4"}, {"heads", "2"}, {"head_dim", "2"},
+                                         {"hidden", "6"}, {"experts", "4"}, {"mesh_x", "2"}, {"optimizer", "none"},
+                                         {"aux_loss_weight", "0.5"}, {"dtype", "f64"}});
+    QVERIFY(moe);
+    worst = WorstGradientError(*moe, 2, 3, &where, 1e-4);
+    qInfo("moe-transformer (dense + MoE layer): worst relative gradient error %.3g", worst);
+    QVERIFY2(worst < 1e-5, where.c_str());
+  }
+
+  void resnetGradientsAndLars() {
+    const ZooOverrides small = {{"batch", "2"}, {"image", "16"}, {"channels", "2"}, {"classes", "5"}, {"width", "2"},
+                                {"blocks", "1,2"}, {"dtype", "f64"}, {"annotations", "none"}};
+    ZooOverrides o = small;
+    o["optimizer"] = "none";
+    auto grads_m = Build("resnet50", o);
+    QVERIFY(grads_m);
+    std::string where;
+    const double worst = WorstGradientError(*grads_m, 2, 2, &where, 1e-4);
+    qInfo("resnet (2 stages): worst relative gradient error %.3g", worst);
+    QVERIFY2(worst < 1e-5, where.c_str());
+
+    // LARS: for a matrix, trust = eta |w| / (|g| + wd |w|), m' = mu m + lr trust (g + wd w),
+    // w' = w - m'; for a vector plain momentum.
+    o["optimizer"] = "lars";
+    o["learning_rate"] = "0.5";
+    auto lars_m = Build("resnet50", o);
+    QVERIFY(lars_m);
+    auto args = RandomArgs(*lars_m, 5);
+    const int64_t n_w = (static_cast<int64_t>(args.size()) - 2) / 2;
+    std::vector<Tensor> grad_args(args.begin(), args.begin() + 2 + n_w);
+    auto g = Evaluate(*grads_m, grad_args);
+    auto l = Evaluate(*lars_m, args);
+    QVERIFY(g.ok() && l.ok());
+    for (int64_t k = 0; k < n_w; ++k) {
+      const Tensor& w = args[static_cast<size_t>(2 + k)];
+      const Tensor& m0 = args[static_cast<size_t>(2 + n_w + k)];
+      const Tensor& gr = g->element(1 + k);
+      double wn = 0, gn = 0;
+      for (int64_t i = 0; i < w.size(); ++i) {
+        wn += w.GetDouble(i) * w.GetDouble(i);
+        gn += gr.GetDouble(i) * gr.GetDouble(i);
+      }
+      wn = std::sqrt(wn);
+      gn = std::sqrt(gn);
+      const bool matrix = w.shape().rank() > 1;
+      const double trust = matrix ? 0.001 * wn / (gn + 1e-4 * wn) : 1.0;
+      for (int64_t i = 0; i < w.size(); ++i) {
+        const double step = matrix ? trust * (gr.GetDouble(i) + 1e-4 * w.GetDouble(i)) : gr.GetDouble(i);
+        const double m1 = 0.9 * m0.GetDouble(i) + 0.5 * step;
+        QVERIFY(std::abs(l->element(1 + n_w + k).GetDouble(i) - m1) < 1e-12);
+        QVERIFY(std::abs(l->element(1 + k).GetDouble(i) - (w.GetDouble(i) - m1)) < 1e-12);
+      }
+    }
   }
 };
 

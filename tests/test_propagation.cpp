@@ -16,8 +16,8 @@
 #include "core/sharding/mesh.h"
 #include "core/zoo/model_zoo.h"
 #include "core/sharding/sharding.h"
-#include "partitioner/propagation.h"
-#include "partitioner/sharding_util.h"
+#include "partitioner/propagation/sharding_propagation.h"
+#include "partitioner/hlo_sharding_util.h"
 
 using namespace shardscope;
 
@@ -162,20 +162,20 @@ class TestPropagation : public QObject {
     const HloSharding on_x = Split(2, mesh, {0, -1});  // [B_X, F]
     const HloSharding on_y = Split(2, mesh, {-1, 1});  // [B, F_Y]
     HloSharding merged = on_y;
-    QVERIFY(shard_util::MergeShardingIfCompatible(on_x, &merged));
+    QVERIFY(hlo_sharding_util::MergeShardingIfCompatible(on_x, &merged));
     QVERIFY2(merged == Split(2, mesh, {0, 1}), qPrintable(Q(merged.ToString())));
     // The same mesh axis on two dims is not compatible.
     HloSharding other = Split(2, mesh, {-1, 0});
-    QVERIFY(!shard_util::MergeShardingIfCompatible(on_x, &other));
+    QVERIFY(!hlo_sharding_util::MergeShardingIfCompatible(on_x, &other));
     QCOMPARE(Q(other.ToString()), Q(Split(2, mesh, {-1, 0}).ToString()));  // unchanged on failure
   }
 
   void moreSpecific() {
-    QVERIFY(shard_util::IsShardingMoreSpecific(S("{devices=[2,2]0,1,2,3}"), S("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}")));
-    QVERIFY(!shard_util::IsShardingMoreSpecific(S("{replicated}"), S("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}")));
-    QVERIFY(shard_util::IsShardingMoreSpecific(S("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"), S("{replicated}")));
-    QVERIFY(shard_util::IsShardingMoreSpecific(S("{manual}"), S("{replicated}")));
-    QVERIFY(!shard_util::IsShardingMoreSpecific(S("{replicated}"), S("{manual}")));
+    QVERIFY(hlo_sharding_util::IsShardingMoreSpecific(S("{devices=[2,2]0,1,2,3}"), S("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}")));
+    QVERIFY(!hlo_sharding_util::IsShardingMoreSpecific(S("{replicated}"), S("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}")));
+    QVERIFY(hlo_sharding_util::IsShardingMoreSpecific(S("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"), S("{replicated}")));
+    QVERIFY(hlo_sharding_util::IsShardingMoreSpecific(S("{manual}"), S("{replicated}")));
+    QVERIFY(!hlo_sharding_util::IsShardingMoreSpecific(S("{replicated}"), S("{manual}")));
   }
 
   // Reshape: splitting a sharded dim keeps the tiles on the major part; merging works when only
@@ -184,25 +184,25 @@ class TestPropagation : public QObject {
     const Shape s48(PrimitiveType::kF32, {4, 8});
     const Shape s32(PrimitiveType::kF32, {32});
     const Shape s2_2_8(PrimitiveType::kF32, {2, 2, 8});
-    auto merge = shard_util::ReshapeSharding(s48, s32, S("{devices=[4,1]0,1,2,3}"));
+    auto merge = hlo_sharding_util::ReshapeSharding(s48, s32, S("{devices=[4,1]0,1,2,3}"));
     QVERIFY(merge.has_value());
     QCOMPARE(Q(merge->ToString()), Q(S("{devices=[4]0,1,2,3}").ToString()));
-    auto split = shard_util::ReshapeSharding(s48, s2_2_8, S("{devices=[4,1]0,1,2,3}"));
+    auto split = hlo_sharding_util::ReshapeSharding(s48, s2_2_8, S("{devices=[4,1]0,1,2,3}"));
     QVERIFY(split.has_value());
     QVERIFY(*split == S("{devices=[2,2,1]0,1,2,3}"));
     // A sharded minor dim merged into an unsharded major one: no exact reshape...
-    QVERIFY(!shard_util::ReshapeSharding(s48, s32, S("{devices=[1,4]0,1,2,3}")).has_value());
+    QVERIFY(!hlo_sharding_util::ReshapeSharding(s48, s32, S("{devices=[1,4]0,1,2,3}")).has_value());
     // ...but propagation keeps what it can (here: nothing, replicated).
-    QVERIFY(shard_util::PropagateShardingThroughReshape(s48, s32, S("{devices=[1,4]0,1,2,3}")).IsReplicated());
+    QVERIFY(hlo_sharding_util::PropagateShardingThroughReshape(s48, s32, S("{devices=[1,4]0,1,2,3}")).IsReplicated());
   }
 
   void transposeAndPartialReplication() {
-    QVERIFY(shard_util::TransposeSharding(S("{devices=[2,4]<=[8]}"), {1, 0}) == S("{devices=[4,2]<=[2,4]T(1,0)}"));
-    QVERIFY(shard_util::PartiallyReplicateTiledShardingOnDims(S("{devices=[2,4]<=[8]}"), {1}) ==
+    QVERIFY(hlo_sharding_util::TransposeSharding(S("{devices=[2,4]<=[8]}"), {1, 0}) == S("{devices=[4,2]<=[2,4]T(1,0)}"));
+    QVERIFY(hlo_sharding_util::PartiallyReplicateTiledShardingOnDims(S("{devices=[2,4]<=[8]}"), {1}) ==
             S("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"));
-    QVERIFY(shard_util::PartiallyReplicateTiledShardingOnDims(S("{devices=[2,4]<=[8]}"), {0, 1}).IsReplicated());
+    QVERIFY(hlo_sharding_util::PartiallyReplicateTiledShardingOnDims(S("{devices=[2,4]<=[8]}"), {0, 1}).IsReplicated());
     // Partial replication keeps a manual subgroup.
-    QVERIFY(shard_util::ReplicateAllDataDims(S("{devices=[2,2]0,1,2,3 last_tile_dims={manual}}"), 1) ==
+    QVERIFY(hlo_sharding_util::ReplicateAllDataDims(S("{devices=[2,2]0,1,2,3 last_tile_dims={manual}}"), 1) ==
             S("{devices=[1,2,2]0,2,1,3 last_tile_dims={manual, replicated}}"));
   }
 

@@ -9,7 +9,7 @@
 
 #include "core/ir/hlo_text.h"
 #include "app/conformance/propagation_conformance.h"
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 
 using namespace shardscope;
 

@@ -13,8 +13,8 @@
 
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
-#include "partitioner/spmd/context.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/halo.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 using namespace shardscope;
 

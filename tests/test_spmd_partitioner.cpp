@@ -9,7 +9,7 @@
 #include "core/ir/builder.h"
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 using namespace shardscope;
 
@@ -136,6 +136,24 @@ class SpmdPartitionerTest : public QObject {
     QCOMPARE(rss[0]->shape().ToString(false), std::string("f32[4,8]"));
     QCOMPARE(rss[0]->dimensions, std::vector<int64_t>{0});
     QCOMPARE(CountCollectives(*r.module), 1);
+  }
+
+  // A decision the dot handler cached in one partitioning run must not leak into the next: the
+  // same dot partitioned again without reduce-scatter fusion gets an all-reduce + dynamic-slice,
+  // and partitioned again with it, the reduce-scatter (the cache lives with its run's options).
+  void dotDecisionsFollowTheRunsOptions() {
+    auto m = Matmul(8, 8, 8, "{devices=[1,2]0,1}", "{devices=[2,1]0,1}", "{devices=[2,1]0,1}");
+    for (bool fuse : {true, false, true}) {
+      SpmdOptions o;
+      o.num_partitions = 2;
+      o.prefer_reduce_scatter = fuse;
+      auto r = PartitionModule(*m, o);
+      QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
+      QCOMPARE(Find(*r->module, Opcode::kReduceScatter).size(), size_t{fuse ? 1u : 0u});
+      QCOMPARE(Find(*r->module, Opcode::kAllReduce).size(), size_t{fuse ? 0u : 1u});
+      auto v = VerifyPartitioned(*m, *r->module, 2, 7);
+      QVERIFY(v.ok() && v->match);
+    }
   }
 
   // Case 4: both non-contracting dims sharded on the same axis: all-gather one side.

@@ -12,7 +12,7 @@
 
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 using namespace shardscope;
 

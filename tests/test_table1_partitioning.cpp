@@ -8,8 +8,8 @@
 
 #include "core/zoo/model_zoo.h"
 #include "core/eval/numeric_verify.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/propagation/sharding_propagation.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 using namespace shardscope;
 

@@ -23,8 +23,8 @@
 #include "core/eval/virtual_cluster.h"
 #include "core/ir/hlo_text.h"
 #include "core/zoo/model_zoo.h"
-#include "partitioner/propagation.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/propagation/sharding_propagation.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #include "partitioner/weight_update_sharding/redundancy.h"
 #include "partitioner/weight_update_sharding/shard_format.h"
 #include "partitioner/weight_update_sharding/weight_update_sharding.h"
@@ -33,6 +33,7 @@
 #include "simulator/topology.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

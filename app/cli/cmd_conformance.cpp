@@ -3,12 +3,14 @@
 // pass rate. Exit 0 when every check holds, 1 when some fail, 2 on bad input.
 // KIND spmd runs the SPMD partitioner corpus (partitioner/spmd_conformance.h; cases whose pipeline
 // propagates shardings first use this project's propagation); its last line is its pass rate.
+// KIND dumps runs the whole pipeline over a folder of real HLO dumps (dump_conformance.h).
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "app/cli/cli.h"
+#include "app/conformance/dump_conformance.h"
 #include "app/conformance/propagation_conformance.h"
 #include "app/pipeline/propagate.h"
 #include "app/conformance/spmd_conformance.h"
@@ -48,9 +50,19 @@ int Run(const std::vector<std::string>& args_in) {
   if (args.size() != 2) {
     std::string kinds;
     for (const auto& k : conformance::ConformanceKinds()) kinds += (kinds.empty() ? "" : "|") + k;
-    return cli::UsageError("conformance", "expected KIND DIR (KIND: " + kinds + "|spmd)");
+    return cli::UsageError("conformance", "expected KIND DIR (KIND: " + kinds + "|spmd|dumps)");
   }
   if (args[0] == "spmd") return RunSpmd(args[1], quiet);
+  if (args[0] == "dumps") {
+    DumpConformanceOptions o;
+    o.verbose = !quiet;
+    auto s = RunDumpConformance(args[1], std::cout, o);
+    if (!s.ok()) {
+      std::cerr << "shardscope-cli conformance: " << s.error().message << "\n";
+      return 2;
+    }
+    return s->passed == s->total ? 0 : 1;
+  }
   auto report = conformance::RunConformance(args[0], args[1], options);
   if (!report.ok()) {
     std::cerr << "shardscope-cli conformance: " << report.error().message << "\n";
@@ -66,6 +78,6 @@ int Run(const std::vector<std::string>& args_in) {
 
 const bool registered = shardscope::cli::Register(
     {"conformance", "KIND DIR [--filter TEXT] [--quiet]",
-     "Measure against XLA's test expectations (KIND: propagation|spmd); last line: pass rate", &Run});
+     "Measure against XLA's test expectations (KIND: propagation|spmd), or run the pipeline over real dumps (dumps); last line: pass rate", &Run});
 
 }  // namespace

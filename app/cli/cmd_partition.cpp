@@ -6,14 +6,17 @@
 #include "app/cli/wus_options.h"
 #include "app/pipeline/pipeline.h"
 #include "core/ir/hlo_text.h"
+#include "core/ir/spmd_program.h"
 
 namespace shardscope::cli {
 namespace {
 
 // Parses, propagates (unless --no-propagate), partitions and, with `verify`, checks the program
-// numerically. Returns 0 on success, else the exit code to use (2: bad input).
+// numerically. A module that is already an SPMD program (core/ir/spmd_program.h) is left as it is:
+// *already_partitioned gets the evidence and out->module the module. Returns 0 on success, else the
+// exit code to use (2: bad input).
 int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::optional<pipeline::VerifyOptions>& verify,
-            pipeline::PipelineResult* out) {
+            pipeline::PipelineResult* out, std::string* already_partitioned) {
   const bool no_propagate = TakeFlag(args, "no-propagate");
   const bool keep_io = TakeFlag(args, "keep-io-shardings");
   bool wus = false;
@@ -28,6 +31,11 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::o
   if (!m.ok()) {
     std::cerr << m.error().message << "\n";
     return 2;
+  }
+  if (auto evidence = AlreadyPartitioned(**m)) {
+    *already_partitioned = *evidence;
+    out->module = std::move(m).value();
+    return 0;
   }
   pipeline::PipelineOptions options;
   // By default the pass may also shard the entry's parameters and outputs (what JAX asks for when
@@ -73,7 +81,19 @@ int RunPartition(const std::vector<std::string>& argv) {
   const bool has_out = TakeOption(args, "o", &out_path) || TakeOption(args, "output", &out_path);
   const bool summary = TakeFlag(args, "summary");
   pipeline::PipelineResult p;
-  if (int rc = Prepare("partition", args, std::nullopt, &p)) return rc;
+  std::string already;
+  if (int rc = Prepare("partition", args, std::nullopt, &p, &already)) return rc;
+  if (!already.empty()) {
+    const std::string note = args[0] + ": already partitioned (" + already + "); left unchanged\n";
+    if (has_out) {
+      if (!WriteFile(out_path, PrintHloModule(*p.module))) return 2;
+      std::cout << note;
+    } else {
+      std::cout << PrintHloModule(*p.module);
+      std::cerr << note;
+    }
+    return 0;
+  }
   const std::string text = PrintHloModule(*p.partition->module);
   const WeightUpdateShardingResult* w = p.weight_update_sharding ? &*p.weight_update_sharding : nullptr;
   if (has_out) {
@@ -113,7 +133,12 @@ int RunVerify(const std::vector<std::string>& argv) {
     return UsageError("verify", "--seed takes a non-negative integer");
   }
   pipeline::PipelineResult p;
-  if (int rc = Prepare("verify", args, pipeline::VerifyOptions::Unlimited(seed), &p)) return rc;
+  std::string already;
+  if (int rc = Prepare("verify", args, pipeline::VerifyOptions::Unlimited(seed), &p, &already)) return rc;
+  if (!already.empty()) {
+    std::cout << args[0] << ": already partitioned (" << already << "); there is no global program to compare it with\n";
+    return 0;
+  }
   const int64_t n = p.partition->module->num_partitions;
   if (p.verification.state == VerificationVerdict::State::kError) {
     std::cerr << args[0] << ": error: cannot evaluate: " << p.verification.reason << "\n";

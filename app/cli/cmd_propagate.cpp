@@ -84,6 +84,7 @@ int Run(const std::vector<std::string>& args_in) {
       return 2;
     }
     std::cout << propagation.ExplainText(*inst);
+    if (auto loc = SourceLocationOf(module, *inst)) std::cout << "  source: " << loc->frames[0].ToString() << "\n";
   }
   if (!out_path.empty()) {
     if (!cli::WriteFile(out_path, PrintHloModule(module))) return 2;

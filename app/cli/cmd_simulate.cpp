@@ -1,7 +1,7 @@
 // shardscope-cli simulate: partition (when needed), simulate one step on a modelled pod, store, export.
 //
-// A module counts as already partitioned (an SPMD program) when it contains partition-id,
-// replica-id or a collective, or when no instruction carries a tiled sharding; otherwise its
+// A module counts as already partitioned (an SPMD program) by core/ir/spmd_program.h's rule, or
+// when no instruction carries a tiled sharding; otherwise its
 // shardings are propagated and it is partitioned for the mesh's device count first (--partition /
 // --no-partition force the choice); propagation may then also shard the entry parameters and
 // outputs it was not given shardings for (--keep-io-shardings: no). The run is stored only when
@@ -18,10 +18,13 @@
 #include "app/cli/wus_options.h"
 #include "app/pipeline/pipeline.h"
 #include "core/ir/hlo_text.h"
+#include "core/ir/spmd_program.h"
 #include "core/sharding/mesh.h"
 #include "simulator/trace_export.h"
 
 namespace shardscope::cli {
+
+using namespace shardscope::sim;
 namespace {
 
 constexpr const char* kName = "simulate";
@@ -133,6 +136,8 @@ int Run(const std::vector<std::string>& in) {
     std::cerr << parsed.error().message << "\n";
     return 2;
   }
+  // A module XLA's backend already fused runs its own kernels: no second fusion.
+  if (IsBackendOptimized(**parsed)) options.program.fuse_elementwise = false;
   const int64_t devices = topology.num_devices();
   pipeline::PipelineOptions run;
   // The step's inputs and outputs may take the shardings propagation infers (XLA's

@@ -15,7 +15,7 @@
 #include "core/ir/hlo_text.h"
 #include "core/ir/ir.h"
 #include "core/sharding/sharding.h"
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 
 namespace shardscope::conformance {
 namespace {

@@ -11,8 +11,7 @@
 
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
-#include "partitioner/spmd/context.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 namespace shardscope {
 
@@ -235,7 +234,6 @@ Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::o
   if (names.empty()) return Error(dir + ": no .notes files (expected NAME.hlo + NAME.notes cases)");
   SpmdConformanceSummary sum;
   std::map<std::string, std::pair<int64_t, int64_t>> by_kind;  // kind -> (supported cases, matched)
-  const auto& registry = spmd::HandlerRegistry();
   for (const std::string& name : names) {
     SpmdCaseResult r;
     r.name = name;
@@ -263,7 +261,7 @@ Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::o
     r.category = CategoryOf(mod);
     for (const auto& c : mod.computations())
       for (const auto& i : c->instructions())
-        if (!registry.count(i->opcode())) {
+        if (!HasSpmdHandler(i->opcode())) {
           std::string op = i->opcode_text();
           if (std::find(r.unsupported.begin(), r.unsupported.end(), op) == r.unsupported.end()) r.unsupported.push_back(op);
         }

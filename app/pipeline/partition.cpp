@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/collectives/participants.h"
+#include "core/ir/spmd_program.h"
 #include "simulator/schedule.h"
 
 namespace shardscope::pipeline {
@@ -38,15 +39,13 @@ bool HasTiledLeaf(const HloSharding& s) {
 }  // namespace
 
 bool NeedsPartitioning(const Module& module) {
-  bool tiled = false;
+  if (AlreadyPartitioned(module)) return false;  // an SPMD program (core/ir/spmd_program.h)
   for (const auto& c : module.computations()) {
     for (const auto& i : c->instructions()) {
-      const Opcode op = i->opcode();
-      if (op == Opcode::kPartitionId || op == Opcode::kReplicaId || IsCollective(op)) return false;
-      if (i->has_sharding()) tiled = tiled || HasTiledLeaf(*i->sharding());
+      if (i->has_sharding() && HasTiledLeaf(*i->sharding())) return true;
     }
   }
-  return tiled;
+  return false;
 }
 
 Result<PartitionResult> Partition(const Module& module, const SpmdOptions& options, const CancellationToken& cancel) {
@@ -135,10 +134,6 @@ std::map<std::string, std::string> SpmdOrigins(const PartitionResult& partition)
     if (!c.origin.empty()) out.emplace(c.instruction, c.origin);
   }
   return out;
-}
-
-bool IsHaloExchange(const InsertedCollective& collective) {
-  return collective.kind == Opcode::kCollectivePermute && collective.reason.rfind("halo exchange", 0) == 0;
 }
 
 }  // namespace shardscope::pipeline

@@ -1,5 +1,5 @@
 // The propagation stage of the analysis pipeline: the one place that sets up the options of
-// GSPMD sharding propagation (partitioner/propagation.h) for the CLI, the GUI and the benchmarks,
+// GSPMD sharding propagation (partitioner/propagation/sharding_propagation.h) for the CLI, the GUI and the benchmarks,
 // a one-shot run, and an incremental session that is given the whole set of user annotations each
 // time and re-propagates only what changed (the GUI's edits).
 #pragma once
@@ -15,7 +15,7 @@
 #include "core/base/status.h"
 #include "core/ir/ir.h"
 #include "core/sharding/sharding.h"
-#include "partitioner/propagation.h"
+#include "partitioner/propagation/sharding_propagation.h"
 
 namespace shardscope::pipeline {
 

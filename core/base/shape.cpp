@@ -12,8 +12,11 @@ struct TypeInfo {
   std::string_view name;
   int64_t bytes;
 };
-constexpr std::array<TypeInfo, 29> kTypes = {{
+constexpr std::array<TypeInfo, 34> kTypes = {{
     {PrimitiveType::kInvalid, "invalid", 0},  {PrimitiveType::kPred, "pred", 1},
+    {PrimitiveType::kS1, "s1", 1},            {PrimitiveType::kU1, "u1", 1},
+    {PrimitiveType::kF4E2M1FN, "f4e2m1fn", 1}, {PrimitiveType::kF8E3M4, "f8e3m4", 1},
+    {PrimitiveType::kF8E4M3, "f8e4m3", 1},
     {PrimitiveType::kS2, "s2", 1},            {PrimitiveType::kS4, "s4", 1},
     {PrimitiveType::kS8, "s8", 1},            {PrimitiveType::kS16, "s16", 2},
     {PrimitiveType::kS32, "s32", 4},          {PrimitiveType::kS64, "s64", 8},
@@ -60,14 +63,16 @@ int64_t PrimitiveTypeBytes(PrimitiveType t) { return Info(t).bytes; }
 
 int64_t PrimitiveTypeBitWidth(PrimitiveType t) {
   switch (t) {
+    case PrimitiveType::kS1: case PrimitiveType::kU1: return 1;
     case PrimitiveType::kS2: case PrimitiveType::kU2: return 2;
-    case PrimitiveType::kS4: case PrimitiveType::kU4: return 4;
+    case PrimitiveType::kS4: case PrimitiveType::kU4: case PrimitiveType::kF4E2M1FN: return 4;
     default: return PrimitiveTypeBytes(t) * 8;
   }
 }
 
 bool IsFloatingPoint(PrimitiveType t) {
   switch (t) {
+    case PrimitiveType::kF4E2M1FN: case PrimitiveType::kF8E3M4: case PrimitiveType::kF8E4M3:
     case PrimitiveType::kF8E5M2: case PrimitiveType::kF8E4M3FN: case PrimitiveType::kF8E4M3B11FNUZ:
     case PrimitiveType::kF8E5M2FNUZ: case PrimitiveType::kF8E4M3FNUZ: case PrimitiveType::kF8E8M0FNU:
     case PrimitiveType::kF16:
@@ -78,11 +83,11 @@ bool IsFloatingPoint(PrimitiveType t) {
   }
 }
 bool IsSignedInteger(PrimitiveType t) {
-  return t == PrimitiveType::kS2 || t == PrimitiveType::kS4 || t == PrimitiveType::kS8 ||
+  return t == PrimitiveType::kS1 || t == PrimitiveType::kS2 || t == PrimitiveType::kS4 || t == PrimitiveType::kS8 ||
          t == PrimitiveType::kS16 || t == PrimitiveType::kS32 || t == PrimitiveType::kS64;
 }
 bool IsUnsignedInteger(PrimitiveType t) {
-  return t == PrimitiveType::kU2 || t == PrimitiveType::kU4 || t == PrimitiveType::kU8 ||
+  return t == PrimitiveType::kU1 || t == PrimitiveType::kU2 || t == PrimitiveType::kU4 || t == PrimitiveType::kU8 ||
          t == PrimitiveType::kU16 || t == PrimitiveType::kU32 || t == PrimitiveType::kU64;
 }
 bool IsInteger(PrimitiveType t) { return IsSignedInteger(t) || IsUnsignedInteger(t); }

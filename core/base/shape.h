@@ -12,16 +12,16 @@
 namespace shardscope {
 
 enum class PrimitiveType : uint8_t {
-  kInvalid, kPred, kS2, kS4, kS8, kS16, kS32, kS64, kU2, kU4, kU8, kU16, kU32, kU64,
-  kF8E5M2, kF8E4M3FN, kF8E4M3B11FNUZ, kF8E5M2FNUZ, kF8E4M3FNUZ, kF8E8M0FNU, kF16, kBF16, kF32, kF64,
-  kC64, kC128, kToken, kTuple, kOpaque,
+  kInvalid, kPred, kS1, kS2, kS4, kS8, kS16, kS32, kS64, kU1, kU2, kU4, kU8, kU16, kU32, kU64,
+  kF4E2M1FN, kF8E3M4, kF8E4M3, kF8E5M2, kF8E4M3FN, kF8E4M3B11FNUZ, kF8E5M2FNUZ, kF8E4M3FNUZ, kF8E8M0FNU,
+  kF16, kBF16, kF32, kF64, kC64, kC128, kToken, kTuple, kOpaque,
 };
 
 std::string_view PrimitiveTypeName(PrimitiveType t);                 // "f32", "bf16", ...
 std::optional<PrimitiveType> PrimitiveTypeFromName(std::string_view name);
 // Bytes per element (sub-byte types round up to 1). 0 for token/tuple/opaque.
 int64_t PrimitiveTypeBytes(PrimitiveType t);
-// Bits per element as stored (pred 8, s4/u4 4, s2/u2 2); 0 for token/tuple/opaque.
+// Bits per element as stored (pred 8, s4/u4/f4e2m1fn 4, s2/u2 2, s1/u1 1); 0 for token/tuple/opaque.
 int64_t PrimitiveTypeBitWidth(PrimitiveType t);
 bool IsFloatingPoint(PrimitiveType t);
 bool IsSignedInteger(PrimitiveType t);

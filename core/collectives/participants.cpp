@@ -23,7 +23,7 @@ bool AnyIdAtLeast(const std::vector<std::vector<int64_t>>& groups, int64_t limit
 
 CollectiveGroupMode CollectiveGroupModeOf(const Instruction& inst) {
   const bool channel = inst.channel_id.has_value();
-  const Opcode op = inst.opcode();
+  const Opcode op = CollectiveOpcodeOf(inst).value_or(inst.opcode());  // async forms: the collective
   if (op == Opcode::kAllToAll || op == Opcode::kCollectivePermute || op == Opcode::kCollectivePermuteStart)
     return channel ? CollectiveGroupMode::kCrossPartition : CollectiveGroupMode::kCrossReplica;
   if (inst.use_global_device_ids) return CollectiveGroupMode::kFlattenedId;

@@ -67,8 +67,8 @@ Literal Scalar(std::string text, double value) {
 
 bool HasInfinity(PrimitiveType t) {
   switch (t) {
-    case PrimitiveType::kF8E5M2: case PrimitiveType::kF16: case PrimitiveType::kBF16:
-    case PrimitiveType::kF32: case PrimitiveType::kF64:
+    case PrimitiveType::kF8E5M2: case PrimitiveType::kF8E4M3: case PrimitiveType::kF8E3M4:
+    case PrimitiveType::kF16: case PrimitiveType::kBF16: case PrimitiveType::kF32: case PrimitiveType::kF64:
       return true;
     default:
       return false;
@@ -84,10 +84,7 @@ std::optional<Literal> Extreme(PrimitiveType t, bool highest) {
     return highest ? Scalar("inf", inf) : Scalar("-inf", -inf);
   }
   if (!IsInteger(t)) return std::nullopt;
-  const int bits = static_cast<int>(PrimitiveTypeBytes(t) * 8);
-  const int width = t == PrimitiveType::kS2 || t == PrimitiveType::kU2 ? 2
-                    : t == PrimitiveType::kS4 || t == PrimitiveType::kU4 ? 4
-                                                                         : bits;
+  const int width = static_cast<int>(PrimitiveTypeBitWidth(t));
   if (IsUnsignedInteger(t)) {
     if (!highest) return Scalar("0", 0);
     const uint64_t v = width == 64 ? std::numeric_limits<uint64_t>::max() : (uint64_t{1} << width) - 1;

@@ -61,7 +61,10 @@ float RoundToFloatType(PrimitiveType t, double v) {
     case PrimitiveType::kF8E5M2FNUZ: return ReducePrecisionF32(f, 5, 2);
     case PrimitiveType::kF8E4M3FN:
     case PrimitiveType::kF8E4M3B11FNUZ:
-    case PrimitiveType::kF8E4M3FNUZ: return ReducePrecisionF32(f, 4, 3);
+    case PrimitiveType::kF8E4M3FNUZ:
+    case PrimitiveType::kF8E4M3: return ReducePrecisionF32(f, 4, 3);
+    case PrimitiveType::kF8E3M4: return ReducePrecisionF32(f, 3, 4);
+    case PrimitiveType::kF4E2M1FN: return ReducePrecisionF32(f, 2, 1);
     default: return f;
   }
 }
@@ -69,6 +72,7 @@ float RoundToFloatType(PrimitiveType t, double v) {
 int BitWidth(PrimitiveType t) {
   switch (t) {
     case PrimitiveType::kPred: return 1;
+    case PrimitiveType::kS1: case PrimitiveType::kU1: return 1;
     case PrimitiveType::kS2: case PrimitiveType::kU2: return 2;
     case PrimitiveType::kS4: case PrimitiveType::kU4: return 4;
     case PrimitiveType::kS8: case PrimitiveType::kU8: return 8;

@@ -1,5 +1,6 @@
 #include "core/ir/hlo_lexer.h"
 
+#include <cctype>
 #include <charconv>
 
 namespace shardscope::hlo_internal {
@@ -87,9 +88,19 @@ bool IsTypedAttribute(Opcode op, std::string_view key) {
   return false;
 }
 
+Opcode AttributeOpcode(const Instruction& inst) {
+  if (inst.opcode() != Opcode::kGeneric) return inst.opcode();
+  std::string_view t = inst.opcode_text();
+  constexpr std::string_view kStart = "-start";
+  if (t.size() <= kStart.size() || t.substr(t.size() - kStart.size()) != kStart) return Opcode::kGeneric;
+  const auto op = OpcodeFromName(t.substr(0, t.size() - kStart.size()));
+  return op && IsCollective(*op) ? *op : Opcode::kGeneric;
+}
+
 bool PrintsDimensions(const Instruction& inst) {
-  if (!TakesDimensions(inst.opcode())) return false;
-  return inst.has_dimensions_attr || RequiresDimensions(inst.opcode()) || !inst.dimensions.empty();
+  const Opcode op = AttributeOpcode(inst);
+  if (!TakesDimensions(op)) return false;
+  return inst.has_dimensions_attr || RequiresDimensions(op) || !inst.dimensions.empty();
 }
 
 bool PrintsWindow(const Instruction& inst) {
@@ -98,7 +109,7 @@ bool PrintsWindow(const Instruction& inst) {
 }
 
 bool PrintsReplicaGroups(const Instruction& inst) {
-  if (!IsTypedAttribute(inst.opcode(), "replica_groups")) return false;
+  if (!IsTypedAttribute(AttributeOpcode(inst), "replica_groups")) return false;
   return inst.has_replica_groups || !inst.replica_groups.empty();
 }
 
@@ -124,6 +135,50 @@ std::string EscapeString(std::string_view s) {
     }
   }
   return out;
+}
+
+size_t ReadQuotedString(std::string_view s, size_t i, std::string* out) {
+  ++i;  // the opening quote
+  const size_t n = s.size();
+  while (i < n) {
+    const char c = s[i];
+    if (c == '"') return i + 1;
+    if (c != '\\' || i + 1 >= n) {
+      if (out) *out += c;
+      ++i;
+      continue;
+    }
+    const char e = s[i + 1];
+    i += 2;
+    if (!out) continue;
+    switch (e) {
+      case 'n': *out += '\n'; break;
+      case 't': *out += '\t'; break;
+      case 'r': *out += '\r'; break;
+      case 'x': {
+        int v = 0, k = 0;
+        while (k < 2 && i < n && std::isxdigit(static_cast<unsigned char>(s[i]))) {
+          const char h = s[i++];
+          v = v * 16 + (IsDigit(h) ? h - '0' : (h | 0x20) - 'a' + 10);
+          ++k;
+        }
+        *out += static_cast<char>(v);
+        break;
+      }
+      default:
+        if (e >= '0' && e <= '7') {
+          int v = e - '0', k = 1;
+          while (k < 3 && i < n && s[i] >= '0' && s[i] <= '7') {
+            v = v * 8 + (s[i++] - '0');
+            ++k;
+          }
+          *out += static_cast<char>(v);
+        } else {
+          *out += e;
+        }
+    }
+  }
+  return std::string_view::npos;
 }
 
 std::string WindowToString(const Window& w) {

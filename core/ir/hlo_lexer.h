@@ -25,6 +25,12 @@ inline bool IsNameChar(char c) { return IsAlpha(c) || IsDigit(c) || c == '_' || 
 // are handled separately and are not covered here.
 bool IsTypedAttribute(Opcode op, std::string_view key);
 
+// The opcode whose typed attributes an instruction carries: its own, or for a generic
+// "<collective>-start" that XLA writes for an async-wrapped collective (reduce-scatter-start,
+// all-to-all-start) the collective's, so that its replica_groups, channel_id and dimensions are
+// typed as on the synchronous op.
+Opcode AttributeOpcode(const Instruction& inst);
+
 // Ops that carry dimensions={...} (and the subset for which XLA requires it).
 bool TakesDimensions(Opcode op);
 bool RequiresDimensions(Opcode op);
@@ -40,6 +46,10 @@ bool PrintsReplicaGroups(const Instruction& inst);
 
 // Escapes a string for a double-quoted HLO string literal (without the quotes).
 std::string EscapeString(std::string_view s);
+// Reads the double-quoted string that starts at s[i] == '"' (escapes \n \t \r \xHH \ooo, any
+// other \c as c), appending the unescaped text to *out when given. Returns the index just past
+// the closing quote, or std::string_view::npos when the string is not terminated.
+size_t ReadQuotedString(std::string_view s, size_t i, std::string* out);
 
 // Text forms of typed attributes, used by the printer (and by tests).
 std::string WindowToString(const Window& w);

@@ -26,6 +26,7 @@
 #include "core/ir/replica_groups.h"
 #include "core/ir/hlo_text.h"
 #include "core/ir/shape_inference.h"
+#include "core/ir/shardy_import.h"
 #include "core/ir/verifier.h"
 
 namespace shardscope {
@@ -155,6 +156,19 @@ class Parser {
   Result<std::unique_ptr<Module>> Run(const ParseOptions& options) {
     if (!ParseModule() || !ResolveCalls() || !CheckCallCycles() || !InferMissingShapes()) return MakeError();
     if (needs_parameter_fixup_) module_ = module_->Clone();  // rebuilds parameters() by number
+    if (options.import_shardy && t_.find("xla.sdy") != std::string_view::npos) {
+      for (const ShardyDiagnostic& d : ImportShardy(*module_)) {
+        if (!options.warnings) continue;
+        const size_t off = d.instruction_id >= 0 && static_cast<size_t>(d.instruction_id) < inst_offsets_.size()
+                               ? inst_offsets_[static_cast<size_t>(d.instruction_id)]
+                               : 0;
+        auto [l, c] = LineCol(off);
+        std::string msg = d.message;
+        for (char& ch : msg)
+          if (ch == '\n' || ch == '\r') ch = ' ';
+        options.warnings->push_back(filename_ + ":" + std::to_string(l) + ":" + std::to_string(c) + ": warning: " + msg);
+      }
+    }
     if (options.verify) {
       Status s = VerifyModule(*module_);
       if (!s.ok()) return MapVerifierError(s.error());
@@ -411,49 +425,23 @@ class Parser {
   // p_ at '"': skips the string (escapes honoured). Optionally unescapes into *out.
   bool ScanString(std::string* out = nullptr) {
     const size_t b = p_;
-    ++p_;
-    while (p_ < t_.size()) {
-      const char c = t_[p_];
-      if (c == '"') {
-        ++p_;
-        return true;
-      }
-      if (c == '\\' && p_ + 1 < t_.size()) {
-        const char e = t_[p_ + 1];
-        p_ += 2;
-        if (!out) continue;
-        switch (e) {
-          case 'n': *out += '\n'; break;
-          case 't': *out += '\t'; break;
-          case 'r': *out += '\r'; break;
-          case 'x': {
-            int v = 0, k = 0;
-            while (k < 2 && p_ < t_.size() && std::isxdigit(static_cast<unsigned char>(t_[p_]))) {
-              const char h = t_[p_++];
-              v = v * 16 + (IsDigit(h) ? h - '0' : (h | 0x20) - 'a' + 10);
-              ++k;
-            }
-            *out += static_cast<char>(v);
-            break;
-          }
-          default:
-            if (e >= '0' && e <= '7') {
-              int v = e - '0', k = 1;
-              while (k < 3 && p_ < t_.size() && t_[p_] >= '0' && t_[p_] <= '7') {
-                v = v * 8 + (t_[p_++] - '0');
-                ++k;
-              }
-              *out += static_cast<char>(v);
-            } else {
-              *out += e;
-            }
+    if (!out) {  // skipping (the hot path: metadata, backend_config): no unescaping
+      for (size_t i = p_ + 1; i < t_.size(); ++i) {
+        if (t_[i] == '\\') {
+          ++i;
+        } else if (t_[i] == '"') {
+          p_ = i + 1;
+          return true;
         }
-        continue;
       }
-      if (out) *out += c;
-      ++p_;
     }
-    return Fail(t_.size(), "expected '\"' to close the string started at " + Where(b) + ", found end of input");
+    const size_t e = out ? hlo_internal::ReadQuotedString(t_, p_, out) : std::string_view::npos;
+    if (e == std::string_view::npos) {
+      p_ = t_.size();
+      return Fail(t_.size(), "expected '\"' to close the string started at " + Where(b) + ", found end of input");
+    }
+    p_ = e;
+    return true;
   }
 
   // p_ at '(', '[' or '{': skips to after the matching closer (strings honoured).
@@ -669,7 +657,9 @@ class Parser {
         return Fail(koff, "duplicate module attribute '" + std::string(key) + "'");
       seen.push_back(key);
       if (!Expect('=', "'=' after module attribute '" + std::string(key) + "'")) return false;
-      if (key == "num_partitions" || key == "replica_count") {
+      if (key == "is_scheduled") {
+        if (!ParseBool(&module_->is_scheduled)) return false;
+      } else if (key == "num_partitions" || key == "replica_count") {
         SkipWs();
         const size_t voff = p_;
         int64_t v;
@@ -684,6 +674,7 @@ class Parser {
         module_->header_attributes.push_back({std::string(key), std::string(value)});
       }
     }
+    if (AtStackFrameTables() && !ParseStackFrameTables()) return false;
     while (true) {
       SkipWs();
       if (p_ >= t_.size()) break;
@@ -692,6 +683,131 @@ class Parser {
     if (module_->computations().empty()) return FailExpected(p_, "a computation");
     if (!module_->entry()) module_->set_entry(module_->computations().back().get());
     return true;
+  }
+
+  // ---- stack-frame index (FileNames / FunctionNames / FileLocations / StackFrames) --------------
+
+  // "FileNames" opens the tables when an entry or the next table follows (a computation could be
+  // named FileNames too: then '{' or '(' follows).
+  bool AtStackFrameTables() {
+    if (!PeekKeyword("FileNames")) return false;
+    const size_t save = p_;
+    p_ += 9;
+    SkipWs();
+    const bool tables = IsDigit(Cur()) || PeekKeyword("FunctionNames") || p_ >= t_.size();
+    p_ = save;
+    return tables;
+  }
+
+  // Entries "N value" while a number comes next; `entry` parses the value.
+  template <typename Entry>
+  bool ParseTableEntries(std::string_view table, Entry&& entry) {
+    while (true) {
+      SkipWs();
+      if (!IsDigit(Cur())) return true;
+      int64_t ignored;  // XLA numbers entries by position; the written id is not used
+      if (!ParseNonNegative(&ignored, "an entry number in ", table)) return false;
+      if (!entry()) return false;
+    }
+  }
+
+  bool ParseStringTable(std::vector<std::string>* out, std::string_view table) {
+    return ParseTableEntries(table, [&] {
+      SkipWs();
+      if (Cur() != '"') return FailExpected(p_, "a quoted string in ", table);
+      out->emplace_back();
+      return ScanString(&out->back());
+    });
+  }
+
+  // '{' key=int (' '|',' key=int)* '}' — `set` stores a known key, returns false for an unknown one
+  // (skipped: a later XLA may add fields).
+  template <typename Set>
+  bool ParseIntRecord(std::string_view table, Set&& set) {
+    if (!Expect('{', "'{' to start an entry of ", table)) return false;
+    while (true) {
+      SkipWs();
+      if (Cur() == '}') {
+        ++p_;
+        return true;
+      }
+      if (Cur() == ',') {
+        ++p_;
+        continue;
+      }
+      const size_t koff = p_;
+      const std::string_view key = ReadNameChars();
+      if (key.empty()) return FailExpected(koff, "a field name or '}' in ", table);
+      if (!Expect('=', "'=' after '", key, "'")) return false;
+      int64_t v;
+      if (!ParseInt(&v, "an integer for ", true, key)) return false;
+      set(key, v);
+    }
+  }
+
+  bool ExpectTable(std::string_view keyword) {
+    if (PeekKeyword(keyword)) {
+      p_ += keyword.size();
+      return true;
+    }
+    return FailExpected(p_, "'", keyword, "' (the stack-frame tables come in the order FileNames, FunctionNames, FileLocations, StackFrames)");
+  }
+
+  bool ParseStackFrameTables() {
+    StackFrameIndex& idx = module_->stack_frames;
+    p_ += 9;  // FileNames
+    if (!ParseStringTable(&idx.file_names, "FileNames")) return false;
+    if (!ExpectTable("FunctionNames") || !ParseStringTable(&idx.function_names, "FunctionNames")) return false;
+    if (!ExpectTable("FileLocations")) return false;
+    if (!ParseTableEntries("FileLocations", [&] {
+          FileLocation fl;
+          const bool ok = ParseIntRecord("FileLocations", [&](std::string_view k, int64_t v) {
+            if (k == "file_name_id") fl.file_name_id = v;
+            else if (k == "function_name_id") fl.function_name_id = v;
+            else if (k == "line") fl.line = v;
+            else if (k == "end_line") fl.end_line = v;
+            else if (k == "column") fl.column = v;
+            else if (k == "end_column") fl.end_column = v;
+          });
+          idx.file_locations.push_back(fl);
+          return ok;
+        }))
+      return false;
+    if (!ExpectTable("StackFrames")) return false;
+    return ParseTableEntries("StackFrames", [&] {
+      StackFrame f;
+      const bool ok = ParseIntRecord("StackFrames", [&](std::string_view k, int64_t v) {
+        if (k == "file_location_id") f.file_location_id = v;
+        else if (k == "parent_frame_id") f.parent_frame_id = v;
+      });
+      idx.stack_frames.push_back(f);
+      return ok;
+    });
+  }
+
+  // ---- computations ---------------------------------------------------------------------------
+
+  // (',' key '=' value)* — execution_thread="..." is typed, anything else kept verbatim.
+  bool ParseComputationAttributes(std::string* execution_thread, std::vector<RawAttribute>* raw) {
+    while (true) {
+      SkipWs();
+      if (Cur() != ',') return true;
+      ++p_;
+      SkipWs();
+      const size_t koff = p_;
+      auto key = ReadNameChars();
+      if (key.empty()) return FailExpected(koff, "a computation attribute name");
+      if (!Expect('=', "'=' after '", key, "'")) return false;
+      SkipWs();
+      if (key == "execution_thread" && Cur() == '"') {
+        execution_thread->clear();
+        if (!ScanString(execution_thread)) return false;
+        continue;
+      }
+      std::string_view value;
+      if (!ScanRawValue(&value)) return false;
+      raw->push_back({std::string(key), std::string(value)});
+    }
   }
 
   bool ParseComputation() {
@@ -710,16 +826,10 @@ class Parser {
                                       Where(comp_offsets_[std::string(st.name)]) + ")");
     SkipWs();
     if (Cur() == '(' && !ParseSignature()) return false;
-    // Computation attributes (execution_thread=...): accepted and dropped.
-    while (Eat(',')) {
-      SkipWs();
-      const size_t koff = p_;
-      auto key = ReadNameChars();
-      if (key.empty()) return FailExpected(koff, "a computation attribute name");
-      if (!Expect('=', "'=' after '" + std::string(key) + "'")) return false;
-      std::string_view ignored;
-      if (!ScanRawValue(&ignored)) return false;
-    }
+    // Computation attributes: XLA writes them after the closing '}'; accepted before '{' too.
+    std::string execution_thread;
+    std::vector<RawAttribute> comp_attrs;
+    if (!ParseComputationAttributes(&execution_thread, &comp_attrs)) return false;
     if (!Expect('{', "'{' to start the body of computation '" + std::string(st.name) + "'")) return false;
     if (is_entry && module_->entry())
       return Fail(start, "expected one ENTRY computation, found a second (the first is '" + module_->entry()->name() +
@@ -739,6 +849,9 @@ class Parser {
       if (!ParseInstruction(st)) return false;
     }
     st.comp->set_root(st.root ? st.root : st.last);
+    if (!ParseComputationAttributes(&execution_thread, &comp_attrs)) return false;
+    st.comp->execution_thread = std::move(execution_thread);
+    st.comp->raw_attributes = std::move(comp_attrs);
     return CheckParameters(st);
   }
 
@@ -1211,7 +1324,8 @@ class Parser {
       } else if (Cur() == '{') {
         if (!ScanBalanced()) return false;
       } else {
-        return FailExpected(p_, "a string or '{' for backend_config");
+        std::string_view ignored;  // any other value, kept as written
+        if (!ScanRawValue(&ignored)) return false;
       }
       inst->backend_config.assign(t_.substr(voff, p_ - voff));
       return true;
@@ -1222,7 +1336,7 @@ class Parser {
       if (op == Opcode::kGeneric) inst->raw_attributes.push_back({std::string(key), std::string(t_.substr(voff, p_ - voff))});
       return true;
     }
-    if (!hlo_internal::IsTypedAttribute(op, key)) {
+    if (!hlo_internal::IsTypedAttribute(hlo_internal::AttributeOpcode(*inst), key)) {
       std::string_view value;
       if (!ScanRawValue(&value)) return false;
       inst->raw_attributes.push_back({std::string(key), std::string(value)});

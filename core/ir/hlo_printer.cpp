@@ -163,7 +163,7 @@ void AppendCalledComputations(std::string* s, const Instruction& inst) {
 }
 
 void AppendTypedAttributes(std::string* s, const Instruction& inst) {
-  const Opcode op = inst.opcode();
+  const Opcode op = hlo_internal::AttributeOpcode(inst);
   if (op == Opcode::kGetTupleElement) {
     AppendAttr(s, "index");
     AppendInt(s, inst.tuple_index);
@@ -304,6 +304,51 @@ void AppendTypedAttributes(std::string* s, const Instruction& inst) {
   if (op == Opcode::kSort && inst.is_stable) s->append(", is_stable=true");
 }
 
+// The stack-frame tables, as XLA writes them between the header and the computations.
+void AppendStackFrameIndex(std::string* s, const StackFrameIndex& idx) {
+  if (idx.empty()) return;
+  auto strings = [&](std::string_view title, const std::vector<std::string>& v) {
+    s->push_back('\n');
+    s->append(title);
+    s->push_back('\n');
+    for (size_t i = 0; i < v.size(); ++i) {
+      AppendInt(s, static_cast<int64_t>(i + 1));
+      s->append(" \"");
+      s->append(EscapeString(v[i]));
+      s->append("\"\n");
+    }
+  };
+  strings("FileNames", idx.file_names);
+  strings("FunctionNames", idx.function_names);
+  s->append("\nFileLocations\n");
+  for (size_t i = 0; i < idx.file_locations.size(); ++i) {
+    const FileLocation& f = idx.file_locations[i];
+    AppendInt(s, static_cast<int64_t>(i + 1));
+    s->append(" {file_name_id=");
+    AppendInt(s, f.file_name_id);
+    s->append(" function_name_id=");
+    AppendInt(s, f.function_name_id);
+    s->append(" line=");
+    AppendInt(s, f.line);
+    s->append(" end_line=");
+    AppendInt(s, f.end_line);
+    s->append(" column=");
+    AppendInt(s, f.column);
+    s->append(" end_column=");
+    AppendInt(s, f.end_column);
+    s->append("}\n");
+  }
+  s->append("\nStackFrames\n");
+  for (size_t i = 0; i < idx.stack_frames.size(); ++i) {
+    AppendInt(s, static_cast<int64_t>(i + 1));
+    s->append(" {file_location_id=");
+    AppendInt(s, idx.stack_frames[i].file_location_id);
+    s->append(" parent_frame_id=");
+    AppendInt(s, idx.stack_frames[i].parent_frame_id);
+    s->append("}\n");
+  }
+}
+
 void AppendInstruction(std::string* s, const Instruction& inst, const PrintOptions& options) {
   AppendName(s, inst.name());
   s->append(" = ");
@@ -375,6 +420,7 @@ std::string PrintHloModule(const Module& module, const PrintOptions& options) {
   s.reserve(static_cast<size_t>(module.instruction_count()) * 96 + 256);
   s.append("HloModule ");
   s.append(module.name().empty() ? std::string("module") : module.name());
+  if (module.is_scheduled) s.append(", is_scheduled=true");
   if (!module.entry_computation_layout.empty()) {
     s.append(", entry_computation_layout={");
     s.append(module.entry_computation_layout);
@@ -393,6 +439,7 @@ std::string PrintHloModule(const Module& module, const PrintOptions& options) {
     AppendInt(&s, module.num_partitions);
   }
   s.append("\n");
+  AppendStackFrameIndex(&s, module.stack_frames);
   // Callees before callers, the entry last (XLA's order), whatever order they were created in.
   for (const Computation* comp : module.MakeComputationPostOrder()) {
     s.push_back('\n');
@@ -417,7 +464,17 @@ std::string PrintHloModule(const Module& module, const PrintOptions& options) {
       AppendInstruction(&s, *inst, options);
       s.push_back('\n');
     }
-    s.append("}\n");
+    s.append("}");
+    if (!comp->execution_thread.empty()) {
+      s.append(", execution_thread=\"");
+      s.append(EscapeString(comp->execution_thread));
+      s.push_back('"');
+    }
+    for (const auto& a : comp->raw_attributes) {
+      AppendAttr(&s, a.key);
+      s.append(a.value);
+    }
+    s.push_back('\n');
   }
   return s;
 }
@@ -579,6 +636,13 @@ bool ModulesEqual(const Module& a, const Module& b, std::string* why) {
     return fail("num_partitions " + std::to_string(a.num_partitions) + " vs " + std::to_string(b.num_partitions));
   if (a.num_replicas != b.num_replicas)
     return fail("replica_count " + std::to_string(a.num_replicas) + " vs " + std::to_string(b.num_replicas));
+  if (a.is_scheduled != b.is_scheduled)
+    return fail(std::string("is_scheduled ") + (a.is_scheduled ? "true" : "false") + " vs " +
+                (b.is_scheduled ? "true" : "false"));
+  if (!(a.stack_frames == b.stack_frames))
+    return fail("stack-frame tables differ (" + std::to_string(a.stack_frames.stack_frames.size()) + " vs " +
+                std::to_string(b.stack_frames.stack_frames.size()) + " frames)");
+  if (!(a.sdy_meshes == b.sdy_meshes)) return fail("Shardy meshes differ");
   if (a.entry_computation_layout != b.entry_computation_layout)
     return fail("entry_computation_layout '" + a.entry_computation_layout + "' vs '" + b.entry_computation_layout + "'");
   if (a.header_attributes.size() != b.header_attributes.size())
@@ -598,6 +662,10 @@ bool ModulesEqual(const Module& a, const Module& b, std::string* why) {
     if (!yp) return fail("computation '" + x.name() + "' missing from the second module");
     const Computation& y = *yp;
     if ((a.entry() == &x) != (b.entry() == &y)) return fail("computation '" + x.name() + "': ENTRY differs");
+    if (x.execution_thread != y.execution_thread)
+      return fail("computation '" + x.name() + "': execution_thread '" + x.execution_thread + "' vs '" +
+                  y.execution_thread + "'");
+    if (x.raw_attributes != y.raw_attributes) return fail("computation '" + x.name() + "': attributes differ");
     if (x.instruction_count() != y.instruction_count())
       return fail("computation '" + x.name() + "': " + std::to_string(x.instruction_count()) + " vs " +
                   std::to_string(y.instruction_count()) + " instructions");

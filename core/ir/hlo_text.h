@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/ir/ir.h"
 #include "core/base/status.h"
@@ -14,6 +15,12 @@ struct ParseOptions {
   // Run the verifier (shapes and attributes agree) after parsing. The parser itself checks syntax,
   // name resolution and operand counts; the verifier checks semantics.
   bool verify = true;
+  // Read Shardy's round-trip attributes (xla.sdy.*) into shardings, meshes and GSPMD manual
+  // regions (core/ir/shardy_import.h).
+  bool import_shardy = true;
+  // When set, receives warnings as "FILE:LINE:COLUMN: warning: ..." lines (e.g. a sharding= that
+  // disagrees with xla.sdy.sharding). Warnings never fail the parse.
+  std::vector<std::string>* warnings = nullptr;
 };
 
 // Parses a whole module. On error, Error::message is "FILE:LINE:COLUMN: error: expected X, found Y"

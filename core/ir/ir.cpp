@@ -178,6 +178,18 @@ Status Computation::RemoveInstructions(const std::vector<Instruction*>& dead) {
   return Status::Ok();
 }
 
+void Computation::MoveBefore(Instruction* inst, const Instruction* before) {
+  auto find = [&](const Instruction* x) {
+    return std::find_if(instructions_.begin(), instructions_.end(),
+                        [&](const std::unique_ptr<Instruction>& p) { return p.get() == x; });
+  };
+  auto from = find(inst);
+  if (from == instructions_.end() || inst == before) return;
+  std::unique_ptr<Instruction> owned = std::move(*from);
+  instructions_.erase(from);
+  instructions_.insert(find(before), std::move(owned));
+}
+
 std::vector<Instruction*> Computation::MakePostOrder() const {
   std::vector<Instruction*> order;
   order.reserve(instructions_.size());
@@ -334,14 +346,19 @@ std::unique_ptr<Module> Module::Clone() const {
   auto m = std::make_unique<Module>(name_);
   m->num_partitions = num_partitions;
   m->num_replicas = num_replicas;
+  m->is_scheduled = is_scheduled;
   m->entry_computation_layout = entry_computation_layout;
   m->header_attributes = header_attributes;
+  m->stack_frames = stack_frames;
+  m->sdy_meshes = sdy_meshes;
   m->next_id_ = next_id_;
   m->names_ = names_;
   std::unordered_map<const Computation*, Computation*> cmap;
   std::unordered_map<const Instruction*, Instruction*> imap;
   for (const auto& c : computations_) {
     Computation* nc = m->AddComputation(c->name(), c.get() == entry_);
+    nc->execution_thread = c->execution_thread;
+    nc->raw_attributes = c->raw_attributes;
     cmap[c.get()] = nc;
   }
   for (const auto& c : computations_) {

@@ -13,7 +13,9 @@
 
 #include "core/ir/opcodes.h"
 #include "core/base/shape.h"
+#include "core/sharding/mesh.h"
 #include "core/sharding/sharding.h"
+#include "core/sharding/shardy.h"
 #include "core/base/status.h"
 
 namespace shardscope {
@@ -98,6 +100,47 @@ struct Literal {
   std::string text;             // what was inside constant(...)
   std::vector<double> values;   // row-major, when numeric (empty for tuples / unparsed)
   bool operator==(const Literal& o) const { return text == o.text; }
+};
+
+// ---- Source locations -----------------------------------------------------------------------------
+
+// XLA's stack-frame index (StackFrameIndexProto), as the module text writes it after the header:
+//   FileNames      1 "model.py"
+//   FunctionNames  1 "forward"
+//   FileLocations  1 {file_name_id=1 function_name_id=1 line=12 end_line=12 column=4 end_column=20}
+//   StackFrames    1 {file_location_id=1 parent_frame_id=1}
+// Ids are 1-based positions in each table. parent_frame_id is written as the parent frame's id
+// plus one (XLA's parser subtracts one), so 0 and 1 both mean "no parent".
+struct FileLocation {
+  int64_t file_name_id = 0, function_name_id = 0, line = 0, end_line = 0, column = 0, end_column = 0;
+  bool operator==(const FileLocation&) const = default;
+};
+struct StackFrame {
+  int64_t file_location_id = 0;
+  int64_t parent_frame_id = 0;  // as written: parent id + 1
+  bool operator==(const StackFrame&) const = default;
+};
+struct StackFrameIndex {
+  std::vector<std::string> file_names, function_names;
+  std::vector<FileLocation> file_locations;
+  std::vector<StackFrame> stack_frames;
+  bool empty() const {
+    return file_names.empty() && function_names.empty() && file_locations.empty() && stack_frames.empty();
+  }
+  bool operator==(const StackFrameIndex&) const = default;
+};
+
+// One frame of an instruction's Python (or other frontend) call stack.
+struct SourceFrame {
+  std::string file;
+  std::string function;  // empty when unknown
+  int64_t line = 0, column = 0, end_line = 0, end_column = 0;
+  std::string ToString() const;  // "file:line[:column] (function)"
+};
+// Where an instruction came from: frames[0] is the line that produced it, then its callers.
+struct SourceLocation {
+  std::vector<SourceFrame> frames;
+  std::string ToString() const;  // "file:line" of frames[0]
 };
 
 // ---- Instruction ---------------------------------------------------------------------------------
@@ -225,11 +268,19 @@ class Computation {
   // Removes several at once in one pass over the computation (each must have no users outside
   // the set and not be the root); an error names the first that cannot go and removes nothing.
   Status RemoveInstructions(const std::vector<Instruction*>& dead);
+  // Moves `inst` (of this computation) to just before `before` in the definition order; the caller
+  // keeps the order topological.
+  void MoveBefore(Instruction* inst, const Instruction* before);
   // Topological order (post-order from the root, then any unreachable instructions in order).
   std::vector<Instruction*> MakePostOrder() const;
   // Puts the definition order back into a topological one (MakePostOrder's) after a pass added
   // instructions that earlier ones now use (a combined collective replacing several).
   void SortInstructionsTopologically();
+
+  // The execution thread XLA runs this computation on (`}, execution_thread="..."`); empty for
+  // the main thread. Other computation attributes are kept verbatim.
+  std::string execution_thread;
+  std::vector<RawAttribute> raw_attributes;
 
  private:
   friend class Module;
@@ -267,8 +318,16 @@ class Module {
   // Header attributes.
   int64_t num_partitions = 1;
   int64_t num_replicas = 1;
+  // is_scheduled=true: the instruction order of every computation is its schedule (XLA builds the
+  // schedule from the text order the same way).
+  bool is_scheduled = false;
   std::string entry_computation_layout;     // verbatim contents, may be empty
-  std::vector<RawAttribute> header_attributes;  // others, verbatim, in order
+  std::vector<RawAttribute> header_attributes;  // others, verbatim, in order (frontend_attributes, ...)
+
+  // The source-location tables written after the header (FileNames ... StackFrames).
+  StackFrameIndex stack_frames;
+  // Shardy's meshes (module frontend attribute xla.sdy.meshes), with the user's axis names.
+  std::vector<SdyMesh> sdy_meshes;
 
   // Deep copy (instruction names, ids and shardings kept).
   std::unique_ptr<Module> Clone() const;
@@ -290,6 +349,50 @@ class Module {
 // Copies every typed and raw attribute of `from` onto `to` (not the opcode, shape, operands,
 // called computations, control predecessors, name or sharding).
 void CopyAttributes(const Instruction& from, Instruction* to);
+
+// The source line and call stack of an instruction: from metadata stack_frame_id through the
+// module's stack-frame index, else from metadata source_file= / source_line=. nullopt when the
+// instruction carries neither (or the index does not have the frame).
+std::optional<SourceLocation> SourceLocationOf(const Module& module, const Instruction& inst);
+
+// One field of metadata={...} (op_type, op_name, source_file, source_line, stack_frame_id,
+// scheduling_name, ...), unescaped; nullopt when absent.
+std::optional<std::string> MetadataField(const Instruction& inst, std::string_view key);
+
+// One entry of a frontend_attributes={k="v", k2={...}} text (an instruction's, or the module
+// header's); a quoted value is unescaped, a braced one returned with its braces. nullopt if absent.
+std::optional<std::string> FrontendAttribute(std::string_view attributes_text, std::string_view key);
+// The module header's frontend_attributes entry `key`.
+std::optional<std::string> ModuleFrontendAttribute(const Module& module, std::string_view key);
+
+// A raw (unmodelled) attribute of an instruction, by key; nullptr when absent.
+const RawAttribute* FindRawAttribute(const Instruction& inst, std::string_view key);
+
+// ---- Ops the IR keeps generic (opcode_text), as XLA writes them after its backend passes -------
+
+// fusion(...), kind=kLoop, calls=%fused_computation: one kernel running its fused computation.
+enum class FusionKind : uint8_t { kLoop, kInput, kOutput, kCustom };
+std::string_view FusionKindName(FusionKind k);  // "kLoop", ...
+bool IsFusion(const Instruction& inst);
+std::optional<FusionKind> FusionKindOf(const Instruction& inst);  // nullopt unless a fusion with kind=
+const Computation* FusedComputation(const Instruction& inst);     // nullptr unless a fusion
+
+// Asynchronous pairs: X-start / X-update / X-done for a collective or copy (typed opcodes such as
+// all-gather-start, or generic ones such as reduce-scatter-start, all-to-all-start) and the general
+// async-start / async-update / async-done wrapping a computation (calls=...).
+enum class AsyncPart : uint8_t { kNone, kStart, kUpdate, kDone };
+AsyncPart AsyncPartOf(const Instruction& inst);
+// The computation an async-start/-update/-done runs (calls=), nullptr otherwise.
+const Computation* AsyncWrappedComputation(const Instruction& inst);
+// The collective an instruction performs, whatever its form: the opcode itself for a collective,
+// the synchronous opcode for a -start half (all-gather-start -> kAllGather, reduce-scatter-start ->
+// kReduceScatter, async-start wrapping an all-reduce -> kAllReduce), nullopt for a -done half and
+// for anything else. all-to-all and collective-permute come back as themselves.
+std::optional<Opcode> CollectiveOpcodeOf(const Instruction& inst);
+
+// The mesh of a module that carries Shardy meshes: the one named "mesh", else the first with axes.
+// nullptr when the module has none.
+const DeviceMesh* ModuleMesh(const Module& module);
 
 std::string_view ComparisonDirectionName(ComparisonDirection d);  // "EQ", "LT", ...
 std::optional<ComparisonDirection> ComparisonDirectionFromName(std::string_view s);

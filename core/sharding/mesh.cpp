@@ -364,15 +364,21 @@ Result<HloSharding> MeshShard(int64_t rank, const DeviceMesh& mesh, const AxisAs
     }
     tile_dims.push_back(size);
   }
-  if (!assignment.unreduced_axes.empty()) {
+  auto subgroup = [&](const std::vector<int64_t>& axes, const std::string& where,
+                      HloSharding::SubgroupType type) -> std::optional<Error> {
+    if (axes.empty()) return std::nullopt;
     int64_t size = 1;
-    for (int64_t axis : assignment.unreduced_axes) {
-      if (auto e = use(axis, "the unreduced axes")) return *e;
+    for (int64_t axis : axes) {
+      if (auto e = use(axis, where)) return *e;
       size *= mesh.axis_size(axis);
     }
     tile_dims.push_back(size);
-    types.push_back(HloSharding::SubgroupType::kUnreduced);
-  }
+    types.push_back(type);
+    return std::nullopt;
+  };
+  if (auto e = subgroup(assignment.manual_axes, "the manual axes", HloSharding::SubgroupType::kManual)) return *e;
+  if (auto e = subgroup(assignment.unreduced_axes, "the unreduced axes", HloSharding::SubgroupType::kUnreduced))
+    return *e;
   int64_t replicated = 1;
   for (size_t a = 0; a < k; ++a) {
     if (!used[a]) {

@@ -52,10 +52,11 @@ Result<HloSharding> MeshSplit(int64_t rank, const DeviceMesh& mesh, const std::v
 
 // Generalised form: each tensor dim may be split along several mesh axes, major to minor
 // ({{0,1}, {}} means dim 0 split over axes 0 and 1 — I_XY). `unreduced_axes` become an unreduced
-// subgroup.
+// subgroup, `manual_axes` a manual subgroup (the axes a manual region, shard_map, owns).
 struct AxisAssignment {
   std::vector<std::vector<int64_t>> dim_axes;  // per tensor dim: mesh axis indices, major first
   std::vector<int64_t> unreduced_axes;         // mesh axes holding partial sums ({U_X})
+  std::vector<int64_t> manual_axes;            // mesh axes of a manual region
 };
 Result<HloSharding> MeshShard(int64_t rank, const DeviceMesh& mesh, const AxisAssignment& assignment);
 

@@ -85,4 +85,28 @@ AnnotationSet ReadAnnotationSet(ZooParams& p) {
   return s.value_or(AnnotationSet::kNone);
 }
 
+std::string_view ImageAnnotationsName(ImageAnnotations a) {
+  switch (a) {
+    case ImageAnnotations::kNone: return "none";
+    case ImageAnnotations::kData: return "data";
+    case ImageAnnotations::kSpatial: return "spatial";
+  }
+  return "none";
+}
+
+ImageAnnotations ReadImageAnnotations(ZooParams& p) {
+  const std::string s = p.Choice("annotations", {"none", "data", "spatial"});
+  if (s == "data") return ImageAnnotations::kData;
+  if (s == "spatial") return ImageAnnotations::kSpatial;
+  return ImageAnnotations::kNone;
+}
+
+std::vector<int64_t> ImageInputMapping(ImageAnnotations a, int64_t rank) {
+  if (a == ImageAnnotations::kNone || rank < 2) return {};
+  std::vector<int64_t> m(static_cast<size_t>(rank), -1);
+  m[0] = 0;                                          // batch on X
+  if (a == ImageAnnotations::kSpatial) m[1] = 1;     // first spatial dim on Y
+  return m;
+}
+
 }  // namespace shardscope

@@ -15,9 +15,7 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
     return s.error();
   if (c.layers > 4096) return Error("layers = " + std::to_string(c.layers) + " is too many (limit 4096)");
   if (Status s = CheckElementCount({{c.batch, c.hidden}, {c.model, c.hidden}}); !s.ok()) return s.error();
-  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
-  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
-    return Error("parameter and activation types must be floating point");
+  if (Status s = CheckTrainingParameters(c); !s.ok()) return s.error();
 
   const int64_t B = c.batch, M = c.model, H = c.hidden;
   const PrimitiveType P = c.param_type, A = c.act_type;
@@ -41,29 +39,18 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
   struct LayerW { Weight *w1, *b1, *w2, *b2; };
   std::vector<LayerW> lw(static_cast<size_t>(c.layers));
   for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string p = "layer" + std::to_string(l);
-    auto add = [&](const std::string& n, Shape s) {
-      Weight w;
-      w.name = p + "_" + n;
-      w.scope = p;
-      w.param = b.Parameter(pn++, s, w.name);
-      ann.WeightParameter(w.param);
-      weights.push_back(w);
-      return &weights.back();
-    };
+    const WeightAdder add = MakeWeightAdder(b, weights, "layer" + std::to_string(l), &pn);
     LayerW& L = lw[static_cast<size_t>(l)];
-    L.w1 = add("w1", Shape(P, {M, H}));
-    L.b1 = add("b1", Shape(P, {H}));
-    L.w2 = add("w2", Shape(P, {H, M}));
-    L.b2 = add("b2", Shape(P, {M}));
+    L.w1 = add("w1", "", Shape(P, {M, H}));
+    L.b1 = add("b1", "", Shape(P, {H}));
+    L.w2 = add("w2", "", Shape(P, {H, M}));
+    L.b2 = add("b2", "", Shape(P, {M}));
     ann.Table1(L.w1->param, Table1Tensor::kWin);
     ann.Table1(L.w2->param, Table1Tensor::kWout);
   }
-  AddOptimizerParameters(b, c.optimizer, weights, &pn);
-  for (Weight& w : weights) {
-    auto scope = b.Scope(w.scope);
-    w.value = net.ToType(w.param, A, "cast_" + w.name.substr(w.name.find('_') + 1));
-  }
+  for (Weight& w : weights) ann.WeightParameter(w.param);
+  AddOptimizerState(b, weights, c.optimizer, &pn);
+  CastWeights(net, weights);
 
   struct Saved { Instruction *x, *hid, *relu; };
   std::vector<Saved> saved(static_cast<size_t>(c.layers));

@@ -88,7 +88,7 @@ Result<std::unique_ptr<Module>> BuildNcf(const NcfConfig& c) {
   const int64_t top = k + c.widths.back();
   const size_t out_w = add("out_w", "output", Shape(P, {top, 1}));
   const size_t out_b = add("out_b", "output", Shape(P, {1}));
-  AddOptimizerParameters(b, c.optimizer, weights, &pn);
+  AddOptimizerState(b, weights, c.optimizer, &pn);
   auto W = [&](size_t i) { return weights[i].param; };
 
   // Forward.

@@ -1,5 +1,6 @@
 #include "core/zoo/training.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -10,8 +11,8 @@ std::string_view OptimizerName(Optimizer o) {
     case Optimizer::kNone: return "none";
     case Optimizer::kSgd: return "sgd";
     case Optimizer::kAdam: return "adam";
-    case Optimizer::kAdafactor: return "adafactor";
     case Optimizer::kLars: return "lars";
+    case Optimizer::kAdafactor: return "adafactor";
   }
   return "none";
 }
@@ -20,18 +21,40 @@ std::optional<Optimizer> OptimizerFromName(std::string_view s) {
   if (s == "none") return Optimizer::kNone;
   if (s == "sgd") return Optimizer::kSgd;
   if (s == "adam") return Optimizer::kAdam;
-  if (s == "adafactor") return Optimizer::kAdafactor;
   if (s == "lars") return Optimizer::kLars;
+  if (s == "adafactor") return Optimizer::kAdafactor;
   return std::nullopt;
 }
 
 Optimizer ReadOptimizer(ZooParams& p) {
   auto o = OptimizerFromName(p.Str("optimizer"));
-  if (!o) p.Fail("parameter optimizer must be none, sgd, adam, adafactor or lars, found '" + p.Str("optimizer") + "'");
+  if (!o) p.Fail("parameter optimizer must be none, sgd, adam, lars or adafactor, found '" + p.Str("optimizer") + "'");
   return o.value_or(Optimizer::kNone);
 }
 
 namespace zoo {
+
+WeightAdder MakeWeightAdder(Builder& b, std::vector<Weight>& weights, const std::string& prefix, int64_t* next_param) {
+  return [&b, &weights, prefix, next_param](const std::string& name, const std::string& scope, const Shape& shape) -> Weight* {
+    if (weights.size() == weights.capacity()) {
+      b.Fail("internal: the weight list's capacity was not reserved");
+      return nullptr;
+    }
+    Weight w;
+    w.name = prefix + "_" + name;
+    w.scope = scope.empty() ? prefix : prefix + "/" + scope;
+    w.param = b.Parameter((*next_param)++, shape, w.name);
+    weights.push_back(w);
+    return &weights.back();
+  };
+}
+
+void CastWeights(Net& net, std::vector<Weight>& weights) {
+  for (Weight& w : weights) {
+    auto scope = net.b().Scope(w.scope);
+    w.value = net.ToType(w.param, net.act(), "cast_" + w.name.substr(w.name.find('_') + 1));
+  }
+}
 
 Status CheckPositive(const std::vector<std::pair<const char*, int64_t>>& values) {
   for (const auto& [n, v] : values) {
@@ -56,64 +79,88 @@ Status CheckElementCount(const std::vector<Dims>& tensors) {
   return Status::Ok();
 }
 
-// ---- layer norm (no bias): y = (x - mean) * rsqrt(var + eps) * gamma over the last dim ------------
+// ---- normalisation ---------------------------------------------------------------------------------
 
+namespace {
 
-LayerNormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma) {
+Dims Complement(const Dims& dims, int64_t rank) {
+  Dims out;
+  for (int64_t i = 0; i < rank; ++i)
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) out.push_back(i);
+  return out;
+}
+
+double Count(const Instruction* x, const Dims& dims) {
+  double n = 1;
+  for (int64_t d : dims) n *= static_cast<double>(x->shape().dim(d));
+  return n;
+}
+
+}  // namespace
+
+NormSaved NormalizeForward(Net& net, Instruction* x, const Dims& stats, Instruction* gamma, Instruction* beta,
+                           const Dims& param, double eps) {
   Builder& b = net.b();
-  LayerNormSaved s;
+  NormSaved s;
+  s.stats = stats;
+  s.param = param;
   if (!x || !gamma) return s;
-  const int64_t last = x->shape().rank() - 1;
-  const double inv_m = 1.0 / static_cast<double>(x->shape().dims.back());
-  Dims keep;
-  for (int64_t i = 0; i < last; ++i) keep.push_back(i);
-  Instruction* mean = net.Scale(net.Sum(x, {last}), inv_m, "mean");
+  const Dims keep = Complement(stats, x->shape().rank());
+  const double inv_n = 1.0 / Count(x, stats);
+  Instruction* mean = net.Scale(net.Sum(x, stats), inv_n, "mean");
   Instruction* xc = b.Sub(x, net.Bcast(mean, x, keep), "centered");
-  Instruction* var = net.Scale(net.Sum(b.Mul(xc, xc), {last}), inv_m, "variance");
-  Instruction* r = b.Rsqrt(b.Add(var, var ? b.FullLike(var, kLayerNormEps) : nullptr), "rsqrt");
+  Instruction* var = net.Scale(net.Sum(b.Mul(xc, xc), stats), inv_n, "variance");
+  Instruction* r = b.Rsqrt(b.Add(var, var ? b.FullLike(var, eps) : nullptr), "rsqrt");
   s.xhat = b.Mul(xc, net.Bcast(r, x, keep), "normalized");
   s.r = r;
-  s.y = b.Mul(s.xhat, net.Bcast(gamma, x, {last}), "scaled");
+  s.y = b.Mul(s.xhat, net.Bcast(gamma, x, param), "scaled");
+  if (beta) s.y = b.Add(s.y, net.Bcast(beta, x, param), "shifted");
   return s;
 }
 
-// Returns dx; accumulates dgamma into *dgamma.
-Instruction* LayerNormBackward(Net& net, const LayerNormSaved& s, Instruction* gamma, Instruction* dy,
-                               Instruction** dgamma) {
+Instruction* NormalizeBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma,
+                               Instruction** dbeta) {
   Builder& b = net.b();
   if (!dy || !s.xhat || !gamma) return nullptr;
-  const int64_t last = dy->shape().rank() - 1;
-  const double inv_m = 1.0 / static_cast<double>(dy->shape().dims.back());
-  Dims keep;
-  for (int64_t i = 0; i < last; ++i) keep.push_back(i);
-  *dgamma = net.Sum(b.Mul(dy, s.xhat), keep, "dscale");
-  Instruction* dxhat = b.Mul(dy, net.Bcast(gamma, dy, {last}), "dnormalized");
-  Instruction* mean_d = net.Scale(net.Sum(dxhat, {last}), inv_m, "mean_dnormalized");
-  Instruction* mean_dx = net.Scale(net.Sum(b.Mul(dxhat, s.xhat), {last}), inv_m, "mean_dnormalized_x");
+  const int64_t rank = dy->shape().rank();
+  const Dims keep = Complement(s.stats, rank);
+  const Dims outside_param = Complement(s.param, rank);
+  const double inv_n = 1.0 / Count(dy, s.stats);
+  *dgamma = net.Sum(b.Mul(dy, s.xhat), outside_param, "dscale");
+  if (dbeta) *dbeta = net.Sum(dy, outside_param, "doffset");
+  // dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), means over the stats dims.
+  Instruction* dxhat = b.Mul(dy, net.Bcast(gamma, dy, s.param), "dnormalized");
+  Instruction* mean_d = net.Scale(net.Sum(dxhat, s.stats), inv_n, "mean_dnormalized");
+  Instruction* mean_dx = net.Scale(net.Sum(b.Mul(dxhat, s.xhat), s.stats), inv_n, "mean_dnormalized_x");
   Instruction* t = b.Sub(dxhat, net.Bcast(mean_d, dy, keep));
   t = b.Sub(t, b.Mul(s.xhat, net.Bcast(mean_dx, dy, keep)));
   return b.Mul(t, net.Bcast(s.r, dy, keep), "dx");
 }
 
+NormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma) {
+  if (!x) return {};
+  const int64_t last = x->shape().rank() - 1;
+  // A stack of scales [P..., M] lies along x's leading dims and its last.
+  Dims param;
+  for (int64_t i = 0; gamma && i + 1 < gamma->shape().rank(); ++i) param.push_back(i);
+  param.push_back(last);
+  return NormalizeForward(net, x, {last}, gamma, nullptr, param, kLayerNormEps);
+}
+
+Instruction* LayerNormBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma) {
+  return NormalizeBackward(net, s, gamma, dy, dgamma);
+}
+
+NormSaved BatchNormForward(Net& net, Instruction* x, Instruction* gamma, Instruction* beta) {
+  if (!x) return {};
+  const int64_t f = x->shape().rank() - 1;
+  Dims stats;
+  for (int64_t i = 0; i < f; ++i) stats.push_back(i);
+  return NormalizeForward(net, x, stats, gamma, beta, {f}, kBatchNormEps);
+}
+
 // ---- optimizer -----------------------------------------------------------------------------------------
 
-
-std::vector<OptimizerSlot> OptimizerSlots(Optimizer opt, const Shape& weight) {
-  switch (opt) {
-    case Optimizer::kNone: case Optimizer::kSgd: return {};
-    case Optimizer::kAdam: return {{"m", weight}, {"v", weight}};
-    case Optimizer::kLars: return {{"momentum", weight}};
-    case Optimizer::kAdafactor: {
-      const int64_t r = weight.rank();
-      if (r < 2) return {{"adafactor_v", weight}};
-      Shape row = weight, col = weight;
-      row.dims.erase(row.dims.begin() + (r - 1));
-      col.dims.erase(col.dims.begin() + (r - 2));
-      return {{"adafactor_row", row}, {"adafactor_col", col}};
-    }
-  }
-  return {};
-}
 
 namespace {
 
@@ -123,27 +170,42 @@ Dims Iota(int64_t n) {
   return d;
 }
 
-// x * s for a scalar s.
-Instruction* ScaleBy(Net& net, Instruction* x, Instruction* s, const std::string& name = "") {
-  if (!x || !s) return nullptr;
-  return net.b().Mul(x, net.Bcast(s, x, {}), name);
-}
-
-// sqrt(sum(x^2)) over every dim.
-Instruction* Norm(Net& net, Instruction* x, const std::string& name) {
-  if (!x) return nullptr;
-  return net.b().Sqrt(net.Sum(net.b().Mul(x, x), Iota(x->shape().rank())), name);
-}
-
-// Adafactor's update clipping with d = 1: u / max(1, rms(u)).
-Instruction* ClipByRms(Net& net, Instruction* u) {
+// One weight's Adafactor step (training.h); its new state joins out->m (row / unfactored) and, for
+// rank >= 2, out->v (column).
+void ApplyAdafactor(Net& net, const Weight& w, double lr, const std::string& short_name, UpdateResult* out) {
   Builder& b = net.b();
-  if (!u) return nullptr;
-  const PrimitiveType t = u->shape().type;
-  const double n = static_cast<double>(u->shape().ElementCount());
-  Instruction* rms = b.Sqrt(net.Scale(net.Sum(b.Mul(u, u), Iota(u->shape().rank())), 1.0 / n), "update_rms");
-  Instruction* denom = b.Max(rms, net.Const(1.0, t));
-  return ScaleBy(net, u, b.Div(net.Const(1.0, t), denom), "clipped_update");
+  Instruction* g = w.grad;
+  if (!g || !w.param) return;
+  const int64_t rank = w.param->shape().rank();
+  const PrimitiveType t = w.param->shape().type;
+  Instruction* g2 = b.Add(b.Mul(g, g), b.FullLike(g, kAdafactorEps), "grad_squared");
+  Instruction* v = nullptr;
+  if (rank >= 2) {
+    const Dims& d = w.param->shape().dims;
+    const double rows = static_cast<double>(d[static_cast<size_t>(rank - 2)]);
+    const double cols = static_cast<double>(d[static_cast<size_t>(rank - 1)]);
+    Instruction* row = b.Add(net.Scale(w.m, kAdafactorDecay), net.Scale(net.Sum(g2, {rank - 1}), (1 - kAdafactorDecay) / cols),
+                             short_name + "_adafactor_row_new");
+    Instruction* col = b.Add(net.Scale(w.v, kAdafactorDecay), net.Scale(net.Sum(g2, {rank - 2}), (1 - kAdafactorDecay) / rows),
+                             short_name + "_adafactor_col_new");
+    Instruction* row_mean = net.Scale(net.Sum(row, {rank - 2}), 1.0 / rows, "row_mean");
+    Dims col_dims = Iota(rank - 2);
+    col_dims.push_back(rank - 1);
+    Instruction* outer = b.Mul(net.Bcast(row, g, Iota(rank - 1)), net.Bcast(col, g, col_dims));
+    v = b.Div(outer, net.Bcast(row_mean, g, Iota(rank - 2)), "second_moment");
+    out->m.push_back(row);
+    out->v.push_back(col);
+  } else {
+    v = b.Add(net.Scale(w.m, kAdafactorDecay), net.Scale(g2, 1 - kAdafactorDecay), short_name + "_adafactor_v_new");
+    out->m.push_back(v);
+  }
+  // Update clipping (d = 1): u / max(1, rms(u)).
+  Instruction* u = b.Mul(g, b.Rsqrt(v), "update");
+  const double n = static_cast<double>(g->shape().ElementCount());
+  Instruction* rms = b.Sqrt(net.Scale(net.Sum(b.Mul(u, u), Iota(g->shape().rank())), 1.0 / n), "update_rms");
+  Instruction* clip = b.Div(net.Const(1.0, t), b.Max(rms, net.Const(1.0, t)));
+  Instruction* clipped = b.Mul(u, b.Broadcast(clip, g->shape().dims, {}), "clipped_update");
+  out->params.push_back(b.Sub(w.param, net.Scale(clipped, lr), short_name + "_new"));
 }
 
 }  // namespace
@@ -152,93 +214,49 @@ UpdateResult ApplyOptimizer(Net& net, Optimizer opt, double lr, std::vector<Weig
   Builder& b = net.b();
   UpdateResult out;
   constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8;
-  constexpr double kLarsMomentum = 0.9, kLarsWeightDecay = 1e-4, kLarsEta = 0.001;
-  constexpr double kAdafactorEps = 1e-30;
-  // New state per weight, slot by slot.
-  std::vector<std::vector<Instruction*>> new_state(weights.size());
-  for (size_t wi = 0; wi < weights.size(); ++wi) {
-    Weight& w = weights[wi];
+  for (Weight& w : weights) {
     auto scope = b.Scope("optimizer/" + w.scope);
     Instruction* g = w.grad;
     const std::string short_name = w.name.substr(w.name.find('_') + 1);
-    const PrimitiveType t = w.param ? w.param->shape().type : PrimitiveType::kF32;
-    const int64_t rank = w.param ? w.param->shape().rank() : 0;
-    std::vector<Instruction*>& st = new_state[wi];
-    auto state = [&](size_t k) { return k < w.state.size() ? w.state[k] : nullptr; };
-    switch (opt) {
-      case Optimizer::kNone:
-        break;
-      case Optimizer::kSgd:
-        out.params.push_back(b.Sub(w.param, net.Scale(g, lr), short_name + "_new"));
-        break;
-      case Optimizer::kAdam: {
-        // Adam without bias correction: m' = b1 m + (1-b1) g; v' = b2 v + (1-b2) g^2;
-        // w' = w - lr m' / (sqrt(v') + eps).
-        Instruction* m = b.Add(net.Scale(state(0), kBeta1), net.Scale(g, 1 - kBeta1), short_name + "_m_new");
-        Instruction* v = b.Add(net.Scale(state(1), kBeta2), net.Scale(g ? b.Mul(g, g) : nullptr, 1 - kBeta2), short_name + "_v_new");
-        Instruction* denom = v ? b.Add(b.Sqrt(v), b.FullLike(v, kEps)) : nullptr;
-        Instruction* step = net.Scale(b.Div(m, denom), lr);
-        out.params.push_back(b.Sub(w.param, step, short_name + "_new"));
-        st = {m, v};
-        break;
-      }
-      case Optimizer::kLars: {
-        // u = g + wd w; trust = eta |w| / (|g| + wd |w|) (1 when either norm is 0; rank-1 weights:
-        // 1); momentum' = mu momentum + lr trust u; w' = w - momentum'.
-        Instruction* u = b.Add(g, net.Scale(w.param, kLarsWeightDecay), "decayed_grad");
-        Instruction* trust = net.Const(1.0, t);
-        if (rank >= 2) {
-          Instruction* wn = Norm(net, w.param, "weight_norm");
-          Instruction* gn = Norm(net, g, "grad_norm");
-          Instruction* ratio = b.Div(net.Scale(wn, kLarsEta), b.Add(gn, net.Scale(wn, kLarsWeightDecay)));
-          Instruction* both = b.Compare(b.Mul(wn, gn), net.Const(0.0, t), ComparisonDirection::kGt);
-          trust = b.Select(both, ratio, net.Const(1.0, t), "trust_ratio");
-        }
-        Instruction* mom = b.Add(net.Scale(state(0), kLarsMomentum), ScaleBy(net, net.Scale(u, lr), trust),
-                                 short_name + "_momentum_new");
-        out.params.push_back(b.Sub(w.param, mom, short_name + "_new"));
-        st = {mom};
-        break;
-      }
-      case Optimizer::kAdafactor: {
-        // g2 = g^2 + eps1. Rank >= 2: row' = b2 row + (1-b2) mean(g2, last dim), col' likewise
-        // over the second-last dim, v = row' (x) col' / mean(row'); rank 1: v' = b2 v + (1-b2) g2.
-        // u = g / sqrt(v), clipped to RMS 1; w' = w - lr u.
-        Instruction* g2 = g ? b.Add(b.Mul(g, g), b.FullLike(g, kAdafactorEps), "grad_squared") : nullptr;
-        Instruction* v = nullptr;
-        if (rank >= 2) {
-          const Dims& d = w.param->shape().dims;
-          const double rows = static_cast<double>(d[static_cast<size_t>(rank - 2)]);
-          const double cols = static_cast<double>(d[static_cast<size_t>(rank - 1)]);
-          Instruction* row = b.Add(net.Scale(state(0), kBeta2), net.Scale(net.Sum(g2, {rank - 1}), (1 - kBeta2) / cols),
-                                   short_name + "_adafactor_row_new");
-          Instruction* col = b.Add(net.Scale(state(1), kBeta2), net.Scale(net.Sum(g2, {rank - 2}), (1 - kBeta2) / rows),
-                                   short_name + "_adafactor_col_new");
-          Instruction* row_mean = net.Scale(net.Sum(row, {rank - 2}), 1.0 / rows, "row_mean");
-          Dims lead = Iota(rank - 2), row_dims = Iota(rank - 1), col_dims = Iota(rank - 2);
-          col_dims.push_back(rank - 1);
-          Instruction* outer = b.Mul(net.Bcast(row, g, row_dims), net.Bcast(col, g, col_dims));
-          v = b.Div(outer, net.Bcast(row_mean, g, lead), "second_moment");
-          st = {row, col};
-        } else {
-          v = b.Add(net.Scale(state(0), kBeta2), net.Scale(g2, 1 - kBeta2), short_name + "_adafactor_v_new");
-          st = {v};
-        }
-        Instruction* u = ClipByRms(net, b.Mul(g, v ? b.Rsqrt(v) : nullptr, "update"));
-        out.params.push_back(b.Sub(w.param, net.Scale(u, lr), short_name + "_new"));
-        break;
-      }
+    if (opt == Optimizer::kSgd) {
+      out.params.push_back(b.Sub(w.param, net.Scale(g, lr), short_name + "_new"));
+      continue;
     }
-  }
-  // State outputs in parameter order: slot 0 of every weight, then slot 1, ...
-  for (size_t k = 0;; ++k) {
-    bool any = false;
-    for (auto& st : new_state)
-      if (k < st.size()) {
-        out.state.push_back(st[k]);
-        any = true;
+    if (opt == Optimizer::kLars) {
+      Instruction* step = g;
+      if (g && w.param && w.param->shape().rank() > 1) {
+        // trust = eta |w| / (|g| + wd |w|), 1 when either norm is 0; the step is lr trust (g + wd w).
+        const PrimitiveType t = w.param->shape().type;
+        Dims all;
+        for (int64_t i = 0; i < w.param->shape().rank(); ++i) all.push_back(i);
+        Instruction* wn = b.Sqrt(net.Sum(b.Mul(w.param, w.param), all), short_name + "_norm");
+        Instruction* gn = b.Sqrt(net.Sum(b.Mul(g, g), all), short_name + "_grad_norm");
+        Instruction* zero = net.Const(0, t);
+        Instruction* both = b.Binary(Opcode::kAnd, b.Compare(wn, zero, ComparisonDirection::kGt),
+                                     b.Compare(gn, zero, ComparisonDirection::kGt));
+        Instruction* ratio = b.Div(net.Scale(wn, kLarsEta), b.Add(gn, net.Scale(wn, kLarsWeightDecay)));
+        Instruction* trust = b.Select(both, ratio, net.Const(1, t), short_name + "_trust");
+        Instruction* decayed = b.Add(g, net.Scale(w.param, kLarsWeightDecay));
+        step = b.Mul(decayed, b.Broadcast(trust, g->shape().dims, {}));
       }
-    if (!any) break;
+      Instruction* m = b.Add(net.Scale(w.m, kLarsMomentum), net.Scale(step, lr), short_name + "_m_new");
+      out.params.push_back(b.Sub(w.param, m, short_name + "_new"));
+      out.m.push_back(m);
+      continue;
+    }
+    if (opt == Optimizer::kAdafactor) {
+      ApplyAdafactor(net, w, lr, short_name, &out);
+      continue;
+    }
+    // Adam without bias correction: m' = b1 m + (1-b1) g; v' = b2 v + (1-b2) g^2;
+    // w' = w - lr m' / (sqrt(v') + eps).
+    Instruction* m = b.Add(net.Scale(w.m, kBeta1), net.Scale(g, 1 - kBeta1), short_name + "_m_new");
+    Instruction* v = b.Add(net.Scale(w.v, kBeta2), net.Scale(g ? b.Mul(g, g) : nullptr, 1 - kBeta2), short_name + "_v_new");
+    Instruction* denom = v ? b.Add(b.Sqrt(v), b.FullLike(v, kEps)) : nullptr;
+    Instruction* step = net.Scale(b.Div(m, denom), lr);
+    out.params.push_back(b.Sub(w.param, step, short_name + "_new"));
+    out.m.push_back(m);
+    out.v.push_back(v);
   }
   return out;
 }
@@ -261,7 +279,8 @@ Instruction* MakeRoot(Net& net, Instruction* loss, std::vector<Weight>& weights,
   } else {
     UpdateResult u = ApplyOptimizer(net, opt, lr, weights);
     outs.insert(outs.end(), u.params.begin(), u.params.end());
-    outs.insert(outs.end(), u.state.begin(), u.state.end());
+    outs.insert(outs.end(), u.m.begin(), u.m.end());
+    outs.insert(outs.end(), u.v.begin(), u.v.end());
   }
   return b.Tuple(outs, "outputs");
 }
@@ -280,18 +299,50 @@ std::pair<Instruction*, Instruction*> MseLoss(Net& net, Instruction* out, Instru
   return {loss, dout};
 }
 
-void AddOptimizerParameters(Builder& b, Optimizer opt, std::vector<Weight>& weights, int64_t* next_param) {
-  std::vector<std::vector<OptimizerSlot>> slots;
-  for (const Weight& w : weights) slots.push_back(w.param ? OptimizerSlots(opt, w.param->shape()) : std::vector<OptimizerSlot>{});
-  for (size_t k = 0;; ++k) {
-    bool any = false;
-    for (size_t i = 0; i < weights.size(); ++i) {
-      if (k >= slots[i].size()) continue;
-      any = true;
-      weights[i].state.push_back(b.Parameter((*next_param)++, slots[i][k].shape, weights[i].name + "_" + slots[i][k].suffix));
+void AddOptimizerState(Builder& b, std::vector<Weight>& weights, Optimizer opt, int64_t* next_param) {
+  if (opt == Optimizer::kAdafactor) {
+    auto without = [](Shape s, int64_t dim) {
+      s.dims.erase(s.dims.begin() + dim);
+      return s;
+    };
+    for (Weight& w : weights) {
+      if (!w.param) continue;
+      const Shape& s = w.param->shape();
+      w.m = s.rank() >= 2 ? b.Parameter((*next_param)++, without(s, s.rank() - 1), w.name + "_adafactor_row")
+                          : b.Parameter((*next_param)++, s, w.name + "_adafactor_v");
     }
-    if (!any) break;
+    for (Weight& w : weights)
+      if (w.param && w.param->shape().rank() >= 2)
+        w.v = b.Parameter((*next_param)++, without(w.param->shape(), w.param->shape().rank() - 2), w.name + "_adafactor_col");
+    return;
   }
+  if (opt != Optimizer::kAdam && opt != Optimizer::kLars) return;
+  for (Weight& w : weights) w.m = b.Parameter((*next_param)++, w.param ? w.param->shape() : Shape(), w.name + "_m");
+  if (opt != Optimizer::kAdam) return;
+  for (Weight& w : weights) w.v = b.Parameter((*next_param)++, w.param ? w.param->shape() : Shape(), w.name + "_v");
+}
+
+std::pair<Instruction*, Instruction*> SoftmaxCrossEntropy(Net& net, Instruction* logits, Instruction* labels) {
+  Builder& b = net.b();
+  auto scope = b.Scope("loss");
+  if (!logits || !labels) return {nullptr, nullptr};
+  const int64_t last = logits->shape().rank() - 1;
+  Dims rows, all;
+  for (int64_t i = 0; i < last; ++i) rows.push_back(i);
+  for (int64_t i = 0; i <= last; ++i) all.push_back(i);
+  const double count = static_cast<double>(logits->shape().ElementCount() / std::max<int64_t>(1, logits->shape().dim(last)));
+  Instruction* mx = net.MaxOver(logits, {last}, "max");
+  Instruction* shifted = b.Sub(logits, net.Bcast(mx, logits, rows), "shifted");
+  Instruction* e = b.Exp(shifted, "exp");
+  Instruction* den = net.Sum(e, {last}, "sum");
+  Instruction* log_probs = b.Sub(shifted, net.Bcast(b.Log(den), logits, rows), "log_probs");
+  Instruction* loss = net.Scale(net.Sum(b.Mul(labels, log_probs), all, "sum_ll"), -1.0 / count, "loss");
+  Instruction* probs = b.Div(e, net.Bcast(den, e, rows), "probs");
+  // d/dlogits = (probs * sum(labels) - labels) / rows: exact for any labels (probs - labels for a
+  // distribution).
+  Instruction* mass = net.Bcast(net.Sum(labels, {last}, "label_mass"), logits, rows);
+  Instruction* dlogits = net.Scale(b.Sub(b.Mul(probs, mass), labels), 1.0 / count, "dlogits");
+  return {loss, dlogits};
 }
 
 void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g) {

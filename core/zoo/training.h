@@ -1,11 +1,14 @@
 // Building blocks the zoo's models share: a thin layer over the Builder (Net), trainable weights
-// with their gradients and optimizer state, argument checks, LayerNorm forward/backward, the MSE
-// loss, and the optimizer step (SGD, Adam, Adafactor, LARS). Each model family (transformer.cpp,
-// mlp.cpp, ...) builds its forward pass and hand-derived backward pass from these.
+// with their gradients and optimizer state, argument checks, normalisation (LayerNorm, BatchNorm)
+// forward/backward, the losses (MSE, softmax cross-entropy), and the optimizer step (SGD, Adam,
+// LARS). Each model family (transformer.cpp, mlp.cpp, ...) builds its forward pass and
+// hand-derived backward pass from these.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,7 +22,7 @@
 
 namespace shardscope {
 
-enum class Optimizer : uint8_t { kNone, kSgd, kAdam, kAdafactor, kLars };
+enum class Optimizer : uint8_t { kNone, kSgd, kAdam, kLars, kAdafactor };
 std::string_view OptimizerName(Optimizer o);
 std::optional<Optimizer> OptimizerFromName(std::string_view s);
 // The "optimizer" setting of a zoo model.
@@ -50,6 +53,11 @@ class Net {
     if (!x) return nullptr;
     const PrimitiveType t = x->shape().type;
     return b_.Reduce(x, Const(-INFINITY, t), dims, ScalarMax(m_, t), name);
+  }
+  Instruction* MinOver(Instruction* x, const Dims& dims, const std::string& name = "") {
+    if (!x) return nullptr;
+    const PrimitiveType t = x->shape().type;
+    return b_.Reduce(x, Const(INFINITY, t), dims, ScalarMin(m_, t), name);
   }
   // Broadcasts `x` into `like`'s dims, x's dims landing on `dims`.
   Instruction* Bcast(Instruction* x, Instruction* like, const Dims& dims) {
@@ -94,61 +102,82 @@ struct Weight {
   Instruction* param = nullptr;  // param type
   Instruction* value = nullptr;  // act type
   Instruction* grad = nullptr;   // act type, accumulated by backward
-  // Optimizer state parameters, one per slot of OptimizerSlots (Adam: m, v; LARS: momentum;
-  // Adafactor: the row and column factors of a weight of rank >= 2, else one second moment).
-  std::vector<Instruction*> state;
+  // Optimizer state: Adam's first and second moments (m, v); LARS's momentum (m); Adafactor's
+  // factored second moments of a weight of rank >= 2 (m: the row factor, v: the column factor) or
+  // the second moment of a vector (m).
+  Instruction* m = nullptr;
+  Instruction* v = nullptr;
 };
+
+// Adds a weight "<prefix>_<name>" as the next entry parameter, scoped "<prefix>/<scope>" (or
+// "<prefix>" for an empty scope), to a
+// list whose capacity was reserved (the returned pointers stay valid).
+using WeightAdder = std::function<Weight*(const std::string& name, const std::string& scope, const Shape& shape)>;
+WeightAdder MakeWeightAdder(Builder& b, std::vector<Weight>& weights, const std::string& prefix, int64_t* next_param);
+// Every weight's value in the activation type ("cast_<name>" where the types differ).
+void CastWeights(Net& net, std::vector<Weight>& weights);
 
 Status CheckPositive(const std::vector<std::pair<const char*, int64_t>>& values);
 // Fails when a tensor of these dims would have more than 2^50 elements (shapes stay in int64 with
 // room for byte sizes).
 Status CheckElementCount(const std::vector<Dims>& tensors);
 
-// ---- layer norm (no bias): y = (x - mean) * rsqrt(var + eps) * gamma over the last dim ------------
+// ---- normalisation: y = (x - mean) * rsqrt(var + eps) * gamma (+ beta) --------------------------------
+// Mean and variance are taken over the `stats` dims; gamma (and beta) lie along the `param` dims.
+// LayerNorm: stats = param = {last}. BatchNorm: stats = every dim but the feature dim, param = {feature}.
 
-struct LayerNormSaved {
+struct NormSaved {
   Instruction* xhat = nullptr;  // normalised input
-  Instruction* r = nullptr;     // rsqrt(var + eps), [B,S]
+  Instruction* r = nullptr;     // rsqrt(var + eps), over the dims outside `stats`
   Instruction* y = nullptr;
+  Dims stats, param;
 };
+using LayerNormSaved = NormSaved;
 
 constexpr double kLayerNormEps = 1e-6;
+constexpr double kBatchNormEps = 1e-3;
 
-LayerNormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma);
-// Returns dx; accumulates dgamma into *dgamma.
-Instruction* LayerNormBackward(Net& net, const LayerNormSaved& s, Instruction* gamma, Instruction* dy,
-                               Instruction** dgamma);
+NormSaved NormalizeForward(Net& net, Instruction* x, const Dims& stats, Instruction* gamma, Instruction* beta,
+                           const Dims& param, double eps);
+// Returns dx; sets *dgamma (and *dbeta when beta was used) to this use's contribution.
+Instruction* NormalizeBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma,
+                               Instruction** dbeta = nullptr);
+
+// LayerNorm without bias over the last dim; gamma is [M], or [P..., M] for layers stacked along
+// x's leading dims P (one scale per leading index).
+NormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma);
+Instruction* LayerNormBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma);
+
+// BatchNorm over every dim but the last (features), training mode (batch statistics).
+NormSaved BatchNormForward(Net& net, Instruction* x, Instruction* gamma, Instruction* beta);
 
 // ---- optimizer -----------------------------------------------------------------------------------------
-//
-// The state each optimizer keeps per weight (its "auxiliary variables"), as named parameters:
-//   sgd        none
-//   adam       <w>_m, <w>_v: moving averages of g and g^2, each the weight's shape (Kingma & Ba,
-//              without bias correction)
-//   lars       <w>_momentum, the weight's shape (You, Gitman & Ginsburg 2017: the step of a weight
-//              of rank >= 2 is scaled by the trust ratio eta |w| / (|g| + wd |w|); rank-1 weights,
-//              biases and scales, take plain momentum with weight decay, as MLPerf's LARS does)
-//   adafactor  a weight of rank >= 2 keeps factored second moments over its last two dims:
-//              <w>_adafactor_row (the shape without the last dim) and <w>_adafactor_col (without
-//              the second-last); a rank-1 weight keeps <w>_adafactor_v (Shazeer & Stern 2018,
-//              Algorithm 4/5 with beta1 = 0, a fixed decay beta2 and update clipping d = 1)
-// The norms, factored means and RMS are reduce ops: the non-elementwise optimizer ops a
-// weight-update-sharding pass has to handle (paper 000, section 4.1).
-struct OptimizerSlot {
-  std::string suffix;  // "m", "v", "momentum", "adafactor_row", ...
-  Shape shape;
-};
-std::vector<OptimizerSlot> OptimizerSlots(Optimizer opt, const Shape& weight);
 
 struct UpdateResult {
-  std::vector<Instruction*> params;
-  std::vector<Instruction*> state;  // in the order AddOptimizerParameters adds the state parameters
+  std::vector<Instruction*> params, m, v;
 };
 
+// SGD: w' = w - lr g. Adam (no bias correction): m' = 0.9 m + 0.1 g, v' = 0.999 v + 0.001 g^2,
+// w' = w - lr m' / (sqrt(v') + 1e-8). LARS (You, Gitman and Ginsburg 2017; the optimizer of the
+// weight-update-sharding paper's ResNet-50), for weights of rank > 1:
+//   trust = eta |w| / (|g| + wd |w|)   (1 when |w| or |g| is 0)
+//   m' = mu m + lr trust (g + wd w),  w' = w - m'
+// and plain momentum (m' = mu m + lr g) for vectors (BatchNorm scales and offsets, biases), with
+// the commonly used eta, wd and mu below. Adafactor (Shazeer and Stern 2018, Algorithms 4/5 with
+// beta1 = 0, a fixed decay beta2 and update clipping d = 1), for a weight [..., R, C] with
+// g2 = g^2 + 1e-30:
+//   row' = b2 row + (1-b2) mean_C(g2)   [..., R]     col' = b2 col + (1-b2) mean_R(g2)   [..., C]
+//   v = row' (x) col' / mean_R(row'),  u = g / sqrt(v),  w' = w - lr u / max(1, rms(u))
+// and an unfactored v' = b2 v + (1-b2) g2 for vectors. Its means, the RMS and LARS's norms are the
+// reduces a weight-update-sharding pass runs on shards (its paper, section 4.1).
+constexpr double kLarsEta = 0.001, kLarsWeightDecay = 1e-4, kLarsMomentum = 0.9;
+constexpr double kAdafactorDecay = 0.999, kAdafactorEps = 1e-30;
 UpdateResult ApplyOptimizer(Net& net, Optimizer opt, double lr, std::vector<Weight>& weights);
 // Converts each accumulated gradient to the parameter type (backward scope).
 void FinishGradients(Net& net, std::vector<Weight>& weights, PrimitiveType param_type);
 Instruction* MakeRoot(Net& net, Instruction* loss, std::vector<Weight>& weights, Optimizer opt, double lr);
+// Loss 0.5 * mean((out - target)^2) and its gradient with respect to `out`.
+std::pair<Instruction*, Instruction*> MseLoss(Net& net, Instruction* out, Instruction* target);
 // A training loop of `steps` steps around a one-step module whose entry takes the batch inputs
 // first (`batch_inputs` parameters: x, target, ...), then the weights and optimizer state, and
 // returns (loss, new weights and state in parameter order). The loop's entry takes each batch input
@@ -157,14 +186,38 @@ Instruction* MakeRoot(Net& net, Instruction* loss, std::vector<Weight>& weights,
 // (final weights and state..., last loss). Shardings of the step carry over (a batch input's gain
 // an unsplit leading dim).
 Result<std::unique_ptr<Module>> WrapInTrainingLoop(const Module& step, int64_t steps, int64_t batch_inputs);
-
-// Loss 0.5 * mean((out - target)^2) and its gradient with respect to `out`.
-std::pair<Instruction*, Instruction*> MseLoss(Net& net, Instruction* out, Instruction* target);
-// Adds the optimizer's state parameters: slot 0 for every weight, then slot 1 for every weight
-// that has one (Adam: every m, then every v).
-void AddOptimizerParameters(Builder& b, Optimizer opt, std::vector<Weight>& weights, int64_t* next_param);
+// Softmax cross-entropy over the last dim (classes) against `labels` (a distribution per row, e.g.
+// one-hot), averaged over the rows: -mean(sum(labels * log_softmax(logits))). Returns the loss and
+// its gradient with respect to the logits ((softmax - labels) / rows for a distribution).
+std::pair<Instruction*, Instruction*> SoftmaxCrossEntropy(Net& net, Instruction* logits, Instruction* labels);
+// Adds the optimizer's state parameters: Adam m for every weight, then v for every weight; LARS
+// the momentum for every weight (named "<weight>_m"); Adafactor "<weight>_adafactor_row" (or
+// "_adafactor_v" for a vector) for every weight, then "<weight>_adafactor_col" for every weight of
+// rank >= 2; nothing for SGD.
+void AddOptimizerState(Builder& b, std::vector<Weight>& weights, Optimizer opt, int64_t* next_param);
 void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g);
 
+
+// The settings of a training step every family has: "backward", "optimizer", "learning_rate",
+// "dtype", "act_dtype", "mesh_x", "mesh_y".
+template <typename Config>
+void ReadTrainingParameters(ZooParams& p, Config& c) {
+  c.backward = p.Bool("backward");
+  c.optimizer = ReadOptimizer(p);
+  c.learning_rate = p.Real("learning_rate");
+  c.param_type = p.FloatType("dtype", PrimitiveType::kF32);
+  c.act_type = p.FloatType("act_dtype", c.param_type);
+  c.mesh_x = p.Int("mesh_x");
+  c.mesh_y = p.Int("mesh_y");
+}
+// Their consistency: an optimizer step needs backward; both element types floating point.
+template <typename Config>
+Status CheckTrainingParameters(const Config& c) {
+  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
+  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
+    return Error("parameter and activation types must be floating point");
+  return Status::Ok();
+}
 
 // The settings the Transformer and the MLP share (both configs name them alike).
 template <typename Config>
@@ -173,14 +226,8 @@ void ReadCommonParameters(ZooParams& p, Config& c) {
   c.model = p.Int("model");
   c.hidden = p.Int("hidden");
   c.layers = p.Int("layers");
-  c.backward = p.Bool("backward");
-  c.optimizer = ReadOptimizer(p);
-  c.learning_rate = p.Real("learning_rate");
-  c.param_type = p.FloatType("dtype", PrimitiveType::kF32);
-  c.act_type = p.FloatType("act_dtype", c.param_type);
+  ReadTrainingParameters(p, c);
   c.annotations = ReadAnnotationSet(p);
-  c.mesh_x = p.Int("mesh_x");
-  c.mesh_y = p.Int("mesh_y");
 }
 
 }  // namespace zoo

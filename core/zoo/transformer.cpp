@@ -7,6 +7,212 @@ namespace shardscope {
 
 using namespace zoo;
 
+// ---- blocks -----------------------------------------------------------------------------------------------
+
+namespace zoo {
+
+void AddAttentionWeights(const WeightAdder& add, PrimitiveType P, int64_t M, int64_t N, int64_t D, bool layernorm,
+                         AttentionBlock* a) {
+  if (layernorm) a->ln = add("ln1_scale", "ln1", Shape(P, {M}));
+  a->wqkv = add("wqkv", "attention", Shape(P, {3, M, N, D}));
+  a->wo = add("wo", "attention", Shape(P, {N, D, M}));
+}
+
+void AnnotateAttentionWeights(Annotator& ann, const AttentionBlock& a) {
+  ann.Table1(a.wqkv->param, Table1Tensor::kWqkv, [](const Dims& d) { return Dims{-1, d[0], d[1], d[2]}; });
+  ann.Table1(a.wo->param, Table1Tensor::kWo);
+}
+
+void AddFfnWeights(const WeightAdder& add, PrimitiveType P, int64_t M, int64_t H, bool layernorm, FfnBlock* f) {
+  if (layernorm) f->ln = add("ln2_scale", "ln2", Shape(P, {M}));
+  f->wi = add("wi", "ffn", Shape(P, {M, H}));
+  f->wout = add("wout", "ffn", Shape(P, {H, M}));
+}
+
+void AnnotateFfnWeights(Annotator& ann, const FfnBlock& f) {
+  ann.Table1(f.wi->param, Table1Tensor::kWin);
+  ann.Table1(f.wout->param, Table1Tensor::kWout);
+}
+
+Instruction* PreNorm(Net& net, Weight* ln, Instruction* x, NormSaved* saved) {
+  if (!ln) return x;
+  *saved = LayerNormForward(net, x, ln->value);
+  return saved->y;
+}
+
+Instruction* PreNormBackward(Net& net, Weight* ln, const NormSaved& saved, Instruction* dy) {
+  if (!ln) return dy;
+  Instruction* dg = nullptr;
+  Instruction* dx = LayerNormBackward(net, saved, ln->value, dy, &dg);
+  AccumulateGrad(net.b(), &ln->grad, dg);
+  return dx;
+}
+
+namespace {
+
+// The blocks' tensors may carry leading dims P (layers stacked and vectorised over them: the
+// pipelined Transformer's stage dim): x [P..., B, S, M], W_qkv [P..., 3, M, N, D], every dot
+// batched over P. Dimension lists of the prefix-free layer, moved behind the prefix:
+struct PrefixDims {
+  int64_t p = 0;
+  // The layer's own dims, shifted by p.
+  Dims At(const Dims& d) const {
+    Dims r;
+    for (int64_t x : d) r.push_back(x + p);
+    return r;
+  }
+  // Batch dims of a dot, dims kept by a broadcast, a permutation: the prefix dims, then the
+  // shifted ones.
+  Dims Batch(const Dims& d) const {
+    Dims r;
+    for (int64_t i = 0; i < p; ++i) r.push_back(i);
+    for (int64_t x : d) r.push_back(x + p);
+    return r;
+  }
+  // Slice starts: 0 on the prefix dims.
+  Dims Starts(const Dims& own) const {
+    Dims r(static_cast<size_t>(p), 0);
+    r.insert(r.end(), own.begin(), own.end());
+    return r;
+  }
+  // A shape of the layer's own dims behind `like`'s prefix.
+  Dims Shape(Instruction* like, const Dims& own) const {
+    Dims r;
+    for (int64_t i = 0; i < p; ++i) r.push_back(like->shape().dim(i));
+    r.insert(r.end(), own.begin(), own.end());
+    return r;
+  }
+};
+
+PrefixDims PrefixOf(Instruction* x) { return PrefixDims{x->shape().rank() - 3}; }
+
+}  // namespace
+
+Instruction* AttentionForward(Net& net, Annotator& ann, AttentionBlock& a, Instruction* x) {
+  Builder& b = net.b();
+  if (!x || !a.wqkv || !a.wo || x->shape().rank() < 3) return nullptr;
+  const PrefixDims P = PrefixOf(x);
+  const Dims none = P.Batch({});
+  const int64_t B = x->shape().dim(P.p), S = x->shape().dim(P.p + 1);
+  const int64_t N = a.wqkv->param->shape().dim(P.p + 2), D = a.wqkv->param->shape().dim(P.p + 3);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  a.x = x;
+  {
+    auto s = b.Scope("ln1");
+    a.h = PreNorm(net, a.ln, x, &a.norm);
+  }
+  Instruction* out = nullptr;
+  {
+    auto s = b.Scope("attention");
+    Instruction* qkv = net.Dot(a.h, a.wqkv->value, none, none, P.At({2}), P.At({1}), "qkv");  // [B,S,3,N,D]
+    ann.Table1(qkv, Table1Tensor::kBSND, [](const Dims& d) { return Dims{d[0], d[1], -1, d[2], d[3]}; });
+    auto part = [&](int64_t j, const char* n) {
+      Instruction* sl = b.Slice(qkv, P.Starts({0, 0, j, 0, 0}), P.Shape(x, {B, S, j + 1, N, D}), {},
+                                std::string(n) + "_slice");
+      return b.Reshape(sl, P.Shape(x, {B, S, N, D}), n);
+    };
+    a.q = part(0, "q");
+    a.k = part(1, "k");
+    a.v = part(2, "v");
+    Instruction* scores = net.Dot(a.q, a.k, P.Batch({0, 2}), P.Batch({0, 2}), P.At({3}), P.At({3}), "scores");  // [B,N,S,T]
+    Instruction* scaled = net.Scale(scores, scale, "scaled_scores");
+    {
+      auto sm = b.Scope("softmax");
+      Instruction* mx = net.MaxOver(scaled, P.At({3}), "max");
+      Instruction* e = b.Exp(b.Sub(scaled, net.Bcast(mx, scaled, P.Batch({0, 1, 2})), "shifted"), "exp");
+      Instruction* den = net.Sum(e, P.At({3}), "sum");
+      a.p = b.Div(e, net.Bcast(den, e, P.Batch({0, 1, 2})), "probs");
+    }
+    a.ctx = net.Dot(a.p, a.v, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({1}), "context");  // [B,N,S,D]
+    out = net.Dot(a.ctx, a.wo->value, none, none, P.At({1, 3}), P.At({0, 1}), "out");  // [B,S,M]
+  }
+  return b.Add(x, out, "residual1");
+}
+
+Instruction* AttentionBackward(Net& net, AttentionBlock& a, Instruction* dy) {
+  Builder& b = net.b();
+  if (!dy || !a.x) return nullptr;
+  const PrefixDims P = PrefixOf(a.x);
+  const Dims none = P.Batch({});
+  const int64_t B = a.x->shape().dim(P.p), S = a.x->shape().dim(P.p + 1);
+  const int64_t N = a.wqkv->param->shape().dim(P.p + 2), D = a.wqkv->param->shape().dim(P.p + 3);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto s = b.Scope("attention");
+  AccumulateGrad(b, &a.wo->grad, net.Dot(a.ctx, dy, none, none, P.At({0, 2}), P.At({0, 1}), "dwo"));  // [N,D,M]
+  Instruction* dctx = b.Transpose(net.Dot(dy, a.wo->value, none, none, P.At({2}), P.At({2})), P.Batch({0, 2, 1, 3}),
+                                  "dcontext");  // [B,N,S,D]
+  Instruction* dp = net.Dot(dctx, a.v, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({3}), "dprobs");  // [B,N,S,T]
+  Instruction* dv = b.Transpose(net.Dot(a.p, dctx, P.Batch({0, 1}), P.Batch({0, 1}), P.At({2}), P.At({2})),
+                                P.Batch({0, 2, 1, 3}), "dv");  // [B,T,N,D]
+  Instruction* dscores = nullptr;
+  {
+    auto sm = b.Scope("softmax");
+    Instruction* pdp = b.Mul(a.p, dp);
+    Instruction* rowsum = net.Sum(pdp, P.At({3}), "rowsum");
+    Instruction* dscaled = b.Sub(pdp, b.Mul(a.p, net.Bcast(rowsum, pdp, P.Batch({0, 1, 2}))), "dscaled");
+    dscores = net.Scale(dscaled, scale, "dscores");
+  }
+  Instruction* dq = b.Transpose(net.Dot(dscores, a.k, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({1})),
+                                P.Batch({0, 2, 1, 3}), "dq");  // [B,S,N,D]
+  Instruction* dk = b.Transpose(net.Dot(dscores, a.q, P.Batch({0, 1}), P.Batch({0, 2}), P.At({2}), P.At({1})),
+                                P.Batch({0, 2, 1, 3}), "dk");  // [B,T,N,D]
+  const Dims one = P.Shape(a.x, {B, S, 1, N, D});
+  Instruction* dqkv = b.Concatenate({b.Reshape(dq, one), b.Reshape(dk, one), b.Reshape(dv, one)}, P.p + 2,
+                                    "dqkv");  // [B,S,3,N,D]
+  AccumulateGrad(b, &a.wqkv->grad,
+                 b.Transpose(net.Dot(a.h, dqkv, none, none, P.At({0, 1}), P.At({0, 1})), P.Batch({1, 0, 2, 3}),
+                             "dwqkv"));  // [3,M,N,D]
+  Instruction* dh1 = net.Dot(dqkv, a.wqkv->value, none, none, P.At({2, 3, 4}), P.At({0, 2, 3}), "dh1");  // [B,S,M]
+  Instruction* dres = dh1;
+  if (a.ln) {
+    auto s2 = b.Scope("ln1");
+    dres = PreNormBackward(net, a.ln, a.norm, dh1);
+  }
+  return b.Add(dy, dres, "dx");
+}
+
+Instruction* FfnForward(Net& net, Annotator& ann, FfnBlock& f, Instruction* x) {
+  Builder& b = net.b();
+  if (!x || !f.wi || !f.wout || x->shape().rank() < 3) return nullptr;
+  const PrefixDims P = PrefixOf(x);
+  const Dims none = P.Batch({});
+  f.x = x;
+  {
+    auto s = b.Scope("ln2");
+    f.h = PreNorm(net, f.ln, x, &f.norm);
+  }
+  Instruction* out = nullptr;
+  {
+    auto s = b.Scope("ffn");
+    f.hid = net.Dot(f.h, f.wi->value, none, none, P.At({2}), P.At({0}), "wi");  // [B,S,H]
+    ann.Table1(f.hid, Table1Tensor::kBSH);
+    f.relu = net.Relu(f.hid, "relu");
+    out = net.Dot(f.relu, f.wout->value, none, none, P.At({2}), P.At({0}), "wo");  // [B,S,M]
+  }
+  return b.Add(x, out, "residual2");
+}
+
+Instruction* FfnBackward(Net& net, FfnBlock& f, Instruction* dy) {
+  Builder& b = net.b();
+  if (!dy || !f.x) return nullptr;
+  const PrefixDims P = PrefixOf(f.x);
+  const Dims none = P.Batch({});
+  auto s = b.Scope("ffn");
+  AccumulateGrad(b, &f.wout->grad, net.Dot(f.relu, dy, none, none, P.At({0, 1}), P.At({0, 1}), "dwout"));  // [H,M]
+  Instruction* drelu = net.Dot(dy, f.wout->value, none, none, P.At({2}), P.At({1}), "drelu");              // [B,S,H]
+  Instruction* dhid = net.ReluGrad(f.hid, drelu, "dhidden");
+  AccumulateGrad(b, &f.wi->grad, net.Dot(f.h, dhid, none, none, P.At({0, 1}), P.At({0, 1}), "dwi"));        // [M,H]
+  Instruction* dh2 = net.Dot(dhid, f.wi->value, none, none, P.At({2}), P.At({1}), "dh2");                   // [B,S,M]
+  Instruction* dres = dh2;
+  if (f.ln) {
+    auto s2 = b.Scope("ln2");
+    dres = PreNormBackward(net, f.ln, f.norm, dh2);
+  }
+  return b.Add(dy, dres, "dresidual1");
+}
+
+}  // namespace zoo
+
 // ---- Transformer ----------------------------------------------------------------------------------------
 
 Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
@@ -20,9 +226,7 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
                                     {3, c.model, c.heads, c.head_dim}, {c.batch, c.seq, 3, c.heads, c.head_dim}});
       !s.ok())
     return s.error();
-  if (c.optimizer != Optimizer::kNone && !c.backward) return Error("an optimizer step needs backward=1");
-  if (!IsFloatingPoint(c.param_type) || !IsFloatingPoint(c.act_type))
-    return Error("parameter and activation types must be floating point");
+  if (Status s = CheckTrainingParameters(c); !s.ok()) return s.error();
 
   const int64_t B = c.batch, S = c.seq, M = c.model, N = c.heads, D = c.head_dim, H = c.hidden;
   const PrimitiveType P = c.param_type, A = c.act_type;
@@ -43,105 +247,32 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
   int64_t pn = 0;
   Instruction* x = b.Parameter(pn++, Shape(A, {B, S, M}), "x");
   Instruction* target = c.backward ? b.Parameter(pn++, Shape(A, {B, S, M}), "target") : nullptr;
-  struct LayerW {
-    Weight* ln1 = nullptr; Weight* wqkv = nullptr; Weight* wo = nullptr;
-    Weight* ln2 = nullptr; Weight* wi = nullptr; Weight* wout = nullptr;
+  struct Layer {
+    AttentionBlock attention;
+    FfnBlock ffn;
   };
   std::vector<Weight> weights;
   weights.reserve(static_cast<size_t>(c.layers) * 6);
-  std::vector<LayerW> lw(static_cast<size_t>(c.layers));
+  std::vector<Layer> layers(static_cast<size_t>(c.layers));
   for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string p = "layer" + std::to_string(l);
-    auto add = [&](const std::string& n, const std::string& scope, Shape s) {
-      Weight w;
-      w.name = p + "_" + n;
-      w.scope = p + "/" + scope;
-      w.param = b.Parameter(pn++, s, w.name);
-      ann.WeightParameter(w.param);
-      weights.push_back(w);
-      return &weights.back();
-    };
-    LayerW& L = lw[static_cast<size_t>(l)];
-    if (c.layernorm) L.ln1 = add("ln1_scale", "ln1", Shape(P, {M}));
-    L.wqkv = add("wqkv", "attention", Shape(P, {3, M, N, D}));
-    L.wo = add("wo", "attention", Shape(P, {N, D, M}));
-    if (c.layernorm) L.ln2 = add("ln2_scale", "ln2", Shape(P, {M}));
-    L.wi = add("wi", "ffn", Shape(P, {M, H}));
-    L.wout = add("wout", "ffn", Shape(P, {H, M}));
-    ann.Table1(L.wqkv->param, Table1Tensor::kWqkv, [](const Dims& d) { return Dims{-1, d[0], d[1], d[2]}; });
-    ann.Table1(L.wo->param, Table1Tensor::kWo);
-    ann.Table1(L.wi->param, Table1Tensor::kWin);
-    ann.Table1(L.wout->param, Table1Tensor::kWout);
+    const WeightAdder add = MakeWeightAdder(b, weights, "layer" + std::to_string(l), &pn);
+    Layer& L = layers[static_cast<size_t>(l)];
+    AddAttentionWeights(add, P, M, N, D, c.layernorm, &L.attention);
+    AddFfnWeights(add, P, M, H, c.layernorm, &L.ffn);
+    AnnotateAttentionWeights(ann, L.attention);
+    AnnotateFfnWeights(ann, L.ffn);
   }
-  AddOptimizerParameters(b, c.optimizer, weights, &pn);
-
-  // Weights in the activation type.
-  for (Weight& w : weights) {
-    auto scope = b.Scope(w.scope);
-    w.value = net.ToType(w.param, A, "cast_" + w.name.substr(w.name.find('_') + 1));
-  }
+  for (Weight& w : weights) ann.WeightParameter(w.param);
+  AddOptimizerState(b, weights, c.optimizer, &pn);
+  CastWeights(net, weights);
 
   // Forward, keeping what backward needs.
-  struct Saved {
-    Instruction* x = nullptr;
-    LayerNormSaved ln1, ln2;
-    Instruction *h1 = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *p = nullptr, *ctx = nullptr;
-    Instruction *x1 = nullptr, *h2 = nullptr, *hid = nullptr, *relu = nullptr;
-  };
-  std::vector<Saved> saved(static_cast<size_t>(c.layers));
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   Instruction* h = x;
   for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string p = "layer" + std::to_string(l);
-    Saved& sv = saved[static_cast<size_t>(l)];
-    LayerW& L = lw[static_cast<size_t>(l)];
-    auto layer_scope = b.Scope(p);
-    sv.x = h;
+    Layer& L = layers[static_cast<size_t>(l)];
+    auto layer_scope = b.Scope("layer" + std::to_string(l));
     ann.Table1(h, Table1Tensor::kBSM);  // the layer input activation
-    {
-      auto s = b.Scope("ln1");
-      if (c.layernorm) sv.ln1 = LayerNormForward(net, h, L.ln1->value);
-      sv.h1 = c.layernorm ? sv.ln1.y : h;
-    }
-    Instruction* attn_out = nullptr;
-    {
-      auto s = b.Scope("attention");
-      Instruction* qkv = net.Dot(sv.h1, L.wqkv->value, {}, {}, {2}, {1}, "qkv");  // [B,S,3,N,D]
-      ann.Table1(qkv, Table1Tensor::kBSND, [](const Dims& d) { return Dims{d[0], d[1], -1, d[2], d[3]}; });
-      auto part = [&](int64_t j, const char* n) {
-        Instruction* sl = b.Slice(qkv, {0, 0, j, 0, 0}, {B, S, j + 1, N, D}, {}, std::string(n) + "_slice");
-        return b.Reshape(sl, {B, S, N, D}, n);
-      };
-      sv.q = part(0, "q");
-      sv.k = part(1, "k");
-      sv.v = part(2, "v");
-      Instruction* scores = net.Dot(sv.q, sv.k, {0, 2}, {0, 2}, {3}, {3}, "scores");  // [B,N,S,T]
-      Instruction* scaled = net.Scale(scores, scale, "scaled_scores");
-      {
-        auto sm = b.Scope("softmax");
-        Instruction* mx = net.MaxOver(scaled, {3}, "max");
-        Instruction* e = b.Exp(b.Sub(scaled, net.Bcast(mx, scaled, {0, 1, 2}), "shifted"), "exp");
-        Instruction* den = net.Sum(e, {3}, "sum");
-        sv.p = b.Div(e, net.Bcast(den, e, {0, 1, 2}), "probs");
-      }
-      sv.ctx = net.Dot(sv.p, sv.v, {0, 1}, {0, 2}, {3}, {1}, "context");           // [B,N,S,D]
-      attn_out = net.Dot(sv.ctx, L.wo->value, {}, {}, {1, 3}, {0, 1}, "out");     // [B,S,M]
-    }
-    sv.x1 = b.Add(h, attn_out, "residual1");
-    {
-      auto s = b.Scope("ln2");
-      if (c.layernorm) sv.ln2 = LayerNormForward(net, sv.x1, L.ln2->value);
-      sv.h2 = c.layernorm ? sv.ln2.y : sv.x1;
-    }
-    Instruction* ffn_out = nullptr;
-    {
-      auto s = b.Scope("ffn");
-      sv.hid = net.Dot(sv.h2, L.wi->value, {}, {}, {2}, {0}, "wi");  // [B,S,H]
-      ann.Table1(sv.hid, Table1Tensor::kBSH);
-      sv.relu = net.Relu(sv.hid, "relu");
-      ffn_out = net.Dot(sv.relu, L.wout->value, {}, {}, {2}, {0}, "wo");  // [B,S,M]
-    }
-    h = b.Add(sv.x1, ffn_out, "residual2");
+    h = FfnForward(net, ann, L.ffn, AttentionForward(net, ann, L.attention, h));
   }
 
   if (!c.backward) {
@@ -152,59 +283,9 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
 
   auto [loss, dh] = MseLoss(net, h, target);
   for (int64_t l = c.layers - 1; l >= 0; --l) {
-    const std::string p = "layer" + std::to_string(l);
-    Saved& sv = saved[static_cast<size_t>(l)];
-    LayerW& L = lw[static_cast<size_t>(l)];
-    auto bwd = b.Scope("backward/" + p);
-    Instruction* dx1 = dh;  // residual2 passes the gradient through
-    {
-      auto s = b.Scope("ffn");
-      Instruction* dffn = dh;
-      AccumulateGrad(b, &L.wout->grad, net.Dot(sv.relu, dffn, {}, {}, {0, 1}, {0, 1}, "dwout"));  // [H,M]
-      Instruction* drelu = net.Dot(dffn, L.wout->value, {}, {}, {2}, {1}, "drelu");              // [B,S,H]
-      Instruction* dhid = net.ReluGrad(sv.hid, drelu, "dhidden");
-      AccumulateGrad(b, &L.wi->grad, net.Dot(sv.h2, dhid, {}, {}, {0, 1}, {0, 1}, "dwi"));        // [M,H]
-      Instruction* dh2 = net.Dot(dhid, L.wi->value, {}, {}, {2}, {1}, "dh2");                     // [B,S,M]
-      Instruction* dres = dh2;
-      if (c.layernorm) {
-        auto s2 = b.Scope("ln2");
-        Instruction* dg = nullptr;
-        dres = LayerNormBackward(net, sv.ln2, L.ln2->value, dh2, &dg);
-        AccumulateGrad(b, &L.ln2->grad, dg);
-      }
-      dx1 = b.Add(dh, dres, "dresidual1");
-    }
-    {
-      auto s = b.Scope("attention");
-      AccumulateGrad(b, &L.wo->grad, net.Dot(sv.ctx, dx1, {}, {}, {0, 2}, {0, 1}, "dwo"));   // [N,D,M]
-      Instruction* dctx = b.Transpose(net.Dot(dx1, L.wo->value, {}, {}, {2}, {2}), {0, 2, 1, 3}, "dcontext");  // [B,N,S,D]
-      Instruction* dp = net.Dot(dctx, sv.v, {0, 1}, {0, 2}, {3}, {3}, "dprobs");             // [B,N,S,T]
-      Instruction* dv = b.Transpose(net.Dot(sv.p, dctx, {0, 1}, {0, 1}, {2}, {2}), {0, 2, 1, 3}, "dv");  // [B,T,N,D]
-      Instruction* dscores = nullptr;
-      {
-        auto sm = b.Scope("softmax");
-        Instruction* pdp = b.Mul(sv.p, dp);
-        Instruction* rowsum = net.Sum(pdp, {3}, "rowsum");
-        Instruction* dscaled = b.Sub(pdp, b.Mul(sv.p, net.Bcast(rowsum, pdp, {0, 1, 2})), "dscaled");
-        dscores = net.Scale(dscaled, scale, "dscores");
-      }
-      Instruction* dq = b.Transpose(net.Dot(dscores, sv.k, {0, 1}, {0, 2}, {3}, {1}), {0, 2, 1, 3}, "dq");  // [B,S,N,D]
-      Instruction* dk = b.Transpose(net.Dot(dscores, sv.q, {0, 1}, {0, 2}, {2}, {1}), {0, 2, 1, 3}, "dk");  // [B,T,N,D]
-      Instruction* dqkv = b.Concatenate({b.Reshape(dq, {B, S, 1, N, D}), b.Reshape(dk, {B, S, 1, N, D}),
-                                         b.Reshape(dv, {B, S, 1, N, D})},
-                                        2, "dqkv");  // [B,S,3,N,D]
-      AccumulateGrad(b, &L.wqkv->grad,
-                     b.Transpose(net.Dot(sv.h1, dqkv, {}, {}, {0, 1}, {0, 1}), {1, 0, 2, 3}, "dwqkv"));  // [3,M,N,D]
-      Instruction* dh1 = net.Dot(dqkv, L.wqkv->value, {}, {}, {2, 3, 4}, {0, 2, 3}, "dh1");            // [B,S,M]
-      Instruction* dres = dh1;
-      if (c.layernorm) {
-        auto s2 = b.Scope("ln1");
-        Instruction* dg = nullptr;
-        dres = LayerNormBackward(net, sv.ln1, L.ln1->value, dh1, &dg);
-        AccumulateGrad(b, &L.ln1->grad, dg);
-      }
-      dh = b.Add(dx1, dres, "dx");
-    }
+    Layer& L = layers[static_cast<size_t>(l)];
+    auto bwd = b.Scope("backward/layer" + std::to_string(l));
+    dh = AttentionBackward(net, L.attention, FfnBackward(net, L.ffn, dh));
   }
   FinishGradients(net, weights, P);
   Instruction* root = MakeRoot(net, loss, weights, c.optimizer, c.learning_rate);

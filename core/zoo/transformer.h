@@ -60,4 +60,52 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& config
 // The zoo entries of this family: "transformer-layer" and "transformer".
 void AddTransformerModels(std::vector<ZooModel>& models);
 
+namespace zoo {
+
+// ---- the Transformer layer's blocks, shared with the MoE Transformer (moe_transformer.h) and the
+// pipelined Transformer (pipelined_transformer.h) ----
+// Each forward keeps in its block what the backward needs; scopes and names are those above
+// ("ln1", "attention", "residual1"; "ln2", "ffn", "residual2"; backward "attention", "ffn").
+// The tensors may carry leading dims P in front of the layer's own (x [P..., B, S, M], W_qkv
+// [P..., 3, M, N, D], ...): layers stacked along P run "vectorised" over them, every dot batched
+// over P (GSPMD §3.3, the pipeline's stage dim); the same instructions and names for any P.
+
+struct AttentionBlock {
+  Weight* ln = nullptr;  // pre-norm scale (nullptr without LayerNorm)
+  Weight* wqkv = nullptr;
+  Weight* wo = nullptr;
+  NormSaved norm;
+  Instruction *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *p = nullptr, *ctx = nullptr;
+};
+struct FfnBlock {
+  Weight* ln = nullptr;
+  Weight* wi = nullptr;
+  Weight* wout = nullptr;
+  NormSaved norm;
+  Instruction *x = nullptr, *h = nullptr, *hid = nullptr, *relu = nullptr;
+};
+
+// Weights "ln1_scale" [M], "wqkv" [3,M,N,D], "wo" [N,D,M]; annotated per the Table 1 policy.
+void AddAttentionWeights(const WeightAdder& add, PrimitiveType P, int64_t M, int64_t N, int64_t D, bool layernorm,
+                         AttentionBlock* a);
+void AnnotateAttentionWeights(Annotator& ann, const AttentionBlock& a);
+// Weights "ln2_scale" [M], "wi" [M,H], "wout" [H,M].
+void AddFfnWeights(const WeightAdder& add, PrimitiveType P, int64_t M, int64_t H, bool layernorm, FfnBlock* f);
+void AnnotateFfnWeights(Annotator& ann, const FfnBlock& f);
+
+// LayerNorm before a block (the input itself when `ln` is null), and its backward (accumulating
+// the scale's gradient).
+Instruction* PreNorm(Net& net, Weight* ln, Instruction* x, NormSaved* saved);
+Instruction* PreNormBackward(Net& net, Weight* ln, const NormSaved& saved, Instruction* dy);
+
+// x + attention(LN(x)) for x [B,S,M] (annotates qkv as BSND).
+Instruction* AttentionForward(Net& net, Annotator& ann, AttentionBlock& a, Instruction* x);
+// The gradient with respect to the block's input, given the gradient of its output.
+Instruction* AttentionBackward(Net& net, AttentionBlock& a, Instruction* dy);
+// x + W_out relu(W_in LN(x)) (annotates the hidden activation as BSH).
+Instruction* FfnForward(Net& net, Annotator& ann, FfnBlock& f, Instruction* x);
+Instruction* FfnBackward(Net& net, FfnBlock& f, Instruction* dy);
+
+}  // namespace zoo
+
 }  // namespace shardscope

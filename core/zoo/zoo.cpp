@@ -1,12 +1,17 @@
 #include "core/zoo/zoo.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
 #include "core/ir/verifier.h"
 #include "core/zoo/mlp.h"
 #include "core/zoo/ncf.h"
+#include "core/zoo/moe_transformer.h"
+#include "core/zoo/pipelined_transformer.h"
+#include "core/zoo/resnet.h"
 #include "core/zoo/transformer.h"
+#include "core/zoo/unet3d.h"
 
 namespace shardscope {
 
@@ -35,6 +40,24 @@ int64_t ZooParams::Int(const std::string& k) {
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (ec != std::errc() || p != v.data() + v.size()) Fail("parameter " + k + " must be an integer, found '" + v + "'");
+  return out;
+}
+
+std::vector<int64_t> ZooParams::IntList(const std::string& k) {
+  const std::string& v = values_[k];
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    const size_t end = std::min(v.find(',', start), v.size());
+    int64_t x = 0;
+    auto [p, ec] = std::from_chars(v.data() + start, v.data() + end, x);
+    if (ec != std::errc() || p != v.data() + end) {
+      Fail("parameter " + k + " must be comma-separated integers, found '" + v + "'");
+      return {};
+    }
+    out.push_back(x);
+    start = end + 1;
+  }
   return out;
 }
 
@@ -93,6 +116,15 @@ const std::vector<ZooParameter>& ZooCommonParameters() {
   return params;
 }
 
+std::vector<ZooParameter> WithCommonParameters(std::vector<ZooParameter> own) {
+  for (const auto& c : ZooCommonParameters()) {
+    bool listed = false;
+    for (const auto& o : own) listed = listed || o.name == c.name;
+    if (!listed) own.push_back(c);
+  }
+  return own;
+}
+
 Result<DeviceMesh> ZooMeshXY(ZooParams& p) {
   const int64_t x = p.Int("mesh_x"), y = p.Int("mesh_y");
   if (!p.ok()) return Error(p.error());
@@ -107,6 +139,10 @@ const std::vector<void (*)(std::vector<ZooModel>&)>& Families() {
   static const std::vector<void (*)(std::vector<ZooModel>&)> families = {
       &AddMlpModels,
       &AddTransformerModels,
+      &AddResNetModels,
+      &AddUNet3dModels,
+      &AddMoeTransformerModels,
+      &AddPipelinedTransformerModels,
       &AddNcfModels,
   };
   return families;

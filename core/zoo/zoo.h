@@ -33,6 +33,8 @@ class ZooParams {
   int64_t Int(const std::string& k);
   bool Bool(const std::string& k);
   double Real(const std::string& k);
+  // Comma-separated integers ("3,4,6,3").
+  std::vector<int64_t> IntList(const std::string& k);
   const std::string& Str(const std::string& k);
   // A floating-point element type; `fallback` when the setting is empty.
   PrimitiveType FloatType(const std::string& k, PrimitiveType fallback);
@@ -59,6 +61,9 @@ struct ZooModel {
 // Settings most families share ("annotations", "mesh_x", "mesh_y", "dtype", "act_dtype",
 // "learning_rate") and the 2-D (X, Y) mesh they describe.
 const std::vector<ZooParameter>& ZooCommonParameters();
+// A family's own parameters followed by the common ones it does not list itself (its own entry of
+// a common name, e.g. "annotations", replaces the common one).
+std::vector<ZooParameter> WithCommonParameters(std::vector<ZooParameter> own);
 Result<DeviceMesh> ZooMeshXY(ZooParams& p);
 
 // Every model of the zoo, in the order the families are listed in zoo.cpp.

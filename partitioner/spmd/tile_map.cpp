@@ -5,6 +5,8 @@
 #include <mutex>
 #include <optional>
 
+#include "partitioner/hlo_sharding_util.h"
+
 namespace shardscope::spmd {
 
 // Memo tables of one Rep. Keys start with a tag naming the operation, then its arguments.
@@ -369,19 +371,90 @@ bool TileMap::SameAs(const TileMap& o) const {
 bool IsLocalRefinement(const TileMap& from, const TileMap& to, const std::vector<int64_t>& full) {
   if (from.rank() != to.rank() || from.num_devices() != to.num_devices()) return false;
   for (int64_t d = 0; d < from.rank(); ++d) {
-    const int64_t fs = from.ShardSize(d, full[static_cast<size_t>(d)]);
-    const int64_t ts = to.ShardSize(d, full[static_cast<size_t>(d)]);
-    for (int64_t dev = 0; dev < from.num_devices(); ++dev) {
-      const int64_t fo = from.Offset(dev, d, full[static_cast<size_t>(d)]);
-      const int64_t to_off = to.Offset(dev, d, full[static_cast<size_t>(d)]);
-      // Only the valid (unpadded) part of the target shard must be inside the source's valid part.
-      const int64_t t_end = std::min(to_off + ts, full[static_cast<size_t>(d)]);
-      const int64_t f_end = std::min(fo + fs, full[static_cast<size_t>(d)]);
-      if (t_end <= to_off) continue;  // target shard entirely padding
-      if (to_off < fo || t_end > f_end) return false;
-    }
+    const int64_t n = full[static_cast<size_t>(d)];
+    const int64_t fs = from.ShardSize(d, n), ts = to.ShardSize(d, n);
+    for (int64_t dev = 0; dev < from.num_devices(); ++dev)
+      if (!hlo_sharding_util::ShardWithin(n, to.Offset(dev, d, n), ts, from.Offset(dev, d, n), fs)) return false;
   }
   return true;
+}
+
+// ---- memo keys and the per-run cache ----
+
+void AppendShardingKey(std::string& k, const HloSharding& s) {
+  k += static_cast<char>('A' + static_cast<int>(s.kind()));
+  if (s.IsTuple()) {
+    k += '(';
+    for (const auto& e : s.tuple_elements()) AppendShardingKey(k, e);
+    k += ')';
+    return;
+  }
+  if (s.IsMaximal()) k += std::to_string(s.maximal_device());
+  if (!s.IsTiled()) return;
+  for (auto t : s.subgroup_types()) k += static_cast<char>('a' + static_cast<int>(t));
+  const TileAssignment& ta = s.tile_assignment();
+  if (ta.is_iota()) {
+    // "[dims]<=[reshape]T(perm)" determines every device: a few bytes instead of all the ids.
+    k += 'I';
+    k += ta.ToString();
+    k += ';';
+    return;
+  }
+  k += 'E';
+  const auto& dims = ta.dims();
+  k += static_cast<char>(dims.size());
+  k.append(reinterpret_cast<const char*>(dims.data()), dims.size() * sizeof(int64_t));
+  const auto& devs = ta.devices();
+  k.append(reinterpret_cast<const char*>(devs.data()), devs.size() * sizeof(int64_t));
+}
+
+std::string ShardingKey(const HloSharding& s) {
+  std::string k;
+  AppendShardingKey(k, s);
+  return k;
+}
+
+TileMapCache::TileMapCache(int64_t num_devices) : n_(num_devices) {}
+
+Result<TileMap> TileMapCache::Get(const HloSharding& sharding, int64_t rank) const {
+  std::string& key = key_buf_;
+  key.clear();
+  AppendShardingKey(key, sharding);
+  key += '#';
+  key += std::to_string(rank);
+  auto it = maps_.find(key);
+  if (it != maps_.end()) return it->second;
+  auto m = TileMap::FromSharding(sharding, rank, n_);
+  maps_.emplace(key, m);
+  return m;
+}
+
+Result<Shape> TileMapCache::ShardShape(const Shape& base, const HloSharding& sharding) const {
+  if (base.IsTuple()) {
+    std::vector<Shape> leaves;
+    for (size_t i = 0; i < base.tuple.size(); ++i) {
+      HloSharding sub = sharding.IsTuple() && i < sharding.tuple_elements().size() ? sharding.tuple_elements()[i]
+                                                                                   : sharding;
+      auto s = ShardShape(base.tuple[i], sub);
+      if (!s.ok()) return s;
+      leaves.push_back(std::move(s).value());
+    }
+    return Shape::Tuple(std::move(leaves));
+  }
+  if (!base.IsArray()) return base;
+  auto m = Get(sharding, base.rank());
+  if (!m.ok()) return m.error();
+  return Shape(base.type, m->ShardShape(base.dims));
+}
+
+int64_t ElementsOf(const std::vector<int64_t>& dims) {
+  int64_t p = 1;
+  for (int64_t x : dims) p *= x;
+  return p;
+}
+
+int64_t ShardBytes(const TileMap& m, const Shape& base) {
+  return ElementsOf(m.ShardShape(base.dims)) * PrimitiveTypeBytes(base.type);
 }
 
 }  // namespace shardscope::spmd

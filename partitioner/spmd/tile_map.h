@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/sharding/sharding.h"
@@ -66,7 +68,7 @@ class TileMap {
   bool SameAs(const TileMap& o) const;
 
   // The map of an operand whose dim d carries label label_of_dim[d] (-1: whole) of this joint
-  // tiling: labels it does not carry become replication (see ProjectJointTiling, context.h).
+  // tiling (joint_tiling.h): labels it does not carry become replication.
   TileMap Projected(const std::vector<int64_t>& label_of_dim) const;
 
   // Constructs from explicit data (used by the dot planner's joint tilings).
@@ -99,7 +101,35 @@ class TileMap {
 };
 
 // Does every device's shard under `to` lie within its shard under `from` (for these full dims)?
-// Then resharding is a local dynamic-slice.
+// Then resharding is a local dynamic-slice. The tile-map form of IsSubTilingOrEqualSharding
+// (hlo_sharding_util.h): both ask ShardWithin of every device and dimension.
 bool IsLocalRefinement(const TileMap& from, const TileMap& to, const std::vector<int64_t>& full_dims);
+
+// Number of elements of a shape given by its dims (a shard shape).
+int64_t ElementsOf(const std::vector<int64_t>& dims);
+// Bytes of one device's shard of an array of shape `base` under `m`.
+int64_t ShardBytes(const TileMap& m, const Shape& base);
+
+// A compact binary key identifying a sharding exactly (memo tables); AppendShardingKey appends it.
+std::string ShardingKey(const HloSharding& s);
+void AppendShardingKey(std::string& key, const HloSharding& s);
+
+// The tile maps of one partitioning run: every sharding's map over the run's devices, built once
+// (the same shardings recur on every layer of a model). Keyed by the sharding and the array rank;
+// the device count is the run's.
+class TileMapCache {
+ public:
+  explicit TileMapCache(int64_t num_devices);
+  int64_t num_devices() const { return n_; }
+  Result<TileMap> Get(const HloSharding& sharding, int64_t rank) const;
+  // Local (per-device) shape of a value of shape `base` with this sharding (tuples leaf by leaf).
+  Result<Shape> ShardShape(const Shape& base, const HloSharding& sharding) const;
+
+ private:
+  int64_t n_;
+  mutable std::unordered_map<std::string, Result<TileMap>> maps_;
+  // Scratch buffer for the keys (a key holds every device id: 16 KiB at 2048 devices).
+  mutable std::string key_buf_;
+};
 
 }  // namespace shardscope::spmd

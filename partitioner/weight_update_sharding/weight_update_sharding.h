@@ -32,7 +32,7 @@
 
 #include "core/base/status.h"
 #include "core/ir/ir.h"
-#include "partitioner/spmd_partitioner.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 namespace shardscope {
 

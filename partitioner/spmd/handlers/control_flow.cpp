@@ -1,0 +1,149 @@
+// Tuples and control flow: tuple, get-tuple-element, custom-calls that annotate or enter/leave
+// manual regions (Sharding, SPMDFullToShardShape, SPMDShardToFullShape), while (body and condition
+// partitioned with the loop's sharding, so loop-carried values stay consistent), call, conditional.
+#include "partitioner/spmd/context.h"
+#include "partitioner/spmd/handler_table.h"
+
+namespace shardscope::spmd {
+
+namespace {
+
+Status HandleTuple(SpmdContext& ctx, const Instruction& orig) {
+  const HloSharding s = SpmdContext::ShardingOf(orig);
+  std::vector<Instruction*> ops;
+  std::vector<HloSharding> subs;
+  std::vector<Shape> shapes;
+  for (int64_t i = 0; i < orig.operand_count(); ++i) {
+    HloSharding sub = s.IsTuple() && i < static_cast<int64_t>(s.tuple_elements().size()) ? s.tuple_elements()[static_cast<size_t>(i)] : s;
+    if (!s.IsTuple() && orig.operand(i)->has_sharding() && !orig.has_sharding()) sub = *orig.operand(i)->sharding();
+    auto r = ctx.resharder().ReshardAny(ctx.Get(orig.operand(i)), sub);
+    if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
+    ops.push_back(*r);
+    subs.push_back(sub);
+    shapes.push_back((*r)->shape());
+  }
+  Instruction* t = ctx.builder().Emit(Opcode::kTuple, Shape::Tuple(shapes), ops);
+  ctx.Set(&orig, {t, HloSharding::Tuple(subs), orig.shape()});
+  return Status::Ok();
+}
+
+Status HandleGetTupleElement(SpmdContext& ctx, const Instruction& orig) {
+  const PartitionedHlo& in = ctx.Get(orig.operand(0));
+  const size_t i = static_cast<size_t>(orig.tuple_index);
+  if (!in.hlo || !in.hlo->shape().IsTuple() || i >= in.hlo->shape().tuple.size())
+    return Error(orig.name() + ": get-tuple-element of a non-tuple partitioned value");
+  HloSharding sub = in.sharding.IsTuple() && i < in.sharding.tuple_elements().size() ? in.sharding.tuple_elements()[i] : in.sharding;
+  Instruction* g = ctx.builder().Emit(Opcode::kGetTupleElement, in.hlo->shape().tuple[i], {in.hlo});
+  g->tuple_index = orig.tuple_index;
+  PartitionedHlo v{g, sub, orig.shape()};
+  const HloSharding target = orig.has_sharding() ? *orig.sharding() : sub;
+  auto r = ctx.resharder().ReshardAny(v, target);
+  if (!r.ok()) return r.error();
+  ctx.Set(&orig, {*r, target, orig.shape()});
+  return Status::Ok();
+}
+
+// custom-call "Sharding" is an annotation: the value resharded to it. Other custom-calls fall back.
+Status HandleCustomCall(SpmdContext& ctx, const Instruction& orig) {
+  if ((orig.custom_call_target == "Sharding" || orig.custom_call_target == "LayoutConstraint") &&
+      orig.operand_count() == 1) {
+    const HloSharding target = SpmdContext::ShardingOf(orig);
+    auto r = ctx.resharder().ReshardAny(ctx.Get(orig.operand(0)), target);
+    if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
+    ctx.Set(&orig, {*r, target, orig.shape()});
+    return Status::Ok();
+  }
+  if (orig.custom_call_target == "SPMDFullToShardShape" && orig.operand_count() == 1) {
+    // Entering a manual region: the operand's shards become the manual region's local values.
+    const PartitionedHlo& in = ctx.Get(orig.operand(0));
+    Instruction* x = ctx.builder().Emit(Opcode::kCopy, in.hlo->shape(), {in.hlo});
+    ctx.Set(&orig, {x, HloSharding::Manual(), in.hlo->shape()});
+    return Status::Ok();
+  }
+  if (orig.custom_call_target == "SPMDShardToFullShape" && orig.operand_count() == 1) {
+    const PartitionedHlo& in = ctx.Get(orig.operand(0));
+    Instruction* x = ctx.builder().Emit(Opcode::kCopy, in.hlo->shape(), {in.hlo});
+    ctx.Set(&orig, {x, SpmdContext::ShardingOf(orig), orig.shape()});
+    return Status::Ok();
+  }
+  return PartitionWithFallback(ctx, orig);
+}
+
+Status HandleWhile(SpmdContext& ctx, const Instruction& orig) {
+  const HloSharding s = SpmdContext::ShardingOf(orig);
+  auto init = ctx.resharder().ReshardAny(ctx.Get(orig.operand(0)), s);
+  if (!init.ok()) return Error(orig.name() + ": " + init.error().message);
+  auto cond = ctx.PartitionCalled(orig.while_condition(), {s}, HloSharding::Replicate());
+  if (!cond.ok()) return cond.error();
+  auto body = ctx.PartitionCalled(orig.while_body(), {s}, s);
+  if (!body.ok()) return body.error();
+  Instruction* w = ctx.builder().Emit(Opcode::kWhile, (*init)->shape(), {*init});
+  w->mutable_called_computations() = {*cond, *body};
+  ctx.Set(&orig, {w, s, orig.shape()});
+  return Status::Ok();
+}
+
+Status HandleCall(SpmdContext& ctx, const Instruction& orig) {
+  const Computation* callee = orig.to_apply();
+  if (!callee) return PartitionWithFallback(ctx, orig);
+  std::vector<HloSharding> ps;
+  std::vector<Instruction*> ops;
+  for (int64_t i = 0; i < orig.operand_count(); ++i) {
+    const Instruction* p = i < static_cast<int64_t>(callee->parameters().size()) ? callee->parameter(i) : nullptr;
+    HloSharding s = p && p->has_sharding() ? *p->sharding() : ctx.Get(orig.operand(i)).sharding;
+    auto r = ctx.resharder().ReshardAny(ctx.Get(orig.operand(i)), s);
+    if (!r.ok()) return r.error();
+    ps.push_back(s);
+    ops.push_back(*r);
+  }
+  HloSharding rs = callee->root() && callee->root()->has_sharding() ? *callee->root()->sharding() : SpmdContext::ShardingOf(orig);
+  auto c = ctx.PartitionCalled(callee, ps, rs);
+  if (!c.ok()) return c.error();
+  Instruction* call = ctx.builder().Emit(Opcode::kCall, (*c)->root()->shape(), ops);
+  call->mutable_called_computations() = {*c};
+  PartitionedHlo v{call, rs, orig.shape()};
+  const HloSharding target = SpmdContext::ShardingOf(orig);
+  auto fin = ctx.resharder().ReshardAny(v, target);
+  if (!fin.ok()) return fin.error();
+  ctx.Set(&orig, {*fin, target, orig.shape()});
+  return Status::Ok();
+}
+
+Status HandleConditional(SpmdContext& ctx, const Instruction& orig) {
+  const HloSharding target = SpmdContext::ShardingOf(orig);
+  auto pred = ctx.resharder().Reshard(ctx.Get(orig.operand(0)), HloSharding::Replicate());
+  if (!pred.ok()) return pred.error();
+  std::vector<Instruction*> ops = {*pred};
+  std::vector<Computation*> branches;
+  for (size_t b = 0; b < orig.called_computations().size(); ++b) {
+    const Computation* br = orig.called_computations()[b];
+    const Instruction* arg = orig.operand(static_cast<int64_t>(b) + 1);
+    const Instruction* p = br && !br->parameters().empty() ? br->parameter(0) : nullptr;
+    HloSharding s = p && p->has_sharding() ? *p->sharding() : ctx.Get(arg).sharding;
+    auto r = ctx.resharder().ReshardAny(ctx.Get(arg), s);
+    if (!r.ok()) return r.error();
+    ops.push_back(*r);
+    auto c = ctx.PartitionCalled(br, {s}, target);
+    if (!c.ok()) return c.error();
+    branches.push_back(*c);
+  }
+  auto local = ctx.maps().ShardShape(orig.shape(), target);
+  if (!local.ok()) return local.error();
+  Instruction* x = ctx.builder().Emit(Opcode::kConditional, *local, ops);
+  x->mutable_called_computations() = branches;
+  ctx.Set(&orig, {x, target, orig.shape()});
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterControlFlowHandlers(HandlerTable& table) {
+  table.Add({Opcode::kTuple}, HandleTuple);
+  table.Add({Opcode::kGetTupleElement}, HandleGetTupleElement);
+  table.Add({Opcode::kCustomCall}, HandleCustomCall);
+  table.Add({Opcode::kWhile}, HandleWhile);
+  table.Add({Opcode::kCall}, HandleCall);
+  table.Add({Opcode::kConditional}, HandleConditional);
+}
+
+}  // namespace shardscope::spmd

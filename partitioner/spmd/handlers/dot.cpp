@@ -1,0 +1,223 @@
+// Dot (einsum) partitioning — GSPMD §3.2/§4.4 and the four matmul cases of "How To Scale Your
+// Model" part 3. The dot's dimensions are labelled batch (B), lhs non-contracting (L), rhs
+// non-contracting (R) and contracting (C). A *joint tiling* assigns every device a tile index
+// over B,L,R,C; projecting it gives the operand shardings under which the per-device dot is
+// local, and the output is a partial sum over the C groups (all-reduce, or reduce-scatter when
+// the output wants to stay sharded). Joint tilings are derived from every subset of
+// {lhs, rhs, output} shardings: operands or output that agree on a dimension are "grouped" along
+// it (batch grouping / recursive partitioning of nested cases collapse into one search over
+// these groupings), and the cheapest by bytes moved (resharding + reduction + output reshard)
+// wins. So: no communication when nothing conflicts (case 1); all-gather of the operand whose
+// contracting dim is sharded (case 2); local dot + all-reduce / reduce-scatter (case 3);
+// all-gather of one side when both non-contracting dims use the same axis (case 4).
+#include <algorithm>
+#include <map>
+
+#include "partitioner/spmd/context.h"
+#include "partitioner/spmd/handler_table.h"
+
+namespace shardscope::spmd {
+
+namespace {
+
+struct DotLabels {
+  int64_t nb = 0, nl = 0, nr = 0, nc = 0;
+  std::vector<int64_t> lhs_label, rhs_label;  // operand dim -> joint label
+  int64_t num_labels() const { return nb + nl + nr + nc; }
+  int64_t out_rank() const { return nb + nl + nr; }
+};
+
+DotLabels MakeLabels(const Instruction& dot) {
+  const auto& dn = dot.dot_dims;
+  const Shape& ls = dot.operand(0)->shape();
+  const Shape& rs = dot.operand(1)->shape();
+  DotLabels L;
+  L.nb = static_cast<int64_t>(dn.lhs_batch.size());
+  L.nc = static_cast<int64_t>(dn.lhs_contracting.size());
+  L.nl = ls.rank() - L.nb - L.nc;
+  L.nr = rs.rank() - L.nb - L.nc;
+  L.lhs_label.assign(static_cast<size_t>(ls.rank()), -1);
+  L.rhs_label.assign(static_cast<size_t>(rs.rank()), -1);
+  for (int64_t i = 0; i < L.nb; ++i) {
+    L.lhs_label[static_cast<size_t>(dn.lhs_batch[static_cast<size_t>(i)])] = i;
+    L.rhs_label[static_cast<size_t>(dn.rhs_batch[static_cast<size_t>(i)])] = i;
+  }
+  for (int64_t i = 0; i < L.nc; ++i) {
+    L.lhs_label[static_cast<size_t>(dn.lhs_contracting[static_cast<size_t>(i)])] = L.nb + L.nl + L.nr + i;
+    L.rhs_label[static_cast<size_t>(dn.rhs_contracting[static_cast<size_t>(i)])] = L.nb + L.nl + L.nr + i;
+  }
+  int64_t j = 0;
+  for (auto& l : L.lhs_label)
+    if (l < 0) l = L.nb + j++;
+  j = 0;
+  for (auto& l : L.rhs_label)
+    if (l < 0) l = L.nb + L.nl + j++;
+  return L;
+}
+
+struct DotPlan {
+  TileMap joint;
+  HloSharding lhs, rhs, partial_out;  // partial_out: after the all-reduce
+  bool reduce_scatter = false;
+  int64_t rs_dim = -1;
+  std::vector<std::vector<int64_t>> reduce_groups;
+  int64_t cost = 0;
+  int64_t sources = 0;
+};
+
+Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
+  if (!dot.shape().IsArray() || dot.operand_count() != 2) return Error(dot.name() + ": malformed dot");
+  const int64_t n = ctx.num_devices();
+  const DotLabels L = MakeLabels(dot);
+  const PartitionedHlo& lv = ctx.Get(dot.operand(0));
+  const PartitionedHlo& rv = ctx.Get(dot.operand(1));
+  const HloSharding target = SpmdContext::ShardingOf(dot);
+  auto lm = ctx.maps().Get(lv.sharding, lv.base_shape.rank());
+  auto rm = ctx.maps().Get(rv.sharding, rv.base_shape.rank());
+  auto om = ctx.maps().Get(target, dot.shape().rank());
+  if (!lm.ok() || !rm.ok() || !om.ok()) {
+    return PartitionWithFallback(ctx, dot);
+  }
+  std::vector<int64_t> out_labels(static_cast<size_t>(L.out_rank()));
+  for (int64_t i = 0; i < L.out_rank(); ++i) out_labels[static_cast<size_t>(i)] = i;
+  std::vector<int64_t> c_labels;
+  for (int64_t i = 0; i < L.nc; ++i) c_labels.push_back(L.nb + L.nl + L.nr + i);
+  const JointSource ls{&*lm, L.lhs_label}, rs{&*rm, L.rhs_label}, os{&*om, out_labels};
+  const int64_t out_elem = PrimitiveTypeBytes(dot.shape().type);
+
+  // The same dot configuration recurs on every layer: decide once.
+  std::string key = ShardingKey(lv.sharding) + "|" + ShardingKey(rv.sharding) + "|" + ShardingKey(target) + "|" +
+                    lv.base_shape.ToString(false) + "|" + rv.base_shape.ToString(false) + "|" + dot.shape().ToString(false);
+  for (auto* dims : {&dot.dot_dims.lhs_batch, &dot.dot_dims.rhs_batch, &dot.dot_dims.lhs_contracting,
+                     &dot.dot_dims.rhs_contracting}) {
+    key += '|';
+    for (int64_t d : *dims) key += std::to_string(d) + ",";
+  }
+  auto& cache = ctx.Decisions<std::optional<DotPlan>>();
+  std::optional<DotPlan> best;
+  auto cached = cache.find(key);
+  if (cached != cache.end()) {
+    best = cached->second;
+  } else {
+  for (int mask = 7; mask >= 0; --mask) {
+    std::vector<JointSource> srcs;
+    if (mask & 1) srcs.push_back(ls);
+    if (mask & 2) srcs.push_back(rs);
+    if (mask & 4) srcs.push_back(os);
+    auto joint = BuildJointTiling(srcs, L.num_labels(), n);
+    if (!joint) continue;
+    DotPlan p{*joint, {}, {}, {}, false, -1, {}, 0, static_cast<int64_t>(srcs.size())};
+    auto lsh = joint->Projected(L.lhs_label).ToSharding();
+    auto rsh = joint->Projected(L.rhs_label).ToSharding();
+    TileMap partial = joint->Projected(out_labels);
+    auto psh = partial.ToSharding();
+    if (!lsh.ok() || !rsh.ok() || !psh.ok()) continue;
+    p.lhs = *lsh;
+    p.rhs = *rsh;
+    p.partial_out = *psh;
+    auto c1 = ctx.resharder().Plan(lv.sharding, p.lhs, lv.base_shape);
+    auto c2 = ctx.resharder().Plan(rv.sharding, p.rhs, rv.base_shape);
+    if (!c1.ok() || !c2.ok()) continue;
+    p.cost = c1->bytes + c2->bytes;
+    int64_t c_tiles = 1;
+    for (int64_t l : c_labels) c_tiles *= joint->tiles(l);
+    const int64_t partial_bytes = ElementsOf(partial.ShardShape(dot.shape().dims)) * out_elem;
+    HloSharding after = p.partial_out;
+    if (c_tiles > 1) {
+      p.reduce_groups = joint->GroupsAlong(c_labels);
+      const int64_t g = c_tiles;
+      // Reduce-scatter straight into the target when it splits one output dim over the C groups.
+      bool rs_ok = false;
+      if (ctx.options().prefer_reduce_scatter) {
+        for (int64_t k = 0; k < L.out_rank() && !rs_ok; ++k) {
+          if (om->tiles(k) != partial.tiles(k) * g) continue;
+          bool ok = true;
+          for (int64_t d = 0; d < L.out_rank() && ok; ++d)
+            if (d != k && om->tiles(d) != partial.tiles(d)) ok = false;
+          const int64_t full = dot.shape().dim(k);
+          const int64_t s = partial.ShardSize(k, full);
+          if (!ok || s % g != 0 || om->ShardSize(k, full) * g != s) continue;
+          std::vector<std::vector<int64_t>> groups = p.reduce_groups;
+          for (auto& grp : groups) {
+            std::vector<std::pair<int64_t, int64_t>> keyed;
+            std::vector<bool> seen(static_cast<size_t>(g), false);
+            for (int64_t dev : grp) {
+              const auto& ti = om->device(dev).index;
+              const auto& pi = partial.device(dev).index;
+              for (int64_t d = 0; d < L.out_rank(); ++d)
+                if (d != k && ti[static_cast<size_t>(d)] != pi[static_cast<size_t>(d)]) ok = false;
+              const int64_t tk = ti[static_cast<size_t>(k)];
+              if (tk / g != pi[static_cast<size_t>(k)] || seen[static_cast<size_t>(tk % g)]) ok = false;
+              else seen[static_cast<size_t>(tk % g)] = true;
+              keyed.emplace_back(tk % g, dev);
+            }
+            std::sort(keyed.begin(), keyed.end());
+            grp.clear();
+            for (auto& [o, dev] : keyed) grp.push_back(dev);
+          }
+          if (!ok) continue;
+          rs_ok = true;
+          p.reduce_scatter = true;
+          p.rs_dim = k;
+          p.reduce_groups = groups;
+          after = target;
+          p.cost += partial_bytes * (g - 1) / g + kCollectiveOverheadBytes;
+        }
+      }
+      if (!rs_ok) p.cost += 2 * partial_bytes * (g - 1) / g + kCollectiveOverheadBytes;
+    }
+    auto c3 = ctx.resharder().Plan(after, target, dot.shape());
+    if (!c3.ok()) continue;
+    p.cost += c3->bytes;
+    if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
+  }
+  cache.emplace(key, best);
+  }
+  if (!best) {
+    return PartitionWithFallback(ctx, dot);
+  }
+  auto lhs = ctx.resharder().Reshard(lv, best->lhs);
+  if (!lhs.ok()) return Error(dot.name() + ": " + lhs.error().message);
+  auto rhs = ctx.resharder().Reshard(rv, best->rhs);
+  if (!rhs.ok()) return Error(dot.name() + ": " + rhs.error().message);
+  Instruction* lx = *lhs;
+  Instruction* rx = *rhs;
+  // Padding on a sharded contracting dim must not leak into the sums: zero it on both sides.
+  std::vector<int64_t> lpad, rpad;
+  for (size_t i = 0; i < dot.dot_dims.lhs_contracting.size(); ++i) {
+    const int64_t label = L.nb + L.nl + L.nr + static_cast<int64_t>(i);
+    if (best->joint.tiles(label) > 1) {
+      lpad.push_back(dot.dot_dims.lhs_contracting[i]);
+      rpad.push_back(dot.dot_dims.rhs_contracting[i]);
+    }
+  }
+  if (!lpad.empty()) {
+    lx = MaskPadding(ctx, {lx, best->lhs, lv.base_shape}, lpad, 0.0);
+    rx = MaskPadding(ctx, {rx, best->rhs, rv.base_shape}, rpad, 0.0);
+  }
+  TileMap partial = best->joint.Projected(out_labels);
+  Shape local(dot.shape().type, partial.ShardShape(dot.shape().dims));
+  Instruction* d = ctx.builder().Emit(Opcode::kDot, local, {lx, rx});
+  d->dot_dims = dot.dot_dims;
+  d->raw_attributes = dot.raw_attributes;
+  HloSharding have = best->partial_out;
+  if (!best->reduce_groups.empty()) {
+    Computation* add = ctx.builder().ScalarReducer(Opcode::kAdd, dot.shape().type);
+    if (best->reduce_scatter) {
+      d = ctx.builder().ReduceScatter(d, add, best->rs_dim, best->reduce_groups, "dot: contracting dimension sharded");
+      have = target;
+    } else {
+      d = ctx.builder().AllReduce(d, add, best->reduce_groups, "dot: contracting dimension sharded");
+    }
+  }
+  auto fin = ctx.resharder().Reshard({d, have, dot.shape()}, target);
+  if (!fin.ok()) return Error(dot.name() + ": " + fin.error().message);
+  ctx.Set(&dot, {*fin, target, dot.shape()});
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterDotHandlers(HandlerTable& table) { table.Add({Opcode::kDot}, HandleDot); }
+
+}  // namespace shardscope::spmd

@@ -1,0 +1,141 @@
+// Handlers for the ops that run locally on any sharding: parameters, constants, iota (local iota
+// plus the shard's offset), elementwise ops (operands resharded to the result's sharding) — and the
+// replicated fallback every other handler falls back to.
+#include <algorithm>
+
+#include "partitioner/spmd/context.h"
+#include "partitioner/spmd/handler_table.h"
+
+namespace shardscope::spmd {
+
+namespace {
+
+Result<Shape> LocalShape(SpmdContext& ctx, const Instruction& orig, const HloSharding& s) {
+  return ctx.maps().ShardShape(orig.shape(), s);
+}
+
+// The sharding an operand needs so that a per-dimension op (elementwise) runs locally.
+HloSharding ForRank(const HloSharding& s, int64_t rank) {
+  if (rank == 0) return HloSharding::Replicate();
+  return s;
+}
+
+Status HandleParameter(SpmdContext& ctx, const Instruction& orig) {
+  if (ctx.Get(&orig).hlo) return Status::Ok();  // set by the caller of a partitioned computation
+  const HloSharding s = SpmdContext::ShardingOf(orig);
+  auto shape = LocalShape(ctx, orig, s);
+  if (!shape.ok()) return Error(orig.name() + ": " + shape.error().message);
+  Instruction* p = ctx.builder().Emit(Opcode::kParameter, *shape, {});
+  p->parameter_number = orig.parameter_number;
+  p->set_sharding(s);
+  ctx.Set(&orig, {p, s, orig.shape()});
+  return Status::Ok();
+}
+
+Status FinishReplicated(SpmdContext& ctx, const Instruction& orig, Instruction* full) {
+  PartitionedHlo v{full, HloSharding::Replicate(), orig.shape()};
+  const HloSharding target = SpmdContext::ShardingOf(orig);
+  auto r = ctx.resharder().ReshardAny(v, target);
+  if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
+  ctx.Set(&orig, {*r, target, orig.shape()});
+  return Status::Ok();
+}
+
+Instruction* CloneWith(SpmdContext& ctx, const Instruction& orig, const Shape& shape, std::vector<Instruction*> ops) {
+  Instruction* n = orig.opcode() == Opcode::kGeneric
+                       ? ctx.builder().comp()->AddGeneric(orig.opcode_text(), shape, ops, orig.name())
+                       : ctx.builder().Emit(orig.opcode(), shape, ops);
+  CopyAttributes(orig, n);
+  std::vector<Computation*> called;
+  for (Computation* c : orig.called_computations()) called.push_back(ctx.builder().CloneScalarComputation(c));
+  n->mutable_called_computations() = called;
+  return n;
+}
+
+// Any op without a dedicated handler: replicate the operands, run the op on the full shape, then
+// reshard the result to its sharding. Always correct; the cost shows up as all-gathers.
+Status HandleFallback(SpmdContext& ctx, const Instruction& orig) {
+  std::vector<Instruction*> ops;
+  for (Instruction* o : orig.operands()) {
+    const PartitionedHlo& v = ctx.Get(o);
+    auto r = ctx.resharder().ReshardAny(v, HloSharding::Replicate());
+    if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
+    ops.push_back(*r);
+  }
+  bool any_sharded = false;
+  for (Instruction* o : orig.operands())
+    if (o->has_sharding() && !o->sharding()->IsReplicated() && o->shape().ElementCount() > 1) any_sharded = true;
+  if (orig.has_sharding() && !orig.sharding()->IsReplicated()) any_sharded = true;
+  if (any_sharded) ctx.builder().NoteFallback(orig);
+  Instruction* full = CloneWith(ctx, orig, orig.shape(), ops);
+  return FinishReplicated(ctx, orig, full);
+}
+
+Status HandleConstant(SpmdContext& ctx, const Instruction& orig) {
+  Instruction* full = CloneWith(ctx, orig, orig.shape(), {});
+  return FinishReplicated(ctx, orig, full);
+}
+
+Status HandleIota(SpmdContext& ctx, const Instruction& orig) {
+  const HloSharding s = SpmdContext::ShardingOf(orig);
+  auto m = ctx.maps().Get(s, orig.shape().rank());
+  if (!m.ok()) return HandleFallback(ctx, orig);
+  Shape local(orig.shape().type, m->ShardShape(orig.shape().dims));
+  const int64_t d = orig.iota_dimension;
+  Instruction* x;
+  if (m->tiles(d) == 1) {
+    x = ctx.builder().Emit(Opcode::kIota, local, {});
+    x->iota_dimension = d;
+  } else {
+    // Local iota plus this device's offset along the iota dimension.
+    Shape s32(PrimitiveType::kS32, local.dims);
+    Instruction* io = ctx.builder().Emit(Opcode::kIota, s32, {});
+    io->iota_dimension = d;
+    Instruction* off = ctx.builder().Broadcast(ctx.builder().TableLookup(m->OffsetTable(d, orig.shape().dim(d))), s32);
+    x = ctx.builder().Emit(Opcode::kAdd, s32, {io, off});
+    if (local.type != PrimitiveType::kS32) x = ctx.builder().Emit(Opcode::kConvert, local, {x});
+  }
+  ctx.Set(&orig, {x, s, orig.shape()});
+  return Status::Ok();
+}
+
+Status HandleElementwise(SpmdContext& ctx, const Instruction& orig) {
+  if (!orig.shape().IsArray()) return HandleFallback(ctx, orig);
+  const HloSharding s = SpmdContext::ShardingOf(orig);
+  if (!s.IsTiled() && !s.IsReplicated() && !s.IsMaximal()) return HandleFallback(ctx, orig);
+  std::vector<Instruction*> ops;
+  for (Instruction* o : orig.operands()) {
+    auto r = ctx.resharder().Reshard(ctx.Get(o), ForRank(s, o->shape().rank()));
+    if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
+    ops.push_back(*r);
+  }
+  auto local = LocalShape(ctx, orig, s);
+  if (!local.ok()) return Error(orig.name() + ": " + local.error().message);
+  Instruction* x = CloneWith(ctx, orig, *local, ops);
+  ctx.Set(&orig, {x, s, orig.shape()});
+  return Status::Ok();
+}
+
+}  // namespace
+
+// The handler used when no dedicated one is registered (handler_table.h).
+Status PartitionWithFallback(SpmdContext& ctx, const Instruction& orig) { return HandleFallback(ctx, orig); }
+
+void RegisterElementwiseHandlers(HandlerTable& table) {
+  table.Add({Opcode::kParameter}, HandleParameter);
+  table.Add({Opcode::kConstant}, HandleConstant);
+  table.Add({Opcode::kIota}, HandleIota);
+  table.Add(
+      {Opcode::kAbs, Opcode::kAdd, Opcode::kAnd, Opcode::kAtan2, Opcode::kCbrt, Opcode::kCeil, Opcode::kClamp,
+       Opcode::kClz, Opcode::kCompare, Opcode::kConvert, Opcode::kCopy, Opcode::kCos, Opcode::kDivide, Opcode::kErf,
+       Opcode::kExp, Opcode::kExpm1, Opcode::kFloor, Opcode::kIsFinite, Opcode::kLog, Opcode::kLog1p,
+       Opcode::kLogistic, Opcode::kMaximum, Opcode::kMinimum, Opcode::kMultiply, Opcode::kNegate, Opcode::kNot,
+       Opcode::kOr, Opcode::kPopcnt, Opcode::kPower, Opcode::kRemainder, Opcode::kRoundNearestAfz,
+       Opcode::kRoundNearestEven, Opcode::kRsqrt, Opcode::kSelect, Opcode::kShiftLeft,
+       Opcode::kShiftRightArithmetic, Opcode::kShiftRightLogical, Opcode::kSign, Opcode::kSin, Opcode::kSqrt,
+       Opcode::kSubtract, Opcode::kTan, Opcode::kTanh, Opcode::kXor, Opcode::kBitcastConvert,
+       Opcode::kReducePrecision},
+      HandleElementwise);
+}
+
+}  // namespace shardscope::spmd

@@ -1,0 +1,27 @@
+// Joint tilings: one tiling over the labelled dimensions of an op (dot, convolution, gather,
+// scatter). An op's operand and result dimensions that must be tiled alike carry the same label
+// (batch, contracting, a window, ...); a joint tiling gives every device one tile index per label,
+// and projecting it on an operand (TileMap::Projected) gives the operand sharding under which the
+// per-device op is local. The handlers build candidates from the shardings their operands and
+// result already have, cost each, and keep the cheapest.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "partitioner/spmd/tile_map.h"
+
+namespace shardscope::spmd {
+
+// An operand or result whose dim d carries label label_of_dim[d] (-1: no label; the dim is whole).
+struct JointSource {
+  const TileMap* map = nullptr;
+  std::vector<int64_t> label_of_dim;
+};
+// Merges the sources' tilings into one over `num_labels` labels (tile indices of a label must
+// agree between sources); nullopt when they conflict or the result is not a full device grid.
+std::optional<TileMap> BuildJointTiling(const std::vector<JointSource>& sources, int64_t num_labels,
+                                        int64_t num_devices);
+
+}  // namespace shardscope::spmd

@@ -1,0 +1,481 @@
+#include "partitioner/spmd/reshard.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+namespace shardscope::spmd {
+
+namespace {
+// Bytes a device receives in an all-to-all moving k tiles of a sharded dim to dim b (whole):
+// its shard, with b padded to a multiple of k (GSPMD §4.1: uneven dims travel padded), less the
+// 1/k it keeps.
+int64_t AllToAllBytes(const TileMap& m, const Shape& base, int64_t b, int64_t k) {
+  std::vector<int64_t> shard = m.ShardShape(base.dims);
+  shard[static_cast<size_t>(b)] = (base.dim(b) + k - 1) / k * k;
+  return ElementsOf(shard) * PrimitiveTypeBytes(base.type) * (k - 1) / k;
+}
+}  // namespace
+
+Resharder::Resharder(SpmdBuilder& builder, const TileMapCache& maps)
+    : b_(builder), maps_(maps), n_(maps.num_devices()) {}
+
+Result<ReshardPlan> Resharder::Plan(const HloSharding& from, const HloSharding& to, const Shape& base) const {
+  {
+    std::string& k = key_buf_;
+    k.clear();
+    AppendShardingKey(k, from);
+    k += '>';
+    AppendShardingKey(k, to);
+    k += '@';
+    k += static_cast<char>(base.type);
+    k.append(reinterpret_cast<const char*>(base.dims.data()), base.dims.size() * sizeof(int64_t));
+    auto it = plans_.find(k);
+    if (it != plans_.end()) return it->second;
+  }
+  std::string key = key_buf_;  // the buffer is reused by the recursive planning below
+  auto plan = PlanUncached(from, to, base);
+  plans_.emplace(std::move(key), plan);
+  return plan;
+}
+
+Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSharding& to,
+                                            const Shape& base) const {
+  ReshardPlan plan;
+  if (!base.IsArray()) return Error("reshard: not an array: " + base.ToString());
+  if (from == to) {
+    plan.identity = true;
+    return plan;
+  }
+  // Unreduced values hold partial sums: summing them (all-reduce over every device) gives the
+  // replicated value; a value becomes unreduced by keeping it on device 0 and zeros elsewhere.
+  const bool from_unreduced = from.kind() == HloSharding::Kind::kUnreduced;
+  const bool to_unreduced = to.kind() == HloSharding::Kind::kUnreduced;
+  if (from_unreduced != to_unreduced) {
+    auto rep = TileMap::FromSharding(HloSharding::Replicate(), base.rank(), n_);
+    if (!rep.ok()) return rep.error();
+    ReshardPlan p;
+    if (from_unreduced) {
+      const int64_t bytes = base.ByteSize() * 2 * (n_ - 1) / std::max<int64_t>(n_, 1);
+      p.steps.push_back({ReshardStep::Kind::kReduceUnreduced, {}, *rep, *rep, bytes});
+      auto rest = Plan(HloSharding::Replicate(), to, base);
+      if (!rest.ok()) return rest;
+      p.bytes = bytes + rest->bytes;
+      for (auto& st : rest->steps) p.steps.push_back(st);
+    } else {
+      auto first = Plan(from, HloSharding::Replicate(), base);
+      if (!first.ok()) return first;
+      p = *first;
+      p.identity = false;
+      p.steps.push_back({ReshardStep::Kind::kMakeUnreduced, {}, *rep, *rep, 0});
+    }
+    return p;
+  }
+  // A maximal (single-device) value reaches the others the way XLA does it: the owner keeps its
+  // value, everyone else contributes zeros, and an all-reduce sums (GSPMD's broadcast by
+  // all-reduce). A maximal target needs the value on its device; every device computing the same
+  // replicated value satisfies that.
+  if (from.IsMaximal() && !to.IsMaximal()) {
+    auto rest = Plan(HloSharding::Replicate(), to, base);
+    if (!rest.ok()) return rest;
+    auto rep = TileMap::FromSharding(HloSharding::Replicate(), base.rank(), n_);
+    if (!rep.ok()) return rep.error();
+    const int64_t bytes = base.ByteSize() * 2 * (n_ - 1) / std::max<int64_t>(n_, 1);
+    ReshardPlan p;
+    p.steps.push_back({ReshardStep::Kind::kBroadcastFromDevice, {from.maximal_device()}, *rep, *rep, bytes});
+    p.bytes = bytes + rest->bytes;
+    for (auto& st : rest->steps) p.steps.push_back(st);
+    return p;
+  }
+  const HloSharding& to_eff = to.IsMaximal() ? HloSharding::Replicate() : to;
+  if (to.IsMaximal() && from.IsMaximal()) {
+    if (from.maximal_device() == to.maximal_device()) {
+      plan.identity = true;
+      return plan;
+    }
+    auto rep = TileMap::FromSharding(HloSharding::Replicate(), base.rank(), n_);
+    if (!rep.ok()) return rep.error();
+    const int64_t bytes = base.ByteSize() * 2 * (n_ - 1) / std::max<int64_t>(n_, 1);
+    plan.steps.push_back({ReshardStep::Kind::kBroadcastFromDevice, {from.maximal_device()}, *rep, *rep, bytes});
+    plan.bytes = bytes;
+    return plan;
+  }
+  auto fm = maps_.Get(from, base.rank());
+  if (!fm.ok()) return fm.error();
+  auto tm = maps_.Get(to_eff, base.rank());
+  if (!tm.ok()) return tm.error();
+  const TileMap& F = *fm;
+  const TileMap& T = *tm;
+  if (F.SameAs(T)) {
+    plan.identity = true;
+    return plan;
+  }
+  const std::vector<int64_t>& full = base.dims;
+  std::vector<ReshardPlan> candidates;
+
+  // 1. Local refinement: dynamic-slice only (replicated -> sharded, partial -> finer).
+  if (IsLocalRefinement(F, T, full)) {
+    ReshardPlan p;
+    p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, T, 0});
+    candidates.push_back(p);
+  }
+  // 2. All-to-all: sharding moves from dim a to dim b over the same devices.
+  for (int64_t a = 0; a < base.rank(); ++a) {
+    for (int64_t b = 0; b < base.rank(); ++b) {
+      if (a == b) continue;
+      const int64_t k = F.tiles(a);
+      if (k <= 1 || F.tiles(b) != 1 || T.tiles(a) != 1 || T.tiles(b) != k) continue;
+      bool ok = true;
+      for (int64_t d = 0; d < base.rank() && ok; ++d)
+        if (d != a && d != b && F.tiles(d) != T.tiles(d)) ok = false;
+      for (int64_t dev = 0; dev < n_ && ok; ++dev) {
+        const auto& fi = F.device(dev).index;
+        const auto& ti = T.device(dev).index;
+        if (ti[static_cast<size_t>(b)] != fi[static_cast<size_t>(a)]) ok = false;
+        for (int64_t d = 0; d < base.rank() && ok; ++d)
+          if (d != a && d != b && fi[static_cast<size_t>(d)] != ti[static_cast<size_t>(d)]) ok = false;
+      }
+      if (!ok) continue;
+      ReshardPlan p;
+      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, T, AllToAllBytes(F, base, b, k)});
+      p.bytes = p.steps.back().bytes;
+      candidates.push_back(p);
+    }
+  }
+  // 3. Collective-permute: same tiling, different devices.
+  if (F.tiles() == T.tiles()) {
+    ReshardPlan p;
+    p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, T, ShardBytes(F, base)});
+    p.bytes = p.steps.back().bytes;
+    candidates.push_back(p);
+  }
+  // 4. All-gather the dims that must be gathered, then refine locally. Try the minimal set and
+  //    gathering everything (always valid).
+  std::vector<int64_t> needed, all_tiled;
+  for (int64_t d = 0; d < base.rank(); ++d) {
+    if (F.tiles(d) > 1) all_tiled.push_back(d);
+    if (F.tiles(d) == 1) continue;
+    const int64_t fs = F.ShardSize(d, full[static_cast<size_t>(d)]);
+    const int64_t ts = T.ShardSize(d, full[static_cast<size_t>(d)]);
+    for (int64_t dev = 0; dev < n_; ++dev) {
+      const int64_t fo = F.Offset(dev, d, full[static_cast<size_t>(d)]);
+      const int64_t to = T.Offset(dev, d, full[static_cast<size_t>(d)]);
+      const int64_t tend = std::min(to + ts, full[static_cast<size_t>(d)]);
+      if (tend > to && (to < fo || tend > std::min(fo + fs, full[static_cast<size_t>(d)]))) {
+        needed.push_back(d);
+        break;
+      }
+    }
+  }
+  // 4a. Gather only down to the granularity the target needs (gcd of the tile counts): an
+  //     all-gather within subgroups (XLA's partial replication resharding).
+  {
+    ReshardPlan p;
+    TileMap cur = F;
+    bool ok = true;
+    for (int64_t d : needed) {
+      const int64_t g = std::gcd(F.tiles(d), T.tiles(d));
+      const int64_t k = F.tiles(d) / g;
+      if (g <= 1 || k <= 1) { ok = false; break; }
+      // The partial gather must land on the target's shard boundaries (even split).
+      const int64_t s = cur.ShardSize(d, full[static_cast<size_t>(d)]);
+      if (s * k != (full[static_cast<size_t>(d)] + g - 1) / g) { ok = false; break; }
+      TileMap next = cur.GatheredBy(d, k);
+      int64_t bytes = ShardBytes(cur, base) * (k - 1);
+      p.steps.push_back({ReshardStep::Kind::kAllGather, {d, k}, cur, next, bytes});
+      p.bytes += bytes;
+      cur = next;
+    }
+    if (ok && !needed.empty()) {
+      if (cur.SameAs(T)) {
+        candidates.push_back(p);
+      } else if (IsLocalRefinement(cur, T, full)) {
+        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, cur, T, 0});
+        candidates.push_back(p);
+      } else if (cur.tiles() == T.tiles()) {
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, cur, T, ShardBytes(cur, base)});
+        p.bytes += ShardBytes(cur, base);
+        candidates.push_back(p);
+      }
+    }
+  }
+  for (const auto& gather : {needed, all_tiled}) {
+    if (gather.empty()) continue;
+    ReshardPlan p;
+    TileMap cur = F;
+    for (int64_t d : gather) {
+      TileMap next = cur.Gathered({d});
+      const int64_t t = cur.tiles(d);
+      int64_t bytes = ShardBytes(cur, base) * (t - 1);
+      p.steps.push_back({ReshardStep::Kind::kAllGather, {d}, cur, next, bytes});
+      p.bytes += bytes;
+      cur = next;
+    }
+    if (!IsLocalRefinement(cur, T, full)) continue;
+    if (!cur.SameAs(T)) p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, cur, T, 0});
+    candidates.push_back(p);
+  }
+  // 5. All-to-all first, then a local refinement or a collective-permute (sharding moves to
+  //    another dim and is then refined / reordered: XLA's multi-step resharding).
+  for (int64_t a = 0; a < base.rank(); ++a) {
+    for (int64_t b = 0; b < base.rank(); ++b) {
+      const int64_t k = F.tiles(a);
+      if (a == b || k <= 1 || F.tiles(b) != 1) continue;
+      if (T.tiles(b) % k != 0 && T.tiles(b) != k) continue;
+      std::vector<int64_t> tiles = F.tiles();
+      tiles[static_cast<size_t>(b)] = k;
+      tiles[static_cast<size_t>(a)] = 1;
+      std::vector<DeviceTile> devs;
+      for (int64_t dev = 0; dev < n_; ++dev) {
+        DeviceTile dt = F.device(dev);
+        dt.index[static_cast<size_t>(b)] = dt.index[static_cast<size_t>(a)];
+        dt.index[static_cast<size_t>(a)] = 0;
+        devs.push_back(dt);
+      }
+      TileMap mid(tiles, devs);
+      const int64_t a2a = AllToAllBytes(F, base, b, k);
+      ReshardPlan p;
+      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, mid, a2a});
+      p.bytes = a2a;
+      if (mid.SameAs(T)) {
+        // already covered by candidate 2
+      } else if (IsLocalRefinement(mid, T, full)) {
+        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
+        candidates.push_back(p);
+      } else if (mid.tiles() == T.tiles()) {
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base)});
+        p.bytes += ShardBytes(mid, base);
+        candidates.push_back(p);
+      }
+    }
+  }
+  // 6. Reorder devices first (collective-permute into a layout from which the target is a local
+  //    refinement): a partially replicated value whose groups are permuted.
+  if (F.tiles() != T.tiles()) {
+    // Map T onto F's tile grid: a device's F-tile is the T-tile it needs, coarsened.
+    bool ok = true;
+    std::vector<DeviceTile> devs;
+    for (int64_t dev = 0; dev < n_ && ok; ++dev) {
+      DeviceTile dt;
+      dt.index.resize(static_cast<size_t>(base.rank()));
+      for (int64_t d = 0; d < base.rank(); ++d) {
+        const int64_t ft = F.tiles(d), tt = T.tiles(d);
+        if (ft > tt || tt % ft != 0) ok = false;
+        else dt.index[static_cast<size_t>(d)] = T.device(dev).index[static_cast<size_t>(d)] / (tt / ft);
+      }
+      devs.push_back(dt);
+    }
+    if (ok) {
+      TileMap mid(F.tiles(), devs);
+      std::map<std::vector<int64_t>, int64_t> count;
+      for (auto& dt : devs) ++count[dt.index];
+      bool grid = true;
+      for (auto& [k, c] : count) grid &= c == F.replication();
+      if (grid && !mid.SameAs(F) && IsLocalRefinement(mid, T, full)) {
+        ReshardPlan p;
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base)});
+        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
+        p.bytes = ShardBytes(F, base);
+        candidates.push_back(p);
+      }
+    }
+  }
+  if (candidates.empty()) return Error("no resharding plan from " + from.ToString() + " to " + to.ToString());
+  for (auto& c : candidates)
+    for (const auto& st : c.steps)
+      if (st.kind != ReshardStep::Kind::kDynamicSlice) c.bytes += kCollectiveOverheadBytes;
+  auto best = std::min_element(candidates.begin(), candidates.end(), [](const ReshardPlan& x, const ReshardPlan& y) {
+    if (x.bytes != y.bytes) return x.bytes < y.bytes;
+    return x.steps.size() < y.steps.size();
+  });
+  return *best;
+}
+
+Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardPlan& plan, const HloSharding& target) {
+  Instruction* x = v.hlo;
+  const std::vector<int64_t>& full = v.base_shape.dims;
+  const std::string reason = "reshard " + v.sharding.ToString() + " -> " + target.ToString();
+  // x on device `owner`, zeros on every other device.
+  auto keep_on = [&](Instruction* x, int64_t owner) {
+    std::vector<int64_t> is_owner(static_cast<size_t>(n_), 0);
+    if (owner >= 0 && owner < n_) is_owner[static_cast<size_t>(owner)] = 1;
+    Instruction* flag = b_.TableLookup(is_owner);
+    Instruction* one = b_.ConstantScalar(PrimitiveType::kS32, 1);
+    Instruction* eq = b_.Emit(Opcode::kCompare, Shape::Scalar(PrimitiveType::kPred), {flag, one});
+    eq->comparison = ComparisonDirection::kEq;
+    const Shape& ls = x->shape();
+    Instruction* mask = b_.Emit(Opcode::kBroadcast, Shape(PrimitiveType::kPred, ls.dims), {eq});
+    mask->has_dimensions_attr = true;
+    Instruction* zero = b_.Broadcast(b_.ConstantScalar(ls.type, 0.0), ls);
+    return b_.Emit(Opcode::kSelect, ls, {mask, x, zero});
+  };
+  // The sum (or, for pred, the or) of x over every device.
+  auto sum_over_all = [&](Instruction* x, const std::string& why) {
+    std::vector<int64_t> all(static_cast<size_t>(n_));
+    for (int64_t i = 0; i < n_; ++i) all[static_cast<size_t>(i)] = i;
+    const PrimitiveType t = x->shape().type;
+    return b_.AllReduce(x, b_.ScalarReducer(t == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd, t), {all}, why);
+  };
+  for (const ReshardStep& st : plan.steps) {
+    switch (st.kind) {
+      case ReshardStep::Kind::kDynamicSlice: {
+        std::vector<int64_t> sizes = st.after.ShardShape(full);
+        std::vector<Instruction*> offsets;
+        std::vector<int64_t> high(full.size(), 0);
+        bool any = false;
+        for (size_t d = 0; d < full.size(); ++d) {
+          std::vector<int64_t> table(static_cast<size_t>(n_));
+          for (int64_t dev = 0; dev < n_; ++dev) {
+            table[static_cast<size_t>(dev)] = st.after.Offset(dev, static_cast<int64_t>(d), full[d]) -
+                                              st.before.Offset(dev, static_cast<int64_t>(d), full[d]);
+            high[d] = std::max(high[d], table[static_cast<size_t>(dev)] + sizes[d] - x->shape().dims[d]);
+          }
+          any |= sizes[d] != x->shape().dims[d] || std::any_of(table.begin(), table.end(), [](int64_t t) { return t; });
+          offsets.push_back(b_.TableLookup(table));
+        }
+        if (!any) break;
+        x = b_.PadHigh(x, high, 0.0);
+        x = b_.DynamicSlice(x, offsets, sizes);
+        break;
+      }
+      case ReshardStep::Kind::kAllGather: {
+        const int64_t d = st.dims[0];
+        if (st.dims.size() == 2) {  // partial gather by a factor
+          x = b_.AllGather(x, d, st.before.GroupsGatheringBy(d, st.dims[1]), reason);
+          break;
+        }
+        x = b_.AllGather(x, d, st.before.GroupsAlong({d}), reason);
+        // Drop the padding of uneven shards once the dim is whole.
+        std::vector<int64_t> limits = x->shape().dims;
+        limits[static_cast<size_t>(d)] = std::min(limits[static_cast<size_t>(d)], full[static_cast<size_t>(d)]);
+        x = b_.Slice(x, limits);
+        break;
+      }
+      case ReshardStep::Kind::kAllToAll: {
+        // Dim a (k tiles of ceil(A/k), padded) moves to dim b (whole, B): b is padded to k
+        // chunks of ceil(B/k) (the target's shard, padding included), chunk j goes to tile j,
+        // the received pieces are concatenated along a in source order and a's padding (all at
+        // its end: tile i held [i*ceil(A/k), ...)) is sliced off. The padding of b stays as the
+        // target's uneven-shard padding (which consumers mask where it could leak into a result).
+        const int64_t a = st.dims[0], b = st.dims[1];
+        const int64_t k = st.before.tiles(a);
+        {
+          std::vector<int64_t> high(x->shape().dims.size(), 0);
+          const int64_t bd = x->shape().dim(b);
+          high[static_cast<size_t>(b)] = (bd + k - 1) / k * k - bd;
+          x = b_.PadHigh(x, high, 0.0);
+        }
+        std::vector<int64_t> dims = x->shape().dims;  // dim a: ceil(A/k), dim b: k * ceil(B/k)
+        std::vector<int64_t> split;
+        for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
+          if (d == b) {
+            split.push_back(k);
+            split.push_back(dims[static_cast<size_t>(d)] / k);
+          } else {
+            split.push_back(dims[static_cast<size_t>(d)]);
+          }
+        }
+        x = b_.Reshape(x, split);
+        x = b_.AllToAll(x, b, st.before.GroupsAlong({a}), reason);
+        // Move the source-index dim (at b) to just before a, then merge it into a.
+        const int64_t a_pos = a < b ? a : a + 1;
+        std::vector<int64_t> perm;
+        for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
+          if (d == b) continue;
+          if (d == a_pos) perm.push_back(b);
+          perm.push_back(d);
+        }
+        x = b_.Transpose(x, perm);
+        const std::vector<int64_t>& td = x->shape().dims;
+        // After the transpose the source-index dim sits at index a, directly before a's data:
+        // merge indices a and a+1.
+        std::vector<int64_t> out;
+        for (size_t d = 0; d < td.size(); ++d) {
+          if (static_cast<int64_t>(d) == a) {
+            out.push_back(td[d] * td[d + 1]);
+            ++d;
+          } else {
+            out.push_back(td[d]);
+          }
+        }
+        x = b_.Reshape(x, out);
+        std::vector<int64_t> limits = x->shape().dims;
+        limits[static_cast<size_t>(a)] = std::min(limits[static_cast<size_t>(a)], full[static_cast<size_t>(a)]);
+        x = b_.Slice(x, limits);
+        break;
+      }
+      case ReshardStep::Kind::kReduceUnreduced: {
+        x = sum_over_all(x, "sum the unreduced partial values");
+        break;
+      }
+      case ReshardStep::Kind::kMakeUnreduced: {
+        x = keep_on(x, 0);
+        break;
+      }
+      case ReshardStep::Kind::kBroadcastFromDevice: {
+        const int64_t owner = st.dims[0];
+        x = sum_over_all(keep_on(x, owner), "broadcast from device " + std::to_string(owner));
+        break;
+      }
+      case ReshardStep::Kind::kCollectivePermute: {
+        // Match the k-th holder of each tile under `before` to the k-th wanter under `after`.
+        std::map<std::vector<int64_t>, std::vector<int64_t>> holders, wanters;
+        for (int64_t dev = 0; dev < n_; ++dev) {
+          holders[st.before.device(dev).index].push_back(dev);
+          wanters[st.after.device(dev).index].push_back(dev);
+        }
+        std::vector<std::pair<int64_t, int64_t>> pairs;
+        for (auto& [tile, ws] : wanters) {
+          auto& hs = holders[tile];
+          // Keep devices that already hold the tile in place.
+          std::vector<int64_t> free_h, free_w;
+          for (int64_t w : ws)
+            if (std::find(hs.begin(), hs.end(), w) != hs.end()) pairs.emplace_back(w, w);
+            else free_w.push_back(w);
+          for (int64_t h : hs)
+            if (std::find(ws.begin(), ws.end(), h) == ws.end()) free_h.push_back(h);
+          for (size_t i = 0; i < free_w.size() && i < free_h.size(); ++i) pairs.emplace_back(free_h[i], free_w[i]);
+        }
+        std::sort(pairs.begin(), pairs.end());
+        x = b_.CollectivePermute(x, pairs, reason);
+        break;
+      }
+    }
+  }
+  return x;
+}
+
+Result<Instruction*> Resharder::Reshard(const PartitionedHlo& v, const HloSharding& target) {
+  if (!v.hlo) return Error("internal: resharding a value that was not partitioned");
+  if (v.base_shape.IsTuple()) return ReshardAny(v, target);
+  if (!v.base_shape.IsArray()) return v.hlo;
+  if (v.sharding == target) return v.hlo;
+  auto plan = Plan(v.sharding, target, v.base_shape);
+  if (!plan.ok()) return plan.error();
+  if (plan->identity) return v.hlo;
+  return EmitPlan(v, *plan, target);
+}
+
+Result<Instruction*> Resharder::ReshardAny(const PartitionedHlo& v, const HloSharding& target) {
+  if (!v.base_shape.IsTuple()) return Reshard(v, target);
+  std::vector<Instruction*> leaves;
+  bool changed = false;
+  for (size_t i = 0; i < v.base_shape.tuple.size(); ++i) {
+    const Shape& leaf_base = v.base_shape.tuple[i];
+    HloSharding from = v.sharding.IsTuple() && i < v.sharding.tuple_elements().size()
+                           ? v.sharding.tuple_elements()[i] : v.sharding;
+    HloSharding to = target.IsTuple() && i < target.tuple_elements().size() ? target.tuple_elements()[i] : target;
+    Instruction* gte = b_.Emit(Opcode::kGetTupleElement, v.hlo->shape().tuple[i], {v.hlo});
+    gte->tuple_index = static_cast<int64_t>(i);
+    auto r = Reshard(PartitionedHlo{gte, from, leaf_base}, to);
+    if (!r.ok()) return r;
+    changed |= *r != gte;
+    leaves.push_back(*r);
+  }
+  if (!changed) return v.hlo;
+  std::vector<Shape> shapes;
+  for (Instruction* l : leaves) shapes.push_back(l->shape());
+  return b_.Emit(Opcode::kTuple, Shape::Tuple(shapes), leaves);
+}
+
+}  // namespace shardscope::spmd

@@ -1,0 +1,59 @@
+// The SPMD partitioner (GSPMD §4): turns a module whose instructions all carry shardings into one
+// program that every device runs on its shard, with the collectives, dynamic-slices and masking
+// that keep the math equal to the unpartitioned module. The public entry point of spmd/; the
+// driver is spmd_partitioner.cpp, the handlers handlers/*.cpp (handler_table.h), the shared
+// machinery context.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ir/ir.h"
+#include "core/base/status.h"
+
+namespace shardscope {
+
+struct SpmdOptions {
+  int64_t num_partitions = 0;       // 0: the module's num_partitions
+  bool prefer_reduce_scatter = true;  // fuse all-reduce + dynamic-slice into reduce-scatter
+  // A convolution whose kernel spatial dim is sharded (filter gradients: input and kernel both
+  // sharded along it) exchanges halos of the input (true, XLA's default) or of the kernel (false:
+  // each device keeps its input rows and fetches the kernel taps that read them; XLA's
+  // conv_halo_exchange_always_on_lhs=false).
+  bool conv_halo_exchange_always_on_lhs = true;
+};
+
+// One collective (or halo exchange) the partitioner inserted, linked to the op that caused it.
+struct InsertedCollective {
+  std::string origin;       // original instruction name
+  std::string instruction;  // the SPMD instruction
+  Opcode kind = Opcode::kAllReduce;
+  int64_t bytes_per_device = 0;  // per-device operand bytes
+  std::string replica_groups;    // text form
+  std::string reason;            // "dot: contracting dim sharded", "reshard {..} -> {..}", ...
+};
+
+struct PartitionResult {
+  std::unique_ptr<Module> module;  // the SPMD program
+  // Original instruction name (computation-qualified when not in the entry: "body/add") -> the
+  // SPMD instructions it became, in creation order.
+  std::map<std::string, std::vector<std::string>> origin_map;
+  std::vector<InsertedCollective> collectives;
+  // Ops that had no dedicated handler and were partitioned by replicating their operands
+  // (correct but communication-heavy), by opcode name.
+  std::vector<std::string> replicated_fallbacks;
+};
+
+// True when the op family of `op` has a dedicated handler (handler_table.h); others are
+// partitioned by replicating their operands.
+bool HasSpmdHandler(Opcode op);
+
+// Every instruction of `module` must carry a sharding (run propagation first); instructions
+// without one are treated as replicated. Returns an error naming the instruction on unsupported
+// input; never crashes.
+Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions& options = {});
+
+}  // namespace shardscope
