@@ -2,6 +2,8 @@
 
 namespace shardscope::views {
 
+using namespace ::shardscope::sim;
+
 AnalysisModel::AnalysisModel(QObject* parent) : QObject(parent) {}
 
 void AnalysisModel::setChips(std::vector<std::string> chips, std::string default_chip) {

@@ -21,6 +21,9 @@
 
 namespace shardscope::views {
 
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
+
 // The partitioned program of the document's shardings.
 struct PartitionedProgram {
   std::shared_ptr<const PartitionResult> result;         // null when partitioning failed

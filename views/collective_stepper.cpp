@@ -28,6 +28,8 @@
 
 namespace shardscope::views {
 
+using namespace ::shardscope::sim;
+
 namespace {
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }

@@ -33,6 +33,9 @@ class QTimer;
 
 namespace shardscope::views {
 
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
+
 // A collective to step through on a mesh.
 struct TeachingRequest {
   std::string title;  // one line above the mesh ("all-gather.3 for dot.1: ...")

@@ -12,6 +12,7 @@
 
 namespace shardscope::views {
 
+
 namespace {
 
 // Graphviz keeps global state: every use goes through this mutex, on the layout worker.

@@ -27,6 +27,7 @@
 
 namespace shardscope::views {
 
+
 namespace {
 
 using Lane = JobTracker::Lane;

@@ -12,6 +12,8 @@
 
 namespace shardscope::views {
 
+using namespace ::shardscope::sim;
+
 namespace {
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }

@@ -17,6 +17,8 @@
 
 namespace shardscope::views {
 
+using namespace ::shardscope::sim;
+
 namespace {
 QString Q(const std::string& s) { return QString::fromStdString(s); }
 }  // namespace

@@ -21,6 +21,9 @@ class Instruction;
 
 namespace shardscope::views {
 
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
+
 class DocumentModel;
 
 // One row per instruction (entry computation first, then the others in module order).

@@ -9,6 +9,7 @@
 
 namespace shardscope::views {
 
+
 JobIndicator::JobIndicator(QWidget* parent)
     : QWidget(parent), label_(new QLabel(this)), bar_(new QProgressBar(this)), cancel_(new QToolButton(this)) {
   setObjectName("jobIndicator");

@@ -4,6 +4,7 @@
 
 namespace shardscope::views {
 
+
 JobTracker::JobTracker(QObject* parent) : QObject(parent) {
   clock_.start();
   for (Lane lane : {Lane::kEngine, Lane::kLayout, Lane::kStore, Lane::kFiles}) {

@@ -20,6 +20,7 @@
 
 namespace shardscope::views {
 
+
 namespace {
 
 class QtChartsMemoryChart : public MemoryChart {

@@ -31,6 +31,7 @@
 
 namespace shardscope::views {
 
+
 namespace {
 
 constexpr const char* kAxisMime = "application/x-shardscope-mesh-axis";

@@ -6,6 +6,8 @@
 
 namespace shardscope::views {
 
+using namespace ::shardscope::sim;
+
 std::string RunModuleName(const RunInputs& inputs) {
   const std::string& n = inputs.module_name;
   constexpr std::string_view kSuffix = ".spmd";

@@ -21,6 +21,9 @@
 
 namespace shardscope::views {
 
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
+
 // The module a run was made from: RunInputs::module_name without the partitioner's ".spmd" suffix
 // (the simulator records the name of the SPMD program it ran).
 std::string RunModuleName(const RunInputs& inputs);

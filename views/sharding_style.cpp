@@ -5,6 +5,7 @@
 
 namespace shardscope::views {
 
+
 namespace {
 
 uint64_t Fnv1a(const std::string& s) {

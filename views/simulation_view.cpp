@@ -37,6 +37,8 @@
 
 namespace shardscope::views {
 
+using namespace ::shardscope::sim;
+
 namespace {
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }

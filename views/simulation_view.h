@@ -32,11 +32,13 @@ class QTimer;
 
 #include "partitioner/spmd/spmd_partitioner.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 struct RunResult;
 }
 
 namespace shardscope::views {
+
+using sim::RunResult;
 
 class AnalysisModel;
 class DocumentModel;

@@ -17,6 +17,8 @@
 
 namespace shardscope::gui {
 
+using namespace ::shardscope::sim;
+
 namespace {
 
 using Lane = views::JobTracker::Lane;

@@ -46,6 +46,8 @@
 
 namespace shardscope::gui {
 
+using namespace ::shardscope::sim;
+
 namespace {
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }

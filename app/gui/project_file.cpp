@@ -12,6 +12,7 @@
 
 namespace shardscope::gui {
 
+
 namespace {
 
 constexpr const char* kProjectFormat = "shardscope-project";

@@ -13,6 +13,8 @@
 
 namespace shardscope::gui {
 
+using namespace ::shardscope::sim;
+
 namespace {
 
 using Lane = views::JobTracker::Lane;

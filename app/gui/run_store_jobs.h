@@ -26,6 +26,8 @@ class RunHistory;
 
 namespace shardscope::gui {
 
+using sim::RunResult;
+
 class RunStoreJobs : public QObject {
   Q_OBJECT
 

@@ -206,26 +206,6 @@ Window LocalWindow(const ConvLabels& L, const TileMap& joint, const std::vector<
   return w;
 }
 
-// The tiling of a kernel-sharded spatial dim (filter gradients): kernel tile j holds taps
-// [j*ks, (j+1)*ks) (counted from the end under window reversal) and needs the input elements
-// those taps read for every output; the local window is the kernel shard, unpadded.
-WindowedTiling KernelTiling(const WindowDimension& w, int64_t tiles, int64_t K, int64_t out_full) {
-  WindowedTiling t;
-  const int64_t ks = (K + tiles - 1) / tiles;
-  t.start.resize(static_cast<size_t>(tiles));
-  for (int64_t j = 0; j < tiles; ++j) {
-    const int64_t first = w.window_reversal ? K - (j + 1) * ks : j * ks;
-    t.start[static_cast<size_t>(j)] = first * w.window_dilation - w.padding_low;
-  }
-  t.size = (out_full - 1) * w.stride + (ks - 1) * w.window_dilation + 1;
-  t.local = w;
-  t.local.size = ks;
-  t.local.padding_low = t.local.padding_high = 0;
-  t.local_out = out_full;
-  t.out_offset.assign(static_cast<size_t>(tiles), 0);
-  return t;
-}
-
 // The kernel-side halo of a kernel-sharded spatial dim (XLA's conv_halo_exchange_always_on_lhs
 // false): input tile i keeps its rows [i*ls, (i+1)*ls) and computes, for every output, the partial
 // sum over those rows; it needs the kernel taps t that read them for some output o
@@ -345,7 +325,10 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       const int64_t s = L.spatial[static_cast<size_t>(l)];
       if (k == Kind::kFeatureGroup && G % t != 0) drop.push_back(l);
       if (k == Kind::kBatchGroup && BG % t != 0) drop.push_back(l);
-      if (k == Kind::kKernel && L.win[static_cast<size_t>(s)].base_dilation != 1) drop.push_back(l);
+      if (k == Kind::kKernel && !TileKernelDim(L.win[static_cast<size_t>(s)], t,
+                                               rv.base_shape.dim(cd.kernel_spatial[static_cast<size_t>(s)]),
+                                               out_shape.dim(cd.output_spatial[static_cast<size_t>(s)])))
+        drop.push_back(l);
       if (k == Kind::kWindow) {
         const int64_t od = cd.output_spatial[static_cast<size_t>(s)];
         if (!TileWindowedDim(L.win[static_cast<size_t>(s)], t, (out_shape.dim(od) + t - 1) / t, out_shape.dim(od)))
@@ -400,7 +383,9 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
             continue;  // the input keeps its shard: not windowed
           }
         }
-        sp.tiling = KernelTiling(w, kt, rv.base_shape.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
+        auto kt_tiling = TileKernelDim(w, kt, rv.base_shape.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
+        if (!kt_tiling) return std::nullopt;
+        sp.tiling = *kt_tiling;
       }
       const int64_t t = joint.tiles(sp.label);
       halos[s] = PlanHalo((lhs_full + t - 1) / t, t, lhs_full, sp.tiling.start, sp.tiling.size, true, true, sp.tiling.need);
@@ -430,7 +415,7 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
           // concurrently: one latency term, like one collective.
           cost += halos[tiled[k]].link_rows * row + (halos[tiled[k]].permutes > 0 ? kCollectiveOverheadBytes : 0);
         }
-        shard[static_cast<size_t>(d)] = p.spatial[tiled[k]].tiling.size;
+        shard[static_cast<size_t>(d)] = p.spatial[tiled[k]].tiling.local_input();
       }
       if (!found || cost < lhs_cost) {
         found = true;
@@ -513,7 +498,7 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       lhs_local[static_cast<size_t>(cd.input_spatial[s])] = sp.lhs_size;
       if (rhs_local.ok()) rhs_local->dims[static_cast<size_t>(cd.kernel_spatial[s])] = sp.tiling.size;
     } else if (sp.reach != Reach::kNone) {
-      lhs_local[static_cast<size_t>(cd.input_spatial[s])] = sp.tiling.size;
+      lhs_local[static_cast<size_t>(cd.input_spatial[s])] = sp.tiling.local_input();
     }
   }
   auto out_shard = ctx.maps().ShardShape(out_shape, best->partial);
@@ -605,7 +590,9 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
     auto h = ExchangeHalo(ctx.builder(), lx, best->lhs_map, d, lv.base_shape.dim(d), sp.tiling.start, sp.tiling.size, 0.0,
                               sp.reach == Reach::kHalo, "convolution", sp.tiling.need);
     if (!h.ok()) return Error(conv.name() + ": " + h.error().message);
-    lx = *h;
+    auto dl = DilateWindows(ctx.builder(), *h, best->lhs_map, d, sp.tiling, 0.0);
+    if (!dl.ok()) return Error(conv.name() + ": " + dl.error().message);
+    lx = *dl;
   }
   Instruction* x = ctx.builder().Emit(Opcode::kConvolution, out_local, {lx, rx});
   CopyAttributes(conv, x);
@@ -700,7 +687,9 @@ Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const Windowed
                               w.pad_value.value_or(0.0), sp.reach == Reach::kHalo, w.what, sp.tiling.need,
                               w.pad_scalar);
     if (!h.ok()) return Error(op.name() + ": " + h.error().message);
-    cur = *h;
+    auto dl = DilateWindows(ctx.builder(), *h, out_work, d, sp.tiling, w.pad_value.value_or(0.0), w.pad_scalar);
+    if (!dl.ok()) return Error(op.name() + ": " + dl.error().message);
+    cur = *dl;
     local[static_cast<size_t>(d)] = sp.tiling.local;
     local_shape.dims[static_cast<size_t>(d)] = sp.tiling.local_out;
   }
