@@ -11,34 +11,16 @@
 #include <vector>
 
 #include "app/pipeline/pipeline.h"
+#include "benchmarks/bench_support.h"
 #include "core/zoo/model_zoo.h"
 #include "partitioner/weight_update_sharding/weight_update_sharding.h"
 
 using namespace shardscope;
 
-namespace {
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   const int layers = argc > 1 ? std::atoi(argv[1]) : 64;
   const int runs = argc > 2 ? std::atoi(argv[2]) : 5;
-  TransformerConfig c;
-  c.layers = layers;
-  c.batch = 16;
-  c.seq = 128;
-  c.model = 1024;
-  c.heads = 16;
-  c.head_dim = 64;
-  c.hidden = 4096;
-  c.backward = true;
-  c.optimizer = Optimizer::kAdam;
-  c.annotations = AnnotationSet::kDataParallel;
-  c.mesh_x = 4;
-  c.mesh_y = 4;
+  const TransformerConfig c = bench::BenchTransformer(layers, AnnotationSet::kDataParallel);
   auto m = BuildTransformer(c);
   if (!m.ok()) {
     std::fprintf(stderr, "build failed: %s\n", m.error().message.c_str());
@@ -76,8 +58,8 @@ int main(int argc, char** argv) {
   std::printf("rewritten main program: %lld instructions; %lld of %zu gradient all-reduces sharded\n",
               static_cast<long long>(last.module->instruction_count()), static_cast<long long>(sharded), last.decisions.size());
   std::printf("weight-update sharding time: median %.1f ms over %d runs (min %.1f, max %.1f)   target < 100 ms\n",
-              Median(times), runs, *std::min_element(times.begin(), times.end()), *std::max_element(times.begin(), times.end()));
+              bench::Median(times), runs, *std::min_element(times.begin(), times.end()), *std::max_element(times.begin(), times.end()));
   // CPU time: what the pass costs when the machine is shared (wall time counts the waits too).
-  std::printf("weight-update sharding CPU time: median %.1f ms\n", Median(cpu));
+  std::printf("weight-update sharding CPU time: median %.1f ms\n", bench::Median(cpu));
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "app/cli/slice_options.h"
 #include "app/cli/wus_options.h"
 #include "app/pipeline/pipeline.h"
+#include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/ir/hlo_text.h"
 #include "core/ir/spmd_program.h"
 #include "core/sharding/mesh.h"
@@ -150,16 +151,9 @@ int Run(const std::vector<std::string>& in) {
   if (force_no_partition) run.propagation.reset();
   run.topology = topology;
   run.simulation = options;
-  if (wus) {
-    // The pass's cost model takes the simulated chip's figures and, unless given, the mesh as its
-    // replica mesh (device = row * cols + col, the mesh's own order).
-    const ChipSpec& chip = topology.chip();
-    wus_options.hbm_bytes_per_second = chip.device_hbm_bandwidth() * chip.hbm_efficiency;
-    wus_options.link_bytes_per_second = chip.ici_link_bandwidth_bidirectional();
-    wus_options.hop_latency_seconds = chip.hop_latency;
-    if (wus_options.replica_mesh.empty() && mesh.num_axes() == 2) wus_options.replica_mesh = {mesh.axis_size(0), mesh.axis_size(1)};
-    run.weight_update_sharding = wus_options;
-  }
+  // The pass's cost model takes the simulated chip's figures and, unless given, the mesh as its
+  // replica mesh.
+  if (wus) run.weight_update_sharding = pipeline::WeightUpdateShardingOptionsFor(topology, mesh, wus_options);
   auto r = pipeline::RunPipeline(std::move(parsed).value(), run);
   const bool partition = r.partition.has_value();
   if (partition && !json) {

@@ -127,7 +127,7 @@ PipelineResult RunPipeline(std::unique_ptr<Module> module, const PipelineOptions
     StageClock clock(r, Stage::kVerify, options);
     std::unique_ptr<Module> composed;
     if (r.weight_update_sharding && r.weight_update_sharding->split) {
-      auto c = ComposeStepPrograms(*r.weight_update_sharding);
+      auto c = ComposeStepPrograms(*r.weight_update_sharding, *r.partition->module);
       if (!c.ok()) return std::move(Fail(r, Stage::kVerify, c.error(), cancel));
       composed = std::move(c).value();
     }

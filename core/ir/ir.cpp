@@ -126,27 +126,7 @@ Instruction* Computation::AddGeneric(std::string opcode_text, Shape shape, std::
   return Adopt(std::move(inst));
 }
 
-Status Computation::RemoveInstruction(Instruction* inst) {
-  if (!inst || inst->parent_ != this) return Error("instruction is not in computation " + name_);
-  if (!inst->users_.empty()) return Error("cannot remove " + inst->name_ + ": it still has users");
-  if (inst == root_) return Error("cannot remove " + inst->name_ + ": it is the root");
-  for (Instruction* op : inst->operands_) {
-    auto& u = op->users_;
-    u.erase(std::remove(u.begin(), u.end(), inst), u.end());
-  }
-  for (auto& other : instructions_) {
-    auto& cp = other->control_predecessors;
-    cp.erase(std::remove(cp.begin(), cp.end(), inst), cp.end());
-  }
-  if (inst->opcode_ == Opcode::kParameter)
-    for (auto& p : parameters_)
-      if (p == inst) p = nullptr;
-  by_name_.erase(inst->name_);
-  auto it = std::find_if(instructions_.begin(), instructions_.end(),
-                         [&](const std::unique_ptr<Instruction>& p) { return p.get() == inst; });
-  instructions_.erase(it);
-  return Status::Ok();
-}
+Status Computation::RemoveInstruction(Instruction* inst) { return RemoveInstructions({inst}); }
 
 Status Computation::RemoveInstructions(const std::vector<Instruction*>& dead) {
   std::unordered_set<const Instruction*> gone(dead.begin(), dead.end());

@@ -102,10 +102,26 @@ int64_t LeafOffset(const Shape& tuple, int64_t index) {
   return off;
 }
 
-double AllGatherSeconds(const WeightUpdateShardingOptions& o, double bytes, int64_t g) {
+// Synchronous steps of a bidirectional ring over n devices: each shard travels both ways, n/2
+// steps (the simulator's ring, simulator/collectives).
+double RingSteps(int64_t n) { return n <= 1 ? 0.0 : static_cast<double>((n + 1) / 2); }
+
+// Hops of latency of one all-gather (or reduce-scatter) of a scheme: a ring per phase.
+double SchemeSteps(const ShardingScheme& s) {
+  switch (s.kind) {
+    case ShardingScheme::Kind::kTwoPhase: return RingSteps(s.rows) + RingSteps(s.cols);
+    case ShardingScheme::Kind::kPartial: return RingSteps(s.shards);
+    case ShardingScheme::Kind::kOnePhase: break;
+  }
+  return RingSteps(s.shards);
+}
+
+// An all-gather of `bytes` (the whole value) into shards of the scheme: the bandwidth term of a
+// ring, (G-1)/G x bytes over a link, and a hop's latency per ring step.
+double AllGatherSeconds(const WeightUpdateShardingOptions& o, double bytes, int64_t g, double steps) {
   if (g <= 1) return 0;
   const double gd = static_cast<double>(g);
-  return (gd - 1) / gd * bytes / o.link_bytes_per_second + (gd - 1) * o.hop_latency_seconds;
+  return (gd - 1) / gd * bytes / o.link_bytes_per_second + steps * o.hop_latency_seconds;
 }
 
 std::string Bytes(double b) {
@@ -801,11 +817,12 @@ std::vector<const Instruction*> Planner::Evaluate() {
     const ShardingScheme& sch = p_.schemes[static_cast<size_t>(l.scheme)];
     const int64_t g = sch.shards;
     const double gd = static_cast<double>(g);
-    double added = -AllGatherSeconds(o_, st.seed_bytes, g);
-    for (const auto& [b, f] : st.gathers) added += f * AllGatherSeconds(o_, b, g);
-    added += static_cast<double>(st.masked) * 2.0 * (gd - 1) * o_.hop_latency_seconds;
+    const double steps = SchemeSteps(sch);
+    double added = -AllGatherSeconds(o_, st.seed_bytes, g, steps);
+    for (const auto& [b, f] : st.gathers) added += f * AllGatherSeconds(o_, b, g, steps);
+    added += static_cast<double>(st.masked) * 2.0 * steps * o_.hop_latency_seconds;
     if (sch.kind == ShardingScheme::Kind::kPartial)
-      added += 2 * AllGatherSeconds(o_, st.seed_bytes / gd, sch.rows);
+      added += 2 * AllGatherSeconds(o_, st.seed_bytes / gd, sch.rows, RingSteps(sch.rows));
     const double saved = st.update_bytes * (1 - 1 / gd) / o_.hbm_bytes_per_second;
     WeightUpdateDecision& d = cl.decision;
     d = WeightUpdateDecision{};

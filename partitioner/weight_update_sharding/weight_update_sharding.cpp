@@ -90,11 +90,16 @@ Computation* CopyInto(const Computation* src, Module* dst, const std::string& pr
 }  // namespace
 
 Result<std::unique_ptr<Module>> ComposeStepPrograms(const WeightUpdateShardingResult& r) {
-  if (!r.split || !r.module || !r.sharding_program || !r.unsharding_program)
+  if (!r.module) return Error("weight-update sharding: the result holds no main program (ShardWeightUpdatesOf moved it to the partition)");
+  return ComposeStepPrograms(r, *r.module);
+}
+
+Result<std::unique_ptr<Module>> ComposeStepPrograms(const WeightUpdateShardingResult& r, const Module& main_program) {
+  if (!r.split || !r.sharding_program || !r.unsharding_program)
     return Error("weight-update sharding did not split the step: the rewritten module is the whole program");
-  auto m = std::make_unique<Module>(r.module->name() + ".composed");
-  m->num_partitions = r.module->num_partitions;
-  m->num_replicas = r.module->num_replicas;
+  auto m = std::make_unique<Module>(main_program.name() + ".composed");
+  m->num_partitions = main_program.num_partitions;
+  m->num_replicas = main_program.num_replicas;
   const Computation* sharding_in = r.sharding_program->entry();
   std::unordered_map<const Computation*, Computation*> a, b, c;
   Computation* entry = m->AddComputation("composed", /*is_entry=*/true);
@@ -106,7 +111,7 @@ Result<std::unique_ptr<Module>> ComposeStepPrograms(const WeightUpdateShardingRe
     params.push_back(np);
   }
   Computation* sharding = CopyInto(sharding_in, m.get(), "sharding.", a);
-  Computation* main = CopyInto(r.module->entry(), m.get(), "main.", b);
+  Computation* main = CopyInto(main_program.entry(), m.get(), "main.", b);
   Computation* unsharding = CopyInto(r.unsharding_program->entry(), m.get(), "unsharding.", c);
   auto call = [&](Computation* callee, std::vector<Instruction*> args, const std::string& name) {
     Instruction* i = entry->AddInstruction(Opcode::kCall, callee->root()->shape(), std::move(args), name);

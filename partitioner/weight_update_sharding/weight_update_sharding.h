@@ -60,8 +60,10 @@ struct WeightUpdateShardingOptions {
   //   added = sum over the all-gathers it needs beyond the one that completes the old all-reduce
   //           (each weighted by how often it runs: once per step or iteration; 0 after a loop or in
   //           the unsharding program; 1/k in a branch taken every k steps) of
-  //           (G-1)/G x bytes / link_bytes_per_second + (G-1) x hop_latency_seconds, plus two hops
-  //           of latency for each masked all-reduce of a norm
+  //           (G-1)/G x bytes / link_bytes_per_second + steps x hop_latency_seconds, plus two
+  //           rings of latency for each masked all-reduce of a norm; steps = those of a
+  //           bidirectional ring per phase (ceil(n/2) for a ring of n: G for one phase, rows and
+  //           columns for two phases, a row for partial sharding, plus an all-reduce across rows)
   // and its shards are at least min_shard_bytes (a smaller shard is latency-bound: the transfer
   // of one ring step costs less than a hop's latency; partial sharding is tried first).
   // Defaults: a TPU v3 core's HBM bandwidth and ICI link figures (reference/hardware).
@@ -148,8 +150,10 @@ Result<WeightUpdateShardingResult> ShardWeightUpdatesOf(PartitionResult& partiti
 
 // The three programs of a step split run in order — sharding, main, unsharding — as one program
 // with the input's signature (what numerical verification checks against the input). Error when
-// the result is not split.
+// the result is not split. The second form takes the main program from elsewhere (after
+// ShardWeightUpdatesOf it is the partition's module).
 Result<std::unique_ptr<Module>> ComposeStepPrograms(const WeightUpdateShardingResult& result);
+Result<std::unique_ptr<Module>> ComposeStepPrograms(const WeightUpdateShardingResult& result, const Module& main_program);
 
 // A report: per all-reduce what was done, the collectives before and after.
 std::string DescribeWeightUpdateSharding(const WeightUpdateShardingResult& result);
