@@ -508,6 +508,114 @@ ENTRY %main (s: f32[], w: f32[4]) -> (f32[], f32[4]) {
     QVERIFY(after_loop);
   }
 
+  // Section 4.2: a shard passed to a rarely taken branch (remainder(step, 4) == 0: a checkpoint
+  // every 4 steps) is all-gathered inside that branch, where it runs a quarter of the time; the
+  // loop keeps the weight sharded and both programs give every device the same results. (Each
+  // branch has its own operand here: when both branches take one tuple, the branch that does not
+  // read the weight still receives it whole, gathered every iteration.)
+  void gatherInRarelyTakenBranch() {
+    const std::string text = R"(HloModule ckpt, num_partitions=4
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+%save (sp: (f32[16,8], f32[16,8])) -> f32[16,8] {
+  %sp = (f32[16,8], f32[16,8]) parameter(0)
+  ROOT %sw = f32[16,8] get-tuple-element(%sp), index=0
+}
+%keep (kp: (f32[16,8])) -> f32[16,8] {
+  %kp = (f32[16,8]) parameter(0)
+  ROOT %kc = f32[16,8] get-tuple-element(%kp), index=0
+}
+%body (p: (s32[], f32[16,8], f32[16,8], f32[16,8])) -> (s32[], f32[16,8], f32[16,8], f32[16,8]) {
+  %p = (s32[], f32[16,8], f32[16,8], f32[16,8]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %w = f32[16,8] get-tuple-element(%p), index=1
+  %ck = f32[16,8] get-tuple-element(%p), index=2
+  %x = f32[16,8] get-tuple-element(%p), index=3
+  %g0 = f32[16,8] multiply(%x, %w)
+  %g = f32[16,8] all-reduce(%g0), replica_groups={{0,1,2,3}}, to_apply=%add
+  %lr = f32[] constant(0.1)
+  %lrb = f32[16,8] broadcast(%lr), dimensions={}
+  %step = f32[16,8] multiply(%g, %lrb)
+  %w1 = f32[16,8] subtract(%w, %step)
+  %one = s32[] constant(1)
+  %i1 = s32[] add(%i, %one)
+  %four = s32[] constant(4)
+  %r = s32[] remainder(%i1, %four)
+  %zero = s32[] constant(0)
+  %pr = pred[] compare(%r, %zero), direction=EQ
+  %args = (f32[16,8], f32[16,8]) tuple(%w1, %ck)
+  %old = (f32[16,8]) tuple(%ck)
+  %ck1 = f32[16,8] conditional(%pr, %args, %old), true_computation=%save, false_computation=%keep
+  ROOT %t = (s32[], f32[16,8], f32[16,8], f32[16,8]) tuple(%i1, %w1, %ck1, %x)
+}
+%cond (cp: (s32[], f32[16,8], f32[16,8], f32[16,8])) -> pred[] {
+  %cp = (s32[], f32[16,8], f32[16,8], f32[16,8]) parameter(0)
+  %ci = s32[] get-tuple-element(%cp), index=0
+  %n = s32[] constant(6)
+  ROOT %lt = pred[] compare(%ci, %n), direction=LT
+}
+ENTRY %main (weight: f32[16,8], saved: f32[16,8], data: f32[16,8]) -> (f32[16,8], f32[16,8]) {
+  %weight = f32[16,8] parameter(0)
+  %saved = f32[16,8] parameter(1)
+  %data = f32[16,8] parameter(2)
+  %i0 = s32[] constant(0)
+  %init = (s32[], f32[16,8], f32[16,8], f32[16,8]) tuple(%i0, %weight, %saved, %data)
+  %loop = (s32[], f32[16,8], f32[16,8], f32[16,8]) while(%init), condition=%cond, body=%body
+  %wf = f32[16,8] get-tuple-element(%loop), index=1
+  %ckf = f32[16,8] get-tuple-element(%loop), index=2
+  ROOT %out = (f32[16,8], f32[16,8]) tuple(%wf, %ckf)
+}
+)";
+    auto input = Parse(text);
+    WeightUpdateShardingOptions o = Forced();
+    o.redundant_parameters = {"weight", "saved"};
+    auto r = ShardWeightUpdates(*input, o);
+    QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
+    QCOMPARE(r->replaced_all_reduces.size(), size_t(1));
+    // The true branch gathers the updated weight's shard; the false branch gathers nothing.
+    const Module& m = *r->module;
+    const Computation* save = nullptr;
+    const Computation* keep = nullptr;
+    for (const auto& c : m.computations()) {
+      if (c->name().find("save") != std::string::npos) save = c.get();
+      if (c->name().find("keep") != std::string::npos) keep = c.get();
+    }
+    QVERIFY(save && keep);
+    QCOMPARE(Count(m, Opcode::kAllGather, save), int64_t(1));
+    QCOMPARE(Count(m, Opcode::kAllGather, keep), int64_t(0));
+    // The body gathers the weight once, for the forward pass; the loop state keeps the shard.
+    for (const auto& c : m.computations())
+      if (c->name().find("body") != std::string::npos) QCOMPARE(Count(m, Opcode::kAllGather, c.get()), int64_t(1));
+    std::string reasons;
+    for (const auto& c : r->collectives)
+      if (c.kind == Opcode::kAllGather) reasons += c.reason + "\n";
+    QVERIFY2(reasons.find("inside the branch taken every 4 steps") != std::string::npos, reasons.c_str());
+    // Same results on every device: the input program and the rewritten one on the virtual cluster,
+    // each device with its own x.
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> u(-1, 1);
+    auto random = [&] {
+      std::vector<double> v(16 * 8);
+      for (double& e : v) e = u(rng);
+      return Tensor::FromValues(PrimitiveType::kF32, {16, 8}, v).value();
+    };
+    const Tensor w = random();
+    const Tensor ck = random();
+    std::vector<std::vector<Tensor>> per_device;
+    for (int d = 0; d < 4; ++d) per_device.push_back({w, ck, random()});
+    auto before = RunSpmd(*input, 4, per_device);
+    auto after = RunSpmd(m, 4, per_device);
+    QVERIFY2(before.ok(), before.ok() ? "" : before.error().message.c_str());
+    QVERIFY2(after.ok(), after.ok() ? "" : after.error().message.c_str());
+    for (int d = 0; d < 4; ++d) {
+      const VerifyReport v = CompareTensors((*before)[static_cast<size_t>(d)], (*after)[static_cast<size_t>(d)], 4);
+      QVERIFY2(v.match, v.detail.c_str());
+    }
+  }
+
   // Figure 4 left: without keeping weights sharded, the updated weight is all-gathered at the end
   // of the body (the loop carries it whole) and only the auxiliaries stay sharded.
   void weightsGatheredAtEndOfStep() {

@@ -14,6 +14,9 @@
 namespace shardscope::wus {
 namespace {
 
+// The all-gather reason of a conditional branch begins with this.
+constexpr const char* kInsideBranch = "inside the branch";
+
 constexpr const char* kPrefix = "weight-update sharding: ";
 
 Shape WithDims(PrimitiveType t, std::vector<int64_t> dims) { return Shape(t, std::move(dims)); }
@@ -683,7 +686,7 @@ Status Emitter::EmitConditional(Ctx& c, const Instruction* inst) {
     ops.push_back(*a);
     auto io = p_.io.find(branches[b]);
     const double freq = p_.comps.count(branches[b]) ? p_.comps.at(branches[b]).frequency : 1.0;
-    std::string why = "inside the branch";
+    std::string why = kInsideBranch;
     if (freq < 1) why += " taken every " + std::to_string(static_cast<int64_t>(1.0 / freq + 0.5)) + " steps (section 3.2)";
     auto comp = EmitComputation(branches[b], shards.empty() || io == p_.io.end() ? nullptr : &io->second,
                                 branches[b]->name(), why, false);
@@ -821,7 +824,10 @@ Result<Computation*> Emitter::EmitComputation(const Computation* in, const Shard
       f.layout = shards[0];
       c.notes[prm].gather_why = "at the start of the step, before the forward pass (section 4.2, Figure 4 right)";
     } else {
-      c.tuples[prm] = {np, shards, "before its use in this computation (section 4.2: kept sharded across iterations)"};
+      // A loop body's state is kept sharded across iterations; a branch says how often it runs.
+      const bool branch = gather_why.rfind(kInsideBranch, 0) == 0;
+      c.tuples[prm] = {np, shards,
+                       branch ? gather_why : "before its use in this computation (section 4.2: kept sharded across iterations)"};
     }
   }
   // Live instructions only (what the root or a side effect needs), in definition order (the IR's
