@@ -170,33 +170,42 @@ void Computation::MoveBefore(Instruction* inst, const Instruction* before) {
   instructions_.insert(find(before), std::move(owned));
 }
 
+namespace {
+
+// Iterative depth-first walk from `start` (graphs can be 100k deep chains) over operands and
+// control predecessors: `enter(dep)` says whether to descend into a dependency (and marks it);
+// `emit` receives each instruction after everything it depends on.
+template <typename Enter, typename Emit>
+void PostOrderFrom(Instruction* start, Enter enter, Emit emit) {
+  std::vector<std::pair<Instruction*, size_t>> stack;
+  stack.emplace_back(start, 0);
+  while (!stack.empty()) {
+    auto& [inst, next] = stack.back();
+    const size_t n_ops = inst->operands().size();
+    const size_t n_all = n_ops + inst->control_predecessors.size();
+    if (next < n_all) {
+      Instruction* dep = next < n_ops ? inst->operands()[next] : inst->control_predecessors[next - n_ops];
+      ++next;
+      if (dep && enter(dep)) stack.emplace_back(dep, 0);
+    } else {
+      Instruction* done = inst;
+      stack.pop_back();
+      emit(done);
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<Instruction*> Computation::MakePostOrder() const {
   std::vector<Instruction*> order;
   order.reserve(instructions_.size());
   std::unordered_set<const Instruction*> visited;
   visited.reserve(instructions_.size() * 2);
-  // Iterative DFS (graphs can be 100k deep chains).
   auto visit = [&](Instruction* start) {
-    if (visited.count(start)) return;
-    std::vector<std::pair<Instruction*, size_t>> stack;
-    stack.emplace_back(start, 0);
-    visited.insert(start);
-    while (!stack.empty()) {
-      auto& [inst, next] = stack.back();
-      const size_t n_ops = inst->operands_.size();
-      const size_t n_all = n_ops + inst->control_predecessors.size();
-      if (next < n_all) {
-        Instruction* dep = next < n_ops ? inst->operands_[next] : inst->control_predecessors[next - n_ops];
-        ++next;
-        if (dep && !visited.count(dep)) {
-          visited.insert(dep);
-          stack.emplace_back(dep, 0);
-        }
-      } else {
-        order.push_back(inst);
-        stack.pop_back();
-      }
-    }
+    if (!visited.insert(start).second) return;
+    PostOrderFrom(
+        start, [&](Instruction* dep) { return visited.insert(dep).second; }, [&](Instruction* i) { order.push_back(i); });
   };
   for (const auto& p : parameters_)
     if (p) visit(p);
@@ -215,28 +224,20 @@ void Computation::SortInstructionsTopologically() {
   for (auto& i : instructions_) slot[static_cast<size_t>(i->id_)] = &i;
   std::vector<std::unique_ptr<Instruction>> sorted;
   sorted.reserve(instructions_.size());
-  std::vector<std::pair<Instruction*, size_t>> stack;
   for (auto& start : instructions_) {
     if (!start || state[static_cast<size_t>(start->id_)] == 2) continue;
-    stack.emplace_back(start.get(), 0);
     state[static_cast<size_t>(start->id_)] = 1;
-    while (!stack.empty()) {
-      auto& [inst, next] = stack.back();
-      const size_t n_ops = inst->operands_.size();
-      const size_t n_all = n_ops + inst->control_predecessors.size();
-      if (next < n_all) {
-        Instruction* dep = next < n_ops ? inst->operands_[next] : inst->control_predecessors[next - n_ops];
-        ++next;
-        if (dep && dep->parent_ == this && state[static_cast<size_t>(dep->id_)] == 0) {
+    PostOrderFrom(
+        start.get(),
+        [&](Instruction* dep) {
+          if (dep->parent_ != this || state[static_cast<size_t>(dep->id_)] != 0) return false;
           state[static_cast<size_t>(dep->id_)] = 1;
-          stack.emplace_back(dep, 0);
-        }
-      } else {
-        state[static_cast<size_t>(inst->id_)] = 2;
-        sorted.push_back(std::move(*slot[static_cast<size_t>(inst->id_)]));
-        stack.pop_back();
-      }
-    }
+          return true;
+        },
+        [&](Instruction* i) {
+          state[static_cast<size_t>(i->id_)] = 2;
+          sorted.push_back(std::move(*slot[static_cast<size_t>(i->id_)]));
+        });
   }
   instructions_ = std::move(sorted);
 }
