@@ -11,6 +11,7 @@
 
 #include "app/pipeline/partition.h"
 #include "app/pipeline/propagate.h"
+#include "benchmarks/bench_support.h"
 #include "core/zoo/model_zoo.h"
 
 using namespace shardscope;
@@ -23,28 +24,12 @@ long PeakRssKiB() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
   return -1;
 }
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 }  // namespace
 
 int main(int argc, char** argv) {
   const int layers = argc > 1 ? std::atoi(argv[1]) : 64;
   const int runs = argc > 2 ? std::atoi(argv[2]) : 5;
-  TransformerConfig c;
-  c.layers = layers;
-  c.batch = 16;
-  c.seq = 128;
-  c.model = 1024;
-  c.heads = 16;
-  c.head_dim = 64;
-  c.hidden = 4096;
-  c.backward = true;
-  c.optimizer = Optimizer::kAdam;
-  c.annotations = AnnotationSet::kFinalized;
-  c.mesh_x = 4;
-  c.mesh_y = 4;
+  const TransformerConfig c = bench::BenchTransformer(layers, AnnotationSet::kFinalized);
   auto m = BuildTransformer(c);
   if (!m.ok()) {
     std::fprintf(stderr, "build failed: %s\n", m.error().message.c_str());
@@ -74,7 +59,7 @@ int main(int argc, char** argv) {
   std::printf("SPMD program: %lld instructions, %lld collectives inserted\n", static_cast<long long>(out_instructions),
               static_cast<long long>(collectives));
   std::printf("partition time: median %.1f ms over %d runs (min %.1f, max %.1f)   target < 500 ms\n",
-              Median(times), runs, *std::min_element(times.begin(), times.end()),
+              bench::Median(times), runs, *std::min_element(times.begin(), times.end()),
               *std::max_element(times.begin(), times.end()));
   std::printf("peak RSS of the process: %.1f MiB\n", static_cast<double>(PeakRssKiB()) / 1024.0);
   return 0;

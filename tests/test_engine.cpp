@@ -29,8 +29,11 @@
 #include "simulator/run_store.h"
 #include "simulator/schedule.h"
 #include "simulator/topology.h"
+#include "tests/cli_test_support.h"
 
 using namespace shardscope;
+using shardscope::testing::CliResult;
+using shardscope::testing::RunCli;
 using namespace shardscope::sim;
 
 namespace {
@@ -99,18 +102,6 @@ std::string WriteTemp(const QTemporaryDir& dir, const char* name, const std::str
   if (!f.open(QIODevice::WriteOnly)) qFatal("cannot write %s", qPrintable(path));
   f.write(text.data(), static_cast<qint64>(text.size()));
   return path.toStdString();
-}
-
-struct CliResult {
-  int code = -1;
-  QString out, err;
-};
-
-CliResult RunCli(const QStringList& args) {
-  QProcess p;
-  p.start(QStringLiteral(SHARDSCOPE_CLI_PATH), args);
-  if (!p.waitForFinished(300000)) qFatal("cli did not finish");
-  return {p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
 }
 
 QString LastLine(const QString& out) {

@@ -114,7 +114,7 @@ class TestModelZoo : public QObject {
  private slots:
   void registry() {
     const auto models = ZooList();
-    QCOMPARE(models.size(), size_t(8));
+    QCOMPARE(models.size(), size_t(9));
     QCOMPARE(models[0].name, std::string("mlp"));
     QCOMPARE(models[1].name, std::string("transformer-layer"));
     QCOMPARE(models[2].name, std::string("transformer"));
@@ -123,6 +123,7 @@ class TestModelZoo : public QObject {
     QCOMPARE(models[5].name, std::string("moe-layer"));
     QCOMPARE(models[6].name, std::string("moe-transformer"));
     QCOMPARE(models[7].name, std::string("pipelined-transformer"));
+    QCOMPARE(models[8].name, std::string("ncf"));
     QCOMPARE(std::string(kZooDefaultExample), std::string("transformer-layer"));
     auto value = [](const ZooModel& m, const std::string& k) {
       for (const auto& p : m.parameters)
@@ -371,14 +372,14 @@ class TestModelZoo : public QObject {
     auto unknown = ZooBuild("vgg");
     QVERIFY(!unknown.ok());
     QCOMPARE(unknown.error().message, std::string("unknown zoo model 'vgg' (models: mlp, transformer-layer, transformer, resnet50, unet3d, moe-layer, "
-                                                   "moe-transformer, pipelined-transformer)"));
+                                                   "moe-transformer, pipelined-transformer, ncf)"));
     auto bad_key = ZooBuild("mlp", {{"depth", "3"}});
     QVERIFY(!bad_key.ok());
     QVERIFY(bad_key.error().message.rfind("model mlp has no parameter 'depth' (parameters: batch, model,", 0) == 0);
     auto bad_value = ZooBuild("transformer", {{"layers", "many"}});
     QCOMPARE(bad_value.error().message, std::string("parameter layers must be an integer, found 'many'"));
     auto bad_set = ZooBuild("transformer", {{"annotations", "attempt3"}});
-    QVERIFY(bad_set.error().message.find("annotations must be none, attempt1, attempt2 or finalized") != std::string::npos);
+    QVERIFY(bad_set.error().message.find("annotations must be none, attempt1, attempt2, finalized or data-parallel") != std::string::npos);
     auto no_bwd = ZooBuild("transformer", {{"backward", "0"}});  // default optimizer adam
     QCOMPARE(no_bwd.error().message, std::string("transformer: an optimizer step needs backward=1"));
     auto zero = ZooBuild("transformer-layer", {{"heads", "0"}});

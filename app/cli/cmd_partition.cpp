@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "app/cli/cli.h"
+#include "app/cli/wus_options.h"
 #include "app/pipeline/pipeline.h"
 #include "core/ir/hlo_text.h"
 #include "core/ir/spmd_program.h"
@@ -18,6 +19,9 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::o
             pipeline::PipelineResult* out, std::string* already_partitioned) {
   const bool no_propagate = TakeFlag(args, "no-propagate");
   const bool keep_io = TakeFlag(args, "keep-io-shardings");
+  bool wus = false;
+  WeightUpdateShardingOptions wus_options;
+  if (std::string e = TakeWeightUpdateShardingOptions(args, &wus, &wus_options); !e.empty()) return UsageError(cmd, e);
   std::string np_text;
   const bool has_np = TakeOption(args, "num-partitions", &np_text);
   if (args.size() != 1) return UsageError(cmd, "expected exactly one FILE.hlo (see --help)");
@@ -47,9 +51,12 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::o
     if (options.spmd.num_partitions < 1) return UsageError(cmd, "--num-partitions takes a positive integer");
   }
   options.verify = verify;
+  if (wus) options.weight_update_sharding = wus_options;
   *out = pipeline::RunPipeline(std::move(m).value(), options);
   if (!out->ok()) {
-    const std::string what = out->failed == pipeline::Stage::kPropagate ? "sharding propagation failed" : "partitioning failed";
+    const std::string what = out->failed == pipeline::Stage::kPropagate ? "sharding propagation failed"
+                             : out->failed == pipeline::Stage::kWeightUpdateSharding ? "weight-update sharding failed"
+                                                                                      : "partitioning failed";
     std::cerr << args[0] << ": error: " << what << ": " << out->status.error().message << "\n";
     return 2;
   }
@@ -89,13 +96,28 @@ int RunPartition(const std::vector<std::string>& argv) {
   }
   const std::string text = PrintHloModule(*p.partition->module);
   std::ostream& report = has_out ? std::cout : std::cerr;
+  const WeightUpdateShardingResult* w = p.weight_update_sharding ? &*p.weight_update_sharding : nullptr;
   if (has_out) {
     if (!WriteFile(out_path, text)) return 2;
+    // The step split (weight-update sharding without a loop): the programs around the main one.
+    if (w && w->split && (!WriteFile(out_path + ".sharding.hlo", PrintHloModule(*w->sharding_program)) ||
+                          !WriteFile(out_path + ".unsharding.hlo", PrintHloModule(*w->unsharding_program))))
+      return 2;
   } else {
     std::cout << text;
   }
   if (has_out || summary) {
-    PrintCollectives(report, *p.partition);
+    if (w) {
+      // Collectives before the pass, what it did per weight, the collectives it inserted.
+      PartitionResult before;
+      before.collectives = p.collectives_before_weight_update_sharding;
+      report << "before weight-update sharding: ";
+      PrintCollectives(report, before);
+      report << DescribeWeightUpdateSharding(*w);
+      if (w->split && has_out) report << "sharding / unsharding programs: " << out_path << ".sharding.hlo, " << out_path << ".unsharding.hlo\n";
+    } else {
+      PrintCollectives(report, *p.partition);
+    }
     if (p.code_motion && (!p.code_motion->sunk.empty() || !p.code_motion->kept.empty())) {
       report << kWhileLoopAllReduceCodeMotionName << ": " << p.code_motion->Summary() << "\n";
       if (summary)
@@ -131,6 +153,7 @@ int RunVerify(const std::vector<std::string>& argv) {
   const VerifyReport* v = &p.verification.report;
   std::cout << "devices: " << n << "\n";
   PrintCollectives(std::cout, *p.partition);
+  if (p.weight_update_sharding) std::cout << p.weight_update_sharding->summary << "\n";
   std::cout << v->detail;
   if (!v->detail.empty() && v->detail.back() != '\n') std::cout << "\n";
   std::cout << (v->match ? "verdict: match" : "verdict: MISMATCH") << " (tolerance " << v->tolerance << ")\n";
@@ -138,10 +161,14 @@ int RunVerify(const std::vector<std::string>& argv) {
   return v->match ? 0 : 1;
 }
 
-const bool kPartition = Register({"partition", "FILE.hlo [-o OUT.hlo] [--no-propagate] [--keep-io-shardings] [--num-partitions N] [--summary]",
+const bool kPartition = Register({"partition",
+                                  "FILE.hlo [-o OUT.hlo] [--no-propagate] [--keep-io-shardings] [--num-partitions N] [--summary] "
+                                  "[--weight-update-sharding [" WUS_OPTION_USAGE "]]",
                                   "Propagate shardings, then partition into the SPMD program every device runs",
                                   &RunPartition});
-const bool kVerify = Register({"verify", "FILE.hlo [--seed N] [--no-propagate] [--keep-io-shardings] [--num-partitions N]",
+const bool kVerify = Register({"verify",
+                               "FILE.hlo [--seed N] [--no-propagate] [--keep-io-shardings] [--num-partitions N] "
+                               "[--weight-update-sharding [" WUS_OPTION_USAGE "]]",
                                "Run the module unpartitioned and partitioned on virtual devices and compare",
                                &RunVerify});
 

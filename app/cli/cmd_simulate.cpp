@@ -9,12 +9,15 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "app/cli/cli.h"
 #include "core/base/json.h"
 #include "app/cli/slice_options.h"
+#include "app/cli/wus_options.h"
 #include "app/pipeline/pipeline.h"
+#include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/ir/hlo_text.h"
 #include "core/ir/spmd_program.h"
 #include "core/sharding/mesh.h"
@@ -90,6 +93,9 @@ int Run(const std::vector<std::string>& in) {
   const bool trace_all = TakeFlag(args, "trace-all-devices");
   const bool keep_io = TakeFlag(args, "keep-io-shardings");
   const bool no_code_motion = TakeFlag(args, "no-while-loop-all-reduce-code-motion");
+  bool wus = false;
+  WeightUpdateShardingOptions wus_options;
+  if (std::string e = TakeWeightUpdateShardingOptions(args, &wus, &wus_options); !e.empty()) return UsageError(kName, e);
 
   for (const auto& a : args) {
     if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
@@ -148,6 +154,9 @@ int Run(const std::vector<std::string>& in) {
   run.while_loop_all_reduce_code_motion = !no_code_motion;
   run.topology = topology;
   run.simulation = options;
+  // The pass's cost model takes the simulated chip's figures and, unless given, the mesh as its
+  // replica mesh.
+  if (wus) run.weight_update_sharding = pipeline::WeightUpdateShardingOptionsFor(topology, mesh, wus_options);
   auto r = pipeline::RunPipeline(std::move(parsed).value(), run);
   const bool partition = r.partition.has_value();
   if (partition && !json) {
@@ -157,10 +166,31 @@ int Run(const std::vector<std::string>& in) {
     std::cerr << args[0] << ": error: ";
     if (r.failed == pipeline::Stage::kPropagate) std::cerr << "sharding propagation failed: ";
     else if (r.failed == pipeline::Stage::kPartition) std::cerr << "partitioning for " << devices << " devices failed: ";
+    else if (r.failed == pipeline::Stage::kWeightUpdateSharding) std::cerr << "weight-update sharding failed: ";
     std::cerr << r.status.error().message << "\n";
     return 2;
   }
   const Simulation* sim = &*r.simulation;
+  if (r.weight_update_sharding && !json) {
+    // Before and after: the step, its peak memory and its collectives by kind; per weight what the
+    // pass did.
+    auto kinds = [](const Simulation& s) {
+      std::map<std::string, int64_t> k;
+      for (const auto& c : s.run.collectives) ++k[c.kind];
+      std::string t;
+      for (const auto& [name, n] : k) t += " " + std::to_string(n) + " " + name;
+      return t;
+    };
+    if (r.simulation_before)
+      std::cout << "before weight-update sharding: step " << FormatDouble(r.simulation_before->run.summary.step_time_s * 1e6)
+                << " us, peak memory " << r.simulation_before->run.summary.peak_memory_bytes << " bytes, collectives:"
+                << kinds(*r.simulation_before) << "\n";
+    std::cout << DescribeWeightUpdateSharding(*r.weight_update_sharding);
+    std::cout << "after weight-update sharding: step " << FormatDouble(sim->run.summary.step_time_s * 1e6) << " us, peak memory "
+              << sim->run.summary.peak_memory_bytes << " bytes, collectives:" << kinds(*sim) << "\n";
+    if (r.weight_update_sharding->split)
+      std::cout << "(the main program; its sharding and unsharding programs run outside the training loop)\n";
+  }
 
   int64_t run_id = 0;
   if (have_db) {
@@ -218,7 +248,7 @@ const bool kRegistered = Register(
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
      "[--schedule program-order|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
      "[--no-in-place] [--no-donation] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
-     "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT]",
+     "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
 

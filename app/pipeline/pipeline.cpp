@@ -12,6 +12,7 @@ std::string_view StageName(Stage stage) {
     case Stage::kPass: return "strategy pass";
     case Stage::kPartition: return "SPMD partitioning";
     case Stage::kPostPartition: return "post-partitioning passes";
+    case Stage::kWeightUpdateSharding: return "weight-update sharding";
     case Stage::kVerify: return "numerical verification";
     case Stage::kEstimate: return "collective estimates";
     case Stage::kSimulate: return "simulation";
@@ -112,11 +113,35 @@ PipelineResult RunPipeline(std::unique_ptr<Module> module, const PipelineOptions
     if (!moved.ok()) return std::move(Fail(r, Stage::kPostPartition, moved.error(), cancel));
     r.code_motion = std::move(moved).value();
   }
-  // 4. Verification.
+  // 3c. Weight-update sharding.
+  if (options.weight_update_sharding) {
+    if (Stopped(r, Stage::kWeightUpdateSharding, cancel)) return r;
+    StageClock clock(r, Stage::kWeightUpdateSharding, options);
+    if (r.partition) {
+      r.collectives_before_weight_update_sharding = r.partition->collectives;
+      auto w = ShardWeightUpdatesOf(*r.partition, *options.weight_update_sharding);
+      if (!w.ok()) return std::move(Fail(r, Stage::kWeightUpdateSharding, w.error(), cancel));
+      r.weight_update_sharding = std::move(w).value();
+    } else {
+      auto w = ShardWeightUpdates(*r.module, *options.weight_update_sharding);
+      if (!w.ok()) return std::move(Fail(r, Stage::kWeightUpdateSharding, w.error(), cancel));
+      r.weight_update_sharding = std::move(w).value();
+      r.weight_update_sharding->input = std::move(r.module);
+      r.module = std::move(r.weight_update_sharding->module);
+    }
+  }
+  // 4. Verification (of the step programs composed, when weight-update sharding split the step).
   if (r.partition && options.verify) {
     if (Stopped(r, Stage::kVerify, cancel)) return r;
     StageClock clock(r, Stage::kVerify, options);
-    r.verification = Verify(*r.module, *r.partition->module, r.partition->module->num_partitions, *options.verify, cancel);
+    std::unique_ptr<Module> composed;
+    if (r.weight_update_sharding && r.weight_update_sharding->split) {
+      auto c = ComposeStepPrograms(*r.weight_update_sharding, *r.partition->module);
+      if (!c.ok()) return std::move(Fail(r, Stage::kVerify, c.error(), cancel));
+      composed = std::move(c).value();
+    }
+    r.verification = Verify(*r.module, composed ? *composed : *r.partition->module, r.partition->module->num_partitions,
+                            *options.verify, cancel);
   }
   // 5. Estimates.
   if (r.partition && options.estimate_collectives && options.topology) {
@@ -130,8 +155,13 @@ PipelineResult RunPipeline(std::unique_ptr<Module> module, const PipelineOptions
     StageClock clock(r, Stage::kSimulate, options);
     SimulationOptions so = *options.simulation;
     if (model_flops > 0) so.model_flops = model_flops;
-    auto sim = SimulateStep(*r.program(), *options.topology, so, r.partition ? SpmdOrigins(*r.partition) : std::map<std::string, std::string>{},
-                            cancel);
+    const auto origins = r.partition ? SpmdOrigins(*r.partition) : std::map<std::string, std::string>{};
+    if (r.weight_update_sharding && r.weight_update_sharding->input) {
+      auto before = SimulateStep(*r.weight_update_sharding->input, *options.topology, so, origins, cancel);
+      if (!before.ok()) return std::move(Fail(r, Stage::kSimulate, before.error(), cancel));
+      r.simulation_before = std::move(before).value();
+    }
+    auto sim = SimulateStep(*r.program(), *options.topology, so, origins, cancel);
     if (!sim.ok()) return std::move(Fail(r, Stage::kSimulate, sim.error(), cancel));
     r.simulation = std::move(sim).value();
   }

@@ -11,11 +11,13 @@
 //   o.simulation = SimulationOptions{};
 //   auto r = pipeline::RunPipeline(std::move(module), o);   // r.simulation->run.summary ...
 //
-// Strategy passes (weight-update sharding, pipelining, ...) plug in as ModulePass entries that run
+// Strategy passes that act on annotations (pipelining, ...) plug in as ModulePass entries that run
 // on the propagated module before it is partitioned. Post-partitioning passes rewrite the SPMD
 // program right after the partitioner (Stage::kPostPartition): XLA's WhileLoopAllReduceCodeMotion
 // (partitioner/while_loop_all_reduce_code_motion.h) sinks all-reduces that a loop only accumulates,
-// such as the pipelined model's weight gradients. A job is cancelled through its
+// such as the pipelined model's weight gradients. Weight-update sharding, which rewrites the
+// data-parallel SPMD program, runs after them (options.weight_update_sharding). A job is cancelled
+// through its
 // CancellationToken, checked between stages (the engines finish the stage they are in).
 #pragma once
 
@@ -35,12 +37,14 @@
 #include "core/base/status.h"
 #include "core/eval/numeric_verify.h"
 #include "core/ir/ir.h"
+#include "partitioner/weight_update_sharding/weight_update_sharding.h"
 #include "partitioner/while_loop_all_reduce_code_motion.h"
 
 namespace shardscope::pipeline {
 
-enum class Stage { kPropagate, kPass, kPartition, kPostPartition, kVerify, kEstimate, kSimulate, kStore };
+enum class Stage { kPropagate, kPass, kPartition, kPostPartition, kWeightUpdateSharding, kVerify, kEstimate, kSimulate, kStore };
 // "sharding propagation", "strategy pass", "SPMD partitioning", "post-partitioning passes",
+// "weight-update sharding",
 // "numerical verification", "collective estimates", "simulation", "storing the run".
 std::string_view StageName(Stage stage);
 
@@ -71,6 +75,12 @@ struct PipelineOptions {
   SpmdOptions spmd;
   // 3b. Post-partitioning passes on the program partitioned here (its record follows the rewrite).
   bool while_loop_all_reduce_code_motion = true;
+  // 3c. Weight-update sharding of the data-parallel SPMD program (the one partitioned here, or the
+  //     module given as an SPMD program); nullopt: not run. The partition's record and program
+  //     become the pass's (the main program when the step is split); verification checks the
+  //     three step programs composed; with a simulation the program before the pass is simulated
+  //     too (PipelineResult::simulation_before).
+  std::optional<WeightUpdateShardingOptions> weight_update_sharding;
   // 4. Numerical verification of a program partitioned here; nullopt: not run.
   std::optional<VerifyOptions> verify;
   // 5. The slice the estimates and the simulation are for.
@@ -96,9 +106,14 @@ struct PipelineResult {
   std::optional<PartitionResult> partition;   // when partitioned here
   // When WhileLoopAllReduceCodeMotion ran on it: what moved and what stayed in loops.
   std::optional<WhileLoopAllReduceCodeMotionResult> code_motion;
+  // When weight-update sharding ran: what it did (its `input` holds the program before it), and the
+  // partitioner's collectives before it.
+  std::optional<WeightUpdateShardingResult> weight_update_sharding;
+  std::vector<InsertedCollective> collectives_before_weight_update_sharding;
   VerificationVerdict verification;
   std::vector<std::optional<CollectiveCost>> estimates;  // per partition->collectives
   std::optional<Simulation> simulation;
+  std::optional<Simulation> simulation_before;  // the step before weight-update sharding
   int64_t run_id = 0;  // stored run
   std::map<Stage, double> millis;  // wall time of each stage that ran
 

@@ -126,25 +126,35 @@ Instruction* Computation::AddGeneric(std::string opcode_text, Shape shape, std::
   return Adopt(std::move(inst));
 }
 
-Status Computation::RemoveInstruction(Instruction* inst) {
-  if (!inst || inst->parent_ != this) return Error("instruction is not in computation " + name_);
-  if (!inst->users_.empty()) return Error("cannot remove " + inst->name_ + ": it still has users");
-  if (inst == root_) return Error("cannot remove " + inst->name_ + ": it is the root");
-  for (Instruction* op : inst->operands_) {
-    auto& u = op->users_;
-    u.erase(std::remove(u.begin(), u.end(), inst), u.end());
+Status Computation::RemoveInstruction(Instruction* inst) { return RemoveInstructions({inst}); }
+
+Status Computation::RemoveInstructions(const std::vector<Instruction*>& dead) {
+  std::unordered_set<const Instruction*> gone(dead.begin(), dead.end());
+  for (Instruction* inst : dead) {
+    if (!inst || inst->parent_ != this) return Error("instruction is not in computation " + name_);
+    if (inst == root_) return Error("cannot remove " + inst->name_ + ": it is the root");
+    for (Instruction* u : inst->users_)
+      if (!gone.count(u)) return Error("cannot remove " + inst->name_ + ": it still has users");
+  }
+  for (Instruction* inst : dead) {
+    for (Instruction* op : inst->operands_) {
+      if (gone.count(op)) continue;
+      auto& u = op->users_;
+      u.erase(std::remove(u.begin(), u.end(), inst), u.end());
+    }
+    if (inst->opcode_ == Opcode::kParameter)
+      for (auto& p : parameters_)
+        if (p == inst) p = nullptr;
+    by_name_.erase(inst->name_);
   }
   for (auto& other : instructions_) {
+    if (gone.count(other.get()) || other->control_predecessors.empty()) continue;
     auto& cp = other->control_predecessors;
-    cp.erase(std::remove(cp.begin(), cp.end(), inst), cp.end());
+    cp.erase(std::remove_if(cp.begin(), cp.end(), [&](Instruction* x) { return gone.count(x) != 0; }), cp.end());
   }
-  if (inst->opcode_ == Opcode::kParameter)
-    for (auto& p : parameters_)
-      if (p == inst) p = nullptr;
-  by_name_.erase(inst->name_);
-  auto it = std::find_if(instructions_.begin(), instructions_.end(),
-                         [&](const std::unique_ptr<Instruction>& p) { return p.get() == inst; });
-  instructions_.erase(it);
+  instructions_.erase(std::remove_if(instructions_.begin(), instructions_.end(),
+                                     [&](const std::unique_ptr<Instruction>& p) { return gone.count(p.get()) != 0; }),
+                      instructions_.end());
   return Status::Ok();
 }
 
@@ -160,39 +170,76 @@ void Computation::MoveBefore(Instruction* inst, const Instruction* before) {
   instructions_.insert(find(before), std::move(owned));
 }
 
+namespace {
+
+// Iterative depth-first walk from `start` (graphs can be 100k deep chains) over operands and
+// control predecessors: `enter(dep)` says whether to descend into a dependency (and marks it);
+// `emit` receives each instruction after everything it depends on.
+template <typename Enter, typename Emit>
+void PostOrderFrom(Instruction* start, Enter enter, Emit emit) {
+  std::vector<std::pair<Instruction*, size_t>> stack;
+  stack.emplace_back(start, 0);
+  while (!stack.empty()) {
+    auto& [inst, next] = stack.back();
+    const size_t n_ops = inst->operands().size();
+    const size_t n_all = n_ops + inst->control_predecessors.size();
+    if (next < n_all) {
+      Instruction* dep = next < n_ops ? inst->operands()[next] : inst->control_predecessors[next - n_ops];
+      ++next;
+      if (dep && enter(dep)) stack.emplace_back(dep, 0);
+    } else {
+      Instruction* done = inst;
+      stack.pop_back();
+      emit(done);
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<Instruction*> Computation::MakePostOrder() const {
   std::vector<Instruction*> order;
   order.reserve(instructions_.size());
   std::unordered_set<const Instruction*> visited;
   visited.reserve(instructions_.size() * 2);
-  // Iterative DFS (graphs can be 100k deep chains).
   auto visit = [&](Instruction* start) {
-    if (visited.count(start)) return;
-    std::vector<std::pair<Instruction*, size_t>> stack;
-    stack.emplace_back(start, 0);
-    visited.insert(start);
-    while (!stack.empty()) {
-      auto& [inst, next] = stack.back();
-      const size_t n_ops = inst->operands_.size();
-      const size_t n_all = n_ops + inst->control_predecessors.size();
-      if (next < n_all) {
-        Instruction* dep = next < n_ops ? inst->operands_[next] : inst->control_predecessors[next - n_ops];
-        ++next;
-        if (dep && !visited.count(dep)) {
-          visited.insert(dep);
-          stack.emplace_back(dep, 0);
-        }
-      } else {
-        order.push_back(inst);
-        stack.pop_back();
-      }
-    }
+    if (!visited.insert(start).second) return;
+    PostOrderFrom(
+        start, [&](Instruction* dep) { return visited.insert(dep).second; }, [&](Instruction* i) { order.push_back(i); });
   };
   for (const auto& p : parameters_)
     if (p) visit(p);
   if (root_) visit(root_);
   for (const auto& i : instructions_) visit(i.get());
   return order;
+}
+
+void Computation::SortInstructionsTopologically() {
+  // Keeps the current order where it is already valid: each instruction is placed after its
+  // operands (and control predecessors), pulling forward only those defined too late.
+  int64_t max_id = -1;
+  for (const auto& i : instructions_) max_id = std::max(max_id, i->id_);
+  std::vector<uint8_t> state(static_cast<size_t>(max_id + 1), 0);  // 0 new, 1 on the stack, 2 placed
+  std::vector<std::unique_ptr<Instruction>*> slot(static_cast<size_t>(max_id + 1), nullptr);
+  for (auto& i : instructions_) slot[static_cast<size_t>(i->id_)] = &i;
+  std::vector<std::unique_ptr<Instruction>> sorted;
+  sorted.reserve(instructions_.size());
+  for (auto& start : instructions_) {
+    if (!start || state[static_cast<size_t>(start->id_)] == 2) continue;
+    state[static_cast<size_t>(start->id_)] = 1;
+    PostOrderFrom(
+        start.get(),
+        [&](Instruction* dep) {
+          if (dep->parent_ != this || state[static_cast<size_t>(dep->id_)] != 0) return false;
+          state[static_cast<size_t>(dep->id_)] = 1;
+          return true;
+        },
+        [&](Instruction* i) {
+          state[static_cast<size_t>(i->id_)] = 2;
+          sorted.push_back(std::move(*slot[static_cast<size_t>(i->id_)]));
+        });
+  }
+  instructions_ = std::move(sorted);
 }
 
 // ---- Module ------------------------------------------------------------------------------------------

@@ -265,11 +265,17 @@ class Computation {
                           std::string name = "");
   // Removes an instruction that has no users and is not the root.
   Status RemoveInstruction(Instruction* inst);
+  // Removes several at once in one pass over the computation (each must have no users outside
+  // the set and not be the root); an error names the first that cannot go and removes nothing.
+  Status RemoveInstructions(const std::vector<Instruction*>& dead);
   // Moves `inst` (of this computation) to just before `before` in the definition order; the caller
   // keeps the order topological.
   void MoveBefore(Instruction* inst, const Instruction* before);
   // Topological order (post-order from the root, then any unreachable instructions in order).
   std::vector<Instruction*> MakePostOrder() const;
+  // Puts the definition order back into a topological one (MakePostOrder's) after a pass added
+  // instructions that earlier ones now use (a combined collective replacing several).
+  void SortInstructionsTopologically();
 
   // The execution thread XLA runs this computation on (`}, execution_thread="..."`); empty for
   // the main thread. Other computation attributes are kept verbatim.

@@ -12,6 +12,7 @@ std::string_view AnnotationSetName(AnnotationSet s) {
     case AnnotationSet::kAttempt1: return "attempt1";
     case AnnotationSet::kAttempt2: return "attempt2";
     case AnnotationSet::kFinalized: return "finalized";
+    case AnnotationSet::kDataParallel: return "data-parallel";
   }
   return "none";
 }
@@ -25,6 +26,7 @@ std::optional<AnnotationSet> AnnotationSetFromName(std::string_view s) {
   if (k == "attempt1") return AnnotationSet::kAttempt1;
   if (k == "attempt2") return AnnotationSet::kAttempt2;
   if (k == "finalized" || k == "final") return AnnotationSet::kFinalized;
+  if (k == "dataparallel" || k == "dp") return AnnotationSet::kDataParallel;
   return std::nullopt;
 }
 
@@ -47,8 +49,16 @@ std::string_view Table1TensorName(Table1Tensor t) {
 //   2D Attempt 2  X,Y,_   Y,_,X   X,Y  Y,X  X,_,_   X,_,Y,_   X,_,Y
 //   2D finalized  X,Y,_   Y,_,X   X,Y  Y,X  X,_,Y   X,_,Y,_   X,_,Y
 std::vector<int64_t> Table1DimsMapping(AnnotationSet set, Table1Tensor tensor) {
-  constexpr int64_t X = 0, Y = 1, _ = -1;
+  constexpr int64_t X = 0, Y = 1, _ = -1, B = kEveryMeshAxis;
   if (set == AnnotationSet::kNone) return {};
+  if (set == AnnotationSet::kDataParallel) {
+    switch (tensor) {
+      case Table1Tensor::kWqkv: case Table1Tensor::kWo: return {_, _, _};
+      case Table1Tensor::kWin: case Table1Tensor::kWout: return {_, _};
+      case Table1Tensor::kBSM: case Table1Tensor::kBSH: return {B, _, _};
+      case Table1Tensor::kBSND: return {B, _, _, _};
+    }
+  }
   switch (tensor) {
     case Table1Tensor::kWqkv: return {X, Y, _};
     case Table1Tensor::kWo: return {Y, _, X};
@@ -70,7 +80,8 @@ std::vector<int64_t> Table1DimsMapping(AnnotationSet set, Table1Tensor tensor) {
 
 AnnotationSet ReadAnnotationSet(ZooParams& p) {
   auto s = AnnotationSetFromName(p.Str("annotations"));
-  if (!s) p.Fail("parameter annotations must be none, attempt1, attempt2 or finalized, found '" + p.Str("annotations") + "'");
+  if (!s)
+    p.Fail("parameter annotations must be none, attempt1, attempt2, finalized or data-parallel, found '" + p.Str("annotations") + "'");
   return s.value_or(AnnotationSet::kNone);
 }
 

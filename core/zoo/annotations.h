@@ -1,8 +1,11 @@
 // Annotation sets of the model zoo: GSPMD Table 1's dense-Transformer sharding annotations
-// (2D Attempt 1, Attempt 2, finalized) and the helper that applies a dims mapping to an
-// instruction through MeshSplit on the model's mesh (Table 1's rows or a model's own policy).
+// (2D Attempt 1, Attempt 2, finalized), plain data parallelism (every weight replicated, the batch
+// split over every device of the mesh: the program the weight-update-sharding paper starts from),
+// and the helper that applies a dims mapping to an instruction through MeshSplit on the model's
+// mesh (Table 1's rows or a model's own policy).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -17,16 +20,18 @@
 
 namespace shardscope {
 
-enum class AnnotationSet : uint8_t { kNone, kAttempt1, kAttempt2, kFinalized };
-std::string_view AnnotationSetName(AnnotationSet s);                  // "none", "attempt1", ...
+enum class AnnotationSet : uint8_t { kNone, kAttempt1, kAttempt2, kFinalized, kDataParallel };
+std::string_view AnnotationSetName(AnnotationSet s);                  // "none", "attempt1", ..., "data-parallel"
 std::optional<AnnotationSet> AnnotationSetFromName(std::string_view s);  // also "2d-attempt-1" etc.
 
 // The tensors (columns) of GSPMD Table 1.
 enum class Table1Tensor : uint8_t { kWqkv, kWo, kWin, kWout, kBSM, kBSND, kBSH };
 std::string_view Table1TensorName(Table1Tensor t);  // "W_QKV (MND)", "BSM", ...
-// The dims mapping (mesh axis per logical tensor dim: 0 = X, 1 = Y, -1 = not split) of a Table 1
-// cell, over the tensor's logical dims as Table 1 writes them (MND, NDM, MH, HM, BSM, BSND, BSH).
-// Empty for AnnotationSet::kNone.
+// The dims mapping (mesh axis per logical tensor dim: 0 = X, 1 = Y, -1 = not split,
+// kEveryMeshAxis = split over every axis of the mesh) of a Table 1 cell, over the tensor's logical
+// dims as Table 1 writes them (MND, NDM, MH, HM, BSM, BSND, BSH). Empty for AnnotationSet::kNone.
+// kDataParallel: weights not split (replicated), B over every axis.
+inline constexpr int64_t kEveryMeshAxis = -2;
 std::vector<int64_t> Table1DimsMapping(AnnotationSet set, Table1Tensor tensor);
 
 // The "annotations" setting of a zoo model.
@@ -53,7 +58,7 @@ class Annotator {
  public:
   // Table 1's rows for `set` (kNone annotates nothing).
   Annotator(Builder& b, AnnotationSet set, const DeviceMesh& mesh)
-      : b_(b), mesh_(mesh), enabled_(set != AnnotationSet::kNone) {
+      : b_(b), mesh_(mesh), enabled_(set != AnnotationSet::kNone), replicate_weights_(set == AnnotationSet::kDataParallel) {
     if (enabled_) policy_ = [set](Table1Tensor t) { return Table1DimsMapping(set, t); };
   }
   // A model's own policy (an empty policy annotates nothing).
@@ -61,11 +66,11 @@ class Annotator {
       : b_(b), mesh_(mesh), policy_(std::move(policy)), enabled_(static_cast<bool>(policy_)) {}
   // For models that apply their own mappings (Apply only): enabled or not.
   Annotator(Builder& b, const DeviceMesh& mesh, bool enabled) : b_(b), mesh_(mesh), enabled_(enabled) {}
-  // `mapping` over the instruction's dims (mesh axis per dim, -1: not split; all -1: replicated).
-  // An empty mapping leaves the instruction to propagation.
+  // `mapping` over the instruction's dims (mesh axis per dim, -1: not split, kEveryMeshAxis: over
+  // every axis; all -1: replicated). An empty mapping leaves the instruction to propagation.
   void Apply(Instruction* inst, const std::vector<int64_t>& mapping) {
     if (!inst || !enabled_ || mapping.empty()) return;
-    Result<HloSharding> s = MeshSplit(inst->shape().rank(), mesh_, mapping);
+    Result<HloSharding> s = Sharding(inst->shape().rank(), mapping);
     if (!s.ok()) {
       b_.Fail("annotating " + inst->name() + ": " + s.error().message);
       return;
@@ -87,13 +92,32 @@ class Annotator {
   void set_prefix_axes(std::vector<int64_t> axes) { prefix_ = std::move(axes); }
   bool enabled() const { return enabled_; }
   const DeviceMesh& mesh() const { return mesh_; }
+  // Every trainable weight's parameter: replicated under kDataParallel (the sets of Table 1 annotate
+  // only the four Table 1 weights, through Table1).
+  void WeightParameter(Instruction* param) {
+    if (replicate_weights_ && param) b_.Annotate(param, HloSharding::Replicate());
+  }
 
  private:
+  Result<HloSharding> Sharding(int64_t rank, const std::vector<int64_t>& mapping) const {
+    if (std::find(mapping.begin(), mapping.end(), kEveryMeshAxis) == mapping.end()) return MeshSplit(rank, mesh_, mapping);
+    AxisAssignment a;
+    a.dim_axes.resize(static_cast<size_t>(rank));
+    for (size_t d = 0; d < mapping.size() && d < a.dim_axes.size(); ++d) {
+      if (mapping[d] == kEveryMeshAxis)
+        for (int64_t ax = 0; ax < mesh_.num_axes(); ++ax) a.dim_axes[d].push_back(ax);
+      else if (mapping[d] >= 0)
+        a.dim_axes[d].push_back(mapping[d]);
+    }
+    return MeshShard(rank, mesh_, a);
+  }
+
   Builder& b_;
   const DeviceMesh& mesh_;
   Table1Policy policy_;
   std::vector<int64_t> prefix_;
   bool enabled_ = false;
+  bool replicate_weights_ = false;
 };
 
 }  // namespace zoo

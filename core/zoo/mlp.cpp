@@ -48,6 +48,7 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
     ann.Table1(L.w1->param, Table1Tensor::kWin);
     ann.Table1(L.w2->param, Table1Tensor::kWout);
   }
+  for (Weight& w : weights) ann.WeightParameter(w.param);
   AddOptimizerState(b, weights, c.optimizer, &pn);
   CastWeights(net, weights);
 
@@ -102,7 +103,8 @@ std::vector<ZooParameter> MlpParameters() {
       {"hidden", "256", "H: hidden width"},
       {"layers", "2", "number of feed-forward blocks"},
       {"backward", "1", "add the loss and the backward pass (0 | 1)"},
-      {"optimizer", "sgd", "weight update after backward: none | sgd | adam | lars"},
+      {"steps", "0", "0: one training step; K: a training loop of K steps (a while loop over K batches, inputs [K,...])"},
+      {"optimizer", "sgd", "weight update after backward: none | sgd | adam | adafactor | lars"},
   };
   for (const auto& c : ZooCommonParameters()) p.push_back(c.name == "learning_rate" ? ZooParameter{c.name, "0.01", c.description} : c);
   return p;
@@ -112,7 +114,11 @@ Result<std::unique_ptr<Module>> BuildFromParams(ZooParams& p) {
   MlpConfig c;
   ReadCommonParameters(p, c);
   if (!p.ok()) return Error(p.error());
-  return BuildMlp(c);
+  const int64_t steps = p.Int("steps");
+  if (!p.ok()) return Error(p.error());
+  auto step = BuildMlp(c);
+  if (!step.ok() || steps == 0) return step;
+  return WrapInTrainingLoop(**step, steps, 2);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "core/zoo/conv_blocks.h"
 #include "core/zoo/mlp.h"
 #include "core/zoo/moe_transformer.h"
+#include "core/zoo/ncf.h"
 #include "core/zoo/resnet.h"
 #include "core/zoo/training.h"
 #include "core/zoo/transformer.h"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 namespace shardscope {
 
@@ -11,6 +12,7 @@ std::string_view OptimizerName(Optimizer o) {
     case Optimizer::kSgd: return "sgd";
     case Optimizer::kAdam: return "adam";
     case Optimizer::kLars: return "lars";
+    case Optimizer::kAdafactor: return "adafactor";
   }
   return "none";
 }
@@ -20,12 +22,13 @@ std::optional<Optimizer> OptimizerFromName(std::string_view s) {
   if (s == "sgd") return Optimizer::kSgd;
   if (s == "adam") return Optimizer::kAdam;
   if (s == "lars") return Optimizer::kLars;
+  if (s == "adafactor") return Optimizer::kAdafactor;
   return std::nullopt;
 }
 
 Optimizer ReadOptimizer(ZooParams& p) {
   auto o = OptimizerFromName(p.Str("optimizer"));
-  if (!o) p.Fail("parameter optimizer must be none, sgd, adam or lars, found '" + p.Str("optimizer") + "'");
+  if (!o) p.Fail("parameter optimizer must be none, sgd, adam, lars or adafactor, found '" + p.Str("optimizer") + "'");
   return o.value_or(Optimizer::kNone);
 }
 
@@ -159,6 +162,54 @@ NormSaved BatchNormForward(Net& net, Instruction* x, Instruction* gamma, Instruc
 // ---- optimizer -----------------------------------------------------------------------------------------
 
 
+namespace {
+
+Dims Iota(int64_t n) {
+  Dims d;
+  for (int64_t i = 0; i < n; ++i) d.push_back(i);
+  return d;
+}
+
+// One weight's Adafactor step (training.h); its new state joins out->m (row / unfactored) and, for
+// rank >= 2, out->v (column).
+void ApplyAdafactor(Net& net, const Weight& w, double lr, const std::string& short_name, UpdateResult* out) {
+  Builder& b = net.b();
+  Instruction* g = w.grad;
+  if (!g || !w.param) return;
+  const int64_t rank = w.param->shape().rank();
+  const PrimitiveType t = w.param->shape().type;
+  Instruction* g2 = b.Add(b.Mul(g, g), b.FullLike(g, kAdafactorEps), "grad_squared");
+  Instruction* v = nullptr;
+  if (rank >= 2) {
+    const Dims& d = w.param->shape().dims;
+    const double rows = static_cast<double>(d[static_cast<size_t>(rank - 2)]);
+    const double cols = static_cast<double>(d[static_cast<size_t>(rank - 1)]);
+    Instruction* row = b.Add(net.Scale(w.m, kAdafactorDecay), net.Scale(net.Sum(g2, {rank - 1}), (1 - kAdafactorDecay) / cols),
+                             short_name + "_adafactor_row_new");
+    Instruction* col = b.Add(net.Scale(w.v, kAdafactorDecay), net.Scale(net.Sum(g2, {rank - 2}), (1 - kAdafactorDecay) / rows),
+                             short_name + "_adafactor_col_new");
+    Instruction* row_mean = net.Scale(net.Sum(row, {rank - 2}), 1.0 / rows, "row_mean");
+    Dims col_dims = Iota(rank - 2);
+    col_dims.push_back(rank - 1);
+    Instruction* outer = b.Mul(net.Bcast(row, g, Iota(rank - 1)), net.Bcast(col, g, col_dims));
+    v = b.Div(outer, net.Bcast(row_mean, g, Iota(rank - 2)), "second_moment");
+    out->m.push_back(row);
+    out->v.push_back(col);
+  } else {
+    v = b.Add(net.Scale(w.m, kAdafactorDecay), net.Scale(g2, 1 - kAdafactorDecay), short_name + "_adafactor_v_new");
+    out->m.push_back(v);
+  }
+  // Update clipping (d = 1): u / max(1, rms(u)).
+  Instruction* u = b.Mul(g, b.Rsqrt(v), "update");
+  const double n = static_cast<double>(g->shape().ElementCount());
+  Instruction* rms = b.Sqrt(net.Scale(net.Sum(b.Mul(u, u), Iota(g->shape().rank())), 1.0 / n), "update_rms");
+  Instruction* clip = b.Div(net.Const(1.0, t), b.Max(rms, net.Const(1.0, t)));
+  Instruction* clipped = b.Mul(u, b.Broadcast(clip, g->shape().dims, {}), "clipped_update");
+  out->params.push_back(b.Sub(w.param, net.Scale(clipped, lr), short_name + "_new"));
+}
+
+}  // namespace
+
 UpdateResult ApplyOptimizer(Net& net, Optimizer opt, double lr, std::vector<Weight>& weights) {
   Builder& b = net.b();
   UpdateResult out;
@@ -191,6 +242,10 @@ UpdateResult ApplyOptimizer(Net& net, Optimizer opt, double lr, std::vector<Weig
       Instruction* m = b.Add(net.Scale(w.m, kLarsMomentum), net.Scale(step, lr), short_name + "_m_new");
       out.params.push_back(b.Sub(w.param, m, short_name + "_new"));
       out.m.push_back(m);
+      continue;
+    }
+    if (opt == Optimizer::kAdafactor) {
+      ApplyAdafactor(net, w, lr, short_name, &out);
       continue;
     }
     // Adam without bias correction: m' = b1 m + (1-b1) g; v' = b2 v + (1-b2) g^2;
@@ -245,6 +300,22 @@ std::pair<Instruction*, Instruction*> MseLoss(Net& net, Instruction* out, Instru
 }
 
 void AddOptimizerState(Builder& b, std::vector<Weight>& weights, Optimizer opt, int64_t* next_param) {
+  if (opt == Optimizer::kAdafactor) {
+    auto without = [](Shape s, int64_t dim) {
+      s.dims.erase(s.dims.begin() + dim);
+      return s;
+    };
+    for (Weight& w : weights) {
+      if (!w.param) continue;
+      const Shape& s = w.param->shape();
+      w.m = s.rank() >= 2 ? b.Parameter((*next_param)++, without(s, s.rank() - 1), w.name + "_adafactor_row")
+                          : b.Parameter((*next_param)++, s, w.name + "_adafactor_v");
+    }
+    for (Weight& w : weights)
+      if (w.param && w.param->shape().rank() >= 2)
+        w.v = b.Parameter((*next_param)++, without(w.param->shape(), w.param->shape().rank() - 2), w.name + "_adafactor_col");
+    return;
+  }
   if (opt != Optimizer::kAdam && opt != Optimizer::kLars) return;
   for (Weight& w : weights) w.m = b.Parameter((*next_param)++, w.param ? w.param->shape() : Shape(), w.name + "_m");
   if (opt != Optimizer::kAdam) return;
@@ -281,3 +352,170 @@ void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g) {
 
 }  // namespace zoo
 }  // namespace shardscope
+
+namespace shardscope::zoo {
+namespace {
+
+// `s` over a value that gains a leading unsplit dim.
+HloSharding WithLeadingDim(const HloSharding& s) {
+  if (!s.IsTiled()) return s;
+  std::vector<int64_t> dims = s.tile_assignment().dims();
+  dims.insert(dims.begin(), 1);
+  TileAssignment t = s.tile_assignment().Reshape(dims);
+  return s.subgroup_types().empty() ? HloSharding::Tile(t) : HloSharding::Subgroup(t, s.subgroup_types());
+}
+
+Instruction* Clone(Computation* into, const Instruction& from, std::vector<Instruction*> operands,
+                   const std::unordered_map<const Computation*, Computation*>& cmap) {
+  Instruction* n = from.opcode() == Opcode::kGeneric ? into->AddGeneric(from.opcode_text(), from.shape(), std::move(operands), from.name())
+                                                      : into->AddInstruction(from.opcode(), from.shape(), std::move(operands), from.name());
+  CopyAttributes(from, n);
+  if (from.has_sharding()) n->set_sharding(*from.sharding());
+  for (Computation* c : from.called_computations()) n->mutable_called_computations().push_back(cmap.at(c));
+  return n;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Module>> WrapInTrainingLoop(const Module& step, int64_t steps, int64_t batch_inputs) {
+  const Computation* body_in = step.entry();
+  if (!body_in || !body_in->root()) return Error("the step module has no entry computation");
+  if (steps < 1 || steps > (int64_t{1} << 20)) return Error("steps must be between 1 and 2^20, found " + std::to_string(steps));
+  const auto& params = body_in->parameters();
+  const Instruction* root = body_in->root();
+  const int64_t np = static_cast<int64_t>(params.size());
+  if (batch_inputs < 0 || batch_inputs > np) return Error("more batch inputs than parameters");
+  if (root->opcode() != Opcode::kTuple || root->operand_count() != 1 + np - batch_inputs)
+    return Error("a training loop needs a step returning (loss, one new value per weight and optimizer state)");
+  for (int64_t k = batch_inputs; k < np; ++k)
+    if (!params[static_cast<size_t>(k)] || !root->operand(1 + k - batch_inputs)->shape().Compatible(params[static_cast<size_t>(k)]->shape()))
+      return Error("output " + std::to_string(1 + k - batch_inputs) + " of the step does not match parameter " +
+                   std::to_string(k) + " (optimizer none: there is nothing to carry)");
+  const Shape loss_shape = root->operand(0)->shape();
+  auto m = std::make_unique<Module>(step.name() + "_loop");
+  m->num_partitions = step.num_partitions;
+  m->num_replicas = step.num_replicas;
+  std::unordered_map<const Computation*, Computation*> cmap;
+  for (const Computation* c : step.MakeComputationPostOrder()) {
+    if (c == body_in) continue;
+    Computation* nc = m->AddComputation(c->name());
+    cmap[c] = nc;
+    std::unordered_map<const Instruction*, Instruction*> imap;
+    for (const Instruction* i : c->MakePostOrder()) {
+      std::vector<Instruction*> ops;
+      for (const Instruction* o : i->operands()) ops.push_back(imap.at(o));
+      imap[i] = Clone(nc, *i, ops, cmap);
+    }
+    nc->set_root(imap.at(c->root()));
+  }
+  const Shape s32 = Shape::Scalar(PrimitiveType::kS32);
+  // State: (i, batch inputs [steps, ...]..., weights and state..., loss).
+  std::vector<Shape> state;
+  state.push_back(s32);
+  for (int64_t k = 0; k < np; ++k) {
+    Shape s = params[static_cast<size_t>(k)]->shape();
+    if (k < batch_inputs) s.dims.insert(s.dims.begin(), steps);
+    state.push_back(s);
+  }
+  state.push_back(loss_shape);
+  const Shape state_shape = Shape::Tuple(state);
+  // The entry first, so its parameters keep the step's names (x, target, ...).
+  Computation* entry = m->AddComputation("main", /*is_entry=*/true);
+  std::vector<Instruction*> ins;
+  for (int64_t k = 0; k < np; ++k) {
+    const Instruction* prm = params[static_cast<size_t>(k)];
+    Instruction* n = entry->AddInstruction(Opcode::kParameter, state[static_cast<size_t>(1 + k)], {}, prm->name());
+    n->parameter_number = k;
+    if (prm->has_sharding()) n->set_sharding(k < batch_inputs ? WithLeadingDim(*prm->sharding()) : *prm->sharding());
+    ins.push_back(n);
+  }
+  auto gte = [](Computation* c, Instruction* t, int64_t i, const std::string& name = "") {
+    Instruction* g = c->AddInstruction(Opcode::kGetTupleElement, t->shape().tuple[static_cast<size_t>(i)], {t}, name);
+    g->tuple_index = i;
+    return g;
+  };
+  // Condition: i < steps.
+  Computation* cond = m->AddComputation("training_loop_condition");
+  {
+    Instruction* p = cond->AddInstruction(Opcode::kParameter, state_shape, {}, "state");
+    p->parameter_number = 0;
+    Instruction* limit = cond->AddInstruction(Opcode::kConstant, s32, {}, "steps");
+    limit->literal = ScalarLiteral(PrimitiveType::kS32, static_cast<double>(steps));
+    Instruction* lt = cond->AddInstruction(Opcode::kCompare, Shape::Scalar(PrimitiveType::kPred), {gte(cond, p, 0), limit});
+    lt->comparison = ComparisonDirection::kLt;
+    cond->set_root(lt);
+  }
+  // Body: the step on slice i of each batch input.
+  Computation* body = m->AddComputation("training_step");
+  {
+    Instruction* p = body->AddInstruction(Opcode::kParameter, state_shape, {}, "state");
+    p->parameter_number = 0;
+    Instruction* i = gte(body, p, 0);
+    std::unordered_map<const Instruction*, Instruction*> imap;
+    std::vector<Instruction*> carried;
+    for (int64_t k = 0; k < np; ++k) {
+      const Instruction* prm = params[static_cast<size_t>(k)];
+      Instruction* g = gte(body, p, 1 + k);
+      carried.push_back(g);
+      if (k >= batch_inputs) {
+        imap[prm] = g;
+        continue;
+      }
+      std::vector<int64_t> sizes = g->shape().dims;
+      sizes[0] = 1;
+      std::vector<Instruction*> ops = {g, i};
+      for (size_t d = 1; d < sizes.size(); ++d) {
+        Instruction* z = body->AddInstruction(Opcode::kConstant, s32, {});
+        z->literal = ScalarLiteral(PrimitiveType::kS32, 0);
+        ops.push_back(z);
+      }
+      Instruction* ds = body->AddInstruction(Opcode::kDynamicSlice, Shape(g->shape().type, sizes), ops, prm->name() + "_step");
+      ds->dynamic_slice_sizes = sizes;
+      Instruction* r = body->AddInstruction(Opcode::kReshape, prm->shape(), {ds}, prm->name());
+      r->metadata = prm->metadata;
+      if (prm->has_sharding()) r->set_sharding(*prm->sharding());
+      imap[prm] = r;
+    }
+    for (const Instruction* inst : body_in->MakePostOrder()) {
+      if (inst->opcode() == Opcode::kParameter || inst == root) continue;
+      std::vector<Instruction*> ops;
+      for (const Instruction* o : inst->operands()) ops.push_back(imap.at(o));
+      imap[inst] = Clone(body, *inst, ops, cmap);
+    }
+    Instruction* one = body->AddInstruction(Opcode::kConstant, s32, {});
+    one->literal = ScalarLiteral(PrimitiveType::kS32, 1);
+    std::vector<Instruction*> next = {body->AddInstruction(Opcode::kAdd, s32, {i, one}, "next_step")};
+    for (int64_t k = 0; k < np; ++k)
+      next.push_back(k < batch_inputs ? carried[static_cast<size_t>(k)] : imap.at(root->operand(1 + k - batch_inputs)));
+    next.push_back(imap.at(root->operand(0)));
+    body->set_root(body->AddInstruction(Opcode::kTuple, state_shape, next, "next_state"));
+  }
+  // Entry: the loop over the inputs, then (final weights and state..., last loss).
+  {
+    std::vector<Instruction*> init = {nullptr};
+    Instruction* zero = entry->AddInstruction(Opcode::kConstant, s32, {}, "first_step");
+    zero->literal = ScalarLiteral(PrimitiveType::kS32, 0);
+    init[0] = zero;
+    init.insert(init.end(), ins.begin(), ins.end());
+    Instruction* l0 = entry->AddInstruction(Opcode::kConstant, loss_shape, {}, "no_loss");
+    l0->literal = ScalarLiteral(loss_shape.type, 0);
+    init.push_back(l0);
+    Instruction* t = entry->AddInstruction(Opcode::kTuple, state_shape, init, "initial_state");
+    Instruction* w = entry->AddInstruction(Opcode::kWhile, state_shape, {t}, "training_loop");
+    w->mutable_called_computations() = {cond, body};
+    w->backend_config = "{\"known_trip_count\":{\"n\":\"" + std::to_string(steps) + "\"}}";
+    std::vector<Instruction*> outs;
+    std::vector<Shape> shapes;
+    for (int64_t k = batch_inputs; k < np; ++k) {
+      Instruction* g = gte(entry, w, 1 + k, params[static_cast<size_t>(k)]->name() + "_final");
+      outs.push_back(g);
+      shapes.push_back(g->shape());
+    }
+    outs.push_back(gte(entry, w, 1 + np));
+    shapes.push_back(loss_shape);
+    entry->set_root(entry->AddInstruction(Opcode::kTuple, Shape::Tuple(shapes), outs, "outputs"));
+  }
+  return m;
+}
+
+}  // namespace shardscope::zoo

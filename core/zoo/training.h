@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <functional>
 #include <optional>
 #include <string>
@@ -21,7 +22,7 @@
 
 namespace shardscope {
 
-enum class Optimizer : uint8_t { kNone, kSgd, kAdam, kLars };
+enum class Optimizer : uint8_t { kNone, kSgd, kAdam, kLars, kAdafactor };
 std::string_view OptimizerName(Optimizer o);
 std::optional<Optimizer> OptimizerFromName(std::string_view s);
 // The "optimizer" setting of a zoo model.
@@ -101,7 +102,9 @@ struct Weight {
   Instruction* param = nullptr;  // param type
   Instruction* value = nullptr;  // act type
   Instruction* grad = nullptr;   // act type, accumulated by backward
-  // Optimizer state: Adam's first and second moments (m, v); LARS's momentum (m).
+  // Optimizer state: Adam's first and second moments (m, v); LARS's momentum (m); Adafactor's
+  // factored second moments of a weight of rank >= 2 (m: the row factor, v: the column factor) or
+  // the second moment of a vector (m).
   Instruction* m = nullptr;
   Instruction* v = nullptr;
 };
@@ -160,20 +163,37 @@ struct UpdateResult {
 //   trust = eta |w| / (|g| + wd |w|)   (1 when |w| or |g| is 0)
 //   m' = mu m + lr trust (g + wd w),  w' = w - m'
 // and plain momentum (m' = mu m + lr g) for vectors (BatchNorm scales and offsets, biases), with
-// the commonly used eta, wd and mu below.
+// the commonly used eta, wd and mu below. Adafactor (Shazeer and Stern 2018, Algorithms 4/5 with
+// beta1 = 0, a fixed decay beta2 and update clipping d = 1), for a weight [..., R, C] with
+// g2 = g^2 + 1e-30:
+//   row' = b2 row + (1-b2) mean_C(g2)   [..., R]     col' = b2 col + (1-b2) mean_R(g2)   [..., C]
+//   v = row' (x) col' / mean_R(row'),  u = g / sqrt(v),  w' = w - lr u / max(1, rms(u))
+// and an unfactored v' = b2 v + (1-b2) g2 for vectors. Its means, the RMS and LARS's norms are the
+// reduces a weight-update-sharding pass runs on shards (its paper, section 4.1).
 constexpr double kLarsEta = 0.001, kLarsWeightDecay = 1e-4, kLarsMomentum = 0.9;
+constexpr double kAdafactorDecay = 0.999, kAdafactorEps = 1e-30;
 UpdateResult ApplyOptimizer(Net& net, Optimizer opt, double lr, std::vector<Weight>& weights);
 // Converts each accumulated gradient to the parameter type (backward scope).
 void FinishGradients(Net& net, std::vector<Weight>& weights, PrimitiveType param_type);
 Instruction* MakeRoot(Net& net, Instruction* loss, std::vector<Weight>& weights, Optimizer opt, double lr);
 // Loss 0.5 * mean((out - target)^2) and its gradient with respect to `out`.
 std::pair<Instruction*, Instruction*> MseLoss(Net& net, Instruction* out, Instruction* target);
+// A training loop of `steps` steps around a one-step module whose entry takes the batch inputs
+// first (`batch_inputs` parameters: x, target, ...), then the weights and optimizer state, and
+// returns (loss, new weights and state in parameter order). The loop's entry takes each batch input
+// with a leading [steps] dim (step i reads slice i) and the initial weights and state, carries
+// them through a while loop (known trip count) whose body is the step, and returns
+// (final weights and state..., last loss). Shardings of the step carry over (a batch input's gain
+// an unsplit leading dim).
+Result<std::unique_ptr<Module>> WrapInTrainingLoop(const Module& step, int64_t steps, int64_t batch_inputs);
 // Softmax cross-entropy over the last dim (classes) against `labels` (a distribution per row, e.g.
 // one-hot), averaged over the rows: -mean(sum(labels * log_softmax(logits))). Returns the loss and
 // its gradient with respect to the logits ((softmax - labels) / rows for a distribution).
 std::pair<Instruction*, Instruction*> SoftmaxCrossEntropy(Net& net, Instruction* logits, Instruction* labels);
 // Adds the optimizer's state parameters: Adam m for every weight, then v for every weight; LARS
-// the momentum for every weight (named "<weight>_m"); nothing for SGD.
+// the momentum for every weight (named "<weight>_m"); Adafactor "<weight>_adafactor_row" (or
+// "_adafactor_v" for a vector) for every weight, then "<weight>_adafactor_col" for every weight of
+// rank >= 2; nothing for SGD.
 void AddOptimizerState(Builder& b, std::vector<Weight>& weights, Optimizer opt, int64_t* next_param);
 void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g);
 

@@ -262,6 +262,7 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
     AnnotateAttentionWeights(ann, L.attention);
     AnnotateFfnWeights(ann, L.ffn);
   }
+  for (Weight& w : weights) ann.WeightParameter(w.param);
   AddOptimizerState(b, weights, c.optimizer, &pn);
   CastWeights(net, weights);
 
@@ -308,7 +309,8 @@ std::vector<ZooParameter> TransformerParameters(int64_t layers, bool backward, c
       {"layers", std::to_string(layers), "number of stacked Transformer layers"},
       {"layernorm", "1", "pre-norm LayerNorm before attention and feed-forward (0 | 1)"},
       {"backward", backward ? "1" : "0", "add the loss and the backward pass (0 | 1)"},
-      {"optimizer", optimizer, "weight update after backward: none | sgd | adam | lars"},
+      {"steps", "0", "0: one training step; K: a training loop of K steps (a while loop over K batches, inputs [K,...])"},
+      {"optimizer", optimizer, "weight update after backward: none | sgd | adam | adafactor | lars"},
   };
   for (const auto& c : ZooCommonParameters()) p.push_back(c);
   return p;
@@ -322,7 +324,11 @@ Result<std::unique_ptr<Module>> BuildFromParams(ZooParams& p) {
   c.head_dim = p.Int("head_dim");
   c.layernorm = p.Bool("layernorm");
   if (!p.ok()) return Error(p.error());
-  return BuildTransformer(c);
+  const int64_t steps = p.Int("steps");
+  if (!p.ok()) return Error(p.error());
+  auto step = BuildTransformer(c);
+  if (!step.ok() || steps == 0) return step;
+  return WrapInTrainingLoop(**step, steps, 2);
 }
 
 }  // namespace

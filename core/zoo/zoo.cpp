@@ -6,6 +6,7 @@
 
 #include "core/ir/verifier.h"
 #include "core/zoo/mlp.h"
+#include "core/zoo/ncf.h"
 #include "core/zoo/moe_transformer.h"
 #include "core/zoo/pipelined_transformer.h"
 #include "core/zoo/resnet.h"
@@ -104,7 +105,8 @@ std::string ZooParams::Choice(const std::string& k, const std::vector<std::strin
 
 const std::vector<ZooParameter>& ZooCommonParameters() {
   static const std::vector<ZooParameter> params = {
-      {"annotations", "finalized", "GSPMD Table 1 annotation set: none | attempt1 | attempt2 | finalized"},
+      {"annotations", "finalized",
+       "annotation set: none | attempt1 | attempt2 | finalized (GSPMD Table 1) | data-parallel (weights replicated, batch over every device)"},
       {"mesh_x", "4", "mesh axis X size"},
       {"mesh_y", "4", "mesh axis Y size"},
       {"dtype", "f32", "weight (and optimizer state) element type"},
@@ -141,6 +143,7 @@ const std::vector<void (*)(std::vector<ZooModel>&)>& Families() {
       &AddUNet3dModels,
       &AddMoeTransformerModels,
       &AddPipelinedTransformerModels,
+      &AddNcfModels,
   };
   return families;
 }

@@ -1,0 +1,36 @@
+// What the benchmark executables share: the median of their timings and the 64-layer Transformer
+// training step several of them time.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "core/zoo/model_zoo.h"
+
+namespace shardscope::bench {
+
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The Transformer training step (forward, backward, Adam) at GSPMD-like sizes on a 4x4 mesh:
+// batch 16 x 128 tokens, model 1024, 16 heads of 64, feed-forward 4096.
+inline TransformerConfig BenchTransformer(int layers, AnnotationSet annotations) {
+  TransformerConfig c;
+  c.layers = layers;
+  c.batch = 16;
+  c.seq = 128;
+  c.model = 1024;
+  c.heads = 16;
+  c.head_dim = 64;
+  c.hidden = 4096;
+  c.backward = true;
+  c.optimizer = Optimizer::kAdam;
+  c.annotations = annotations;
+  c.mesh_x = 4;
+  c.mesh_y = 4;
+  return c;
+}
+
+}  // namespace shardscope::bench

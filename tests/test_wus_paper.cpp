@@ -1,0 +1,134 @@
+// Weight-update sharding's section 6.1 (paper 000_7bf40aea6196c6f5, Xu et al., "Automatic
+// Cross-Replica Sharding of Weight Update in Data-Parallel Training"; validation.md W1), simulated
+// on TPU v3 with each chip's two cores as replicas on the physical 2-D torus: the zoo's plain
+// data-parallel training step at the paper's batch sizes and optimizers (Table 1), partitioned,
+// rewritten by the pass and simulated before and after it.
+//
+// What the simulator reproduces and what it does not yet (docs/weight-update-sharding.md,
+// "Section 6.1 simulated"): compute runs at the roofline (no efficiency calibration yet), so the
+// step without the update is shorter than on the real pods, and the replicated Adam update is
+// costed as its unfused elementwise ops, so it is longer. Both make the simulated speedup larger
+// than the paper's; the comparisons the simulator does not meet yet are marked as expected
+// failures, so they report when a calibration brings them within the issue's tolerances.
+#include <QtTest/QtTest>
+
+#include <QProcess>
+#include <QTemporaryDir>
+
+#include <cmath>
+#include <string>
+
+#include "app/pipeline/weight_update_sharding_paper.h"
+#include "tests/cli_test_support.h"
+
+using namespace shardscope;
+using shardscope::testing::RunCli;
+using namespace shardscope::pipeline;
+
+namespace {
+
+const WeightUpdateShardingPaperCase& Case(const std::string& id) {
+  static const std::vector<WeightUpdateShardingPaperCase> cases = WeightUpdateShardingPaperCases();
+  for (const auto& c : cases)
+    if (c.id == id) return c;
+  qFatal("no case %s", id.c_str());
+}
+
+WeightUpdateShardingPaperRun Run(const std::string& id) {
+  auto r = RunWeightUpdateShardingPaperCase(Case(id));
+  if (!r.ok()) qFatal("%s", r.error().message.c_str());
+  const WeightUpdateShardingPaperRun& x = *r;
+  qInfo("%s: step %.2f ms -> %.2f ms (%.1f%% shorter; paper: %.0f%%), peak %.2f GB -> %.2f GB, %lld of %lld all-reduces sharded",
+        id.c_str(), x.before_s * 1e3, x.after_s * 1e3, 100 * x.reduction(), 100 * Case(id).paper_reduction,
+        static_cast<double>(x.before_peak) / 1e9, static_cast<double>(x.after_peak) / 1e9,
+        static_cast<long long>(x.sharded), static_cast<long long>(x.all_reduces));
+  return x;
+}
+
+// "before weight-update sharding: step 177.3 us, ..." -> 177.3
+double StepMicros(const QString& out, const QString& prefix) {
+  for (const QString& line : out.split('\n')) {
+    if (!line.startsWith(prefix + " weight-update sharding: step ")) continue;
+    return line.section(' ', 4, 4).toDouble();
+  }
+  return -1;
+}
+
+}  // namespace
+
+class TestWusPaper : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // The CLI surfaces on a small data-parallel Transformer (16 devices, Adam, 1 KiB shards allowed
+  // so every weight matrix is sharded): partition writes the three step programs, verify checks
+  // them composed against the plain program, simulate prints the step before and after.
+  void cliSurfaces() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString dp = dir.filePath("dp.hlo"), out = dir.filePath("dp.wus.hlo");
+    auto b = RunCli({"zoo", "build", "transformer", "--set", "annotations=data-parallel", "--set", "mesh_x=4", "--set", "mesh_y=4",
+                     "--set", "batch=64", "--set", "backward=1", "--set", "optimizer=adam", "-o", dp});
+    QVERIFY2(b.code == 0, qPrintable(b.err));
+    const QStringList wus = {"--weight-update-sharding", "--min-shard-bytes", "1024"};
+    auto p = RunCli(QStringList{"partition", dp, "-o", out} + wus);
+    QVERIFY2(p.code == 0, qPrintable(p.err));
+    QVERIFY(p.out.contains("weight-update sharding: 8 of 12 gradient all-reduces sharded"));
+    QVERIFY(p.out.contains("layer1_wi (all-reduce all-reduce.11 in main): sharded"));
+    for (const QString& f : {out, out + ".sharding.hlo", out + ".unsharding.hlo"}) QVERIFY2(QFile::exists(f), qPrintable(f));
+    auto v = RunCli(QStringList{"verify", dp} + wus);
+    QVERIFY2(v.code == 0, qPrintable(v.err));
+    QVERIFY(v.out.contains("verdict: match"));
+    auto s = RunCli(QStringList{"simulate", dp, "--chip", "tpu-v3", "--mesh", "X=4,Y=4"} + wus);
+    QVERIFY2(s.code == 0, qPrintable(s.err));
+    const double before = StepMicros(s.out, "before"), after = StepMicros(s.out, "after");
+    QVERIFY2(before > 0 && after > 0, qPrintable(s.out));
+    QVERIFY2(after < before, qPrintable(QString("%1 -> %2 us").arg(before).arg(after)));
+  }
+
+  // validation.md W1: Transformer on 1024 chips, 46.5 ms -> 25.6 ms (a 1.82x step-time ratio).
+  void transformer1024Chips() {
+    const auto& c = Case("wus-6.1-transformer-1024");
+    const auto r = Run(c.id);
+    // The pass shards the update of every large weight: the three matrices of each of the 16
+    // layers (wqkv, wi, wout) with partial sharding over rows of 64 replicas; the rest (LayerNorm
+    // scales, the attention output's 2 MiB bf16 gradient: a 32 KiB row shard) stay latency-bound.
+    QVERIFY2(r.sharded >= 48, std::to_string(r.sharded).c_str());
+    // The step without the pass: within 25% of the paper's 46.5 ms.
+    QVERIFY2(std::abs(r.before_s / c.paper_before_s - 1) < 0.25, std::to_string(r.before_s).c_str());
+    // Faster with the pass, by at least the paper's 45%, and with less memory per device (the
+    // weights and Adam's state kept sharded between steps).
+    QVERIFY(r.reduction() >= c.paper_reduction);
+    QVERIFY(r.after_peak < r.before_peak / 2);
+    QEXPECT_FAIL("", "compute at the roofline: the step after the pass is 17 ms, not 25.6 ms (see the header)", Continue);
+    QVERIFY2(std::abs(r.after_s / c.paper_after_s - 1) < 0.25, std::to_string(r.after_s).c_str());
+    QEXPECT_FAIL("", "the simulated ratio is about 3x, not 1.82x: unfused Adam before, roofline compute after", Continue);
+    QVERIFY(std::abs((r.before_s / r.after_s) / (c.paper_before_s / c.paper_after_s) - 1) < 0.15);
+  }
+
+  // Paper section 6.1: Transformer on 16 chips (32 cores, batch 512), "in the range of 9%".
+  void transformer16Chips() {
+    const auto& c = Case("wus-6.1-transformer-16");
+    const auto r = Run(c.id);
+    QCOMPARE(r.sharded, int64_t(64));  // all four matrices of every layer: shards of 512 KiB and more
+    QVERIFY(r.reduction() >= c.paper_reduction);
+    QEXPECT_FAIL("", "about 21% shorter, not 9%: the replicated update is unfused Adam (see the header)", Continue);
+    QVERIFY(r.reduction() < 1.5 * c.paper_reduction);
+  }
+
+  // Paper section 6.1: ResNet-50 with LARS on 1024 chips (2048 cores, batch 32768), "a 6% speedup".
+  void resnet50OnLars1024Chips() {
+    const auto& c = Case("wus-6.1-resnet50-1024");
+    const auto r = Run(c.id);
+    // The largest LARS weights (3x3x512x512 and 1x1 with 2048 channels: row shards of 64 KiB and
+    // more) are sharded over rows of 64 replicas; the step gets shorter.
+    QVERIFY2(r.sharded >= 5, std::to_string(r.sharded).c_str());
+    QVERIFY(r.reduction() > 0.01);
+    QEXPECT_FAIL("", "2% shorter, not 6%: the other 368 small weights stay latency-bound one by one, where the "
+                     "paper batches them (section 5.2)", Continue);
+    QVERIFY(r.reduction() > 0.75 * c.paper_reduction);
+  }
+};
+
+QTEST_MAIN(TestWusPaper)
+#include "test_wus_paper.moc"
