@@ -5,7 +5,7 @@
 #include <cstring>
 #include <functional>
 
-namespace shardscope {
+namespace shardscope::sim {
 
 std::string_view StreamName(Stream s) {
   switch (s) {
@@ -319,4 +319,4 @@ Status DeviceClassBuilder::Finish(RunResult& run) {
   return Status::Ok();
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -32,7 +32,7 @@
 
 struct sqlite3;
 
-namespace shardscope {
+namespace shardscope::sim {
 
 // A closed-open time window [start_s, end_s).
 struct TimeRange {
@@ -142,4 +142,4 @@ class RunStore {
   std::string path_;
 };
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -2,13 +2,16 @@
 // name-scope clusters that collapse and expand, search, and the fallback layout.
 #include <QtTest>
 
-#include "views/document.h"
+#include "gui_test_support.h"
+#include "views/document_model.h"
 #include "views/graph_layout.h"
 #include "views/graph_structure.h"
 #include "views/graph_view.h"
 
 using namespace shardscope;
 using namespace shardscope::views;
+using shardscope::gui::Session;
+using shardscope::gui::WaitForLayout;
 
 namespace {
 
@@ -110,8 +113,9 @@ class TestGuiGraph : public QObject {
   }
 
   void scopeTree() {
-    Document doc;
-    QVERIFY(doc.loadHloText(kScoped, "scoped.hlo").ok());
+    Session session;
+    const DocumentModel& doc = *session.document();
+    QVERIFY(session.loadHloText(kScoped, "scoped.hlo").ok());
     const ScopeTree tree = ScopeTree::Build(*doc.module()->entry());
     // jit(f) is shared by everything and dropped: root -> {layer0, layer1}; layer*/ffn nested.
     QCOMPARE(tree.scope(0).total, int64_t{7});
@@ -139,18 +143,20 @@ class TestGuiGraph : public QObject {
   }
 
   void collapseExpandAndSearch() {
-    Document doc;
+    Session session;
+    DocumentModel& doc = *session.document();
     GraphView view;
     view.resize(900, 700);
+    view.setJobTracker(session.jobs());
     view.setDocument(&doc);
-    QVERIFY(doc.loadHloText(kScoped, "scoped.hlo").ok());
-    QVERIFY(view.waitForLayout(60000));
+    QVERIFY(session.loadHloText(kScoped, "scoped.hlo").ok());
+    QVERIFY(WaitForLayout(view));
     QCOMPARE(view.nodes().size(), 7);  // small graphs start fully expanded
     const int64_t t0 = doc.findInstruction("t0")->id();
     QVERIFY(view.nodeForInstruction(t0));
     const int layer0 = view.scopeTree()->scope(0).children[0];
     view.collapseScope(layer0);
-    QVERIFY(view.waitForLayout(60000));
+    QVERIFY(WaitForLayout(view));
     QCOMPARE(view.nodes().size(), 5);  // x, layer0 group, w1, d1, t1
     QVERIFY(!view.nodeForInstruction(t0));
     GraphNodeItem* group = view.nodeForKey(GroupKey(layer0));
@@ -160,16 +166,16 @@ class TestGuiGraph : public QObject {
     const QList<int64_t> hits = view.setSearch("tanh");
     QCOMPARE(hits.size(), 2);
     view.reveal(t0);
-    QVERIFY(view.waitForLayout(60000));
+    QVERIFY(WaitForLayout(view));
     QVERIFY(view.nodeForInstruction(t0));
     QCOMPARE(view.nodes().size(), 7);
     QCOMPARE(view.setSearch("layer1").size(), 0);  // names and opcodes, not scopes
     QCOMPARE(view.setSearch("w").size(), 2);       // w0, w1
     view.collapseAll();
-    QVERIFY(view.waitForLayout(60000));
+    QVERIFY(WaitForLayout(view));
     QCOMPARE(view.nodes().size(), 3);
     view.expandAll();
-    QVERIFY(view.waitForLayout(60000));
+    QVERIFY(WaitForLayout(view));
     QCOMPARE(view.nodes().size(), 7);
   }
 };

@@ -6,13 +6,12 @@
 #include <map>
 #include <mutex>
 
-#include <QThreadPool>
-#include <QtConcurrent/QtConcurrentRun>
 
 #include <graphviz/cgraph.h>
 #include <graphviz/gvc.h>
 
 namespace shardscope::views {
+
 
 namespace {
 
@@ -267,61 +266,46 @@ LayoutResult LayoutLayered(const LayoutInput& input) {
   return out;
 }
 
-// ---- LayoutService ---------------------------------------------------------------------------------
+// ---- LayoutCache ---------------------------------------------------------------------------------
 
-LayoutService::LayoutService(QObject* parent) : QObject(parent), pool_(new QThreadPool(this)) {
-  pool_->setMaxThreadCount(1);  // the one Graphviz thread
-  pool_->setExpiryTimeout(-1);
+LayoutCache& LayoutCache::instance() {
+  static LayoutCache* cache = new LayoutCache();  // lives for the process
+  return *cache;
 }
 
-LayoutService* LayoutService::instance() {
-  static LayoutService* service = new LayoutService();  // lives for the process
-  return service;
-}
-
-std::shared_ptr<const LayoutResult> LayoutService::cached(const QString& key) const {
+std::shared_ptr<const LayoutResult> LayoutCache::cached(const QString& key) const {
   QMutexLocker lock(&mutex_);
   return cache_.value(key);
 }
 
-int LayoutService::layoutsRun() const {
+int LayoutCache::layoutsRun() const {
   QMutexLocker lock(&mutex_);
   return runs_;
 }
 
-void LayoutService::clearCache() {
+void LayoutCache::clearCache() {
   QMutexLocker lock(&mutex_);
   cache_.clear();
   order_.clear();
 }
 
-QFuture<std::shared_ptr<const LayoutResult>> LayoutService::request(const QString& key, LayoutInput input) {
-  if (auto hit = cached(key)) {
-    QPromise<std::shared_ptr<const LayoutResult>> promise;
-    promise.start();
-    promise.addResult(hit);
-    promise.finish();
-    return promise.future();
+std::shared_ptr<const LayoutResult> LayoutCache::layOut(const QString& key, const LayoutInput& input,
+                                                        const CancellationToken& cancel) {
+  if (auto hit = cached(key)) return hit;  // laid out while this request waited
+  if (cancel.cancelled()) return nullptr;
+  LayoutResult result = LayoutWithGraphviz(input);
+  if (!result.ok) {
+    const std::string why = result.error;
+    result = LayoutLayered(input);
+    result.error = why;
   }
-  return QtConcurrent::run(pool_, [this, key, input = std::move(input)]() -> std::shared_ptr<const LayoutResult> {
-    {
-      QMutexLocker lock(&mutex_);
-      if (auto hit = cache_.value(key)) return hit;  // laid out while this request waited
-    }
-    LayoutResult result = LayoutWithGraphviz(input);
-    if (!result.ok) {
-      const std::string why = result.error;
-      result = LayoutLayered(input);
-      result.error = why;
-    }
-    auto shared = std::make_shared<const LayoutResult>(std::move(result));
-    QMutexLocker lock(&mutex_);
-    ++runs_;
-    cache_.insert(key, shared);
-    order_.append(key);
-    while (order_.size() > 48) cache_.remove(order_.takeFirst());
-    return shared;
-  });
+  auto shared = std::make_shared<const LayoutResult>(std::move(result));
+  QMutexLocker lock(&mutex_);
+  ++runs_;
+  cache_.insert(key, shared);
+  order_.append(key);
+  while (order_.size() > 48) cache_.remove(order_.takeFirst());
+  return shared;
 }
 
 }  // namespace shardscope::views

@@ -1,6 +1,7 @@
-// Graph layout as plain data. Graphviz is not thread-safe, so exactly one owner (LayoutService)
-// runs every layout on one worker thread, under a mutex, on a snapshot (LayoutInput) and hands back
-// plain structs (LayoutResult); the graph view creates its items from them on the GUI thread.
+// Graph layout as plain data. Graphviz is not thread-safe, so every layout runs as a job on the
+// job tracker's layout lane (one worker thread), under a mutex, on a snapshot (LayoutInput) and
+// hands back plain structs (LayoutResult); the graph view creates its items from them on the GUI
+// thread. A newer layout of the same view supersedes an older one that has not started.
 // Results are cached by a key the caller chooses (module + computation + expanded scopes), so a
 // module is laid out once; annotation edits never re-layout.
 #pragma once
@@ -11,13 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include <QFuture>
 #include <QHash>
 #include <QMutex>
 #include <QObject>
 #include <QString>
 
-class QThreadPool;
+#include "core/base/cancellation.h"
+
 
 namespace shardscope::views {
 
@@ -67,23 +68,23 @@ LayoutResult LayoutWithGraphviz(const LayoutInput& input);
 // A simple layered layout used when Graphviz fails (no plugins found, ...).
 LayoutResult LayoutLayered(const LayoutInput& input);
 
-// The one owner of Graphviz: a single worker thread plus a cache of finished layouts.
-class LayoutService : public QObject {
-  Q_OBJECT
+// Finished layouts, shared by every graph view of the process and keyed by what was laid out (module,
+// computation, expanded scopes, font), so a module is laid out once. Thread-safe.
+class LayoutCache {
  public:
-  static LayoutService* instance();
+  static LayoutCache& instance();
 
   // The cached layout for `key`, or nullptr.
   std::shared_ptr<const LayoutResult> cached(const QString& key) const;
-  // Lays `input` out on the worker (dot, falling back to the layered layout) unless `key` is
-  // cached, in which case the future is already finished.
-  QFuture<std::shared_ptr<const LayoutResult>> request(const QString& key, LayoutInput input);
+  // The layout of `input`: the cached one, else Graphviz dot (the layered layout when dot fails),
+  // cached. Call it on the job tracker's layout lane only: Graphviz is not thread-safe. A cancelled
+  // token before the layout starts gives nullptr.
+  std::shared_ptr<const LayoutResult> layOut(const QString& key, const LayoutInput& input, const CancellationToken& cancel);
   int layoutsRun() const;  // how many layouts actually ran (not served from the cache)
   void clearCache();
 
  private:
-  explicit LayoutService(QObject* parent = nullptr);
-  QThreadPool* pool_;
+  LayoutCache() = default;
   mutable QMutex mutex_;
   QHash<QString, std::shared_ptr<const LayoutResult>> cache_;
   QList<QString> order_;  // insertion order, for eviction

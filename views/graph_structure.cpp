@@ -7,6 +7,7 @@
 
 namespace shardscope::views {
 
+
 namespace {
 
 std::vector<std::string> ScopePath(const Instruction& inst) {

@@ -1,3 +1,4 @@
+#include "core/base/units.h"
 #include "views/graph_view.h"
 
 #include <algorithm>
@@ -6,7 +7,6 @@
 #include <QApplication>
 #include <QComboBox>
 #include <QElapsedTimer>
-#include <QEventLoop>
 #include <QGraphicsScene>
 #include <QGraphicsSceneMouseEvent>
 #include <QHBoxLayout>
@@ -21,12 +21,16 @@
 #include <QWheelEvent>
 
 #include "core/ir/opcodes.h"
-#include "views/document.h"
+#include "views/document_model.h"
+#include "views/job_tracker.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
 
+
 namespace {
+
+using Lane = JobTracker::Lane;
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }
 
@@ -371,19 +375,25 @@ GraphView::GraphView(QWidget* parent) : QGraphicsView(parent), scene_(new QGraph
   minimap_->hide();
 }
 
-GraphView::~GraphView() {
-  if (watcher_) watcher_->disconnect(this);
+GraphView::~GraphView() = default;
+
+void GraphView::setJobTracker(JobTracker* jobs) { jobs_ = jobs; }
+
+JobTracker* GraphView::jobTracker() {
+  if (jobs_) return jobs_;
+  if (!own_jobs_) own_jobs_ = new JobTracker(this);
+  return own_jobs_;
 }
 
-void GraphView::setDocument(Document* doc) {
+void GraphView::setDocument(DocumentModel* doc) {
   if (doc_) doc_->disconnect(this);
   doc_ = doc;
   if (!doc_) return;
-  connect(doc_, &Document::moduleReset, this, &GraphView::onModuleReset);
-  connect(doc_, &Document::shardingsUpdated, this, &GraphView::recolour);
-  connect(doc_, &Document::annotationsChanged, this, &GraphView::recolour);
-  connect(doc_, &Document::meshChanged, this, &GraphView::recolour);
-  connect(doc_, &Document::selectionChanged, this, [this](qint64) { updateSelection(); });
+  connect(doc_, &DocumentModel::moduleReset, this, &GraphView::onModuleReset);
+  connect(doc_, &DocumentModel::shardingsUpdated, this, &GraphView::recolour);
+  connect(doc_, &DocumentModel::annotationsChanged, this, &GraphView::recolour);
+  connect(doc_, &DocumentModel::meshChanged, this, &GraphView::recolour);
+  connect(doc_, &DocumentModel::selectionChanged, this, [this](qint64) { updateSelection(); });
   if (doc_->hasModule()) onModuleReset();
 }
 
@@ -466,29 +476,25 @@ void GraphView::requestLayout() {
   const quint64 request = ++layout_request_;
   layout_pending_ = true;
   visible_ = std::move(visible);
-  if (watcher_) {
-    watcher_->disconnect(this);
-    watcher_->deleteLater();
+  if (auto hit = LayoutCache::instance().cached(key)) {
+    // Laid out before: shown as soon as the event loop comes round, without waiting for the lane.
+    QTimer::singleShot(0, this, [this, request, hit] {
+      if (request == layout_request_ && visible_) applyLayout(hit, *visible_);
+    });
+    return;
   }
-  watcher_ = new QFutureWatcher<std::shared_ptr<const LayoutResult>>(this);
-  connect(watcher_, &QFutureWatcher<std::shared_ptr<const LayoutResult>>::finished, this, [this, request] {
-    if (request != layout_request_ || !visible_) return;  // superseded
-    auto result = watcher_->result();
-    applyLayout(result, *visible_);
-  });
-  watcher_->setFuture(LayoutService::instance()->request(key, visible_->input));
-}
-
-bool GraphView::waitForLayout(int timeout_ms) {
-  if (!layout_pending_) return true;
-  QEventLoop loop;
-  QTimer timer;
-  timer.setSingleShot(true);
-  connect(&timer, &QTimer::timeout, &loop, &QEventLoop::quit);
-  connect(this, &GraphView::layoutFinished, &loop, &QEventLoop::quit);
-  timer.start(timeout_ms);
-  loop.exec();
-  return !layout_pending_;
+  // The newest layout of this view wins: an older one still queued never runs.
+  const JobTracker::Spec spec{.label = "laying out",
+                              .lane = Lane::kLayout,
+                              .key = QString("layout:%1").arg(reinterpret_cast<quintptr>(this)),
+                              .context = this};
+  jobTracker()->run<std::shared_ptr<const LayoutResult>>(
+      spec,
+      [key, input = visible_->input](const CancellationToken& token) { return LayoutCache::instance().layOut(key, input, token); },
+      [this, request](std::shared_ptr<const LayoutResult> result) {
+        if (request != layout_request_ || !visible_) return;  // superseded
+        applyLayout(result, *visible_);
+      });
 }
 
 void GraphView::applyLayout(std::shared_ptr<const LayoutResult> layout, const VisibleGraph& visible) {
@@ -604,8 +610,8 @@ GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* toolt
                     look.user ? "your annotation" : "inferred");
       t += QString("<br>HLO: <tt>%1</tt>").arg(HloShardingText(*sh).toHtmlEscaped());
       t += QString("<br>per device: %1 &middot; %2 (whole tensor %3)")
-               .arg(LocalShapeText(inst->shape(), sh).toHtmlEscaped(), FormatBytes(BytesPerDevice(inst->shape(), sh)),
-                    FormatBytes(inst->shape().ByteSize()));
+               .arg(LocalShapeText(inst->shape(), sh).toHtmlEscaped(), Q(FormatBytes(BytesPerDevice(inst->shape(), sh))),
+                    Q(FormatBytes(inst->shape().ByteSize())));
     } else {
       t += "<br><i>no sharding yet</i>";
     }
@@ -936,10 +942,12 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
   });
 }
 
-void GraphPane::setDocument(Document* doc) {
+void GraphPane::setJobTracker(JobTracker* jobs) { view_->setJobTracker(jobs); }
+
+void GraphPane::setDocument(DocumentModel* doc) {
   doc_ = doc;
   view_->setDocument(doc);
-  connect(doc, &Document::moduleReset, this, &GraphPane::refreshComputations);
+  connect(doc, &DocumentModel::moduleReset, this, &GraphPane::refreshComputations);
   refreshComputations();
 }
 

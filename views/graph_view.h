@@ -1,4 +1,4 @@
-// The computation graph: Graphviz dot layout (run by LayoutService off the GUI thread, cached per
+// The computation graph: Graphviz dot layout (a job on the tracker's layout lane, cached per
 // module and expansion state) drawn as QGraphicsItems. Each tensor is coloured by its sharding;
 // user annotations have a thick border; hovering shows the named-axis notation and the per-device
 // shape. Large graphs collapse into clusters by name scope (double-click to expand or collapse).
@@ -11,7 +11,6 @@
 #include <set>
 #include <unordered_map>
 
-#include <QFutureWatcher>
 #include <QGraphicsItem>
 #include <QGraphicsView>
 #include <QPointer>
@@ -28,8 +27,9 @@ class QToolButton;
 
 namespace shardscope::views {
 
-class Document;
+class DocumentModel;
 class GraphView;
+class JobTracker;
 
 // One node: an instruction, or a collapsed name scope (a group).
 class GraphNodeItem : public QGraphicsItem {
@@ -140,8 +140,10 @@ class GraphView : public QGraphicsView {
   explicit GraphView(QWidget* parent = nullptr);
   ~GraphView() override;
 
-  void setDocument(Document* doc);
-  Document* document() const { return doc_; }
+  void setDocument(DocumentModel* doc);
+  DocumentModel* document() const { return doc_; }
+  // The tracker its layouts run through (the session's). Without one the view makes its own.
+  void setJobTracker(JobTracker* jobs);
 
   // Which computation is shown ("" = the entry).
   void setComputation(const QString& name);
@@ -149,7 +151,6 @@ class GraphView : public QGraphicsView {
 
   // Layout state.
   bool isLayoutPending() const { return layout_pending_; }
-  bool waitForLayout(int timeout_ms = 30000);
   const LayoutResult* currentLayout() const { return layout_.get(); }
   int layoutsApplied() const { return layouts_applied_; }
   int recolourCount() const { return recolours_; }
@@ -205,7 +206,11 @@ class GraphView : public QGraphicsView {
   GraphNodeItem::Look lookFor(const GraphNodeItem* item, QString* tooltip) const;
   const Computation* currentComputation() const;
 
-  QPointer<Document> doc_;
+  JobTracker* jobTracker();
+
+  QPointer<DocumentModel> doc_;
+  QPointer<JobTracker> jobs_;
+  JobTracker* own_jobs_ = nullptr;
   QGraphicsScene* scene_;
   GraphMiniMap* minimap_;
   QString computation_name_;
@@ -215,7 +220,6 @@ class GraphView : public QGraphicsView {
   std::shared_ptr<const LayoutResult> layout_;
   std::unordered_map<std::string, GraphNodeItem*> nodes_;
   std::vector<GraphEdgeItem*> edges_;
-  QFutureWatcher<std::shared_ptr<const LayoutResult>>* watcher_ = nullptr;
   quint64 layout_request_ = 0;
   bool layout_pending_ = false;
   bool fit_after_layout_ = false;
@@ -231,7 +235,8 @@ class GraphPane : public QWidget {
   Q_OBJECT
  public:
   explicit GraphPane(QWidget* parent = nullptr);
-  void setDocument(Document* doc);
+  void setDocument(DocumentModel* doc);
+  void setJobTracker(JobTracker* jobs);
   GraphView* view() const { return view_; }
   QLineEdit* searchField() const { return search_; }
 
@@ -252,7 +257,7 @@ class GraphPane : public QWidget {
   QLabel* zoom_label_;
   QList<int64_t> matches_;
   int match_index_ = -1;
-  QPointer<Document> doc_;
+  QPointer<DocumentModel> doc_;
 };
 
 }  // namespace shardscope::views
