@@ -19,6 +19,8 @@
 #include "core/ir/hlo_text.h"
 
 namespace shardscope::cli {
+
+using namespace shardscope::sim;
 namespace {
 
 constexpr const char* kName = "runs";

@@ -22,6 +22,8 @@
 #include "core/base/units.h"
 
 namespace shardscope::cli {
+
+using namespace shardscope::sim;
 namespace {
 
 constexpr const char* kName = "search";

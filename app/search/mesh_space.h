@@ -29,6 +29,8 @@
 
 namespace shardscope::search {
 
+using namespace ::shardscope::sim;  // the simulator's types are the search's, as the pipeline's
+
 struct Pod {
   ChipSpec chip;               // cores_per_chip set
   std::string chip_name;       // as given: a preset name or a chip .json path
