@@ -58,9 +58,15 @@ struct CliRun {
   std::string out, err;
 };
 
-CliRun Cli(const QStringList& args, int timeout_ms = 300000) {
+// Runs `program` (default: the CLI) with `args`; `env` adds environment variables.
+CliRun Run(const QString& program, const QStringList& args, const QStringList& env = {}, int timeout_ms = 300000) {
   QProcess p;
-  p.start(QString::fromStdString(CliPath()), args);
+  if (!env.isEmpty()) {
+    QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+    for (const QString& kv : env) e.insert(kv.section('=', 0, 0), kv.section('=', 1));
+    p.setProcessEnvironment(e);
+  }
+  p.start(program, args);
   CliRun r;
   if (!p.waitForFinished(timeout_ms)) {
     p.kill();
@@ -72,6 +78,10 @@ CliRun Cli(const QStringList& args, int timeout_ms = 300000) {
   r.out = p.readAllStandardOutput().toStdString();
   r.err = p.readAllStandardError().toStdString();
   return r;
+}
+
+CliRun Cli(const QStringList& args, int timeout_ms = 300000) {
+  return Run(QString::fromStdString(CliPath()), args, {}, timeout_ms);
 }
 
 }  // namespace
@@ -572,12 +582,34 @@ void TestSearch::sweepThroughTheCli() {
   for (std::string l; std::getline(in, l);) lines.push_back(l);
   QCOMPARE(lines.size(), size_t{13});  // 3 x 4 meshes + data parallel
   QVERIFY(Contains(p.out, "13 planned as tasks 1..13"));
+  // The Slurm array script: one array task per plan line, each into its own store. Slurm itself
+  // is not needed to check it: run with SLURM_ARRAY_TASK_ID set, it is that array task.
+  const QString tasks = dir.filePath("tasks"), sbatch = dir.filePath("sweep.sbatch");
+  const QString generator = QString(SHARDSCOPE_SOURCE_DIR) + "/scripts/sweep-slurm.sh";
+  CliRun g = Run("bash", {generator, plan, tasks, "--cli", QString::fromStdString(CliPath()), "--max-running", "4", "--time",
+                          "00:10:00"});
+  QVERIFY2(g.code == 0, (g.out + g.err).c_str());
+  QVERIFY2(Contains(g.out, "#SBATCH --array=1-13%4\n"), g.out.c_str());
+  QVERIFY(Contains(g.out, "#SBATCH --time=00:10:00\n"));
+  QVERIFY(Contains(g.out, "#SBATCH --output=" + tasks.toStdString() + "/logs/task-%a.out\n"));
+  QVERIFY(Contains(g.out, "search task " + plan.toStdString() + " --index \"$SLURM_ARRAY_TASK_ID\""));
+  {
+    std::ofstream f(sbatch.toStdString());
+    f << g.out;
+  }
+  // A re-run of chosen tasks, and the generator's errors.
+  CliRun again = Run("bash", {generator, plan, tasks, "--array", "5,7-9"});
+  QVERIFY(Contains(again.out, "#SBATCH --array=5,7-9\n"));
+  QCOMPARE(Run("bash", {generator, plan, tasks, "--array", "5;rm"}).code, 1);
+  QCOMPARE(Run("bash", {generator, dir.filePath("none.jsonl"), tasks}).code, 1);
+  QCOMPARE(Run("bash", {generator, plan}).code, 2);
+  QVERIFY(Run("bash", {sbatch}).code != 0);  // no SLURM_ARRAY_TASK_ID: refuses
   QStringList task_files;
   for (size_t k = 1; k <= lines.size(); ++k) {
-    const QString db = dir.filePath(QString("task-%1.sqlite").arg(k));
+    const QString db = tasks + QString("/task-%1.sqlite").arg(k);
     task_files << db;
     if (k == 5) continue;  // "lost": never ran
-    CliRun t = Cli({"search", "task", plan, "--index", QString::number(k), "--db", db});
+    CliRun t = Run("bash", {sbatch}, {"SLURM_ARRAY_TASK_ID=" + QString::number(k)});
     QVERIFY2(t.code == 0, (t.out + t.err).c_str());
     QVERIFY(Contains(t.out, "task " + std::to_string(k) + ": "));
   }
@@ -601,7 +633,7 @@ void TestSearch::sweepThroughTheCli() {
   QVERIFY2(Contains(rep.out, "12 of 13 tasks have a run") || Contains(rep.out, "13 of 13 tasks have a run"), rep.out.c_str());
   // Re-run task 5 and task 1 (whose run is already merged), merge everything again, twice.
   for (int k : {5, 1}) {
-    CliRun t = Cli({"search", "task", plan, "--index", QString::number(k), "--db", task_files[k - 1]});
+    CliRun t = Run("bash", {sbatch}, {"SLURM_ARRAY_TASK_ID=" + QString::number(k)});
     QVERIFY2(t.code == 0, (t.out + t.err).c_str());
   }
   for (int again = 0; again < 2; ++again) {
