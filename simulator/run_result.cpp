@@ -1,6 +1,7 @@
 #include "simulator/run_result.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 
@@ -163,10 +164,45 @@ RunOverview OverviewOf(const RunResult& run) {
   o.id = run.id;
   o.created_unix_ms = run.created_unix_ms;
   o.label = run.label;
+  o.key = run.key;
   o.inputs = run.inputs;
   o.summary = run.summary;
   o.num_classes = static_cast<int64_t>(run.classes.size());
   return o;
+}
+
+std::string RunContentKey(const RunResult& run) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](std::string_view text) {
+    for (unsigned char c : text) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0x1e;
+    h *= 1099511628211ull;
+  };
+  auto num = [&mix](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    mix(buf);
+  };
+  num(static_cast<double>(run.created_unix_ms));
+  mix(run.label);
+  const RunInputs& in = run.inputs;
+  for (const std::string* t : {&in.module_name, &in.module_hash, &in.chip_preset, &in.mesh_text, &in.topology_options}) mix(*t);
+  for (const auto& [k, v] : in.settings) {
+    mix(k);
+    mix(v);
+  }
+  const RunSummary& s = run.summary;
+  for (double v : {static_cast<double>(s.num_devices), s.step_time_s, s.compute_time_s, s.communication_time_s, s.idle_time_s,
+                   s.exposed_communication_s, s.mfu, static_cast<double>(s.peak_memory_bytes),
+                   static_cast<double>(s.bytes_communicated), s.total_flops,
+                   static_cast<double>(run.classes.size()), static_cast<double>(run.collectives.size())})
+    num(v);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("content:") + hex;
 }
 
 // ---- DeviceClassBuilder ----------------------------------------------------------------------

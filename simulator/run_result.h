@@ -139,6 +139,10 @@ struct RunResult {
   int64_t id = 0;
   int64_t created_unix_ms = 0;
   std::string label;
+  // The run's identity across stores (empty: none). Saving a run whose key is already stored
+  // replaces the stored run (same id) instead of adding a second: a strategy search's candidate
+  // key ("search:<hash>"), so a re-run sweep task or a repeated merge never duplicates a run.
+  std::string key;
 
   RunInputs inputs;
   RunSummary summary;
@@ -148,6 +152,9 @@ struct RunResult {
   // Which original instruction each instruction of the partitioned program came from (set by the
   // caller that partitioned; lets a timeline event lead back to the op the user wrote).
   std::map<std::string, std::string> origins;
+  // The annotations of the module that was partitioned (instruction name, HloSharding text), so
+  // the run can be re-opened with the shardings it was made from (empty when not recorded).
+  std::vector<std::pair<std::string, std::string>> annotations;
 
   int64_t num_devices() const { return static_cast<int64_t>(device_class.size()); }
   // True when per-device detail is present (false for a summary-only load).
@@ -173,6 +180,7 @@ struct RunOverview {
   int64_t id = 0;
   int64_t created_unix_ms = 0;
   std::string label;
+  std::string key;  // RunResult::key
   RunInputs inputs;
   RunSummary summary;
   int64_t num_classes = 0;
@@ -180,6 +188,9 @@ struct RunOverview {
   bool operator==(const RunOverview&) const = default;
 };
 RunOverview OverviewOf(const RunResult& run);
+// "content:" + 16 hex digits hashing what a run is (creation time, label, inputs, summary, and
+// the sizes of its detail): the identity of a run stored without a key.
+std::string RunContentKey(const RunResult& run);
 
 // Groups per-device detail into classes: devices whose detail (label included) is identical share
 // one class.

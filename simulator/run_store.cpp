@@ -82,7 +82,8 @@ CREATE TABLE collectives(
 // Tables holding a run's rows (deleted with it).
 constexpr const char* kRunTables[] = {"run_settings",   "run_strings",  "device_classes",
                                       "device_map",     "events",       "memory_samples",
-                                      "peak_buffers",   "collectives",  "instruction_origins"};
+                                      "peak_buffers",   "collectives",  "instruction_origins",
+                                      "run_annotations"};
 
 // Migrations: kMigrations[v - 1] upgrades schema version v to v + 1; a new store is created at
 // version 1 and migrated like an old one, so every store reaches the same schema the same way.
@@ -90,12 +91,18 @@ struct Migration {
   int from_version;
   const char* sql;
 };
-constexpr std::array<Migration, 2> kMigrations{{
+constexpr std::array<Migration, 3> kMigrations{{
     // 2: the original instruction behind each instruction of the partitioned program.
     {1, "CREATE TABLE instruction_origins(run_id INTEGER NOT NULL, instruction TEXT NOT NULL, "
         "origin TEXT NOT NULL, PRIMARY KEY(run_id, instruction)) WITHOUT ROWID"},
     // 3: the chip's HBM per device, so a run that does not fit says so (0 for older runs: unknown).
     {2, "ALTER TABLE runs ADD COLUMN device_hbm_bytes INTEGER NOT NULL DEFAULT 0"},
+    // 4: a run's identity key (a run saved with a stored key replaces it) and the annotations of
+    // the module it was made from. Runs stored before have no key and no annotations.
+    {3, "ALTER TABLE runs ADD COLUMN run_key TEXT NOT NULL DEFAULT ''; "
+        "CREATE INDEX runs_by_key ON runs(run_key); "
+        "CREATE TABLE run_annotations(run_id INTEGER NOT NULL, seq INTEGER NOT NULL, instruction TEXT NOT NULL, "
+        "sharding TEXT NOT NULL, PRIMARY KEY(run_id, seq)) WITHOUT ROWID"},
 }};
 
 // RAII prepared statement.
@@ -114,6 +121,7 @@ class Stmt {
   sqlite3_stmt* get() const { return s_; }
 
   void Bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
+  void BindNull(int i) { sqlite3_bind_null(s_, i); }
   void Bind(int i, double v) { sqlite3_bind_double(s_, i, v); }
   void Bind(int i, std::string_view v) {
     // SQLITE_STATIC: the caller keeps the text alive until the statement is stepped.
@@ -362,7 +370,8 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
   const int64_t total = static_cast<int64_t>(1 + run.inputs.settings.size() + strings.size() +
                                              run.classes.size() + run.device_class.size() +
                                              num_events + num_samples + num_buffers +
-                                             run.collectives.size() + run.origins.size());
+                                             run.collectives.size() + run.origins.size() +
+                                             run.annotations.size());
   int64_t done = 0;
   bool cancelled = false;
   auto tick = [&]() -> bool {
@@ -393,13 +402,26 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
     };
     const int64_t created = run.created_unix_ms != 0 ? run.created_unix_ms : NowUnixMs();
     int64_t id = 0;
+    // A run with a key that is already stored replaces that run, keeping its id.
+    int64_t replaced = 0;
+    if (!run.key.empty()) {
+      Stmt q;
+      if (!q.Prepare(db_, "SELECT id FROM runs WHERE run_key = ? ORDER BY id")) return fail("cannot prepare the key query");
+      q.Bind(1, std::string_view(run.key));
+      std::vector<int64_t> old;
+      while (q.Row()) old.push_back(q.Int(0));
+      if (!q.Done()) return fail("cannot look the run's key up");
+      for (int64_t o : old)
+        if (Status d = DeleteRunRows(o); !d.ok()) return d.error();
+      if (!old.empty()) replaced = old.front();
+    }
     {
       Stmt s;
       if (!s.Prepare(db_, "INSERT INTO runs(created_ms, label, module_name, module_hash, chip_preset, "
                           "mesh_text, topology_options, num_devices, num_classes, step_time_s, "
                           "compute_time_s, communication_time_s, idle_time_s, exposed_communication_s, "
-                          "mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes) "
-                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"))
+                          "mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes, run_key, id) "
+                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"))
         return fail("cannot prepare the run insert");
       const RunInputs& in = run.inputs;
       const RunSummary& sm = run.summary;
@@ -422,6 +444,9 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
       s.Bind(17, sm.bytes_communicated);
       s.Bind(18, sm.total_flops);
       s.Bind(19, sm.device_hbm_bytes);
+      s.Bind(20, std::string_view(run.key));
+      if (replaced > 0) s.Bind(21, replaced);
+      else s.BindNull(21);
       if (!s.Run()) return fail("cannot insert the run");
       id = sqlite3_last_insert_rowid(db_);
       if (!tick()) return fail("");
@@ -579,6 +604,19 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
         if (!tick()) return fail("");
       }
     }
+    {
+      Stmt s;
+      if (!s.Prepare(db_, "INSERT INTO run_annotations(run_id, seq, instruction, sharding) VALUES(?,?,?,?)"))
+        return fail("cannot prepare the annotation insert");
+      for (size_t i = 0; i < run.annotations.size(); ++i) {
+        s.Bind(1, id);
+        s.Bind(2, static_cast<int64_t>(i));
+        s.Bind(3, std::string_view(run.annotations[i].first));
+        s.Bind(4, std::string_view(run.annotations[i].second));
+        if (!s.Run()) return fail("cannot insert an annotation");
+        if (!tick()) return fail("");
+      }
+    }
     return id;
   };
 
@@ -605,7 +643,7 @@ namespace {
 constexpr const char* kOverviewColumns =
     "id, created_ms, label, module_name, module_hash, chip_preset, mesh_text, topology_options, "
     "num_devices, num_classes, step_time_s, compute_time_s, communication_time_s, idle_time_s, "
-    "exposed_communication_s, mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes";
+    "exposed_communication_s, mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes, run_key";
 
 RunOverview ReadOverview(const Stmt& s) {
   RunOverview o;
@@ -629,6 +667,7 @@ RunOverview ReadOverview(const Stmt& s) {
   o.summary.bytes_communicated = s.Int(17);
   o.summary.total_flops = s.Real(18);
   o.summary.device_hbm_bytes = s.Int(19);
+  o.key = s.Text(20);
   return o;
 }
 }  // namespace
@@ -739,6 +778,7 @@ Result<RunResult> RunStore::LoadRun(int64_t run_id, LoadDetail detail) {
   run.id = ov->id;
   run.created_unix_ms = ov->created_unix_ms;
   run.label = std::move(ov->label);
+  run.key = std::move(ov->key);
   run.inputs = std::move(ov->inputs);
   run.summary = ov->summary;
   if (detail == LoadDetail::kSummaryOnly) return run;
@@ -852,6 +892,14 @@ Result<RunResult> RunStore::LoadRun(int64_t run_id, LoadDetail detail) {
     s.Bind(1, run_id);
     while (s.Row()) run.origins.emplace(s.Text(0), s.Text(1));
     if (!s.Done()) return DbError("cannot read the instruction origins of " + which);
+  }
+  {
+    Stmt s;
+    if (!s.Prepare(db_, "SELECT instruction, sharding FROM run_annotations WHERE run_id = ? ORDER BY seq"))
+      return DbError("cannot prepare the annotation query");
+    s.Bind(1, run_id);
+    while (s.Row()) run.annotations.emplace_back(s.Text(0), s.Text(1));
+    if (!s.Done()) return DbError("cannot read the annotations of " + which);
   }
   return run;
 }
@@ -981,23 +1029,7 @@ Status RunStore::SetLabel(int64_t run_id, std::string_view label) {
 
 Status RunStore::DeleteRun(int64_t run_id) {
   if (Status s = Exec("BEGIN IMMEDIATE", "cannot start the transaction to delete a run"); !s.ok()) return s;
-  auto body = [&]() -> Status {
-    Stmt s;
-    if (!s.Prepare(db_, "DELETE FROM runs WHERE id = ?")) return DbError("cannot prepare the delete");
-    s.Bind(1, run_id);
-    if (!s.Run()) return DbError("cannot delete run " + std::to_string(run_id));
-    if (sqlite3_changes(db_) == 0)
-      return Error("run store '" + path_ + "': no run with id " + std::to_string(run_id));
-    for (const char* table : kRunTables) {
-      Stmt d;
-      std::string sql = std::string("DELETE FROM ") + table + " WHERE run_id = ?";
-      if (!d.Prepare(db_, sql.c_str())) return DbError("cannot prepare the delete");
-      d.Bind(1, run_id);
-      if (!d.Run()) return DbError("cannot delete run " + std::to_string(run_id));
-    }
-    return Status::Ok();
-  };
-  Status st = body();
+  Status st = DeleteRunRows(run_id);
   if (!st.ok()) {
     (void)Exec("ROLLBACK", "rollback");
     return st;
@@ -1007,6 +1039,57 @@ Status RunStore::DeleteRun(int64_t run_id) {
     return c;
   }
   return Status::Ok();
+}
+
+Status RunStore::DeleteRunRows(int64_t run_id) {
+  Stmt s;
+  if (!s.Prepare(db_, "DELETE FROM runs WHERE id = ?")) return DbError("cannot prepare the delete");
+  s.Bind(1, run_id);
+  if (!s.Run()) return DbError("cannot delete run " + std::to_string(run_id));
+  if (sqlite3_changes(db_) == 0) return Error("run store '" + path_ + "': no run with id " + std::to_string(run_id));
+  for (const char* table : kRunTables) {
+    Stmt d;
+    std::string sql = std::string("DELETE FROM ") + table + " WHERE run_id = ?";
+    if (!d.Prepare(db_, sql.c_str())) return DbError("cannot prepare the delete");
+    d.Bind(1, run_id);
+    if (!d.Run()) return DbError("cannot delete run " + std::to_string(run_id));
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<int64_t>> RunStore::FindRunByKey(std::string_view key) {
+  Stmt s;
+  if (!s.Prepare(db_, "SELECT id FROM runs WHERE run_key = ? ORDER BY id LIMIT 1")) return DbError("cannot prepare the key query");
+  s.Bind(1, key);
+  const int rc = StepQuery(s);
+  if (rc == SQLITE_ROW) return std::optional<int64_t>(s.Int(0));
+  if (rc != SQLITE_DONE) return DbError("cannot look a run key up");
+  return std::optional<int64_t>();
+}
+
+Result<MergeReport> RunStore::MergeFrom(const std::string& other_path, const std::function<bool()>& keep_going) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(other_path, path_, ec))
+    return Error("run store '" + path_ + "': cannot merge a store into itself");
+  Result<RunStore> other = Open(other_path, OpenMode::kOpenExisting);
+  if (!other.ok()) return other.error();
+  Result<std::vector<RunOverview>> runs = other->ListRuns();
+  if (!runs.ok()) return runs.error();
+  MergeReport report;
+  for (const RunOverview& ov : *runs) {
+    if (keep_going && !keep_going()) return Error("run store '" + path_ + "': merging '" + other_path + "' was cancelled");
+    Result<RunResult> run = other->LoadRun(ov.id, LoadDetail::kFull);
+    if (!run.ok()) return run.error();
+    if (run->key.empty()) run->key = RunContentKey(*run);
+    Result<std::optional<int64_t>> existing = FindRunByKey(run->key);
+    if (!existing.ok()) return existing.error();
+    Result<int64_t> id = SaveRun(*run);
+    if (!id.ok()) return Error("merging run " + std::to_string(ov.id) + " of '" + other_path + "': " + id.error().message);
+    ++report.runs_read;
+    if (existing->has_value()) ++report.replaced;
+    else ++report.added;
+  }
+  return report;
 }
 
 RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b) {

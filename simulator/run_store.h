@@ -3,12 +3,18 @@
 // One database file per project by default (DefaultStorePath). The schema is versioned with
 // PRAGMA user_version and mirrored in a `schema` table; opening a database written by a newer
 // ShardScope, or a SQLite file that is not a run store, fails with a clear message; older versions
-// are migrated step by step (none exist yet: version 1 is the first). The journal is WAL.
+// are migrated in place, step by step (2 added instruction origins, 3 run keys and annotations).
+// The journal is WAL.
 //
 // Every run is written in ONE transaction with prepared statements and bound parameters, so a
 // crash or kill while a run is being stored leaves the database readable with every earlier run
 // intact and no trace of the partial one. (synchronous=NORMAL: safe against a process crash; a
 // power cut may lose the most recent commits but never corrupts the file.)
+//
+// Run identity: a run saved with a key (RunResult::key) replaces the stored run with that key, in
+// the same transaction and under the same id. MergeFrom copies every run of another store this
+// way (a run without a key is given its content key, RunContentKey), so merging the same inputs
+// again, or a re-run task's file, changes nothing and duplicates nothing.
 //
 // A RunStore is a connection: use it from one thread at a time. Several processes or threads may
 // each open their own RunStore on the same file.
@@ -45,6 +51,12 @@ struct SaveOptions {
   std::function<bool(int64_t done, int64_t total)> progress;
 };
 
+struct MergeReport {
+  int64_t runs_read = 0;  // runs copied from the other store
+  int64_t added = 0;      // of which new here
+  int64_t replaced = 0;   // of which replaced a run with the same key
+};
+
 struct ComparedFigure {
   std::string name;  // "step time", "peak memory", ...
   std::string unit;  // "s", "bytes", "FLOP/s fraction"
@@ -71,7 +83,7 @@ RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b);
 
 class RunStore {
  public:
-  static constexpr int kSchemaVersion = 3;  // 2: instruction origins; 3: device HBM
+  static constexpr int kSchemaVersion = 4;  // 2: instruction origins; 3: device HBM; 4: run keys, annotations
 
   enum class OpenMode {
     kCreate,        // create the file (and schema) when missing
@@ -106,6 +118,12 @@ class RunStore {
   Result<std::vector<PeakBuffer>> LoadPeakBuffers(int64_t run_id, int64_t device);
   Result<std::vector<int32_t>> LoadDeviceClassMap(int64_t run_id);
   Status SetLabel(int64_t run_id, std::string_view label);
+  // The id of the run stored under `key`, if any.
+  Result<std::optional<int64_t>> FindRunByKey(std::string_view key);
+  // Copies every run of the store at `other_path` (opened, migrated if older) into this one, each
+  // in its own transaction, replacing runs with the same key. `keep_going` (may be empty) is asked
+  // before each run; false stops with an error (runs copied so far stay).
+  Result<MergeReport> MergeFrom(const std::string& other_path, const std::function<bool()>& keep_going = {});
   Status DeleteRun(int64_t run_id);
   Result<RunComparison> CompareRuns(int64_t run_a, int64_t run_b);
 
@@ -117,6 +135,7 @@ class RunStore {
   Status EnableWal();
   Result<int32_t> ClassOfDevice(int64_t run_id, int64_t device);
   Result<RunOverview> LoadOverview(int64_t run_id);
+  Status DeleteRunRows(int64_t run_id);  // inside a transaction
   Result<std::vector<std::string>> LoadStrings(int64_t run_id);
 
   sqlite3* db_ = nullptr;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -129,6 +130,28 @@ bool RawExec(const std::string& path, const std::string& sql) {
 
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// What turns a current store back into exactly what version 2 wrote (no HBM, no run keys, no annotations).
+constexpr const char* kDowngradeTo2 =
+    "DROP TABLE run_annotations; DROP INDEX runs_by_key; ALTER TABLE runs DROP COLUMN run_key; "
+    "ALTER TABLE runs DROP COLUMN device_hbm_bytes; ";
+
+// The columns of a table, in order.
+std::string Columns(const std::string& path, const std::string& table) {
+  sqlite3* db = nullptr;
+  std::string out;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* s = nullptr;
+    const std::string sql = "SELECT name, type FROM pragma_table_info('" + table + "')";
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK)
+      while (sqlite3_step(s) == SQLITE_ROW)
+        out += std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, 0))) + " " +
+               reinterpret_cast<const char*>(sqlite3_column_text(s, 1)) + ";";
+    sqlite3_finalize(s);
+  }
+  sqlite3_close(db);
+  return out;
+}
+
 // Reference for the range query: overlaps [a, b), or zero-length starting inside.
 std::vector<TimelineEvent> BruteRange(const RunResult& run, int64_t device, double a, double b) {
   std::vector<TimelineEvent> out;
@@ -162,6 +185,9 @@ class TestRunStore : public QObject {
   void refusesInvalidRun();
   void schemaVersionChecks();
   void migratesVersion1Store();
+  void migratesVersion2Store();
+  void keyedRunReplacesStoredRun();
+  void mergeIsIdempotent();
   void cancelRollsBack();
   void readerSeesSnapshotDuringSave();
   void killDuringSaveLeavesEarlierRunsIntact_data();
@@ -294,7 +320,7 @@ void TestRunStore::createsVersionedWalSchema() {
     QCOMPARE(RawText(path, "PRAGMA journal_mode"), std::string("wal"));
   }
   QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{RunStore::kSchemaVersion});
-  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("3"));
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::to_string(RunStore::kSchemaVersion));
   QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'application'"),
            std::string("ShardScope run store"));
   // Reopening an existing store keeps it.
@@ -637,7 +663,7 @@ void TestRunStore::schemaVersionChecks() {
   Result<RunStore> n = RunStore::Open(newer);
   QVERIFY(!n.ok());
   QVERIFY2(Contains(n.error().message, "schema version 7") && Contains(n.error().message, "newer ShardScope") &&
-               Contains(n.error().message, "up to 3"),
+               Contains(n.error().message, "up to " + std::to_string(RunStore::kSchemaVersion)),
            n.error().message.c_str());
 
   // A version number but no schema table: some other application's database.
@@ -678,13 +704,13 @@ void TestRunStore::migratesVersion1Store() {
     old_id = store->SaveRun(run).value();
   }
   // Turn it back into exactly what version 1 wrote.
-  QVERIFY(RawExec(path, "DROP TABLE instruction_origins; ALTER TABLE runs DROP COLUMN device_hbm_bytes; "
-                        "PRAGMA user_version = 1; UPDATE schema SET value = '1' WHERE key = 'version';"));
+  QVERIFY(RawExec(path, std::string(kDowngradeTo2) + "DROP TABLE instruction_origins; PRAGMA user_version = 1; "
+                        "UPDATE schema SET value = '1' WHERE key = 'version';"));
   QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{1});
   Result<RunStore> store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
   QVERIFY2(store.ok(), store.ok() ? "" : store.error().message.c_str());
-  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{3});
-  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("3"));
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{RunStore::kSchemaVersion});
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::to_string(RunStore::kSchemaVersion));
   Result<RunResult> old_run = store->LoadRun(old_id);
   QVERIFY2(old_run.ok(), old_run.ok() ? "" : old_run.error().message.c_str());
   QVERIFY(old_run->origins.empty());
@@ -694,6 +720,142 @@ void TestRunStore::migratesVersion1Store() {
   QCOMPARE(old_run->classes.size(), size_t{2});
   const int64_t new_id = store->SaveRun(MakeRun(4, 2, 10, 3, 2)).value();
   QCOMPARE(store->LoadRun(new_id)->origins.at("all-reduce.1"), std::string("dot.3"));
+}
+
+// A store written by version 2 (no run keys, no annotations), with runs in it, is migrated in
+// place on open: the runs keep their ids and figures (no key, no annotations), the schema becomes
+// the one a new store gets, and keyed saves and merges work on it.
+void TestRunStore::migratesVersion2Store() {
+  QTemporaryDir dir;
+  const std::string fresh = Tmp(dir, "fresh.sqlite");
+  QVERIFY(RunStore::Open(fresh).ok());
+  const std::string path = Tmp(dir, "v2.sqlite");
+  int64_t a = 0, b = 0;
+  {
+    Result<RunStore> store = RunStore::Open(path);
+    QVERIFY(store.ok());
+    a = store->SaveRun(MakeRun(4, 2, 10, 3, 1)).value();
+    b = store->SaveRun(MakeRun(8, 1, 5, 2, 2)).value();
+  }
+  QVERIFY(RawExec(path, std::string(kDowngradeTo2) + "PRAGMA user_version = 2; UPDATE schema SET value = '2' WHERE key = 'version';"));
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{2});
+  QVERIFY(!Contains(Columns(path, "runs"), "run_key"));
+  QCOMPARE(Columns(path, "run_annotations"), std::string());
+
+  Result<RunStore> store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
+  QVERIFY2(store.ok(), store.ok() ? "" : store.error().message.c_str());
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{3});
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("3"));
+  for (const char* table : {"runs", "run_annotations", "instruction_origins"}) QCOMPARE(Columns(path, table), Columns(fresh, table));
+  Result<RunResult> old = store->LoadRun(a);
+  QVERIFY(old.ok());
+  QCOMPARE(old->key, std::string());
+  QVERIFY(old->annotations.empty());
+  RunResult expect = MakeRun(4, 2, 10, 3, 1);
+  expect.id = a;
+  QCOMPARE(old->summary, expect.summary);
+  QCOMPARE(old->classes.size(), size_t{2});
+  QCOMPARE(store->LoadRun(b)->summary.num_devices, int64_t{8});
+  // Keyed saves on the migrated store.
+  RunResult keyed = MakeRun(2, 1, 3, 1, 3);
+  keyed.key = "search:0123456789abcdef";
+  keyed.annotations = {{"x", "{devices=[2,1]<=[2]}"}, {"w", "{replicated}"}};
+  const int64_t k1 = store->SaveRun(keyed).value();
+  const int64_t k2 = store->SaveRun(keyed).value();
+  QCOMPARE(k2, k1);
+  QCOMPARE(store->ListRuns()->size(), size_t{3});
+  QCOMPARE(store->LoadRun(k1)->annotations, keyed.annotations);
+}
+
+// Saving a run whose key is stored replaces that run under the same id, detail and all.
+void TestRunStore::keyedRunReplacesStoredRun() {
+  QTemporaryDir dir;
+  Result<RunStore> store = RunStore::Open(Tmp(dir, "runs.sqlite"));
+  QVERIFY(store.ok());
+  const int64_t other = store->SaveRun(MakeRun(2, 1, 4, 2, 9)).value();
+  RunResult first = MakeRun(4, 2, 20, 3, 1);
+  first.key = "search:aaaa";
+  first.annotations = {{"x", "{devices=[4,1]<=[4]}"}};
+  const int64_t id = store->SaveRun(first).value();
+  QCOMPARE(store->FindRunByKey("search:aaaa").value(), std::optional<int64_t>(id));
+  QCOMPARE(store->FindRunByKey("search:bbbb").value(), std::optional<int64_t>());
+  RunResult second = MakeRun(8, 1, 7, 2, 2);  // different detail, same key
+  second.key = first.key;
+  QCOMPARE(store->SaveRun(second).value(), id);
+  auto runs = store->ListRuns().value();
+  QCOMPARE(runs.size(), size_t{2});
+  QCOMPARE(runs[0].id, other);
+  QCOMPARE(runs[1].id, id);
+  Result<RunResult> back = store->LoadRun(id);
+  QVERIFY(back.ok());
+  QCOMPARE(back->summary.num_devices, int64_t{8});
+  QCOMPARE(back->classes.size(), size_t{1});
+  QCOMPARE(back->classes[0].events.size(), size_t{7});
+  QVERIFY(back->annotations.empty());  // the second run's (none), not the first's
+  QCOMPARE(back->key, first.key);
+  // No rows of the replaced run are left behind.
+  QCOMPARE(RawInt(store->path(), "SELECT count(*) FROM device_map WHERE run_id = " + std::to_string(id)), int64_t{8});
+  QCOMPARE(RawInt(store->path(), "SELECT count(*) FROM run_annotations"), int64_t{0});
+}
+
+// Merging stores: every run arrives once; merging again (or after a task's file was rewritten by
+// a re-run) adds nothing; a keyless run gets its content key; a store cannot be merged into itself.
+void TestRunStore::mergeIsIdempotent() {
+  QTemporaryDir dir;
+  const std::string in1 = Tmp(dir, "task1.sqlite"), in2 = Tmp(dir, "task2.sqlite"), out = Tmp(dir, "all.sqlite");
+  {
+    RunStore s1 = RunStore::Open(in1).value();
+    RunResult r = MakeRun(4, 2, 10, 3, 1);
+    r.key = "search:1";
+    r.annotations = {{"x", "{devices=[4,1]<=[4]}"}};
+    QVERIFY(s1.SaveRun(r).ok());
+    QVERIFY(s1.SaveRun(MakeRun(2, 1, 5, 2, 7)).ok());  // no key
+    RunStore s2 = RunStore::Open(in2).value();
+    RunResult q = MakeRun(8, 1, 6, 2, 2);
+    q.key = "search:2";
+    QVERIFY(s2.SaveRun(q).ok());
+  }
+  RunStore merged = RunStore::Open(out).value();
+  MergeReport m1 = merged.MergeFrom(in1).value();
+  QCOMPARE(m1.runs_read, int64_t{2});
+  QCOMPARE(m1.added, int64_t{2});
+  QCOMPARE(merged.MergeFrom(in2).value().added, int64_t{1});
+  QCOMPARE(merged.ListRuns()->size(), size_t{3});
+  // Again: nothing new.
+  MergeReport m2 = merged.MergeFrom(in1).value();
+  QCOMPARE(m2.added, int64_t{0});
+  QCOMPARE(m2.replaced, int64_t{2});
+  QCOMPARE(merged.ListRuns()->size(), size_t{3});
+  // A task re-run rewrites its file with a new result for the same candidate: the merge replaces.
+  {
+    RunStore s2 = RunStore::Open(in2).value();
+    RunResult q = MakeRun(8, 1, 6, 2, 5);
+    q.key = "search:2";
+    QVERIFY(s2.SaveRun(q).ok());
+    QCOMPARE(s2.ListRuns()->size(), size_t{1});
+  }
+  QCOMPARE(merged.MergeFrom(in2).value().replaced, int64_t{1});
+  auto runs = merged.ListRuns().value();
+  QCOMPARE(runs.size(), size_t{3});
+  std::set<std::string> keys;
+  for (const auto& r : runs) keys.insert(r.key);
+  QCOMPARE(keys.size(), size_t{3});
+  QVERIFY(keys.count("search:1") && keys.count("search:2"));
+  int content = 0;
+  for (const auto& k : keys) content += k.rfind("content:", 0) == 0 ? 1 : 0;
+  QCOMPARE(content, 1);
+  for (const auto& r : runs)
+    if (r.key == "search:2") QCOMPARE(r.summary.step_time_s, MakeRun(8, 1, 6, 2, 5).summary.step_time_s);
+  RunResult with_annotations = merged.LoadRun(merged.FindRunByKey("search:1").value().value()).value();
+  QCOMPARE(with_annotations.annotations.size(), size_t{1});
+  QCOMPARE(with_annotations.classes.size(), size_t{2});
+  // Errors.
+  Result<MergeReport> self = merged.MergeFrom(out);
+  QVERIFY(!self.ok());
+  QVERIFY(Contains(self.error().message, "into itself"));
+  Result<MergeReport> missing = merged.MergeFrom(Tmp(dir, "nope.sqlite"));
+  QVERIFY(!missing.ok());
+  QVERIFY(Contains(missing.error().message, "no such file"));
 }
 
 void TestRunStore::cancelRollsBack() {

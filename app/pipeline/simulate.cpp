@@ -81,4 +81,14 @@ Result<RunComparison> RunDatabase::Compare(int64_t run_a, int64_t run_b) {
   return store_.CompareRuns(run_a, run_b);
 }
 
+Result<std::optional<int64_t>> RunDatabase::FindByKey(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_.FindRunByKey(key);
+}
+
+Result<MergeReport> RunDatabase::MergeFrom(const std::string& other_path, const CancellationToken& cancel) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_.MergeFrom(other_path, [&cancel] { return !cancel.cancelled(); });
+}
+
 }  // namespace shardscope::pipeline

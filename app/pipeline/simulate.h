@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,9 @@ class RunDatabase {
   Status SetLabel(int64_t run_id, const std::string& label);
   Status Delete(int64_t run_id);
   Result<RunComparison> Compare(int64_t run_a, int64_t run_b);
+  Result<std::optional<int64_t>> FindByKey(const std::string& key);
+  // RunStore::MergeFrom: every run of the store at `other_path`, replacing runs with the same key.
+  Result<MergeReport> MergeFrom(const std::string& other_path, const CancellationToken& cancel = {});
 
  private:
   RunDatabase(RunStore store, std::string path) : store_(std::move(store)), path_(std::move(path)) {}

@@ -1,0 +1,322 @@
+// shardscope-cli search: which sharding strategy, for this model, on this pod (app/search).
+//
+//   search MODEL --chip CHIP --devices N [options]      the whole search in this process
+//   search plan MODEL --chip CHIP --devices N -o PLAN   the candidates worth evaluating, one JSON
+//                                                       object per line (a sweep's task list)
+//   search task PLAN [--index K] --db FILE              evaluates line K (1-based; default:
+//                                                       $SLURM_ARRAY_TASK_ID) into its own store
+//   search report DB... [--plan PLAN]                   ranks the search runs of merged stores;
+//                                                       --plan lists the plan lines with no run
+// docs/search.md has the sweep recipes (--jobs, GNU parallel, Slurm).
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "app/cli/cli.h"
+#include "app/cli/slice_options.h"
+#include "app/search/report.h"
+#include "app/search/search.h"
+#include "core/base/units.h"
+
+namespace shardscope::cli {
+
+using namespace shardscope::sim;
+namespace {
+
+constexpr const char* kName = "search";
+
+// The options shared by `search MODEL` and `search plan MODEL`; the model is left in args.
+int TakeSearchOptions(std::vector<std::string>& args, search::SearchOptions& o) {
+  std::string v;
+  if (TakeOption(args, "chip", &v)) o.chip = v;
+  if (!TakeOption(args, "devices", &v) || !ParseInt(v, 1, &o.devices))
+    return UsageError(kName, "--devices N (a positive integer) is required");
+  if (TakeOption(args, "topology", &v)) o.slice = v;
+  if (TakeOption(args, "cores-per-chip", &v) && !ParseInt(v, 1, &o.cores_per_chip))
+    return UsageError(kName, "--cores-per-chip takes 1 or 2");
+  while (TakeOption(args, "set", &v)) {
+    const auto eq = v.find('=');
+    if (eq == std::string::npos || eq == 0) return UsageError(kName, "--set expects KEY=VALUE, found '" + v + "'");
+    o.settings[v.substr(0, eq)] = v.substr(eq + 1);
+  }
+  while (TakeOption(args, "family", &v)) {
+    size_t start = 0;
+    while (start <= v.size()) {
+      size_t end = v.find(',', start);
+      if (end == std::string::npos) end = v.size();
+      if (end > start) o.families.push_back(v.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  while (TakeOption(args, "mesh", &v)) o.meshes.push_back(v);
+  int64_t n = 0;
+  if (TakeOption(args, "jobs", &v)) {
+    if (!ParseInt(v, 1, &n)) return UsageError(kName, "--jobs takes a positive integer");
+    o.jobs = static_cast<int>(n);
+  }
+  if (TakeOption(args, "confirm", &v)) {
+    if (!ParseInt(v, 0, &n)) return UsageError(kName, "--confirm takes a non-negative integer");
+    o.confirm = static_cast<int>(n);
+  }
+  if (TakeFlag(args, "exact")) o.evaluation.extrapolate = false;
+  if (TakeFlag(args, "no-prune")) o.prune = false;
+  return 0;
+}
+
+int CheckRest(const std::vector<std::string>& args, size_t positional, const std::string& what) {
+  for (const auto& a : args)
+    if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
+  if (args.size() != positional) return UsageError(kName, "expected " + what + " (see --help)");
+  return 0;
+}
+
+void PrintLeftOut(const std::vector<search::CandidateResult>& left_out, std::ostream& os) {
+  std::map<std::string, int64_t> counts;
+  for (const auto& r : left_out) ++counts[std::string(search::OutcomeName(r.outcome))];
+  for (const auto& [k, n] : counts) os << "  " << k << ": " << n << "\n";
+}
+
+// search MODEL ...
+int RunSearchCommand(std::vector<std::string> args) {
+  search::SearchOptions o;
+  if (int rc = TakeSearchOptions(args, o)) return rc;
+  std::string db, csv, top_text;
+  const bool have_db = TakeOption(args, "db", &db);
+  const bool have_csv = TakeOption(args, "csv", &csv);
+  int64_t top = 20;
+  if (TakeOption(args, "top", &top_text) && !ParseInt(top_text, 0, &top)) return UsageError(kName, "--top takes a non-negative integer");
+  const bool quiet = TakeFlag(args, "quiet");
+  if (int rc = CheckRest(args, 1, "one MODEL of the zoo")) return rc;
+  o.model = args[0];
+  if (have_db) {
+    auto store = pipeline::RunDatabase::Open(db);
+    if (!store.ok()) {
+      std::cerr << db << ": error: " << store.error().message << "\n";
+      return 2;
+    }
+    o.store = store.value();
+  }
+  auto progress = [&](const search::SearchProgress& p) {
+    if (quiet || !p.last) return;
+    std::cerr << "\r[" << p.done << "/" << p.total << "] " << p.stage << ": " << p.last->candidate.Label() << "\033[K" << std::flush;
+  };
+  auto r = search::RunSearch(o, progress);
+  if (!quiet) std::cerr << "\r\033[K";
+  if (!r.ok()) {
+    std::cerr << "shardscope-cli search: " << r.error().message << "\n";
+    return 2;
+  }
+  const search::SearchResult& s = r.value();
+  std::cout << "pod: " << s.pod.Describe() << "\n";
+  std::cout << "model: " << o.model;
+  for (const auto& [k, v] : o.settings) std::cout << " " << k << "=" << v;
+  std::cout << "\n";
+  const auto& st = s.stats;
+  std::cout << "candidates: " << st.generated << " generated, " << st.simulated << " simulated (" << st.confirmed
+            << " confirmed at full depth), " << st.pruned_memory << " pruned by the memory bound, " << st.pruned_bound
+            << " by the step-time bound, " << st.invalid << " invalid, " << st.failed << " failed\n";
+  for (const auto& n : s.notes) std::cout << "note: " << n << "\n";
+  std::cout << "\n" << search::RankedTable(s.ranked, s.pareto, static_cast<size_t>(top));
+  std::cout << "\nPareto front (step time vs peak memory, smallest memory first):\n" << search::ParetoText(s.ranked, s.pareto);
+  if (!s.ranked.empty() && s.ranked.front().fits()) {
+    const search::CandidateResult& best = s.ranked.front();
+    std::cout << "\nbest: " << best.candidate.Label() << " — " << FormatSeconds(best.summary.step_time_s) << " per step, MFU "
+              << FormatPercent(best.summary.mfu) << ", " << FormatBytes(static_cast<double>(best.summary.peak_memory_bytes))
+              << " of " << FormatBytes(best.hbm_bytes) << " HBM (" << best.evaluation << ")\n";
+    if (s.ranked.size() > 1 && s.ranked[1].simulated())
+      std::cout << "runner-up compared (A = best, B = runner-up): " << search::ExplainDifference(best, s.ranked[1]) << "\n";
+  }
+  std::cout << "search time: " << FormatSeconds(st.wall_s) << " wall (" << FormatSeconds(st.cpu_s) << " CPU; prepare "
+            << FormatSeconds(st.prepare_s) << ", evaluate " << FormatSeconds(st.evaluate_s) << ", confirm "
+            << FormatSeconds(st.confirm_s) << ") on " << o.jobs << " thread" << (o.jobs == 1 ? "" : "s") << "\n";
+  if (have_db) std::cout << "runs stored in " << db << "\n";
+  if (have_csv) {
+    if (Status w = search::WriteCsv(csv, s.ranked, s.pareto); !w.ok()) {
+      std::cerr << csv << ": error: " << w.error().message << "\n";
+      return 2;
+    }
+    std::cout << "csv: " << csv << "\n";
+  }
+  return s.cancelled ? 1 : 0;
+}
+
+// search plan MODEL ... -o PLAN
+int RunPlan(std::vector<std::string> args) {
+  search::SearchOptions o;
+  if (int rc = TakeSearchOptions(args, o)) return rc;
+  std::string out;
+  if (!TakeOption(args, "o", &out) && !TakeOption(args, "output", &out)) return UsageError(kName, "search plan needs -o PLAN.jsonl");
+  const bool append = TakeFlag(args, "append");
+  if (int rc = CheckRest(args, 1, "one MODEL of the zoo")) return rc;
+  o.model = args[0];
+  auto plan = search::PlanSearch(o);
+  if (!plan.ok()) {
+    std::cerr << "shardscope-cli search plan: " << plan.error().message << "\n";
+    return 2;
+  }
+  std::string text;
+  if (append) {
+    std::ifstream in(out);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    if (!text.empty() && text.back() != '\n') text += '\n';
+  }
+  const size_t before = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+  for (const auto& c : plan->candidates) text += c.ToJson() + "\n";
+  if (!WriteFile(out, text)) return 2;
+  std::cout << "pod: " << plan->pod.Describe() << "\n"
+            << plan->generated << " candidates generated, " << plan->candidates.size() << " planned as tasks "
+            << before + 1 << ".." << before + plan->candidates.size() << " of " << out << "; left out:\n";
+  PrintLeftOut(plan->left_out, std::cout);
+  for (const auto& n : plan->notes) std::cout << "note: " << n << "\n";
+  return 0;
+}
+
+Result<std::vector<std::string>> ReadPlanLines(const std::string& path) {
+  std::string text;
+  if (!ReadFile(path, &text)) return Error("cannot read the plan '" + path + "'");
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+// search task PLAN --index K --db FILE
+int RunTask(std::vector<std::string> args) {
+  std::string index_text, db;
+  bool have_index = TakeOption(args, "index", &index_text);
+  if (!have_index) {
+    if (const char* env = std::getenv("SLURM_ARRAY_TASK_ID")) {
+      index_text = env;
+      have_index = true;
+    }
+  }
+  if (!TakeOption(args, "db", &db)) return UsageError(kName, "search task needs --db FILE (the task's own store)");
+  search::EvaluationOptions eo;
+  if (TakeFlag(args, "exact")) eo.extrapolate = false;
+  if (int rc = CheckRest(args, 1, "one PLAN file")) return rc;
+  int64_t index = 0;
+  if (!have_index || !ParseInt(index_text, 1, &index))
+    return UsageError(kName, "search task needs --index K (1-based), or SLURM_ARRAY_TASK_ID in the environment");
+  auto lines = ReadPlanLines(args[0]);
+  if (!lines.ok()) {
+    std::cerr << "shardscope-cli search task: " << lines.error().message << "\n";
+    return 2;
+  }
+  if (index > static_cast<int64_t>(lines->size())) {
+    std::cerr << "shardscope-cli search task: " << args[0] << " has " << lines->size() << " tasks, not " << index << "\n";
+    return 2;
+  }
+  auto candidate = search::Candidate::FromJson((*lines)[static_cast<size_t>(index - 1)]);
+  if (!candidate.ok()) {
+    std::cerr << args[0] << ":" << index << ": error: " << candidate.error().message << "\n";
+    return 2;
+  }
+  auto store = pipeline::RunDatabase::Open(db);
+  if (!store.ok()) {
+    std::cerr << db << ": error: " << store.error().message << "\n";
+    return 2;
+  }
+  const search::CandidateResult r = search::EvaluateAndStore(candidate.value(), eo, store.value());
+  std::cout << "task " << index << ": " << r.candidate.Label() << ": " << search::OutcomeName(r.outcome);
+  if (r.simulated())
+    std::cout << ", " << FormatSeconds(r.summary.step_time_s) << " per step, "
+              << FormatBytes(static_cast<double>(r.summary.peak_memory_bytes)) << " peak; run " << r.run_id << " in " << db;
+  else
+    std::cout << ": " << r.message;
+  std::cout << "\n";
+  return r.outcome == search::Outcome::kFailed || r.outcome == search::Outcome::kCancelled ? 2 : 0;
+}
+
+// search report DB... [--plan PLAN] [--csv FILE] [--top N]
+int RunReport(std::vector<std::string> args) {
+  std::string plan_path, csv, top_text;
+  const bool have_plan = TakeOption(args, "plan", &plan_path);
+  const bool have_csv = TakeOption(args, "csv", &csv);
+  int64_t top = 20;
+  if (TakeOption(args, "top", &top_text) && !ParseInt(top_text, 0, &top)) return UsageError(kName, "--top takes a non-negative integer");
+  for (const auto& a : args)
+    if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
+  if (args.empty()) return UsageError(kName, "search report needs at least one store (DB.sqlite)");
+  std::vector<search::CandidateResult> results;
+  std::set<std::string> keys;
+  int64_t other_runs = 0;
+  for (const std::string& path : args) {
+    auto store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
+    if (!store.ok()) {
+      std::cerr << path << ": error: " << store.error().message << "\n";
+      return 2;
+    }
+    auto runs = store->ListRuns();
+    if (!runs.ok()) {
+      std::cerr << path << ": error: " << runs.error().message << "\n";
+      return 2;
+    }
+    for (const RunOverview& ov : *runs) {
+      auto r = search::ResultFromRun(ov);
+      if (!r.ok()) {
+        ++other_runs;
+        continue;
+      }
+      if (!keys.insert(r->candidate.Key()).second) continue;  // the same candidate in two stores
+      results.push_back(std::move(r).value());
+    }
+  }
+  auto pareto = search::RankResults(results);
+  std::cout << results.size() << " search runs" << (other_runs ? " (" + std::to_string(other_runs) + " other runs ignored)" : "")
+            << "\n\n"
+            << search::RankedTable(results, pareto, static_cast<size_t>(top)) << "\nPareto front:\n"
+            << search::ParetoText(results, pareto);
+  if (have_csv) {
+    if (Status w = search::WriteCsv(csv, results, pareto); !w.ok()) {
+      std::cerr << csv << ": error: " << w.error().message << "\n";
+      return 2;
+    }
+    std::cout << "csv: " << csv << "\n";
+  }
+  if (!have_plan) return 0;
+  auto lines = ReadPlanLines(plan_path);
+  if (!lines.ok()) {
+    std::cerr << "shardscope-cli search report: " << lines.error().message << "\n";
+    return 2;
+  }
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < lines->size(); ++i) {
+    auto c = search::Candidate::FromJson((*lines)[i]);
+    if (!c.ok() || !keys.count(c->Key())) missing.push_back(i + 1);
+  }
+  std::cout << "plan " << plan_path << ": " << lines->size() - missing.size() << " of " << lines->size() << " tasks have a run";
+  if (missing.empty()) {
+    std::cout << "\n";
+    return 0;
+  }
+  std::cout << "; missing:";
+  for (size_t i : missing) std::cout << " " << i;
+  std::cout << "\n";
+  return 1;
+}
+
+int Run(const std::vector<std::string>& in) {
+  std::vector<std::string> args = in;
+  if (!args.empty() && args[0] == "plan") return RunPlan({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "task") return RunTask({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "report") return RunReport({args.begin() + 1, args.end()});
+  return RunSearchCommand(args);
+}
+
+const bool registered = Register(
+    {kName,
+     "MODEL --chip CHIP --devices N [--topology 4x8x8] [--cores-per-chip K] [--set K=V ...] [--family F,...] [--mesh X=8,Y=16 ...] [--jobs K] "
+     "[--db FILE] [--csv FILE] [--top N] [--exact] [--no-prune] [--confirm K] [--quiet] | plan MODEL ... -o PLAN [--append] | "
+     "task PLAN [--index K] --db FILE [--exact] | report DB... [--plan PLAN] [--csv FILE] [--top N]",
+     "Search the sharding strategies of a zoo model on a pod: ranked table, Pareto front, runs stored; plan/task/report for sweeps",
+     &Run});
+
+}  // namespace
+}  // namespace shardscope::cli

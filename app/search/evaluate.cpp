@@ -1,0 +1,343 @@
+#include "app/search/evaluate.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "app/pipeline/pipeline.h"
+#include "core/base/units.h"
+#include "simulator/schedule.h"
+
+namespace shardscope::search {
+
+namespace {
+
+std::string Num(double v) {
+  char buf[64];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, p) : std::string("0");
+}
+
+bool ParseNum(std::string_view s, double* out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size() && std::isfinite(*out);
+}
+
+// A candidate's setting: its own value, else the model's default.
+std::string SettingOf(const Candidate& c, std::string_view name) {
+  if (auto it = c.settings.find(name); it != c.settings.end()) return it->second;
+  for (const ZooModel& m : ZooList()) {
+    if (m.name != c.model) continue;
+    for (const ZooParameter& p : m.parameters)
+      if (p.name == name) return p.default_value;
+  }
+  return {};
+}
+
+// Bytes each device must hold for the entry parameters of `module` on `devices` devices.
+int64_t EntryParameterBytes(const Module& module, int64_t devices) {
+  int64_t total = 0;
+  if (!module.entry()) return 0;
+  for (const Instruction* p : module.entry()->parameters()) {
+    const int64_t bytes = p->shape().ByteSize();
+    if (p->has_sharding() && !p->shape().IsTuple()) total += p->sharding()->BytesPerDevice(p->shape());
+    else total += (bytes + devices - 1) / devices;
+  }
+  return total;
+}
+
+// The first annotation that splits a dimension into more shards than it has elements.
+std::optional<std::string> OverSplit(const Module& module) {
+  for (const auto& comp : module.computations()) {
+    for (const auto& inst : comp->instructions()) {
+      if (!inst->has_sharding() || !inst->shape().IsArray()) continue;
+      const HloSharding& s = *inst->sharding();
+      if (!s.IsTiled()) continue;
+      for (int64_t d = 0; d < inst->shape().rank(); ++d) {
+        const int64_t tiles = s.DimensionTiles(d);
+        if (tiles > inst->shape().dim(d))
+          return "the annotation of " + inst->name() + " splits its dim " + std::to_string(d) + " (" +
+                 std::to_string(inst->shape().dim(d)) + ") " + std::to_string(tiles) + " ways";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+double Lin(double a, double b, double k) { return std::max(0.0, a + (b - a) * k); }
+
+std::vector<CollectiveTotal> TotalsByKind(const RunResult& run) {
+  std::map<std::string, CollectiveTotal> by;
+  for (const CollectiveRecord& r : run.collectives) {
+    CollectiveTotal& t = by[r.kind];
+    t.kind = r.kind;
+    t.count += 1;
+    t.bytes += static_cast<double>(r.bytes);
+    t.time_s += r.time_s;
+  }
+  std::vector<CollectiveTotal> out;
+  for (auto& [k, t] : by) out.push_back(t);
+  return out;
+}
+
+void SortByTime(std::vector<CollectiveTotal>& v) {
+  std::stable_sort(v.begin(), v.end(), [](const CollectiveTotal& a, const CollectiveTotal& b) { return a.time_s > b.time_s; });
+}
+
+std::string DepthText(const PreparedCandidate& p) {
+  const std::string param = p.depth ? p.depth->parameter : "depth";
+  if (p.exact()) return p.depth ? "exact (" + param + "=" + std::to_string(p.full_depth) + ")" : "exact";
+  std::string s = "extrapolated from " + param + "=";
+  for (size_t i = 0; i < p.depths.size(); ++i) s += (i ? "," : "") + std::to_string(p.depths[i]);
+  return s + " to " + std::to_string(p.full_depth);
+}
+
+}  // namespace
+
+std::string_view OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kSimulated: return "simulated";
+    case Outcome::kPrunedMemory: return "pruned: memory";
+    case Outcome::kPrunedBound: return "pruned: bound";
+    case Outcome::kInvalid: return "invalid";
+    case Outcome::kFailed: return "failed";
+    case Outcome::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+double CandidateResult::communication_share() const {
+  return summary.step_time_s > 0 ? summary.communication_time_s / summary.step_time_s : 0;
+}
+
+double CandidateResult::exposed_share() const {
+  return summary.step_time_s > 0 ? summary.exposed_communication_s / summary.step_time_s : 0;
+}
+
+std::string CandidateResult::DominantCollectives(size_t max_kinds) const {
+  std::string s;
+  for (size_t i = 0; i < collectives.size() && i < max_kinds; ++i) {
+    const CollectiveTotal& t = collectives[i];
+    if (t.time_s <= 0) break;
+    if (!s.empty()) s += ", ";
+    const double count = std::round(t.count);
+    s += t.kind + " " + FormatPercent(summary.step_time_s > 0 ? t.time_s / summary.step_time_s : 0) + " (" +
+         Num(count) + " x " + FormatBytes(count > 0 ? t.bytes / count : 0) + ")";
+  }
+  return s.empty() ? "none" : s;
+}
+
+Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const EvaluationOptions& options) {
+  PreparedCandidate p;
+  p.candidate = candidate;
+  auto pod = PodOf(candidate);
+  if (!pod.ok()) return pod.error();
+  p.pod = std::move(pod).value();
+  auto mesh = MeshOf(candidate, p.pod);
+  if (!mesh.ok()) return mesh.error();
+  p.mesh = std::move(mesh).value();
+  p.hbm_bytes = p.pod.chip.device_hbm_bytes();
+
+  p.depth = DepthRuleOf(candidate.model, [&](std::string_view k) { return SettingOf(candidate, k); });
+  if (p.depth) {
+    const std::string v = SettingOf(candidate, p.depth->parameter);
+    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), p.full_depth);
+    if (ec != std::errc() || ptr != v.data() + v.size() || p.full_depth < 1)
+      return Error(p.depth->parameter + " = '" + v + "' is not a positive integer");
+  }
+  const int64_t unit = p.depth ? p.depth->unit : 1;
+  // Depths 2 and 3 (units): the first and the last block of a stack differ from the others (the
+  // loss, the first layer's input), and at depth 1 they are the same block; from depth 2 on, each
+  // added block adds the same work and, closely, the same memory (tests/test_search.cpp).
+  if (options.extrapolate && p.depth && p.full_depth > 5 * unit && p.full_depth % unit == 0) {
+    p.depths = {2 * unit, 3 * unit};
+  } else {
+    p.depths = {p.full_depth};
+  }
+  const int64_t n = p.pod.devices;
+  std::vector<double> mem, flops;
+  for (int64_t d : p.depths) {
+    ZooOverrides o;
+    if (p.depth) o[p.depth->parameter] = std::to_string(d);
+    auto m = BuildCandidateModule(candidate, o);
+    if (!m.ok()) return m.error();
+    if ((*m)->num_partitions != n)
+      return Error("the model is built for " + std::to_string((*m)->num_partitions) + " devices, the mesh " + candidate.mesh +
+                   " has " + std::to_string(n));
+    if (auto over = OverSplit(**m)) return Error(*over);
+    mem.push_back(static_cast<double>(EntryParameterBytes(**m, n)));
+    flops.push_back(CountModuleFlops(**m));
+    p.modules.push_back(std::move(m).value());
+  }
+  const double k = p.exact() ? 0 : static_cast<double>(p.full_depth - p.depths[0]) / static_cast<double>(p.depths[1] - p.depths[0]);
+  p.bounds.memory_bytes = static_cast<int64_t>(p.exact() ? mem[0] : Lin(mem[0], mem[1], k));
+  p.bounds.flops = p.exact() ? flops[0] : Lin(flops[0], flops[1], k);
+  const double rate = p.pod.chip.device_peak_flops() * p.pod.chip.flops_efficiency * static_cast<double>(n);
+  p.bounds.step_time_s = rate > 0 ? p.bounds.flops / rate : 0;
+  return p;
+}
+
+Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& options, const CancellationToken& cancel) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Evaluation ev;
+  CandidateResult& r = ev.result;
+  r.candidate = p.candidate;
+  r.bounds = p.bounds;
+  r.hbm_bytes = p.hbm_bytes;
+  r.extrapolated = !p.exact();
+  r.evaluation = DepthText(p);
+  auto finish = [&]() -> Evaluation& {
+    r.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return ev;
+  };
+  auto topology = TopologyFor(p.pod, p.mesh);
+  if (!topology.ok()) {
+    r.outcome = Outcome::kFailed;
+    r.message = "placing the mesh: " + topology.error().message;
+    return finish();
+  }
+  std::vector<Simulation> sims;
+  Settings annotations;
+  for (size_t i = 0; i < p.depths.size(); ++i) {
+    if (!p.modules[i]) {
+      r.outcome = Outcome::kFailed;
+      r.message = "internal: the candidate was evaluated twice";
+      return finish();
+    }
+    if (p.exact()) annotations = AnnotationList(*p.modules[i]);
+    pipeline::PipelineOptions o;
+    o.propagation = pipeline::StandardPropagationOptions(pipeline::EntryIo::kShard);
+    o.partitioning = pipeline::Partitioning::kAlways;
+    o.spmd.num_partitions = p.pod.devices;
+    o.topology = topology.value();
+    SimulationOptions so = options.simulation;
+    so.mesh_text = p.candidate.mesh;
+    so.label = p.candidate.Label();
+    so.model_flops = 0;
+    o.simulation = so;
+    auto run = pipeline::RunPipeline(std::move(p.modules[i]), o, cancel);
+    for (const auto& [stage, ms] : run.millis) r.stage_millis[std::string(pipeline::StageName(stage))] += ms;
+    if (!run.ok()) {
+      r.outcome = run.cancelled ? Outcome::kCancelled : Outcome::kFailed;
+      r.message = run.FailureText();
+      return finish();
+    }
+    sims.push_back(std::move(*run.simulation));
+  }
+
+  RunResult stored;
+  if (p.exact()) {
+    stored = std::move(sims[0].run);
+    r.summary = stored.summary;
+    r.collectives = TotalsByKind(stored);
+    stored.annotations = std::move(annotations);
+  } else {
+    const double k = static_cast<double>(p.full_depth - p.depths[0]) / static_cast<double>(p.depths[1] - p.depths[0]);
+    const RunSummary& a = sims[0].run.summary;
+    const RunSummary& b = sims[1].run.summary;
+    RunSummary& s = r.summary;
+    s.num_devices = b.num_devices;
+    s.step_time_s = Lin(a.step_time_s, b.step_time_s, k);
+    s.compute_time_s = Lin(a.compute_time_s, b.compute_time_s, k);
+    s.communication_time_s = Lin(a.communication_time_s, b.communication_time_s, k);
+    s.idle_time_s = Lin(a.idle_time_s, b.idle_time_s, k);
+    s.exposed_communication_s = Lin(a.exposed_communication_s, b.exposed_communication_s, k);
+    s.peak_memory_bytes = static_cast<int64_t>(std::llround(Lin(static_cast<double>(a.peak_memory_bytes),
+                                                                static_cast<double>(b.peak_memory_bytes), k)));
+    s.bytes_communicated = static_cast<int64_t>(std::llround(Lin(static_cast<double>(a.bytes_communicated),
+                                                                 static_cast<double>(b.bytes_communicated), k)));
+    s.total_flops = Lin(a.total_flops, b.total_flops, k);
+    // MFU x step time is proportional to the useful FLOPs, which grow linearly with depth.
+    s.mfu = s.step_time_s > 0 ? Lin(a.mfu * a.step_time_s, b.mfu * b.step_time_s, k) / s.step_time_s : 0;
+    std::map<std::string, std::pair<CollectiveTotal, CollectiveTotal>> kinds;
+    for (const CollectiveTotal& t : TotalsByKind(sims[0].run)) kinds[t.kind].first = t;
+    for (const CollectiveTotal& t : TotalsByKind(sims[1].run)) kinds[t.kind].second = t;
+    for (auto& [kind, ab] : kinds) {
+      CollectiveTotal t;
+      t.kind = kind;
+      t.count = Lin(ab.first.count, ab.second.count, k);
+      t.bytes = Lin(ab.first.bytes, ab.second.bytes, k);
+      t.time_s = Lin(ab.first.time_s, ab.second.time_s, k);
+      r.collectives.push_back(t);
+    }
+    // The stored run: the full-depth figures only, no per-device detail (no timeline was
+    // simulated at this depth; re-open the candidate and simulate it to see one).
+    stored.inputs = sims[1].run.inputs;
+    stored.summary = s;
+  }
+  SortByTime(r.collectives);
+  r.outcome = Outcome::kSimulated;
+  stored.label = p.candidate.Label();
+  stored.key = p.candidate.Key();
+  for (auto& kv : p.candidate.ToSettings()) stored.inputs.settings.push_back(std::move(kv));
+  for (auto& kv : ResultSettings(r)) stored.inputs.settings.push_back(std::move(kv));
+  ev.run = std::move(stored);
+  return finish();
+}
+
+// ---- results as run settings ----------------------------------------------------------------------
+
+Settings ResultSettings(const CandidateResult& r) {
+  Settings s = {{"result.evaluation", r.evaluation},
+                {"result.bound_memory_bytes", std::to_string(r.bounds.memory_bytes)},
+                {"result.bound_step_time_s", Num(r.bounds.step_time_s)},
+                {"result.bound_flops", Num(r.bounds.flops)},
+                {"result.hbm_bytes", Num(r.hbm_bytes)},
+                {"result.bubble_fraction", Num(r.candidate.bubble_fraction)}};
+  std::string coll;
+  for (const CollectiveTotal& t : r.collectives) {
+    if (!coll.empty()) coll += ";";
+    coll += t.kind + ":" + Num(t.count) + ":" + Num(t.bytes) + ":" + Num(t.time_s);
+  }
+  s.emplace_back("result.collectives", coll);
+  return s;
+}
+
+Result<CandidateResult> ResultFromRun(const RunOverview& run) {
+  auto c = Candidate::FromSettings(run.inputs.settings);
+  if (!c.ok()) return Error("run " + std::to_string(run.id) + ": " + c.error().message);
+  CandidateResult r;
+  r.candidate = std::move(c).value();
+  r.outcome = Outcome::kSimulated;
+  r.summary = run.summary;
+  r.run_id = run.id;
+  for (const auto& [k, v] : run.inputs.settings) {
+    double x = 0;
+    if (k == "result.evaluation") {
+      r.evaluation = v;
+      r.extrapolated = v.rfind("extrapolated", 0) == 0;
+    } else if (k == "result.bound_memory_bytes" && ParseNum(v, &x)) {
+      r.bounds.memory_bytes = static_cast<int64_t>(x);
+    } else if (k == "result.bound_step_time_s" && ParseNum(v, &x)) {
+      r.bounds.step_time_s = x;
+    } else if (k == "result.bound_flops" && ParseNum(v, &x)) {
+      r.bounds.flops = x;
+    } else if (k == "result.hbm_bytes" && ParseNum(v, &x)) {
+      r.hbm_bytes = x;
+    } else if (k == "result.bubble_fraction" && ParseNum(v, &x)) {
+      r.candidate.bubble_fraction = x;
+    } else if (k == "result.collectives" && !v.empty()) {
+      size_t start = 0;
+      while (start <= v.size()) {
+        size_t end = v.find(';', start);
+        if (end == std::string::npos) end = v.size();
+        const std::string item = v.substr(start, end - start);
+        const size_t a = item.find(':'), b = item.find(':', a + 1), c2 = item.find(':', b + 1);
+        CollectiveTotal t;
+        if (a == std::string::npos || b == std::string::npos || c2 == std::string::npos ||
+            !ParseNum(std::string_view(item).substr(a + 1, b - a - 1), &t.count) ||
+            !ParseNum(std::string_view(item).substr(b + 1, c2 - b - 1), &t.bytes) ||
+            !ParseNum(std::string_view(item).substr(c2 + 1), &t.time_s))
+          return Error("run " + std::to_string(run.id) + ": malformed result.collectives '" + v + "'");
+        t.kind = item.substr(0, a);
+        r.collectives.push_back(t);
+        start = end + 1;
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace shardscope::search

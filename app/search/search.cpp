@@ -1,0 +1,380 @@
+#include "app/search/search.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/base/units.h"
+
+namespace shardscope::search {
+
+namespace {
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Runs fn(i) for i in [0, n) on `jobs` threads (the calling thread is one of them).
+void ParallelFor(size_t n, int jobs, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&]() {
+    for (size_t i = next++; i < n; i = next++) fn(i);
+  };
+  const size_t threads = std::min<size_t>(n, static_cast<size_t>(std::max(1, jobs)));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+CandidateResult Unevaluated(const Candidate& c, Outcome outcome, std::string message) {
+  CandidateResult r;
+  r.candidate = c;
+  r.outcome = outcome;
+  r.message = std::move(message);
+  return r;
+}
+
+// Prepared candidates that survive the memory bound, and results for those that do not.
+struct Prepared {
+  std::vector<std::optional<PreparedCandidate>> prepared;  // by candidate index
+  std::vector<CandidateResult> results;                    // by candidate index (survivors: placeholders)
+};
+
+Prepared PrepareAll(const std::vector<Candidate>& candidates, const SearchOptions& options, bool keep_modules,
+                    const std::function<void(const SearchProgress&)>& on_progress, std::mutex& progress_mutex,
+                    std::atomic<int64_t>& done, int64_t total, const CancellationToken& cancel) {
+  Prepared out;
+  out.prepared.resize(candidates.size());
+  out.results.resize(candidates.size());
+  ParallelFor(candidates.size(), options.jobs, [&](size_t i) {
+    const Candidate& c = candidates[i];
+    CandidateResult& r = out.results[i];
+    if (cancel.cancelled()) {
+      r = Unevaluated(c, Outcome::kCancelled, "the search was cancelled");
+      return;
+    }
+    auto p = PrepareCandidate(c, options.evaluation);
+    bool decided = true;
+    if (!p.ok()) {
+      r = Unevaluated(c, Outcome::kInvalid, p.error().message);
+    } else if (static_cast<double>(p->bounds.memory_bytes) > p->hbm_bytes) {
+      r = Unevaluated(c, Outcome::kPrunedMemory,
+                      "its entry parameters alone need " + FormatBytes(static_cast<double>(p->bounds.memory_bytes)) +
+                          " per device; HBM holds " + FormatBytes(p->hbm_bytes));
+      r.bounds = p->bounds;
+      r.hbm_bytes = p->hbm_bytes;
+    } else {
+      decided = false;
+      r = Unevaluated(c, Outcome::kSimulated, "");
+      r.bounds = p->bounds;
+      r.hbm_bytes = p->hbm_bytes;
+      if (!keep_modules) p->modules.clear();
+      out.prepared[i] = std::move(p).value();
+    }
+    if (decided) {
+      const int64_t d = ++done;
+      if (on_progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        on_progress({d, total, "preparing", &r});
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<Candidate>> GenerateCandidates(const SearchSpace& space, const std::vector<std::string>& families,
+                                                  std::vector<std::string>* notes) {
+  std::vector<const StrategyFamily*> chosen;
+  if (families.empty()) {
+    chosen = StrategyFamilies();
+  } else {
+    for (const std::string& name : families) {
+      const StrategyFamily* f = FindFamily(name);
+      if (!f) {
+        std::string names;
+        for (const StrategyFamily* g : StrategyFamilies()) names += (names.empty() ? "" : ", ") + std::string(g->name());
+        return Error("unknown strategy family '" + name + "' (families: " + names + ")");
+      }
+      chosen.push_back(f);
+    }
+  }
+  std::vector<Candidate> all;
+  std::vector<std::string> local_notes;
+  for (const StrategyFamily* f : chosen) f->Generate(space, all, notes ? *notes : local_notes);
+  std::vector<Candidate> out;
+  std::set<std::string> keys;
+  for (Candidate& c : all)
+    if (keys.insert(c.Key()).second) out.push_back(std::move(c));
+  return out;
+}
+
+std::vector<size_t> RankResults(std::vector<CandidateResult>& results) {
+  auto group = [](const CandidateResult& r) {
+    if (r.fits()) return 0;
+    if (r.simulated()) return 1;
+    switch (r.outcome) {
+      case Outcome::kPrunedBound: return 2;
+      case Outcome::kPrunedMemory: return 3;
+      case Outcome::kInvalid: return 4;
+      case Outcome::kFailed: return 5;
+      default: return 6;
+    }
+  };
+  auto time_of = [](const CandidateResult& r) { return r.simulated() ? r.summary.step_time_s : r.bounds.step_time_s; };
+  std::stable_sort(results.begin(), results.end(), [&](const CandidateResult& a, const CandidateResult& b) {
+    const int ga = group(a), gb = group(b);
+    if (ga != gb) return ga < gb;
+    if (time_of(a) != time_of(b)) return time_of(a) < time_of(b);
+    return a.summary.peak_memory_bytes < b.summary.peak_memory_bytes;
+  });
+  // Pareto front over the candidates that fit: walk by ascending memory, keep each that is faster
+  // than every smaller one.
+  std::vector<size_t> fit;
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].fits()) fit.push_back(i);
+  std::stable_sort(fit.begin(), fit.end(), [&](size_t a, size_t b) {
+    const auto& x = results[a].summary;
+    const auto& y = results[b].summary;
+    if (x.peak_memory_bytes != y.peak_memory_bytes) return x.peak_memory_bytes < y.peak_memory_bytes;
+    return x.step_time_s < y.step_time_s;
+  });
+  std::vector<size_t> front;
+  double best = 0;
+  for (size_t i : fit) {
+    const double t = results[i].summary.step_time_s;
+    if (front.empty() || t < best) {
+      front.push_back(i);
+      best = t;
+    }
+  }
+  return front;
+}
+
+CandidateResult EvaluateAndStore(const Candidate& candidate, const EvaluationOptions& options,
+                                 const std::shared_ptr<pipeline::RunDatabase>& store, const CancellationToken& cancel) {
+  auto p = PrepareCandidate(candidate, options);
+  if (!p.ok()) return Unevaluated(candidate, Outcome::kInvalid, p.error().message);
+  if (static_cast<double>(p->bounds.memory_bytes) > p->hbm_bytes) {
+    CandidateResult r = Unevaluated(candidate, Outcome::kPrunedMemory,
+                                    "its entry parameters alone need " + FormatBytes(static_cast<double>(p->bounds.memory_bytes)) +
+                                        " per device; HBM holds " + FormatBytes(p->hbm_bytes));
+    r.bounds = p->bounds;
+    r.hbm_bytes = p->hbm_bytes;
+    return r;
+  }
+  Evaluation ev = EvaluateCandidate(*p, options, cancel);
+  if (ev.run && store) {
+    auto id = store->Save(*ev.run, cancel);
+    if (!id.ok()) {
+      ev.result.outcome = Outcome::kFailed;
+      ev.result.message = "storing the run: " + id.error().message;
+    } else {
+      ev.result.run_id = id.value();
+    }
+  }
+  return ev.result;
+}
+
+namespace {
+
+// Step 1: the pod and the candidates of every chosen family.
+Result<std::vector<Candidate>> Generate(const SearchOptions& options, Pod& pod_out, std::vector<std::string>& notes) {
+  auto pod = MakePod(options.chip, options.devices, options.slice, options.cores_per_chip);
+  if (!pod.ok()) return pod.error();
+  pod_out = pod.value();
+  SearchSpace space(options.model, options.settings, pod.value());
+  if (!space.known_model()) {
+    auto probe = ZooBuild(options.model);  // its error lists the models
+    return Error(probe.ok() ? "unknown model '" + options.model + "'" : probe.error().message);
+  }
+  auto candidates = GenerateCandidates(space, options.families, &notes);
+  if (!candidates.ok()) return candidates.error();
+  if (!options.meshes.empty()) {
+    std::vector<DeviceMesh> wanted;
+    for (const std::string& text : options.meshes) {
+      auto m = DeviceMesh::Parse(text);
+      if (!m.ok()) return Error("mesh '" + text + "': " + m.error().message);
+      wanted.push_back(m.value());
+    }
+    std::vector<Candidate> kept;
+    for (Candidate& c : *candidates) {
+      auto m = DeviceMesh::Parse(c.mesh);
+      if (m.ok() && std::find(wanted.begin(), wanted.end(), m.value()) != wanted.end()) kept.push_back(std::move(c));
+    }
+    *candidates = std::move(kept);
+  }
+  if (candidates->empty()) {
+    std::string names;
+    for (const StrategyFamily* f : StrategyFamilies()) names += (names.empty() ? "" : ", ") + std::string(f->name());
+    std::string why;
+    for (const auto& n : notes) why += "; " + n;
+    return Error("no strategy family generates candidates for " + options.model + " on " + std::to_string(options.devices) +
+                 " devices (families: " + names + ")" + why);
+  }
+  return candidates;
+}
+
+}  // namespace
+
+Result<SearchPlan> PlanSearch(const SearchOptions& options, const CancellationToken& cancel) {
+  SearchPlan plan;
+  auto candidates = Generate(options, plan.pod, plan.notes);
+  if (!candidates.ok()) return candidates.error();
+  plan.generated = static_cast<int64_t>(candidates->size());
+  std::mutex progress_mutex;
+  std::atomic<int64_t> done{0};
+  Prepared prep = PrepareAll(*candidates, options, /*keep_modules=*/false, {}, progress_mutex, done, plan.generated, cancel);
+  if (cancel.cancelled()) return CancelledError("planning the search");
+  for (size_t i = 0; i < candidates->size(); ++i) {
+    if (prep.prepared[i]) plan.candidates.push_back((*candidates)[i]);
+    else plan.left_out.push_back(std::move(prep.results[i]));
+  }
+  return plan;
+}
+
+Result<SearchResult> RunSearch(const SearchOptions& options, const std::function<void(const SearchProgress&)>& on_progress,
+                               const CancellationToken& cancel) {
+  const double wall0 = Now(), cpu0 = ProcessCpuSeconds();
+  SearchResult result;
+  auto candidates = Generate(options, result.pod, result.notes);
+  if (!candidates.ok()) return candidates.error();
+  result.stats.generated = static_cast<int64_t>(candidates->size());
+  const int64_t total = result.stats.generated;
+  std::mutex progress_mutex;
+  std::atomic<int64_t> done{0};
+
+  // 2. Prepare.
+  double t = Now();
+  Prepared prep = PrepareAll(*candidates, options, /*keep_modules=*/true, on_progress, progress_mutex, done, total, cancel);
+  result.stats.prepare_s = Now() - t;
+
+  // 3. Evaluate the survivors by ascending step-time bound.
+  t = Now();
+  std::vector<size_t> order;
+  for (size_t i = 0; i < prep.prepared.size(); ++i)
+    if (prep.prepared[i]) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const Bounds& x = prep.prepared[a]->bounds;
+    const Bounds& y = prep.prepared[b]->bounds;
+    if (x.step_time_s != y.step_time_s) return x.step_time_s < y.step_time_s;
+    return x.memory_bytes < y.memory_bytes;
+  });
+  struct Point {
+    double time_s;
+    int64_t memory;
+    std::string label;
+  };
+  std::vector<Point> evaluated;  // candidates that fit
+  std::mutex evaluated_mutex;
+  ParallelFor(order.size(), options.jobs, [&](size_t k) {
+    const size_t i = order[k];
+    PreparedCandidate& p = *prep.prepared[i];
+    CandidateResult& r = prep.results[i];
+    if (cancel.cancelled()) {
+      r.outcome = Outcome::kCancelled;
+      r.message = "the search was cancelled";
+    } else {
+      std::optional<Point> dominated_by;
+      if (options.prune) {
+        std::lock_guard<std::mutex> lock(evaluated_mutex);
+        for (const Point& e : evaluated)
+          if (e.time_s <= p.bounds.step_time_s && e.memory <= p.bounds.memory_bytes) dominated_by = e;
+      }
+      if (dominated_by) {
+        r.outcome = Outcome::kPrunedBound;
+        r.message = "cannot beat " + dominated_by->label + " (" + FormatSeconds(dominated_by->time_s) + ", " +
+                    FormatBytes(static_cast<double>(dominated_by->memory)) + "): its bounds are " +
+                    FormatSeconds(p.bounds.step_time_s) + " and " + FormatBytes(static_cast<double>(p.bounds.memory_bytes));
+      } else {
+        Evaluation ev = EvaluateCandidate(p, options.evaluation, cancel);
+        if (ev.run && options.store) {
+          auto id = options.store->Save(*ev.run, cancel);
+          if (!id.ok()) {
+            ev.result.outcome = Outcome::kFailed;
+            ev.result.message = "storing the run: " + id.error().message;
+          } else {
+            ev.result.run_id = id.value();
+          }
+        }
+        r = std::move(ev.result);
+        if (r.fits()) {
+          std::lock_guard<std::mutex> lock(evaluated_mutex);
+          evaluated.push_back({r.summary.step_time_s, r.summary.peak_memory_bytes, r.candidate.Label()});
+        }
+      }
+    }
+    p.modules.clear();
+    const int64_t d = ++done;
+    if (on_progress) {
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      on_progress({d, total, "evaluating", &r});
+    }
+  });
+  result.stats.evaluate_s = Now() - t;
+
+  // 4. Confirm the best extrapolated candidates at full depth.
+  t = Now();
+  std::vector<size_t> by_time;  // the ones that fit by step time, then the others
+  for (size_t i = 0; i < prep.results.size(); ++i)
+    if (prep.results[i].simulated()) by_time.push_back(i);
+  std::stable_sort(by_time.begin(), by_time.end(), [&](size_t a, size_t b) {
+    const CandidateResult& x = prep.results[a];
+    const CandidateResult& y = prep.results[b];
+    if (x.fits() != y.fits()) return x.fits();
+    return x.summary.step_time_s < y.summary.step_time_s;
+  });
+  std::vector<size_t> confirm;
+  for (size_t i : by_time) {
+    if (static_cast<int>(confirm.size()) >= options.confirm) break;
+    if (prep.results[i].extrapolated) confirm.push_back(i);
+  }
+  EvaluationOptions exact = options.evaluation;
+  exact.extrapolate = false;
+  ParallelFor(confirm.size(), options.jobs, [&](size_t k) {
+    const size_t i = confirm[k];
+    if (cancel.cancelled()) return;
+    CandidateResult r = EvaluateAndStore(prep.results[i].candidate, exact, options.store, cancel);
+    if (r.simulated()) {
+      r.message = "confirmed at full depth (extrapolated step time was " + FormatSeconds(prep.results[i].summary.step_time_s) + ")";
+      prep.results[i] = std::move(r);
+    }
+    const int64_t d = done.load();
+    if (on_progress) {
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      on_progress({d, total, "confirming", &prep.results[i]});
+    }
+  });
+  result.stats.confirm_s = Now() - t;
+  result.stats.confirmed = static_cast<int64_t>(confirm.size());
+
+  result.ranked = std::move(prep.results);
+  for (const CandidateResult& r : result.ranked) {
+    switch (r.outcome) {
+      case Outcome::kSimulated: ++result.stats.simulated; break;
+      case Outcome::kPrunedMemory: ++result.stats.pruned_memory; break;
+      case Outcome::kPrunedBound: ++result.stats.pruned_bound; break;
+      case Outcome::kInvalid: ++result.stats.invalid; break;
+      case Outcome::kFailed: ++result.stats.failed; break;
+      case Outcome::kCancelled: result.cancelled = true; break;
+    }
+  }
+  result.cancelled = result.cancelled || cancel.cancelled();
+  result.pareto = RankResults(result.ranked);
+  result.stats.wall_s = Now() - wall0;
+  result.stats.cpu_s = ProcessCpuSeconds() - cpu0;
+  return result;
+}
+
+}  // namespace shardscope::search

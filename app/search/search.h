@@ -1,0 +1,103 @@
+// The strategy search: "how should I shard this model on this pod?"
+//
+//   1. generate: every strategy family (family.h) on every mesh factorisation of the pod
+//      (mesh_space.h) gives candidates;
+//   2. prepare (cheap, evaluate.h): build each candidate at its evaluation depths, bound its memory
+//      and step time; a candidate whose memory bound exceeds the HBM is pruned, one that
+//      over-splits a dimension is invalid;
+//   3. evaluate the survivors in order of their step-time bound (propagate, partition, simulate
+//      through app/pipeline, K worker threads): before each, a candidate is pruned when an
+//      evaluated one that fits is at least as fast as its time bound and at most as large as its
+//      memory bound (it cannot be better on either axis, so it can neither win nor join the Pareto
+//      front of step time vs memory);
+//   4. confirm: the best `confirm` candidates whose figures were extrapolated (the ones that fit
+//      first) are simulated at full depth (their stored runs then carry the full timeline);
+//   5. rank: the candidates that fit by step time, then those that do not fit, then the pruned,
+//      invalid and failed ones; the Pareto front over the ones that fit.
+// Every simulated candidate is stored as a run (key: Candidate::Key) when a store is given.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/pipeline/simulate.h"
+#include "app/search/candidate.h"
+#include "app/search/evaluate.h"
+#include "app/search/family.h"
+#include "core/base/cancellation.h"
+#include "core/base/status.h"
+
+namespace shardscope::search {
+
+struct SearchOptions {
+  std::string model;
+  ZooOverrides settings;          // --set k=v
+  std::string chip = "tpu-v4";
+  int64_t devices = 0;
+  std::string slice;              // "" : MakePod's default shape
+  int64_t cores_per_chip = 0;     // 0: the chip's maximum
+  std::vector<std::string> families;  // empty: all
+  std::vector<std::string> meshes;    // only candidates on these meshes ("X=8,Y=16"); empty: all
+  int jobs = 1;                   // worker threads
+  bool prune = true;              // the bound pruning of step 3 (memory pruning always applies)
+  int confirm = 1;                // step 4
+  EvaluationOptions evaluation;
+  std::shared_ptr<pipeline::RunDatabase> store;  // null: nothing stored
+};
+
+struct SearchProgress {
+  int64_t done = 0;   // candidates decided (evaluated or pruned)
+  int64_t total = 0;
+  std::string stage;  // "preparing", "evaluating", "confirming"
+  const CandidateResult* last = nullptr;  // the one just decided (valid during the call only)
+};
+
+struct SearchStats {
+  int64_t generated = 0, invalid = 0, pruned_memory = 0, pruned_bound = 0, simulated = 0, failed = 0, confirmed = 0;
+  double wall_s = 0;
+  double cpu_s = 0;  // CPU time of the whole process during the search (all threads)
+  double prepare_s = 0, evaluate_s = 0, confirm_s = 0;  // wall time per step
+};
+
+struct SearchResult {
+  Pod pod;
+  std::vector<CandidateResult> ranked;
+  std::vector<size_t> pareto;  // indices into `ranked`, by ascending peak memory
+  std::vector<std::string> notes;  // what the families left out
+  SearchStats stats;
+  bool cancelled = false;
+};
+
+// The candidates of `space` from the named families (all when empty); unknown names are an error.
+Result<std::vector<Candidate>> GenerateCandidates(const SearchSpace& space, const std::vector<std::string>& families,
+                                                  std::vector<std::string>* notes = nullptr);
+
+// Steps 1 and 2 only, for a sweep: the candidates worth evaluating (in generation order) and the
+// results of those left out (invalid, pruned by memory). Each planned candidate then becomes one
+// independent task (EvaluateAndStore).
+struct SearchPlan {
+  Pod pod;
+  std::vector<Candidate> candidates;
+  std::vector<CandidateResult> left_out;
+  std::vector<std::string> notes;
+  int64_t generated = 0;
+};
+Result<SearchPlan> PlanSearch(const SearchOptions& options, const CancellationToken& cancel = {});
+
+// `on_progress` is called from the worker threads (one call at a time).
+Result<SearchResult> RunSearch(const SearchOptions& options, const std::function<void(const SearchProgress&)>& on_progress = {},
+                               const CancellationToken& cancel = {});
+
+// Ranks results (the order described above) and returns the Pareto front of step time vs peak
+// memory over those that fit, as indices into the ranked vector, by ascending memory.
+std::vector<size_t> RankResults(std::vector<CandidateResult>& results);
+
+// Evaluates one candidate (a sweep task): prepare, evaluate, store with its key. The result says
+// what happened (pruned by memory, invalid, failed, simulated).
+CandidateResult EvaluateAndStore(const Candidate& candidate, const EvaluationOptions& options,
+                                 const std::shared_ptr<pipeline::RunDatabase>& store, const CancellationToken& cancel = {});
+
+}  // namespace shardscope::search
