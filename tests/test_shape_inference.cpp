@@ -339,6 +339,46 @@ class TestShapeInference : public QObject {
     QVERIFY(Contains(s.error(), "scatter update dimension 0 (size 6) must equal the indices' batch dimension size 5"));
   }
 
+  // Batching dims pair an operand dimension with an indices dimension of the same size (XLA's
+  // gather/scatter with operand_batching_dims). A fuzzing finding (fuzz/corpus/pipeline_text/
+  // gather-batching-sizes-differ.hlo): a 9-row operand batched against 10 index rows verified, and
+  // its partitioned program then computed something else.
+  void batchingDimsMustHaveEqualSizes() {
+    Fixture f;
+    auto* operand = f.P(Shape(F32, {2, 3, 4}));
+    auto* idx = f.P(Shape(S32, {2, 5}));
+    auto* idx_bad = f.P(Shape(S32, {3, 5}));
+    GatherDimensionNumbers g;
+    g.offset_dims = {2};
+    g.collapsed_slice_dims = {1};
+    g.operand_batching_dims = {0};
+    g.start_indices_batching_dims = {0};
+    g.start_index_map = {1};
+    g.index_vector_dim = 2;
+    QCOMPARE(Str(f.b.Gather(operand, idx, g, {1, 1, 4})), std::string("f32[2,5,4]"));
+    QVERIFY(f.b.ok());
+    QCOMPARE(f.b.Gather(operand, idx_bad, g, {1, 1, 4}), nullptr);
+    QVERIFY(Contains(f.error(), "gather operand batching dimension 0 (size 2) and start_indices batching dimension 0 (size 3) must have the same size"));
+
+    Fixture s;
+    auto* input = s.P(Shape(F32, {2, 3, 4}));
+    auto* sidx = s.P(Shape(S32, {2, 5}));
+    auto* sidx_bad = s.P(Shape(S32, {3, 5}));
+    auto* updates = s.P(Shape(F32, {2, 5, 4}));
+    auto* updates_bad = s.P(Shape(F32, {3, 5, 4}));
+    ScatterDimensionNumbers sd;
+    sd.update_window_dims = {2};
+    sd.inserted_window_dims = {1};
+    sd.input_batching_dims = {0};
+    sd.scatter_indices_batching_dims = {0};
+    sd.scatter_dims_to_operand_dims = {1};
+    sd.index_vector_dim = 2;
+    QCOMPARE(Str(s.b.Scatter(input, sidx, updates, sd, ScalarAdd(s.m, F32))), std::string("f32[2,3,4]"));
+    QVERIFY(s.b.ok());
+    QCOMPARE(s.b.Scatter(input, sidx_bad, updates_bad, sd, ScalarAdd(s.m, F32)), nullptr);
+    QVERIFY(Contains(s.error(), "scatter input batching dimension 0 (size 2) and indices batching dimension 0 (size 3) must have the same size"));
+  }
+
   void sortTupleAndControlFlow() {
     Fixture f;
     auto* keys = f.P(Shape(F32, {10}));

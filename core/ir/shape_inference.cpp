@@ -749,6 +749,13 @@ Result<Shape> InferGather(const Instruction& inst) {
   if (g.operand_batching_dims.size() != g.start_indices_batching_dims.size())
     return Err("gather operand_batching_dims and start_indices_batching_dims must have the same length");
   if (Contains(g.start_indices_batching_dims, ivd)) return Err("gather start_indices_batching_dims contains index_vector_dim");
+  for (size_t k = 0; k < g.operand_batching_dims.size(); ++k) {
+    const int64_t od = g.operand_batching_dims[k], id = g.start_indices_batching_dims[k];
+    if (a.dim(od) != idx.dim(id))
+      return Err("gather operand batching dimension " + std::to_string(od) + " (size " + std::to_string(a.dim(od)) +
+                 ") and start_indices batching dimension " + std::to_string(id) + " (size " + std::to_string(idx.dim(id)) +
+                 ") must have the same size");
+  }
   if (static_cast<int64_t>(g.start_index_map.size()) != index_vector_size)
     return Err("gather start_index_map " + DimsStr(g.start_index_map) + " must have " + std::to_string(index_vector_size) +
                " entries (the index vector size)");
@@ -798,6 +805,15 @@ Result<Shape> InferScatter(const Instruction& inst) {
   if (auto e = CheckDimList(sd.inserted_window_dims, a.rank(), "scatter inserted_window_dims")) return *e;
   if (auto e = CheckDimList(sd.input_batching_dims, a.rank(), "scatter input_batching_dims")) return *e;
   if (auto e = CheckDimList(sd.scatter_indices_batching_dims, idx.rank(), "scatter scatter_indices_batching_dims")) return *e;
+  if (sd.input_batching_dims.size() != sd.scatter_indices_batching_dims.size())
+    return Err("scatter input_batching_dims and scatter_indices_batching_dims must have the same length");
+  for (size_t k = 0; k < sd.input_batching_dims.size(); ++k) {
+    const int64_t od = sd.input_batching_dims[k], id = sd.scatter_indices_batching_dims[k];
+    if (a.dim(od) != idx.dim(id))
+      return Err("scatter input batching dimension " + std::to_string(od) + " (size " + std::to_string(a.dim(od)) +
+                 ") and indices batching dimension " + std::to_string(id) + " (size " + std::to_string(idx.dim(id)) +
+                 ") must have the same size");
+  }
   if (static_cast<int64_t>(sd.scatter_dims_to_operand_dims.size()) != index_vector_size)
     return Err("scatter_dims_to_operand_dims " + DimsStr(sd.scatter_dims_to_operand_dims) + " must have " +
                std::to_string(index_vector_size) + " entries (the index vector size)");
