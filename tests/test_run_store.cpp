@@ -744,8 +744,8 @@ void TestRunStore::migratesVersion2Store() {
 
   Result<RunStore> store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
   QVERIFY2(store.ok(), store.ok() ? "" : store.error().message.c_str());
-  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{3});
-  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("3"));
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{RunStore::kSchemaVersion});
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::to_string(RunStore::kSchemaVersion));
   for (const char* table : {"runs", "run_annotations", "instruction_origins"}) QCOMPARE(Columns(path, table), Columns(fresh, table));
   Result<RunResult> old = store->LoadRun(a);
   QVERIFY(old.ok());

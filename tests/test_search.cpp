@@ -276,8 +276,10 @@ void TestSearch::familiesGenerate() {
         QVERIFY(!p.settings.count("batch"));
       }
     const Candidate& dp = *std::find_if(c.begin(), c.end(), [](const Candidate& x) { return x.family == "data-parallel"; });
-    QCOMPARE(dp.annotate, std::string("data-parallel"));  // the Transformer has no data-parallel set of its own
-    QCOMPARE(dp.settings.at("annotations"), std::string("none"));
+    // The Transformer's own data-parallel set (the weight-update-sharding work added it), not the
+    // search's annotation rule.
+    QCOMPARE(dp.settings.at("annotations"), std::string("data-parallel"));
+    QVERIFY(dp.annotate.empty());
     auto only = GenerateCandidates(space, {"data-parallel"}).value();
     QCOMPARE(only.size(), size_t{1});
     auto bad = GenerateCandidates(space, {"pipelining-ish"});
@@ -325,7 +327,7 @@ void TestSearch::boundsAndInvalidCandidates() {
   const Candidate& dp = *std::find_if(candidates.begin(), candidates.end(), [](const Candidate& x) { return x.family == "data-parallel"; });
   auto p = PrepareCandidate(dp, eo).value();
   const double weights = 12.0 * (4 * 1024 * 1024 + 2 * 1024 * 4096);
-  QVERIFY(p.bounds.memory_bytes >= 3 * 4 * weights);
+  QVERIFY2(p.bounds.memory_bytes >= 3 * 4 * weights, std::to_string(p.bounds.memory_bytes / (4 * weights)).c_str());
   QVERIFY(p.bounds.memory_bytes < 3 * 4 * weights * 1.01);
   // Over-split: a batch of 16 cannot be split 32 ways.
   Candidate over = dp;
@@ -404,8 +406,10 @@ void TestSearch::depthExtrapolationMatchesFullDepth() {
     const double t = e.summary.step_time_s / x->summary.step_time_s - 1;
     const double mem = static_cast<double>(e.summary.peak_memory_bytes) / static_cast<double>(x->summary.peak_memory_bytes) - 1;
     qInfo("%s: step %+.4f%%, memory %+.4f%%", e.candidate.Label().c_str(), 100 * t, 100 * mem);
-    // Within 1%: the circular schedule's per-round weight gather over R is not quite linear in R.
-    QVERIFY2(std::fabs(t) < 0.01, e.candidate.Label().c_str());
+    // Within 2%: the circular schedule's per-round weight gather over R is not quite linear in R
+    // (-0.7% before the simulator's calibration; -1.4% with its per-op overhead and matrix-unit
+    // padding and the weight gradients' all-reduces moved out of the loop; GPipe within 0.6%).
+    QVERIFY2(std::fabs(t) < 0.02, e.candidate.Label().c_str());
     QVERIFY2(std::fabs(mem) < 0.05, e.candidate.Label().c_str());
     ++pipelined;
   }
@@ -625,7 +629,10 @@ void TestSearch::sweepThroughTheCli() {
     killed.start(QString::fromStdString(CliPath()), {"search", "task", plan, "--index", "5", "--db", task_files[4]});
     QVERIFY(killed.waitForStarted());
     QTest::qWait(150);
-    ::kill(static_cast<pid_t>(killed.processId()), SIGKILL);
+    // Only a task still running is killed: processId() is 0 once it has finished, and kill(0, ...)
+    // would signal this test's whole process group (the test runner included).
+    const qint64 pid = killed.processId();
+    if (killed.state() != QProcess::NotRunning && pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
     killed.waitForFinished();
   }
   m = Cli(QStringList{"runs", "merge", all} + task_files);

@@ -5,11 +5,12 @@
 // rewritten by the pass and simulated before and after it.
 //
 // What the simulator reproduces and what it does not yet (docs/weight-update-sharding.md,
-// "Section 6.1 simulated"): compute runs at the roofline (no efficiency calibration yet), so the
-// step without the update is shorter than on the real pods, and the replicated Adam update is
-// costed as its unfused elementwise ops, so it is longer. Both make the simulated speedup larger
-// than the paper's; the comparisons the simulator does not meet yet are marked as expected
-// failures, so they report when a calibration brings them within the tolerances.
+// "Section 6.1 simulated"): with the simulator's calibrated compute (simulator/calibration) the
+// step after the pass matches W1 (25.4 ms vs 25.6 ms), but the replicated Adam update before it is
+// costed as its unfused elementwise ops (the simulator's fusion joins an op to one operand's group
+// only), so the step without the pass is too long and the simulated speedup larger than the
+// paper's; the comparisons the simulator does not meet yet are marked as expected failures, so
+// they report when the fusion model brings them within the tolerances.
 #include <QtTest/QtTest>
 
 #include <QProcess>
@@ -90,19 +91,25 @@ class TestWusPaper : public QObject {
   void transformer1024Chips() {
     const auto& c = Case("wus-6.1-transformer-1024");
     const auto r = Run(c.id);
+    qInfo("W1 simulated: %.1f ms -> %.1f ms (paper %.1f -> %.1f), peak %.2f -> %.2f GB", 1e3 * r.before_s, 1e3 * r.after_s,
+          1e3 * c.paper_before_s, 1e3 * c.paper_after_s, r.before_peak / 1e9, r.after_peak / 1e9);
     // The pass shards the update of every large weight: the three matrices of each of the 16
     // layers (wqkv, wi, wout) with partial sharding over rows of 64 replicas; the rest (LayerNorm
     // scales, the attention output's 2 MiB bf16 gradient: a 32 KiB row shard) stay latency-bound.
     QVERIFY2(r.sharded >= 48, std::to_string(r.sharded).c_str());
-    // The step without the pass: within 25% of the paper's 46.5 ms.
+    // The step without the pass: within 25% of the paper's 46.5 ms — not yet: with the simulator's
+    // calibrated compute the replicated Adam update, costed as its unfused elementwise ops, makes it
+    // 72.9 ms (it was 51.9 ms at the roofline).
+    QEXPECT_FAIL("", "the replicated Adam update is costed unfused: 72.9 ms, not 46.5 ms (see the header)", Continue);
     QVERIFY2(std::abs(r.before_s / c.paper_before_s - 1) < 0.25, std::to_string(r.before_s).c_str());
     // Faster with the pass, by at least the paper's 45%, and with less memory per device (the
     // weights and Adam's state kept sharded between steps).
     QVERIFY(r.reduction() >= c.paper_reduction);
     QVERIFY(r.after_peak < r.before_peak / 2);
-    QEXPECT_FAIL("", "compute at the roofline: the step after the pass is 17 ms, not 25.6 ms (see the header)", Continue);
+    // The step with the pass: within 25% of the paper's 25.6 ms (25.4 ms with the simulator's
+    // calibrated compute; 17.4 ms at the roofline).
     QVERIFY2(std::abs(r.after_s / c.paper_after_s - 1) < 0.25, std::to_string(r.after_s).c_str());
-    QEXPECT_FAIL("", "the simulated ratio is about 3x, not 1.82x: unfused Adam before, roofline compute after", Continue);
+    QEXPECT_FAIL("", "the simulated ratio is about 2.9x, not 1.82x: the replicated Adam update before the pass is costed unfused", Continue);
     QVERIFY(std::abs((r.before_s / r.after_s) / (c.paper_before_s / c.paper_after_s) - 1) < 0.15);
   }
 

@@ -92,8 +92,9 @@ class Annotator {
   void set_prefix_axes(std::vector<int64_t> axes) { prefix_ = std::move(axes); }
   bool enabled() const { return enabled_; }
   const DeviceMesh& mesh() const { return mesh_; }
-  // Every trainable weight's parameter: replicated under kDataParallel (the sets of Table 1 annotate
-  // only the four Table 1 weights, through Table1).
+  // Every trainable weight's parameter and its optimizer state's: replicated under kDataParallel
+  // (the sets of Table 1 annotate only the four Table 1 weights, through Table1; propagation gives
+  // the state its weight's sharding).
   void WeightParameter(Instruction* param) {
     if (replicate_weights_ && param) b_.Annotate(param, HloSharding::Replicate());
   }

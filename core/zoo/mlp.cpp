@@ -50,6 +50,11 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
   }
   for (Weight& w : weights) ann.WeightParameter(w.param);
   AddOptimizerState(b, weights, c.optimizer, &pn);
+  // Data parallelism keeps the optimizer state whole on every device, like the weights.
+  for (Weight& w : weights) {
+    ann.WeightParameter(w.m);
+    ann.WeightParameter(w.v);
+  }
   CastWeights(net, weights);
 
   struct Saved { Instruction *x, *hid, *relu; };

@@ -89,6 +89,11 @@ Result<std::unique_ptr<Module>> BuildNcf(const NcfConfig& c) {
   const size_t out_w = add("out_w", "output", Shape(P, {top, 1}));
   const size_t out_b = add("out_b", "output", Shape(P, {1}));
   AddOptimizerState(b, weights, c.optimizer, &pn);
+  // Data parallelism keeps the optimizer state whole on every device, like the weights.
+  for (Weight& w : weights) {
+    ann.WeightParameter(w.m);
+    ann.WeightParameter(w.v);
+  }
   auto W = [&](size_t i) { return weights[i].param; };
 
   // Forward.

@@ -264,6 +264,11 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
   }
   for (Weight& w : weights) ann.WeightParameter(w.param);
   AddOptimizerState(b, weights, c.optimizer, &pn);
+  // Data parallelism keeps the optimizer state whole on every device, like the weights.
+  for (Weight& w : weights) {
+    ann.WeightParameter(w.m);
+    ann.WeightParameter(w.v);
+  }
   CastWeights(net, weights);
 
   // Forward, keeping what backward needs.
