@@ -124,18 +124,16 @@ class TestGuiGraph : public QObject {
     // A budget of 3 visible nodes: x + two collapsed layers.
     const auto small = tree.defaultExpansion(3);
     QCOMPARE(small, std::set<int>{0});
-    const VisibleGraph g = BuildVisibleGraph(*doc.module()->entry(), tree, small,
-                                             [](const std::string&, int64_t, int) { return std::make_pair(100.0, 40.0); });
-    QCOMPARE(g.input.nodes.size(), size_t{3});
-    QCOMPARE(g.input.edges.size(), size_t{2});  // x -> layer0 -> layer1, duplicates merged
-    QCOMPARE(g.representative.at(doc.findInstruction("t0")->id()), GroupKey(tree.scope(0).children[0]));
-    QVERIFY(g.input.clusters.empty());
-    const auto all = tree.allExpanded();
-    const VisibleGraph full = BuildVisibleGraph(*doc.module()->entry(), tree, all,
-                                                [](const std::string&, int64_t, int) { return std::make_pair(100.0, 40.0); });
-    QCOMPARE(full.input.nodes.size(), size_t{7});
-    QCOMPARE(full.input.edges.size(), size_t{6});
-    QCOMPARE(full.input.clusters.size(), size_t{4});  // layer0, layer0/ffn, layer1, layer1/ffn
+    auto shared = std::make_shared<const ScopeTree>(tree);
+    const VisibleTree g(shared, ViewState{small});
+    QCOMPARE(g.visibleNodes().size(), size_t{3});  // x, layer0, layer1
+    QCOMPARE(g.keyFor(doc.findInstruction("t0")->id()), GroupKey(tree.scope(0).children[0]));
+    QCOMPARE(g.keyFor(doc.findInstruction("x")->id()), InstructionKey(doc.findInstruction("x")->id()));
+    // x -> layer0 -> layer1 at the top; inside layer0: w0 -> ffn.
+    QCOMPARE(tree.slotEdges(0).size(), size_t{2});
+    const VisibleTree full(shared, ViewState{tree.allExpanded()});
+    QCOMPARE(full.visibleNodes().size(), size_t{7});
+    QCOMPARE(full.openScopes().size(), size_t{5});  // root, layer0, layer0/ffn, layer1, layer1/ffn
   }
 
   void collapseExpandAndSearch() {

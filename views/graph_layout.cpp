@@ -1,5 +1,7 @@
 #include "views/graph_layout.h"
 
+#include "views/graph_hierarchy.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -279,11 +281,6 @@ LayoutService* LayoutService::instance() {
   return service;
 }
 
-std::shared_ptr<const LayoutResult> LayoutService::cached(const QString& key) const {
-  QMutexLocker lock(&mutex_);
-  return cache_.value(key);
-}
-
 int LayoutService::layoutsRun() const {
   QMutexLocker lock(&mutex_);
   return runs_;
@@ -293,34 +290,50 @@ void LayoutService::clearCache() {
   QMutexLocker lock(&mutex_);
   cache_.clear();
   order_.clear();
+  order_start_ = 0;
 }
 
-QFuture<std::shared_ptr<const LayoutResult>> LayoutService::request(const QString& key, LayoutInput input) {
-  if (auto hit = cached(key)) {
-    QPromise<std::shared_ptr<const LayoutResult>> promise;
-    promise.start();
-    promise.addResult(hit);
-    promise.finish();
-    return promise.future();
-  }
-  return QtConcurrent::run(pool_, [this, key, input = std::move(input)]() -> std::shared_ptr<const LayoutResult> {
-    {
-      QMutexLocker lock(&mutex_);
-      if (auto hit = cache_.value(key)) return hit;  // laid out while this request waited
-    }
-    LayoutResult result = LayoutWithGraphviz(input);
-    if (!result.ok) {
-      const std::string why = result.error;
-      result = LayoutLayered(input);
-      result.error = why;
-    }
-    auto shared = std::make_shared<const LayoutResult>(std::move(result));
+std::shared_ptr<const LayoutResult> LayoutService::layOutGroup(const std::string& key, const LayoutInput& input,
+                                                              bool* from_cache) {
+  {
     QMutexLocker lock(&mutex_);
-    ++runs_;
-    cache_.insert(key, shared);
-    order_.append(key);
-    while (order_.size() > 48) cache_.remove(order_.takeFirst());
-    return shared;
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      *from_cache = true;
+      return it->second;
+    }
+  }
+  *from_cache = false;
+  LayoutResult result = LayoutWithGraphviz(input);
+  if (!result.ok) {
+    const std::string why = result.error;
+    result = LayoutLayered(input);
+    result.error = why;
+  }
+  auto shared = std::make_shared<const LayoutResult>(std::move(result));
+  constexpr size_t kCapacity = 4096;  // group layouts (a few kB each)
+  QMutexLocker lock(&mutex_);
+  ++runs_;
+  if (cache_.emplace(key, shared).second) order_.push_back(key);
+  while (cache_.size() > kCapacity && order_start_ < order_.size()) cache_.erase(order_[order_start_++]);
+  if (order_start_ > kCapacity) {
+    order_.erase(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(order_start_));
+    order_start_ = 0;
+  }
+  return shared;
+}
+
+QFuture<std::shared_ptr<const HierarchyLayout>> LayoutService::requestHierarchy(
+    std::shared_ptr<const HierarchyInput> input, CancellationToken cancel) {
+  return QtConcurrent::run(pool_, [this, input = std::move(input), cancel]() -> std::shared_ptr<const HierarchyLayout> {
+    if (cancel.cancelled()) {
+      auto dropped = std::make_shared<HierarchyLayout>();
+      dropped->cancelled = true;
+      return dropped;
+    }
+    return std::make_shared<const HierarchyLayout>(LayOutHierarchy(
+        *input, [this](const std::string& key, const LayoutInput& in, bool* hit) { return layOutGroup(key, in, hit); },
+        cancel));
   });
 }
 

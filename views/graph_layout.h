@@ -1,8 +1,8 @@
 // Graph layout as plain data. Graphviz is not thread-safe, so exactly one owner (LayoutService)
 // runs every layout on one worker thread, under a mutex, on a snapshot (LayoutInput) and hands back
 // plain structs (LayoutResult); the graph view creates its items from them on the GUI thread.
-// Results are cached by a key the caller chooses (module + computation + expanded scopes), so a
-// module is laid out once; annotation edits never re-layout.
+// Group layouts are cached, so a group is laid out once per set of items and sizes; annotation
+// edits never lay out again.
 #pragma once
 
 #include <memory>
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include <QFuture>
-#include <QHash>
 #include <QMutex>
 #include <QObject>
-#include <QString>
+
+#include "core/base/cancellation.h"
 
 class QThreadPool;
 
@@ -67,26 +67,34 @@ LayoutResult LayoutWithGraphviz(const LayoutInput& input);
 // A simple layered layout used when Graphviz fails (no plugins found, ...).
 LayoutResult LayoutLayered(const LayoutInput& input);
 
-// The one owner of Graphviz: a single worker thread plus a cache of finished layouts.
+struct HierarchyInput;
+struct HierarchyLayout;
+
+// The one owner of Graphviz: a single worker thread plus a cache of finished group layouts (keyed
+// by module, group, and the items it shows with their sizes), so a group expanded again, or shown
+// by a second view of the same module, is not laid out again.
 class LayoutService : public QObject {
   Q_OBJECT
  public:
   static LayoutService* instance();
 
-  // The cached layout for `key`, or nullptr.
-  std::shared_ptr<const LayoutResult> cached(const QString& key) const;
-  // Lays `input` out on the worker (dot, falling back to the layered layout) unless `key` is
-  // cached, in which case the future is already finished.
-  QFuture<std::shared_ptr<const LayoutResult>> request(const QString& key, LayoutInput input);
-  int layoutsRun() const;  // how many layouts actually ran (not served from the cache)
+  // Lays out the visible part of a graph on the worker (graph_hierarchy.h). A request whose token
+  // is cancelled before or while it runs stops between two groups and finishes with cancelled =
+  // true; what it laid out so far stays in the cache.
+  QFuture<std::shared_ptr<const HierarchyLayout>> requestHierarchy(std::shared_ptr<const HierarchyInput> input,
+                                                                  CancellationToken cancel);
+  int layoutsRun() const;  // how many group layouts actually ran (not served from the cache)
   void clearCache();
 
  private:
   explicit LayoutService(QObject* parent = nullptr);
+  // One group: from the cache, else Graphviz dot (the layered layout when dot fails). Worker only.
+  std::shared_ptr<const LayoutResult> layOutGroup(const std::string& key, const LayoutInput& input, bool* from_cache);
   QThreadPool* pool_;
   mutable QMutex mutex_;
-  QHash<QString, std::shared_ptr<const LayoutResult>> cache_;
-  QList<QString> order_;  // insertion order, for eviction
+  std::unordered_map<std::string, std::shared_ptr<const LayoutResult>> cache_;
+  std::vector<std::string> order_;  // insertion order, for eviction
+  size_t order_start_ = 0;
   int runs_ = 0;
 };
 

@@ -92,27 +92,31 @@ Instruction* AttentionBackward(Net& net, AttentionBlock& a, Instruction* dy) {
   const int64_t B = a.x->shape().dim(0), S = a.x->shape().dim(1);
   const int64_t N = a.wqkv->param->shape().dim(2), D = a.wqkv->param->shape().dim(3);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  auto s = b.Scope("attention");
-  AccumulateGrad(b, &a.wo->grad, net.Dot(a.ctx, dy, {}, {}, {0, 2}, {0, 1}, "dwo"));  // [N,D,M]
-  Instruction* dctx = b.Transpose(net.Dot(dy, a.wo->value, {}, {}, {2}, {2}), {0, 2, 1, 3}, "dcontext");  // [B,N,S,D]
-  Instruction* dp = net.Dot(dctx, a.v, {0, 1}, {0, 2}, {3}, {3}, "dprobs");                             // [B,N,S,T]
-  Instruction* dv = b.Transpose(net.Dot(a.p, dctx, {0, 1}, {0, 1}, {2}, {2}), {0, 2, 1, 3}, "dv");      // [B,T,N,D]
-  Instruction* dscores = nullptr;
+  // Scoped like the forward: attention/..., then ln1/... beside it, the residual at the layer.
+  Instruction* dh1 = nullptr;
   {
-    auto sm = b.Scope("softmax");
-    Instruction* pdp = b.Mul(a.p, dp);
-    Instruction* rowsum = net.Sum(pdp, {3}, "rowsum");
-    Instruction* dscaled = b.Sub(pdp, b.Mul(a.p, net.Bcast(rowsum, pdp, {0, 1, 2})), "dscaled");
-    dscores = net.Scale(dscaled, scale, "dscores");
+    auto s = b.Scope("attention");
+    AccumulateGrad(b, &a.wo->grad, net.Dot(a.ctx, dy, {}, {}, {0, 2}, {0, 1}, "dwo"));  // [N,D,M]
+    Instruction* dctx = b.Transpose(net.Dot(dy, a.wo->value, {}, {}, {2}, {2}), {0, 2, 1, 3}, "dcontext");  // [B,N,S,D]
+    Instruction* dp = net.Dot(dctx, a.v, {0, 1}, {0, 2}, {3}, {3}, "dprobs");                             // [B,N,S,T]
+    Instruction* dv = b.Transpose(net.Dot(a.p, dctx, {0, 1}, {0, 1}, {2}, {2}), {0, 2, 1, 3}, "dv");      // [B,T,N,D]
+    Instruction* dscores = nullptr;
+    {
+      auto sm = b.Scope("softmax");
+      Instruction* pdp = b.Mul(a.p, dp);
+      Instruction* rowsum = net.Sum(pdp, {3}, "rowsum");
+      Instruction* dscaled = b.Sub(pdp, b.Mul(a.p, net.Bcast(rowsum, pdp, {0, 1, 2})), "dscaled");
+      dscores = net.Scale(dscaled, scale, "dscores");
+    }
+    Instruction* dq = b.Transpose(net.Dot(dscores, a.k, {0, 1}, {0, 2}, {3}, {1}), {0, 2, 1, 3}, "dq");  // [B,S,N,D]
+    Instruction* dk = b.Transpose(net.Dot(dscores, a.q, {0, 1}, {0, 2}, {2}, {1}), {0, 2, 1, 3}, "dk");  // [B,T,N,D]
+    Instruction* dqkv = b.Concatenate({b.Reshape(dq, {B, S, 1, N, D}), b.Reshape(dk, {B, S, 1, N, D}),
+                                       b.Reshape(dv, {B, S, 1, N, D})},
+                                      2, "dqkv");  // [B,S,3,N,D]
+    AccumulateGrad(b, &a.wqkv->grad,
+                   b.Transpose(net.Dot(a.h, dqkv, {}, {}, {0, 1}, {0, 1}), {1, 0, 2, 3}, "dwqkv"));  // [3,M,N,D]
+    dh1 = net.Dot(dqkv, a.wqkv->value, {}, {}, {2, 3, 4}, {0, 2, 3}, "dh1");  // [B,S,M]
   }
-  Instruction* dq = b.Transpose(net.Dot(dscores, a.k, {0, 1}, {0, 2}, {3}, {1}), {0, 2, 1, 3}, "dq");  // [B,S,N,D]
-  Instruction* dk = b.Transpose(net.Dot(dscores, a.q, {0, 1}, {0, 2}, {2}, {1}), {0, 2, 1, 3}, "dk");  // [B,T,N,D]
-  Instruction* dqkv = b.Concatenate({b.Reshape(dq, {B, S, 1, N, D}), b.Reshape(dk, {B, S, 1, N, D}),
-                                     b.Reshape(dv, {B, S, 1, N, D})},
-                                    2, "dqkv");  // [B,S,3,N,D]
-  AccumulateGrad(b, &a.wqkv->grad,
-                 b.Transpose(net.Dot(a.h, dqkv, {}, {}, {0, 1}, {0, 1}), {1, 0, 2, 3}, "dwqkv"));  // [3,M,N,D]
-  Instruction* dh1 = net.Dot(dqkv, a.wqkv->value, {}, {}, {2, 3, 4}, {0, 2, 3}, "dh1");            // [B,S,M]
   Instruction* dres = dh1;
   if (a.ln) {
     auto s2 = b.Scope("ln1");
@@ -143,12 +147,15 @@ Instruction* FfnForward(Net& net, Annotator& ann, FfnBlock& f, Instruction* x) {
 Instruction* FfnBackward(Net& net, FfnBlock& f, Instruction* dy) {
   Builder& b = net.b();
   if (!dy || !f.x) return nullptr;
-  auto s = b.Scope("ffn");
-  AccumulateGrad(b, &f.wout->grad, net.Dot(f.relu, dy, {}, {}, {0, 1}, {0, 1}, "dwout"));  // [H,M]
-  Instruction* drelu = net.Dot(dy, f.wout->value, {}, {}, {2}, {1}, "drelu");              // [B,S,H]
-  Instruction* dhid = net.ReluGrad(f.hid, drelu, "dhidden");
-  AccumulateGrad(b, &f.wi->grad, net.Dot(f.h, dhid, {}, {}, {0, 1}, {0, 1}, "dwi"));        // [M,H]
-  Instruction* dh2 = net.Dot(dhid, f.wi->value, {}, {}, {2}, {1}, "dh2");                   // [B,S,M]
+  Instruction* dh2 = nullptr;
+  {
+    auto s = b.Scope("ffn");
+    AccumulateGrad(b, &f.wout->grad, net.Dot(f.relu, dy, {}, {}, {0, 1}, {0, 1}, "dwout"));  // [H,M]
+    Instruction* drelu = net.Dot(dy, f.wout->value, {}, {}, {2}, {1}, "drelu");              // [B,S,H]
+    Instruction* dhid = net.ReluGrad(f.hid, drelu, "dhidden");
+    AccumulateGrad(b, &f.wi->grad, net.Dot(f.h, dhid, {}, {}, {0, 1}, {0, 1}, "dwi"));        // [M,H]
+    dh2 = net.Dot(dhid, f.wi->value, {}, {}, {2}, {1}, "dh2");  // [B,S,M]
+  }
   Instruction* dres = dh2;
   if (f.ln) {
     auto s2 = b.Scope("ln2");
@@ -209,15 +216,19 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
     AnnotateFfnWeights(ann, L.ffn);
   }
   AddOptimizerState(b, weights, c.optimizer, &pn);
-  CastWeights(net, weights);
 
-  // Forward, keeping what backward needs.
+  // Forward, keeping what backward needs. Its ops are scoped forward/layer<l>/... (op_name only:
+  // names stay "layer<l>_..."), beside loss/, backward/layer<l>/... and optimizer/layer<l>/...
   Instruction* h = x;
-  for (int64_t l = 0; l < c.layers; ++l) {
-    Layer& L = layers[static_cast<size_t>(l)];
-    auto layer_scope = b.Scope("layer" + std::to_string(l));
-    ann.Table1(h, Table1Tensor::kBSM);  // the layer input activation
-    h = FfnForward(net, ann, L.ffn, AttentionForward(net, ann, L.attention, h));
+  {
+    auto forward = b.OpNameScope("forward");
+    CastWeights(net, weights);
+    for (int64_t l = 0; l < c.layers; ++l) {
+      Layer& L = layers[static_cast<size_t>(l)];
+      auto layer_scope = b.Scope("layer" + std::to_string(l));
+      ann.Table1(h, Table1Tensor::kBSM);  // the layer input activation
+      h = FfnForward(net, ann, L.ffn, AttentionForward(net, ann, L.attention, h));
+    }
   }
 
   if (!c.backward) {
