@@ -34,14 +34,18 @@
 #include <QProcess>
 #include <QTimer>
 
+#include "app/gui/session.h"
 #include "core/ir/hlo_text.h"
 #include "core/zoo/zoo.h"
-#include "views/document.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
 #include "views/graph_view.h"
+#include "views/job_tracker.h"
 #include "views/partitioned_view.h"
 
 using namespace shardscope;
 using namespace shardscope::views;
+using shardscope::gui::Session;
 
 namespace {
 
@@ -92,10 +96,12 @@ int RunOne(int layers) {
   double spmd = -1;
   int64_t spmd_instructions = 0;
   for (int run = 0; run < runs; ++run) {
-    LayoutService::instance()->clearCache();  // every run lays out from scratch
-    Document doc;
+    LayoutCache::instance().clearCache();  // every run lays out from scratch
+    Session session;
+    DocumentModel& doc = *session.document();
     GraphPane pane;
     pane.resize(1400, 900);
+    pane.setJobTracker(session.jobs());
     pane.setDocument(&doc);
     pane.show();
     QCoreApplication::processEvents();
@@ -103,7 +109,7 @@ int RunOne(int layers) {
 
     QElapsedTimer t;
     t.start();
-    if (!doc.loadHloText(qtext, "transformer.hlo").ok()) return 1;
+    if (!session.loadHloText(qtext, "transformer.hlo").ok()) return 1;
     if (!LayoutAndPaint(pane)) return 1;
     open.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
 
@@ -134,7 +140,7 @@ int RunOne(int layers) {
 
     // Find an instruction deep in the backward pass (hidden in the folded run) and jump to it.
     const std::string target = "backward_layer" + std::to_string(layers / 3) + "_attention_softmax_dscores";
-    doc.waitUntilIdle(600000);
+    if (!WaitFor([&] { return session.idle(); })) return 1;
     t.restart();
     pane.searchField()->setText(QString::fromStdString(target));
     pane.findNext();
@@ -150,17 +156,17 @@ int RunOne(int layers) {
       // The partitioned program's graph (one run: partitioning takes a while).
       PartitionedView partitioned;
       partitioned.resize(1400, 900);
-      partitioned.setDocument(&doc);
+      partitioned.setModels(&doc, session.analysis(), session.jobs());
       partitioned.show();
       QElapsedTimer since_result;
-      QObject::connect(&doc, &Document::partitionUpdated, [&] { since_result.start(); });
+      QObject::connect(session.analysis(), &AnalysisModel::partitionUpdated, [&] { since_result.start(); });
       partitioned.partitionNow();
       GraphPane* spmd_pane = partitioned.graphPane();
       if (!WaitFor([&] { return since_result.isValid() && spmd_pane->view()->scopeTree(); })) return 1;
       if (!LayoutAndPaint(*spmd_pane)) return 1;
       spmd = static_cast<double>(since_result.nsecsElapsed()) / 1e6;
       if (const Module* m = partitioned.spmdDocument()->module()) spmd_instructions = m->instruction_count();
-      doc.waitUntilIdle(600000);
+      if (!WaitFor([&] { return session.idle(); })) return 1;
     }
   }
   std::printf("%8lld  %8.0f  %8.0f  %8.0f  %8.0f  %8.0f (%lld)  %8.0f\n", static_cast<long long>(instructions),

@@ -28,6 +28,7 @@
 #include "simulator/schedule.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

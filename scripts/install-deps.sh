@@ -1,20 +1,38 @@
 #!/usr/bin/env bash
-# Installs ShardScope's build and runtime dependencies from Debian 12 packages — only those missing.
-# Idempotent: a second run checks and returns in about a second.
+# Installs ShardScope's build, test, packaging and runtime dependencies from Debian 12 packages —
+# only those missing. Every package the project needs is named here explicitly: the install uses
+# --no-install-recommends, so nothing may come in only as a Recommends of something else (that is
+# how libqt6opengl6-dev went missing on a minimal system). scripts/fresh-machine-check.sh proves the
+# list on a minimal Debian 12 root (mmdebstrap --variant=minbase bookworm).
+# Idempotent: when everything is present it checks and returns in well under a second.
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config ccache git
-  qt6-base-dev qt6-base-dev-tools qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev
+  # compiler, build tools, version control
+  build-essential g++ make cmake ninja-build pkg-config ccache
+  git ca-certificates            # ca-certificates: only a Recommends of git, needed to clone over https
+  # libraries the code builds against
+  qt6-base-dev qt6-base-dev-tools qt6-charts-dev qt6-svg-dev
+  libqt6opengl6-dev              # Qt6Charts needs Qt6OpenGL; only a Recommends of qt6-base-dev
+  libgl-dev
   libgraphviz-dev graphviz libeigen3-dev libsqlite3-dev
-  xvfb xauth imagemagick fonts-dejavu-core
+  # fonts for the GUI, the Graphviz layout (pango) and the offscreen screenshots
+  fontconfig fonts-dejavu-core
+  # a display for the GUI on a machine without one, and a look at the screenshots
+  xvfb xauth imagemagick
+  # the .deb (scripts/package.sh): CPack's DEB generator needs dpkg-shlibdeps (dpkg-dev) and file
+  # to compute Depends; the .desktop file and AppStream metadata are validated before packaging
+  dpkg-dev file desktop-file-utils appstream
 )
 
+# One dpkg-query for all packages: those not installed are listed as missing.
 missing=()
+declare -A installed=()
+while read -r name status; do
+  [ "$status" = "installed" ] && installed[$name]=1
+done < <(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${packages[@]}" 2>/dev/null || true)
 for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
+  [ -n "${installed[$p]:-}" ] || missing+=("$p")
 done
 
 if [ ${#missing[@]} -eq 0 ]; then

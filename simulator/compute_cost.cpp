@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-namespace shardscope {
+namespace shardscope::sim {
 
 RooflineEstimate ComputeRoofline(double flops, double bytes, const ChipSpec& chip) {
   RooflineEstimate r;
@@ -65,4 +65,4 @@ double BytesAccessed(const Instruction& inst) {
   return bytes;
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -9,7 +9,7 @@
 #include "core/base/status.h"
 #include "simulator/hardware.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 struct RooflineEstimate {
   double time_s = 0;
@@ -33,4 +33,4 @@ Result<double> CountFlops(const Instruction& inst);
 // Bytes read and written: every array operand once plus the result (tuples: their leaves).
 double BytesAccessed(const Instruction& inst);
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

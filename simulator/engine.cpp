@@ -14,7 +14,7 @@
 #include <utility>
 
 
-namespace shardscope {
+namespace shardscope::sim {
 
 namespace {
 
@@ -818,4 +818,4 @@ std::string DescribeSimulation(const Simulation& sim) {
   return os.str();
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

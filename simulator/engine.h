@@ -34,13 +34,13 @@
 
 #include "core/ir/ir.h"
 #include "core/base/status.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/memory_model.h"
 #include "simulator/run_result.h"
 #include "simulator/schedule.h"
 #include "simulator/topology.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 struct SimulationOptions {
   ExecProgramOptions program;        // schedule, fusion, while trip counts, in-place reuse, donation
@@ -89,4 +89,4 @@ Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& t
 // Human-readable summary lines (step time, breakdown, MFU, peak memory by category).
 std::string DescribeSimulation(const Simulation& sim);
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -11,7 +11,7 @@
 
 #include "core/base/json.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 namespace {
 
@@ -437,4 +437,4 @@ Result<ChipSpec> ResolveChip(std::string_view name_or_path) {
   return ChipPreset(name_or_path);
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -13,7 +13,7 @@
 
 #include "core/base/status.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 // How a generation decides which axes of a slice have wraparound links.
 enum class WraparoundRule : uint8_t {
@@ -89,4 +89,4 @@ Result<ChipSpec> LoadChipSpecFile(const std::string& path);
 // A preset name, or a path to a JSON file (anything ending in .json or containing a '/').
 Result<ChipSpec> ResolveChip(std::string_view name_or_path);
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -6,7 +6,7 @@
 #include <limits>
 #include <string_view>
 
-namespace shardscope {
+namespace shardscope::sim {
 
 namespace {
 
@@ -228,4 +228,4 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
   return prof;
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -44,7 +44,7 @@
 #include "simulator/run_result.h"
 #include "simulator/schedule.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 // The category of the value `inst` defines (rules above). `entry_parameter_names` holds every entry
 // parameter name (for the "_m"/"_v" rule); `operand_category` is the category of operand 0's value
@@ -79,4 +79,4 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
                                            const std::vector<double>& op_end, double step_end_s,
                                            const MemoryProfileOptions& options = {});
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <functional>
 
-namespace shardscope {
+namespace shardscope::sim {
 
 std::string_view StreamName(Stream s) {
   switch (s) {
@@ -283,4 +283,4 @@ Status DeviceClassBuilder::Finish(RunResult& run) {
   return Status::Ok();
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

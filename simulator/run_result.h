@@ -22,7 +22,7 @@
 
 #include "core/base/status.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 enum class Stream : uint8_t { kCompute = 0, kCommunication = 1 };
 inline constexpr int kNumStreams = 2;
@@ -200,4 +200,4 @@ class DeviceClassBuilder {
 // Hash of a class's detail (event device fields excluded); equal details hash equal.
 uint64_t HashDeviceDetail(const DeviceClass& detail);
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

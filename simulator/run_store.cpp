@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace shardscope {
+namespace shardscope::sim {
 
 namespace {
 
@@ -1035,4 +1035,4 @@ Result<RunComparison> RunStore::CompareRuns(int64_t run_a, int64_t run_b) {
   return CompareRunOverviews(*a, *b);
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

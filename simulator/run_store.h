@@ -26,7 +26,7 @@
 
 struct sqlite3;
 
-namespace shardscope {
+namespace shardscope::sim {
 
 // A closed-open time window [start_s, end_s).
 struct TimeRange {
@@ -123,4 +123,4 @@ class RunStore {
   std::string path_;
 };
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

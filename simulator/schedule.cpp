@@ -17,7 +17,7 @@
 #include "simulator/compute_cost.h"
 #include "simulator/memory_model.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 std::string_view ScheduleKindName(ScheduleKind k) {
   return k == ScheduleKind::kCollectivesEarly ? "collectives-early" : "program-order";
@@ -1170,4 +1170,4 @@ Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip,
   return program;
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -48,11 +48,11 @@
 #include "core/ir/ir.h"
 #include "core/ir/replica_groups.h"
 #include "core/base/status.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/hardware.h"
 #include "simulator/run_result.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 enum class ScheduleKind : uint8_t {
   kProgramOrder,      // instructions in the order written
@@ -139,4 +139,4 @@ double CountModuleFlops(const Module& module);
 
 
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

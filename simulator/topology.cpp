@@ -4,7 +4,7 @@
 #include <numeric>
 #include <sstream>
 
-namespace shardscope {
+namespace shardscope::sim {
 
 namespace {
 
@@ -433,4 +433,4 @@ std::string Topology::Describe() const {
   return ss.str();
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

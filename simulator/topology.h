@@ -22,7 +22,7 @@
 #include "core/base/status.h"
 #include "simulator/hardware.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 struct TopologyLink {
   int64_t id = -1;
@@ -138,4 +138,4 @@ class Topology {
   std::vector<std::vector<int64_t>> chip_devices_;
 };
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

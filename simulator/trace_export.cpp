@@ -15,7 +15,7 @@
 
 #include "core/base/json.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 // ---- Building blocks -----------------------------------------------------------------------------
 
@@ -447,4 +447,4 @@ Status ExportCsv(const RunResult& run, std::string_view kind, const std::string&
   return Error("unknown CSV export '" + std::string(kind) + "' (expected summary, timeline or memory)");
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -18,7 +18,7 @@
 #include "core/base/status.h"
 #include "simulator/run_result.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 // Which devices and which part of the step to export.
 struct ExportSelection {
@@ -59,4 +59,4 @@ std::string FormatDouble(double v);
 // "2024-05-01T12:00:00.123Z".
 std::string FormatUtcTime(int64_t unix_ms);
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -1,4 +1,4 @@
-// A replica group's plan and cost depend on that group alone (collective_cost.h, "How a group is
+// A replica group's plan and cost depend on that group alone (collectives/layout.h, "How a group is
 // laid out"): the same group costs the same alone and beside other groups whose links it does not
 // share, strictly more beside groups that share its links (contention only), and the same whatever
 // the order of the groups or a rotation / reversal of its members' ring order. The teaching
@@ -10,12 +10,13 @@
 
 #include <cmath>
 
-#include "simulator/collective_cost.h"
-#include "simulator/collective_steps.h"
+#include "simulator/collectives/cost.h"
+#include "simulator/collectives/walkthrough.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

@@ -20,6 +20,7 @@
 #include "simulator/topology.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

@@ -1,6 +1,6 @@
-// Teaching walkthroughs of collectives (simulator/collective_steps.h): the steps of the algorithms
-// collective_cost models, the transfers and holdings of each step, and the cost formula with its
-// numbers — which must agree with EstimateCollective for the same inputs. Published figures are
+// Teaching walkthroughs of collectives (simulator/collectives/walkthrough.h): the steps of each
+// collective's schedule (the one the cost model times), the transfers and holdings of each step, and
+// the cost formula with its numbers — which must agree with EstimateCollective for the same inputs. Published figures are
 // cited by their case id in ../shared/reference/validation.md.
 #include <QtTest/QtTest>
 
@@ -9,13 +9,14 @@
 #include <set>
 
 #include "core/sharding/mesh.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "core/base/units.h"
-#include "simulator/collective_steps.h"
+#include "simulator/collectives/walkthrough.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 
@@ -100,20 +101,6 @@ void CheckLinksEqual(const CollectiveWalkthrough& w, const Topology& t) {
     const double a = w.link_bytes[static_cast<size_t>(l)], b = expected[static_cast<size_t>(l)];
     QVERIFY2(std::fabs(a - b) <= 1e-9 * std::max(1.0, b), qPrintable(QString("link %1: plan %2, cost %3").arg(l).arg(a).arg(b)));
   }
-}
-
-// Reduce-scatter runs the all-gather schedule backwards: every link's reversed twin carries what the
-// cost model counts forwards, so the totals and the busiest link agree.
-void CheckLinkTotals(const CollectiveWalkthrough& w) {
-  double total = 0, busiest = 0;
-  for (double b : w.link_bytes) {
-    total += b;
-    busiest = std::max(busiest, b);
-  }
-  QVERIFY2(std::fabs(total - w.cost.total_link_bytes) <= 1e-9 * w.cost.total_link_bytes,
-           qPrintable(QString("total %1 vs %2").arg(total).arg(w.cost.total_link_bytes)));
-  QVERIFY2(std::fabs(busiest - w.cost.max_link_bytes) <= 1e-9 * w.cost.max_link_bytes,
-           qPrintable(QString("busiest %1 vs %2").arg(busiest).arg(w.cost.max_link_bytes)));
 }
 
 // The formula's time is EstimateCollective's, and recomputing it from the numbers it shows gives it too.
@@ -339,7 +326,7 @@ class TestCollectiveSteps : public QObject {
     }
     QVERIFY(rs.steps[1].after[0].cells[2].fill < 1);
     QVERIFY(rs.steps[0].caption.find("Reduced on arrival") != std::string::npos);
-    CheckLinkTotals(rs);
+    CheckLinksEqual(rs, ring);
     CheckFormula(rs, Cost(ring, CollectiveKind::kReduceScatter, {}, B));
     QCOMPARE(rs.formula.unit_bytes, kShard);
     // On a line the same holds (3 steps, partial sums start at the ends).
@@ -348,8 +335,28 @@ class TestCollectiveSteps : public QObject {
     QCOMPARE(rl.steps.size(), size_t{3});
     QCOMPARE(rl.steps[0].transfers.size(), size_t{2});
     QVERIFY(Find(rl, 1, 3, 2, 0) && Find(rl, 1, 0, 1, 3));
-    CheckLinkTotals(rl);
+    CheckLinksEqual(rl, line);
     CheckFormula(rl, Cost(line, CollectiveKind::kReduceScatter, {}, B));
+    // Partial sums run over the reverse links: 0 -> 1 carries chip 0's contributions to chunks 1, 2
+    // and 3 and 1 -> 0 only the partial sum of chunk 0; the all-gather is the other way round
+    // (shards 1, 2, 3 cross 1 -> 0, only shard 0 crosses 0 -> 1).
+    QCOMPARE(rl.link_bytes[static_cast<size_t>(line.LinkBetween(0, 1))], 3 * kShard);
+    QCOMPARE(rl.link_bytes[static_cast<size_t>(line.LinkBetween(1, 0))], 1 * kShard);
+    const CollectiveWalkthrough gl = Walk(line, CollectiveKind::kAllGather, {}, kShard);
+    QCOMPARE(gl.link_bytes[static_cast<size_t>(line.LinkBetween(0, 1))], 1 * kShard);
+    QCOMPARE(gl.link_bytes[static_cast<size_t>(line.LinkBetween(1, 0))], 3 * kShard);
+    // An all-reduce on the line runs the two passes one after the other: its bandwidth time is the
+    // reduce-scatter's busiest link (0 -> 1) plus the all-gather's (1 -> 0), 6 chunks, though no
+    // single link carries more than 4 (N) over the whole collective.
+    const CollectiveWalkthrough al = Walk(line, CollectiveKind::kAllReduce, {}, B);
+    CheckLinksEqual(al, line);
+    CheckFormula(al, Cost(line, CollectiveKind::kAllReduce, {}, B));
+    double most = 0;
+    for (double bytes : al.link_bytes) most = std::max(most, bytes);
+    QCOMPARE(most, 4 * kShard);
+    QCOMPARE(al.cost.max_link_bytes, 6 * kShard);
+    QCOMPARE(al.cost.bandwidth_time_s, 6 * kShard / 4.5e10);
+    QCOMPARE(al.cost.pass_busiest.size(), size_t{2});
   }
 
   void allReduceIsReduceScatterThenAllGather() {
@@ -382,7 +389,7 @@ class TestCollectiveSteps : public QObject {
     }
     QVERIFY(ar.steps[0].caption.find("(reduce-scatter)") != std::string::npos);
     QVERIFY(ar.steps[2].caption.find("(all-gather of the reduced chunks)") != std::string::npos);
-    CheckLinkTotals(ar);
+    CheckLinksEqual(ar, ring);
     CheckFormula(ar, Cost(ring, CollectiveKind::kAllReduce, {}, B));
     // The book's all-reduce is twice its all-gather of the buffer (SB part 3).
     QCOMPARE(ar.formula.book_time_s, 2 * BookCollectiveTime(CollectiveKind::kAllGather, B, 4.5e10, us, {4}, true));
@@ -548,7 +555,7 @@ class TestCollectiveSteps : public QObject {
       if (h.group >= 0) QCOMPARE(h.cells[static_cast<size_t>(h.position)].fill, 1.0);
     }
     for (const auto& h : ar.steps.back().after) QCOMPARE(Full(ar, 8, h.device).size(), size_t{16});
-    CheckLinkTotals(ar);
+    CheckLinksEqual(ar, t);
     CheckFormula(ar, Cost(t, CollectiveKind::kAllReduce, groups, 16 * per_device));
   }
 
@@ -560,7 +567,6 @@ class TestCollectiveSteps : public QObject {
       std::vector<std::vector<int64_t>> groups;
       double bytes;
       CollectiveOptions options;
-      bool per_link;  // the plan's per-link bytes equal the cost model's (gathers, all-to-all)
     };
     std::vector<Case> cases;
     CollectiveOptions one_way;
@@ -568,42 +574,42 @@ class TestCollectiveSteps : public QObject {
     CollectiveOptions additive;
     additive.latency_model = LatencyModel::kAdditive;
     const DeviceMesh m44 = Mesh("X=4,Y=4");
-    cases.push_back({"ring AG one way", Chain(4, true), CollectiveKind::kAllGather, {}, kShard, one_way, true});
-    cases.push_back({"ring AR one way", Chain(5, true), CollectiveKind::kAllReduce, {}, 5 * kShard, one_way, false});
-    cases.push_back({"odd ring AG", Chain(5, true), CollectiveKind::kAllGather, {}, kShard, {}, true});
-    cases.push_back({"odd ring RS additive", Chain(5, true), CollectiveKind::kReduceScatter, {}, 5 * kShard, additive, false});
-    cases.push_back({"line A2A", Chain(6, false), CollectiveKind::kAllToAll, {}, 6 * kShard, {}, true});
-    cases.push_back({"ring A2A one way", Chain(6, true), CollectiveKind::kAllToAll, {}, 6 * kShard, one_way, true});
+    cases.push_back({"ring AG one way", Chain(4, true), CollectiveKind::kAllGather, {}, kShard, one_way});
+    cases.push_back({"ring AR one way", Chain(5, true), CollectiveKind::kAllReduce, {}, 5 * kShard, one_way});
+    cases.push_back({"odd ring AG", Chain(5, true), CollectiveKind::kAllGather, {}, kShard, {}});
+    cases.push_back({"odd ring RS additive", Chain(5, true), CollectiveKind::kReduceScatter, {}, 5 * kShard, additive});
+    cases.push_back({"line A2A", Chain(6, false), CollectiveKind::kAllToAll, {}, 6 * kShard, {}});
+    cases.push_back({"ring A2A one way", Chain(6, true), CollectiveKind::kAllToAll, {}, 6 * kShard, one_way});
     // Members listed out of physical order: still the physical line 0-1-2-3.
-    cases.push_back({"shuffled line", Chain(4, false), CollectiveKind::kAllGather, {{0, 2, 1, 3}}, kShard, {}, true});
+    cases.push_back({"shuffled line", Chain(4, false), CollectiveKind::kAllGather, {{0, 2, 1, 3}}, kShard, {}});
     // An irregular group: a logical ring whose hops are routed over the line.
-    cases.push_back({"routed ring", Chain(6, false), CollectiveKind::kAllGather, {{0, 2, 5, 3}}, kShard, {}, true});
-    cases.push_back({"routed ring AR", Chain(6, false), CollectiveKind::kAllReduce, {{0, 2, 5, 3}}, 4 * kShard, {}, false});
+    cases.push_back({"routed ring", Chain(6, false), CollectiveKind::kAllGather, {{0, 2, 5, 3}}, kShard, {}});
+    cases.push_back({"routed ring AR", Chain(6, false), CollectiveKind::kAllReduce, {{0, 2, 5, 3}}, 4 * kShard, {}});
     // A segment of a ring through its wraparound link, members in any order: a line.
-    cases.push_back({"segment across wraparound", Chain(8, true), CollectiveKind::kAllGather, {{0, 1, 6, 7}, {2, 3, 4, 5}}, kShard, {}, true});
-    cases.push_back({"segment across wraparound A2A", Chain(8, true), CollectiveKind::kAllToAll, {{0, 1, 6, 7}}, 4 * kShard, {}, true});
+    cases.push_back({"segment across wraparound", Chain(8, true), CollectiveKind::kAllGather, {{0, 1, 6, 7}, {2, 3, 4, 5}}, kShard, {}});
+    cases.push_back({"segment across wraparound A2A", Chain(8, true), CollectiveKind::kAllToAll, {{0, 1, 6, 7}}, 4 * kShard, {}});
     // A cycle with one hop between non-neighbours (an L on a 4x4 mesh) is cut into a line there.
-    cases.push_back({"L cut into a line", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kAllGather, {{2, 6, 0, 1}}, kShard, {}, true});
+    cases.push_back({"L cut into a line", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kAllGather, {{2, 6, 0, 1}}, kShard, {}});
     // A 2x2 sub-grid through the wraparound of a 4x4 torus.
     cases.push_back({"sub-grid across wraparound", ForMesh(Preset("tpu-v4"), m44, TopologyOptions::Wraparound::kAll),
-                     CollectiveKind::kAllReduce, {{3, 0, 7, 4}}, 4 * kShard, {}, false});
+                     CollectiveKind::kAllReduce, {{3, 0, 7, 4}}, 4 * kShard, {}});
     // Groups with different step latencies (a line and a 2-hop pair), latency-bound: max, not sum.
-    cases.push_back({"unequal groups", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kAllGather, {{0, 1, 2, 3}, {4, 6}}, 64, {}, true});
-    cases.push_back({"strided groups", Chain(8, true), CollectiveKind::kAllGather, {{0, 2, 4, 6}, {1, 3, 5, 7}}, kShard, {}, true});
+    cases.push_back({"unequal groups", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kAllGather, {{0, 1, 2, 3}, {4, 6}}, 64, {}});
+    cases.push_back({"strided groups", Chain(8, true), CollectiveKind::kAllGather, {{0, 2, 4, 6}, {1, 3, 5, 7}}, kShard, {}});
     cases.push_back({"2x4 torus AR XY", ForMesh(Preset("tpu-v4"), Mesh("X=2,Y=4"), TopologyOptions::Wraparound::kAll),
-                     CollectiveKind::kAllReduce, {}, 8 * kShard, {}, false});
-    cases.push_back({"4x4 mesh AG XY", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kAllGather, {}, kShard, {}, true});
-    cases.push_back({"4x4 mesh RS X", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kReduceScatter, Groups(m44, {"X"}), kShard, {}, false});
+                     CollectiveKind::kAllReduce, {}, 8 * kShard, {}});
+    cases.push_back({"4x4 mesh AG XY", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kAllGather, {}, kShard, {}});
+    cases.push_back({"4x4 mesh RS X", ForMesh(Preset("tpu-v5e"), m44), CollectiveKind::kReduceScatter, Groups(m44, {"X"}), kShard, {}});
     // C7: TPU v4 4x4x4, AllGather_X of bf16[128]: latency-bound, about 2 us (2 hops).
     const DeviceMesh cube = Mesh("X=4,Y=4,Z=4");
-    cases.push_back({"C7 latency-bound", ForMesh(Preset("tpu-v4"), cube), CollectiveKind::kAllGather, Groups(cube, {"X"}), 256.0 / 4, {}, true});
+    cases.push_back({"C7 latency-bound", ForMesh(Preset("tpu-v4"), cube), CollectiveKind::kAllGather, Groups(cube, {"X"}), 256.0 / 4, {}});
     // Two devices per chip (TPU v3 cores): the chip's devices share what it holds.
     auto v3 = WithCoresPerChip(Preset("tpu-v3"), 2);
     QVERIFY(v3.ok());
-    cases.push_back({"v3 two cores", ForMesh(v3.value(), Mesh("X=4,Y=4")), CollectiveKind::kAllGather, Groups(m44, {"Y"}), kShard, {}, true});
-    cases.push_back({"h100 switch AG", ForMesh(Preset("h100"), Mesh("X=8")), CollectiveKind::kAllGather, {}, kShard, {}, true});
-    cases.push_back({"h100 switch AR", ForMesh(Preset("h100"), Mesh("X=8")), CollectiveKind::kAllReduce, {}, 8 * kShard, {}, false});
-    cases.push_back({"h100 switch A2A", ForMesh(Preset("h100"), Mesh("X=8")), CollectiveKind::kAllToAll, {}, 8 * kShard, {}, true});
+    cases.push_back({"v3 two cores", ForMesh(v3.value(), Mesh("X=4,Y=4")), CollectiveKind::kAllGather, Groups(m44, {"Y"}), kShard, {}});
+    cases.push_back({"h100 switch AG", ForMesh(Preset("h100"), Mesh("X=8")), CollectiveKind::kAllGather, {}, kShard, {}});
+    cases.push_back({"h100 switch AR", ForMesh(Preset("h100"), Mesh("X=8")), CollectiveKind::kAllReduce, {}, 8 * kShard, {}});
+    cases.push_back({"h100 switch A2A", ForMesh(Preset("h100"), Mesh("X=8")), CollectiveKind::kAllToAll, {}, 8 * kShard, {}});
     for (const Case& c : cases) {
       WalkthroughOptions o;
       o.collective = c.options;
@@ -613,8 +619,7 @@ class TestCollectiveSteps : public QObject {
       QVERIFY2(static_cast<int64_t>(w->steps.size()) == cost.steps,
                qPrintable(QString("%1: %2 steps, cost %3").arg(c.name).arg(w->steps.size()).arg(cost.steps)));
       CheckFormula(w.value(), cost, c.options.latency_model);
-      if (c.per_link) CheckLinksEqual(w.value(), c.topo);
-      else CheckLinkTotals(w.value());
+      CheckLinksEqual(w.value(), c.topo);
       if (QTest::currentTestFailed()) {
         qWarning("in case %s", c.name);
         return;

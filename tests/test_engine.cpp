@@ -22,7 +22,7 @@
 #include "core/zoo/model_zoo.h"
 #include "partitioner/propagation/sharding_propagation.h"
 #include "partitioner/spmd/spmd_partitioner.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/compute_cost.h"
 #include "simulator/engine.h"
 #include "simulator/hardware.h"
@@ -31,6 +31,7 @@
 #include "simulator/topology.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

@@ -15,17 +15,26 @@
 #include <QTextBrowser>
 #include <QtTest>
 
+#include "app/gui/run_store_jobs.h"
+#include "app/gui/analysis_jobs.h"
+#include "core/base/units.h"
+#include "gui_test_support.h"
+#include "simulator/hardware.h"
 #include "simulator/run_store.h"
-#include "views/document.h"
-#include "views/engine.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
 #include "views/item_models.h"
+#include "views/run_history.h"
 #include "views/memory_chart.h"
 #include "views/sharding_style.h"
 #include "views/simulation_view.h"
 #include "views/timeline_view.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 using namespace shardscope::views;
+using shardscope::gui::Session;
+using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
@@ -50,21 +59,21 @@ ENTRY main {
 
 // A document with its simulation panel, shown (offscreen) so geometry is real.
 struct Panel {
-  Document doc;
+  Session doc;
   SimulationView view;
   Panel() {
-    view.setDocument(&doc);
+    view.setModels(doc.document(), doc.analysis(), doc.runs());
     view.resize(1400, 800);
     view.setConfirmDeletes(false);
     view.show();
   }
-  bool load() { return doc.loadHloText(kModule, "hist.hlo").ok() && doc.waitUntilIdle(60000); }
+  bool load() { return doc.loadHloText(kModule, "hist.hlo").ok() && WaitUntilIdle(doc, 60000); }
   // Simulates one step; the new run, or null.
   std::shared_ptr<const RunResult> simulate(const QString& chip) {
-    const size_t before = doc.runHistory().size();
-    doc.requestSimulation(chip);
-    if (!doc.waitUntilIdle(120000) || !doc.simulation().ok || doc.runHistory().size() != before + 1) return nullptr;
-    return doc.simulation().run;
+    const size_t before = doc.runs()->runs().size();
+    doc.analysis()->requestSimulation(chip);
+    if (!WaitUntilIdle(doc, 120000) || !doc.analysis()->simulation().ok() || doc.runs()->runs().size() != before + 1) return nullptr;
+    return doc.analysis()->simulation().run;
   }
 };
 
@@ -94,7 +103,7 @@ class TestGuiHistory : public QObject {
 
  private slots:
   void initTestCase() {
-    if (ChipPresets().empty()) QSKIP("the simulator is not built in");
+    if (ChipPresetNames().empty()) QSKIP("the simulator is not built in");
     QStandardPaths::setTestModeEnabled(true);
     QVERIFY(dir_.isValid());
   }
@@ -122,7 +131,7 @@ class TestGuiHistory : public QObject {
     QCOMPARE(model.columnCount(), static_cast<int>(RunHistoryModel::kColumnCount));
     QCOMPARE(model.headerData(RunHistoryModel::kModule, Qt::Horizontal).toString(), QString("Module"));
     QCOMPARE(model.index(0, RunHistoryModel::kModule).data().toString(), QString("layer"));
-    QCOMPARE(model.index(0, RunHistoryModel::kBytes).data().toString(), QString("3.00 MiB"));
+    QCOMPARE(model.index(0, RunHistoryModel::kBytes).data().toString(), QString("3.15 MB"));
     QCOMPARE(model.index(0, RunHistoryModel::kBytes).data(RunHistoryModel::kSortRole).toLongLong(), qint64{3 * 1024 * 1024});
     QCOMPARE(model.index(0, RunHistoryModel::kStepTime).data(RunHistoryModel::kSortRole).toDouble(), 0.002);
     QCOMPARE(model.index(0, RunHistoryModel::kId).data().toLongLong(), qint64{4});
@@ -139,9 +148,9 @@ class TestGuiHistory : public QObject {
   void everyRunIsStoredAndListedAtStart() {
     Panel p;
     QVERIFY(p.load());
-    QVERIFY(p.doc.waitUntilIdle(30000));
-    QCOMPARE(p.doc.runStorePath(), db_);
-    QVERIFY(p.doc.runStoreError().isEmpty());
+    QVERIFY(WaitUntilIdle(p.doc, 30000));
+    QCOMPARE(p.doc.runs()->storePath(), db_);
+    QVERIFY(p.doc.runs()->storeError().isEmpty());
     QVERIFY(p.view.storeLabel()->text().contains(db_));
     const auto a = p.simulate("tpu-v4");
     const auto b = p.simulate("tpu-v5e");
@@ -156,8 +165,8 @@ class TestGuiHistory : public QObject {
       const RunOverview& db = rows[static_cast<size_t>(i)];
       QCOMPARE(model->index(i, RunHistoryModel::kId).data(RunHistoryModel::kRunIdRole).toLongLong(), db.id);
       QCOMPARE(model->index(i, RunHistoryModel::kStepTime).data(RunHistoryModel::kSortRole).toDouble(), db.summary.step_time_s);
-      QCOMPARE(model->index(i, RunHistoryModel::kStepTime).data().toString(), FormatSeconds(db.summary.step_time_s));
-      QCOMPARE(model->index(i, RunHistoryModel::kPeakMemory).data().toString(), FormatBytes(db.summary.peak_memory_bytes));
+      QCOMPARE(model->index(i, RunHistoryModel::kStepTime).data().toString(), QString::fromStdString(FormatSeconds(db.summary.step_time_s)));
+      QCOMPARE(model->index(i, RunHistoryModel::kPeakMemory).data().toString(), QString::fromStdString(FormatBytes(static_cast<double>(db.summary.peak_memory_bytes))));
       QCOMPARE(model->index(i, RunHistoryModel::kChip).data().toString(), QString::fromStdString(db.inputs.chip_preset));
       QCOMPARE(model->index(i, RunHistoryModel::kModule).data().toString(), QString("hist"));
       QCOMPARE(model->index(i, RunHistoryModel::kMesh).data().toString(), QString("X=4"));
@@ -176,7 +185,7 @@ class TestGuiHistory : public QObject {
     // A new document and panel on the same store list both at start, before any simulation.
     Panel q;
     QAbstractItemModelTester tester(q.view.history(), QAbstractItemModelTester::FailureReportingMode::QtTest);
-    QVERIFY(q.doc.waitUntilIdle(30000));
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
     QCOMPARE(q.view.history()->rowCount(), 2);
     QCOMPARE(q.view.history()->index(0, RunHistoryModel::kId).data(RunHistoryModel::kRunIdRole).toLongLong(), a->id);
     QCOMPARE(q.view.history()->index(1, RunHistoryModel::kId).data(RunHistoryModel::kRunIdRole).toLongLong(), b->id);
@@ -192,11 +201,11 @@ class TestGuiHistory : public QObject {
     QVERIFY(a && b && c);
     // Another panel on the same store edits; the first one and the database see it.
     Panel q;
-    QVERIFY(q.doc.waitUntilIdle(30000));
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
     QCOMPARE(q.view.history()->rowCount(), 3);
     QVERIFY(q.view.history()->setData(q.view.history()->index(0, RunHistoryModel::kLabel), "baseline"));
-    QVERIFY(q.doc.waitUntilIdle(30000));
-    QCOMPARE(QString::fromStdString(q.doc.runOverview(a->id)->label), QString("baseline"));
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
+    QCOMPARE(QString::fromStdString(q.doc.runs()->overview(a->id)->label), QString("baseline"));
     auto rows = StoredRuns(db_);
     QCOMPARE(rows.size(), size_t{3});
     QCOMPARE(rows[0].label, std::string("baseline"));
@@ -204,27 +213,27 @@ class TestGuiHistory : public QObject {
     // Delete (the key, on the selected row) removes it from the panel and the store.
     QTableView* table = q.view.historyTable();
     ClickRow(table, 1);
-    QVERIFY(q.doc.waitUntilIdle(30000));
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
     QCOMPARE(q.view.shownRun(), b->id);
     QTest::keyClick(table, Qt::Key_Delete);
     QCOMPARE(q.view.history()->rowCount(), 2);
     QCOMPARE(q.view.history()->rowOf(b->id), -1);
-    QVERIFY(q.doc.waitUntilIdle(30000));
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
     rows = StoredRuns(db_);
     QCOMPARE(rows.size(), size_t{2});
     QCOMPARE(rows[0].id, a->id);
     QCOMPARE(rows[1].id, c->id);
     // The first document sees both edits when it lists the store again.
-    p.doc.refreshRunStore();
-    QVERIFY(p.doc.waitUntilIdle(30000));
+    p.doc.store()->refresh();
+    QVERIFY(WaitUntilIdle(p.doc, 30000));
     QCOMPARE(p.view.history()->rowCount(), 2);
     QCOMPARE(p.view.history()->index(0, RunHistoryModel::kLabel).data().toString(), QString("baseline"));
     // Deleting a run that is already gone from the store reports it and lists the store again.
-    QSignalSpy messages(&p.doc, &Document::runStoreMessage);
-    QVERIFY(q.doc.deleteRun(c->id));
-    QVERIFY(q.doc.waitUntilIdle(30000));
-    QVERIFY(p.doc.deleteRun(c->id));
-    QVERIFY(p.doc.waitUntilIdle(30000));
+    QSignalSpy messages(p.doc.runs(), &RunHistory::storeMessage);
+    QVERIFY(q.doc.runs()->deleteRun(c->id));
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
+    QVERIFY(p.doc.runs()->deleteRun(c->id));
+    QVERIFY(WaitUntilIdle(p.doc, 30000));
     QCOMPARE(messages.count(), 1);
     QVERIFY2(messages.at(0).at(0).toString().startsWith(QString("Cannot delete run %1: ").arg(c->id)) &&
                  messages.at(0).at(0).toString().contains(QString("no run with id %1").arg(c->id)),
@@ -232,10 +241,10 @@ class TestGuiHistory : public QObject {
     QCOMPARE(StoredRuns(db_).size(), size_t{1});
     QCOMPARE(p.view.history()->rowCount(), 1);
     // Relabelling a run another window deleted meanwhile: the same report, and the list is redone.
-    QVERIFY(q.doc.deleteRun(a->id));
-    QVERIFY(q.doc.waitUntilIdle(30000));
-    QVERIFY(p.doc.setRunLabel(a->id, "too late"));
-    QVERIFY(p.doc.waitUntilIdle(30000));
+    QVERIFY(q.doc.runs()->deleteRun(a->id));
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
+    QVERIFY(p.doc.runs()->setLabel(a->id, "too late"));
+    QVERIFY(WaitUntilIdle(p.doc, 30000));
     QCOMPARE(messages.count(), 2);
     QVERIFY2(messages.at(1).at(0).toString().startsWith(QString("Cannot relabel run %1: ").arg(a->id)),
              qPrintable(messages.at(1).at(0).toString()));
@@ -257,17 +266,17 @@ class TestGuiHistory : public QObject {
     // A fresh panel has nothing in memory: clicking the first row loads it from the store.
     Panel q;
     QVERIFY(q.load());
-    QVERIFY(!q.doc.loadedRun(a->id));
+    QVERIFY(!q.doc.runs()->loadedRun(a->id));
     QCOMPARE(q.view.timeline()->run(), nullptr);
     ClickRow(q.view.historyTable(), 0);
-    QVERIFY(q.doc.waitUntilIdle(30000));
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
     QVERIFY(q.view.timeline()->run());
     QCOMPARE(q.view.timeline()->run()->id, a->id);
     QCOMPARE(q.view.shownRun(), a->id);
     // The stored detail is the simulated one: same events, memory and peak buffers.
     QCOMPARE(q.view.timeline()->run()->classes, a->classes);
     QVERIFY(q.view.memoryChart()->pointCount() > 0);
-    QVERIFY(q.view.memoryChart()->title().contains(FormatBytes(a->classes[0].peak_memory_bytes)));
+    QVERIFY(q.view.memoryChart()->title().contains(QString::fromStdString(FormatBytes(static_cast<double>(a->classes[0].peak_memory_bytes)))));
     QVERIFY(q.view.memoryChart()->seriesNames().contains("peak"));
     // The buffers live at the peak are listed (the largest first).
     const QString html = q.view.findChild<QTextBrowser*>()->toPlainText();
@@ -286,7 +295,7 @@ class TestGuiHistory : public QObject {
     QTableView* table = p.view.historyTable();
     ClickRow(table, 0);
     ClickRow(table, 1, Qt::ControlModifier);
-    QVERIFY(p.doc.waitUntilIdle(30000));
+    QVERIFY(WaitUntilIdle(p.doc, 30000));
     QVERIFY(p.view.comparedRuns());
     QCOMPARE(p.view.comparedRuns()->first, a->id);
     QCOMPARE(p.view.comparedRuns()->second, b->id);
@@ -311,8 +320,8 @@ class TestGuiHistory : public QObject {
     // The better one is marked: less time and memory, more MFU.
     const auto better = [&](int row) { return t->item(row, 5)->text(); };
     QCOMPARE(better(0), b->summary.step_time_s < a->summary.step_time_s ? QString("B") : QString("A"));
-    QCOMPARE(t->item(0, 1)->text(), FormatSeconds(a->summary.step_time_s));
-    QCOMPARE(t->item(0, 2)->text(), FormatSeconds(b->summary.step_time_s));
+    QCOMPARE(t->item(0, 1)->text(), QString::fromStdString(FormatSeconds(a->summary.step_time_s)));
+    QCOMPARE(t->item(0, 2)->text(), QString::fromStdString(FormatSeconds(b->summary.step_time_s)));
     QCOMPARE(better(7), a->summary.mfu == b->summary.mfu ? QString("=") : b->summary.mfu > a->summary.mfu ? QString("B") : QString("A"));
     QVERIFY(a->summary.step_time_s != b->summary.step_time_s);  // different chips
     // Both timelines, on one time scale, and both memory curves overlaid.
@@ -330,7 +339,7 @@ class TestGuiHistory : public QObject {
     QCOMPARE(p.view.comparedTimeline()->rangeEnd(), a->summary.step_time_s / 2);
     // One row again: back to one run.
     ClickRow(table, 1);
-    QVERIFY(p.doc.waitUntilIdle(30000));
+    QVERIFY(WaitUntilIdle(p.doc, 30000));
     QVERIFY(!p.view.comparedRuns());
     QVERIFY(!p.view.comparedTimeline()->isVisible());
     QCOMPARE(p.view.shownRun(), b->id);
@@ -351,7 +360,7 @@ class TestGuiHistory : public QObject {
       if (e.stream == Stream::kCommunication && e.kind == "all-gather") gather = &e;
     }
     QVERIFY(z_event && gather);
-    QVERIFY(!p.doc.findInstruction(QString::fromStdString(gather->instruction)));  // not an original name
+    QVERIFY(!p.doc.document()->findInstruction(QString::fromStdString(gather->instruction)));  // not an original name
     // Zoom so the event spans the middle third of the plot, then click its middle.
     auto click = [&](const TimelineEvent& e) {
       timeline->setRange(e.start_s - e.duration_s, e.end_s() + e.duration_s);
@@ -361,13 +370,13 @@ class TestGuiHistory : public QObject {
       QVERIFY(std::abs(timeline->eventCenter(0, e.stream, e.instruction).x() - x) <= 1);
       QTest::mouseClick(timeline, Qt::LeftButton, {}, QPoint(x, y));
     };
-    const int64_t z = p.doc.findInstruction("z")->id();
-    const int64_t y = p.doc.findInstruction("y")->id();
+    const int64_t z = p.doc.document()->findInstruction("z")->id();
+    const int64_t y = p.doc.document()->findInstruction("y")->id();
     click(*z_event);
-    QCOMPARE(p.doc.selected(), z);
+    QCOMPARE(p.doc.document()->selected(), z);
     // The collective selects the instruction that needed it (the partitioner's map of this run).
     click(*gather);
-    QCOMPARE(p.doc.selected(), y);
+    QCOMPARE(p.doc.document()->selected(), y);
     QVERIFY(p.view.statusLabel()->text().contains("all-gather"));
     // The selected instruction's events are outlined: its tooltip names the original.
     QVERIFY(timeline->toolTipAt(timeline->eventCenter(0, Stream::kCommunication, gather->instruction)).contains("from <i>y</i>"));
@@ -378,26 +387,26 @@ class TestGuiHistory : public QObject {
     Panel q;
     QVERIFY(q.load());
     QVERIFY(q.view.showRun(run->id));
-    QVERIFY(q.doc.waitUntilIdle(30000));
-    QVERIFY(q.doc.loadedRun(run->id) != nullptr);
-    QVERIFY(!q.doc.partition().ok);  // nothing partitioned in this document
-    QCOMPARE(q.doc.instructionForEvent(run->id, QString::fromStdString(gather->instruction)), q.doc.findInstruction("y")->id());
-    QCOMPARE(q.doc.instructionForEvent(run->id, "z"), q.doc.findInstruction("z")->id());
-    QCOMPARE(q.doc.instructionForEvent(run->id, "z[3]"), q.doc.findInstruction("z")->id());  // loop suffix
-    QCOMPARE(q.doc.instructionForEvent(run->id, "no-such-instruction"), int64_t{-1});
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
+    QVERIFY(q.doc.runs()->loadedRun(run->id) != nullptr);
+    QVERIFY(!q.doc.analysis()->partition().ok());  // nothing partitioned in this document
+    QCOMPARE(q.view.instructionForEvent(run->id, QString::fromStdString(gather->instruction)), q.doc.document()->findInstruction("y")->id());
+    QCOMPARE(q.view.instructionForEvent(run->id, "z"), q.doc.document()->findInstruction("z")->id());
+    QCOMPARE(q.view.instructionForEvent(run->id, "z[3]"), q.doc.document()->findInstruction("z")->id());  // loop suffix
+    QCOMPARE(q.view.instructionForEvent(run->id, "no-such-instruction"), int64_t{-1});
   }
 
   void cancelDropsThePendingResult() {
     Panel p;
     QVERIFY(p.load());
-    QVERIFY(p.doc.waitUntilIdle(30000));
-    QSignalSpy added(&p.doc, &Document::runAdded);
+    QVERIFY(WaitUntilIdle(p.doc, 30000));
+    QSignalSpy added(p.doc.runs(), &RunHistory::runAdded);
     p.view.simulate();
-    QVERIFY(p.doc.simulationBusy());
+    QVERIFY(p.doc.analysis()->simulationBusy());
     QVERIFY(!p.view.simulateButton()->isEnabled());
     QVERIFY(p.view.cancelButton()->isVisible());
     p.view.cancel();
-    QVERIFY(!p.doc.simulationBusy());
+    QVERIFY(!p.doc.analysis()->simulationBusy());
     QVERIFY(p.view.simulateButton()->isEnabled());
     QVERIFY(!p.view.cancelButton()->isVisible());
     QVERIFY(p.view.statusLabel()->text().startsWith("Cancelled"));
@@ -406,34 +415,34 @@ class TestGuiHistory : public QObject {
     QVERIFY(run);
     QCOMPARE(added.count(), 1);
     QCOMPARE(StoredRuns(db_).size(), size_t{1});
-    QCOMPARE(p.doc.runHistory().size(), size_t{1});
+    QCOMPARE(p.doc.runs()->runs().size(), size_t{1});
   }
 
   void projectKeepsItsRunsNextToIt() {
     qunsetenv("SHARDSCOPE_RUN_DB");
-    const QString per_user = Document::chooseRunStorePath(QString());
+    const QString per_user = gui::RunStoreJobs::chooseStorePath(QString());
     QVERIFY(per_user.endsWith("/runs.sqlite"));
     QFile::remove(per_user);  // test mode: ~/.qttest, not the user's store
     const QString project = dir_.filePath("model.shardscope");
     const QString project_db = dir_.filePath("model.runs.sqlite");
-    QCOMPARE(Document::chooseRunStorePath(project), project_db);
+    QCOMPARE(gui::RunStoreJobs::chooseStorePath(project), project_db);
     int64_t carried_id = 0;
     double step = 0;
     {
       Panel p;
       QVERIFY(p.load());
-      QCOMPARE(p.doc.runStorePath(), per_user);
+      QCOMPARE(p.doc.runs()->storePath(), per_user);
       const auto run = p.simulate("tpu-v4");
       QVERIFY(run);
       step = run->summary.step_time_s;
       QVERIFY(p.doc.saveProject(project).ok());
-      QVERIFY(p.doc.waitUntilIdle(30000));
-      QCOMPARE(p.doc.runStorePath(), project_db);
+      QVERIFY(WaitUntilIdle(p.doc, 30000));
+      QCOMPARE(p.doc.runs()->storePath(), project_db);
       // The session's run came along into the project's store.
       QCOMPARE(p.view.history()->rowCount(), 1);
       carried_id = p.view.history()->at(0)->id;
-      QVERIFY(p.doc.loadedRun(carried_id));
-      QCOMPARE(p.doc.instructionForEvent(carried_id, "z"), p.doc.findInstruction("z")->id());
+      QVERIFY(p.doc.runs()->loadedRun(carried_id));
+      QCOMPARE(p.view.instructionForEvent(carried_id, "z"), p.doc.document()->findInstruction("z")->id());
     }
     const auto rows = StoredRuns(project_db);
     QCOMPARE(rows.size(), size_t{1});
@@ -443,8 +452,8 @@ class TestGuiHistory : public QObject {
     // Opening the project lists its runs.
     Panel q;
     QVERIFY(q.doc.loadProject(project).ok());
-    QVERIFY(q.doc.waitUntilIdle(30000));
-    QCOMPARE(q.doc.runStorePath(), project_db);
+    QVERIFY(WaitUntilIdle(q.doc, 30000));
+    QCOMPARE(q.doc.runs()->storePath(), project_db);
     QCOMPARE(q.view.history()->rowCount(), 1);
     QCOMPARE(q.view.history()->at(0)->summary.step_time_s, step);
     QFile::remove(per_user);
@@ -476,9 +485,9 @@ class TestGuiHistory : public QObject {
     qputenv("SHARDSCOPE_RUN_DB", path.toLocal8Bit());
     Panel p;
     QVERIFY(p.load());
-    QVERIFY(p.doc.waitUntilIdle(30000));
-    QVERIFY(p.doc.runStorePath().isEmpty());
-    QVERIFY(!p.doc.runStoreError().isEmpty());
+    QVERIFY(WaitUntilIdle(p.doc, 30000));
+    QVERIFY(p.doc.runs()->storePath().isEmpty());
+    QVERIFY(!p.doc.runs()->storeError().isEmpty());
     const QString message = p.view.storeLabel()->text();
     QVERIFY2(message.contains("not saved") && message.contains(path.toHtmlEscaped()), qPrintable(message));
     // Simulating still works; the runs are kept in memory and can be shown and compared.
@@ -492,14 +501,14 @@ class TestGuiHistory : public QObject {
     QVERIFY(p.view.showRun(a->id));
     QCOMPARE(p.view.timeline()->run(), a.get());
     QVERIFY(p.view.compareRuns(a->id, b->id));
-    QVERIFY(p.doc.waitUntilIdle(30000));
+    QVERIFY(WaitUntilIdle(p.doc, 30000));
     const RunComparison expected = CompareRunOverviews(OverviewOf(*a), OverviewOf(*b));
     QCOMPARE(p.view.comparisonTable()->rowCount(), 8);
     QCOMPARE(p.view.comparisonTable()->item(0, 1)->data(Qt::UserRole).toDouble(), expected.step_time.a);
     QCOMPARE(p.view.comparisonTable()->item(1, 2)->data(Qt::UserRole).toDouble(), expected.peak_memory.b);
-    QVERIFY(p.doc.setRunLabel(a->id, "kept"));
+    QVERIFY(p.doc.runs()->setLabel(a->id, "kept"));
     QCOMPARE(p.view.history()->index(0, RunHistoryModel::kLabel).data().toString(), QString("kept"));
-    QVERIFY(p.doc.deleteRun(b->id));
+    QVERIFY(p.doc.runs()->deleteRun(b->id));
     QCOMPARE(p.view.history()->rowCount(), 1);
     // The file was not touched.
     if (kind == "corrupt") {

@@ -8,15 +8,20 @@
 #include <QUndoStack>
 #include <QtTest>
 
+#include "app/pipeline/sources.h"
 #include "core/sharding/mesh.h"
-#include "views/document.h"
-#include "views/engine.h"
+#include "gui_test_support.h"
+#include "views/document_model.h"
+#include "views/graph_layout.h"
 #include "views/graph_view.h"
 #include "views/mesh_view.h"
 #include "views/sharding_style.h"
 
 using namespace shardscope;
 using namespace shardscope::views;
+using shardscope::gui::Session;
+using shardscope::gui::WaitForLayout;
+using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
@@ -51,7 +56,8 @@ class TestGuiMesh : public QObject {
   Q_OBJECT
 
  private:
-  Document* doc_ = nullptr;
+  Session* session_ = nullptr;
+  DocumentModel* doc_ = nullptr;
   GraphView* graph_ = nullptr;
   MeshView* mesh_ = nullptr;
 
@@ -64,23 +70,25 @@ class TestGuiMesh : public QObject {
 
  private slots:
   void init() {
-    doc_ = new Document;
+    session_ = new Session;
+    doc_ = session_->document();
     graph_ = new GraphView;
     mesh_ = new MeshView;
+    graph_->setJobTracker(session_->jobs());
     graph_->setDocument(doc_);
     mesh_->setDocument(doc_);
     graph_->resize(800, 600);
     mesh_->resize(420, 800);
-    Status st = doc_->loadHloText(kDotModule, "dot.hlo");
+    Status st = session_->loadHloText(kDotModule, "dot.hlo");
     QVERIFY2(st.ok(), st.error().message.c_str());
-    QVERIFY(graph_->waitForLayout(60000));
-    QVERIFY(doc_->waitUntilIdle(60000));
+    QVERIFY(WaitForLayout(*graph_));
+    QVERIFY(WaitUntilIdle(*session_));
   }
 
   void cleanup() {
     delete mesh_;
     delete graph_;
-    delete doc_;
+    delete session_;
   }
 
   void meshGuessedFromPartitions() {
@@ -99,19 +107,18 @@ ENTRY entry {
   ROOT a = f32[8,16] add(p, q), sharding={replicated}
 }
 )";
-    auto module = ParseModuleText(text, "conv.hlo");
-    QVERIFY(module.ok());
-    QCOMPARE((*module)->num_partitions, int64_t{1});
+    auto model = pipeline::ParseModel(text, "conv.hlo");
+    QVERIFY(model.ok());
+    QCOMPARE(model->module->num_partitions, int64_t{1});
     // Device 7 is named, so 8 devices: no sharding spans all of them, a near-square 2-D mesh.
-    QCOMPARE(QString::fromStdString(GuessMesh(**module).ToString()), QString("X=2,Y=4"));
+    QCOMPARE(QString::fromStdString(model->mesh.ToString()), QString("X=2,Y=4"));
     const std::string without_maximal = std::string(text).replace(std::string(text).find("maximal device=7"), 16, "replicated");
-    auto six = ParseModuleText(without_maximal, "conv.hlo");
+    auto six = pipeline::ParseModel(without_maximal, "conv.hlo");
     QVERIFY(six.ok());
-    QCOMPARE(QString::fromStdString(GuessMesh(**six).ToString()), QString("X=2,Y=3"));  // the [2,3] tiling
+    QCOMPARE(QString::fromStdString(pipeline::GuessMesh(*six->module).ToString()), QString("X=2,Y=3"));  // the [2,3] tiling
   }
 
   void annotateThroughMeshViewPropagatesToGraph() {
-    if (!doc_->propagation().engine_available) QSKIP("sharding propagation is not built in");
     const int layouts = graph_->layoutsApplied();
     const int recolours = graph_->recolourCount();
     const DeviceMesh mesh = doc_->mesh();
@@ -119,7 +126,7 @@ ENTRY entry {
     // a: split dim 0 along X (click the X button of dim 0).
     doc_->select(Id("a"));
     QVERIFY(mesh_->toggleAxis(0, 0));
-    QVERIFY(doc_->waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(*session_));
     const HloSharding a_x = Shard(mesh, 2, {{0}, {}});
     QCOMPARE(*Node("a")->sharding(), a_x);
     QVERIFY(Node("a")->look().user);
@@ -136,7 +143,7 @@ ENTRY entry {
     // b: typed in named-axis notation, columns along Y.
     doc_->select(Id("b"));
     QVERIFY(mesh_->applyNamedAxes("[I, J_Y]"));
-    QVERIFY(doc_->waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(*session_));
     QCOMPARE(*Node("b")->sharding(), Shard(mesh, 2, {{}, {1}}));
     // The dot merges lhs rows (X) and rhs columns (Y): d[I_X, J_Y], fully tiled over 4 devices.
     const HloSharding d_xy = Shard(mesh, 2, {{0}, {1}});
@@ -148,8 +155,9 @@ ENTRY entry {
     // The "why" chain of d goes back to an annotation.
     const auto why = doc_->why(Id("d"));
     QVERIFY(!why.empty());
-    QCOMPARE(why.front().instruction, std::string("d"));
-    QCOMPARE(why.back().direction, std::string("annotation"));
+    QCOMPARE(why.front().instruction, doc_->findInstruction("d"));  // this document's instructions
+    QCOMPARE(why.back().origin.direction, prop::Direction::kAnnotation);
+    QVERIFY(why.back().instruction == doc_->findInstruction("a") || why.back().instruction == doc_->findInstruction("b"));
 
     // Annotation edits recolour; they never lay out again.
     QCOMPARE(graph_->layoutsApplied(), layouts);
@@ -160,7 +168,7 @@ ENTRY entry {
     const DeviceMesh mesh = doc_->mesh();
     doc_->select(Id("a"));
     QVERIFY(mesh_->toggleAxis(0, 0));  // a[I_X, J]: replicated along Y
-    QVERIFY(doc_->waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(*session_));
     DeviceGridWidget* grid = mesh_->grid();
     QCOMPARE(grid->tiles().size(), size_t{4});
     QCOMPARE(grid->distinctShards(), 2);
@@ -173,7 +181,7 @@ ENTRY entry {
 
     // Drag Y onto dim 1: a[I_X, J_Y], four distinct shards of 4x8 floats.
     QVERIFY(mesh_->assignAxis(1, 1));
-    QVERIFY(doc_->waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(*session_));
     QCOMPARE(*doc_->annotation(Id("a")), Shard(mesh, 2, {{0}, {1}}));
     QCOMPARE(grid->distinctShards(), 4);
     QCOMPARE(grid->tiles()[1].ranges, QString("0:4, 8:16"));
@@ -197,12 +205,12 @@ ENTRY entry {
     QCOMPARE(*doc_->annotation(Id("a")), Shard(mesh, 2, {{0}, {}}));
     stack->undo();
     QVERIFY(!doc_->annotation(Id("a")).has_value());
-    QVERIFY(doc_->waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(*session_));
     QVERIFY(!Node("a")->sharding().has_value());
     QVERIFY(!Node("d")->sharding().has_value());
     stack->redo();
     stack->redo();
-    QVERIFY(doc_->waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(*session_));
     QCOMPARE(*Node("a")->sharding(), Shard(mesh, 2, {{0}, {1}}));
 
     // A rejected edit leaves no undo step.
@@ -230,11 +238,12 @@ ENTRY entry {
   void layoutIsCachedPerModule() {
     // Loading the same text again is a new module: one new layout. Re-showing the same structure
     // (collapse/expand round trip) is served from the cache.
-    const int runs = LayoutService::instance()->layoutsRun();
+    const int runs = LayoutCache::instance().layoutsRun();
     auto* second = new GraphView;
+    second->setJobTracker(session_->jobs());
     second->setDocument(doc_);
-    QVERIFY(second->waitForLayout(60000));
-    QCOMPARE(LayoutService::instance()->layoutsRun(), runs);  // same module + structure: cached
+    QVERIFY(WaitForLayout(*second));
+    QCOMPARE(LayoutCache::instance().layoutsRun(), runs);  // same module + structure: cached
     QCOMPARE(second->nodes().size(), 4);
     delete second;
   }
@@ -260,7 +269,7 @@ ENTRY entry {
     };
     // Y (axis 1) dropped on dim 1 of b: b[I, J_Y].
     QVERIFY(drop("dropDim1", 1));
-    QVERIFY(doc_->waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(*session_));
     QCOMPARE(*doc_->annotation(Id("b")), Shard(mesh, 2, {{}, {1}}));
     // X dropped on dim 0 as well: b[I_X, J_Y].
     QVERIFY(drop("dropDim0", 0));

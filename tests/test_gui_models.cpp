@@ -4,13 +4,18 @@
 #include <QSortFilterProxyModel>
 #include <QtTest>
 
+#include "core/base/units.h"
+#include "core/ir/hlo_text.h"
 #include "core/sharding/mesh.h"
-#include "views/document.h"
+#include "gui_test_support.h"
+#include "views/document_model.h"
 #include "views/item_models.h"
 #include "views/sharding_style.h"
 
 using namespace shardscope;
 using namespace shardscope::views;
+using shardscope::gui::Session;
+using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
@@ -54,7 +59,8 @@ class TestGuiModels : public QObject {
 
  private slots:
   void instructionTable() {
-    Document doc;
+    Session session;
+    DocumentModel& doc = *session.document();
     InstructionTableModel model;
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QSortFilterProxyModel proxy;
@@ -62,7 +68,7 @@ class TestGuiModels : public QObject {
     QAbstractItemModelTester proxy_tester(&proxy, QAbstractItemModelTester::FailureReportingMode::QtTest);
     model.setDocument(&doc);
     QCOMPARE(model.rowCount(), 0);
-    QVERIFY(doc.loadHloText(kModule, "models.hlo").ok());
+    QVERIFY(session.loadHloText(kModule, "models.hlo").ok());
     // Entry first (x, zero, r), then the reducer (p0, p1, s).
     QCOMPARE(model.rowCount(), 6);
     QCOMPARE(model.columnCount(), int(InstructionTableModel::kColumnCount));
@@ -89,7 +95,7 @@ class TestGuiModels : public QObject {
     QCOMPARE(model.index(0, InstructionTableModel::kLocalShape).data().toString(), QString("f32[8,32]"));
     QCOMPARE(model.index(0, InstructionTableModel::kBytesPerDevice).data(InstructionTableModel::kSortRole).toLongLong(),
              qint64{8 * 32 * 4});
-    QCOMPARE(model.index(0, InstructionTableModel::kBytesPerDevice).data().toString(), QString("1.00 KiB"));
+    QCOMPARE(model.index(0, InstructionTableModel::kBytesPerDevice).data().toString(), QString("1.02 kB"));
     QCOMPARE(model.index(0, InstructionTableModel::kSharding).data(Qt::DecorationRole).value<QColor>(),
              ShardingFillColor(*s, QGuiApplication::palette()));
     QCOMPARE(model.index(0, InstructionTableModel::kSharding).data(Qt::ToolTipRole).toString(),
@@ -100,40 +106,61 @@ class TestGuiModels : public QObject {
     proxy.setFilterKeyColumn(-1);
     proxy.setFilterFixedString("reduce");
     QCOMPARE(proxy.rowCount(), 1);
-    QVERIFY(doc.waitUntilIdle(60000));
-    QVERIFY(doc.loadHloText(kModule, "again.hlo").ok());
+    QVERIFY(WaitUntilIdle(session));
+    QVERIFY(session.loadHloText(kModule, "again.hlo").ok());
     QCOMPARE(model.rowCount(), 6);
     QCOMPARE(model.index(0, InstructionTableModel::kOrigin).data().toString(), QString("none"));
-    QVERIFY(doc.waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(session));
   }
 
   void collectiveTable() {
     CollectiveTableModel model;
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QCOMPARE(model.rowCount(), 0);
-    auto row = [](const char* origin, const char* inst, const char* kind, int64_t bytes, const char* groups,
-                  const char* reason, std::vector<std::vector<int64_t>> parsed) {
-      CollectiveInfo c;
-      c.origin = origin, c.instruction = inst, c.kind = kind, c.bytes_per_device = bytes;
-      c.replica_groups = groups, c.reason = reason, c.groups = std::move(parsed);
-      return c;
-    };
-    model.setCollectives({row("dot.1", "all-reduce.3", "all-reduce", 2048, "{{0,1},{2,3}}", "dot: contracting dim sharded",
-                              {{0, 1}, {2, 3}}),
-                          row("w", "all-gather.1", "all-gather", 512, "[2,2]<=[4]", "reshard", {{0, 1}, {2, 3}})});
+    // A partitioned program with two inserted collectives: groups written out and in iota form.
+    auto spmd = ParseHloModule(R"(HloModule spmd, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[512] parameter(0)
+  all-reduce.3 = f32[512] all-reduce(p), replica_groups={{0,1},{2,3}}, to_apply=add
+  q = f32[128] parameter(1)
+  all-gather.1 = f32[256] all-gather(q), replica_groups=[2,2]<=[4], dimensions={0}
+  ROOT t = (f32[512], f32[256]) tuple(all-reduce.3, all-gather.1)
+}
+)", "spmd.hlo");
+    QVERIFY2(spmd.ok(), spmd.ok() ? "" : spmd.error().message.c_str());
+    auto program = std::make_shared<PartitionResult>();
+    program->module = std::move(spmd).value();
+    program->collectives = {{"dot.1", "all-reduce.3", Opcode::kAllReduce, 2048, "{{0,1},{2,3}}", "dot: contracting dim sharded"},
+                            {"w", "all-gather.1", Opcode::kAllGather, 512, "[2,2]<=[4]", "reshard"}};
+    CollectiveCost cost;
+    cost.time_s = 12.5e-6;
+    cost.algorithm = "bidirectional ring";
+    model.setProgram(program, {cost, std::nullopt}, "tpu-v4");
+    // Who takes part, by XLA's group modes: both forms give {0,1} and {2,3}.
+    QCOMPARE(model.participants(0), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+    QCOMPARE(model.participants(1), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
     // Seen from device 3 the groups column shows its own group; switching back shows them all.
     model.setDevice(3);
     QCOMPARE(model.index(0, CollectiveTableModel::kGroups).data().toString(), QString("{2,3} (1 of 2 groups)"));
     model.setDevice(-1);
-    // No estimate yet: a dash.
-    QCOMPARE(model.index(0, CollectiveTableModel::kTime).data().toString(), QString("\u2013"));
+    // The estimate in the units convention; no estimate: a dash.
+    QCOMPARE(model.index(0, CollectiveTableModel::kTime).data().toString(), QString::fromUtf8("12.5 \u00B5s"));
+    QVERIFY(model.index(0, CollectiveTableModel::kTime).data(Qt::ToolTipRole).toString().contains("bidirectional ring"));
+    QCOMPARE(model.index(1, CollectiveTableModel::kTime).data().toString(), QString("\u2013"));
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.index(0, CollectiveTableModel::kKind).data().toString(), QString("all-reduce"));
-    QCOMPARE(model.index(0, CollectiveTableModel::kBytes).data().toString(), QString("2.00 KiB"));
+    QCOMPARE(model.index(0, CollectiveTableModel::kBytes).data().toString(), QString("2.05 kB"));
     QCOMPARE(model.index(1, CollectiveTableModel::kGroups).data().toString(), QString("[2,2]<=[4]"));
     QCOMPARE(model.at(1)->origin, std::string("w"));
     QVERIFY(model.at(2) == nullptr);
-    model.setCollectives({});
+    model.clear();
     QCOMPARE(model.rowCount(), 0);
   }
 
@@ -144,8 +171,8 @@ class TestGuiModels : public QObject {
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.index(0, RunHistoryModel::kStepTime).data().toString(), QString("1.50 ms"));
     QCOMPARE(model.index(1, RunHistoryModel::kStepTime).data().toString(), QString("2.50 s"));
-    QCOMPARE(model.index(0, RunHistoryModel::kPeakMemory).data().toString(), QString("3.00 MiB"));
-    QCOMPARE(model.index(1, RunHistoryModel::kPeakMemory).data().toString(), QString("1.50 KiB"));
+    QCOMPARE(model.index(0, RunHistoryModel::kPeakMemory).data().toString(), QString("3.15 MB"));
+    QCOMPARE(model.index(1, RunHistoryModel::kPeakMemory).data().toString(), QString("1.54 kB"));
     QCOMPARE(model.index(0, RunHistoryModel::kMfu).data().toString(), QString("51.2%"));
     QCOMPARE(model.index(0, RunHistoryModel::kMesh).data().toString(), QString("X=4,Y=4"));
     model.addRun(Run(7, "third", 1e-6 * 45.6, 0, 0));
@@ -169,12 +196,19 @@ class TestGuiModels : public QObject {
     QCOMPARE(model.at(0)->id, int64_t{2});
   }
 
+  // The views format through core/base/units.h: SI bytes and three significant digits.
   void formatting() {
-    QCOMPARE(FormatBytes(512), QString("512 B"));
-    QCOMPARE(FormatBytes(1536), QString("1.50 KiB"));
-    QCOMPARE(FormatBytes(int64_t{64} << 30), QString("64.0 GiB"));
-    QCOMPARE(FormatSeconds(0.25), QString("250 ms"));
-    QCOMPARE(FormatSeconds(12.5e-9), QString("12.5 ns"));
+    QCOMPARE(FormatBytes(512), std::string("512 B"));
+    QCOMPARE(FormatBytes(1536), std::string("1.54 kB"));
+    QCOMPARE(FormatBytes(8388608.0 * 3), std::string("25.2 MB"));
+    QCOMPARE(FormatSeconds(0.25), std::string("250 ms"));
+    QCOMPARE(FormatSeconds(12.5e-9), std::string("12.5 ns"));
+    QCOMPARE(FormatSeconds(559e-6), std::string("559 \u00B5s"));
+    QCOMPARE(BytesAxisUnit(3.2e9).unit, std::string("GB"));
+    QCOMPARE(BytesAxisUnit(3.2e9).divisor, 1e9);
+    QCOMPARE(BytesAxisUnit(999).unit, std::string("B"));
+    QCOMPARE(SecondsAxisUnit(5.59e-4).unit, std::string("\u00B5s"));
+    QCOMPARE(SecondsAxisUnit(0.02).divisor, 1e-3);
   }
 };
 

@@ -1,26 +1,36 @@
 // The partitioned view: the collectives the partitioner inserted with their estimated time on the
-// default chip, the program as one chosen device sees it, the numerical verification badge, and
-// cancelling a partitioning.
+// default chip, the program as one chosen device sees it, the numerical verification badge,
+// cancelling a partitioning, and newer requests superseding queued ones in the job tracker.
 #include <QLabel>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTableView>
+#include <QAbstractItemModelTester>
 #include <QToolButton>
 #include <QtTest>
 
+#include "app/gui/analysis_jobs.h"
+#include "app/pipeline/partition.h"
+#include "app/pipeline/simulate.h"
+#include "app/pipeline/sources.h"
+#include "core/base/units.h"
 #include "core/ir/hlo_text.h"
-#include "simulator/collective_cost.h"
+#include "gui_test_support.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
-#include "views/document.h"
-#include "views/engine.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
 #include "views/item_models.h"
 #include "views/job_indicator.h"
+#include "views/job_tracker.h"
 #include "views/partitioned_view.h"
 
 using namespace shardscope;
 using namespace shardscope::views;
+using shardscope::gui::Session;
+using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
@@ -46,44 +56,50 @@ class TestGuiPartitioned : public QObject {
   Q_OBJECT
 
  private:
-  static bool Partition(Document& doc, PartitionedView& view) {
-    QSignalSpy spy(&doc, &Document::partitionUpdated);
+  static bool Partition(Session& session, PartitionedView& view) {
+    QSignalSpy spy(session.analysis(), &AnalysisModel::partitionUpdated);
     view.partitionNow();
     return spy.wait(120000);
   }
 
+  static void Attach(Session& session, PartitionedView& view) {
+    view.setModels(session.document(), session.analysis(), session.jobs());
+  }
+
  private slots:
   void collectivesWithEstimatesAndVerification() {
-    Document doc;
+    Session session;
     PartitionedView view;
-    view.setDocument(&doc);
-    Status st = doc.loadHloText(kContracting, "contracting.hlo");
+    QAbstractItemModelTester tester(view.collectives(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+    Attach(session, view);
+    Status st = session.loadHloText(kContracting, "contracting.hlo");
     QVERIFY2(st.ok(), st.error().message.c_str());
-    QVERIFY(doc.waitUntilIdle(60000));
-    QVERIFY(Partition(doc, view));
-    const PartitionOutput& p = doc.partition();
-    if (!p.engine_available) QSKIP("the SPMD partitioner is not built in");
-    QVERIFY2(p.ok, p.message.c_str());
+    QVERIFY(WaitUntilIdle(session));
+    QVERIFY(Partition(session, view));
+    const PartitionedProgram& p = session.analysis()->partition();
+    QVERIFY2(p.ok(), p.message.c_str());
 
     // One all-reduce of the 8x32 f32 partial result within {0,2} and {1,3}.
     CollectiveTableModel* model = view.collectives();
     QCOMPARE(model->rowCount(), 1);
-    const CollectiveInfo* c = model->at(0);
-    QCOMPARE(c->kind, std::string("all-reduce"));
+    const InsertedCollective* c = model->at(0);
+    QCOMPARE(c->kind, Opcode::kAllReduce);
     QCOMPARE(c->bytes_per_device, int64_t{8 * 32 * 4});
-    QCOMPARE(c->groups, (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
-    QVERIFY(!c->halo);
+    QCOMPARE(model->participants(0), (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+    QVERIFY(!model->isHalo(0));
 
     // The estimate is the simulator's own figure for the same collective on the default chip.
+    QCOMPARE(p.chip, pipeline::DefaultChip());
     auto spec = ChipPreset(p.chip);
     QVERIFY(spec.ok());
-    auto topology = Topology::ForMesh(*spec, doc.mesh());
+    auto topology = Topology::ForMesh(*spec, session.document()->mesh());
     QVERIFY(topology.ok());
     auto cost = EstimateCollective(*topology, CollectiveKind::kAllReduce, {{0, 2}, {1, 3}}, 8 * 32 * 4);
     QVERIFY(cost.ok());
     QVERIFY(cost->time_s > 0);
-    QCOMPARE(c->estimated_seconds, cost->time_s);
-    QCOMPARE(model->index(0, CollectiveTableModel::kTime).data().toString(), FormatSeconds(cost->time_s));
+    QVERIFY(model->estimate(0));
+    QCOMPARE(model->estimate(0)->time_s, cost->time_s);
+    QCOMPARE(model->index(0, CollectiveTableModel::kTime).data().toString(), QString::fromStdString(FormatSeconds(cost->time_s)));
     QVERIFY(model->index(0, CollectiveTableModel::kTime).data(Qt::ToolTipRole).toString().contains(
         QString::fromStdString(cost->algorithm)));
 
@@ -96,7 +112,7 @@ class TestGuiPartitioned : public QObject {
 
     // Verified numerically: the badge says so.
     QCOMPARE(p.verification.state, VerificationVerdict::State::kMatch);
-    QVERIFY(p.verification.max_abs_error <= p.verification.tolerance);
+    QVERIFY(p.verification.report.max_abs_error <= p.verification.report.tolerance);
     QLabel* badge = view.verificationBadge();
     QVERIFY(!badge->isHidden());
     QVERIFY(badge->text().contains("verified"));
@@ -104,35 +120,50 @@ class TestGuiPartitioned : public QObject {
   }
 
   void verificationIsSkippedForLargeModules() {
-    auto module = ParseModuleText(kContracting, "contracting.hlo");
+    auto module = ParseHloModule(kContracting, "contracting.hlo");
     QVERIFY(module.ok());
     // Shardings on every instruction already: partition directly.
-    PartitionRequestOptions options;
-    options.max_verify_flops = 100;  // the dot is 2 x 8 x 16 x 32 = 8192 FLOPs
-    PartitionOutput out = RunPartitioner(std::move(*module), DeviceMesh({{"X", 2}, {"Y", 2}}), options);
-    if (!out.engine_available) QSKIP("the SPMD partitioner is not built in");
-    QVERIFY2(out.ok, out.message.c_str());
-    QCOMPARE(out.verification.state, VerificationVerdict::State::kSkipped);
-    QVERIFY(QString::fromStdString(out.verification.detail).contains("too large"));
-
-    auto again = ParseModuleText(kContracting, "contracting.hlo");
-    QVERIFY(again.ok());
-    options.verify = false;
-    out = RunPartitioner(std::move(*again), DeviceMesh({{"X", 2}, {"Y", 2}}), options);
-    QCOMPARE(out.verification.state, VerificationVerdict::State::kNotRun);
+    auto part = pipeline::Partition(**module);
+    QVERIFY(part.ok());
+    pipeline::VerifyOptions options;
+    options.max_flops = 100;  // the dot is 2 x 8 x 16 x 32 = 8192 FLOPs
+    VerificationVerdict v = pipeline::Verify(**module, *part->module, 4, options);
+    QCOMPARE(v.state, VerificationVerdict::State::kSkipped);
+    QVERIFY(QString::fromStdString(v.reason).contains("too large"));
+    // The badge says so, greyed.
+    Session session;
+    PartitionedView view;
+    Attach(session, view);
+    QVERIFY(session.loadHloText(kContracting, "contracting.hlo").ok());
+    PartitionedProgram program;
+    program.result = std::make_shared<const PartitionResult>(std::move(part).value());
+    program.devices = 4;
+    program.verification = v;
+    session.analysis()->setPartition(std::move(program));
+    QVERIFY(!view.verificationBadge()->isHidden());
+    QVERIFY(view.verificationBadge()->text().contains("not verified (too large)"));
+    QCOMPARE(view.verificationBadge()->property("verdict").toInt(), static_cast<int>(VerificationVerdict::State::kSkipped));
+    QVERIFY(WaitUntilIdle(session));
   }
 
   // A halo exchange (collective-permute between neighbours on a line of four) seen from each device.
   void permuteSeenFromEachDevice() {
     CollectiveTableModel model;
-    CollectiveInfo info;
-    info.kind = "collective-permute";
-    info.instruction = "cp";
-    info.replica_groups = "{{0,1},{1,2},{2,3}}";
-    info.groups = {{0, 1}, {1, 2}, {2, 3}};
-    info.halo = true;
-    info.bytes_per_device = 32 * 4;
-    model.setCollectives({info});
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    auto program = [](const char* pairs) {
+      auto m = ParseHloModule(std::string(R"(HloModule halo, num_partitions=4
+
+ENTRY main {
+  p = f32[32] parameter(0)
+  ROOT cp = f32[32] collective-permute(p), source_target_pairs=)") + pairs + "\n}\n", "halo.hlo");
+      if (!m.ok()) qFatal("%s", m.error().message.c_str());
+      auto r = std::make_shared<PartitionResult>();
+      r->module = std::move(m).value();
+      r->collectives = {{"conv", "cp", Opcode::kCollectivePermute, 32 * 4, "", "halo exchange of 1 row along X"}};
+      return r;
+    };
+    model.setProgram(program("{{0,1},{1,2},{2,3}}"), {}, "tpu-v4");
+    QVERIFY(model.isHalo(0));
     QCOMPARE(model.index(0, CollectiveTableModel::kKind).data().toString(), QString("collective-permute (halo)"));
     model.setDevice(0);
     QCOMPARE(model.index(0, CollectiveTableModel::kGroups).data().toString(), QString("sends to 1"));
@@ -141,52 +172,70 @@ class TestGuiPartitioned : public QObject {
     model.setDevice(3);
     QCOMPARE(model.index(0, CollectiveTableModel::kGroups).data().toString(), QString("receives from 2"));
     QVERIFY(model.involves(0, 3));
-    info.groups = {{0, 1}};
-    model.setCollectives({info});
+    model.setProgram(program("{{0,1}}"), {}, "tpu-v4");
     QVERIFY(!model.involves(0, 3));
     QCOMPARE(model.index(0, CollectiveTableModel::kGroups).data().toString(), QString("device 3 takes no part"));
     QVERIFY(model.index(0, CollectiveTableModel::kKind).data(Qt::ForegroundRole).isValid());
   }
 
   void cancelDropsTheResult() {
-    Document doc;
+    Session session;
     PartitionedView view;
-    view.setDocument(&doc);
-    Status st = doc.loadHloText(kContracting, "contracting.hlo");
+    Attach(session, view);
+    Status st = session.loadHloText(kContracting, "contracting.hlo");
     QVERIFY2(st.ok(), st.error().message.c_str());
-    QVERIFY(doc.waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(session));
     auto* button = view.findChild<QPushButton*>();
     QVERIFY(button);
-    QSignalSpy cancelled(&doc, &Document::partitionCancelled);
-    QSignalSpy updated(&doc, &Document::partitionUpdated);
+    QSignalSpy cancelled(session.analysis(), &AnalysisModel::partitionCancelled);
+    QSignalSpy updated(session.analysis(), &AnalysisModel::partitionUpdated);
     view.partitionNow();
     QCOMPARE(button->text(), QString("Cancel"));
+    QVERIFY(session.analysis()->partitionBusy());
     button->click();
     QCOMPARE(cancelled.count(), 1);
     QCOMPARE(button->text(), QString("Partition"));
-    QVERIFY(!doc.partitionBusy());
-    QVERIFY(!doc.partition().ok);
+    QVERIFY(!session.analysis()->partitionBusy());
+    QVERIFY(!session.analysis()->partition().ok());
     // The status-bar indicator lists the job and cancels it.
     JobIndicator jobs;
-    jobs.setDocument(&doc);
+    jobs.setJobTracker(session.jobs());
     QVERIFY(jobs.runningJobs().isEmpty());
     QVERIFY(jobs.cancelButton()->isHidden());
     view.partitionNow();
     QCOMPARE(jobs.runningJobs(), QStringList{"partitioning and verifying"});
-    jobs.refresh();
     QVERIFY(!jobs.cancelButton()->isHidden());
     QVERIFY(jobs.cancelJobs());
     QCOMPARE(cancelled.count(), 2);
     QVERIFY(jobs.runningJobs().isEmpty());
     QVERIFY(!jobs.cancelJobs());  // nothing left to cancel
     QCOMPARE(button->text(), QString("Partition"));
-    // Partition again: the worker finishes the cancelled job first (one thread, in order) and
-    // drops its result; only the last lands.
-    QVERIFY(Partition(doc, view));
-    if (!doc.partition().engine_available) QSKIP("the SPMD partitioner is not built in");
-    QVERIFY(doc.partition().ok);
+    // Partition again: the engine's lane finishes the cancelled jobs first (in order) and their
+    // results are dropped; only the last lands.
+    QVERIFY(Partition(session, view));
+    QVERIFY(session.analysis()->partition().ok());
     QCOMPARE(updated.count(), 1);
     QCOMPARE(view.collectives()->rowCount(), 1);
+  }
+
+  // A newer request supersedes an older one still queued: it never runs, and only the newest
+  // result is shown.
+  void aNewerPartitioningSupersedesTheQueuedOne() {
+    Session session;
+    PartitionedView view;
+    Attach(session, view);
+    QVERIFY(session.loadHloText(kContracting, "contracting.hlo").ok());
+    QVERIFY(WaitUntilIdle(session));
+    QSignalSpy updated(session.analysis(), &AnalysisModel::partitionUpdated);
+    QSignalSpy cancelled(session.analysis(), &AnalysisModel::partitionCancelled);
+    for (int i = 0; i < 5; ++i) session.analysis()->requestPartition();
+    QCOMPARE(session.jobs()->labels(), QStringList{"partitioning and verifying"});
+    QVERIFY(updated.wait(120000));
+    QVERIFY(WaitUntilIdle(session));
+    QCOMPARE(updated.count(), 1);
+    QCOMPARE(cancelled.count(), 0);
+    QCOMPARE(session.analysisJobs()->partitionings(), 1);
+    QVERIFY(session.analysis()->partition().ok());
   }
 };
 

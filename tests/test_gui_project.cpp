@@ -12,10 +12,14 @@
 
 #include "core/ir/hlo_text.h"
 #include "core/sharding/mesh.h"
-#include "views/document.h"
+#include "app/pipeline/sources.h"
+#include "gui_test_support.h"
+#include "views/document_model.h"
 
 using namespace shardscope;
 using namespace shardscope::views;
+using shardscope::gui::Session;
+using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
@@ -51,27 +55,27 @@ class TestGuiProject : public QObject {
   void roundTrip() {
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
-    Document doc;
+    Session doc;
     QVERIFY(doc.loadHloText(kModule, "proj.hlo").ok());
-    QCOMPARE(QString::fromStdString(doc.mesh().ToString()), QString("X=2,Y=4"));
+    QCOMPARE(QString::fromStdString(doc.document()->mesh().ToString()), QString("X=2,Y=4"));
     // A 3-axis mesh with a non-default name, two annotations, a selection.
     auto mesh = DeviceMesh::Parse("data=2,model=2,pipe=2");
     QVERIFY(mesh.ok());
-    QVERIFY(doc.setMesh(*mesh));
-    const Instruction* x = doc.findInstruction("x");
-    const Instruction* w = doc.findInstruction("w");
+    QVERIFY(doc.document()->setMesh(*mesh));
+    const Instruction* x = doc.document()->findInstruction("x");
+    const Instruction* w = doc.document()->findInstruction("w");
     QVERIFY(x && w);
     const HloSharding xs = Shard(*mesh, 2, {{0}, {}});       // x[I_data, J], replicated over model, pipe
     const HloSharding ws = Shard(*mesh, 2, {{}, {1, 2}});    // w[I, J_model.pipe]
-    QVERIFY(doc.annotate(x->id(), xs));
-    QVERIFY(doc.annotate(w->id(), ws));
-    doc.select(w->id());
-    QVERIFY(doc.isModified());
+    QVERIFY(doc.document()->annotate(x->id(), xs));
+    QVERIFY(doc.document()->annotate(w->id(), ws));
+    doc.document()->select(w->id());
+    QVERIFY(doc.document()->isModified());
 
     const QString path = dir.filePath("model.shardscope");
     Status st = doc.saveProject(path);
     QVERIFY2(st.ok(), st.error().message.c_str());
-    QVERIFY(!doc.isModified());
+    QVERIFY(!doc.document()->isModified());
     // Atomic write: only the project itself is left in the folder.
     QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList{"model.shardscope"});
     // The file is readable JSON naming what it holds.
@@ -83,32 +87,32 @@ class TestGuiProject : public QObject {
     QCOMPARE(root["annotations"].toArray().size(), 2);
     QCOMPARE(root["selected"].toString(), QString("w"));
 
-    Document loaded;
+    Session loaded;
     st = loaded.loadProject(path);
     QVERIFY2(st.ok(), st.error().message.c_str());
     std::string why;
-    QVERIFY2(ModulesEqual(*doc.module(), *loaded.module(), &why), why.c_str());
-    QVERIFY(loaded.mesh() == *mesh);
-    QCOMPARE(loaded.annotations().size(), size_t{2});
-    QCOMPARE(*loaded.annotation(loaded.findInstruction("x")->id()), xs);
-    QCOMPARE(*loaded.annotation(loaded.findInstruction("w")->id()), ws);
-    QCOMPARE(loaded.selected(), loaded.findInstruction("w")->id());
-    QCOMPARE(loaded.filePath(), path);
-    QVERIFY(!loaded.isModified());
-    QCOMPARE(loaded.undoStack()->count(), 0);
+    QVERIFY2(ModulesEqual(*doc.document()->module(), *loaded.document()->module(), &why), why.c_str());
+    QVERIFY(loaded.document()->mesh() == *mesh);
+    QCOMPARE(loaded.document()->annotations().size(), size_t{2});
+    QCOMPARE(*loaded.document()->annotation(loaded.document()->findInstruction("x")->id()), xs);
+    QCOMPARE(*loaded.document()->annotation(loaded.document()->findInstruction("w")->id()), ws);
+    QCOMPARE(loaded.document()->selected(), loaded.document()->findInstruction("w")->id());
+    QCOMPARE(loaded.document()->filePath(), path);
+    QVERIFY(!loaded.document()->isModified());
+    QCOMPARE(loaded.document()->undoStack()->count(), 0);
     // The same project opened off the GUI thread (File > Open): the same document.
-    Document background;
-    QSignalSpy opened(&background, &Document::loadFinished);
+    Session background;
+    QSignalSpy opened(&background, &Session::loadFinished);
     background.requestLoadFile(path);
     QVERIFY(background.loadBusy());
     QVERIFY(opened.wait(30000));
     QVERIFY2(opened.last().at(1).toBool(), qPrintable(opened.last().at(2).toString()));
-    QVERIFY2(ModulesEqual(*doc.module(), *background.module(), &why), why.c_str());
-    QVERIFY(background.mesh() == *mesh);
-    QCOMPARE(*background.annotation(background.findInstruction("w")->id()), ws);
-    QCOMPARE(background.selected(), background.findInstruction("w")->id());
-    QCOMPARE(background.filePath(), path);
-    QVERIFY(!background.isModified());
+    QVERIFY2(ModulesEqual(*doc.document()->module(), *background.document()->module(), &why), why.c_str());
+    QVERIFY(background.document()->mesh() == *mesh);
+    QCOMPARE(*background.document()->annotation(background.document()->findInstruction("w")->id()), ws);
+    QCOMPARE(background.document()->selected(), background.document()->findInstruction("w")->id());
+    QCOMPARE(background.document()->filePath(), path);
+    QVERIFY(!background.document()->isModified());
     // A broken project: FILE:LINE:COLUMN and nothing replaced.
     const QString broken = dir.filePath("broken.shardscope");
     {
@@ -120,8 +124,8 @@ class TestGuiProject : public QObject {
     QVERIFY(opened.wait(30000));
     QVERIFY(!opened.last().at(1).toBool());
     QVERIFY2(opened.last().at(2).toString().startsWith(broken + ":3:"), qPrintable(opened.last().at(2).toString()));
-    QCOMPARE(background.filePath(), path);
-    QCOMPARE(background.annotations().size(), size_t{2});
+    QCOMPARE(background.document()->filePath(), path);
+    QCOMPARE(background.document()->annotations().size(), size_t{2});
     // Saving the loaded project again gives the same bytes.
     const QString again = dir.filePath("again.shardscope");
     QVERIFY(loaded.saveProject(again).ok());
@@ -131,23 +135,23 @@ class TestGuiProject : public QObject {
   }
 
   void annotatedModuleTextCarriesShardings() {
-    Document doc;
+    Session doc;
     QVERIFY(doc.loadHloText(kModule, "proj.hlo").ok());
-    const Instruction* x = doc.findInstruction("x");
-    QVERIFY(doc.annotate(x->id(), Shard(doc.mesh(), 2, {{0}, {1}})));
+    const Instruction* x = doc.document()->findInstruction("x");
+    QVERIFY(doc.document()->annotate(x->id(), Shard(doc.document()->mesh(), 2, {{0}, {1}})));
     // Re-importing the exported text restores the annotation (shardings on instructions are the
     // user's annotations).
-    Document again;
-    QVERIFY(again.loadHloText(doc.moduleText(false), "export.hlo").ok());
-    QCOMPARE(again.annotations().size(), size_t{1});
-    QCOMPARE(*again.annotation(again.findInstruction("x")->id()), Shard(doc.mesh(), 2, {{0}, {1}}));
+    Session again;
+    QVERIFY(again.loadHloText(doc.document()->moduleText(false), "export.hlo").ok());
+    QCOMPARE(again.document()->annotations().size(), size_t{1});
+    QCOMPARE(*again.document()->annotation(again.document()->findInstruction("x")->id()), Shard(doc.document()->mesh(), 2, {{0}, {1}}));
   }
 
   void errorsNameTheFileAndPosition() {
     QTemporaryDir dir;
-    Document doc;
+    Session doc;
     QVERIFY(doc.loadHloText(kModule, "proj.hlo").ok());
-    const quint64 generation = doc.moduleGeneration();
+    const quint64 generation = doc.document()->moduleGeneration();
 
     // HLO syntax error: FILE:LINE:COLUMN, document unchanged.
     const QString bad_hlo = dir.filePath("bad.hlo");
@@ -159,8 +163,8 @@ class TestGuiProject : public QObject {
     QVERIFY(!st.ok());
     const QString msg = QString::fromStdString(st.error().message);
     QVERIFY2(QRegularExpression("bad\\.hlo:\\d+:\\d+: ").match(msg).hasMatch(), qPrintable(msg));
-    QCOMPARE(doc.moduleGeneration(), generation);
-    QVERIFY(doc.findInstruction("x"));
+    QCOMPARE(doc.document()->moduleGeneration(), generation);
+    QVERIFY(doc.document()->findInstruction("x"));
 
     // Broken JSON: FILE:LINE:COLUMN of the JSON error.
     st = doc.loadProjectJson("{\n  \"format\": \"shardscope-project\",\n  \"version\": 1,\n  oops\n}", "p.shardscope");
@@ -182,7 +186,7 @@ class TestGuiProject : public QObject {
     st = doc.loadProjectJson(QJsonDocument(root).toJson(), "ann.shardscope");
     QVERIFY(!st.ok());
     QVERIFY(QString::fromStdString(st.error().message).contains("\"nope\""));
-    QCOMPARE(doc.moduleGeneration(), generation);  // none of these replaced the document
+    QCOMPARE(doc.document()->moduleGeneration(), generation);  // none of these replaced the document
 
     // Saving somewhere unwritable fails with the path in the message.
     st = doc.saveProject("/nonexistent-dir/x.shardscope");
@@ -205,10 +209,10 @@ class TestGuiProject : public QObject {
       QVERIFY(f.open(QIODevice::WriteOnly));
       f.write("HloModule broken\n\nENTRY main {\n  x = f32[4] parameter(0)\n  ROOT y = f32[4 add(x, x)\n}\n");
     }
-    Document doc;
-    QVERIFY(doc.loadExample(QString::fromStdString(DefaultExampleName())).ok());
-    const std::string example = doc.module()->name();
-    QSignalSpy finished(&doc, &Document::loadFinished);
+    Session doc;
+    QVERIFY(doc.loadExample(QString::fromStdString(pipeline::DefaultExample())).ok());
+    const std::string example = doc.document()->module()->name();
+    QSignalSpy finished(&doc, &Session::loadFinished);
 
     doc.requestLoadFile(bad);
     QVERIFY(doc.loadBusy());
@@ -216,25 +220,25 @@ class TestGuiProject : public QObject {
     QCOMPARE(finished.last().at(1).toBool(), false);
     const QString message = finished.last().at(2).toString();
     QVERIFY2(message.startsWith(bad + ":5:"), qPrintable(message));  // FILE:LINE:COLUMN
-    QCOMPARE(doc.module()->name(), example);                          // nothing lost
+    QCOMPARE(doc.document()->module()->name(), example);                          // nothing lost
     QVERIFY(!doc.loadBusy());
 
     doc.requestLoadFile(good);
     QVERIFY(finished.wait(30000));
     QCOMPARE(finished.last().at(1).toBool(), true);
-    QCOMPARE(doc.module()->name(), std::string("proj"));
-    QCOMPARE(doc.filePath(), good);
-    QCOMPARE(QString::fromStdString(doc.mesh().ToString()), QString("X=2,Y=4"));
-    QVERIFY(doc.findInstruction("w") != nullptr);
+    QCOMPARE(doc.document()->module()->name(), std::string("proj"));
+    QCOMPARE(doc.document()->filePath(), good);
+    QCOMPARE(QString::fromStdString(doc.document()->mesh().ToString()), QString("X=2,Y=4"));
+    QVERIFY(doc.document()->findInstruction("w") != nullptr);
 
     // Cancelled: the result is dropped when it arrives.
-    QVERIFY(doc.loadExample(QString::fromStdString(DefaultExampleName())).ok());
+    QVERIFY(doc.loadExample(QString::fromStdString(pipeline::DefaultExample())).ok());
     finished.clear();
     doc.requestLoadFile(good);
     doc.cancelLoad();
     QVERIFY(!doc.loadBusy());
     QVERIFY(!finished.wait(1000));
-    QCOMPARE(doc.module()->name(), example);
+    QCOMPARE(doc.document()->module()->name(), example);
 
     // A missing file.
     doc.requestLoadFile(dir.filePath("missing.hlo"));

@@ -13,16 +13,21 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "app/pipeline/simulate.h"
 #include "core/sharding/mesh.h"
+#include "gui_test_support.h"
+#include "simulator/hardware.h"
+#include "views/analysis_model.h"
 #include "views/collective_stepper.h"
-#include "views/document.h"
-#include "views/engine.h"
+#include "views/document_model.h"
 #include "views/item_models.h"
 #include "views/partitioned_view.h"
 #include "views/sharding_style.h"
 
 using namespace shardscope;
 using namespace shardscope::views;
+using shardscope::gui::Session;
+using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
@@ -67,6 +72,11 @@ double MeanGrey(const QImage& image) {
   return n ? sum / n : 0;
 }
 
+// A stepper with the chips the application offers (the session's analysis model gives the same).
+struct Stepper : CollectiveStepper {
+  Stepper() { setChips(ChipPresetNames(), pipeline::DefaultChip()); }
+};
+
 }  // namespace
 
 class TestGuiTeaching : public QObject {
@@ -74,21 +84,21 @@ class TestGuiTeaching : public QObject {
 
  private slots:
   void initTestCase() {
-    if (ChipPresets().empty()) QSKIP("the simulator is not built in");
+    if (ChipPresetNames().empty()) QSKIP("the simulator is not built in");
   }
 
   void everyExamplePlans() {
-    CollectiveStepper stepper;
+    Stepper stepper;
     const auto examples = TeachingExamples();
     QVERIFY(examples.size() >= 5);
     QCOMPARE(stepper.exampleBox()->count(), static_cast<int>(examples.size()) + 1);
-    std::set<std::string> kinds;
+    std::set<CollectiveKind> kinds;
     for (const auto& e : examples) {
       QVERIFY2(stepper.showExample(QString::fromStdString(e.name)), stepper.captionText().toUtf8().constData());
       QVERIFY(stepper.stepCount() >= 1);
       QCOMPARE(stepper.currentStep(), 0);
       QCOMPARE(stepper.exampleBox()->currentData().toString(), QString::fromStdString(e.name));
-      kinds.insert(stepper.plan().kind);
+      kinds.insert(stepper.plan().walk.kind);
       for (int s = 1; s <= stepper.stepCount(); ++s) {
         stepper.setStep(s);
         QVERIFY(stepper.captionText().startsWith(QString("Step %1 of %2").arg(s).arg(stepper.stepCount())));
@@ -102,7 +112,7 @@ class TestGuiTeaching : public QObject {
   }
 
   void stepsThroughARingAllGather() {
-    CollectiveStepper stepper;
+    Stepper stepper;
     stepper.resize(1200, 640);
     QSignalSpy steps(&stepper, &CollectiveStepper::stepChanged);
     QVERIFY(stepper.showExample("all-gather-ring"));
@@ -136,8 +146,8 @@ class TestGuiTeaching : public QObject {
       QCOMPARE(t.bytes, 8388608.0);
       QVERIFY(!t.half);
       // Groups are the columns: a transfer never leaves its column.
-      QCOMPARE(t.src % 4, t.dst % 4);
-      QCOMPARE(t.group, t.src % 4);
+      QCOMPARE(t.src_device % 4, t.dst_device % 4);
+      QCOMPARE(t.group, t.src_device % 4);
     }
     stepper.grab();
     auto stats = stepper.canvas()->lastPaintStats();
@@ -176,11 +186,11 @@ class TestGuiTeaching : public QObject {
     QVERIFY(f.contains("N = 4 devices per group (along X), 4 groups at once"));
     QVERIFY(f.contains("S = 8.39 MB"));
     QVERIFY(f.contains("Book"));
-    QVERIFY(std::abs(stepper.plan().time_s - 1.5 * 8388608 / 4.5e10) < 1e-12);
+    QVERIFY(std::abs(stepper.plan().walk.formula.time_s - 1.5 * 8388608 / 4.5e10) < 1e-12);
   }
 
   void reduceArrowsAreMarked() {
-    CollectiveStepper stepper;
+    Stepper stepper;
     stepper.resize(1200, 640);
     QVERIFY(stepper.showExample("reduce-scatter"));
     stepper.setStep(1);
@@ -188,16 +198,16 @@ class TestGuiTeaching : public QObject {
     const auto stats = stepper.canvas()->lastPaintStats();
     QVERIFY(stats.arrows > 0);
     QCOMPARE(stats.reduce, stats.arrows);  // every reduce-scatter message is added on arrival
-    for (const auto& t : stepper.currentTransfers()) QVERIFY(t.reduce);
+    for (const auto& t : stepper.currentTransfers()) QVERIFY(t.reduce_on_arrival);
     QVERIFY(stepper.captionText().contains("Reduced on arrival"));
   }
 
   void playsToTheEndAndStops() {
-    CollectiveStepper stepper;
+    Stepper stepper;
     QVERIFY(stepper.showExample("all-reduce"));
     QCOMPARE(stepper.stepCount(), 4);  // reduce-scatter (2) + all-gather (2) round rings of 4
-    QCOMPARE(stepper.plan().steps[1].phase, std::string("reduce-scatter"));
-    QCOMPARE(stepper.plan().steps[2].phase, std::string("all-gather"));
+    QCOMPARE(stepper.plan().walk.steps[1].phase, std::string("reduce-scatter"));
+    QCOMPARE(stepper.plan().walk.steps[2].phase, std::string("all-gather"));
     stepper.setPlayInterval(20);
     stepper.play();
     QVERIFY(stepper.isPlaying());
@@ -214,11 +224,11 @@ class TestGuiTeaching : public QObject {
   }
 
   void settingsReplanTheSameCollective() {
-    CollectiveStepper stepper;
+    Stepper stepper;
     QVERIFY(stepper.showExample("all-gather-ring"));
     QCOMPARE(stepper.stepCount(), 2);
     // Without wraparound each column is a line: 3 steps, and the busiest link carries 3 shards.
-    const int off = stepper.wraparoundBox()->findData("off");
+    const int off = stepper.wraparoundBox()->findData(static_cast<int>(TopologyOptions::Wraparound::kNone));
     QVERIFY(off >= 0);
     stepper.wraparoundBox()->setCurrentIndex(off);
     emit stepper.wraparoundBox()->activated(off);
@@ -229,29 +239,29 @@ class TestGuiTeaching : public QObject {
   }
 
   void badGroupsSayWhy() {
-    CollectiveStepper stepper;
+    Stepper stepper;
     TeachingRequest r;
-    r.kind = "all-gather";
+    r.kind = CollectiveKind::kAllGather;
     r.mesh = DeviceMesh::Parse("X=4").value();
-    r.groups = "{{0,1},{2,3}";
+    r.groups = {{0, 1}, {2, 7}};
     r.operand_bytes = 1024;
     QVERIFY(!stepper.setRequest(r));
     QVERIFY(!stepper.hasPlan());
-    QVERIFY2(stepper.captionText().contains("column 13"), qPrintable(stepper.captionText()));
+    QVERIFY2(stepper.captionText().contains("device 7"), qPrintable(stepper.captionText()));
     QVERIFY(!stepper.nextButton()->isEnabled());
     QCOMPARE(stepper.stepCount(), 0);
     stepper.grab();  // paints the message, no crash
-    r.groups = "{{0,1},{2,7}}";
+    r.groups = {{0, 1}, {2, 3}};
+    r.chip = "tpu-v99";
     QVERIFY(!stepper.setRequest(r));
-    QVERIFY2(stepper.captionText().contains("device 7"), qPrintable(stepper.captionText()));
-    r.groups = "{{0,1},{2,3}}";
-    r.kind = "all-scatter";
-    QVERIFY(!stepper.setRequest(r));
-    QVERIFY(stepper.captionText().contains("unknown collective"));
+    QVERIFY2(stepper.captionText().contains("tpu-v99"), qPrintable(stepper.captionText()));
+    r.chip.clear();
+    QVERIFY(stepper.setRequest(r));
+    QCOMPARE(stepper.plan().request.chip, pipeline::DefaultChip());
   }
 
   void darkPaletteIsDark() {
-    CollectiveStepper stepper;
+    Stepper stepper;
     stepper.setPalette(Dark());
     stepper.resize(1000, 600);
     QVERIFY(stepper.showExample("all-to-all"));
@@ -264,27 +274,29 @@ class TestGuiTeaching : public QObject {
   }
 
   void doubleClickInThePartitionedProgramOpensIt() {
-    Document doc;
+    Session doc;
     PartitionedView partitioned;
-    partitioned.setDocument(&doc);
-    CollectiveStepper stepper;
+    partitioned.setModels(doc.document(), doc.analysis(), doc.jobs());
+    Stepper stepper;
     // What the main window does with the signal.
     connect(&partitioned, &PartitionedView::collectiveActivated, &stepper,
-            [&](const CollectiveInfo& c) { stepper.showCollective(c, doc.mesh()); });
+            [&](const InsertedCollective& c, const std::vector<std::vector<int64_t>>& participants) {
+              stepper.showCollective(c, participants, doc.document()->mesh());
+            });
     QVERIFY(doc.loadHloText(kModule, "teach.hlo").ok());
-    QVERIFY(doc.waitUntilIdle(60000));
+    QVERIFY(WaitUntilIdle(doc));
     partitioned.resize(900, 500);
     partitioned.show();
     partitioned.partitionNow();
-    QTRY_VERIFY_WITH_TIMEOUT(!doc.partitionBusy(), 60000);
-    QVERIFY(doc.waitUntilIdle(60000));
-    const PartitionOutput& out = doc.partition();
-    QVERIFY2(out.ok, out.message.c_str());
-    QVERIFY(!out.collectives.empty());
+    QTRY_VERIFY_WITH_TIMEOUT(!doc.analysis()->partitionBusy(), 60000);
+    QVERIFY(WaitUntilIdle(doc));
+    const PartitionedProgram& out = doc.analysis()->partition();
+    QVERIFY2(out.ok(), out.message.c_str());
+    QVERIFY(!out.result->collectives.empty());
     partitioned.showCollectives();  // the Collectives tab
     QTableView* table = partitioned.collectiveTable();
     QTRY_VERIFY(table->isVisible());
-    QCOMPARE(table->model()->rowCount(), static_cast<int>(out.collectives.size()));
+    QCOMPARE(table->model()->rowCount(), static_cast<int>(out.result->collectives.size()));
     const QModelIndex index = table->model()->index(0, 0);
     table->scrollTo(index);
     QSignalSpy activated(&partitioned, &PartitionedView::collectiveActivated);
@@ -293,13 +305,15 @@ class TestGuiTeaching : public QObject {
     QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, at);
     QTest::mouseDClick(table->viewport(), Qt::LeftButton, {}, at);
     QCOMPARE(activated.count(), 1);
-    const CollectiveInfo& c = out.collectives.front();
+    const InsertedCollective& c = out.result->collectives.front();
     QVERIFY2(stepper.hasPlan(), qPrintable(stepper.captionText()));
-    QCOMPARE(stepper.plan().kind, c.kind);
+    QCOMPARE(std::string(CollectiveKindName(stepper.plan().walk.kind)), std::string(OpcodeName(c.kind)));
     QVERIFY(stepper.titleText().contains(QString::fromStdString(c.instruction)));
-    QCOMPARE(stepper.plan().request.mesh, doc.mesh());
-    QCOMPARE(stepper.plan().request.chip, DefaultChip());
+    QCOMPARE(stepper.plan().request.mesh, doc.document()->mesh());
+    QCOMPARE(stepper.plan().request.chip, pipeline::DefaultChip());
     QCOMPARE(stepper.plan().request.operand_bytes, static_cast<double>(c.bytes_per_device));
+    // The groups are the collective's participants (XLA's group modes), as the table has them.
+    QCOMPARE(stepper.plan().request.groups, partitioned.collectives()->participants(0));
     QVERIFY(stepper.stepCount() >= 1);
     stepper.next();
     QVERIFY(!stepper.currentTransfers().empty());

@@ -7,7 +7,12 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include "views/document.h"
+#include "app/gui/analysis_jobs.h"
+#include "gui_test_support.h"
+#include "simulator/hardware.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
+#include "views/run_history.h"
 #include "views/downsample.h"
 #include "views/item_models.h"
 #include "views/memory_chart.h"
@@ -16,6 +21,8 @@
 
 using namespace shardscope;
 using namespace shardscope::views;
+using shardscope::gui::Session;
+using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
@@ -315,22 +322,22 @@ class TestGuiTimeline : public QObject {
   }
 
   void simulateStepEndToEnd() {
-    if (ChipPresets().empty()) QSKIP("the simulator is not built in");
-    Document doc;
+    if (ChipPresetNames().empty()) QSKIP("the simulator is not built in");
+    Session doc;
     SimulationView view;
-    view.setDocument(&doc);
+    view.setModels(doc.document(), doc.analysis(), doc.runs());
     QVERIFY(doc.loadHloText(kModule, "sim.hlo").ok());
-    QVERIFY(doc.waitUntilIdle(60000));
-    const size_t stored_before = doc.runHistory().size();
-    doc.requestSimulation("tpu-v4");
-    QVERIFY(doc.waitUntilIdle(120000));
-    const SimulationOutput& out = doc.simulation();
-    QVERIFY2(out.ok, out.message.c_str());
-    QCOMPARE(doc.runHistory().size(), stored_before + 1);
+    QVERIFY(WaitUntilIdle(doc, 60000));
+    const size_t stored_before = doc.runs()->runs().size();
+    doc.analysis()->requestSimulation("tpu-v4");
+    QVERIFY(WaitUntilIdle(doc, 120000));
+    const SimulatedStep& out = doc.analysis()->simulation();
+    QVERIFY2(out.ok(), out.message.c_str());
+    QCOMPARE(doc.runs()->runs().size(), stored_before + 1);
     const auto first = out.run;
     const RunResult& run = *first;
     QVERIFY(run.id > 0);  // stored
-    QCOMPARE(doc.runHistory().back().id, run.id);
+    QCOMPARE(doc.runs()->runs().back().id, run.id);
     QCOMPARE(run.num_devices(), int64_t{4});
     QVERIFY(run.summary.step_time_s > 0);
     QVERIFY(run.summary.peak_memory_bytes > 0);
@@ -348,13 +355,53 @@ class TestGuiTimeline : public QObject {
     QVERIFY(view.timeline()->rowCount() >= 1);
     QVERIFY(view.memoryChart()->pointCount() > 0);
     // A second run with another chip lands in the history too.
-    doc.requestSimulation("tpu-v5e");
-    QVERIFY(doc.waitUntilIdle(120000));
-    QCOMPARE(doc.runHistory().size(), stored_before + 2);
+    doc.analysis()->requestSimulation("tpu-v5e");
+    QVERIFY(WaitUntilIdle(doc, 120000));
+    QCOMPARE(doc.runs()->runs().size(), stored_before + 2);
     QCOMPARE(view.history()->rowCount(), row + 2);
     QVERIFY(view.showRun(run.id));
-    QVERIFY(doc.waitUntilIdle(30000));
+    QVERIFY(WaitUntilIdle(doc, 30000));
     QCOMPARE(view.timeline()->run()->id, run.id);
+    // The shardings did not change: both simulations ran the one partitioned program.
+    QCOMPARE(doc.analysisJobs()->partitionings(), 1);
+  }
+
+  // A simulation of shardings that are partitioned already (the Partitioned program panel asked
+  // for it) does not partition again; an edit does; the replicated baseline is its own program.
+  void simulationReusesThePartitionedProgram() {
+    if (ChipPresetNames().empty()) QSKIP("the simulator is not built in");
+    Session doc;
+    QVERIFY(doc.loadHloText(kModule, "sim.hlo").ok());
+    QVERIFY(WaitUntilIdle(doc));
+    doc.analysis()->requestPartition();
+    QVERIFY(WaitUntilIdle(doc, 120000));
+    QVERIFY(doc.analysis()->partition().ok());
+    QCOMPARE(doc.analysisJobs()->partitionings(), 1);
+    doc.analysis()->requestSimulation("tpu-v4");
+    QVERIFY(WaitUntilIdle(doc, 120000));
+    QVERIFY2(doc.analysis()->simulation().ok(), doc.analysis()->simulation().message.c_str());
+    QCOMPARE(doc.analysisJobs()->partitionings(), 1);
+    const auto first = doc.analysis()->simulation().run;
+    // The run still maps its events back to the original instructions.
+    QVERIFY(!first->origins.empty());
+    QCOMPARE(doc.analysis()->simulation().collectives,
+             static_cast<int64_t>(doc.analysis()->partition().result->collectives.size()));
+    // Replicated: partitioned on its own (no shardings), the sharded program is kept.
+    doc.analysis()->requestSimulation("tpu-v4", AnalysisModel::SimulationInput::kReplicated);
+    QVERIFY(WaitUntilIdle(doc, 120000));
+    QVERIFY(doc.analysis()->simulation().ok());
+    QCOMPARE(doc.analysis()->simulation().collectives, int64_t{0});
+    doc.analysis()->requestSimulation("tpu-v5e");
+    QVERIFY(WaitUntilIdle(doc, 120000));
+    QCOMPARE(doc.analysisJobs()->partitionings(), 1);
+    // An edit: the next simulation partitions the new shardings.
+    const Instruction* w = doc.document()->findInstruction("w");
+    QVERIFY(doc.document()->clearAnnotation(w->id()));
+    QVERIFY(WaitUntilIdle(doc));
+    doc.analysis()->requestSimulation("tpu-v4");
+    QVERIFY(WaitUntilIdle(doc, 120000));
+    QVERIFY(doc.analysis()->simulation().ok());
+    QCOMPARE(doc.analysisJobs()->partitionings(), 2);
   }
 };
 

@@ -115,7 +115,7 @@ class TestModelZoo : public QObject {
  private slots:
   void registry() {
     const auto models = ZooList();
-    QCOMPARE(models.size(), size_t(7));
+    QCOMPARE(models.size(), size_t(8));
     QCOMPARE(models[0].name, std::string("mlp"));
     QCOMPARE(models[1].name, std::string("transformer-layer"));
     QCOMPARE(models[2].name, std::string("transformer"));
@@ -123,6 +123,7 @@ class TestModelZoo : public QObject {
     QCOMPARE(models[4].name, std::string("unet3d"));
     QCOMPARE(models[5].name, std::string("moe-layer"));
     QCOMPARE(models[6].name, std::string("moe-transformer"));
+    QCOMPARE(models[7].name, std::string("pipelined-transformer"));
     QCOMPARE(std::string(kZooDefaultExample), std::string("transformer-layer"));
     auto value = [](const ZooModel& m, const std::string& k) {
       for (const auto& p : m.parameters)
@@ -405,7 +406,7 @@ class TestModelZoo : public QObject {
     auto unknown = ZooBuild("vgg");
     QVERIFY(!unknown.ok());
     QCOMPARE(unknown.error().message, std::string("unknown zoo model 'vgg' (models: mlp, transformer-layer, transformer, resnet50, unet3d, moe-layer, "
-                                                       "moe-transformer)"));
+                                                   "moe-transformer, pipelined-transformer)"));
     auto bad_key = ZooBuild("mlp", {{"depth", "3"}});
     QVERIFY(!bad_key.ok());
     QVERIFY(bad_key.error().message.rfind("model mlp has no parameter 'depth' (parameters: batch, model,", 0) == 0);

@@ -16,6 +16,7 @@
 #include "simulator/schedule.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

@@ -23,6 +23,7 @@
 #include "simulator/run_store.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

@@ -12,12 +12,13 @@
 
 #include "core/ir/ir.h"
 #include "core/sharding/mesh.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/compute_cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 
@@ -637,6 +638,36 @@ class TestSimulatorCost : public QObject {
     // A collective-permute request is routed like EstimateCollectivePermute.
     CollectiveRequest perm{CollectiveKind::kCollectivePermute, {}, S, ShiftPairsAlongAxis(mesh, "Z", 1, true).value()};
     QVERIFY_WITHIN(EstimateConcurrentCollectives(t, {perm}).value()[0], EstimatePermuteTime(t, perm), 1e-9);
+  }
+
+  void allReducePassesRunOneAfterTheOther() {
+    // An all-reduce on a line of 4 (v5e, no wraparound on an axis of 4): the reduce-scatter's
+    // partial sums load the links leaving the ends most (0 -> 1 and 3 -> 2 carry 3 chunks each), the
+    // all-gather's shards the links into them (1 -> 0 and 2 -> 3); the passes run one after the
+    // other, so the bandwidth time is 6 chunks / W (the book's no-wraparound AllReduce = 2 x
+    // AllGather), though no link carries more than 4 chunks over the whole collective.
+    const Topology t = Make(Preset("tpu-v5e"), {4, 1});
+    const double B = 4e6, W = 4.5e10;
+    const CollectiveCost ar = Cost(t, CollectiveKind::kAllReduce, {{0, 1, 2, 3}}, B);
+    QCOMPARE(ar.pass_busiest.size(), size_t{2});
+    const int64_t rs_link = ar.pass_busiest[0].link, ag_link = ar.pass_busiest[1].link;
+    QVERIFY(rs_link == t.LinkBetween(0, 1) || rs_link == t.LinkBetween(3, 2));
+    QVERIFY(ag_link == t.LinkBetween(1, 0) || ag_link == t.LinkBetween(2, 3));
+    QVERIFY_WITHIN(ar.bandwidth_time_s, 6 * (B / 4) / W, 1e-12);
+    QVERIFY_WITHIN(ar.max_link_bytes, 6 * (B / 4), 1e-12);
+    double most = 0;
+    for (const auto& lt : ar.link_traffic) most = std::max(most, lt.bytes);
+    QVERIFY_WITHIN(most, 4 * (B / 4), 1e-12);
+    // 2 x the all-gather of the result, as the book has it.
+    QVERIFY_WITHIN(ar.time_s, 2 * Cost(t, CollectiveKind::kAllGather, {{0, 1, 2, 3}}, B / 4).time_s, 1e-12);
+    // Alone in the fluid model it finishes at the same time (the passes are chained jobs).
+    CollectiveRequest r{CollectiveKind::kAllReduce, {{0, 1, 2, 3}}, B, {}};
+    QVERIFY_WITHIN(EstimateConcurrentCollectives(t, {r}).value()[0], ar.time_s, 1e-9);
+    // Beside an all-gather on the same line: the gather shares the all-reduce's second pass's links.
+    CollectiveRequest g{CollectiveKind::kAllGather, {{0, 1, 2, 3}}, B / 4, {}};
+    auto both = EstimateConcurrentCollectives(t, {r, g});
+    QVERIFY(both.ok());
+    QVERIFY(both.value()[0] > ar.time_s);
   }
 
   // ---- compute ------------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "core/zoo/model_zoo.h"
+#include "partitioner/propagation/sharding_propagation.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 #include "tests/zoo_partitioning.h"
 
 using namespace shardscope;
@@ -75,6 +77,36 @@ class SpatialPartitioningTest : public QObject {
                              "up1_conva_conv", "up0_convb_conv"})
       QVERIFY2(halos[conv] >= 2, (std::string(conv) + " has no halo exchange (left and right)").c_str());
     qInfo("U-Net (3 levels) on 4 spatial partitions: max abs error %.3g", p->max_abs_error);
+  }
+
+  // At Table 8's real sizes (128^3 images, batch 4, 16 spatial partitions) the whole training step
+  // — forward, backward (input and kernel gradients of every convolution, the up-sampling ones
+  // included) and the optimizer — gathers no activation: the only collectives are halo exchanges
+  // (collective-permutes) and all-reduces (BatchNorm statistics, the weights' gradients).
+  void unetRealSizeTrainingStepGathersNothing() {
+    auto m = ZooBuild("unet3d", {{"mesh_y", "16"}});
+    QVERIFY(m.ok());
+    PropagationOptions po;
+    po.propagate_to_output = {true};
+    QVERIFY(PropagateShardings(**m, po).ok());
+    auto r = PartitionModule(**m);
+    QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
+    int halos = 0, convs = 0;
+    for (const auto& c : r->collectives) {
+      QVERIFY2(c.kind == Opcode::kCollectivePermute || c.kind == Opcode::kAllReduce,
+               (c.origin + ": " + std::string(OpcodeName(c.kind)) + " " + c.reason).c_str());
+      halos += c.kind == Opcode::kCollectivePermute;
+    }
+    for (const auto& i : (*m)->entry()->instructions()) {
+      if (i->opcode() != Opcode::kConvolution) continue;
+      ++convs;
+      // Every convolution's input keeps its depth split 16 ways (the kernel gradients' input too).
+      QVERIFY2(Ways(i->operand(0), 1) == 16, i->name().c_str());
+    }
+    QVERIFY(r->replicated_fallbacks.empty());
+    qInfo("U-Net 128^3 on 16 partitions: %d convolutions, %d halo collective-permutes, %zu collectives", convs, halos,
+          r->collectives.size());
+    QVERIFY(halos > 2 * 20);
   }
 
   // Table 8's combined (data, spatial) meshes partition and verify the same way; and the data

@@ -3,8 +3,10 @@
 // neighbours with collective-permutes — convolution (1-D/2-D, stride 1 and 2, SAME/VALID, window
 // dilation, base dilation, uneven shards, halos wider than a shard, filter gradients),
 // reduce-window (max/add, stride 1/2), pad and slice along the sharded dim — plus batch-, feature-
-// and contracting-sharded convolutions. Every program is verified numerically against the
-// unpartitioned module (sweeps of about 3,600 configurations included).
+// and contracting-sharded convolutions; reverse and uneven reshapes along a sharded dim, base-
+// dilated windows with stride > 1 at different phases per tile (explicit dilation) and kernel-
+// sharded base-dilated convolutions, none of which gathers. Every program is verified numerically
+// against the unpartitioned module (sweeps of about 5,000 configurations included).
 #include <QtTest>
 
 #include <optional>
@@ -274,15 +276,17 @@ class SpmdHaloTest : public QObject {
   // Filter-gradient convolutions (input and kernel sharded on the spatial dim, the output whole)
   // for every extent, kernel size, padding, window dilation, stride and window reversal.
   void sweepKernelShardedVerifiesNumerically() {
-    int checked = 0, halo_programs = 0;
+    int checked = 0, halo_programs = 0, dilated = 0, dilated_halo = 0;
     for (int64_t W : {8, 11, 16})
       for (int64_t devices : {2, 4})
         for (int64_t K : {3, 5, 8})
           for (auto [lo, hi] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 1}, {0, -1}, {2, 1}})
             for (int64_t wd : {1, 2})
               for (int64_t stride : {1, 2})
-                for (bool reversal : {false, true}) {
-                  const int64_t dilated_in = W + lo + hi, D = (K - 1) * wd + 1;
+                for (bool reversal : {false, true})
+                  for (int64_t bd : {1, 2, 3}) {
+                  if (bd > 1 && (reversal || wd > 1)) continue;  // keep the sweep's size
+                  const int64_t dilated_in = (W - 1) * bd + 1 + lo + hi, D = (K - 1) * wd + 1;
                   if (dilated_in < D) continue;
                   const int64_t O = (dilated_in - D) / stride + 1;
                   const std::string ds = std::to_string(devices);
@@ -291,8 +295,9 @@ class SpmdHaloTest : public QObject {
                                           sh + "\n  g = f32[4," + std::to_string(K) + ",3] parameter(1), " + sh +
                                           "\n  ROOT w = f32[" + std::to_string(O) + ",2,3] convolution(x, g), window={size=" +
                                           std::to_string(K) + " stride=" + std::to_string(stride) + " pad=" +
-                                          std::to_string(lo) + "_" + std::to_string(hi) + " rhs_dilate=" +
-                                          std::to_string(wd) + (reversal ? " rhs_reversal=1" : "") +
+                                          std::to_string(lo) + "_" + std::to_string(hi) + " lhs_dilate=" +
+                                          std::to_string(bd) + " rhs_dilate=" + std::to_string(wd) +
+                                          (reversal ? " rhs_reversal=1" : "") +
                                           "}, dim_labels=f0b_i0o->0bf, sharding={replicated}\n}\n";
                   std::string why;
                   auto r = PartitionAndVerify(hlo, devices, &why);
@@ -301,10 +306,16 @@ class SpmdHaloTest : public QObject {
                   bool halo = false;
                   for (const auto& c : r->collectives) halo |= StartsWith(c.reason, "halo exchange");
                   halo_programs += halo;
+                  if (bd > 1) {
+                    ++dilated;
+                    dilated_halo += halo;
+                  }
                 }
-    qInfo("%d programs verified, %d with halo exchange", checked, halo_programs);
-    QVERIFY(checked > 400);
+    qInfo("%d programs verified, %d with halo exchange (base-dilated input: %d of %d)", checked, halo_programs,
+          dilated_halo, dilated);
+    QVERIFY(checked > 600);
     QVERIFY(halo_programs > 100);
+    QVERIFY(dilated > 200);  // base-dilated inputs (kernel gradients of up-sampling: kernelGradientOfUpSampling)
   }
 
   // Pad and slice along the sharded dim are windowed ops too (window 1, interior padding = base
@@ -653,6 +664,219 @@ ENTRY e {
     QCOMPARE(rws[0]->operand(0)->opcode(), Opcode::kDynamicSlice);
     QCOMPARE(rws[0]->operand(0)->shape().ToString(false), std::string("f32[5,2]"));  // rows [4i-1, 4i+4)
     QCOMPARE(rws[0]->shape().ToString(false), std::string("f32[2,2]"));
+  }
+
+  // Base dilation with stride > 1 where the tiles' windows start at different phases of the
+  // dilation (GSPMD Appendix A.2, Figure 10): no output slice reconciles them, so each device
+  // dilates its exchanged rows explicitly (interior padding) and cuts its windows at its own
+  // offset; the spatial dim stays split, nothing is gathered.
+  void baseDilatedStridedWindowsAtDifferentPhases() {
+    const std::string conv = R"(HloModule c
+ENTRY e {
+  x = f32[2,7,3] parameter(0), sharding={devices=[1,2,1]<=[2]}
+  k = f32[3,3,4] parameter(1), sharding={replicated}
+  ROOT y = f32[2,10,4] convolution(x, k), window={size=3 stride=2 pad=1_1 lhs_dilate=3}, dim_labels=b0f_0io->b0f, sharding={devices=[1,2,1]<=[2]}
+})";
+    std::string why;
+    auto r = PartitionAndVerify(conv, 2, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+    QCOMPARE(r->collectives.size(), size_t{1});
+    QVERIFY(StartsWith(r->collectives[0].reason, "halo exchange: convolution dim 1 left halo 1 row"));
+    // Tile 0's first window starts one dilated position before element 0, tile 1's on element 3:
+    // phases 1 and 0. The local convolution runs undilated on the explicitly dilated rows.
+    auto convs = Find(*r->module, Opcode::kConvolution);
+    QCOMPARE(convs.size(), size_t{1});
+    QCOMPARE(convs[0]->window.dims[0].base_dilation, int64_t{1});
+    QCOMPARE(convs[0]->window.dims[0].padding_low, int64_t{0});
+    QCOMPARE(convs[0]->shape().ToString(false), std::string("f32[2,5,4]"));
+    QCOMPARE(convs[0]->operand(0)->opcode(), Opcode::kDynamicSlice);
+    QCOMPARE(convs[0]->operand(0)->shape().ToString(false), std::string("f32[2,11,4]").replace(9, 1, "3"));
+    bool interior = false;
+    for (const Instruction* p : Find(*r->module, Opcode::kPad)) interior |= p->padding[1].interior == 2;
+    QVERIFY(interior);
+
+    // A sweep of base dilations 2..3 with strides 2..3 (conv and reduce-window, several devices):
+    // every program keeps the dim split (no all-gather) and verifies.
+    int checked = 0, explicit_dilation = 0;
+    for (int64_t W : {5, 7, 9})
+      for (int64_t devices : {2, 3, 4})
+        for (int64_t bd : {2, 3})
+          for (int64_t stride : {2, 3})
+            for (int64_t K : {1, 2, 3})
+              for (int64_t lo : {0, 1, 2}) {
+                const int64_t dilated_in = (W - 1) * bd + 1 + lo + 1, D = K;
+                if (dilated_in < D) continue;
+                const int64_t O = (dilated_in - D) / stride + 1;
+                const std::string ds = std::to_string(devices);
+                const std::string sh = "sharding={devices=[1," + ds + ",1]<=[" + ds + "]}";
+                const std::string hlo = "HloModule s\nr { a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                                        "  ROOT c = f32[] maximum(a, b) }\nENTRY e {\n  x = f32[2," + std::to_string(W) +
+                                        ",3] parameter(0), " + sh + "\n  k = f32[" + std::to_string(K) +
+                                        ",3,2] parameter(1), sharding={replicated}\n  c = f32[2," + std::to_string(O) +
+                                        ",2] convolution(x, k), window={size=" + std::to_string(K) + " stride=" +
+                                        std::to_string(stride) + " pad=" + std::to_string(lo) + "_1 lhs_dilate=" +
+                                        std::to_string(bd) + "}, dim_labels=b0f_0io->b0f, " + sh +
+                                        "\n  i = f32[] constant(-inf)\n  w = f32[2," + std::to_string(O) +
+                                        ",3] reduce-window(x, i), window={size=1x" + std::to_string(K) + "x1 stride=1x" +
+                                        std::to_string(stride) + "x1 pad=0_0x" + std::to_string(lo) + "_1x0_0 lhs_dilate=1x" +
+                                        std::to_string(bd) + "x1}, to_apply=r, " + sh + "\n  ROOT t = (f32[2," +
+                                        std::to_string(O) + ",2], f32[2," + std::to_string(O) + ",3]) tuple(c, w), sharding={" +
+                                        sh.substr(9) + ", " + sh.substr(9) + "}\n}\n";
+                std::string why2;
+                auto q = PartitionAndVerify(hlo, devices, &why2);
+                QVERIFY2(q.has_value(), (hlo + why2).c_str());
+                for (const auto& c : q->collectives)
+                  QVERIFY2(c.kind != Opcode::kAllGather, (hlo + c.reason).c_str());
+                for (const Instruction* p : Find(*q->module, Opcode::kPad)) explicit_dilation += p->padding[1].interior > 0;
+                ++checked;
+              }
+    qInfo("%d programs verified, %d explicit dilations", checked, explicit_dilation);
+    QVERIFY(checked > 150);
+    QVERIFY(explicit_dilation > checked / 2);
+  }
+
+  // The kernel gradient of a 2x up-sampling (transposed) convolution, as the 3-D U-Net's backward
+  // pass has it: the input (base-dilated by 2) and the output gradient split alike along the
+  // spatial dim. Kernel tile j (output-gradient rows [4j, 4j+4)) reads dilated positions
+  // [4j-1, 4j+4): input rows [2j, 2j+2), exactly its own shard, so no halo at all; the partial
+  // sums are all-reduced. (Before, base dilation made the kernel dim whole: both operands were
+  // gathered.)
+  void kernelGradientOfUpSampling() {
+    const std::string hlo = R"(HloModule wgrad
+ENTRY e {
+  x = f32[2,8,3] parameter(0), sharding={devices=[1,4,1]<=[4]}
+  g = f32[2,16,5] parameter(1), sharding={devices=[1,4,1]<=[4]}
+  ROOT w = f32[2,3,5] convolution(x, g), window={size=16 pad=1_1 lhs_dilate=2}, dim_labels=f0b_i0o->0bf, sharding={replicated}
+})";
+    std::string why;
+    auto r = PartitionAndVerify(hlo, 4, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(r->collectives.size(), size_t{1});
+    QCOMPARE(r->collectives[0].kind, Opcode::kAllReduce);
+    auto convs = Find(*r->module, Opcode::kConvolution);
+    QCOMPARE(convs[0]->operand(0)->shape().ToString(false), std::string("f32[2,2,3]"));  // the own shard
+    QCOMPARE(convs[0]->window.dims[0].size, int64_t{4});  // the kernel shard: 16 / 4 taps
+    QCOMPARE(convs[0]->window.dims[0].base_dilation, int64_t{2});
+    QCOMPARE(convs[0]->window.dims[0].padding_low, int64_t{1});
+    // Kernel shards of 3 taps: tile j's windows start at dilated position 3j - 1, at different
+    // phases of the dilation (1, 0, 1, 0); each device dilates its exchanged rows explicitly
+    // (a batch of 32 makes the activations worth more than the kernel gradient's all-reduce).
+    const std::string odd = R"(HloModule wgrad
+ENTRY e {
+  x = f32[32,8,3] parameter(0), sharding={devices=[1,4,1]<=[4]}
+  g = f32[32,12,5] parameter(1), sharding={devices=[1,4,1]<=[4]}
+  ROOT w = f32[5,3,5] convolution(x, g), window={size=12 pad=1_0 lhs_dilate=2}, dim_labels=f0b_i0o->0bf, sharding={replicated}
+})";
+    r = PartitionAndVerify(odd, 4, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+    int halos = 0;
+    for (const auto& c : r->collectives) halos += StartsWith(c.reason, "halo exchange");
+    QVERIFY(halos >= 1);
+    convs = Find(*r->module, Opcode::kConvolution);
+    QCOMPARE(convs[0]->window.dims[0].base_dilation, int64_t{1});  // dilated explicitly
+    QCOMPARE(convs[0]->window.dims[0].size, int64_t{3});
+  }
+
+  // Reverse along a sharded dim keeps it split: even shards swap places (one collective-permute);
+  // uneven ones first move the padding to the other end (a halo exchange of P rows), reverse
+  // locally, then swap. Sweep: extents 1..13, 1..5 devices, 1-D and 2-D shardings (partially
+  // replicated too), one or two reversed dims; nothing is gathered.
+  void reverseAlongShardedDims() {
+    const std::string even = R"(HloModule r
+ENTRY e {
+  x = f32[8,3] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT y = f32[8,3] reverse(x), dimensions={0}, sharding={devices=[4,1]<=[4]}
+})";
+    std::string why;
+    auto r = PartitionAndVerify(even, 4, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(r->collectives.size(), size_t{1});
+    QCOMPARE(r->collectives[0].kind, Opcode::kCollectivePermute);
+    QCOMPARE(r->collectives[0].replica_groups, std::string("{{0,3},{1,2},{2,1},{3,0}}"));
+    const std::string uneven = R"(HloModule r
+ENTRY e {
+  x = f32[10,3] parameter(0), sharding={devices=[4,1]<=[4]}
+  ROOT y = f32[10,3] reverse(x), dimensions={0}, sharding={devices=[4,1]<=[4]}
+})";
+    r = PartitionAndVerify(uneven, 4, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(r->collectives.size(), size_t{2});
+    QVERIFY(StartsWith(r->collectives[0].reason, "halo exchange: reverse dim 0 left halo 2 row(s)"));
+    QCOMPARE(r->collectives[1].kind, Opcode::kCollectivePermute);
+    int checked = 0;
+    for (int64_t n = 1; n <= 13; ++n)
+      for (int64_t devices = 1; devices <= 5; ++devices)
+        for (int variant = 0; variant < 3; ++variant) {
+          // 0: [n,3] on dim 0; 1: [n,6] 2-D tiled (devices x 2), both dims reversed; 2: partially
+          // replicated (devices x 2 copies).
+          const std::string ds = std::to_string(devices), d2 = std::to_string(2 * devices);
+          std::string shape, sh, dims;
+          if (variant == 0) {
+            shape = "f32[" + std::to_string(n) + ",3]";
+            sh = "{devices=[" + ds + ",1]<=[" + ds + "]}";
+            dims = "0";
+          } else if (variant == 1) {
+            shape = "f32[" + std::to_string(n) + ",6]";
+            sh = "{devices=[" + ds + ",2]<=[" + d2 + "]}";
+            dims = "0,1";
+          } else {
+            shape = "f32[" + std::to_string(n) + ",3]";
+            sh = "{devices=[" + ds + ",1,2]<=[" + d2 + "] last_tile_dim_replicate}";
+            dims = "0";
+          }
+          const int64_t total = variant == 0 ? devices : 2 * devices;
+          const std::string hlo = "HloModule r\nENTRY e {\n  x = " + shape + " parameter(0), sharding=" + sh +
+                                  "\n  ROOT y = " + shape + " reverse(x), dimensions={" + dims + "}, sharding=" + sh + "\n}\n";
+          auto q = PartitionAndVerify(hlo, total, &why);
+          QVERIFY2(q.has_value(), (hlo + why).c_str());
+          for (const auto& c : q->collectives) QVERIFY2(c.kind == Opcode::kCollectivePermute, (hlo + c.reason).c_str());
+          ++checked;
+        }
+    QCOMPARE(checked, 13 * 5 * 3);
+  }
+
+  // Reshapes that split or merge a sharded dim whose shards do not line up on the two sides
+  // ([15] -> [3,5] on 2 devices: 8 elements vs 2 rows of 5): the group is flattened locally and
+  // a halo exchange brings each device the elements of its result shard. Sweep: [a*b, c] <->
+  // [a, b, c] for a 2..7, b 1..4, 2..4 devices, both directions; nothing is gathered.
+  void unevenReshapeAlongShardedDim() {
+    const std::string split = R"(HloModule s
+ENTRY e {
+  x = f32[15,2] parameter(0), sharding={devices=[2,1]<=[2]}
+  ROOT y = f32[3,5,2] reshape(x), sharding={devices=[2,1,1]<=[2]}
+})";
+    std::string why;
+    auto r = PartitionAndVerify(split, 2, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QCOMPARE(r->collectives.size(), size_t{1});
+    // Device 0 holds elements [0,8) and needs rows 0..1 = [0,10): two from device 1.
+    QVERIFY(StartsWith(r->collectives[0].reason, "halo exchange: reshape dim 0 right halo 2 row(s)"));
+    QVERIFY(r->replicated_fallbacks.empty());
+    int checked = 0, halos = 0;
+    for (int64_t a = 2; a <= 7; ++a)
+      for (int64_t b = 1; b <= 4; ++b)
+        for (int64_t devices = 2; devices <= 4; ++devices)
+          for (bool to_split : {true, false}) {
+            const std::string ds = std::to_string(devices);
+            const std::string flat = "f32[" + std::to_string(a * b) + ",2]", grid = "f32[" + std::to_string(a) + "," +
+                                                                               std::to_string(b) + ",2]";
+            const std::string sf = "{devices=[" + ds + ",1]<=[" + ds + "]}", sg = "{devices=[" + ds + ",1,1]<=[" + ds + "]}";
+            const std::string hlo = "HloModule s\nENTRY e {\n  x = " + (to_split ? flat : grid) + " parameter(0), sharding=" +
+                                    (to_split ? sf : sg) + "\n  ROOT y = " + (to_split ? grid : flat) +
+                                    " reshape(x), sharding=" + (to_split ? sg : sf) + "\n}\n";
+            auto q = PartitionAndVerify(hlo, devices, &why);
+            QVERIFY2(q.has_value(), (hlo + why).c_str());
+            QVERIFY2(q->replicated_fallbacks.empty(), hlo.c_str());
+            for (const auto& c : q->collectives) {
+              QVERIFY2(c.kind == Opcode::kCollectivePermute, (hlo + c.reason).c_str());
+              halos += StartsWith(c.reason, "halo exchange: reshape");
+            }
+            ++checked;
+          }
+    qInfo("%d reshapes verified, %d halo pieces", checked, halos);
+    QVERIFY(halos > 40);
   }
 };
 

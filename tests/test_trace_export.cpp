@@ -21,6 +21,7 @@
 #include "simulator/trace_export.h"
 
 using namespace shardscope;
+using namespace shardscope::sim;
 
 namespace {
 

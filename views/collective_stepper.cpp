@@ -23,23 +23,19 @@
 #include <QToolTip>
 #include <QVBoxLayout>
 
+#include "core/base/units.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
+
+using namespace ::shardscope::sim;
 
 namespace {
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }
 
-const std::vector<TeachingDevice> kNoDevices;
-const std::vector<TeachingTransfer> kNoTransfers;
-
-QString HumanBytes(double b) {
-  if (b >= 1e9) return QString::number(b / 1e9, 'f', b >= 1e10 ? 1 : 2) + " GB";
-  if (b >= 1e6) return QString::number(b / 1e6, 'f', b >= 1e7 ? 1 : 2) + " MB";
-  if (b >= 1e3) return QString::number(b / 1e3, 'f', b >= 1e4 ? 1 : 2) + " kB";
-  return QString::number(b, 'f', 0) + " B";
-}
+const std::vector<DeviceHolding> kNoDevices;
+const std::vector<StepTransfer> kNoTransfers;
 
 // A point on a quadratic Bezier and its tangent.
 QPointF Bezier(const QPointF& a, const QPointF& c, const QPointF& b, double t) {
@@ -96,15 +92,15 @@ void TeachingCanvas::setStep(int step) {
   update();
 }
 
-const std::vector<TeachingDevice>& TeachingCanvas::devices() const {
+const std::vector<DeviceHolding>& TeachingCanvas::devices() const {
   if (!plan_ || !plan_->ok) return kNoDevices;
-  if (step_ <= 0 || step_ > static_cast<int>(plan_->steps.size())) return plan_->initial;
-  return plan_->steps[static_cast<size_t>(step_ - 1)].devices;
+  if (step_ <= 0 || step_ > static_cast<int>(plan_->walk.steps.size())) return plan_->walk.initial;
+  return plan_->walk.steps[static_cast<size_t>(step_ - 1)].after;
 }
 
-const std::vector<TeachingTransfer>& TeachingCanvas::transfers() const {
-  if (!plan_ || !plan_->ok || step_ <= 0 || step_ > static_cast<int>(plan_->steps.size())) return kNoTransfers;
-  return plan_->steps[static_cast<size_t>(step_ - 1)].transfers;
+const std::vector<StepTransfer>& TeachingCanvas::transfers() const {
+  if (!plan_ || !plan_->ok || step_ <= 0 || step_ > static_cast<int>(plan_->walk.steps.size())) return kNoTransfers;
+  return plan_->walk.steps[static_cast<size_t>(step_ - 1)].transfers;
 }
 
 TeachingCanvas::Geometry TeachingCanvas::geometry() const {
@@ -122,7 +118,7 @@ TeachingCanvas::Geometry TeachingCanvas::geometry() const {
   g.cols = shape.cols;
   g.slices = shape.slices;
   // Wraparound (and other long) arrows run in lanes between the rows and columns.
-  for (const auto& s : plan_->steps) {
+  for (const auto& s : plan_->walk.steps) {
     for (const auto& t : s.transfers) g.lanes = g.lanes || t.wraparound;
   }
   g.label_h = g.slices > 1 ? 18 : 0;
@@ -195,11 +191,11 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
   g.PaintCaptions(p, mesh, width(), small, bold, text);
 
   // Tiles: the device id, the shard it owns, and a cell per member of its group.
-  const int colours = static_cast<int>(std::max<int64_t>(1, plan_->colour_count));
+  const int colours = static_cast<int>(std::max<int64_t>(1, plan_->walk.colour_count));
   for (size_t i = 0; i < device_at_tile_.size(); ++i) {
     const int64_t device = device_at_tile_[i];
     const QRectF r = g.TileRect(i);
-    const TeachingDevice* h = device >= 0 && device < static_cast<int64_t>(holdings.size()) ? &holdings[static_cast<size_t>(device)] : nullptr;
+    const DeviceHolding* h = device >= 0 && device < static_cast<int64_t>(holdings.size()) ? &holdings[static_cast<size_t>(device)] : nullptr;
     const bool member = h && h->group >= 0;
     ++stats_.tiles;
     QColor bg = member ? pal.color(QPalette::Base) : pal.color(QPalette::Button);
@@ -215,7 +211,7 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
                QString::number(device));
     if (!member || h->cells.empty()) continue;
     // The shard / chunk this device owns: a dot in that colour, top right.
-    if (header > 0 && plan_->kind != "collective-permute") {
+    if (header > 0 && plan_->walk.kind != CollectiveKind::kCollectivePermute) {
       const double dot = std::min(header - 3, 11.0);
       const QRectF dr(r.right() - dot - 4, r.top() + (header - dot) / 2 + 1, dot, dot);
       p.setPen(QPen(pal.color(QPalette::Mid), 1));
@@ -230,7 +226,7 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
     const double cgap = body.width() / ccols > 10 ? 2 : 1;
     const double cw = (body.width() - (ccols - 1) * cgap) / ccols;
     const double ch = (body.height() - (crows - 1) * cgap) / crows;
-    const bool permute = plan_->kind == "collective-permute";
+    const bool permute = plan_->walk.kind == CollectiveKind::kCollectivePermute;
     for (int c = 0; c < n; ++c) {
       QRectF cr(body.left() + (c % ccols) * (cw + cgap), body.top() + (c / ccols) * (ch + cgap), cw, ch);
       if (permute && n == 2) {
@@ -239,7 +235,7 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
         cr = c == 0 ? QRectF(body.left(), body.top(), own_w, body.height())
                     : QRectF(body.left() + own_w + cgap, body.top(), body.width() - own_w - cgap, body.height());
       }
-      const TeachingCell& cell = h->cells[static_cast<size_t>(c)];
+      const HeldCell& cell = h->cells[static_cast<size_t>(c)];
       p.setPen(Qt::NoPen);
       p.setBrush(pal.color(QPalette::AlternateBase));
       p.drawRect(cr);
@@ -249,7 +245,7 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
         p.setBrush(ShardTileColor(static_cast<int>(cell.colour % colours), colours, pal));
         p.drawRect(fr);
       }
-      const bool own = plan_->kind != "collective-permute" && plan_->kind != "all-to-all" && c == h->position;
+      const bool own = plan_->walk.kind != CollectiveKind::kCollectivePermute && plan_->walk.kind != CollectiveKind::kAllToAll && c == h->position;
       p.setPen(QPen(own ? text : pal.color(QPalette::Mid), own ? 1.5 : 0.8));
       p.setBrush(Qt::NoBrush);
       p.drawRect(cr);
@@ -265,16 +261,16 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
   };
   std::map<std::tuple<int64_t, int64_t, bool>, Arrow> arrows;
   for (const auto& t : transfers()) {
-    if (t.on_chip || t.src == t.dst) continue;
-    Arrow& a = arrows[{t.src, t.dst, t.wraparound}];
-    a.src = t.src;
-    a.dst = t.dst;
+    if (t.on_chip || t.src_device == t.dst_device) continue;
+    Arrow& a = arrows[{t.src_device, t.dst_device, t.wraparound}];
+    a.src = t.src_device;
+    a.dst = t.dst_device;
     a.group = t.group;
     a.wraparound = t.wraparound;
-    a.reduce = a.reduce || t.reduce;
+    a.reduce = a.reduce || t.reduce_on_arrival;
     a.all_half = a.all_half && t.half;
     a.bytes += t.bytes;
-    a.labels << Q(t.label);
+    a.labels << Q(t.piece);
   }
   double max_bytes = 0;
   for (const auto& [key, a] : arrows) max_bytes = std::max(max_bytes, a.bytes);
@@ -406,14 +402,14 @@ bool TeachingCanvas::event(QEvent* e) {
     QString tip = QString("<b>device %1</b> (%2)").arg(device).arg(coords.join(", "));
     const auto& holdings = devices();
     if (device >= 0 && device < static_cast<int64_t>(holdings.size())) {
-      const TeachingDevice& h = holdings[static_cast<size_t>(device)];
-      if (h.group >= 0 && plan_->kind != "collective-permute") tip += QString("<br>replica group %1, member %2").arg(h.group).arg(h.position);
+      const DeviceHolding& h = holdings[static_cast<size_t>(device)];
+      if (h.group >= 0 && plan_->walk.kind != CollectiveKind::kCollectivePermute) tip += QString("<br>replica group %1, member %2").arg(h.group).arg(h.position);
       tip += "<br>" + Q(h.text).toHtmlEscaped();
     }
     QStringList sends, receives;
     for (const auto& t : transfers()) {
-      if (t.src == device && t.dst != device) sends << QString("%1 \u2192 %2 (%3)").arg(Q(t.label).toHtmlEscaped()).arg(t.dst).arg(HumanBytes(t.bytes));
-      if (t.dst == device && t.src != device) receives << QString("%1 \u2190 %2 (%3)").arg(Q(t.label).toHtmlEscaped()).arg(t.src).arg(HumanBytes(t.bytes));
+      if (t.src_device == device && t.dst_device != device) sends << QString("%1 \u2192 %2 (%3)").arg(Q(t.piece).toHtmlEscaped()).arg(t.dst_device).arg(Q(FormatBytes(t.bytes)));
+      if (t.dst_device == device && t.src_device != device) receives << QString("%1 \u2190 %2 (%3)").arg(Q(t.piece).toHtmlEscaped()).arg(t.src_device).arg(Q(FormatBytes(t.bytes)));
     }
     auto shorten = [](QStringList l) {
       if (l.size() > 8) {
@@ -463,11 +459,10 @@ CollectiveStepper::CollectiveStepper(QWidget* parent)
   chip_->setMinimumContentsLength(7);
   wrap_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
   wrap_->setMinimumContentsLength(8);
-  for (const auto& c : ChipPresets()) chip_->addItem(Q(c), Q(c));
   chip_->setToolTip("The simulated chip (link bandwidth, hop latency, which axes have wraparound links)");
-  wrap_->addItem("Chip's wrap rule", "generation");
-  wrap_->addItem("Wrap every axis", "on");
-  wrap_->addItem("No wraparound", "off");
+  wrap_->addItem("Chip's wrap rule", static_cast<int>(TopologyOptions::Wraparound::kGenerationRule));
+  wrap_->addItem("Wrap every axis", static_cast<int>(TopologyOptions::Wraparound::kAll));
+  wrap_->addItem("No wraparound", static_cast<int>(TopologyOptions::Wraparound::kNone));
   wrap_->setToolTip("Wraparound links close each axis into a ring (a torus); without them an axis is a line");
   bidirectional_->setChecked(true);
   bidirectional_->setToolTip("Rings send both ways at once (TPU ICI links are bidirectional); off: one direction only");
@@ -607,13 +602,13 @@ bool CollectiveStepper::setRequest(const TeachingRequest& request) {
   request_ = request;
   updating_ = true;
   // Reflect the request's settings in the controls.
-  const int chip_index = chip_->findData(Q(request.chip.empty() ? DefaultChip() : request.chip));
+  const int chip_index = chip_->findData(Q(request.chip.empty() ? default_chip_ : request.chip));
   if (chip_index >= 0) chip_->setCurrentIndex(chip_index);
-  const int wrap_index = wrap_->findData(Q(request.wraparound.empty() ? std::string("generation") : request.wraparound));
+  const int wrap_index = wrap_->findData(static_cast<int>(request.wraparound));
   wrap_->setCurrentIndex(std::max(0, wrap_index));
   bidirectional_->setChecked(request.bidirectional);
   updating_ = false;
-  plan_ = PlanTeaching(request_);
+  plan_ = PlanTeaching(request_, default_chip_);
   step_ = 0;
   canvas_->setPlan(&plan_);
   refresh();
@@ -624,12 +619,12 @@ bool CollectiveStepper::setRequest(const TeachingRequest& request) {
 void CollectiveStepper::replan() {
   TeachingRequest r = request_;
   r.chip = chip_->currentData().toString().toStdString();
-  r.wraparound = wrap_->currentData().toString().toStdString();
+  r.wraparound = static_cast<TopologyOptions::Wraparound>(wrap_->currentData().toInt());
   r.bidirectional = bidirectional_->isChecked();
   const int keep = step_;
   pause();
   request_ = r;
-  plan_ = PlanTeaching(request_);
+  plan_ = PlanTeaching(request_, default_chip_);
   canvas_->setPlan(&plan_);
   step_ = std::clamp(keep, 0, stepCount());
   canvas_->setStep(step_);
@@ -637,9 +632,18 @@ void CollectiveStepper::replan() {
   emit planChanged();
 }
 
-bool CollectiveStepper::showCollective(const CollectiveInfo& collective, const DeviceMesh& mesh) {
+void CollectiveStepper::setChips(const std::vector<std::string>& chips, const std::string& default_chip) {
+  chip_->clear();
+  for (const auto& c : chips) chip_->addItem(Q(c), Q(c));
+  default_chip_ = default_chip;
+  const int index = chip_->findData(Q(default_chip_));
+  if (index >= 0) chip_->setCurrentIndex(index);
+}
+
+bool CollectiveStepper::showCollective(const InsertedCollective& collective,
+                                       const std::vector<std::vector<int64_t>>& participants, const DeviceMesh& mesh) {
   examples_->setCurrentIndex(0);
-  return setRequest(TeachingRequestFor(collective, mesh));
+  return setRequest(TeachingRequestFor(collective, participants, mesh));
 }
 
 bool CollectiveStepper::showExample(const QString& name) {
@@ -685,15 +689,15 @@ void CollectiveStepper::togglePlay() {
 bool CollectiveStepper::isPlaying() const { return timer_->isActive(); }
 void CollectiveStepper::setPlayInterval(int ms) { timer_->setInterval(std::max(10, ms)); }
 
-const std::vector<TeachingTransfer>& CollectiveStepper::currentTransfers() const {
+const std::vector<StepTransfer>& CollectiveStepper::currentTransfers() const {
   if (!plan_.ok || step_ <= 0 || step_ > stepCount()) return kNoTransfers;
-  return plan_.steps[static_cast<size_t>(step_ - 1)].transfers;
+  return plan_.walk.steps[static_cast<size_t>(step_ - 1)].transfers;
 }
 
-const std::vector<TeachingDevice>& CollectiveStepper::currentDevices() const {
+const std::vector<DeviceHolding>& CollectiveStepper::currentDevices() const {
   if (!plan_.ok) return kNoDevices;
-  if (step_ <= 0) return plan_.initial;
-  return plan_.steps[static_cast<size_t>(step_ - 1)].devices;
+  if (step_ <= 0) return plan_.walk.initial;
+  return plan_.walk.steps[static_cast<size_t>(step_ - 1)].after;
 }
 
 QString CollectiveStepper::captionText() const { return caption_->text(); }
@@ -702,9 +706,9 @@ QString CollectiveStepper::titleText() const { return title_->text(); }
 QString CollectiveStepper::formulaText() const {
   if (!plan_.ok) return QString();
   QStringList lines;
-  lines << Q(plan_.formula);
-  for (const auto& l : plan_.legend) lines << Q(l);
-  if (!plan_.book.empty()) lines << Q(plan_.book);
+  lines << Q(plan_.walk.formula.text);
+  for (const auto& l : plan_.walk.formula.legend) lines << Q(l);
+  if (!plan_.walk.formula.book.empty()) lines << Q(plan_.walk.formula.book);
   return lines.join("\n");
 }
 
@@ -737,25 +741,156 @@ void CollectiveStepper::refresh() {
   }
   title_->setText(Q(plan_.title));
   title_->setToolTip(Q(plan_.topology));
-  summary_->setText(Q(plan_.summary) + "\n" + QString("Slice: %1 (%2).").arg(Q(plan_.topology), Q(plan_.request.chip)));
+  summary_->setText(Q(plan_.walk.summary) + "\n" + QString("Slice: %1 (%2).").arg(Q(plan_.topology), Q(plan_.request.chip)));
   if (step_ == 0) {
     QString start;
-    if (plan_.kind == "all-gather") start = "Start: every device holds only its own shard (one filled cell).";
-    else if (plan_.kind == "reduce-scatter") start = "Start: every device holds its own unreduced buffer: every cell is one contribution of N.";
-    else if (plan_.kind == "all-reduce") start = "Start: every device holds its own unreduced buffer: every cell is one contribution of N.";
-    else if (plan_.kind == "all-to-all") start = "Start: every device's buffer is N pieces, all its own (one colour); piece j is for member j.";
+    if (plan_.walk.kind == CollectiveKind::kAllGather) start = "Start: every device holds only its own shard (one filled cell).";
+    else if (plan_.walk.kind == CollectiveKind::kReduceScatter) start = "Start: every device holds its own unreduced buffer: every cell is one contribution of N.";
+    else if (plan_.walk.kind == CollectiveKind::kAllReduce) start = "Start: every device holds its own unreduced buffer: every cell is one contribution of N.";
+    else if (plan_.walk.kind == CollectiveKind::kAllToAll) start = "Start: every device's buffer is N pieces, all its own (one colour); piece j is for member j.";
     else start = "Start: every device holds its own block.";
     caption_->setText(start + QString(" Press Next (or \u2192) to see step 1 of %1.").arg(stepCount()));
   } else {
-    caption_->setText(Q(plan_.steps[static_cast<size_t>(step_ - 1)].caption));
+    caption_->setText(Q(plan_.walk.steps[static_cast<size_t>(step_ - 1)].caption));
   }
   // The formula: the filled-in line, what each symbol is, and the book's closed form.
-  QString html = "<p style='font-size:large'><b>" + Q(plan_.formula).toHtmlEscaped() + "</b></p><ul style='margin-left:-20px'>";
-  for (const auto& l : plan_.legend) html += "<li>" + Q(l).toHtmlEscaped() + "</li>";
+  QString html = "<p style='font-size:large'><b>" + Q(plan_.walk.formula.text).toHtmlEscaped() + "</b></p><ul style='margin-left:-20px'>";
+  for (const auto& l : plan_.walk.formula.legend) html += "<li>" + Q(l).toHtmlEscaped() + "</li>";
   html += "</ul>";
-  if (!plan_.book.empty()) html += "<p><i>" + Q(plan_.book).toHtmlEscaped() + "</i></p>";
+  if (!plan_.walk.formula.book.empty()) html += "<p><i>" + Q(plan_.walk.formula.book).toHtmlEscaped() + "</i></p>";
   formula_->setText(html);
   canvas_->update();
+}
+
+// ---- Planning ----------------------------------------------------------------------------------------
+
+TeachingPlan PlanTeaching(const TeachingRequest& request, const std::string& default_chip) {
+  TeachingPlan plan;
+  plan.request = request;
+  plan.title = request.title;
+  if (plan.request.chip.empty()) plan.request.chip = default_chip;
+  if (plan.request.chip.empty()) {
+    plan.message = "no chip chosen";
+    return plan;
+  }
+  auto chip = ResolveChip(plan.request.chip);
+  if (!chip.ok()) {
+    plan.message = chip.error().message;
+    return plan;
+  }
+  if (request.mesh.num_devices() < 1) {
+    plan.message = "the mesh has no devices";
+    return plan;
+  }
+  TopologyOptions topology_options;
+  topology_options.wraparound = request.wraparound;
+  auto topology = Topology::ForMesh(chip.value(), request.mesh, {}, topology_options);
+  if (!topology.ok()) {
+    plan.message = "cannot place mesh " + request.mesh.ToString() + " on " + plan.request.chip + ": " + topology.error().message;
+    return plan;
+  }
+  plan.topology = topology->Describe();
+  WalkthroughOptions options;
+  options.mesh = request.mesh;
+  options.collective.bidirectional = request.bidirectional;
+  auto walk = request.kind == CollectiveKind::kCollectivePermute
+                  ? WalkThroughCollectivePermute(topology.value(), request.pairs, request.operand_bytes, options)
+                  : WalkThroughCollective(topology.value(), request.kind, request.groups, request.operand_bytes, options);
+  if (!walk.ok()) {
+    plan.message = walk.error().message;
+    return plan;
+  }
+  plan.walk = std::move(walk).value();
+  plan.ok = true;
+  if (plan.title.empty()) plan.title = std::string(CollectiveKindName(request.kind)) + " on " + request.mesh.ToString();
+  return plan;
+}
+
+TeachingRequest TeachingRequestFor(const InsertedCollective& collective, const std::vector<std::vector<int64_t>>& participants,
+                                   const DeviceMesh& mesh) {
+  TeachingRequest r;
+  auto kind = CollectiveKindFromName(OpcodeName(collective.kind));
+  r.kind = kind.ok() ? kind.value() : CollectiveKind::kAllGather;
+  r.mesh = mesh;
+  if (r.kind == CollectiveKind::kCollectivePermute) {
+    for (const auto& p : participants) {
+      if (p.size() == 2) r.pairs.emplace_back(p[0], p[1]);
+    }
+  } else {
+    r.groups = participants;
+  }
+  r.operand_bytes = static_cast<double>(collective.bytes_per_device);
+  r.title = collective.instruction + (collective.origin.empty() ? "" : " for " + collective.origin) +
+            (collective.reason.empty() ? "" : ": " + collective.reason);
+  return r;
+}
+
+namespace {
+
+struct ExampleSpec {
+  const char* name;
+  const char* title;
+  CollectiveKind kind;
+  const char* mesh;
+  std::vector<std::string> axes;  // replica groups over these mesh axes; permute: the shift axis
+  double bytes;
+  const char* chip;  // "" = the default chip
+  TopologyOptions::Wraparound wraparound;
+};
+
+const std::vector<ExampleSpec>& ExampleSpecs() {
+  using W = TopologyOptions::Wraparound;
+  static const std::vector<ExampleSpec> specs = {
+      {"all-gather-ring", "All-gather over X \u2014 rings of 4 with wraparound (4\u00D74 torus)", CollectiveKind::kAllGather,
+       "X=4,Y=4", {"X"}, 8388608, "", W::kAll},
+      {"all-gather-line", "All-gather over Y \u2014 lines of 4 without wraparound (book case C1: TPU v5e, 8\u00D74)",
+       CollectiveKind::kAllGather, "X=8,Y=4", {"Y"}, 8388608, "tpu-v5e", W::kGenerationRule},
+      {"reduce-scatter", "Reduce-scatter over Y \u2014 partial sums flow to their owners (4\u00D74 torus)",
+       CollectiveKind::kReduceScatter, "X=4,Y=4", {"Y"}, 4 * 8388608.0, "", W::kAll},
+      {"all-reduce", "All-reduce over X \u2014 reduce-scatter, then all-gather (4\u00D74 torus)", CollectiveKind::kAllReduce,
+       "X=4,Y=4", {"X"}, 4 * 8388608.0, "", W::kAll},
+      {"all-reduce-xy", "All-reduce over X and Y \u2014 both axes at once (4\u00D74 torus)", CollectiveKind::kAllReduce,
+       "X=4,Y=4", {"X", "Y"}, 16 * 1048576.0, "", W::kAll},
+      {"all-to-all", "All-to-all over X \u2014 every device sends a piece to every other (4\u00D74 torus)",
+       CollectiveKind::kAllToAll, "X=4,Y=4", {"X"}, 4 * 2097152.0, "", W::kAll},
+      {"halo-exchange", "Halo exchange along Y \u2014 collective-permute by +1, no wraparound (4\u00D74 mesh)",
+       CollectiveKind::kCollectivePermute, "X=4,Y=4", {"Y"}, 65536, "", W::kNone},
+  };
+  return specs;
+}
+
+}  // namespace
+
+std::vector<TeachingExample> TeachingExamples() {
+  std::vector<TeachingExample> out;
+  for (const auto& s : ExampleSpecs()) out.push_back({s.name, s.title});
+  return out;
+}
+
+std::optional<TeachingRequest> TeachingExampleRequest(const std::string& name) {
+  for (const auto& s : ExampleSpecs()) {
+    if (name != s.name) continue;
+    auto mesh = DeviceMesh::Parse(s.mesh);
+    if (!mesh.ok()) return std::nullopt;
+    TeachingRequest r;
+    r.title = s.title;
+    r.kind = s.kind;
+    r.mesh = mesh.value();
+    r.operand_bytes = s.bytes;
+    r.chip = s.chip;
+    r.wraparound = s.wraparound;
+    if (r.kind == CollectiveKind::kCollectivePermute) {
+      auto pairs = ShiftPairsAlongAxis(r.mesh, s.axes.front(), +1, /*cyclic=*/false);
+      if (!pairs.ok()) return std::nullopt;
+      r.pairs = pairs.value();
+    } else {
+      auto groups = ReplicaGroupsForAxes(r.mesh, s.axes);
+      if (!groups.ok()) return std::nullopt;
+      r.groups = groups.value();
+    }
+    return r;
+  }
+  return std::nullopt;
 }
 
 }  // namespace shardscope::views

@@ -6,15 +6,22 @@
 // curved round the outside for wraparound links), Previous / Play / Next and a step slider, a caption
 // saying what happens in the step, and the cost formula with the numbers filled in.
 //
-// No algorithm lives here: the plan comes from views/engine.h (PlanTeaching), which wraps
-// simulator/collective_steps.
+// No algorithm lives here: the steps are the simulator's walkthrough (simulator/collective_steps.h)
+// of the algorithm its cost model times.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <QWidget>
 
-#include "views/engine.h"
+#include "core/sharding/mesh.h"
+#include "partitioner/spmd/spmd_partitioner.h"
+#include "simulator/collectives/walkthrough.h"
+#include "simulator/topology.h"
 #include "views/mesh_grid.h"
 
 class QCheckBox;
@@ -25,6 +32,48 @@ class QSlider;
 class QTimer;
 
 namespace shardscope::views {
+
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
+
+// A collective to step through on a mesh.
+struct TeachingRequest {
+  std::string title;  // one line above the mesh ("all-gather.3 for dot.1: ...")
+  CollectiveKind kind = CollectiveKind::kAllGather;
+  DeviceMesh mesh;
+  std::vector<std::vector<int64_t>> groups;        // empty: one group of every device
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // collective-permute: source -> target
+  double operand_bytes = 0;  // per device (all-gather: the shard; the others: the whole buffer)
+  std::string chip;          // a chip preset; "" : the default chip
+  TopologyOptions::Wraparound wraparound = TopologyOptions::Wraparound::kGenerationRule;
+  bool bidirectional = true;  // rings use both directions of every link
+};
+
+// The request with the simulator's walkthrough of it, or why there is none.
+struct TeachingPlan {
+  bool ok = false;
+  std::string message;      // why it failed (a person can act on it)
+  TeachingRequest request;  // what was asked (chip filled in)
+  std::string title;
+  std::string topology;     // the slice, described
+  CollectiveWalkthrough walk;
+};
+
+// Plans the walkthrough (quick for meshes of a few hundred devices; runs on the calling thread).
+TeachingPlan PlanTeaching(const TeachingRequest& request, const std::string& default_chip);
+// A collective of the partitioned program (its participant groups; a collective-permute's
+// source-target pairs as two-element groups) on the document's mesh.
+TeachingRequest TeachingRequestFor(const InsertedCollective& collective, const std::vector<std::vector<int64_t>>& participants,
+                                   const DeviceMesh& mesh);
+
+struct TeachingExample {
+  std::string name;   // "all-gather-ring"
+  std::string title;  // "All-gather over X — a ring of 4 (4×4 torus)"
+};
+// Ready-made collectives to explore without partitioning anything; the first is the default.
+std::vector<TeachingExample> TeachingExamples();
+// The request for an example; nullopt for an unknown name.
+std::optional<TeachingRequest> TeachingExampleRequest(const std::string& name);
 
 // The painted mesh with the holdings and arrows of one step.
 class TeachingCanvas : public QWidget {
@@ -62,8 +111,8 @@ class TeachingCanvas : public QWidget {
     bool lanes = false;  // room between rows/columns for wraparound arcs
   };
   Geometry geometry() const;
-  const std::vector<TeachingDevice>& devices() const;
-  const std::vector<TeachingTransfer>& transfers() const;
+  const std::vector<DeviceHolding>& devices() const;
+  const std::vector<StepTransfer>& transfers() const;
   int tileAt(const QPointF& p) const;
 
   const TeachingPlan* plan_ = nullptr;
@@ -79,21 +128,24 @@ class CollectiveStepper : public QWidget {
  public:
   explicit CollectiveStepper(QWidget* parent = nullptr);
 
+  // The chips to choose from and the one a request without a chip uses.
+  void setChips(const std::vector<std::string>& chips, const std::string& default_chip);
   // Plans `request` and shows its start. Returns false (and shows why) when it cannot be planned.
   bool setRequest(const TeachingRequest& request);
   // A collective of the partitioned program on the document's mesh, with the default chip.
-  bool showCollective(const CollectiveInfo& collective, const DeviceMesh& mesh);
+  bool showCollective(const InsertedCollective& collective, const std::vector<std::vector<int64_t>>& participants,
+                      const DeviceMesh& mesh);
   // One of TeachingExamples() by name.
   bool showExample(const QString& name);
   bool hasPlan() const { return plan_.ok; }
   const TeachingPlan& plan() const { return plan_; }
 
-  int stepCount() const { return static_cast<int>(plan_.steps.size()); }
+  int stepCount() const { return static_cast<int>(plan_.walk.steps.size()); }
   int currentStep() const { return step_; }  // 0: the start, before step 1
   void setStep(int step);
   // The transfers drawn now (empty at the start) and what each device holds now.
-  const std::vector<TeachingTransfer>& currentTransfers() const;
-  const std::vector<TeachingDevice>& currentDevices() const;
+  const std::vector<StepTransfer>& currentTransfers() const;
+  const std::vector<DeviceHolding>& currentDevices() const;
   QString captionText() const;
   QString formulaText() const;   // the formula line, legend and the book's form, as plain text
   QString titleText() const;
@@ -127,6 +179,7 @@ class CollectiveStepper : public QWidget {
 
   TeachingRequest request_;
   TeachingPlan plan_;
+  std::string default_chip_;
   int step_ = 0;
   bool updating_ = false;
 

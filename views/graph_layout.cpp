@@ -1,20 +1,18 @@
 #include "views/graph_layout.h"
 
-#include "views/graph_hierarchy.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 
-#include <QThreadPool>
-#include <QtConcurrent/QtConcurrentRun>
 
 #include <graphviz/cgraph.h>
 #include <graphviz/gvc.h>
 
 namespace shardscope::views {
+
 
 namespace {
 
@@ -269,41 +267,38 @@ LayoutResult LayoutLayered(const LayoutInput& input) {
   return out;
 }
 
-// ---- LayoutService ---------------------------------------------------------------------------------
+// ---- LayoutCache ---------------------------------------------------------------------------------
 
-LayoutService::LayoutService(QObject* parent) : QObject(parent), pool_(new QThreadPool(this)) {
-  pool_->setMaxThreadCount(1);  // the one Graphviz thread
-  pool_->setExpiryTimeout(-1);
+LayoutCache& LayoutCache::instance() {
+  static LayoutCache* cache = new LayoutCache();  // lives for the process
+  return *cache;
 }
 
-LayoutService* LayoutService::instance() {
-  static LayoutService* service = new LayoutService();  // lives for the process
-  return service;
+std::shared_ptr<const LayoutResult> LayoutCache::cached(const std::string& key) const {
+  QMutexLocker lock(&mutex_);
+  auto it = cache_.find(key);
+  return it == cache_.end() ? nullptr : it->second;
 }
 
-int LayoutService::layoutsRun() const {
+int LayoutCache::layoutsRun() const {
   QMutexLocker lock(&mutex_);
   return runs_;
 }
 
-void LayoutService::clearCache() {
+void LayoutCache::clearCache() {
   QMutexLocker lock(&mutex_);
   cache_.clear();
   order_.clear();
   order_start_ = 0;
 }
 
-std::shared_ptr<const LayoutResult> LayoutService::layOutGroup(const std::string& key, const LayoutInput& input,
-                                                              bool* from_cache) {
-  {
-    QMutexLocker lock(&mutex_);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      *from_cache = true;
-      return it->second;
-    }
+std::shared_ptr<const LayoutResult> LayoutCache::layOut(const std::string& key, const LayoutInput& input,
+                                                        bool* from_cache) {
+  if (from_cache) *from_cache = false;
+  if (auto hit = cached(key)) {
+    if (from_cache) *from_cache = true;
+    return hit;
   }
-  *from_cache = false;
   LayoutResult result = LayoutWithGraphviz(input);
   if (!result.ok) {
     const std::string why = result.error;
@@ -321,20 +316,6 @@ std::shared_ptr<const LayoutResult> LayoutService::layOutGroup(const std::string
     order_start_ = 0;
   }
   return shared;
-}
-
-QFuture<std::shared_ptr<const HierarchyLayout>> LayoutService::requestHierarchy(
-    std::shared_ptr<const HierarchyInput> input, CancellationToken cancel) {
-  return QtConcurrent::run(pool_, [this, input = std::move(input), cancel]() -> std::shared_ptr<const HierarchyLayout> {
-    if (cancel.cancelled()) {
-      auto dropped = std::make_shared<HierarchyLayout>();
-      dropped->cancelled = true;
-      return dropped;
-    }
-    return std::make_shared<const HierarchyLayout>(LayOutHierarchy(
-        *input, [this](const std::string& key, const LayoutInput& in, bool* hit) { return layOutGroup(key, in, hit); },
-        cancel));
-  });
 }
 
 }  // namespace shardscope::views

@@ -1,6 +1,7 @@
-// Graph layout as plain data. Graphviz is not thread-safe, so exactly one owner (LayoutService)
-// runs every layout on one worker thread, under a mutex, on a snapshot (LayoutInput) and hands back
-// plain structs (LayoutResult); the graph view creates its items from them on the GUI thread.
+// Graph layout as plain data. Graphviz is not thread-safe, so every layout runs as a job on the
+// job tracker's layout lane (one worker thread), under a mutex, on a snapshot (LayoutInput) and
+// hands back plain structs (LayoutResult); the graph view creates its items from them on the GUI
+// thread. A newer layout of the same view supersedes an older one (cancelled between two groups).
 // Group layouts are cached, so a group is laid out once per set of items and sizes; annotation
 // edits never lay out again.
 #pragma once
@@ -11,13 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include <QFuture>
 #include <QMutex>
-#include <QObject>
-
-#include "core/base/cancellation.h"
-
-class QThreadPool;
 
 namespace shardscope::views {
 
@@ -67,30 +62,24 @@ LayoutResult LayoutWithGraphviz(const LayoutInput& input);
 // A simple layered layout used when Graphviz fails (no plugins found, ...).
 LayoutResult LayoutLayered(const LayoutInput& input);
 
-struct HierarchyInput;
-struct HierarchyLayout;
-
-// The one owner of Graphviz: a single worker thread plus a cache of finished group layouts (keyed
-// by module, group, and the items it shows with their sizes), so a group expanded again, or shown
-// by a second view of the same module, is not laid out again.
-class LayoutService : public QObject {
-  Q_OBJECT
+// Finished group layouts, shared by every graph view of the process and keyed by what was laid out
+// (graph, group, the items it shows with their sizes: graph_hierarchy.h), so a group expanded
+// again, or shown by a second view of the same graph, is not laid out again. Thread-safe.
+class LayoutCache {
  public:
-  static LayoutService* instance();
+  static LayoutCache& instance();
 
-  // Lays out the visible part of a graph on the worker (graph_hierarchy.h). A request whose token
-  // is cancelled before or while it runs stops between two groups and finishes with cancelled =
-  // true; what it laid out so far stays in the cache.
-  QFuture<std::shared_ptr<const HierarchyLayout>> requestHierarchy(std::shared_ptr<const HierarchyInput> input,
-                                                                  CancellationToken cancel);
+  // The cached layout for `key`, or nullptr.
+  std::shared_ptr<const LayoutResult> cached(const std::string& key) const;
+  // The layout of `input`: the cached one (*from_cache = true), else Graphviz dot (the layered
+  // layout when dot fails), cached. Call it on the job tracker's layout lane only: Graphviz is not
+  // thread-safe.
+  std::shared_ptr<const LayoutResult> layOut(const std::string& key, const LayoutInput& input, bool* from_cache = nullptr);
   int layoutsRun() const;  // how many group layouts actually ran (not served from the cache)
   void clearCache();
 
  private:
-  explicit LayoutService(QObject* parent = nullptr);
-  // One group: from the cache, else Graphviz dot (the layered layout when dot fails). Worker only.
-  std::shared_ptr<const LayoutResult> layOutGroup(const std::string& key, const LayoutInput& input, bool* from_cache);
-  QThreadPool* pool_;
+  LayoutCache() = default;
   mutable QMutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const LayoutResult>> cache_;
   std::vector<std::string> order_;  // insertion order, for eviction

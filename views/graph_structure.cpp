@@ -8,6 +8,7 @@
 
 namespace shardscope::views {
 
+
 namespace {
 
 // The scope path of an op_name: "jit(f)/layer0/ffn/dot" -> {jit(f), layer0, ffn}. A '/' inside
@@ -355,6 +356,7 @@ void ScopeTree::Finish() {
   for (auto& s : scope_at_) s = renum[static_cast<size_t>(s)];
 
   // Depths, paths, totals, first positions.
+  std::vector<int32_t> first_any(scopes_.size(), INT32_MAX);
   for (size_t i = 0; i < scopes_.size(); ++i) {
     ScopeNode& node = scopes_[i];
     std::vector<std::pair<int32_t, int64_t>> keyed;
@@ -363,7 +365,16 @@ void ScopeTree::Finish() {
     std::sort(keyed.begin(), keyed.end());
     for (size_t k = 0; k < keyed.size(); ++k) node.direct[k] = keyed[k].second;
     node.total = static_cast<int64_t>(node.direct.size());
-    node.first = node.direct.empty() ? INT32_MAX : position_.at(node.direct.front());
+    // Ordered by the first operation: the optimizer's state parameters come early in the module
+    // but the optimizer's updates come last.
+    node.first = INT32_MAX;
+    first_any[i] = keyed.empty() ? INT32_MAX : keyed.front().first;
+    for (const auto& [position, id] : keyed) {
+      if (order_[static_cast<size_t>(position)]->opcode() != Opcode::kParameter) {
+        node.first = position;
+        break;
+      }
+    }
     if (node.parent >= 0) {
       const ScopeNode& p = scopes_[static_cast<size_t>(node.parent)];
       node.depth = p.depth + 1;
@@ -375,6 +386,10 @@ void ScopeTree::Finish() {
     ScopeNode& p = scopes_[static_cast<size_t>(node.parent)];
     p.total += node.total;
     p.first = std::min(p.first, node.first);
+    first_any[static_cast<size_t>(node.parent)] = std::min(first_any[static_cast<size_t>(node.parent)], first_any[i]);
+  }
+  for (size_t i = 0; i < scopes_.size(); ++i) {
+    if (scopes_[i].first == INT32_MAX) scopes_[i].first = first_any[i];  // parameters only
   }
   for (auto& node : scopes_) {
     std::sort(node.children.begin(), node.children.end(),

@@ -32,7 +32,8 @@ struct ScopeNode {
   std::vector<int> children;    // in order of first appearance
   std::vector<int64_t> direct;  // instruction ids whose innermost scope this is, in order
   int64_t total = 0;            // instructions in this scope and below
-  int32_t first = 0;            // position (ScopeTree::positionOf) of the first instruction below
+  int32_t first = 0;            // position (ScopeTree::positionOf) of the first operation below (parameter
+                                // when it holds nothing else): the order of siblings
   int64_t caller = -1;          // kCall: the instruction whose computations this group holds
   uint64_t signature = 0;       // structure below: ops, shapes, wiring, nested groups
   int run = -1;                 // the repeat run this scope belongs to, -1 for none

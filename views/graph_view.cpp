@@ -1,3 +1,4 @@
+#include "core/base/units.h"
 #include "views/graph_view.h"
 
 #include <algorithm>
@@ -8,7 +9,7 @@
 
 #include <QApplication>
 #include <QComboBox>
-#include <QEventLoop>
+#include <QElapsedTimer>
 #include <QGraphicsScene>
 #include <QGraphicsSceneContextMenuEvent>
 #include <QGraphicsSceneMouseEvent>
@@ -25,12 +26,16 @@
 #include <QWheelEvent>
 
 #include "core/ir/opcodes.h"
-#include "views/document.h"
+#include "views/document_model.h"
+#include "views/job_tracker.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
 
+
 namespace {
+
+using Lane = JobTracker::Lane;
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }
 
@@ -479,19 +484,25 @@ GraphView::GraphView(QWidget* parent) : QGraphicsView(parent), scene_(new QGraph
   minimap_->hide();
 }
 
-GraphView::~GraphView() {
-  if (watcher_) watcher_->disconnect(this);
+GraphView::~GraphView() = default;
+
+void GraphView::setJobTracker(JobTracker* jobs) { jobs_ = jobs; }
+
+JobTracker* GraphView::jobTracker() {
+  if (jobs_) return jobs_;
+  if (!own_jobs_) own_jobs_ = new JobTracker(this);
+  return own_jobs_;
 }
 
-void GraphView::setDocument(Document* doc) {
+void GraphView::setDocument(DocumentModel* doc) {
   if (doc_) doc_->disconnect(this);
   doc_ = doc;
   if (!doc_) return;
-  connect(doc_, &Document::moduleReset, this, &GraphView::onModuleReset);
-  connect(doc_, &Document::shardingsUpdated, this, &GraphView::recolour);
-  connect(doc_, &Document::annotationsChanged, this, &GraphView::recolour);
-  connect(doc_, &Document::meshChanged, this, &GraphView::recolour);
-  connect(doc_, &Document::selectionChanged, this, [this](qint64) { followSelection(); });
+  connect(doc_, &DocumentModel::moduleReset, this, &GraphView::onModuleReset);
+  connect(doc_, &DocumentModel::shardingsUpdated, this, &GraphView::recolour);
+  connect(doc_, &DocumentModel::annotationsChanged, this, &GraphView::recolour);
+  connect(doc_, &DocumentModel::meshChanged, this, &GraphView::recolour);
+  connect(doc_, &DocumentModel::selectionChanged, this, [this](qint64) { followSelection(); });
   if (doc_->hasModule()) onModuleReset();
 }
 
@@ -572,9 +583,9 @@ std::pair<double, double> GraphView::nodeSize(const VisibleTree::Item& item) {
 
 void GraphView::requestLayout() {
   const Computation* comp = currentComputation();
-  layout_cancel_.Cancel();  // a layout still running for an older state is dropped
-  layout_cancel_ = CancellationToken();
   if (!comp || !tree_ || !doc_) {
+    if (layout_pending_) ++layouts_cancelled_;
+    jobTracker()->cancelKey(layoutJobKey());
     scene_->clear();
     nodes_.clear();
     clusters_.clear();
@@ -599,36 +610,31 @@ void GraphView::requestLayout() {
   // shares the group layouts); the font sets the node sizes, which are part of each key too.
   input->cache_prefix =
       std::to_string(tree_->fingerprint()) + "/" + comp->name() + "/" + std::to_string(font().pointSizeF());
+  if (layout_pending_) ++layouts_cancelled_;  // the older layout is superseded below
   const quint64 request = ++layout_request_;
   layout_pending_ = true;
   pending_ = visible;
-  if (watcher_) {
-    watcher_->disconnect(this);
-    watcher_->deleteLater();
-  }
-  watcher_ = new QFutureWatcher<std::shared_ptr<const HierarchyLayout>>(this);
-  connect(watcher_, &QFutureWatcher<std::shared_ptr<const HierarchyLayout>>::finished, this, [this, request] {
-    if (request != layout_request_) return;  // superseded
-    auto result = watcher_->result();
-    if (!result || result->cancelled) {
-      ++layouts_cancelled_;
-      return;
-    }
-    applyLayout(std::move(result), pending_);
-  });
-  watcher_->setFuture(LayoutService::instance()->requestHierarchy(std::move(input), layout_cancel_));
-}
-
-bool GraphView::waitForLayout(int timeout_ms) {
-  if (!layout_pending_) return true;
-  QEventLoop loop;
-  QTimer timer;
-  timer.setSingleShot(true);
-  connect(&timer, &QTimer::timeout, &loop, &QEventLoop::quit);
-  connect(this, &GraphView::layoutFinished, &loop, &QEventLoop::quit);
-  timer.start(timeout_ms);
-  loop.exec();
-  return !layout_pending_;
+  // The newest layout of this view wins: an older one still queued never runs, one running stops
+  // before its next group (what it laid out stays cached).
+  const JobTracker::Spec spec{.label = "laying out",
+                              .lane = Lane::kLayout,
+                              .key = layoutJobKey(),
+                              .context = this};
+  jobTracker()->run<std::shared_ptr<const HierarchyLayout>>(
+      spec,
+      [input = std::move(input)](const CancellationToken& token) {
+        return std::make_shared<const HierarchyLayout>(LayOutHierarchy(
+            *input,
+            [](const std::string& key, const LayoutInput& in, bool* hit) {
+              return LayoutCache::instance().layOut(key, in, hit);
+            },
+            token));
+      },
+      [this, request](std::shared_ptr<const HierarchyLayout> result) {
+        if (request != layout_request_) return;  // superseded
+        if (!result || result->cancelled) return;
+        applyLayout(std::move(result), pending_);
+      });
 }
 
 void GraphView::anchorOn(const std::string& key) {
@@ -896,8 +902,8 @@ GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* toolt
                     look.user ? "your annotation" : "inferred");
       t += QString("<br>HLO: <tt>%1</tt>").arg(HloShardingText(*sh).toHtmlEscaped());
       t += QString("<br>per device: %1 &middot; %2 (whole tensor %3)")
-               .arg(LocalShapeText(inst->shape(), sh).toHtmlEscaped(), FormatBytes(BytesPerDevice(inst->shape(), sh)),
-                    FormatBytes(inst->shape().ByteSize()));
+               .arg(LocalShapeText(inst->shape(), sh).toHtmlEscaped(), Q(FormatBytes(BytesPerDevice(inst->shape(), sh))),
+                    Q(FormatBytes(inst->shape().ByteSize())));
     } else {
       t += "<br><i>no sharding yet</i>";
     }
@@ -1314,10 +1320,12 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
   });
 }
 
-void GraphPane::setDocument(Document* doc) {
+void GraphPane::setJobTracker(JobTracker* jobs) { view_->setJobTracker(jobs); }
+
+void GraphPane::setDocument(DocumentModel* doc) {
   doc_ = doc;
   view_->setDocument(doc);
-  connect(doc, &Document::moduleReset, this, &GraphPane::refreshComputations);
+  connect(doc, &DocumentModel::moduleReset, this, &GraphPane::refreshComputations);
   refreshComputations();
 }
 

@@ -3,7 +3,7 @@
 // Graphs of any size open with their top groups (name scopes, called computations, chunks:
 // graph_structure.h) collapsed and repeated groups folded ("layer × 64"); double-click a group to
 // expand it, a frame's header to collapse it. Only what is visible is laid out, group by group
-// (graph_hierarchy.h), by LayoutService off the GUI thread, each group's layout cached; a layout
+// (graph_hierarchy.h), as a job on the tracker's layout lane, each group's layout cached; a layout
 // still running when the view changes again is cancelled, never waited for. Selecting, finding or
 // following a link to a hidden instruction expands the groups holding it and centres it.
 // Annotation edits recolour the existing items and never lay out again.
@@ -15,7 +15,6 @@
 #include <set>
 #include <unordered_map>
 
-#include <QFutureWatcher>
 #include <QGraphicsItem>
 #include <QGraphicsView>
 #include <QPointer>
@@ -33,8 +32,9 @@ class QToolButton;
 
 namespace shardscope::views {
 
-class Document;
+class DocumentModel;
 class GraphView;
+class JobTracker;
 
 // One node: an instruction, a collapsed group, or a folded run of repeated groups.
 class GraphNodeItem : public QGraphicsItem {
@@ -157,8 +157,10 @@ class GraphView : public QGraphicsView {
   explicit GraphView(QWidget* parent = nullptr);
   ~GraphView() override;
 
-  void setDocument(Document* doc);
-  Document* document() const { return doc_; }
+  void setDocument(DocumentModel* doc);
+  DocumentModel* document() const { return doc_; }
+  // The tracker its layouts run through (the session's). Without one the view makes its own.
+  void setJobTracker(JobTracker* jobs);
 
   // Which computation is shown ("" = the entry).
   void setComputation(const QString& name);
@@ -166,7 +168,6 @@ class GraphView : public QGraphicsView {
 
   // Layout state.
   bool isLayoutPending() const { return layout_pending_; }
-  bool waitForLayout(int timeout_ms = 30000);
   const HierarchyLayout* currentLayout() const { return layout_.get(); }
   int layoutsApplied() const { return layouts_applied_; }
   int layoutsCancelled() const { return layouts_cancelled_; }
@@ -243,7 +244,12 @@ class GraphView : public QGraphicsView {
   GraphNodeItem::Look lookFor(const GraphNodeItem* item, QString* tooltip) const;
   const Computation* currentComputation() const;
 
-  QPointer<Document> doc_;
+  JobTracker* jobTracker();
+  QString layoutJobKey() const { return QString("layout:%1").arg(reinterpret_cast<quintptr>(this)); }
+
+  QPointer<DocumentModel> doc_;
+  QPointer<JobTracker> jobs_;
+  JobTracker* own_jobs_ = nullptr;
   QGraphicsScene* scene_;
   GraphMiniMap* minimap_;
   QString computation_name_;
@@ -256,8 +262,6 @@ class GraphView : public QGraphicsView {
   std::unordered_map<int, GraphClusterItem*> clusters_;
   std::vector<GraphEdgeItem*> edges_;
   std::unordered_map<std::string, std::pair<double, double>> size_cache_;
-  QFutureWatcher<std::shared_ptr<const HierarchyLayout>>* watcher_ = nullptr;
-  CancellationToken layout_cancel_;
   quint64 layout_request_ = 0;
   bool layout_pending_ = false;
   bool fit_after_layout_ = false;
@@ -276,7 +280,8 @@ class GraphPane : public QWidget {
   Q_OBJECT
  public:
   explicit GraphPane(QWidget* parent = nullptr);
-  void setDocument(Document* doc);
+  void setDocument(DocumentModel* doc);
+  void setJobTracker(JobTracker* jobs);
   GraphView* view() const { return view_; }
   QLineEdit* searchField() const { return search_; }
   QToolButton* foldButton() const { return fold_; }
@@ -299,7 +304,7 @@ class GraphPane : public QWidget {
   QToolButton* fold_;
   QList<int64_t> matches_;
   int match_index_ = -1;
-  QPointer<Document> doc_;
+  QPointer<DocumentModel> doc_;
 };
 
 }  // namespace shardscope::views

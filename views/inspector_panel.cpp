@@ -4,11 +4,15 @@
 #include <QUrl>
 #include <QVBoxLayout>
 
+#include "core/base/units.h"
 #include "core/ir/ir.h"
-#include "views/document.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
+
+using namespace ::shardscope::sim;
 
 namespace {
 
@@ -37,16 +41,22 @@ InspectorPanel::InspectorPanel(QWidget* parent) : QWidget(parent), browser_(new 
   });
 }
 
-void InspectorPanel::setDocument(Document* doc) {
+void InspectorPanel::setDocument(DocumentModel* doc) {
   if (doc_) doc_->disconnect(this);
   doc_ = doc;
   if (!doc_) return;
-  connect(doc_, &Document::selectionChanged, this, &InspectorPanel::refresh);
-  connect(doc_, &Document::shardingsUpdated, this, &InspectorPanel::refresh);
-  connect(doc_, &Document::annotationsChanged, this, &InspectorPanel::refresh);
-  connect(doc_, &Document::meshChanged, this, &InspectorPanel::refresh);
-  connect(doc_, &Document::moduleReset, this, &InspectorPanel::refresh);
-  connect(doc_, &Document::partitionUpdated, this, &InspectorPanel::refresh);
+  connect(doc_, &DocumentModel::selectionChanged, this, &InspectorPanel::refresh);
+  connect(doc_, &DocumentModel::shardingsUpdated, this, &InspectorPanel::refresh);
+  connect(doc_, &DocumentModel::annotationsChanged, this, &InspectorPanel::refresh);
+  connect(doc_, &DocumentModel::meshChanged, this, &InspectorPanel::refresh);
+  connect(doc_, &DocumentModel::moduleReset, this, &InspectorPanel::refresh);
+  refresh();
+}
+
+void InspectorPanel::setAnalysis(AnalysisModel* analysis) {
+  if (analysis_) analysis_->disconnect(this);
+  analysis_ = analysis;
+  if (analysis_) connect(analysis_, &AnalysisModel::partitionUpdated, this, &InspectorPanel::refresh);
   refresh();
 }
 
@@ -59,13 +69,12 @@ void InspectorPanel::refresh() {
     QString h = "<p><i>Select a tensor in the graph (or the instruction table) to see its sharding and why it "
                 "is sharded that way.</i></p>";
     if (doc_->module()) {
-      const auto& prop = doc_->propagation();
       h += QString("<p><b>%1</b>: %2 instructions, mesh <tt>%3</tt>, %4 annotations.</p>")
                .arg(Esc(Q(doc_->module()->name())))
                .arg(doc_->module()->instruction_count())
                .arg(Esc(Q(doc_->mesh().ToString())))
                .arg(doc_->annotations().size());
-      if (!prop.message.empty()) h += QString("<p><small>%1</small></p>").arg(Esc(Q(prop.message)));
+      if (!doc_->propagationSummary().isEmpty()) h += QString("<p><small>%1</small></p>").arg(Esc(doc_->propagationSummary()));
     }
     browser_->setHtml(h);
     return;
@@ -86,7 +95,8 @@ void InspectorPanel::refresh() {
                   origin == TensorOrigin::kUser ? "your annotation" : "inferred");
     h += QString("<p>HLO: <tt>%1</tt></p>").arg(Esc(HloShardingText(*sh)));
     h += QString("<p>Per device: <tt>%1</tt> &middot; <b>%2</b> of %3</p>")
-             .arg(Esc(LocalShapeText(shape, sh)), FormatBytes(BytesPerDevice(shape, sh)), FormatBytes(shape.ByteSize()));
+             .arg(Esc(LocalShapeText(shape, sh)), Q(FormatBytes(static_cast<double>(BytesPerDevice(shape, sh)))),
+                  Q(FormatBytes(static_cast<double>(shape.ByteSize()))));
   } else {
     h += "<p><i>No sharding yet.</i> Assign its dimensions to mesh axes in the Mesh panel.</p>";
   }
@@ -97,37 +107,33 @@ void InspectorPanel::refresh() {
     h += sh ? "<p><i>No provenance recorded.</i></p>" : "<p><i>Nothing reached it: no annotation propagates here.</i></p>";
   } else {
     h += "<ol style='margin-left:-20px'>";
-    for (const WhyStep& step : steps) {
-      const Instruction* at = doc_->instruction(step.instruction_id);
-      QString line = at ? Link(at) : Esc(Q(step.instruction));
-      if (!step.sharding.empty() && at) {
+    for (const ExplainStep& step : steps) {
+      const Instruction* at = step.instruction;
+      QString line = Link(at);
+      if (step.sharding != "none" && !step.sharding.empty() && at) {
         auto parsed = HloSharding::Parse(step.sharding);
         line += " <tt>" + Esc(parsed.ok() ? NamedAxesText(*parsed, at->shape(), mesh, "") : Q(step.sharding)) + "</tt>";
       }
-      if (step.direction == "annotation") {
+      const ShardingOrigin& o = step.origin;
+      if (o.direction == prop::Direction::kAnnotation) {
         line += " &mdash; <b>your annotation</b>";
       } else {
-        const Instruction* src = doc_->instruction(step.source_id);
-        const Instruction* src2 = doc_->instruction(step.second_source_id);
-        QString how = Esc(Q(step.direction));
-        if (!step.rule.empty()) how += " through " + Esc(Q(step.rule));
+        QString how = Esc(Q(std::string(prop::DirectionName(o.direction))));
+        if (!o.rule.empty()) how += " through " + Esc(Q(std::string(o.rule)));
         line += " &larr; " + how;
-        if (src) {
-          line += " from " + Link(src);
-          if (src2) line += " and " + Link(src2);
+        if (o.source) {
+          line += " from " + Link(o.source);
+          if (o.second_source) line += " and " + Link(o.second_source);
         }
         QStringList detail;
-        if (step.level >= 0) detail << QString("priority level %1").arg(step.level);
-        if (step.iteration >= 0) detail << QString("sweep %1").arg(step.iteration);
+        if (o.aggressiveness >= 0) detail << QString("priority level %1").arg(o.aggressiveness);
+        if (o.iteration >= 0) detail << QString("sweep %1").arg(o.iteration);
         if (!detail.isEmpty()) line += " <small>(" + detail.join(", ") + ")</small>";
-        if (!src && !step.text.empty()) line += "<br><small>" + Esc(Q(step.text)) + "</small>";
+        if (!o.source && !step.text.empty()) line += "<br><small>" + Esc(Q(step.text)) + "</small>";
       }
       h += "<li>" + line + "</li>";
     }
     h += "</ol>";
-  }
-  if (!doc_->propagation().engine_available) {
-    h += "<p><small>Sharding propagation is not built into this binary: only your annotations are shown.</small></p>";
   }
   // Neighbours.
   if (!inst->operands().empty()) {
@@ -141,10 +147,10 @@ void InspectorPanel::refresh() {
     h += "<p><b>Users:</b> " + users.join(", ") + "</p>";
   }
   // What the partitioner turned it into.
-  const auto& part = doc_->partition();
-  if (part.ok) {
-    auto it = part.became.find(doc_->qualifiedName(inst).toStdString());
-    if (it != part.became.end() && !it->second.empty()) {
+  if (analysis_ && analysis_->partition().ok()) {
+    const PartitionResult& part = *analysis_->partition().result;
+    auto it = part.origin_map.find(doc_->qualifiedName(inst).toStdString());
+    if (it != part.origin_map.end() && !it->second.empty()) {
       QStringList became;
       for (const auto& n : it->second) became << "<tt>" + Esc(Q(n)) + "</tt>";
       h += "<p><b>Partitioned into:</b> " + became.join(", ") + "</p>";
@@ -152,7 +158,9 @@ void InspectorPanel::refresh() {
     QStringList colls;
     for (const auto& c : part.collectives) {
       if (c.origin == inst->name()) {
-        colls << QString("%1 (%2, %3/device): %4").arg(Esc(Q(c.kind)), Esc(Q(c.replica_groups)), FormatBytes(c.bytes_per_device), Esc(Q(c.reason)));
+        colls << QString("%1 (%2, %3/device): %4")
+                     .arg(Esc(Q(std::string(OpcodeName(c.kind)))), Esc(Q(c.replica_groups)),
+                          Q(FormatBytes(static_cast<double>(c.bytes_per_device))), Esc(Q(c.reason)));
       }
     }
     if (!colls.isEmpty()) h += "<p><b>Collectives it needs:</b><br>" + colls.join("<br>") + "</p>";

@@ -10,13 +10,16 @@ class QTextBrowser;
 
 namespace shardscope::views {
 
-class Document;
+class AnalysisModel;
+class DocumentModel;
 
 class InspectorPanel : public QWidget {
   Q_OBJECT
  public:
   explicit InspectorPanel(QWidget* parent = nullptr);
-  void setDocument(Document* doc);
+  void setDocument(DocumentModel* doc);
+  // The partitioned program (what the selected instruction became, the collectives it needs).
+  void setAnalysis(AnalysisModel* analysis);
   // The HTML currently shown (for tests).
   QString html() const;
   QTextBrowser* browser() const { return browser_; }
@@ -26,7 +29,8 @@ class InspectorPanel : public QWidget {
   void refresh();
 
  private:
-  QPointer<Document> doc_;
+  QPointer<DocumentModel> doc_;
+  QPointer<AnalysisModel> analysis_;
   QTextBrowser* browser_;
 };
 

@@ -7,40 +7,34 @@
 #include <QGuiApplication>
 #include <QPalette>
 
+#include "core/base/units.h"
+#include "core/collectives/participants.h"
 #include "core/ir/ir.h"
-#include "views/document.h"
+#include "core/ir/replica_groups.h"
+#include "views/document_model.h"
+#include "views/run_history.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
+
+using namespace ::shardscope::sim;
 
 namespace {
 QString Q(const std::string& s) { return QString::fromStdString(s); }
 }  // namespace
 
-QString FormatSeconds(double s) {
-  const double a = std::abs(s);
-  if (a == 0) return "0 s";
-  double v = s;
-  const char* unit = "s";
-  if (a < 1e-6) v = s * 1e9, unit = "ns";
-  else if (a < 1e-3) v = s * 1e6, unit = "\u00B5s";
-  else if (a < 1) v = s * 1e3, unit = "ms";
-  const double av = std::abs(v);
-  return QString("%1 %2").arg(v, 0, 'f', av >= 100 ? 0 : (av >= 10 ? 1 : 2)).arg(QString::fromUtf8(unit));
-}
-
 // ---- InstructionTableModel ------------------------------------------------------------------------
 
 InstructionTableModel::InstructionTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void InstructionTableModel::setDocument(Document* doc) {
+void InstructionTableModel::setDocument(DocumentModel* doc) {
   if (doc_) doc_->disconnect(this);
   doc_ = doc;
   if (doc_) {
-    connect(doc_, &Document::moduleReset, this, &InstructionTableModel::reload);
-    connect(doc_, &Document::shardingsUpdated, this, &InstructionTableModel::shardingsChanged);
-    connect(doc_, &Document::annotationsChanged, this, &InstructionTableModel::shardingsChanged);
-    connect(doc_, &Document::meshChanged, this, &InstructionTableModel::shardingsChanged);
+    connect(doc_, &DocumentModel::moduleReset, this, &InstructionTableModel::reload);
+    connect(doc_, &DocumentModel::shardingsUpdated, this, &InstructionTableModel::shardingsChanged);
+    connect(doc_, &DocumentModel::annotationsChanged, this, &InstructionTableModel::shardingsChanged);
+    connect(doc_, &DocumentModel::meshChanged, this, &InstructionTableModel::shardingsChanged);
   }
   reload();
 }
@@ -108,7 +102,7 @@ QVariant InstructionTableModel::data(const QModelIndex& index, int role) const {
       case kBytesPerDevice: {
         const int64_t b = BytesPerDevice(inst->shape(), sh);
         if (role == kSortRole) return QVariant::fromValue<qint64>(b);
-        return FormatBytes(b);
+        return Q(FormatBytes(static_cast<double>(b)));
       }
       default: return {};
     }
@@ -135,14 +129,56 @@ QVariant InstructionTableModel::headerData(int section, Qt::Orientation orientat
 
 CollectiveTableModel::CollectiveTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void CollectiveTableModel::setCollectives(std::vector<CollectiveInfo> collectives) {
+void CollectiveTableModel::setProgram(std::shared_ptr<const PartitionResult> program,
+                                      std::vector<std::optional<CollectiveCost>> estimates, const std::string& chip) {
   beginResetModel();
-  rows_ = std::move(collectives);
+  program_ = std::move(program);
+  chip_ = chip;
+  rows_.clear();
+  if (program_ && program_->module) {
+    const Module& spmd = *program_->module;
+    const int64_t replicas = std::max<int64_t>(1, spmd.num_replicas);
+    const int64_t partitions = std::max<int64_t>(1, spmd.num_partitions);
+    for (size_t k = 0; k < program_->collectives.size(); ++k) {
+      Row row;
+      row.collective = &program_->collectives[k];
+      if (k < estimates.size()) row.cost = std::move(estimates[k]);
+      const InsertedCollective& c = *row.collective;
+      row.halo = c.kind == Opcode::kCollectivePermute && c.reason.rfind("halo exchange", 0) == 0;
+      if (const Instruction* inst = spmd.FindInstruction(c.instruction)) {
+        if (c.kind == Opcode::kCollectivePermute) {
+          if (auto pairs = CollectivePermutePairs(*inst, replicas, partitions); pairs.ok()) {
+            for (const auto& [from, to] : *pairs) row.participants.push_back({from, to});
+          }
+        } else if (auto groups = CollectiveParticipantGroups(*inst, replicas, partitions); groups.ok()) {
+          row.participants = std::move(groups).value();
+        }
+      }
+      rows_.push_back(std::move(row));
+    }
+  }
   endResetModel();
 }
 
-const CollectiveInfo* CollectiveTableModel::at(int row) const {
-  return row >= 0 && row < static_cast<int>(rows_.size()) ? &rows_[static_cast<size_t>(row)] : nullptr;
+void CollectiveTableModel::clear() { setProgram(nullptr, {}, std::string()); }
+
+const InsertedCollective* CollectiveTableModel::at(int row) const {
+  return row >= 0 && row < static_cast<int>(rows_.size()) ? rows_[static_cast<size_t>(row)].collective : nullptr;
+}
+
+const CollectiveCost* CollectiveTableModel::estimate(int row) const {
+  if (row < 0 || row >= static_cast<int>(rows_.size())) return nullptr;
+  const auto& cost = rows_[static_cast<size_t>(row)].cost;
+  return cost ? &*cost : nullptr;
+}
+
+const std::vector<std::vector<int64_t>>& CollectiveTableModel::participants(int row) const {
+  static const std::vector<std::vector<int64_t>> kNone;
+  return row >= 0 && row < static_cast<int>(rows_.size()) ? rows_[static_cast<size_t>(row)].participants : kNone;
+}
+
+bool CollectiveTableModel::isHalo(int row) const {
+  return row >= 0 && row < static_cast<int>(rows_.size()) && rows_[static_cast<size_t>(row)].halo;
 }
 
 void CollectiveTableModel::setDevice(int64_t device) {
@@ -152,26 +188,22 @@ void CollectiveTableModel::setDevice(int64_t device) {
 }
 
 bool CollectiveTableModel::involves(int row, int64_t device) const {
-  const CollectiveInfo* c = at(row);
-  if (!c) return false;
-  if (device < 0 || c->groups.empty()) return true;  // no groups: every device takes part
-  for (const auto& g : c->groups)
+  if (!at(row)) return false;
+  const auto& groups = participants(row);
+  if (device < 0 || groups.empty()) return true;  // no groups: every device takes part
+  for (const auto& g : groups)
     if (std::find(g.begin(), g.end(), device) != g.end()) return true;
   return false;
 }
 
 QString CollectiveTableModel::groupsText(int row) const {
-  const CollectiveInfo* c = at(row);
+  const InsertedCollective* c = at(row);
   if (!c) return {};
-  if (device_ < 0 || c->groups.empty()) return Q(c->replica_groups);
-  auto list = [](const std::vector<int64_t>& g) {
-    QStringList parts;
-    for (int64_t d : g) parts << QString::number(d);
-    return "{" + parts.join(",") + "}";
-  };
-  if (c->kind == "collective-permute") {
+  const auto& groups = participants(row);
+  if (device_ < 0 || groups.empty()) return Q(c->replica_groups);
+  if (c->kind == Opcode::kCollectivePermute) {
     QStringList sends, receives;
-    for (const auto& p : c->groups) {
+    for (const auto& p : groups) {
       if (p.size() != 2) continue;
       if (p[0] == device_) sends << QString::number(p[1]);
       if (p[1] == device_) receives << QString::number(p[0]);
@@ -182,9 +214,11 @@ QString CollectiveTableModel::groupsText(int row) const {
     if (!receives.isEmpty()) out << "receives from " + receives.join(", ");
     return out.join("; ");
   }
-  for (const auto& g : c->groups)
+  for (const auto& g : groups)
     if (std::find(g.begin(), g.end(), device_) != g.end())
-      return list(g) + QString(" (1 of %1 groups)").arg(c->groups.size());
+      // (one group: the codec's text of a one-group list without its outer braces)
+      return Q(ReplicaGroupsText(std::vector<std::vector<int64_t>>{g})).mid(1).chopped(1) +
+             QString(" (1 of %1 groups)").arg(groups.size());
   return QString("device %1 takes no part").arg(device_);
 }
 
@@ -193,14 +227,16 @@ int CollectiveTableModel::columnCount(const QModelIndex& parent) const { return 
 
 QVariant CollectiveTableModel::data(const QModelIndex& index, int role) const {
   if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
-  const CollectiveInfo& c = rows_[static_cast<size_t>(index.row())];
+  const Row& row = rows_[static_cast<size_t>(index.row())];
+  const InsertedCollective& c = *row.collective;
+  const QString kind = Q(std::string(OpcodeName(c.kind)));
   if (role == Qt::DisplayRole) {
     switch (index.column()) {
-      case kKind: return c.halo ? Q(c.kind) + " (halo)" : Q(c.kind);
+      case kKind: return row.halo ? kind + " (halo)" : kind;
       case kInstruction: return Q(c.instruction);
       case kOrigin: return Q(c.origin);
-      case kBytes: return FormatBytes(c.bytes_per_device);
-      case kTime: return c.estimated_seconds < 0 ? QString("\u2013") : FormatSeconds(c.estimated_seconds);
+      case kBytes: return Q(FormatBytes(static_cast<double>(c.bytes_per_device)));
+      case kTime: return row.cost ? Q(FormatSeconds(row.cost->time_s)) : QString("\u2013");
       case kGroups: return groupsText(index.row());
       case kReason: return Q(c.reason);
       default: return {};
@@ -208,21 +244,21 @@ QVariant CollectiveTableModel::data(const QModelIndex& index, int role) const {
   }
   if (role == Qt::ToolTipRole) {
     if (index.column() == kTime)
-      return c.estimated_seconds < 0 ? QString("no estimate (the mesh does not fit a slice of the default chip)")
-                                     : QString("%1 \u2014 %2").arg(FormatSeconds(c.estimated_seconds), Q(c.algorithm));
+      return !row.cost ? QString("no estimate (the mesh does not fit a slice of %1)").arg(Q(chip_.empty() ? "the chip" : chip_))
+                       : QString("%1 on %2 \u2014 %3").arg(Q(FormatSeconds(row.cost->time_s)), Q(chip_), Q(row.cost->algorithm));
     if (index.column() == kGroups) return Q(c.replica_groups);
     return data(index, Qt::DisplayRole);
   }
   if (role == Qt::ForegroundRole && !involves(index.row(), device_))
     return QGuiApplication::palette().color(QPalette::Disabled, QPalette::Text);
-  if (role == Qt::FontRole && index.column() == kKind && c.halo) {
+  if (role == Qt::FontRole && index.column() == kKind && row.halo) {
     QFont f;
     f.setItalic(true);
     return f;
   }
   if (role == kSortRole) {
     if (index.column() == kBytes) return QVariant::fromValue<qint64>(c.bytes_per_device);
-    if (index.column() == kTime) return c.estimated_seconds;
+    if (index.column() == kTime) return row.cost ? row.cost->time_s : -1.0;
     return data(index, Qt::DisplayRole);
   }
   return {};
@@ -308,10 +344,10 @@ QVariant RunHistoryModel::data(const QModelIndex& index, int role) const {
       case kCreated: return QDateTime::fromMSecsSinceEpoch(r.created_unix_ms).toString("yyyy-MM-dd hh:mm:ss");
       case kMesh: return Q(r.inputs.mesh_text);
       case kChip: return Q(r.inputs.chip_preset);
-      case kStepTime: return FormatSeconds(r.summary.step_time_s);
-      case kPeakMemory: return FormatBytes(r.summary.peak_memory_bytes);
-      case kBytes: return FormatBytes(r.summary.bytes_communicated);
-      case kMfu: return QString("%1%").arg(r.summary.mfu * 100, 0, 'f', 1);
+      case kStepTime: return Q(FormatSeconds(r.summary.step_time_s));
+      case kPeakMemory: return Q(FormatBytes(static_cast<double>(r.summary.peak_memory_bytes)));
+      case kBytes: return Q(FormatBytes(static_cast<double>(r.summary.bytes_communicated)));
+      case kMfu: return Q(FormatPercent(r.summary.mfu));
       default: return {};
     }
   }

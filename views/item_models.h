@@ -4,13 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include <QAbstractTableModel>
 #include <QPointer>
 
+#include "partitioner/spmd/spmd_partitioner.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/run_result.h"
-#include "views/engine.h"
 
 namespace shardscope {
 class Instruction;
@@ -18,7 +21,10 @@ class Instruction;
 
 namespace shardscope::views {
 
-class Document;
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
+
+class DocumentModel;
 
 // One row per instruction (entry computation first, then the others in module order).
 class InstructionTableModel : public QAbstractTableModel {
@@ -31,7 +37,7 @@ class InstructionTableModel : public QAbstractTableModel {
   static constexpr int kSortRole = Qt::UserRole + 2;
 
   explicit InstructionTableModel(QObject* parent = nullptr);
-  void setDocument(Document* doc);
+  void setDocument(DocumentModel* doc);
 
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
@@ -44,11 +50,12 @@ class InstructionTableModel : public QAbstractTableModel {
  private:
   void reload();
   void shardingsChanged();
-  QPointer<Document> doc_;
+  QPointer<DocumentModel> doc_;
   std::vector<const Instruction*> rows_;
 };
 
-// The collectives of the last partitioning.
+// The collectives the partitioner inserted into the last partitioned program, with the simulator's
+// estimate of each.
 class CollectiveTableModel : public QAbstractTableModel {
   Q_OBJECT
  public:
@@ -56,8 +63,17 @@ class CollectiveTableModel : public QAbstractTableModel {
   // Role returning a number to sort by (bytes, seconds).
   static constexpr int kSortRole = Qt::UserRole;
   explicit CollectiveTableModel(QObject* parent = nullptr);
-  void setCollectives(std::vector<CollectiveInfo> collectives);
-  const CollectiveInfo* at(int row) const;
+  // `estimates` has one entry per program->collectives (nullopt: no estimate); the chip names them.
+  void setProgram(std::shared_ptr<const PartitionResult> program, std::vector<std::optional<CollectiveCost>> estimates,
+                  const std::string& chip);
+  void clear();
+  const InsertedCollective* at(int row) const;
+  const CollectiveCost* estimate(int row) const;
+  // Who takes part (core/collectives/participants.h): the replica groups as device ids; a
+  // collective-permute's (source, target) pairs as two-element groups. Empty: every device.
+  const std::vector<std::vector<int64_t>>& participants(int row) const;
+  // A halo exchange: a collective-permute the partitioner inserted to exchange halos.
+  bool isHalo(int row) const;
   // Seen from one device: the groups column shows only that device's group (or its sends and
   // receives for a collective-permute) and rows it takes no part in are greyed. -1: all devices.
   void setDevice(int64_t device);
@@ -73,7 +89,15 @@ class CollectiveTableModel : public QAbstractTableModel {
   QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
  private:
-  std::vector<CollectiveInfo> rows_;
+  struct Row {
+    const InsertedCollective* collective = nullptr;
+    std::optional<CollectiveCost> cost;
+    std::vector<std::vector<int64_t>> participants;
+    bool halo = false;
+  };
+  std::shared_ptr<const PartitionResult> program_;
+  std::vector<Row> rows_;
+  std::string chip_;
   int64_t device_ = -1;
 };
 
@@ -111,8 +135,5 @@ class RunHistoryModel : public QAbstractTableModel {
   std::vector<RunOverview> rows_;
   std::string current_module_;
 };
-
-// "1.23 ms", "45.6 µs", "2.00 s".
-QString FormatSeconds(double s);
 
 }  // namespace shardscope::views

@@ -1,6 +1,6 @@
-// The status-bar indicator of long jobs: which ones are running (loading a file, propagation,
-// graph layout, partitioning with its numerical check, simulation), a busy bar while any is, and
-// Cancel for the ones that can be dropped (loading, partitioning, simulation).
+// The status-bar indicator of background jobs: what the job tracker is running (loading a file,
+// propagation, graph layout, partitioning with its numerical check, simulation, run-store I/O), a
+// busy bar while anything runs, and Cancel (Esc) for the jobs the user may cancel.
 #pragma once
 
 #include <QPointer>
@@ -9,20 +9,17 @@
 
 class QLabel;
 class QProgressBar;
-class QTimer;
 class QToolButton;
 
 namespace shardscope::views {
 
-class Document;
-class GraphView;
+class JobTracker;
 
 class JobIndicator : public QWidget {
   Q_OBJECT
  public:
   explicit JobIndicator(QWidget* parent = nullptr);
-  void setDocument(Document* doc);
-  void setGraphView(GraphView* view);
+  void setJobTracker(JobTracker* jobs);
   // The jobs running now, in words ("propagating", "laying out", ...); empty when idle.
   QStringList runningJobs() const;
   // Cancels every job that can be cancelled; true when something was.
@@ -33,12 +30,10 @@ class JobIndicator : public QWidget {
   void refresh();
 
  private:
-  QPointer<Document> doc_;
-  QPointer<GraphView> graph_;
+  QPointer<JobTracker> jobs_;
   QLabel* label_;
   QProgressBar* bar_;
   QToolButton* cancel_;
-  QTimer* poll_;
 };
 
 }  // namespace shardscope::views

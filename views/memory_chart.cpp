@@ -15,9 +15,11 @@
 #include <QValueAxis>
 #include <QVBoxLayout>
 
+#include "core/base/units.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
+
 
 namespace {
 
@@ -45,20 +47,13 @@ class QtChartsMemoryChart : public MemoryChart {
         max_t = std::max(max_t, p.t);
       }
     }
-    // Units chosen once for the axis: bytes -> KiB/MiB/GiB; seconds -> ms/µs.
-    double vscale = 1;
-    QString vunit = "B";
-    for (const char* u : {"KiB", "MiB", "GiB", "TiB"}) {
-      if (max_v / vscale < 1024) break;
-      vscale *= 1024;
-      vunit = u;
-    }
-    double tscale = 1e3;
-    QString tunit = "ms";
-    if (max_t < 1e-3) {
-      tscale = 1e6;
-      tunit = QString::fromUtf8("\u00B5s");
-    }
+    // Units chosen once for each axis (core/base/units.h: SI bytes, ms / µs).
+    const AxisUnit bytes = BytesAxisUnit(max_v);
+    const double vscale = bytes.divisor;
+    const QString vunit = QString::fromStdString(bytes.unit);
+    const AxisUnit seconds = SecondsAxisUnit(std::max(max_t, 1e-6));
+    const double tscale = 1.0 / seconds.divisor;
+    const QString tunit = QString::fromStdString(seconds.unit);
     auto* x = new QValueAxis;
     x->setTitleText(QString("time (%1)").arg(tunit));
     x->setRange(0, std::max(1e-9, max_t) * tscale);

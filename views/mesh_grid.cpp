@@ -7,6 +7,7 @@
 
 namespace shardscope::views {
 
+
 MeshGrid MeshGrid::Shape(const DeviceMesh& mesh, int max_cols_1d) {
   MeshGrid g;
   const int64_t n = std::max<int64_t>(1, mesh.num_devices());

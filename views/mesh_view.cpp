@@ -1,3 +1,4 @@
+#include "core/base/units.h"
 #include "views/mesh_view.h"
 
 #include <algorithm>
@@ -25,10 +26,11 @@
 #include <QVBoxLayout>
 
 #include "core/ir/ir.h"
-#include "views/document.h"
+#include "views/document_model.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
+
 
 namespace {
 
@@ -267,7 +269,7 @@ bool DeviceGridWidget::event(QEvent* e) {
     QString tip = QString("<b>device %1</b> (%2)").arg(t.device).arg(coords.join(", "));
     if (sharding_) {
       if (t.shard < 0) tip += "<br>holds nothing of this tensor";
-      else tip += QString("<br>shard %1 of %2: [%3]<br>%4").arg(t.shard + 1).arg(distinct_).arg(t.ranges).arg(FormatBytes(t.bytes));
+      else tip += QString("<br>shard %1 of %2: [%3]<br>%4").arg(t.shard + 1).arg(distinct_).arg(t.ranges).arg(Q(FormatBytes(t.bytes)));
     }
     QToolTip::showText(he->globalPos(), tip, this);
     return true;
@@ -367,21 +369,21 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   outer->addWidget(scroll);
 }
 
-void MeshView::setDocument(Document* doc) {
+void MeshView::setDocument(DocumentModel* doc) {
   if (doc_) doc_->disconnect(this);
   doc_ = doc;
   if (!doc_) return;
-  connect(doc_, &Document::meshChanged, this, [this] {
+  connect(doc_, &DocumentModel::meshChanged, this, [this] {
     rebuildAxes();
     rebuildTensor();
   });
-  connect(doc_, &Document::moduleReset, this, [this] {
+  connect(doc_, &DocumentModel::moduleReset, this, [this] {
     rebuildAxes();
     rebuildTensor();
   });
-  connect(doc_, &Document::selectionChanged, this, [this](qint64) { rebuildTensor(); });
-  connect(doc_, &Document::annotationsChanged, this, [this] { rebuildTensor(); });
-  connect(doc_, &Document::shardingsUpdated, this, [this] { rebuildTensor(); });
+  connect(doc_, &DocumentModel::selectionChanged, this, [this](qint64) { rebuildTensor(); });
+  connect(doc_, &DocumentModel::annotationsChanged, this, [this] { rebuildTensor(); });
+  connect(doc_, &DocumentModel::shardingsUpdated, this, [this] { rebuildTensor(); });
   rebuildAxes();
   rebuildTensor();
 }
@@ -552,7 +554,7 @@ void MeshView::refreshGrid() {
   const auto sh = doc_->sharding(inst->id());
   grid_->setState(doc_->mesh(), sh, shape.dims, PrimitiveTypeBytes(shape.type));
   if (!sh) {
-    grid_info_->setText(QString("Unsharded: every device would hold the whole tensor (%1).").arg(FormatBytes(shape.ByteSize())));
+    grid_info_->setText(QString("Unsharded: every device would hold the whole tensor (%1).").arg(Q(FormatBytes(shape.ByteSize()))));
     return;
   }
   const int64_t n = doc_->mesh().num_devices();
@@ -560,7 +562,7 @@ void MeshView::refreshGrid() {
   const int64_t per = BytesPerDevice(shape, sh);
   QString info = QString("%1 distinct shard%2 over %3 devices").arg(distinct).arg(distinct == 1 ? "" : "s").arg(n);
   if (distinct > 0 && n / distinct > 1 && !sh->IsMaximal()) info += QString(", each held by %1 devices (replicated)").arg(n / distinct);
-  info += QString(".<br><b>%1 per device</b> of %2 in total").arg(FormatBytes(per), FormatBytes(shape.ByteSize()));
+  info += QString(".<br><b>%1 per device</b> of %2 in total").arg(Q(FormatBytes(per)), Q(FormatBytes(shape.ByteSize())));
   if (per > 0 && shape.ByteSize() > per) info += QString(" (1/%1)").arg(std::round(static_cast<double>(shape.ByteSize()) / per));
   info += ".";
   grid_info_->setText(info);

@@ -3,7 +3,7 @@
 // clicking the axis buttons of a dimension, dragging an axis chip onto a dimension, or typing the
 // named-axis notation ([I_X, J_Y]). The grid shows which shard each device holds (one colour per
 // distinct shard, so replication is visible) and the bytes per device. Every edit is an undoable
-// command on the Document.
+// command on the DocumentModel.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ class QMimeData;
 
 namespace shardscope::views {
 
-class Document;
+class DocumentModel;
 
 // What one device holds of the selected tensor.
 struct DeviceTile {
@@ -77,7 +77,7 @@ class MeshView : public QWidget {
   Q_OBJECT
  public:
   explicit MeshView(QWidget* parent = nullptr);
-  void setDocument(Document* doc);
+  void setDocument(DocumentModel* doc);
 
   // ---- API used by the widgets and by tests (each is one undoable edit) ----
   // Adds or removes mesh axis `axis` on tensor dim `dim` of the selected tensor (an axis is on at
@@ -112,7 +112,7 @@ class MeshView : public QWidget {
   bool annotateWith(const std::vector<std::vector<int64_t>>& dims);
   const Instruction* selectedTensor() const;
 
-  QPointer<Document> doc_;
+  QPointer<DocumentModel> doc_;
   QWidget* axes_box_;
   QGridLayout* axes_grid_;
   QLabel* mesh_summary_;

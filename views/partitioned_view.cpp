@@ -12,16 +12,24 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "core/base/units.h"
 #include "core/ir/ir.h"
-#include "views/document.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
 #include "views/graph_view.h"
 #include "views/item_models.h"
 
 namespace shardscope::views {
 
+using namespace ::shardscope::sim;
+
+namespace {
+QString Q(const std::string& s) { return QString::fromStdString(s); }
+}  // namespace
+
 PartitionedView::PartitionedView(QWidget* parent)
     : QWidget(parent),
-      spmd_doc_(new Document(this)),
+      spmd_doc_(new DocumentModel(this)),
       graph_(new GraphPane(this)),
       collectives_(new CollectiveTableModel(this)),
       table_(new QTableView(this)),
@@ -65,17 +73,17 @@ PartitionedView::PartitionedView(QWidget* parent)
   debounce_->setInterval(300);
   connect(debounce_, &QTimer::timeout, this, &PartitionedView::partitionNow);
   connect(button_, &QPushButton::clicked, this, [this] {
-    if (doc_ && waiting_) doc_->cancelPartition();
+    if (analysis_ && analysis_->partitionBusy()) analysis_->cancelPartition();
     else partitionNow();
   });
   connect(table_, &QTableView::clicked, this, [this](const QModelIndex& index) {
-    const CollectiveInfo* c = collectives_->at(index.row());
+    const InsertedCollective* c = collectives_->at(index.row());
     if (!c || !doc_) return;
     if (const Instruction* origin = doc_->findInstruction(QString::fromStdString(c->origin))) doc_->select(origin->id());
     if (const Instruction* spmd = spmd_doc_->findInstruction(QString::fromStdString(c->instruction))) spmd_doc_->select(spmd->id());
   });
   connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
-    if (const CollectiveInfo* c = collectives_->at(index.row())) emit collectiveActivated(*c);
+    if (const InsertedCollective* c = collectives_->at(index.row())) emit collectiveActivated(*c, collectives_->participants(index.row()));
   });
   badge_->setObjectName("verificationBadge");
   badge_->setTextFormat(Qt::RichText);
@@ -94,17 +102,19 @@ PartitionedView::PartitionedView(QWidget* parent)
   status_->setText("Press Partition to see the program every device runs.");
 }
 
-void PartitionedView::setDocument(Document* doc) {
+void PartitionedView::setModels(DocumentModel* doc, AnalysisModel* analysis, JobTracker* jobs) {
   if (doc_) doc_->disconnect(this);
+  if (analysis_) analysis_->disconnect(this);
   doc_ = doc;
-  if (!doc_) return;
-  connect(doc_, &Document::partitionUpdated, this, &PartitionedView::onPartitionUpdated);
-  connect(doc_, &Document::shardingsUpdated, this, [this] {
+  analysis_ = analysis;
+  graph_->setJobTracker(jobs);
+  if (!doc_ || !analysis_) return;
+  connect(analysis_, &AnalysisModel::partitionUpdated, this, &PartitionedView::onPartitionUpdated);
+  connect(doc_, &DocumentModel::shardingsUpdated, this, [this] {
     if (auto_update_ && isVisible()) debounce_->start();
   });
-  connect(doc_, &Document::selectionChanged, this, &PartitionedView::followSelection);
-  connect(doc_, &Document::partitionCancelled, this, [this] {
-    waiting_ = false;
+  connect(doc_, &DocumentModel::selectionChanged, this, &PartitionedView::followSelection);
+  connect(analysis_, &AnalysisModel::partitionCancelled, this, [this] {
     button_->setText("Partition");
     status_->setText("Partitioning cancelled.");
   });
@@ -115,7 +125,8 @@ void PartitionedView::followSelection() {
   if (!doc_ || !spmd_doc_->module()) return;
   const Instruction* inst = doc_->instruction(doc_->selected());
   if (!inst) return;
-  const auto& became = doc_->partition().became;
+  if (!analysis_ || !analysis_->partition().ok()) return;
+  const auto& became = analysis_->partition().result->origin_map;
   auto it = became.find(doc_->qualifiedName(inst).toStdString());
   if (it == became.end()) return;
   for (const std::string& name : it->second) {
@@ -135,23 +146,23 @@ int64_t PartitionedView::device() const { return device_->value(); }
 void PartitionedView::showCollectives() { tabs_->setCurrentWidget(table_); }
 
 void PartitionedView::showVerdict() {
-  const PartitionOutput& p = doc_->partition();
-  const VerificationVerdict& v = p.verification;
+  const VerificationVerdict& v = analysis_->partition().verification;
   using S = VerificationVerdict::State;
-  QString text, colour, tip = QString::fromStdString(v.detail).toHtmlEscaped();
+  const std::string& detail = v.state == S::kMatch || v.state == S::kMismatch ? v.report.detail : v.reason;
+  QString text, colour, tip = QString::fromStdString(detail).toHtmlEscaped();
   switch (v.state) {
     case S::kMatch:
-      text = QString("\u2714 verified: max |error| %1").arg(v.max_abs_error, 0, 'g', 2);
+      text = QString("\u2714 verified: max |error| %1").arg(v.report.max_abs_error, 0, 'g', 2);
       colour = "#2e7d32";
       tip = QString("The SPMD program on %1 virtual devices computes the same result as the original on one "
                     "(random inputs; tolerance %2; %3 ms).<br>%4")
-                .arg(doc_->mesh().num_devices())
-                .arg(v.tolerance, 0, 'g', 2)
+                .arg(analysis_->partition().devices)
+                .arg(v.report.tolerance, 0, 'g', 2)
                 .arg(v.millis, 0, 'f', 0)
                 .arg(tip);
       break;
     case S::kMismatch:
-      text = QString("\u2718 mismatch: max |error| %1").arg(v.max_abs_error, 0, 'g', 3);
+      text = QString("\u2718 mismatch: max |error| %1").arg(v.report.max_abs_error, 0, 'g', 3);
       colour = "#c62828";
       break;
     case S::kError:
@@ -174,48 +185,45 @@ void PartitionedView::showVerdict() {
 }
 
 void PartitionedView::partitionNow() {
-  if (!doc_ || !doc_->module()) return;
+  if (!doc_ || !doc_->module() || !analysis_) return;
   status_->setText("Partitioning and verifying\u2026");
-  waiting_ = true;
   button_->setText("Cancel");
   button_->setToolTip("Drop the running partitioning");
-  doc_->requestPartition();
+  analysis_->requestPartition();
 }
 
 void PartitionedView::onPartitionUpdated() {
-  waiting_ = false;
   button_->setText("Partition");
   button_->setToolTip("Run the SPMD partitioner on the current shardings");
-  const PartitionOutput& p = doc_->partition();
-  if (!p.ok || !p.spmd) {
-    status_->setText(QString::fromStdString(p.message));
-    collectives_->setCollectives({});
+  const PartitionedProgram& p = analysis_->partition();
+  if (!p.ok()) {
+    status_->setText(Q(p.message));
+    collectives_->clear();
     text_->clear();
     badge_->hide();
     return;
   }
-  QString msg = QString::fromStdString(p.message) + QString(" (%1 ms)").arg(p.millis, 0, 'f', 1);
+  QString msg = Q(p.message) + QString(" (%1 ms)").arg(p.millis, 0, 'f', 1);
   double total = 0;
   int halos = 0;
-  for (const auto& c : p.collectives) {
-    if (c.estimated_seconds > 0) total += c.estimated_seconds;
-    if (c.halo) ++halos;
+  for (size_t k = 0; k < p.estimates.size(); ++k) {
+    if (p.estimates[k]) total += p.estimates[k]->time_s;
   }
+  collectives_->setProgram(p.result, p.estimates, p.chip);
+  for (int row = 0; row < collectives_->rowCount(); ++row) halos += collectives_->isHalo(row);
   if (halos) msg += QString(", %1 halo exchange%2").arg(halos).arg(halos == 1 ? "" : "s");
-  if (total > 0)
-    msg += QString("; %1 of communication on %2 if none overlaps").arg(FormatSeconds(total), QString::fromStdString(p.chip));
-  if (!p.replicated_fallbacks.empty()) {
+  if (total > 0) msg += QString("; %1 of communication on %2 if none overlaps").arg(Q(FormatSeconds(total)), Q(p.chip));
+  if (!p.result->replicated_fallbacks.empty()) {
     QStringList ops;
-    for (const auto& o : p.replicated_fallbacks) ops << QString::fromStdString(o);
+    for (const auto& o : p.result->replicated_fallbacks) ops << Q(o);
     msg += "; partitioned by replication: " + ops.join(", ");
   }
   status_->setText(msg);
-  collectives_->setCollectives(p.collectives);
-  device_->setMaximum(static_cast<int>(doc_->mesh().num_devices()) - 1);
+  device_->setMaximum(static_cast<int>(p.devices) - 1);
   table_->resizeColumnsToContents();
   showVerdict();
-  text_->setPlainText(QString::fromStdString(p.spmd_text));
-  spmd_doc_->setModule(p.spmd->Clone(), doc_->mesh(), "spmd", QString::fromStdString(p.spmd->name()));
+  text_->setPlainText(Q(p.text));
+  spmd_doc_->setModule(p.result->module->Clone(), doc_->mesh(), "spmd", Q(p.result->module->name()));
   followSelection();
 }
 

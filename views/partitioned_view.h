@@ -3,10 +3,13 @@
 // reason for each (click one to select the instruction that caused it), and the HLO text.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include <QPointer>
 #include <QWidget>
 
-#include "views/engine.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 class QLabel;
 class QPlainTextEdit;
@@ -18,18 +21,21 @@ class QTimer;
 
 namespace shardscope::views {
 
+class AnalysisModel;
 class CollectiveTableModel;
-class Document;
+class DocumentModel;
 class GraphPane;
+class JobTracker;
 
 class PartitionedView : public QWidget {
   Q_OBJECT
  public:
   explicit PartitionedView(QWidget* parent = nullptr);
-  void setDocument(Document* doc);
+  // The document, the analysis that partitions it, and the tracker the SPMD graph's layouts run on.
+  void setModels(DocumentModel* doc, AnalysisModel* analysis, JobTracker* jobs);
   // Re-partition automatically (debounced) whenever the shardings change.
   void setAutoUpdate(bool on);
-  Document* spmdDocument() const { return spmd_doc_; }
+  DocumentModel* spmdDocument() const { return spmd_doc_; }
   GraphPane* graphPane() const { return graph_; }
   CollectiveTableModel* collectives() const { return collectives_; }
   QTableView* collectiveTable() const { return table_; }
@@ -42,8 +48,10 @@ class PartitionedView : public QWidget {
   int64_t device() const;
 
  signals:
-  // The user asked to step through a collective (double-click on its row, or Teach).
-  void collectiveActivated(const shardscope::views::CollectiveInfo& collective);
+  // The user asked to step through a collective (double-click on its row): the collective and who
+  // takes part (CollectiveTableModel::participants).
+  void collectiveActivated(const shardscope::InsertedCollective& collective,
+                           const std::vector<std::vector<int64_t>>& participants);
 
  public slots:
   void partitionNow();
@@ -53,8 +61,9 @@ class PartitionedView : public QWidget {
   void followSelection();
   void showVerdict();
 
-  QPointer<Document> doc_;
-  Document* spmd_doc_;
+  QPointer<DocumentModel> doc_;
+  QPointer<AnalysisModel> analysis_;
+  DocumentModel* spmd_doc_;
   GraphPane* graph_;
   CollectiveTableModel* collectives_;
   QTableView* table_;
@@ -66,7 +75,6 @@ class PartitionedView : public QWidget {
   QPushButton* button_;
   QTimer* debounce_;
   bool auto_update_ = false;
-  bool waiting_ = false;  // a partitioning was requested and neither arrived nor was cancelled
 };
 
 }  // namespace shardscope::views

@@ -5,6 +5,7 @@
 
 namespace shardscope::views {
 
+
 namespace {
 
 uint64_t Fnv1a(const std::string& s) {
@@ -92,16 +93,5 @@ int64_t BytesPerDevice(const Shape& shape, const std::optional<HloSharding>& sha
   return sharding->BytesPerDevice(shape);
 }
 
-QString FormatBytes(int64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (std::abs(v) >= 1024.0 && u < 5) {
-    v /= 1024.0;
-    ++u;
-  }
-  if (u == 0) return QString("%1 B").arg(bytes);
-  return QString("%1 %2").arg(v, 0, 'f', v >= 100 ? 0 : (v >= 10 ? 1 : 2)).arg(kUnits[u]);
-}
 
 }  // namespace shardscope::views

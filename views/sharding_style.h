@@ -37,8 +37,6 @@ QString HloShardingText(const HloSharding& sharding);
 QString LocalShapeText(const Shape& shape, const std::optional<HloSharding>& sharding);
 // Bytes one device holds (padded shard). Unsharded: the whole tensor.
 int64_t BytesPerDevice(const Shape& shape, const std::optional<HloSharding>& sharding);
-// "1.5 MiB", "512 B".
-QString FormatBytes(int64_t bytes);
 // Short shape text without layout: "f32[8,1024]".
 QString ShapeText(const Shape& shape);
 

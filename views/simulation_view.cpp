@@ -1,3 +1,4 @@
+#include "core/base/units.h"
 #include "views/simulation_view.h"
 
 #include <algorithm>
@@ -26,13 +27,17 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
-#include "views/document.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
+#include "views/run_history.h"
 #include "views/item_models.h"
 #include "views/memory_chart.h"
 #include "views/sharding_style.h"
 #include "views/timeline_view.h"
 
 namespace shardscope::views {
+
+using namespace ::shardscope::sim;
 
 namespace {
 
@@ -41,9 +46,9 @@ QString Q(const std::string& s) { return QString::fromStdString(s); }
 enum CompareColumn { kFigure, kRunA, kRunB, kDifference, kRatio, kBetter, kCompareColumns };
 
 QString FormatFigure(const ComparedFigure& f, double v) {
-  if (f.unit == "s") return FormatSeconds(v);
-  if (f.unit == "bytes") return FormatBytes(static_cast<int64_t>(std::llround(v)));
-  if (f.unit.find("fraction") != std::string::npos) return QString("%1%").arg(v * 100, 0, 'f', 1);
+  if (f.unit == "s") return Q(FormatSeconds(v));
+  if (f.unit == "bytes") return Q(FormatBytes(v));
+  if (f.unit.find("fraction") != std::string::npos) return Q(FormatPercent(v));
   return QString::number(v, 'g', 4);
 }
 
@@ -89,8 +94,6 @@ SimulationView::SimulationView(QWidget* parent)
       tick_(new QTimer(this)),
       elapsed_(std::make_unique<QElapsedTimer>()) {
   setObjectName("simulationView");
-  for (const auto& c : ChipPresets()) chip_->addItem(Q(c));
-  chip_->setCurrentText(Q(DefaultChip()));
   chip_->setToolTip("The chip generation of the simulated pod (a slice shaped like the mesh)");
   button_->setToolTip("Partition the current shardings and simulate one step (F5)");
   button_->setShortcut(QKeySequence("F5"));
@@ -188,7 +191,7 @@ SimulationView::SimulationView(QWidget* parent)
   connect(button_, &QPushButton::clicked, this, &SimulationView::simulate);
   connect(cancel_, &QPushButton::clicked, this, &SimulationView::cancel);
   connect(tick_, &QTimer::timeout, this, [this] {
-    if (doc_ && doc_->simulationBusy()) {
+    if (analysis_ && analysis_->simulationBusy()) {
       status_->setText(QString("Simulating on %1\u2026 %2 s").arg(chip_->currentText()).arg(elapsed_->elapsed() / 1000.0, 0, 'f', 1));
     }
   });
@@ -197,7 +200,7 @@ SimulationView::SimulationView(QWidget* parent)
   });
   connect(table_, &QWidget::customContextMenuRequested, this, &SimulationView::showHistoryMenu);
   connect(history_, &RunHistoryModel::labelEdited, this, [this](qint64 id, const QString& label) {
-    if (doc_) doc_->setRunLabel(id, label);
+    if (runs_) runs_->setLabel(id, label);
   });
   connect(timeline_, &TimelineWidget::eventClicked, this, [this](const QString& name, int) {
     if (timeline_->run()) onEventClicked(timeline_->run()->id, name);
@@ -213,29 +216,33 @@ SimulationView::SimulationView(QWidget* parent)
   connect(timeline_b_, &TimelineWidget::rangeChanged, this, [this](double a, double b) {
     if (timeline_b_->isVisible() && (timeline_->rangeStart() != a || timeline_->rangeEnd() != b)) timeline_->setRange(a, b);
   });
-  if (ChipPresets().empty()) {
-    button_->setEnabled(false);
-    status_->setText("The simulator is not built into this binary.");
-  } else {
-    status_->setText("Press Simulate to run one step of the partitioned program on a simulated pod.");
-  }
+  button_->setEnabled(false);
+  status_->setText("Press Simulate to run one step of the partitioned program on a simulated pod.");
 }
 
 SimulationView::~SimulationView() = default;
 
-void SimulationView::setDocument(Document* doc) {
-  if (doc_) doc_->disconnect(this);
+void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunHistory* runs) {
+  for (QObject* o : {static_cast<QObject*>(doc_.data()), static_cast<QObject*>(analysis_.data()), static_cast<QObject*>(runs_.data())}) {
+    if (o) o->disconnect(this);
+  }
   doc_ = doc;
-  if (!doc_) return;
-  connect(doc_, &Document::simulationUpdated, this, &SimulationView::onSimulationUpdated);
-  connect(doc_, &Document::simulationCancelled, this, [this] {
+  analysis_ = analysis;
+  runs_ = runs;
+  if (!doc_ || !analysis_ || !runs_) return;
+  chip_->clear();
+  for (const auto& c : analysis_->chips()) chip_->addItem(Q(c));
+  chip_->setCurrentText(Q(analysis_->defaultChip()));
+  connect(analysis_, &AnalysisModel::simulationUpdated, this, &SimulationView::onSimulationUpdated);
+  connect(analysis_, &AnalysisModel::simulationCancelled, this, [this] {
     updateBusy();
     status_->setText("Cancelled: the result of that simulation is dropped and not stored.");
   });
-  connect(doc_, &Document::runAdded, this, [this](qint64 id) {
-    if (const RunOverview* o = doc_->runOverview(id)) history_->addRun(*o);
+  connect(analysis_, &AnalysisModel::busyChanged, this, &SimulationView::updateBusy);
+  connect(runs_, &RunHistory::runAdded, this, [this](qint64 id) {
+    if (const RunOverview* o = runs_->overview(id)) history_->addRun(*o);
   });
-  connect(doc_, &Document::runRemoved, this, [this](qint64 id) {
+  connect(runs_, &RunHistory::runRemoved, this, [this](qint64 id) {
     history_->removeRun(id);
     if (compared_ && (compared_->first == id || compared_->second == id)) {
       compared_.reset();
@@ -249,21 +256,21 @@ void SimulationView::setDocument(Document* doc) {
       summary_->clear();
     }
   });
-  connect(doc_, &Document::runLabelChanged, this, [this](qint64 id) {
-    if (const RunOverview* o = doc_->runOverview(id)) history_->setLabel(id, Q(o->label));
+  connect(runs_, &RunHistory::runLabelChanged, this, [this](qint64 id) {
+    if (const RunOverview* o = runs_->overview(id)) history_->setLabel(id, Q(o->label));
     if (id == shown_id_ && !compared_) {
-      if (auto run = doc_->loadedRun(id)) summary_->setHtml(summaryHtml(*run));
+      if (auto run = runs_->loadedRun(id)) summary_->setHtml(summaryHtml(*run));
     }
   });
-  connect(doc_, &Document::runHistoryReset, this, &SimulationView::resetHistory);
-  connect(doc_, &Document::runLoaded, this, &SimulationView::onRunLoaded);
-  connect(doc_, &Document::comparisonReady, this, [this](qint64 a, qint64 b) {
+  connect(runs_, &RunHistory::historyReset, this, &SimulationView::resetHistory);
+  connect(runs_, &RunHistory::runLoaded, this, &SimulationView::onRunLoaded);
+  connect(runs_, &RunHistory::comparisonReady, this, [this](qint64 a, qint64 b) {
     if (compared_ && compared_->first == a && compared_->second == b) displayComparison();
   });
-  connect(doc_, &Document::runStoreChanged, this, &SimulationView::updateStoreLabel);
-  connect(doc_, &Document::runStoreMessage, this, [this](const QString& message) { status_->setText(message); });
-  connect(doc_, &Document::selectionChanged, this, &SimulationView::highlightSelection);
-  connect(doc_, &Document::moduleReset, this, [this] {
+  connect(runs_, &RunHistory::storeChanged, this, &SimulationView::updateStoreLabel);
+  connect(runs_, &RunHistory::storeMessage, this, [this](const QString& message) { status_->setText(message); });
+  connect(doc_, &DocumentModel::selectionChanged, this, &SimulationView::highlightSelection);
+  connect(doc_, &DocumentModel::moduleReset, this, [this] {
     history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
     shown_id_ = wanted_id_ = 0;
     compared_.reset();
@@ -280,24 +287,77 @@ void SimulationView::setDocument(Document* doc) {
     updating_selection_ = false;
   });
   history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
-  doc_->openRunStore();
+  runs_->open();
   resetHistory();
   updateStoreLabel();
   updateBusy();
 }
 
+int64_t SimulationView::instructionForEvent(int64_t run_id, const QString& spmd_instruction) const {
+  if (!doc_ || !runs_ || !doc_->module()) return -1;
+  const Module* module = doc_->module();
+  if (const RunOverview* o = runs_->overview(run_id); o && !o->inputs.module_name.empty() && RunModuleName(o->inputs) != module->name()) {
+    return -1;  // another module's run: its names mean nothing here
+  }
+  std::string name = spmd_instruction.toStdString();
+  while (!name.empty() && name.back() == ']') {  // "[i]" per enclosing loop
+    const auto open = name.rfind('[');
+    if (open == std::string::npos) break;
+    name.erase(open);
+  }
+  if (name.empty()) return -1;
+  // The name as the event gives it, with the partitioner's ".spmd" computation suffix dropped, and
+  // without its computation.
+  std::vector<std::string> candidates{name};
+  for (auto pos = name.find(".spmd/"); pos != std::string::npos; pos = std::string::npos) {
+    candidates.push_back(name.substr(0, pos) + name.substr(pos + 5));
+  }
+  if (const auto slash = name.rfind('/'); slash != std::string::npos) candidates.push_back(name.substr(slash + 1));
+  auto find = [module](const std::string& n) -> int64_t {
+    const Instruction* inst = module->FindInstruction(n);
+    return inst ? inst->id() : -1;
+  };
+  // 1. The partitioner's own map, kept with the run (in the store too).
+  if (auto run = runs_->loadedRun(run_id)) {
+    for (const auto& c : candidates) {
+      auto it = run->origins.find(c);
+      if (it == run->origins.end()) continue;
+      if (int64_t id = find(it->second); id >= 0) return id;
+    }
+  }
+  // 2. The last partitioned program of this document.
+  if (analysis_ && analysis_->partition().ok()) {
+    const PartitionResult& p = *analysis_->partition().result;
+    for (const auto& c : candidates) {
+      for (const auto& [original, spmd_names] : p.origin_map) {
+        if (std::find(spmd_names.begin(), spmd_names.end(), c) == spmd_names.end()) continue;
+        if (int64_t id = find(original); id >= 0) return id;
+      }
+      for (const auto& col : p.collectives) {
+        if (col.instruction != c) continue;
+        if (int64_t id = find(col.origin); id >= 0) return id;
+      }
+    }
+  }
+  // 3. The same name (the partitioner keeps the names of the instructions it partitions).
+  for (const auto& c : candidates) {
+    if (int64_t id = find(c); id >= 0) return id;
+  }
+  return -1;
+}
+
 // ---- Simulating ------------------------------------------------------------------------------------
 
 void SimulationView::simulate() {
-  if (!doc_ || !doc_->module() || ChipPresets().empty()) return;
+  if (!doc_ || !doc_->module() || !analysis_ || analysis_->chips().empty()) return;
   status_->setText(QString("Simulating on %1\u2026").arg(chip_->currentText()));
   elapsed_->start();
-  doc_->requestSimulation(chip_->currentText());
+  analysis_->requestSimulation(chip_->currentText());
   updateBusy();
 }
 
 void SimulationView::simulateAndCompare(const QList<Configuration>& configurations) {
-  if (!doc_ || !doc_->module() || configurations.isEmpty() || ChipPresets().empty()) return;
+  if (!doc_ || !doc_->module() || !analysis_ || configurations.isEmpty() || analysis_->chips().empty()) return;
   queue_ = configurations;
   compare_after_queue_ = configurations.size() >= 2;
   queue_runs_ = 0;
@@ -305,21 +365,21 @@ void SimulationView::simulateAndCompare(const QList<Configuration>& configuratio
   chip_->setCurrentText(next.chip);
   status_->setText(QString("Simulating on %1%2\u2026").arg(next.chip, next.replicated ? " (replicated)" : ""));
   elapsed_->start();
-  doc_->requestSimulation(next.chip, next.replicated ? Document::SimulationInput::kReplicated
-                                                     : Document::SimulationInput::kShardings);
+  analysis_->requestSimulation(next.chip, next.replicated ? AnalysisModel::SimulationInput::kReplicated
+                                                          : AnalysisModel::SimulationInput::kShardings);
   updateBusy();
 }
 
 void SimulationView::cancel() {
   queue_.clear();
   compare_after_queue_ = false;
-  if (doc_) doc_->cancelSimulation();
+  if (analysis_) analysis_->cancelSimulation();
   updateBusy();
 }
 
 void SimulationView::updateBusy() {
-  const bool busy = doc_ && doc_->simulationBusy();
-  button_->setEnabled(!busy && !ChipPresets().empty());
+  const bool busy = analysis_ && analysis_->simulationBusy();
+  button_->setEnabled(!busy && analysis_ && !analysis_->chips().empty());
   cancel_->setVisible(busy);
   cancel_->setEnabled(busy);
   progress_->setVisible(busy);
@@ -329,18 +389,18 @@ void SimulationView::updateBusy() {
 
 void SimulationView::onSimulationUpdated() {
   updateBusy();
-  const SimulationOutput& s = doc_->simulation();
-  if (!s.ok || !s.run) {
+  const SimulatedStep& s = analysis_->simulation();
+  if (!s.ok()) {
     status_->setText(Q(s.message));
     queue_.clear();
     compare_after_queue_ = false;
     return;
   }
   const RunSummary& sum = s.run->summary;
-  status_->setText(QString("Step %1 \u00B7 MFU %2% \u00B7 peak %3/device \u00B7 %4 collectives (%5 ms) \u00B7 %6")
-                       .arg(FormatSeconds(sum.step_time_s))
-                       .arg(sum.mfu * 100, 0, 'f', 1)
-                       .arg(FormatBytes(sum.peak_memory_bytes))
+  status_->setText(QString("Step %1 \u00B7 MFU %2 \u00B7 peak %3/device \u00B7 %4 collectives (%5 ms) \u00B7 %6")
+                       .arg(Q(FormatSeconds(sum.step_time_s)))
+                       .arg(Q(FormatPercent(sum.mfu)))
+                       .arg(Q(FormatBytes(static_cast<double>(sum.peak_memory_bytes))))
                        .arg(s.collectives)
                        .arg(s.millis, 0, 'f', 0)
                        .arg(s.run->id > 0 ? QString("stored as run %1").arg(s.run->id) : QString("not stored")));
@@ -356,7 +416,7 @@ void SimulationView::onSimulationUpdated() {
   }
   if (compare_after_queue_ && queue_runs_ >= 2) {
     compare_after_queue_ = false;
-    const auto& h = doc_->runHistory();
+    const auto& h = runs_->runs();
     std::vector<int64_t> ids;
     for (const auto& o : h) ids.push_back(o.id);
     // The two newest runs of this session (the store lists them last; unsaved runs come after).
@@ -375,9 +435,9 @@ void SimulationView::onSimulationUpdated() {
 // ---- History -----------------------------------------------------------------------------------------
 
 void SimulationView::resetHistory() {
-  if (!doc_) return;
+  if (!runs_) return;
   const auto selected = selectedRunIds();
-  history_->setRuns(doc_->runHistory());
+  history_->setRuns(runs_->runs());
   table_->resizeColumnsToContents();
   if (table_->columnWidth(RunHistoryModel::kLabel) > 260) table_->setColumnWidth(RunHistoryModel::kLabel, 260);
   selectRuns(selected);
@@ -439,19 +499,19 @@ bool SimulationView::eventFilter(QObject* watched, QEvent* event) {
 }
 
 void SimulationView::deleteSelectedRuns() {
-  if (!doc_) return;
+  if (!runs_) return;
   const auto ids = selectedRunIds();
   if (ids.empty()) return;
   if (confirm_deletes_) {
     QStringList names;
     for (int64_t id : ids) names << RunName(id);
-    const QString where = doc_->runStorePath().isEmpty() ? QString("memory") : doc_->runStorePath();
+    const QString where = runs_->storePath().isEmpty() ? QString("memory") : runs_->storePath();
     const auto answer = QMessageBox::question(
         this, "Delete runs", QString("Delete %1 from %2? This cannot be undone.").arg(names.join(", "), where),
         QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
     if (answer != QMessageBox::Yes) return;
   }
-  for (int64_t id : ids) doc_->deleteRun(id);
+  for (int64_t id : ids) runs_->deleteRun(id);
   status_->setText(QString("Deleted %1 run%2.").arg(ids.size()).arg(ids.size() == 1 ? "" : "s"));
 }
 
@@ -481,14 +541,14 @@ void SimulationView::showHistoryMenu(const QPoint& pos) {
 }
 
 void SimulationView::updateStoreLabel() {
-  if (!doc_) return;
-  const QString error = doc_->runStoreError();
+  if (!runs_) return;
+  const QString error = runs_->storeError();
   if (!error.isEmpty()) {
     store_label_->setText(QString("<b>\u26A0 Run history not saved.</b> %1").arg(error.toHtmlEscaped()));
     store_label_->setToolTip(error);
     return;
   }
-  const QString path = doc_->runStorePath();
+  const QString path = runs_->storePath();
   if (path.isEmpty()) {
     store_label_->setText("<small>Opening the run store\u2026</small>");
     return;
@@ -500,7 +560,7 @@ void SimulationView::updateStoreLabel() {
 // ---- One run -----------------------------------------------------------------------------------------
 
 bool SimulationView::showRun(int64_t run_id) {
-  if (!doc_ || !doc_->runOverview(run_id)) return false;
+  if (!runs_ || !runs_->overview(run_id)) return false;
   compared_.reset();
   details_->setCurrentIndex(0);
   timeline_b_->hide();
@@ -512,16 +572,16 @@ bool SimulationView::showRun(int64_t run_id) {
   }
   wanted_id_ = run_id;
   if (selectedRunIds() != std::vector<int64_t>{run_id}) selectRuns({run_id});
-  doc_->requestRun(run_id);  // runLoaded follows (at once when it is in memory)
+  runs_->requestRun(run_id);  // runLoaded follows (at once when it is in memory)
   return true;
 }
 
 void SimulationView::onRunLoaded(qint64 run_id) {
-  if (!doc_) return;
+  if (!runs_) return;
   if (compared_) {
     if (run_id != compared_->first && run_id != compared_->second) return;
-    auto a = doc_->loadedRun(compared_->first);
-    auto b = doc_->loadedRun(compared_->second);
+    auto a = runs_->loadedRun(compared_->first);
+    auto b = runs_->loadedRun(compared_->second);
     if (!a || !b) return;
     // Both timelines on one time scale, one above the other, and both memory curves overlaid.
     const double span = std::max(a->summary.step_time_s, b->summary.step_time_s);
@@ -534,10 +594,10 @@ void SimulationView::onRunLoaded(qint64 run_id) {
     timeline_b_->setMinimumSpan(span);
     for (TimelineWidget* t : {timeline_, timeline_b_}) {
       const int64_t id = t->run()->id;
-      QPointer<Document> doc = doc_;
-      t->setOriginResolver([doc, id](const QString& name) {
-        if (!doc) return QString();
-        return doc->qualifiedName(doc->instruction(doc->instructionForEvent(id, name)));
+      QPointer<const SimulationView> self(this);
+      t->setOriginResolver([self, id](const QString& name) {
+        if (!self || !self->doc_) return QString();
+        return self->doc_->qualifiedName(self->doc_->instruction(self->instructionForEvent(id, name)));
       });
     }
     highlightSelection();
@@ -561,12 +621,13 @@ void SimulationView::onRunLoaded(qint64 run_id) {
       ++i;
     }
     chart_->setSeries(QString("Memory per device: A peak %1, B peak %2")
-                          .arg(FormatBytes(a->summary.peak_memory_bytes), FormatBytes(b->summary.peak_memory_bytes)),
+                          .arg(Q(FormatBytes(static_cast<double>(a->summary.peak_memory_bytes))),
+                               Q(FormatBytes(static_cast<double>(b->summary.peak_memory_bytes)))),
                       std::move(series), std::move(markers));
     return;
   }
   if (run_id != wanted_id_) return;
-  if (auto run = doc_->loadedRun(run_id)) display(run);
+  if (auto run = runs_->loadedRun(run_id)) display(run);
 }
 
 void SimulationView::display(std::shared_ptr<const RunResult> run) {
@@ -574,11 +635,11 @@ void SimulationView::display(std::shared_ptr<const RunResult> run) {
   timeline_->setRun(run);
   timeline_->setTitle(run ? RunName(run->id) : QString());
   if (!run) return;
-  QPointer<Document> doc = doc_;
   const int64_t id = run->id;
-  timeline_->setOriginResolver([doc, id](const QString& name) {
-    if (!doc) return QString();
-    return doc->qualifiedName(doc->instruction(doc->instructionForEvent(id, name)));
+  QPointer<const SimulationView> self(this);
+  timeline_->setOriginResolver([self, id](const QString& name) {
+    if (!self || !self->doc_) return QString();
+    return self->doc_->qualifiedName(self->doc_->instruction(self->instructionForEvent(id, name)));
   });
   highlightSelection();
   // Memory of the device class holding the peak.
@@ -601,7 +662,7 @@ void SimulationView::display(std::shared_ptr<const RunResult> run) {
     total.emphasise = true;
     for (const auto& m : peak->memory) total.points.push_back({m.time_s, static_cast<double>(m.total())});
     series.push_back(std::move(total));
-    chart_->setSeries(QString("Memory per device (peak %1)").arg(FormatBytes(peak->peak_memory_bytes)), std::move(series),
+    chart_->setSeries(QString("Memory per device (peak %1)").arg(Q(FormatBytes(peak->peak_memory_bytes))), std::move(series),
                       peak->peak_memory_time_s);
   } else {
     chart_->clear();
@@ -616,14 +677,14 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
                        QDateTime::fromMSecsSinceEpoch(run.created_unix_ms).toString("yyyy-MM-dd hh:mm:ss"));
   h += "<table cellspacing=2>";
   auto row = [&](const QString& k, const QString& v) { h += QString("<tr><td>%1</td><td align=right><b>%2</b></td></tr>").arg(k, v); };
-  row("step time", FormatSeconds(s.step_time_s));
-  row("compute", FormatSeconds(s.compute_time_s));
-  row("communication", FormatSeconds(s.communication_time_s));
-  row("exposed communication", FormatSeconds(s.exposed_communication_s));
-  row("idle", FormatSeconds(s.idle_time_s));
-  row("MFU", QString("%1%").arg(s.mfu * 100, 0, 'f', 1));
-  row("peak memory / device", FormatBytes(s.peak_memory_bytes));
-  row("bytes communicated", FormatBytes(s.bytes_communicated));
+  row("step time", Q(FormatSeconds(s.step_time_s)));
+  row("compute", Q(FormatSeconds(s.compute_time_s)));
+  row("communication", Q(FormatSeconds(s.communication_time_s)));
+  row("exposed communication", Q(FormatSeconds(s.exposed_communication_s)));
+  row("idle", Q(FormatSeconds(s.idle_time_s)));
+  row("MFU", Q(FormatPercent(s.mfu)));
+  row("peak memory / device", Q(FormatBytes(s.peak_memory_bytes)));
+  row("bytes communicated", Q(FormatBytes(s.bytes_communicated)));
   row("device classes", QString::number(run.classes.size()));
   h += "</table>";
   const DeviceClass* peak = PeakClass(run);
@@ -633,10 +694,10 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
     int64_t total = 0;
     for (const auto& b : buffers) total += b.bytes;
     h += QString("<p><b>Live at the peak</b> (%1, %2 buffers, at %3)</p><table cellspacing=2>")
-             .arg(FormatBytes(total)).arg(buffers.size()).arg(FormatSeconds(peak->peak_memory_time_s));
+             .arg(Q(FormatBytes(total))).arg(buffers.size()).arg(Q(FormatSeconds(peak->peak_memory_time_s)));
     for (size_t i = 0; i < buffers.size() && i < 12; ++i) {
       h += QString("<tr><td>%1</td><td align=right>%2</td><td><small>%3</small></td></tr>")
-               .arg(Q(buffers[i].name).toHtmlEscaped(), FormatBytes(buffers[i].bytes),
+               .arg(Q(buffers[i].name).toHtmlEscaped(), Q(FormatBytes(buffers[i].bytes)),
                     Q(std::string(MemoryCategoryName(buffers[i].category))));
     }
     if (buffers.size() > 12) h += QString("<tr><td colspan=3><small>and %1 more</small></td></tr>").arg(buffers.size() - 12);
@@ -646,12 +707,12 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
     h += "<p><b>Collectives</b></p><table cellspacing=2>";
     for (const auto& c : run.collectives) {
       h += QString("<tr><td>%1</td><td>%2</td><td align=right>%3</td><td align=right>%4</td><td><small>%5</small></td></tr>")
-               .arg(Q(c.kind).toHtmlEscaped(), Q(c.instruction).toHtmlEscaped(), FormatBytes(c.bytes), FormatSeconds(c.time_s),
+               .arg(Q(c.kind).toHtmlEscaped(), Q(c.instruction).toHtmlEscaped(), Q(FormatBytes(c.bytes)), Q(FormatSeconds(c.time_s)),
                     Q(c.regime).toHtmlEscaped());
     }
     h += "</table>";
   }
-  const SimulationOutput& sim = doc_->simulation();
+  const SimulatedStep& sim = analysis_->simulation();
   if (sim.run && sim.run->id == run.id && !sim.warnings.empty()) {
     h += "<p><b>Warnings</b><br>";
     for (const auto& w : sim.warnings) h += Q(w).toHtmlEscaped() + "<br>";
@@ -663,7 +724,7 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
 // ---- Two runs ----------------------------------------------------------------------------------------
 
 bool SimulationView::compareRuns(int64_t run_a, int64_t run_b) {
-  if (!doc_ || !doc_->runOverview(run_a) || !doc_->runOverview(run_b) || run_a == run_b) return false;
+  if (!runs_ || !runs_->overview(run_a) || !runs_->overview(run_b) || run_a == run_b) return false;
   compared_ = std::make_pair(run_a, run_b);
   shown_id_ = wanted_id_ = 0;
   details_->setCurrentIndex(1);
@@ -671,15 +732,15 @@ bool SimulationView::compareRuns(int64_t run_a, int64_t run_b) {
   compare_table_->setRowCount(0);
   const auto ids = selectedRunIds();
   if (ids != std::vector<int64_t>{run_a, run_b} && ids != std::vector<int64_t>{run_b, run_a}) selectRuns({run_a, run_b});
-  doc_->requestComparison(run_a, run_b);
-  doc_->requestRun(run_a);
-  doc_->requestRun(run_b);
+  runs_->requestComparison(run_a, run_b);
+  runs_->requestRun(run_a);
+  runs_->requestRun(run_b);
   return true;
 }
 
 void SimulationView::displayComparison() {
-  if (!doc_ || !doc_->comparison()) return;
-  const RunComparison& c = *doc_->comparison();
+  if (!runs_ || !runs_->comparison()) return;
+  const RunComparison& c = *runs_->comparison();
   auto describe = [](const RunOverview& o) {
     return QString("%1 <small>\u00B7 %2</small>")
         .arg(RunName(o.id).toHtmlEscaped(), Q(o.label.empty() ? RunModuleName(o.inputs) : o.label).toHtmlEscaped());
@@ -735,7 +796,7 @@ void SimulationView::displayComparison() {
 
 void SimulationView::onEventClicked(int64_t run_id, const QString& instruction) {
   if (!doc_) return;
-  const int64_t id = doc_->instructionForEvent(run_id, instruction);
+  const int64_t id = instructionForEvent(run_id, instruction);
   if (id < 0) {
     status_->setText(QString("%1 has no instruction in this module: the partitioner inserted it, or the run is of "
                              "another module.").arg(instruction));
@@ -758,10 +819,10 @@ void SimulationView::onRangeSelected(double start_s, double end_s) {
   if (end_s <= start_s) return;
   const auto t = timeline_->rangeTotals(timeline_->selectionRow(), start_s, end_s);
   status_->setText(QString("%1 to %2 (%3): compute %4, communication %5, both %6, idle %7, %8 events, %9 moved")
-                       .arg(FormatSeconds(start_s), FormatSeconds(end_s), FormatSeconds(t.span_s), FormatSeconds(t.compute_s),
-                            FormatSeconds(t.communication_s), FormatSeconds(t.overlapped_s), FormatSeconds(t.idle_s))
+                       .arg(Q(FormatSeconds(start_s)), Q(FormatSeconds(end_s)), Q(FormatSeconds(t.span_s)), Q(FormatSeconds(t.compute_s)),
+                            Q(FormatSeconds(t.communication_s)), Q(FormatSeconds(t.overlapped_s)), Q(FormatSeconds(t.idle_s)))
                        .arg(t.events)
-                       .arg(FormatBytes(t.bytes)));
+                       .arg(Q(FormatBytes(static_cast<double>(t.bytes)))));
 }
 
 }  // namespace shardscope::views

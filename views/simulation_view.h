@@ -30,14 +30,20 @@ class QTableWidget;
 class QTextBrowser;
 class QTimer;
 
-namespace shardscope {
+#include "partitioner/spmd/spmd_partitioner.h"
+
+namespace shardscope::sim {
 struct RunResult;
 }
 
 namespace shardscope::views {
 
-class Document;
+using sim::RunResult;
+
+class AnalysisModel;
+class DocumentModel;
 class MemoryChart;
+class RunHistory;
 class RunHistoryModel;
 class TimelineWidget;
 
@@ -46,8 +52,14 @@ class SimulationView : public QWidget {
  public:
   explicit SimulationView(QWidget* parent = nullptr);
   ~SimulationView() override;
-  // Opens the document's run store and lists its runs.
-  void setDocument(Document* doc);
+  // The document (selection, instructions), the analysis that simulates it and the history of runs
+  // (whose store it opens).
+  void setModels(DocumentModel* doc, AnalysisModel* analysis, RunHistory* runs);
+  // The instruction of the document a timeline event of run `run_id` came from, by the SPMD
+  // instruction name the event carries (loop suffixes "[i]" ignored): through the partitioner's map
+  // kept with the run, else the last partitioned program, else the same name. -1 when none
+  // (another module's run, or an instruction the partitioner inserted).
+  int64_t instructionForEvent(int64_t run_id, const QString& spmd_instruction) const;
 
   TimelineWidget* timeline() const { return timeline_; }
   // The second timeline, shown under the first while two runs are compared.
@@ -108,7 +120,9 @@ class SimulationView : public QWidget {
   void highlightSelection();
   QString summaryHtml(const RunResult& run) const;
 
-  QPointer<Document> doc_;
+  QPointer<DocumentModel> doc_;
+  QPointer<AnalysisModel> analysis_;
+  QPointer<RunHistory> runs_;
   QComboBox* chip_;
   QPushButton* button_;
   QPushButton* cancel_;

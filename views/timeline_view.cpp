@@ -1,3 +1,4 @@
+#include "core/base/units.h"
 #include "views/timeline_view.h"
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
+
+using namespace ::shardscope::sim;
 
 namespace {
 
@@ -194,7 +197,7 @@ void TimelineWidget::paintInto(QPainter& p, const QRect& area) {
     p.setPen(grid);
     p.drawLine(x, kAxis - 4, x, area.bottom());
     p.setPen(pal.color(QPalette::Text));
-    p.drawText(QRect(x + 3, 2, 100, kAxis - 4), Qt::AlignLeft | Qt::AlignVCenter, FormatSeconds(t));
+    p.drawText(QRect(x + 3, 2, 100, kAxis - 4), Qt::AlignLeft | Qt::AlignVCenter, Q(FormatSeconds(t)));
   }
   if (!title_.isEmpty()) {
     QFont bold = small;
@@ -284,10 +287,10 @@ void TimelineWidget::paintSelection(QPainter& p, const QRect& area) {
   const RangeTotals t = rangeTotals(sel_row_, sel_t0_, sel_t1_);
   auto pct = [&](double v) { return t.span_s > 0 ? QString("%1%").arg(v / t.span_s * 100, 0, 'f', 0) : QString("-"); };
   const QString text = QString("%1 selected%2 \u00B7 compute %3 (%4) \u00B7 comm %5 (%6) \u00B7 overlap %7 \u00B7 idle %8 \u00B7 %9 events")
-                           .arg(FormatSeconds(t.span_s),
+                           .arg(Q(FormatSeconds(t.span_s)),
                                 rows_.size() > 1 ? QString(" (row %1)").arg(sel_row_ + 1) : QString(),
-                                FormatSeconds(t.compute_s), pct(t.compute_s), FormatSeconds(t.communication_s),
-                                pct(t.communication_s), FormatSeconds(t.overlapped_s), FormatSeconds(t.idle_s))
+                                Q(FormatSeconds(t.compute_s)), pct(t.compute_s), Q(FormatSeconds(t.communication_s)),
+                                pct(t.communication_s), Q(FormatSeconds(t.overlapped_s)), Q(FormatSeconds(t.idle_s)))
                            .arg(t.events);
   QFont small = font();
   small.setPointSizeF(std::max(6.5, font().pointSizeF() * 0.85));
@@ -557,9 +560,9 @@ QString TimelineWidget::toolTipAt(const QPoint& pos) const {
   const TimelineEvent* ev = eventAt(pos);
   if (!ev) return {};
   QString tip = QString("<b>%1</b> (%2)<br>start %3, duration %4")
-                    .arg(Q(ev->instruction).toHtmlEscaped(), Q(ev->kind).toHtmlEscaped(), FormatSeconds(ev->start_s),
-                         FormatSeconds(ev->duration_s));
-  if (ev->bytes > 0) tip += QString("<br>%1 %2").arg(FormatBytes(ev->bytes), ev->stream == Stream::kCompute ? "accessed" : "moved");
+                    .arg(Q(ev->instruction).toHtmlEscaped(), Q(ev->kind).toHtmlEscaped(), Q(FormatSeconds(ev->start_s)),
+                         Q(FormatSeconds(ev->duration_s)));
+  if (ev->bytes > 0) tip += QString("<br>%1 %2").arg(Q(FormatBytes(ev->bytes)), ev->stream == Stream::kCompute ? "accessed" : "moved");
   if (ev->flops > 0) tip += QString("<br>%1 GFLOP").arg(ev->flops / 1e9, 0, 'g', 3);
   const QString origin = originOf(ev->instruction);
   if (!origin.isEmpty() && origin != Q(ev->instruction)) tip += QString("<br>from <i>%1</i>").arg(origin.toHtmlEscaped());

@@ -24,6 +24,8 @@
 
 namespace shardscope::views {
 
+using namespace ::shardscope::sim;  // RunResult, TimelineEvent, Stream
+
 class TimelineWidget : public QWidget {
   Q_OBJECT
  public:

@@ -16,11 +16,13 @@
 #include "core/sharding/mesh.h"
 #include "core/base/shape.h"
 #include "core/sharding/sharding.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
 namespace shardscope::cli {
+
+using namespace shardscope::sim;
 namespace {
 
 constexpr const char* kName = "collective";

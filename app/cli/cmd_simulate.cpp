@@ -21,6 +21,8 @@
 #include "simulator/trace_export.h"
 
 namespace shardscope::cli {
+
+using namespace shardscope::sim;
 namespace {
 
 constexpr const char* kName = "simulate";

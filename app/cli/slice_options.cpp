@@ -6,6 +6,8 @@
 
 namespace shardscope::cli {
 
+using namespace shardscope::sim;
+
 bool ParseInt(const std::string& text, int64_t lo, int64_t* out) {
   try {
     size_t used = 0;

@@ -11,7 +11,7 @@
 
 #include "core/sharding/mesh.h"
 #include "core/base/status.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
@@ -32,10 +32,10 @@ struct SliceOptionTexts {
 SliceOptionTexts TakeSliceOptions(std::vector<std::string>& args);
 
 struct Slice {
-  ChipSpec chip;
+  sim::ChipSpec chip;
   DeviceMesh mesh;
-  Topology topology;
-  CollectiveOptions collectives;  // --latency-model, --one-direction
+  sim::Topology topology;
+  sim::CollectiveOptions collectives;  // --latency-model, --one-direction
 };
 
 // The error's message is the usage text to print (it names the option). --chip and --mesh must

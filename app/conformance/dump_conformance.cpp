@@ -20,6 +20,8 @@ namespace shardscope {
 
 namespace {
 
+using namespace ::shardscope::sim;
+
 std::string FirstLine(std::string s) {
   const auto nl = s.find('\n');
   if (nl != std::string::npos) s.resize(nl);

@@ -18,9 +18,8 @@
 #include <QTimer>
 
 #include "app/gui/main_window.h"
+#include "app/pipeline/sources.h"
 #include "shardscope_version.h"
-#include "views/document.h"
-#include "views/engine.h"
 
 namespace {
 
@@ -107,7 +106,7 @@ int main(int argc, char** argv) {
   }
   if (!opened && !(screenshot_mode && !files.isEmpty())) {
     QString ignored;
-    if (window.openExample(QString::fromStdString(shardscope::views::DefaultExampleName()), &ignored) &&
+    if (window.openExample(QString::fromStdString(shardscope::pipeline::DefaultExample()), &ignored) &&
         !parser.isSet(select)) {
       window.selectInteresting();
     }
@@ -122,16 +121,25 @@ int main(int argc, char** argv) {
   }
 
   if (screenshot_mode) {
+    // Saved once propagation, layout (and the partitioning or simulation a view asked for) are done;
+    // the event loop keeps running meanwhile.
     const int seconds = parser.isSet(timeout) ? parser.value(timeout).toInt() : 120;
-    if (!window.waitUntilReady(std::max(1, seconds) * 1000)) return Fail(1, "timed out waiting for propagation and layout");
-    // A selected instruction is centred after layout; let that settle too.
-    window.waitUntilReady(5000);
-    const QPixmap shot = window.grab();
-    if (shot.isNull() || !shot.save(parser.value(screenshot))) {
-      return Fail(1, QString("cannot write %1").arg(parser.value(screenshot)));
-    }
-    std::fprintf(stdout, "saved %s (%dx%d)\n", qPrintable(parser.value(screenshot)), shot.width(), shot.height());
-    return 0;
+    const QString out = parser.value(screenshot);
+    window.whenReady(std::max(1, seconds) * 1000, [&window, out](bool ready) {
+      if (!ready) {
+        std::fprintf(stderr, "shardscope: timed out waiting for propagation and layout\n");
+        QCoreApplication::exit(1);
+        return;
+      }
+      const QPixmap shot = window.grab();
+      if (shot.isNull() || !shot.save(out)) {
+        std::fprintf(stderr, "shardscope: cannot write %s\n", qPrintable(out));
+        QCoreApplication::exit(1);
+        return;
+      }
+      std::fprintf(stdout, "saved %s (%dx%d)\n", qPrintable(out), shot.width(), shot.height());
+      QCoreApplication::exit(0);
+    });
   }
   return app.exec();
 }

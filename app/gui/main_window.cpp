@@ -5,7 +5,6 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDockWidget>
-#include <QElapsedTimer>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QHeaderView>
@@ -24,19 +23,22 @@
 #include <QStyle>
 #include <QStyleFactory>
 #include <QTableView>
-#include <QThread>
 #include <QTimer>
 #include <QUndoStack>
 #include <QUndoView>
 #include <QVBoxLayout>
 
+#include "app/gui/project_file.h"
+#include "app/gui/session.h"
+#include "app/pipeline/sources.h"
 #include "shardscope_version.h"
-#include "views/document.h"
-#include "views/engine.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
 #include "views/graph_view.h"
 #include "views/inspector_panel.h"
 #include "views/item_models.h"
 #include "views/job_indicator.h"
+#include "views/job_tracker.h"
 #include "views/mesh_view.h"
 #include "views/partitioned_view.h"
 #include "views/collective_stepper.h"
@@ -44,12 +46,14 @@
 
 namespace shardscope::gui {
 
+using namespace ::shardscope::sim;
+
 namespace {
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }
 constexpr int kMaxRecent = 10;
 
-bool IsProjectPath(const QString& path) { return views::Document::IsProjectFile(path); }
+bool IsProjectPath(const QString& path) { return IsProjectFile(path); }
 
 QPalette DarkPalette() {
   QPalette p;
@@ -82,11 +86,13 @@ QPalette DarkPalette() {
 
 }  // namespace
 
-MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), doc_(new views::Document(this)) {
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent), session_(new Session(this)), doc_(session_->document()) {
   setObjectName("mainWindow");
   setWindowIcon(QIcon(":/icons/shardscope.svg"));
   setDockNestingEnabled(true);
   graph_ = new views::GraphPane(this);
+  graph_->setJobTracker(session_->jobs());
   graph_->setDocument(doc_);
   setCentralWidget(graph_);
   createDocks();
@@ -96,22 +102,23 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), doc_(new views::D
   summary_label_ = new QLabel;
   engine_label_ = new QLabel;
   jobs_ = new views::JobIndicator;
-  jobs_->setDocument(doc_);
-  jobs_->setGraphView(graph_->view());
+  jobs_->setJobTracker(session_->jobs());
   statusBar()->addWidget(summary_label_, 1);
   statusBar()->addPermanentWidget(engine_label_);
   statusBar()->addPermanentWidget(jobs_);
 
-  connect(doc_, &views::Document::moduleReset, this, [this] {
+  connect(doc_, &views::DocumentModel::moduleReset, this, [this] {
     updateTitle();
     updateStatus();
   });
-  connect(doc_, &views::Document::modifiedChanged, this, &MainWindow::updateTitle);
-  connect(doc_, &views::Document::shardingsUpdated, this, &MainWindow::updateStatus);
-  connect(doc_, &views::Document::annotationsChanged, this, &MainWindow::updateStatus);
-  connect(doc_, &views::Document::meshChanged, this, &MainWindow::updateStatus);
-  connect(doc_, &views::Document::busyChanged, jobs_, &views::JobIndicator::refresh);
-  connect(doc_, &views::Document::loadFinished, this, [this](const QString& path, bool ok, const QString& message) {
+  connect(doc_, &views::DocumentModel::modifiedChanged, this, &MainWindow::updateTitle);
+  connect(doc_, &views::DocumentModel::shardingsUpdated, this, [this] {
+    updateStatus();
+    if (select_interesting_pending_) pickInteresting();
+  });
+  connect(doc_, &views::DocumentModel::annotationsChanged, this, &MainWindow::updateStatus);
+  connect(doc_, &views::DocumentModel::meshChanged, this, &MainWindow::updateStatus);
+  connect(session_, &Session::loadFinished, this, [this](const QString& path, bool ok, const QString& message) {
     if (!ok) {
       statusBar()->clearMessage();
       showError("Cannot open file", message);
@@ -120,7 +127,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), doc_(new views::D
     addRecentFile(path);
     statusBar()->showMessage(QString("Opened %1").arg(path), 5000);
   });
-  connect(doc_, &views::Document::errorOccurred, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
+  connect(doc_, &views::DocumentModel::errorOccurred, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   connect(mesh_, &views::MeshView::message, this, [this](const QString& m) { statusBar()->showMessage(m, 8000); });
   resize(1500, 940);
   updateTitle();
@@ -176,7 +183,7 @@ void MainWindow::createDocks() {
     const qint64 id = table_proxy_->data(current, views::InstructionTableModel::kIdRole).toLongLong();
     doc_->select(id);
   });
-  connect(doc_, &views::Document::selectionChanged, this, [this](qint64 id) {
+  connect(doc_, &views::DocumentModel::selectionChanged, this, [this](qint64 id) {
     const int row = table_model_->rowOf(id);
     if (row < 0) {
       table_->clearSelection();
@@ -188,11 +195,12 @@ void MainWindow::createDocks() {
     table_->selectionModel()->setCurrentIndex(proxy, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
     table_->scrollTo(proxy);
   });
-  connect(doc_, &views::Document::moduleReset, this, [this] { table_->resizeColumnsToContents(); });
+  connect(doc_, &views::DocumentModel::moduleReset, this, [this] { table_->resizeColumnsToContents(); });
   table_dock_ = make_dock("Instructions", "instructionsDock", table_box, Qt::BottomDockWidgetArea);
 
   inspector_ = new views::InspectorPanel;
   inspector_->setDocument(doc_);
+  inspector_->setAnalysis(session_->analysis());
   inspector_dock_ = make_dock("Inspector \u2014 why", "inspectorDock", inspector_, Qt::BottomDockWidgetArea);
   splitDockWidget(table_dock_, inspector_dock_, Qt::Horizontal);
   undo_view_ = new QUndoView(doc_->undoStack());
@@ -202,13 +210,13 @@ void MainWindow::createDocks() {
   inspector_dock_->raise();
 
   partitioned_ = new views::PartitionedView;
-  partitioned_->setDocument(doc_);
+  partitioned_->setModels(doc_, session_->analysis(), session_->jobs());
   partitioned_->setAutoUpdate(true);
   partitioned_dock_ = make_dock("Partitioned program", "partitionedDock", partitioned_, Qt::BottomDockWidgetArea);
   tabifyDockWidget(table_dock_, partitioned_dock_);
 
   simulation_ = new views::SimulationView;
-  simulation_->setDocument(doc_);
+  simulation_->setModels(doc_, session_->analysis(), session_->runs());
   simulation_dock_ = make_dock("Simulation", "simulationDock", simulation_, Qt::BottomDockWidgetArea);
   tabifyDockWidget(partitioned_dock_, simulation_dock_);
   table_dock_->raise();
@@ -220,6 +228,7 @@ void MainWindow::createDocks() {
 
 void MainWindow::createTeachingDock() {
   teaching_ = new views::CollectiveStepper;
+  teaching_->setChips(session_->analysis()->chips(), session_->analysis()->defaultChip());
   teaching_dock_ = new QDockWidget("Teaching", this);
   teaching_dock_->setObjectName("teachingDock");
   // In a scroll area: the panel needs room for the mesh and the formula, but it shares a column
@@ -233,10 +242,11 @@ void MainWindow::createTeachingDock() {
   tabifyDockWidget(inspector_dock_, teaching_dock_);
   inspector_dock_->raise();
   // Double-clicking a collective of the partitioned program steps through it on the document's mesh.
-  connect(partitioned_, &views::PartitionedView::collectiveActivated, this, [this](const views::CollectiveInfo& c) {
-    teaching_->showCollective(c, doc_->mesh());
-    raiseTeachingDock();
-  });
+  connect(partitioned_, &views::PartitionedView::collectiveActivated, this,
+          [this](const InsertedCollective& c, const std::vector<std::vector<int64_t>>& participants) {
+            teaching_->showCollective(c, participants, doc_->mesh());
+            raiseTeachingDock();
+          });
 }
 
 void MainWindow::raiseTeachingDock() {
@@ -248,10 +258,17 @@ void MainWindow::raiseTeachingDock() {
   teaching_dock_->show();
   teaching_dock_->raise();
   // Room for the mesh and the formula: the bottom row grows and the teaching panel takes most of it.
-  const int bottom = std::max(400, width() - mesh_dock_->width());
-  resizeDocks({table_dock_, inspector_dock_, history_dock_, teaching_dock_},
-              {bottom * 26 / 100, bottom * 74 / 100, bottom * 74 / 100, bottom * 74 / 100}, Qt::Horizontal);
-  resizeDocks({table_dock_}, {height() * 68 / 100}, Qt::Vertical);
+  arrange([this] {
+    const int bottom = std::max(400, width() - mesh_dock_->width());
+    resizeDocks({table_dock_, inspector_dock_, history_dock_, teaching_dock_},
+                {bottom * 26 / 100, bottom * 74 / 100, bottom * 74 / 100, bottom * 74 / 100}, Qt::Horizontal);
+    resizeDocks({table_dock_}, {height() * 68 / 100}, Qt::Vertical);
+  });
+}
+
+void MainWindow::arrange(std::function<void()> arrangement) {
+  arrangement_ = std::move(arrangement);
+  arrangement_();
 }
 
 // ---- Actions and menus --------------------------------------------------------------------------------
@@ -383,7 +400,7 @@ void MainWindow::createMenus() {
 
 void MainWindow::rebuildExamplesMenu() {
   examples_menu_->clear();
-  const auto examples = views::ListExamples();
+  const auto examples = pipeline::Examples();
   if (examples.empty()) {
     examples_menu_->addAction("(no examples in this build)")->setEnabled(false);
     return;
@@ -438,7 +455,7 @@ bool MainWindow::openPath(const QString& path, QString* error) {
     *error = QString("%1: no such file").arg(path);
     return false;
   }
-  Status st = IsProjectPath(path) ? doc_->loadProject(path) : doc_->loadHloFile(path);
+  Status st = IsProjectPath(path) ? session_->loadProject(path) : session_->loadHloFile(path);
   if (!st.ok()) {
     *error = Q(st.error().message);
     return false;
@@ -449,7 +466,7 @@ bool MainWindow::openPath(const QString& path, QString* error) {
 }
 
 bool MainWindow::openExample(const QString& name, QString* error) {
-  Status st = doc_->loadExample(name);
+  Status st = session_->loadExample(name);
   if (!st.ok()) {
     *error = Q(st.error().message);
     return false;
@@ -470,7 +487,7 @@ void MainWindow::openFileDialog() {
 void MainWindow::openInBackground(const QString& path) {
   // Read and parsed on the worker (large modules take a while); loadFinished says how it went.
   statusBar()->showMessage(QString("Opening %1\u2026").arg(path));
-  doc_->requestLoadFile(path);
+  session_->requestLoadFile(path);
 }
 
 void MainWindow::openProjectDialog() {
@@ -483,7 +500,7 @@ void MainWindow::openProjectDialog() {
 }
 
 bool MainWindow::saveProjectTo(const QString& path) {
-  Status st = doc_->saveProject(path);
+  Status st = session_->saveProject(path);
   if (!st.ok()) {
     showError("Cannot save project", Q(st.error().message));
     return false;
@@ -586,20 +603,22 @@ bool MainWindow::showView(const QString& name) {
   dock->raise();
   if (dock == partitioned_dock_ || dock == simulation_dock_) {
     // Room for a graph or a timeline: the bottom row grows and the inspector narrows.
-    const int bottom = std::max(400, width() - mesh_dock_->width());
-    resizeDocks({table_dock_, inspector_dock_, history_dock_}, {bottom * 72 / 100, bottom * 28 / 100, bottom * 28 / 100},
-                Qt::Horizontal);
+    const int share = dock == partitioned_dock_ ? 45 : 50;
+    arrange([this, share] {
+      const int bottom = std::max(400, width() - mesh_dock_->width());
+      resizeDocks({table_dock_, inspector_dock_, history_dock_}, {bottom * 72 / 100, bottom * 28 / 100, bottom * 28 / 100},
+                  Qt::Horizontal);
+      resizeDocks({table_dock_}, {height() * share / 100}, Qt::Vertical);
+    });
   }
   if (dock == partitioned_dock_) {
-    resizeDocks({table_dock_}, {height() * 45 / 100}, Qt::Vertical);
     partitioned_->partitionNow();
     if (n == "collectives") partitioned_->showCollectives();
   }
   if (dock == simulation_dock_) {
-    resizeDocks({table_dock_}, {height() * 50 / 100}, Qt::Vertical);
     if (n == "compare") {
       // Two configurations side by side: A the module replicated on every device, B its shardings.
-      const QString chip = QString::fromStdString(views::DefaultChip());
+      const QString chip = QString::fromStdString(session_->analysis()->defaultChip());
       simulation_->simulateAndCompare({{chip, /*replicated=*/true}, {chip, /*replicated=*/false}});
     } else {
       simulation_->simulate();
@@ -616,9 +635,16 @@ bool MainWindow::selectInstruction(const QString& name) {
 }
 
 void MainWindow::selectInteresting() {
+  if (!doc_->module() || doc_->selected() >= 0) return;
+  select_interesting_pending_ = true;
+  // Propagation may have run already; else the pick waits for its results (shardingsUpdated).
+  if (doc_->resultGeneration() > 0 && doc_->propagatedEdit() == doc_->editGeneration()) pickInteresting();
+}
+
+void MainWindow::pickInteresting() {
+  select_interesting_pending_ = false;
   const Module* m = doc_->module();
   if (!m || !m->entry() || doc_->selected() >= 0) return;
-  doc_->waitUntilIdle(10000);
   const Instruction* pick = nullptr;
   for (const auto& inst : m->entry()->instructions()) {
     if (inst->opcode() != Opcode::kDot) continue;
@@ -631,23 +657,43 @@ void MainWindow::selectInteresting() {
   if (pick) doc_->select(pick->id());
 }
 
-bool MainWindow::waitUntilReady(int timeout_ms) {
-  QElapsedTimer t;
-  t.start();
-  auto spmd_graph = partitioned_->graphPane()->view();
-  while (t.elapsed() < timeout_ms) {
-    QApplication::processEvents(QEventLoop::AllEvents, 50);
-    const bool ready = !doc_->isBusy() && !doc_->partitionBusy() && !doc_->simulationBusy() && !doc_->runStoreBusy() &&
-                       !graph_->view()->isLayoutPending() &&
-                       !spmd_graph->isLayoutPending();
-    if (ready) {
-      // Let the last results be painted.
-      for (int i = 0; i < 5; ++i) QApplication::processEvents(QEventLoop::AllEvents, 20);
-      if (!doc_->isBusy() && !graph_->view()->isLayoutPending() && !spmd_graph->isLayoutPending()) return true;
-    }
-    QThread::msleep(10);
-  }
-  return false;
+bool MainWindow::isReady() const {
+  return session_->idle() && !graph_->view()->isLayoutPending() && !partitioned_->graphPane()->view()->isLayoutPending();
+}
+
+void MainWindow::whenReady(int timeout_ms, std::function<void(bool)> done) {
+  // Ready once nothing has happened for a short settle time (follow-up jobs, such as the second
+  // simulation of a comparison or the layout of the partitioned program, start within it).
+  auto* settle = new QTimer(this);
+  settle->setSingleShot(true);
+  settle->setInterval(150);
+  auto* deadline = new QTimer(this);
+  deadline->setSingleShot(true);
+  auto finish = std::make_shared<std::function<void(bool)>>();
+  *finish = [settle, deadline, done = std::move(done), finish](bool ok) mutable {
+    settle->stop();
+    deadline->stop();
+    settle->deleteLater();
+    deadline->deleteLater();
+    auto call = std::move(done);
+    *finish = [](bool) {};
+    if (call) call(ok);
+  };
+  auto poke = [this, settle] {
+    if (isReady()) settle->start();
+    else settle->stop();
+  };
+  connect(settle, &QTimer::timeout, this, [this, finish] {
+    if (isReady()) (*finish)(true);
+  });
+  connect(deadline, &QTimer::timeout, this, [finish] { (*finish)(false); });
+  connect(session_->jobs(), &views::JobTracker::jobsChanged, settle, poke);
+  connect(session_, &Session::idleChanged, settle, poke);
+  connect(graph_->view(), &views::GraphView::layoutFinished, settle, poke);
+  connect(partitioned_->graphPane()->view(), &views::GraphView::layoutFinished, settle, poke);
+  connect(doc_, &views::DocumentModel::shardingsUpdated, settle, poke);
+  deadline->start(timeout_ms);
+  QTimer::singleShot(0, settle, poke);
 }
 
 // ---- Title, status, settings ------------------------------------------------------------------------------
@@ -681,7 +727,7 @@ void MainWindow::updateStatus() {
                               .arg(doc_->mesh().num_devices())
                               .arg(doc_->annotations().size())
                               .arg(sharded));
-  engine_label_->setText(Q(doc_->propagation().message));
+  engine_label_->setText(doc_->propagationSummary());
 }
 
 void MainWindow::applyTheme(const QString& theme) {
@@ -725,6 +771,8 @@ void MainWindow::applyDefaultDockSizes() {
   // (A tabified dock is resized through the first dock of its tab group.)
   resizeDocks({table_dock_, inspector_dock_, history_dock_}, {bottom * 55 / 100, bottom * 45 / 100, bottom * 45 / 100},
               Qt::Horizontal);
+  // A panel raised on purpose (showView) keeps the room it was given.
+  if (arrangement_) arrangement_();
 }
 
 void MainWindow::showEvent(QShowEvent* event) {

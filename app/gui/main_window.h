@@ -3,6 +3,8 @@
 // standard shortcuts; settings (dock layout, recent files, theme) persisted with QSettings.
 #pragma once
 
+#include <functional>
+
 #include <QMainWindow>
 #include <QStringList>
 
@@ -15,7 +17,7 @@ class QTableView;
 class QUndoView;
 
 namespace shardscope::views {
-class Document;
+class DocumentModel;
 class GraphPane;
 class JobIndicator;
 class InspectorPanel;
@@ -28,13 +30,16 @@ class CollectiveStepper;
 
 namespace shardscope::gui {
 
+class Session;
+
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
-  views::Document* document() const { return doc_; }
+  Session* session() const { return session_; }
+  views::DocumentModel* document() const { return doc_; }
   views::GraphPane* graphPane() const { return graph_; }
 
   // Open an HLO file or a project (.shardscope / .json). On failure `error` says why (with
@@ -50,10 +55,14 @@ class MainWindow : public QMainWindow {
   // Selects an instruction by name; false when there is none.
   bool selectInstruction(const QString& name);
   // Selects the first dot whose sharding propagation inferred (so a new user sees the mesh tiles
-  // and a "why" chain at once); does nothing when something is selected.
+  // and a "why" chain at once), as soon as propagation has run; does nothing when something is
+  // selected by then.
   void selectInteresting();
-  // Waits (processing events) until propagation, layout and partitioning are done.
-  bool waitUntilReady(int timeout_ms);
+  // True when no job runs and the graphs are laid out.
+  bool isReady() const;
+  // Calls `done(true)` once the window has been ready (no job, no pending layout) for a short settle
+  // time, or `done(false)` after `timeout_ms`. Event-driven: it returns at once.
+  void whenReady(int timeout_ms, std::function<void(bool)> done);
   // No dialogs, no settings written (for --screenshot).
   void setBatchMode(bool on) { batch_ = on; }
   // "system", "light" or "dark".
@@ -92,7 +101,12 @@ class MainWindow : public QMainWindow {
   void exportGraphImage();
   void about();
 
-  views::Document* doc_;
+  void pickInteresting();
+  // Sizes the docks for a raised panel now and again whenever the default sizes are applied.
+  void arrange(std::function<void()> arrangement);
+
+  Session* session_;
+  views::DocumentModel* doc_;
   views::GraphPane* graph_;
   views::MeshView* mesh_;
   views::InspectorPanel* inspector_;
@@ -120,6 +134,8 @@ class MainWindow : public QMainWindow {
   bool batch_ = false;
   bool first_show_done_ = false;
   bool state_restored_ = false;
+  bool select_interesting_pending_ = false;
+  std::function<void()> arrangement_;
 };
 
 }  // namespace shardscope::gui

@@ -136,8 +136,4 @@ std::map<std::string, std::string> SpmdOrigins(const PartitionResult& partition)
   return out;
 }
 
-bool IsHaloExchange(const InsertedCollective& collective) {
-  return collective.kind == Opcode::kCollectivePermute && collective.reason.rfind("halo exchange", 0) == 0;
-}
-
 }  // namespace shardscope::pipeline

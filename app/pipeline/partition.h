@@ -1,7 +1,7 @@
 // The partition, verify and estimate stages of the analysis pipeline: the SPMD partitioner
 // (partitioner/spmd/spmd_partitioner.h) on a module whose shardings are complete, the numerical check of
 // its program (core/eval/numeric_verify.h) within size limits, and the simulator's estimate of every
-// collective it inserted (simulator/collective_cost.h).
+// collective it inserted (simulator/collectives/cost.h).
 #pragma once
 
 #include <cstdint>
@@ -15,10 +15,12 @@
 #include "core/eval/numeric_verify.h"
 #include "core/ir/ir.h"
 #include "partitioner/spmd/spmd_partitioner.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
 #include "simulator/topology.h"
 
 namespace shardscope::pipeline {
+
+using namespace ::shardscope::sim;  // the simulator's types are the pipeline's
 
 // True when `module` still has to be partitioned: some instruction carries a tiled sharding and the
 // module is not already an SPMD program (AlreadyPartitioned, core/ir/spmd_program.h).
@@ -55,8 +57,5 @@ std::vector<std::optional<CollectiveCost>> EstimateCollectives(const PartitionRe
 // became "add.1": "body/add.1"). The first original wins when an SPMD instruction is listed twice;
 // inserted collectives map to the instruction that caused them.
 std::map<std::string, std::string> SpmdOrigins(const PartitionResult& partition);
-
-// A collective-permute the partitioner inserted for a halo exchange.
-bool IsHaloExchange(const InsertedCollective& collective);
 
 }  // namespace shardscope::pipeline

@@ -23,6 +23,8 @@
 
 namespace shardscope::pipeline {
 
+using namespace ::shardscope::sim;  // the simulator's types are the pipeline's
+
 // The chip estimates and simulations use when none is named: "tpu-v4".
 std::string DefaultChip();
 // A slice of `chip` (a preset name or a chip .json file) shaped like `mesh`, with the generation's

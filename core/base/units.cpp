@@ -28,14 +28,17 @@ std::string WithUnit(double v, const char* const* units, int count, double step)
 
 }  // namespace
 
+namespace {
+const char* const kByteUnits[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+}  // namespace
+
 std::string FormatBytes(double bytes) {
-  static const char* const kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB"};
   if (std::fabs(bytes) < 999.5) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.0f B", bytes);
     return buf;
   }
-  return WithUnit(bytes, kUnits, 6, 1000.0);
+  return WithUnit(bytes, kByteUnits, 6, 1000.0);
 }
 
 std::string FormatRate(double bytes_per_s) {
@@ -61,6 +64,20 @@ std::string FormatPercent(double fraction) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fraction);
   return buf;
+}
+
+AxisUnit BytesAxisUnit(double max_bytes) {
+  AxisUnit u{1, kByteUnits[0]};
+  for (int i = 1; i < 6 && std::fabs(max_bytes) / u.divisor >= 1000.0; ++i) u = {u.divisor * 1000.0, kByteUnits[i]};
+  return u;
+}
+
+AxisUnit SecondsAxisUnit(double max_seconds) {
+  const double a = std::fabs(max_seconds);
+  if (a >= 1) return {1, "s"};
+  if (a >= 1e-3) return {1e-3, "ms"};
+  if (a >= 1e-6) return {1e-6, "\u00B5s"};
+  return {1e-9, "ns"};
 }
 
 }  // namespace shardscope

@@ -19,4 +19,13 @@ std::string ThreeDigits(double v);
 // A fraction as a percentage with one decimal: 0.473 -> "47.3%".
 std::string FormatPercent(double fraction);
 
+// The unit a chart axis reaching `max` uses, in the same convention: values are divided by
+// `divisor` and labelled `unit` ("MB" for 8.39e6 bytes; "µs" for 5.59e-4 s).
+struct AxisUnit {
+  double divisor = 1;
+  std::string unit;
+};
+AxisUnit BytesAxisUnit(double max_bytes);
+AxisUnit SecondsAxisUnit(double max_seconds);
+
 }  // namespace shardscope

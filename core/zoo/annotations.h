@@ -72,13 +72,19 @@ class Annotator {
     }
     b_.Annotate(inst, *s);
   }
-  // The policy's mapping of Table 1 tensor `t`, expanded to the instruction's dims by `expand`.
+  // The policy's mapping of Table 1 tensor `t`, expanded to the instruction's dims by `expand`,
+  // behind the prefix axes.
   void Table1(Instruction* inst, Table1Tensor t, const std::function<std::vector<int64_t>(const std::vector<int64_t>&)>& expand = nullptr) {
     if (!enabled_ || !policy_) return;
     std::vector<int64_t> m = policy_(t);
     if (m.empty()) return;
-    Apply(inst, expand ? expand(m) : m);
+    if (expand) m = expand(m);
+    m.insert(m.begin(), prefix_.begin(), prefix_.end());
+    Apply(inst, m);
   }
+  // Mesh axes of leading dims in front of every Table 1 tensor (layers stacked and vectorised
+  // along them: the pipelined Transformer's stage dim on its mesh axis L).
+  void set_prefix_axes(std::vector<int64_t> axes) { prefix_ = std::move(axes); }
   bool enabled() const { return enabled_; }
   const DeviceMesh& mesh() const { return mesh_; }
 
@@ -86,6 +92,7 @@ class Annotator {
   Builder& b_;
   const DeviceMesh& mesh_;
   Table1Policy policy_;
+  std::vector<int64_t> prefix_;
   bool enabled_ = false;
 };
 

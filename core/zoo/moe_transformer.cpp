@@ -84,7 +84,11 @@ struct MoeBlock {
   Instruction *x = nullptr, *inputs = nullptr;
   Instruction *gates = nullptr, *mask1 = nullptr, *mask2 = nullptr, *density1 = nullptr;
   Instruction *gate1 = nullptr, *gate2 = nullptr, *kept1 = nullptr, *kept2 = nullptr, *denom = nullptr;
-  Instruction *disp1 = nullptr, *disp2 = nullptr, *dispatch = nullptr, *combine = nullptr;
+  // Per choice: the expert it keeps ([G,S,E] one-hot, 0 when dropped) and the token's slot in
+  // it as a one-hot over C ([G,S,C]); backward contracts with them instead of keeping each
+  // choice's [G,S,E,C] dispatch alive from the forward pass.
+  Instruction *keep1 = nullptr, *keep2 = nullptr, *at1 = nullptr, *at2 = nullptr;
+  Instruction *dispatch = nullptr, *combine = nullptr;
   Instruction *expert_in = nullptr, *hidden = nullptr, *relu = nullptr, *out_by_group = nullptr;
   Instruction* aux_loss = nullptr;  // f32 scalar
 };
@@ -121,6 +125,12 @@ class MoeBuilder {
     }
     Instruction* c = net_.Dot(mask, tri_, {}, {}, {1}, {0});  // [G,E,T]
     return b_.Transpose(c, {0, 2, 1}, name);
+  }
+
+  // One choice's dispatch [G,T,E,C]: its kept expert [G,T,E] times its slot [G,T,C].
+  Instruction* Place(Instruction* keep, Instruction* at, const std::string& name) {
+    const Dims gtec = {d_.G, d_.T, d_.E, d_.C};
+    return b_.Mul(b_.Broadcast(keep, gtec, {0, 1, 2}), b_.Broadcast(at, gtec, {0, 1, 3}), name);
   }
 
   // Top-2 gating of `logits` [G,T,E] (f32): fills the block's gating tensors.
@@ -160,18 +170,21 @@ class MoeBuilder {
     k.denom = b_.Add(b_.Add(k.gate1, k.gate2), b_.FullLike(k.gate1, 1e-9), "gate_sum");
     Instruction* w1 = b_.Div(b_.Mul(k.gate1, k.kept1), k.denom, "weight1");
     Instruction* w2 = b_.Div(b_.Mul(k.gate2, k.kept2), k.denom, "weight2");
-    const Shape gtec(F, {d_.G, d_.T, d_.E, d_.C});
     Instruction* iota_c = b_.Iota(Shape(F, {d_.G, d_.T, d_.C}), 2, "capacity_index");
-    auto place = [&](Instruction* keep, Instruction* slot, const std::string& n) {
-      Instruction* at = b_.Convert(b_.Compare(iota_c, net_.Bcast(slot, iota_c, {0, 1}), ComparisonDirection::kEq), F);
-      return b_.Mul(b_.Broadcast(keep, gtec.dims, {0, 1, 2}), b_.Broadcast(at, gtec.dims, {0, 1, 3}), n);
+    auto slot_one_hot = [&](Instruction* slot, const std::string& n) {
+      return b_.Convert(b_.Compare(iota_c, net_.Bcast(slot, iota_c, {0, 1}), ComparisonDirection::kEq), F, n);
     };
-    k.disp1 = place(keep1, slot1, "dispatch1");
-    k.disp2 = place(keep2, slot2, "dispatch2");
+    k.keep1 = keep1;
+    k.keep2 = keep2;
+    k.at1 = slot_one_hot(slot1, "slot1_one_hot");
+    k.at2 = slot_one_hot(slot2, "slot2_one_hot");
+    Instruction* disp1 = Place(k.keep1, k.at1, "dispatch1");
+    Instruction* disp2 = Place(k.keep2, k.at2, "dispatch2");
     const bool f32 = net_.act() == F;  // the gating's own type
-    Instruction* dispatch = b_.Add(k.disp1, k.disp2, f32 ? "dispatch_mask" : "dispatch_mask_f32");
-    Instruction* combine = b_.Add(b_.Mul(b_.Broadcast(w1, gtec.dims, {0, 1}), k.disp1),
-                                  b_.Mul(b_.Broadcast(w2, gtec.dims, {0, 1}), k.disp2),
+    Instruction* dispatch = b_.Add(disp1, disp2, f32 ? "dispatch_mask" : "dispatch_mask_f32");
+    const Dims gtec = {d_.G, d_.T, d_.E, d_.C};
+    Instruction* combine = b_.Add(b_.Mul(b_.Broadcast(w1, gtec, {0, 1}), disp1),
+                                  b_.Mul(b_.Broadcast(w2, gtec, {0, 1}), disp2),
                                   f32 ? "combine_weights" : "combine_weights_f32");
     k.dispatch = net_.ToType(dispatch, net_.act(), "dispatch_mask");
     k.combine = net_.ToType(combine, net_.act(), "combine_weights");
@@ -251,8 +264,14 @@ class MoeBuilder {
         auto sg = b_.Scope("gating");
         Instruction* dc = net_.ToType(dcombine, F, "dcombine_f32");
         // combine = w1 disp1 + w2 disp2, w_i = gate_i kept_i / (gate1 + gate2 + eps).
-        Instruction* a1 = b_.Mul(net_.Sum(b_.Mul(dc, k.disp1), {2, 3}), k.kept1, "dweight1");
-        Instruction* a2 = b_.Mul(net_.Sum(b_.Mul(dc, k.disp2), {2, 3}), k.kept2, "dweight2");
+        // d w_i = sum over E, C of dcombine * dispatch_i: the slot one-hot contracted first (a
+        // product per token, no [G,S,E,C] tensor of forward values), then the kept expert.
+        auto dweight = [&](Instruction* keep, Instruction* at, Instruction* kept, const std::string& n) {
+          Instruction* per_expert = net_.Dot(dc, at, {0, 1}, {0, 1}, {3}, {2});  // [G,T,E]
+          return b_.Mul(net_.Sum(b_.Mul(per_expert, keep), {2}), kept, n);
+        };
+        Instruction* a1 = dweight(k.keep1, k.at1, k.kept1, "dweight1");
+        Instruction* a2 = dweight(k.keep2, k.at2, k.kept2, "dweight2");
         Instruction* both = b_.Div(b_.Add(b_.Mul(a1, k.gate1), b_.Mul(a2, k.gate2)), b_.Mul(k.denom, k.denom));
         Instruction* dg1 = b_.Sub(b_.Div(a1, k.denom), both, "dgate1");
         Instruction* dg2 = b_.Sub(b_.Div(a2, k.denom), both, "dgate2");

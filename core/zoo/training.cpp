@@ -139,8 +139,12 @@ Instruction* NormalizeBackward(Net& net, const NormSaved& s, Instruction* gamma,
 
 NormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma) {
   if (!x) return {};
-  const Dims last{x->shape().rank() - 1};
-  return NormalizeForward(net, x, last, gamma, nullptr, last, kLayerNormEps);
+  const int64_t last = x->shape().rank() - 1;
+  // A stack of scales [P..., M] lies along x's leading dims and its last.
+  Dims param;
+  for (int64_t i = 0; gamma && i + 1 < gamma->shape().rank(); ++i) param.push_back(i);
+  param.push_back(last);
+  return NormalizeForward(net, x, {last}, gamma, nullptr, param, kLayerNormEps);
 }
 
 Instruction* LayerNormBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma) {

@@ -142,7 +142,8 @@ NormSaved NormalizeForward(Net& net, Instruction* x, const Dims& stats, Instruct
 Instruction* NormalizeBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma,
                                Instruction** dbeta = nullptr);
 
-// LayerNorm without bias over the last dim.
+// LayerNorm without bias over the last dim; gamma is [M], or [P..., M] for layers stacked along
+// x's leading dims P (one scale per leading index).
 NormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma);
 Instruction* LayerNormBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma);
 

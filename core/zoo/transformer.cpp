@@ -48,11 +48,53 @@ Instruction* PreNormBackward(Net& net, Weight* ln, const NormSaved& saved, Instr
   return dx;
 }
 
+namespace {
+
+// The blocks' tensors may carry leading dims P (layers stacked and vectorised over them: the
+// pipelined Transformer's stage dim): x [P..., B, S, M], W_qkv [P..., 3, M, N, D], every dot
+// batched over P. Dimension lists of the prefix-free layer, moved behind the prefix:
+struct PrefixDims {
+  int64_t p = 0;
+  // The layer's own dims, shifted by p.
+  Dims At(const Dims& d) const {
+    Dims r;
+    for (int64_t x : d) r.push_back(x + p);
+    return r;
+  }
+  // Batch dims of a dot, dims kept by a broadcast, a permutation: the prefix dims, then the
+  // shifted ones.
+  Dims Batch(const Dims& d) const {
+    Dims r;
+    for (int64_t i = 0; i < p; ++i) r.push_back(i);
+    for (int64_t x : d) r.push_back(x + p);
+    return r;
+  }
+  // Slice starts: 0 on the prefix dims.
+  Dims Starts(const Dims& own) const {
+    Dims r(static_cast<size_t>(p), 0);
+    r.insert(r.end(), own.begin(), own.end());
+    return r;
+  }
+  // A shape of the layer's own dims behind `like`'s prefix.
+  Dims Shape(Instruction* like, const Dims& own) const {
+    Dims r;
+    for (int64_t i = 0; i < p; ++i) r.push_back(like->shape().dim(i));
+    r.insert(r.end(), own.begin(), own.end());
+    return r;
+  }
+};
+
+PrefixDims PrefixOf(Instruction* x) { return PrefixDims{x->shape().rank() - 3}; }
+
+}  // namespace
+
 Instruction* AttentionForward(Net& net, Annotator& ann, AttentionBlock& a, Instruction* x) {
   Builder& b = net.b();
-  if (!x || !a.wqkv || !a.wo) return nullptr;
-  const int64_t B = x->shape().dim(0), S = x->shape().dim(1);
-  const int64_t N = a.wqkv->param->shape().dim(2), D = a.wqkv->param->shape().dim(3);
+  if (!x || !a.wqkv || !a.wo || x->shape().rank() < 3) return nullptr;
+  const PrefixDims P = PrefixOf(x);
+  const Dims none = P.Batch({});
+  const int64_t B = x->shape().dim(P.p), S = x->shape().dim(P.p + 1);
+  const int64_t N = a.wqkv->param->shape().dim(P.p + 2), D = a.wqkv->param->shape().dim(P.p + 3);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   a.x = x;
   {
@@ -62,26 +104,27 @@ Instruction* AttentionForward(Net& net, Annotator& ann, AttentionBlock& a, Instr
   Instruction* out = nullptr;
   {
     auto s = b.Scope("attention");
-    Instruction* qkv = net.Dot(a.h, a.wqkv->value, {}, {}, {2}, {1}, "qkv");  // [B,S,3,N,D]
+    Instruction* qkv = net.Dot(a.h, a.wqkv->value, none, none, P.At({2}), P.At({1}), "qkv");  // [B,S,3,N,D]
     ann.Table1(qkv, Table1Tensor::kBSND, [](const Dims& d) { return Dims{d[0], d[1], -1, d[2], d[3]}; });
     auto part = [&](int64_t j, const char* n) {
-      Instruction* sl = b.Slice(qkv, {0, 0, j, 0, 0}, {B, S, j + 1, N, D}, {}, std::string(n) + "_slice");
-      return b.Reshape(sl, {B, S, N, D}, n);
+      Instruction* sl = b.Slice(qkv, P.Starts({0, 0, j, 0, 0}), P.Shape(x, {B, S, j + 1, N, D}), {},
+                                std::string(n) + "_slice");
+      return b.Reshape(sl, P.Shape(x, {B, S, N, D}), n);
     };
     a.q = part(0, "q");
     a.k = part(1, "k");
     a.v = part(2, "v");
-    Instruction* scores = net.Dot(a.q, a.k, {0, 2}, {0, 2}, {3}, {3}, "scores");  // [B,N,S,T]
+    Instruction* scores = net.Dot(a.q, a.k, P.Batch({0, 2}), P.Batch({0, 2}), P.At({3}), P.At({3}), "scores");  // [B,N,S,T]
     Instruction* scaled = net.Scale(scores, scale, "scaled_scores");
     {
       auto sm = b.Scope("softmax");
-      Instruction* mx = net.MaxOver(scaled, {3}, "max");
-      Instruction* e = b.Exp(b.Sub(scaled, net.Bcast(mx, scaled, {0, 1, 2}), "shifted"), "exp");
-      Instruction* den = net.Sum(e, {3}, "sum");
-      a.p = b.Div(e, net.Bcast(den, e, {0, 1, 2}), "probs");
+      Instruction* mx = net.MaxOver(scaled, P.At({3}), "max");
+      Instruction* e = b.Exp(b.Sub(scaled, net.Bcast(mx, scaled, P.Batch({0, 1, 2})), "shifted"), "exp");
+      Instruction* den = net.Sum(e, P.At({3}), "sum");
+      a.p = b.Div(e, net.Bcast(den, e, P.Batch({0, 1, 2})), "probs");
     }
-    a.ctx = net.Dot(a.p, a.v, {0, 1}, {0, 2}, {3}, {1}, "context");  // [B,N,S,D]
-    out = net.Dot(a.ctx, a.wo->value, {}, {}, {1, 3}, {0, 1}, "out");  // [B,S,M]
+    a.ctx = net.Dot(a.p, a.v, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({1}), "context");  // [B,N,S,D]
+    out = net.Dot(a.ctx, a.wo->value, none, none, P.At({1, 3}), P.At({0, 1}), "out");  // [B,S,M]
   }
   return b.Add(x, out, "residual1");
 }
@@ -89,33 +132,40 @@ Instruction* AttentionForward(Net& net, Annotator& ann, AttentionBlock& a, Instr
 Instruction* AttentionBackward(Net& net, AttentionBlock& a, Instruction* dy) {
   Builder& b = net.b();
   if (!dy || !a.x) return nullptr;
-  const int64_t B = a.x->shape().dim(0), S = a.x->shape().dim(1);
-  const int64_t N = a.wqkv->param->shape().dim(2), D = a.wqkv->param->shape().dim(3);
+  const PrefixDims P = PrefixOf(a.x);
+  const Dims none = P.Batch({});
+  const int64_t B = a.x->shape().dim(P.p), S = a.x->shape().dim(P.p + 1);
+  const int64_t N = a.wqkv->param->shape().dim(P.p + 2), D = a.wqkv->param->shape().dim(P.p + 3);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   // Scoped like the forward: attention/..., then ln1/... beside it, the residual at the layer.
   Instruction* dh1 = nullptr;
   {
     auto s = b.Scope("attention");
-    AccumulateGrad(b, &a.wo->grad, net.Dot(a.ctx, dy, {}, {}, {0, 2}, {0, 1}, "dwo"));  // [N,D,M]
-    Instruction* dctx = b.Transpose(net.Dot(dy, a.wo->value, {}, {}, {2}, {2}), {0, 2, 1, 3}, "dcontext");  // [B,N,S,D]
-    Instruction* dp = net.Dot(dctx, a.v, {0, 1}, {0, 2}, {3}, {3}, "dprobs");                             // [B,N,S,T]
-    Instruction* dv = b.Transpose(net.Dot(a.p, dctx, {0, 1}, {0, 1}, {2}, {2}), {0, 2, 1, 3}, "dv");      // [B,T,N,D]
+    AccumulateGrad(b, &a.wo->grad, net.Dot(a.ctx, dy, none, none, P.At({0, 2}), P.At({0, 1}), "dwo"));  // [N,D,M]
+    Instruction* dctx = b.Transpose(net.Dot(dy, a.wo->value, none, none, P.At({2}), P.At({2})), P.Batch({0, 2, 1, 3}),
+                                    "dcontext");  // [B,N,S,D]
+    Instruction* dp = net.Dot(dctx, a.v, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({3}), "dprobs");  // [B,N,S,T]
+    Instruction* dv = b.Transpose(net.Dot(a.p, dctx, P.Batch({0, 1}), P.Batch({0, 1}), P.At({2}), P.At({2})),
+                                  P.Batch({0, 2, 1, 3}), "dv");  // [B,T,N,D]
     Instruction* dscores = nullptr;
     {
       auto sm = b.Scope("softmax");
       Instruction* pdp = b.Mul(a.p, dp);
-      Instruction* rowsum = net.Sum(pdp, {3}, "rowsum");
-      Instruction* dscaled = b.Sub(pdp, b.Mul(a.p, net.Bcast(rowsum, pdp, {0, 1, 2})), "dscaled");
+      Instruction* rowsum = net.Sum(pdp, P.At({3}), "rowsum");
+      Instruction* dscaled = b.Sub(pdp, b.Mul(a.p, net.Bcast(rowsum, pdp, P.Batch({0, 1, 2}))), "dscaled");
       dscores = net.Scale(dscaled, scale, "dscores");
     }
-    Instruction* dq = b.Transpose(net.Dot(dscores, a.k, {0, 1}, {0, 2}, {3}, {1}), {0, 2, 1, 3}, "dq");  // [B,S,N,D]
-    Instruction* dk = b.Transpose(net.Dot(dscores, a.q, {0, 1}, {0, 2}, {2}, {1}), {0, 2, 1, 3}, "dk");  // [B,T,N,D]
-    Instruction* dqkv = b.Concatenate({b.Reshape(dq, {B, S, 1, N, D}), b.Reshape(dk, {B, S, 1, N, D}),
-                                       b.Reshape(dv, {B, S, 1, N, D})},
-                                      2, "dqkv");  // [B,S,3,N,D]
+    Instruction* dq = b.Transpose(net.Dot(dscores, a.k, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({1})),
+                                  P.Batch({0, 2, 1, 3}), "dq");  // [B,S,N,D]
+    Instruction* dk = b.Transpose(net.Dot(dscores, a.q, P.Batch({0, 1}), P.Batch({0, 2}), P.At({2}), P.At({1})),
+                                  P.Batch({0, 2, 1, 3}), "dk");  // [B,T,N,D]
+    const Dims one = P.Shape(a.x, {B, S, 1, N, D});
+    Instruction* dqkv = b.Concatenate({b.Reshape(dq, one), b.Reshape(dk, one), b.Reshape(dv, one)}, P.p + 2,
+                                      "dqkv");  // [B,S,3,N,D]
     AccumulateGrad(b, &a.wqkv->grad,
-                   b.Transpose(net.Dot(a.h, dqkv, {}, {}, {0, 1}, {0, 1}), {1, 0, 2, 3}, "dwqkv"));  // [3,M,N,D]
-    dh1 = net.Dot(dqkv, a.wqkv->value, {}, {}, {2, 3, 4}, {0, 2, 3}, "dh1");  // [B,S,M]
+                   b.Transpose(net.Dot(a.h, dqkv, none, none, P.At({0, 1}), P.At({0, 1})), P.Batch({1, 0, 2, 3}),
+                               "dwqkv"));  // [3,M,N,D]
+    dh1 = net.Dot(dqkv, a.wqkv->value, none, none, P.At({2, 3, 4}), P.At({0, 2, 3}), "dh1");  // [B,S,M]
   }
   Instruction* dres = dh1;
   if (a.ln) {
@@ -127,7 +177,9 @@ Instruction* AttentionBackward(Net& net, AttentionBlock& a, Instruction* dy) {
 
 Instruction* FfnForward(Net& net, Annotator& ann, FfnBlock& f, Instruction* x) {
   Builder& b = net.b();
-  if (!x || !f.wi || !f.wout) return nullptr;
+  if (!x || !f.wi || !f.wout || x->shape().rank() < 3) return nullptr;
+  const PrefixDims P = PrefixOf(x);
+  const Dims none = P.Batch({});
   f.x = x;
   {
     auto s = b.Scope("ln2");
@@ -136,10 +188,10 @@ Instruction* FfnForward(Net& net, Annotator& ann, FfnBlock& f, Instruction* x) {
   Instruction* out = nullptr;
   {
     auto s = b.Scope("ffn");
-    f.hid = net.Dot(f.h, f.wi->value, {}, {}, {2}, {0}, "wi");  // [B,S,H]
+    f.hid = net.Dot(f.h, f.wi->value, none, none, P.At({2}), P.At({0}), "wi");  // [B,S,H]
     ann.Table1(f.hid, Table1Tensor::kBSH);
     f.relu = net.Relu(f.hid, "relu");
-    out = net.Dot(f.relu, f.wout->value, {}, {}, {2}, {0}, "wo");  // [B,S,M]
+    out = net.Dot(f.relu, f.wout->value, none, none, P.At({2}), P.At({0}), "wo");  // [B,S,M]
   }
   return b.Add(x, out, "residual2");
 }
@@ -147,14 +199,16 @@ Instruction* FfnForward(Net& net, Annotator& ann, FfnBlock& f, Instruction* x) {
 Instruction* FfnBackward(Net& net, FfnBlock& f, Instruction* dy) {
   Builder& b = net.b();
   if (!dy || !f.x) return nullptr;
+  const PrefixDims P = PrefixOf(f.x);
+  const Dims none = P.Batch({});
   Instruction* dh2 = nullptr;
   {
     auto s = b.Scope("ffn");
-    AccumulateGrad(b, &f.wout->grad, net.Dot(f.relu, dy, {}, {}, {0, 1}, {0, 1}, "dwout"));  // [H,M]
-    Instruction* drelu = net.Dot(dy, f.wout->value, {}, {}, {2}, {1}, "drelu");              // [B,S,H]
+    AccumulateGrad(b, &f.wout->grad, net.Dot(f.relu, dy, none, none, P.At({0, 1}), P.At({0, 1}), "dwout"));  // [H,M]
+    Instruction* drelu = net.Dot(dy, f.wout->value, none, none, P.At({2}), P.At({1}), "drelu");              // [B,S,H]
     Instruction* dhid = net.ReluGrad(f.hid, drelu, "dhidden");
-    AccumulateGrad(b, &f.wi->grad, net.Dot(f.h, dhid, {}, {}, {0, 1}, {0, 1}, "dwi"));        // [M,H]
-    dh2 = net.Dot(dhid, f.wi->value, {}, {}, {2}, {1}, "dh2");  // [B,S,M]
+    AccumulateGrad(b, &f.wi->grad, net.Dot(f.h, dhid, none, none, P.At({0, 1}), P.At({0, 1}), "dwi"));        // [M,H]
+    dh2 = net.Dot(dhid, f.wi->value, none, none, P.At({2}), P.At({1}), "dh2");                               // [B,S,M]
   }
   Instruction* dres = dh2;
   if (f.ln) {

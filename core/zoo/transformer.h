@@ -62,9 +62,13 @@ void AddTransformerModels(std::vector<ZooModel>& models);
 
 namespace zoo {
 
-// ---- the Transformer layer's blocks, shared with the MoE Transformer (moe_transformer.h) ----
+// ---- the Transformer layer's blocks, shared with the MoE Transformer (moe_transformer.h) and the
+// pipelined Transformer (pipelined_transformer.h) ----
 // Each forward keeps in its block what the backward needs; scopes and names are those above
 // ("ln1", "attention", "residual1"; "ln2", "ffn", "residual2"; backward "attention", "ffn").
+// The tensors may carry leading dims P in front of the layer's own (x [P..., B, S, M], W_qkv
+// [P..., 3, M, N, D], ...): layers stacked along P run "vectorised" over them, every dot batched
+// over P (GSPMD §3.3, the pipeline's stage dim); the same instructions and names for any P.
 
 struct AttentionBlock {
   Weight* ln = nullptr;  // pre-norm scale (nullptr without LayerNorm)

@@ -7,6 +7,7 @@
 #include "core/ir/verifier.h"
 #include "core/zoo/mlp.h"
 #include "core/zoo/moe_transformer.h"
+#include "core/zoo/pipelined_transformer.h"
 #include "core/zoo/resnet.h"
 #include "core/zoo/transformer.h"
 #include "core/zoo/unet3d.h"
@@ -139,6 +140,7 @@ const std::vector<void (*)(std::vector<ZooModel>&)>& Families() {
       &AddResNetModels,
       &AddUNet3dModels,
       &AddMoeTransformerModels,
+      &AddPipelinedTransformerModels,
   };
   return families;
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <typeindex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -66,8 +67,15 @@ class SpmdContext {
   // given parameter shardings, its root resharded to `root_sharding`; once per computation.
   Result<Computation*> PartitionCalled(const Computation* callee, const std::vector<HloSharding>& param_shardings,
                                        const HloSharding& root_sharding);
+  // Partitions `inst` by its op family's handler now (a pattern's inner instruction the pattern
+  // could not partition after all, or its root), emitting with `inst` as the origin.
+  Status PartitionNow(const Instruction& inst);
 
  private:
+  // The instruction's patterns, then its handler.
+  Status Partition(const Instruction& inst);
+  Status RunHandler(const Instruction& inst);
+
   SpmdOptions options_;
   const HandlerTable& handlers_;
   SpmdBuilder builder_;
@@ -75,6 +83,7 @@ class SpmdContext {
   Resharder resharder_;
   std::unordered_map<const Instruction*, PartitionedHlo> values_;
   std::unordered_map<const Computation*, Computation*> partitioned_;
+  std::unordered_set<const Instruction*> absorbed_;  // inner parts of patterns, no value of their own
   std::unordered_map<std::type_index, std::shared_ptr<void>> decisions_;
 };
 

@@ -117,12 +117,19 @@ HaloPlan PlanHalo(int64_t shard, int64_t tiles, int64_t full, const std::vector<
   return p;
 }
 
-std::optional<WindowedTiling> TileWindowedDim(const WindowDimension& w, int64_t tiles, int64_t out_shard,
-                                              int64_t out_full) {
-  const int64_t bd = w.base_dilation, s = w.stride, O = out_shard;
-  if (bd < 1 || s < 1 || w.window_dilation < 1 || w.size < 1 || O < 1 || tiles < 1) return std::nullopt;
-  const int64_t D = (w.size - 1) * w.window_dilation + 1;
-  auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); };
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// The common core of the windowed tilings: tile i computes O windows, `w.stride` apart, each D
+// dilated positions wide, the first starting at dilated position a[i] of the padded, base-dilated
+// input; valid[i] of them are real outputs. The local window is `w` with `local_size` taps.
+// `slice_ok`: tiles at different phases may compute extra windows and slice their own (stride 1,
+// the outputs tiled like the windows); otherwise different phases dilate explicitly.
+std::optional<WindowedTiling> TileWindowStarts(const std::vector<int64_t>& a, int64_t O, const WindowDimension& w,
+                                               int64_t D, int64_t local_size, const std::vector<int64_t>& valid,
+                                               bool slice_ok) {
+  const int64_t bd = w.base_dilation, s = w.stride, tiles = static_cast<int64_t>(a.size());
   WindowedTiling t;
   t.start.resize(static_cast<size_t>(tiles));
   std::vector<int64_t> phase(static_cast<size_t>(tiles));
@@ -130,36 +137,101 @@ std::optional<WindowedTiling> TileWindowedDim(const WindowDimension& w, int64_t 
   for (int64_t i = 0; i < tiles; ++i) {
     // Tile i's windows cover [a, e) of the padded, dilated input; its first input element sits
     // phase = P*bd - a positions after a.
-    const int64_t a = i * O * s - w.padding_low;
-    const int64_t e = a + (O - 1) * s + D;
-    const int64_t P = ceil_div(a, bd);
+    const int64_t ai = a[static_cast<size_t>(i)], e = ai + (O - 1) * s + D, P = CeilDiv(ai, bd);
     t.start[static_cast<size_t>(i)] = P;
-    phase[static_cast<size_t>(i)] = P * bd - a;
-    n = std::max(n, ceil_div(e, bd) - P);
+    phase[static_cast<size_t>(i)] = P * bd - ai;
+    n = std::max(n, CeilDiv(e, bd) - P);
     pmax = std::max(pmax, phase[static_cast<size_t>(i)]);
     pmin = std::min(pmin, phase[static_cast<size_t>(i)]);
   }
-  const bool uniform = pmin == pmax;
-  if (!uniform && s != 1) return std::nullopt;
   t.size = n;
-  t.local = w;
-  t.local.padding_low = pmax;
-  // Enough windows for every tile's own outputs, starting at pmax - phase (0 when uniform).
-  const int64_t needed = O + (pmax - pmin);
-  const int64_t base_len = pmax + (n - 1) * bd + 1;
-  t.local.padding_high = std::max<int64_t>(0, (needed - 1) * s + D - base_len);
-  t.local_out = (base_len + t.local.padding_high - D) / s + 1;
-  t.out_offset.resize(static_cast<size_t>(tiles));
   t.need.resize(static_cast<size_t>(tiles));
   for (int64_t i = 0; i < tiles; ++i) {
-    t.out_offset[static_cast<size_t>(i)] = pmax - phase[static_cast<size_t>(i)];
     // The input its valid outputs read (none for a tile entirely in the output's padding).
-    const int64_t valid = std::clamp<int64_t>(out_full - i * O, 0, O);
-    const int64_t a = i * O * s - w.padding_low;
+    const int64_t v = valid[static_cast<size_t>(i)], ai = a[static_cast<size_t>(i)];
     t.need[static_cast<size_t>(i)] =
-        valid == 0 ? 0 : std::max<int64_t>(0, ceil_div(a + (valid - 1) * s + D, bd) - t.start[static_cast<size_t>(i)]);
+        v == 0 ? 0 : std::max<int64_t>(0, CeilDiv(ai + (v - 1) * s + D, bd) - t.start[static_cast<size_t>(i)]);
   }
+  t.local = w;
+  t.local.size = local_size;
+  t.out_offset.assign(static_cast<size_t>(tiles), 0);
+  if (pmin == pmax || (s == 1 && slice_ok)) {
+    t.local.padding_low = pmax;
+    // Enough windows for every tile's own outputs, starting at pmax - phase (0 when uniform).
+    const int64_t needed = O + (pmax - pmin);
+    const int64_t base_len = pmax + (n - 1) * bd + 1;
+    t.local.padding_high = std::max<int64_t>(0, (needed - 1) * s + D - base_len);
+    t.local_out = (base_len + t.local.padding_high - D) / s + 1;
+    for (int64_t i = 0; i < tiles; ++i) t.out_offset[static_cast<size_t>(i)] = pmax - phase[static_cast<size_t>(i)];
+    return t;
+  }
+  // Explicit dilation: element k of the window sits at dilated position pmax + k*bd; tile i's
+  // first window starts pmax - phase[i] in.
+  t.explicit_dilation = true;
+  t.base_dilation = bd;
+  t.dilated_pad_low = pmax;
+  t.dilated_size = (O - 1) * s + D;
+  t.dilated_offset.resize(static_cast<size_t>(tiles));
+  int64_t end = 0;
+  for (int64_t i = 0; i < tiles; ++i) {
+    t.dilated_offset[static_cast<size_t>(i)] = pmax - phase[static_cast<size_t>(i)];
+    end = std::max(end, t.dilated_offset[static_cast<size_t>(i)] + t.dilated_size);
+  }
+  t.dilated_pad_high = std::max<int64_t>(0, end - (pmax + (n - 1) * bd + 1));
+  t.local.base_dilation = 1;
+  t.local.padding_low = t.local.padding_high = 0;
+  t.local_out = O;
   return t;
+}
+
+}  // namespace
+
+std::optional<WindowedTiling> TileWindowedDim(const WindowDimension& w, int64_t tiles, int64_t out_shard,
+                                              int64_t out_full) {
+  const int64_t O = out_shard;
+  if (w.base_dilation < 1 || w.stride < 1 || w.window_dilation < 1 || w.size < 1 || O < 1 || tiles < 1)
+    return std::nullopt;
+  std::vector<int64_t> a(static_cast<size_t>(tiles)), valid(static_cast<size_t>(tiles));
+  for (int64_t i = 0; i < tiles; ++i) {
+    a[static_cast<size_t>(i)] = i * O * w.stride - w.padding_low;
+    valid[static_cast<size_t>(i)] = std::clamp<int64_t>(out_full - i * O, 0, O);
+  }
+  return TileWindowStarts(a, O, w, (w.size - 1) * w.window_dilation + 1, w.size, valid, /*slice_ok=*/true);
+}
+
+std::optional<WindowedTiling> TileKernelDim(const WindowDimension& w, int64_t tiles, int64_t K, int64_t out_full) {
+  if (w.base_dilation < 1 || w.stride < 1 || w.window_dilation < 1 || K < 1 || out_full < 1 || tiles < 1)
+    return std::nullopt;
+  const int64_t ks = (K + tiles - 1) / tiles;
+  std::vector<int64_t> a(static_cast<size_t>(tiles));
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int64_t first = w.window_reversal ? K - (j + 1) * ks : j * ks;
+    a[static_cast<size_t>(j)] = first * w.window_dilation - w.padding_low;
+  }
+  return TileWindowStarts(a, out_full, w, (ks - 1) * w.window_dilation + 1, ks,
+                          std::vector<int64_t>(static_cast<size_t>(tiles), out_full), /*slice_ok=*/false);
+}
+
+Result<Instruction*> DilateWindows(SpmdBuilder& b, Instruction* x, const TileMap& map, int64_t dim,
+                                   const WindowedTiling& t, double pad_value, Instruction* pad_scalar) {
+  if (!t.explicit_dilation) return x;
+  if (!x || !x->shape().IsArray() || dim < 0 || dim >= x->shape().rank() || x->shape().dim(dim) != t.size)
+    return Error("explicit dilation: dimension " + std::to_string(dim) + " does not hold the exchanged window");
+  const PrimitiveType type = x->shape().type;
+  std::vector<int64_t> dims = x->shape().dims;
+  dims[static_cast<size_t>(dim)] = t.dilated_pad_low + (t.size - 1) * t.base_dilation + 1 + t.dilated_pad_high;
+  Instruction* pad = b.Emit(Opcode::kPad, Shape(type, dims), {x, pad_scalar ? pad_scalar : b.ConstantScalar(type, pad_value)});
+  pad->padding.resize(dims.size());
+  pad->padding[static_cast<size_t>(dim)] = {t.dilated_pad_low, t.dilated_pad_high, t.base_dilation - 1};
+  std::vector<int64_t> table(static_cast<size_t>(map.num_devices()));
+  for (int64_t dev = 0; dev < map.num_devices(); ++dev)
+    table[static_cast<size_t>(dev)] = t.dilated_offset[static_cast<size_t>(map.device(dev).index[static_cast<size_t>(dim)])];
+  std::vector<Instruction*> offsets;
+  for (int64_t d = 0; d < pad->shape().rank(); ++d)
+    offsets.push_back(d == dim ? b.TableLookup(table) : b.ConstantScalar(PrimitiveType::kS32, 0));
+  std::vector<int64_t> sizes = dims;
+  sizes[static_cast<size_t>(dim)] = t.dilated_size;
+  return b.DynamicSlice(pad, offsets, sizes);
 }
 
 Result<Instruction*> ExchangeHalo(SpmdBuilder& b, Instruction* x, const TileMap& map, int64_t dim, int64_t full,

@@ -54,8 +54,10 @@ HaloPlan PlanHalo(int64_t shard, int64_t tiles, int64_t full, const std::vector<
 // yields `local_out` outputs of which the tile's own start at out_offset[i] (all 0 unless the
 // tiles' windows start at different phases of the base dilation: then, with stride 1, every tile
 // uses the largest low padding and a dynamic-slice of the output drops the extra windows).
-// nullopt when the tiles need different local windows that no slice can reconcile (stride > 1 and
-// out_shard * stride not a multiple of the base dilation).
+// With stride > 1 no output slice reconciles different phases; the input is then dilated
+// explicitly (explicit_dilation): the exchanged elements are interior-padded by base_dilation - 1
+// (and dilated_pad_low / dilated_pad_high around), each tile cuts its dilated_size positions from
+// dilated_offset[i] (a dynamic-slice) and `local` has neither base dilation nor padding.
 struct WindowedTiling {
   std::vector<int64_t> start;
   int64_t size = 0;
@@ -63,15 +65,27 @@ struct WindowedTiling {
   WindowDimension local;
   int64_t local_out = 0;
   std::vector<int64_t> out_offset;
+  bool explicit_dilation = false;
+  int64_t base_dilation = 1, dilated_pad_low = 0, dilated_pad_high = 0, dilated_size = 0;
+  std::vector<int64_t> dilated_offset;
   bool sliced() const {
     for (int64_t o : out_offset)
       if (o != 0) return true;
     return false;
   }
+  // The extent of the local op's input along the dim.
+  int64_t local_input() const { return explicit_dilation ? dilated_size : size; }
 };
-// `out_full`: the output's extent (outputs past it are the padding of the last tiles).
+// `out_full`: the output's extent (outputs past it are the padding of the last tiles). nullopt
+// only for a malformed window.
 std::optional<WindowedTiling> TileWindowedDim(const WindowDimension& w, int64_t tiles, int64_t out_shard,
                                               int64_t out_full);
+// A kernel-sharded spatial dim (filter gradients: the input and the kernel split alike): kernel
+// tile j holds taps [j*ks, (j+1)*ks) of K (counted from the end under window reversal) and, for
+// every one of the `out_full` outputs, reads the input elements those taps see; the local window
+// is the kernel shard (base dilation kept, or explicit when the tiles' phases differ). Every
+// tile computes all outputs (partial sums).
+std::optional<WindowedTiling> TileKernelDim(const WindowDimension& w, int64_t tiles, int64_t K, int64_t out_full);
 
 // ---- the exchange ----
 // Gives every device the window of dimension `dim` it needs: the device holding tile i of `map`
@@ -94,5 +108,10 @@ Result<Instruction*> ExchangeHalo(SpmdBuilder& b, Instruction* x, const TileMap&
                                   const std::vector<int64_t>& start, int64_t size, double pad_value, bool x_sharded,
                                   const std::string& what, const std::vector<int64_t>& need = {},
                                   Instruction* pad_scalar = nullptr);
+
+// A tiling's explicit dilation applied to the exchanged windows `x` along `dim` (each device's
+// tile index along dim from `map`); x itself when the tiling has none.
+Result<Instruction*> DilateWindows(SpmdBuilder& b, Instruction* x, const TileMap& map, int64_t dim,
+                                   const WindowedTiling& t, double pad_value, Instruction* pad_scalar = nullptr);
 
 }  // namespace shardscope::spmd

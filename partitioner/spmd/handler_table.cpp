@@ -6,6 +6,12 @@ void HandlerTable::Add(std::initializer_list<Opcode> ops, Handler handler) {
   for (Opcode op : ops) by_opcode_[op] = handler;
 }
 
+bool HandlerTable::Absorbed(const Instruction& inst) const {
+  for (const PatternHandler& p : patterns_)
+    if (p.absorbs(inst)) return true;
+  return false;
+}
+
 Handler HandlerTable::Find(Opcode op) const {
   auto it = by_opcode_.find(op);
   return it == by_opcode_.end() ? nullptr : it->second;
@@ -22,6 +28,7 @@ const HandlerTable& SpmdHandlers() {
     RegisterDotHandlers(t);
     RegisterWindowedHandlers(t);
     RegisterGatherScatterHandlers(t);
+    RegisterShiftPatterns(t);
     return t;
   }();
   return table;

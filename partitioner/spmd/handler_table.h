@@ -5,7 +5,9 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/ir/ir.h"
@@ -18,14 +20,30 @@ class SpmdContext;
 // per-device op and records the result's PartitionedHlo in the context.
 using Handler = Status (*)(SpmdContext& ctx, const Instruction& inst);
 
+// A pattern of several instructions partitioned as one (GSPMD §4.6 pre-processing: Pad + Slice
+// merged, the rotation Concat(a[k:], a[:k]) recognised). The driver asks `absorbs` of every
+// instruction: true for an inner part of a pattern rooted at its (only) user, which then gets no
+// value of its own; it asks `partition` of every other instruction before its op family's
+// handler: nullopt when the instruction roots no such pattern.
+struct PatternHandler {
+  const char* name;
+  bool (*absorbs)(const Instruction& inner);
+  std::optional<Status> (*partition)(SpmdContext& ctx, const Instruction& root);
+};
+
 class HandlerTable {
  public:
   void Add(std::initializer_list<Opcode> ops, Handler handler);
+  void AddPattern(PatternHandler pattern) { patterns_.push_back(pattern); }
   // nullptr: no dedicated handler (the replicated fallback applies).
   Handler Find(Opcode op) const;
+  const std::vector<PatternHandler>& patterns() const { return patterns_; }
+  // Some pattern absorbs `inst` into the pattern its user roots.
+  bool Absorbed(const Instruction& inst) const;
 
  private:
   std::unordered_map<Opcode, Handler> by_opcode_;
+  std::vector<PatternHandler> patterns_;
 };
 
 // The op families (handlers/*.cpp).
@@ -37,6 +55,7 @@ void RegisterFormattingHandlers(HandlerTable& table);     // concatenate, revers
 void RegisterDotHandlers(HandlerTable& table);            // dot
 void RegisterWindowedHandlers(HandlerTable& table);       // convolution, reduce-window, pad, slice
 void RegisterGatherScatterHandlers(HandlerTable& table);  // gather, scatter
+void RegisterShiftPatterns(HandlerTable& table);          // slice(pad(x)), concatenate(a[k:], a[:k])
 
 // Every family's handlers, built on first use.
 const HandlerTable& SpmdHandlers();

@@ -17,11 +17,15 @@ Status SpmdContext::PartitionComputation(const Computation* orig, Computation* o
   const SpmdBuilder::Position saved = builder_.Save();
   builder_.set_comp(out);
   for (Instruction* inst : orig->MakePostOrder()) {
+    if (handlers_.Absorbed(*inst)) {
+      absorbed_.insert(inst);
+      continue;
+    }
     builder_.set_origin(inst);
     for (Instruction* op : inst->operands())
-      if (!Get(op).hlo) return Error(orig->name() + "/" + inst->name() + ": operand " + op->name() + " was not partitioned");
-    const Handler handler = handlers_.Find(inst->opcode());
-    Status s = handler ? handler(*this, *inst) : PartitionWithFallback(*this, *inst);
+      if (!Get(op).hlo && !absorbed_.count(op))
+        return Error(orig->name() + "/" + inst->name() + ": operand " + op->name() + " was not partitioned");
+    Status s = Partition(*inst);
     if (!s.ok()) return s;
   }
   builder_.set_origin(nullptr);
@@ -29,6 +33,26 @@ Status SpmdContext::PartitionComputation(const Computation* orig, Computation* o
   builder_.Restore(saved);
   builder_.set_origin(nullptr);
   return Status::Ok();
+}
+
+Status SpmdContext::Partition(const Instruction& inst) {
+  for (const PatternHandler& p : handlers_.patterns())
+    if (std::optional<Status> s = p.partition(*this, inst)) return *s;
+  return RunHandler(inst);
+}
+
+Status SpmdContext::RunHandler(const Instruction& inst) {
+  const Handler handler = handlers_.Find(inst.opcode());
+  return handler ? handler(*this, inst) : PartitionWithFallback(*this, inst);
+}
+
+Status SpmdContext::PartitionNow(const Instruction& inst) {
+  absorbed_.erase(&inst);
+  const SpmdBuilder::Position saved = builder_.Save();
+  builder_.set_origin(&inst);
+  Status s = RunHandler(inst);
+  builder_.set_origin(saved.origin);
+  return s;
 }
 
 Result<Computation*> SpmdContext::PartitionCalled(const Computation* callee,

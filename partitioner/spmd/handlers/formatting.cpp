@@ -1,10 +1,13 @@
-// Data-formatting ops (concatenate, reverse, dynamic-slice, dynamic-update-slice, sort): every
-// dimension the op leaves untouched keeps its sharding and runs locally; only the dimensions the op
-// changes are gathered first. Windowed ops (convolution, reduce-window, pad, slice) keep their
-// windowed dimensions sharded with halo exchange instead: windowed.cpp.
+// Data-formatting ops (concatenate, dynamic-slice, dynamic-update-slice, sort): every dimension the
+// op leaves untouched keeps its sharding and runs locally; only the dimensions the op changes are
+// gathered first. Reverse keeps its reversed dimensions sharded (GSPMD §4.3: a halo exchange moves
+// the padding of uneven shards to the other end, a local reverse, and the tiles swap places).
+// Windowed ops (convolution, reduce-window, pad, slice) keep their windowed dimensions sharded with
+// halo exchange too: windowed.cpp.
 #include <algorithm>
 
 #include "partitioner/spmd/context.h"
+#include "partitioner/spmd/halo.h"
 #include "partitioner/spmd/handler_table.h"
 
 namespace shardscope::spmd {
@@ -82,11 +85,55 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   return Status::Ok();
 }
 
+// Reverse along sharded dims without gathering them. With the operand tiled like the result,
+// along each reversed dim d of t tiles of S rows (P = t*S - full rows of padding in the last
+// tile): (1) a halo exchange shifts the data P rows up, so the padding sits at the start of tile 0
+// (tile i holds rows [i*S - P, (i+1)*S - P)); (2) a local reverse; now tile i holds, in order,
+// the result's tile t-1-i (its padding at the end); (3) the result's tiling with the tile indices
+// along d flipped is resharded to the target: the tiles swap places (a collective-permute).
+Status HandleReverse(SpmdContext& ctx, const Instruction& op) {
+  const HloSharding target = SpmdContext::ShardingOf(op);
+  const Shape& shape = op.shape();
+  auto m = ctx.maps().Get(target, shape.rank());
+  if (!m.ok() || !shape.IsArray()) return PartitionWithFallback(ctx, op);
+  std::vector<int64_t> sharded;
+  for (int64_t d : op.dimensions)
+    if (m->tiles(d) > 1) sharded.push_back(d);
+  if (sharded.empty()) return HandleKeepUntouched(ctx, op);
+  auto r = ctx.resharder().Reshard(ctx.Get(op.operand(0)), target);
+  if (!r.ok()) return Error(op.name() + ": " + r.error().message);
+  Instruction* x = *r;
+  for (int64_t d : sharded) {
+    const int64_t t = m->tiles(d), full = shape.dim(d), S = m->ShardSize(d, full), pad = t * S - full;
+    if (pad == 0) continue;
+    std::vector<int64_t> start(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) start[static_cast<size_t>(i)] = i * S - pad;
+    auto h = ExchangeHalo(ctx.builder(), x, *m, d, full, start, S, 0.0, /*x_sharded=*/true, "reverse");
+    if (!h.ok()) return Error(op.name() + ": " + h.error().message);
+    x = *h;
+  }
+  Instruction* rev = ctx.builder().Emit(Opcode::kReverse, x->shape(), {x});
+  rev->dimensions = op.dimensions;
+  rev->has_dimensions_attr = true;
+  std::vector<DeviceTile> devs;
+  for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
+    DeviceTile dt = m->device(dev);
+    for (int64_t d : sharded) dt.index[static_cast<size_t>(d)] = m->tiles(d) - 1 - dt.index[static_cast<size_t>(d)];
+    devs.push_back(std::move(dt));
+  }
+  auto flipped = TileMap(m->tiles(), std::move(devs)).ToSharding();
+  if (!flipped.ok()) return PartitionWithFallback(ctx, op);
+  auto fin = ctx.resharder().Reshard(PartitionedHlo{rev, *flipped, shape}, target);
+  if (!fin.ok()) return Error(op.name() + ": " + fin.error().message);
+  ctx.Set(&op, {*fin, target, shape});
+  return Status::Ok();
+}
+
 }  // namespace
 
 void RegisterFormattingHandlers(HandlerTable& table) {
-  table.Add({Opcode::kConcatenate, Opcode::kReverse, Opcode::kDynamicSlice, Opcode::kDynamicUpdateSlice, Opcode::kSort},
-            HandleKeepUntouched);
+  table.Add({Opcode::kConcatenate, Opcode::kDynamicSlice, Opcode::kDynamicUpdateSlice, Opcode::kSort}, HandleKeepUntouched);
+  table.Add({Opcode::kReverse}, HandleReverse);
 }
 
 }  // namespace shardscope::spmd

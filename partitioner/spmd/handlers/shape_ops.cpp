@@ -1,9 +1,10 @@
 // Handlers for ops that move dimensions around: broadcast (the operand takes the result's tiling
 // of the dims it keeps), transpose (the permuted tiling), reshape (sharded dims must be the major
-// part of a split/merge group; otherwise the replicated fallback).
+// part of a split/merge group, uneven ones by halo exchange; otherwise the replicated fallback).
 #include <algorithm>
 
 #include "partitioner/spmd/context.h"
+#include "partitioner/spmd/halo.h"
 #include "partitioner/spmd/handler_table.h"
 
 namespace shardscope::spmd {
@@ -50,8 +51,11 @@ Status HandleTranspose(SpmdContext& ctx, const Instruction& orig) {
 }
 
 // Reshape: each sharded result dim must be the major part of a dim group that maps onto an
-// operand dim group (1:1, split, or merge); the operand is then sharded on the matching major
-// dim and the reshape runs locally. Otherwise the replicated fallback.
+// operand dim group (1:1, split, or merge); the operand is then sharded on the group's major
+// operand dim. When both major dims split evenly the reshape runs locally. Otherwise (uneven:
+// the shards' element ranges differ on the two sides) each such group is flattened locally and a
+// halo exchange gives every device the elements of its result shard (GSPMD §4.3), which a local
+// reshape puts in shape. Other layouts take the replicated fallback.
 Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
   const HloSharding s = SpmdContext::ShardingOf(orig);
   const Shape& out = orig.shape();
@@ -59,8 +63,11 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
   auto m = ctx.maps().Get(s, out.rank());
   if (!m.ok()) return PartitionWithFallback(ctx, orig);
   // Group dims: walk both dim lists accumulating products until they match.
-  std::vector<int64_t> in_for_out(static_cast<size_t>(out.rank()), -1);
-  std::vector<bool> out_is_major(static_cast<size_t>(out.rank()), false);
+  struct Group {
+    int64_t i0, i1, o0, o1;  // operand dims [i0, i1), result dims [o0, o1)
+  };
+  std::vector<Group> groups;
+  std::vector<int64_t> group_of_out(static_cast<size_t>(out.rank()), -1);
   size_t i = 0, o = 0;
   while (i < in.dims.size() || o < out.dims.size()) {
     // Skip size-1 dims on either side.
@@ -75,35 +82,93 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
       else break;
     }
     if (pi != po) break;
-    in_for_out[o0] = static_cast<int64_t>(i0);
-    out_is_major[o0] = true;
+    group_of_out[o0] = static_cast<int64_t>(groups.size());
+    groups.push_back({static_cast<int64_t>(i0), static_cast<int64_t>(i), static_cast<int64_t>(o0), static_cast<int64_t>(o)});
   }
   std::vector<int64_t> in_tiles(static_cast<size_t>(in.rank()), 1);
+  std::vector<int64_t> uneven;  // groups whose shards do not line up
   for (int64_t d = 0; d < out.rank(); ++d) {
     const int64_t t = m->tiles(d);
     if (t == 1) continue;
-    const int64_t src = in_for_out[static_cast<size_t>(d)];
-    if (!out_is_major[static_cast<size_t>(d)] || src < 0) return PartitionWithFallback(ctx, orig);
-    // The major dims on both sides must split evenly.
-    if (out.dim(d) % t != 0 || in.dim(src) % t != 0) return PartitionWithFallback(ctx, orig);
+    const int64_t g = group_of_out[static_cast<size_t>(d)];
+    if (g < 0) return PartitionWithFallback(ctx, orig);  // a minor dim of a group is sharded
+    const int64_t src = groups[static_cast<size_t>(g)].i0;
+    if (out.dim(d) % t != 0 || in.dim(src) % t != 0) uneven.push_back(g);
     in_tiles[static_cast<size_t>(src)] = t;
   }
-  std::vector<DeviceTile> devs;
-  for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
-    DeviceTile dt;
-    dt.index.assign(static_cast<size_t>(in.rank()), 0);
+  auto device_tiles = [&](auto index_of) {
+    std::vector<DeviceTile> devs;
+    for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
+      DeviceTile dt;
+      dt.replica = m->device(dev).replica;
+      dt.index = index_of(m->device(dev).index);
+      devs.push_back(std::move(dt));
+    }
+    return devs;
+  };
+  const TileMap in_map(in_tiles, device_tiles([&](const std::vector<int64_t>& oi) {
+    std::vector<int64_t> idx(static_cast<size_t>(in.rank()), 0);
     for (int64_t d = 0; d < out.rank(); ++d)
-      if (m->tiles(d) > 1) dt.index[static_cast<size_t>(in_for_out[static_cast<size_t>(d)])] = m->device(dev).index[static_cast<size_t>(d)];
-    dt.replica = m->device(dev).replica;
-    devs.push_back(dt);
-  }
-  auto in_sharding = TileMap(in_tiles, devs).ToSharding();
+      if (m->tiles(d) > 1) idx[static_cast<size_t>(groups[static_cast<size_t>(group_of_out[static_cast<size_t>(d)])].i0)] = oi[static_cast<size_t>(d)];
+    return idx;
+  }));
+  auto in_sharding = in_map.ToSharding();
   if (!in_sharding.ok()) return PartitionWithFallback(ctx, orig);
   auto r = ctx.resharder().Reshard(ctx.Get(orig.operand(0)), *in_sharding);
   if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
-  Instruction* x = ctx.builder().Reshape(*r, m->ShardShape(out.dims));
-  if (x == *r && x->shape().dims != m->ShardShape(out.dims)) return PartitionWithFallback(ctx, orig);
-  ctx.Set(&orig, {x, s, orig.shape()});
+  Instruction* x = *r;
+  const std::vector<int64_t> out_shard = m->ShardShape(out.dims);
+  if (!uneven.empty()) {
+    // Flatten every uneven group into one dim (its other operand dims are whole), exchange the
+    // halos along it, then reshape to the result's shard.
+    std::vector<int64_t> flat_local, flat_tiles, flat_dim_of_group(groups.size(), -1);
+    std::vector<int64_t> flat_of_in(static_cast<size_t>(in.rank()));
+    const std::vector<int64_t> in_shard = in_map.ShardShape(in.dims);
+    for (int64_t d = 0; d < in.rank(); ++d) {
+      int64_t g = -1;
+      for (int64_t u : uneven)
+        if (d >= groups[static_cast<size_t>(u)].i0 && d < groups[static_cast<size_t>(u)].i1) g = u;
+      if (g >= 0 && d > groups[static_cast<size_t>(g)].i0) {
+        flat_local.back() *= in_shard[static_cast<size_t>(d)];
+        flat_of_in[static_cast<size_t>(d)] = static_cast<int64_t>(flat_local.size()) - 1;
+        continue;
+      }
+      if (g >= 0) flat_dim_of_group[static_cast<size_t>(g)] = static_cast<int64_t>(flat_local.size());
+      flat_of_in[static_cast<size_t>(d)] = static_cast<int64_t>(flat_local.size());
+      flat_local.push_back(in_shard[static_cast<size_t>(d)]);
+      flat_tiles.push_back(in_tiles[static_cast<size_t>(d)]);
+    }
+    std::vector<DeviceTile> fdevs;
+    for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
+      DeviceTile dt;
+      dt.replica = in_map.device(dev).replica;
+      dt.index.assign(flat_local.size(), 0);
+      for (int64_t d = 0; d < in.rank(); ++d)
+        if (in_tiles[static_cast<size_t>(d)] > 1)
+          dt.index[static_cast<size_t>(flat_of_in[static_cast<size_t>(d)])] = in_map.device(dev).index[static_cast<size_t>(d)];
+      fdevs.push_back(std::move(dt));
+    }
+    const TileMap fmap(flat_tiles, std::move(fdevs));
+    x = ctx.builder().Reshape(x, flat_local);
+    for (int64_t u : uneven) {
+      const Group& g = groups[static_cast<size_t>(u)];
+      const int64_t fd = flat_dim_of_group[static_cast<size_t>(u)], t = in_tiles[static_cast<size_t>(g.i0)];
+      int64_t r_out = 1;
+      for (int64_t d = g.o0 + 1; d < g.o1; ++d) r_out *= out.dim(d);
+      const int64_t rows = out_shard[static_cast<size_t>(g.o0)], size = rows * r_out;
+      // The operand's flattened extent with its padding (its last tile's padding rows sit at the
+      // end), so tile j holds [j*S, (j+1)*S).
+      const int64_t full = t * flat_local[static_cast<size_t>(fd)];
+      std::vector<int64_t> start(static_cast<size_t>(t));
+      for (int64_t j = 0; j < t; ++j) start[static_cast<size_t>(j)] = j * size;
+      auto h = ExchangeHalo(ctx.builder(), x, fmap, fd, full, start, size, 0.0, /*x_sharded=*/true, "reshape");
+      if (!h.ok()) return Error(orig.name() + ": " + h.error().message);
+      x = *h;
+    }
+  }
+  Instruction* y = ctx.builder().Reshape(x, out_shard);
+  if (y == x && y->shape().dims != out_shard) return PartitionWithFallback(ctx, orig);
+  ctx.Set(&orig, {y, s, orig.shape()});
   return Status::Ok();
 }
 

@@ -30,6 +30,7 @@
 #include "core/ir/shape_inference.h"
 #include "partitioner/spmd/context.h"
 #include "partitioner/spmd/handler_table.h"
+#include "partitioner/spmd/handlers/windowed.h"
 
 namespace shardscope::spmd {
 namespace {
@@ -205,26 +206,6 @@ Window LocalWindow(const ConvLabels& L, const TileMap& joint, const std::vector<
   return w;
 }
 
-// The tiling of a kernel-sharded spatial dim (filter gradients): kernel tile j holds taps
-// [j*ks, (j+1)*ks) (counted from the end under window reversal) and needs the input elements
-// those taps read for every output; the local window is the kernel shard, unpadded.
-WindowedTiling KernelTiling(const WindowDimension& w, int64_t tiles, int64_t K, int64_t out_full) {
-  WindowedTiling t;
-  const int64_t ks = (K + tiles - 1) / tiles;
-  t.start.resize(static_cast<size_t>(tiles));
-  for (int64_t j = 0; j < tiles; ++j) {
-    const int64_t first = w.window_reversal ? K - (j + 1) * ks : j * ks;
-    t.start[static_cast<size_t>(j)] = first * w.window_dilation - w.padding_low;
-  }
-  t.size = (out_full - 1) * w.stride + (ks - 1) * w.window_dilation + 1;
-  t.local = w;
-  t.local.size = ks;
-  t.local.padding_low = t.local.padding_high = 0;
-  t.local_out = out_full;
-  t.out_offset.assign(static_cast<size_t>(tiles), 0);
-  return t;
-}
-
 // The kernel-side halo of a kernel-sharded spatial dim (XLA's conv_halo_exchange_always_on_lhs
 // false): input tile i keeps its rows [i*ls, (i+1)*ls) and computes, for every output, the partial
 // sum over those rows; it needs the kernel taps t that read them for some output o
@@ -344,7 +325,10 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       const int64_t s = L.spatial[static_cast<size_t>(l)];
       if (k == Kind::kFeatureGroup && G % t != 0) drop.push_back(l);
       if (k == Kind::kBatchGroup && BG % t != 0) drop.push_back(l);
-      if (k == Kind::kKernel && L.win[static_cast<size_t>(s)].base_dilation != 1) drop.push_back(l);
+      if (k == Kind::kKernel && !TileKernelDim(L.win[static_cast<size_t>(s)], t,
+                                               rv.base_shape.dim(cd.kernel_spatial[static_cast<size_t>(s)]),
+                                               out_shape.dim(cd.output_spatial[static_cast<size_t>(s)])))
+        drop.push_back(l);
       if (k == Kind::kWindow) {
         const int64_t od = cd.output_spatial[static_cast<size_t>(s)];
         if (!TileWindowedDim(L.win[static_cast<size_t>(s)], t, (out_shape.dim(od) + t - 1) / t, out_shape.dim(od)))
@@ -399,7 +383,9 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
             continue;  // the input keeps its shard: not windowed
           }
         }
-        sp.tiling = KernelTiling(w, kt, rv.base_shape.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
+        auto kt_tiling = TileKernelDim(w, kt, rv.base_shape.dim(cd.kernel_spatial[s]), out_shape.dim(cd.output_spatial[s]));
+        if (!kt_tiling) return std::nullopt;
+        sp.tiling = *kt_tiling;
       }
       const int64_t t = joint.tiles(sp.label);
       halos[s] = PlanHalo((lhs_full + t - 1) / t, t, lhs_full, sp.tiling.start, sp.tiling.size, true, true, sp.tiling.need);
@@ -429,7 +415,7 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
           // concurrently: one latency term, like one collective.
           cost += halos[tiled[k]].link_rows * row + (halos[tiled[k]].permutes > 0 ? kCollectiveOverheadBytes : 0);
         }
-        shard[static_cast<size_t>(d)] = p.spatial[tiled[k]].tiling.size;
+        shard[static_cast<size_t>(d)] = p.spatial[tiled[k]].tiling.local_input();
       }
       if (!found || cost < lhs_cost) {
         found = true;
@@ -512,7 +498,7 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       lhs_local[static_cast<size_t>(cd.input_spatial[s])] = sp.lhs_size;
       if (rhs_local.ok()) rhs_local->dims[static_cast<size_t>(cd.kernel_spatial[s])] = sp.tiling.size;
     } else if (sp.reach != Reach::kNone) {
-      lhs_local[static_cast<size_t>(cd.input_spatial[s])] = sp.tiling.size;
+      lhs_local[static_cast<size_t>(cd.input_spatial[s])] = sp.tiling.local_input();
     }
   }
   auto out_shard = ctx.maps().ShardShape(out_shape, best->partial);
@@ -604,7 +590,9 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
     auto h = ExchangeHalo(ctx.builder(), lx, best->lhs_map, d, lv.base_shape.dim(d), sp.tiling.start, sp.tiling.size, 0.0,
                               sp.reach == Reach::kHalo, "convolution", sp.tiling.need);
     if (!h.ok()) return Error(conv.name() + ": " + h.error().message);
-    lx = *h;
+    auto dl = DilateWindows(ctx.builder(), *h, best->lhs_map, d, sp.tiling, 0.0);
+    if (!dl.ok()) return Error(conv.name() + ": " + dl.error().message);
+    lx = *dl;
   }
   Instruction* x = ctx.builder().Emit(Opcode::kConvolution, out_local, {lx, rx});
   CopyAttributes(conv, x);
@@ -639,16 +627,18 @@ struct WindowedOp {
   // Emits the local op on x; local[d] is the local window of each dim whose windows were cut.
   std::function<Instruction*(Instruction* x, const std::vector<std::optional<WindowDimension>>& local,
                              const Shape& local_shape)> emit;
+  // When the shardings cannot be partitioned this way (nullptr: the replicated fallback of op).
+  std::function<Status()> fallback;
 };
 
 Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const WindowedOp& w) {
   const int64_t rank = op.shape().rank();
-  if (op.shape().ElementCount() == 0 || w.operand->shape().ElementCount() == 0) return PartitionWithFallback(ctx, op);
+  if (op.shape().ElementCount() == 0 || w.operand->shape().ElementCount() == 0) return w.fallback ? w.fallback() : PartitionWithFallback(ctx, op);
   const PartitionedHlo& in = ctx.Get(w.operand);
   const HloSharding target = SpmdContext::ShardingOf(op);
   auto m = ctx.maps().Get(target, rank);
   auto im = ctx.maps().Get(in.sharding, rank);
-  if (!m.ok() || !im.ok()) return PartitionWithFallback(ctx, op);
+  if (!m.ok() || !im.ok()) return w.fallback ? w.fallback() : PartitionWithFallback(ctx, op);
   // Per windowed dim the output keeps sharded: halo exchange of the sharded input, or windows cut
   // from the whole input (when it is whole already, or the halo would cost more than a gather);
   // without a pad value to mask with (or a tiling no slice reconciles) the dim is computed whole
@@ -683,7 +673,7 @@ Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const Windowed
   const TileMap in_work = out_work.Gathered(cut_from_whole);
   auto in_sharding = in_work.ToSharding();
   auto out_sharding = out_work.ToSharding();
-  if (!in_sharding.ok() || !out_sharding.ok()) return PartitionWithFallback(ctx, op);
+  if (!in_sharding.ok() || !out_sharding.ok()) return w.fallback ? w.fallback() : PartitionWithFallback(ctx, op);
   auto x = ctx.resharder().Reshard(in, *in_sharding);
   if (!x.ok()) return Error(op.name() + ": " + x.error().message);
   Instruction* cur = *x;
@@ -697,7 +687,9 @@ Status PartitionWindowed(SpmdContext& ctx, const Instruction& op, const Windowed
                               w.pad_value.value_or(0.0), sp.reach == Reach::kHalo, w.what, sp.tiling.need,
                               w.pad_scalar);
     if (!h.ok()) return Error(op.name() + ": " + h.error().message);
-    cur = *h;
+    auto dl = DilateWindows(ctx.builder(), *h, out_work, d, sp.tiling, w.pad_value.value_or(0.0), w.pad_scalar);
+    if (!dl.ok()) return Error(op.name() + ": " + dl.error().message);
+    cur = *dl;
     local[static_cast<size_t>(d)] = sp.tiling.local;
     local_shape.dims[static_cast<size_t>(d)] = sp.tiling.local_out;
   }
@@ -740,35 +732,8 @@ Status HandlePad(SpmdContext& ctx, const Instruction& pad) {
   const int64_t rank = pad.shape().rank();
   if (pad.operand_count() != 2 || !pad.shape().IsArray() || static_cast<int64_t>(pad.padding.size()) != rank)
     return PartitionWithFallback(ctx, pad);
-  auto value = ctx.resharder().Reshard(ctx.Get(pad.operand(1)), HloSharding::Replicate());
-  if (!value.ok()) return Error(pad.name() + ": " + value.error().message);
-  WindowedOp w;
-  w.operand = pad.operand(0);
-  w.window.resize(static_cast<size_t>(rank));
-  for (int64_t d = 0; d < rank; ++d) {
-    const PaddingDim& p = pad.padding[static_cast<size_t>(d)];
-    WindowDimension& wd = w.window[static_cast<size_t>(d)];
-    wd.padding_low = p.low;
-    wd.padding_high = p.high;
-    wd.base_dilation = p.interior + 1;
-  }
-  // Windows reaching outside the operand read the pad value.
-  const Instruction* pv = pad.operand(1);
-  if (pv->opcode() == Opcode::kConstant && pv->literal.values.size() == 1) w.pad_value = pv->literal.values[0];
-  else w.pad_scalar = *value;
-  w.what = "pad";
-  w.emit = [&](Instruction* x, const std::vector<std::optional<WindowDimension>>& local, const Shape& shape) {
-    std::vector<PaddingDim> padding = pad.padding;
-    for (size_t d = 0; d < local.size(); ++d)
-      if (local[d]) padding[d] = {local[d]->padding_low, local[d]->padding_high, local[d]->base_dilation - 1};
-    if (std::all_of(padding.begin(), padding.end(), [](const PaddingDim& p) { return p == PaddingDim{}; }) &&
-        x->shape().dims == shape.dims)
-      return x;  // the exchanged windows are the result already
-    Instruction* r = ctx.builder().Emit(Opcode::kPad, shape, {x, *value});
-    r->padding = std::move(padding);
-    return r;
-  };
-  return PartitionWindowed(ctx, pad, w);
+  return PartitionPadded(ctx, pad, *pad.operand(0), pad.padding, *pad.operand(1), "pad",
+                         [&]() { return PartitionWithFallback(ctx, pad); });
 }
 
 Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
@@ -810,6 +775,45 @@ Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
 }
 
 }  // namespace
+
+Status PartitionPadded(SpmdContext& ctx, const Instruction& op, const Instruction& operand,
+                       const std::vector<PaddingDim>& padding, const Instruction& pad_value, const std::string& what,
+                       const std::function<Status()>& fallback) {
+  const int64_t rank = op.shape().rank();
+  if (!op.shape().IsArray() || static_cast<int64_t>(padding.size()) != rank || operand.shape().rank() != rank)
+    return fallback();
+  auto value = ctx.resharder().Reshard(ctx.Get(&pad_value), HloSharding::Replicate());
+  if (!value.ok()) return Error(op.name() + ": " + value.error().message);
+  WindowedOp w;
+  w.operand = &operand;
+  w.window.resize(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
+    const PaddingDim& p = padding[static_cast<size_t>(d)];
+    WindowDimension& wd = w.window[static_cast<size_t>(d)];
+    wd.padding_low = p.low;
+    wd.padding_high = p.high;
+    wd.base_dilation = p.interior + 1;
+  }
+  // Windows reaching outside the operand read the pad value.
+  if (pad_value.opcode() == Opcode::kConstant && pad_value.literal.values.size() == 1)
+    w.pad_value = pad_value.literal.values[0];
+  else
+    w.pad_scalar = *value;
+  w.what = what;
+  w.emit = [&](Instruction* x, const std::vector<std::optional<WindowDimension>>& local, const Shape& shape) {
+    std::vector<PaddingDim> local_padding = padding;
+    for (size_t d = 0; d < local.size(); ++d)
+      if (local[d]) local_padding[d] = {local[d]->padding_low, local[d]->padding_high, local[d]->base_dilation - 1};
+    if (std::all_of(local_padding.begin(), local_padding.end(), [](const PaddingDim& p) { return p == PaddingDim{}; }) &&
+        x->shape().dims == shape.dims)
+      return x;  // the exchanged windows are the result already
+    Instruction* r = ctx.builder().Emit(Opcode::kPad, shape, {x, *value});
+    r->padding = std::move(local_padding);
+    return r;
+  };
+  w.fallback = fallback;
+  return PartitionWindowed(ctx, op, w);
+}
 
 void RegisterWindowedHandlers(HandlerTable& table) {
   table.Add({Opcode::kConvolution}, HandleConvolution);

@@ -1,28 +1,14 @@
-// Teaching: a collective taken apart into the synchronous steps of the algorithm collective_cost.h
-// models, so a person can follow it on the mesh one step at a time, with the cost formula filled in
-// with the numbers.
+// Teaching: a collective taken apart into the synchronous steps of its schedule
+// (collectives/schedule.h, where every algorithm is written), the very schedule the cost model
+// times, so a person can follow it on the mesh one step at a time, with the cost formula filled in
+// with the numbers. The walkthrough adds what the schedule does not need: which device holds what
+// after each step, captions, and the formula.
 //
-// The steps are exactly the schedule EstimateCollective times (the per-link bytes of all transfers
-// below add up to its CollectiveCost::link_traffic, and there are CollectiveCost::steps steps):
-//
-//  * All-gather on a ring with wraparound (bidirectional): in step 1 every device sends its own
-//    shard to both neighbours; in step k it forwards what it received in step k-1 one hop further
-//    in the same direction. floor(N/2) steps; for even N the last hop carries half a shard each way.
-//    One direction only: N-1 steps round the ring.
-//  * On a line (no wraparound): shards flow towards both ends, N-1 steps.
-//  * Several physical axes at once: the shard is split into one part per axis; part j gathers along
-//    axes j, j+1, ... in turn (blocks grow as it goes), so every axis' links work in every step.
-//  * Reduce-scatter: the all-gather schedule run backwards: partial sums flow towards the device
-//    that owns each chunk and are added on arrival. All-reduce: reduce-scatter, then all-gather.
-//  * All-to-all: every device's buffer is N pieces, piece j goes to member j along its shortest
-//    route, one hop per step (store-and-forward); where both ways round a ring are equally short the
-//    piece goes half each way.
-//  * Collective-permute: one step of point-to-point sends; recognised as a halo exchange when it is
-//    a shift by +-1 along one mesh axis without wraparound (as ShiftPairsAlongAxis produces it).
-//  * A switch (NVSwitch): direct sends, one step (all-reduce: two).
-//
-// Each group is laid out by LayOutReplicaGroup (collective_cost.h), the cost model's own plan, so
-// the two cannot diverge on which ring, line or sub-grid a group runs.
+// Every transfer below is a hop of the schedule (all-to-all pieces listed one by one, never counted
+// per axis), so the per-link bytes of all transfers add up to CollectiveCost::link_traffic and
+// there are CollectiveCost::steps steps. A collective-permute is recognised as a halo exchange
+// when it is a shift by +-1 along one mesh axis without wraparound (as ShiftPairsAlongAxis
+// produces it).
 //
 // Shards/chunks are numbered by their position in the replica group (XLA order): member i owns
 // shard i of the gathered result, chunk i of a reduce-scatter, piece i of every all-to-all buffer.
@@ -39,11 +25,12 @@
 #include "core/sharding/mesh.h"
 #include "core/base/status.h"
 #include "core/ir/replica_groups.h"
-#include "simulator/collective_cost.h"
+#include "simulator/collectives/cost.h"
+#include "simulator/collectives/schedule.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
-namespace shardscope {
+namespace shardscope::sim {
 
 // ---- The walkthrough ----------------------------------------------------------------------------------
 
@@ -160,4 +147,4 @@ Result<CollectiveWalkthrough> WalkThroughOnMesh(const DeviceMesh& mesh, std::str
                                                 double operand_bytes, const TopologyOptions& topology_options = {},
                                                 WalkthroughOptions options = {});
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

@@ -1,4 +1,4 @@
-#include "simulator/collective_steps.h"
+#include "simulator/collectives/walkthrough.h"
 
 #include "core/base/units.h"
 
@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-namespace shardscope {
+namespace shardscope::sim {
 
 namespace {
 
@@ -56,69 +56,9 @@ std::string ChunkList(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-
-// ---- How a group lies on the network (LayOutReplicaGroup, the cost model's own plan) ----------------------
+// ---- The schedule as the walkthrough reads it ---------------------------------------------------------------
 
 namespace {
-
-struct Stop {  // a stop of a ring/line or a cell of a grid: one chip and the group's devices on it
-  int64_t chip = -1;
-  std::vector<int64_t> devices;  // group members on this chip (group order); the first one draws
-  std::vector<int64_t> chunks;   // their positions in the group
-};
-
-// The cost model's layout of a group (LayOutReplicaGroup), plus each stop's devices.
-struct Layout : GroupLayout {
-  std::vector<Stop> stops;   // kSequence: in ring/line order; kGrid/kSwitch: any order
-  std::map<int64_t, size_t> stop_of_chip;
-};
-
-// The walkthrough's view of the cost model's layout: the same plan, with each stop's devices.
-Layout LayoutGroup(const Topology& topo, const std::vector<int64_t>& group) {
-  Layout L;
-  static_cast<GroupLayout&>(L) = LayOutReplicaGroup(topo, group);
-  const GroupLayout& p = L;
-  if (L.kind == Layout::Kind::kTrivial) return L;
-  if (p.product) {
-    // One stop per chip, holding the group's devices on it.
-    for (int64_t chip : p.chips) {
-      Stop s;
-      s.chip = chip;
-      for (size_t i = 0; i < group.size(); ++i) {
-        if (topo.ChipOfDevice(group[i]) == chip) {
-          s.devices.push_back(group[i]);
-          s.chunks.push_back(static_cast<int64_t>(i));
-        }
-      }
-      L.stops.push_back(std::move(s));
-    }
-    for (size_t i = 0; i < L.stops.size(); ++i) L.stop_of_chip[L.stops[i].chip] = i;
-  } else {
-    // One stop per device, in the layout's order.
-    for (size_t i = 0; i < p.members.size(); ++i) {
-      const int64_t pos = p.members[i];
-      L.stops.push_back({p.chips[i], {group[static_cast<size_t>(pos)]}, {pos}});
-    }
-  }
-  return L;
-}
-
-// ---- Gather schedules -------------------------------------------------------------------------------------
-
-struct Move {
-  int64_t step = 0;  // 0-based
-  int64_t group = 0;
-  int64_t part = 0;
-  size_t from = 0, to = 0;  // stops of the group's layout
-  std::vector<int64_t> chunks;
-  double half = 1;          // 1, or 0.5 on the last hop of an even bidirectional ring
-  std::vector<int64_t> path;
-  // The reduce-scatter runs the schedule backwards: its partial sum goes rs_from -> rs_to. Usually
-  // the reverse hop; on a one-way ring the reverse is reflected round the chunk's owner so the
-  // partial sums keep to the ring's direction.
-  size_t rs_from = 0, rs_to = 0;
-  bool rs_reflected = false;
-};
 
 // What a step of group 0 does, for the caption.
 struct PhaseNote {
@@ -133,195 +73,51 @@ struct PhaseNote {
   bool half = false;      // this hop carries halves
 };
 
+// A gather schedule (all-gather, reduce-scatter, all-reduce) with what the captions need.
 struct GatherPlan {
-  std::vector<Layout> layouts;  // per group
-  std::vector<Move> moves;
-  int64_t steps = 0;
-  int64_t parts = 1;                            // the most parts any group uses
-  std::vector<std::vector<double>> fractions;   // per group: the size of each part (sequences: {1})
-  std::vector<std::vector<PhaseNote>> notes;    // group 0, per step
-  double Fraction(int64_t group, int64_t part) const {
-    const auto& f = fractions[static_cast<size_t>(group)];
+  const CollectivePlan* schedule = nullptr;
+  int64_t steps = 0;  // of one pass
+  int64_t parts = 1;
+  std::vector<std::vector<PhaseNote>> notes;  // group 0, per step of the all-gather pass
+
+  const GroupLayout& layout(int64_t g) const { return schedule->plans[static_cast<size_t>(g)].layout; }
+  const std::vector<int64_t>& group(int64_t g) const { return schedule->groups[static_cast<size_t>(g)]; }
+  double Fraction(int64_t g, int64_t part) const {
+    const auto& f = schedule->plans[static_cast<size_t>(g)].part_fractions;
     return part < static_cast<int64_t>(f.size()) ? f[static_cast<size_t>(part)] : 0.0;
+  }
+  // The devices at a stop (group order); the first one draws it.
+  std::vector<int64_t> StopDevices(int64_t g, int64_t stop) const {
+    std::vector<int64_t> out;
+    for (int64_t pos : layout(g).stop_members[static_cast<size_t>(stop)]) out.push_back(group(g)[static_cast<size_t>(pos)]);
+    return out;
+  }
+  int64_t StopDevice(int64_t g, int64_t stop) const {
+    return group(g)[static_cast<size_t>(layout(g).stop_members[static_cast<size_t>(stop)].front())];
   }
 };
 
-// Shards flow along a sequence of stops (ring or line), as AddSequenceAllGather schedules them.
-int64_t EmitSequence(const Topology& topo, const std::vector<size_t>& stops_in_order, const Layout& L, bool closed,
-                     bool bidirectional, int64_t step0, int64_t group, int64_t part,
-                     const std::vector<std::vector<int64_t>>& block_of_stop, std::vector<Move>* out) {
-  const int64_t n = static_cast<int64_t>(stops_in_order.size());
-  if (n <= 1) return 0;
-  auto at = [&](int64_t i) { return stops_in_order[static_cast<size_t>(((i % n) + n) % n)]; };
-  auto chip = [&](int64_t i) { return L.stops[at(i)].chip; };
-  auto emit = [&](int64_t step, int64_t from, int64_t to, int64_t origin, double half) {
-    Move m;
-    m.step = step;
-    m.group = group;
-    m.part = part;
-    m.from = at(from);
-    m.to = at(to);
-    m.chunks = block_of_stop[at(origin)];
-    m.half = half;
-    m.path = topo.Route(chip(from), chip(to));
-    m.rs_from = m.to;
-    m.rs_to = m.from;
-    if (closed && n >= 3 && !bidirectional) {
-      // Hop k of a one-way ring carries origin o from o+k-1 to o+k; its reduce-scatter twin carries
-      // the partial sum of o's chunk from o-k to o-k+1 (it reaches o after N-1 steps).
-      const int64_t k = to - origin;
-      m.rs_from = at(origin - k);
-      m.rs_to = at(origin - k + 1);
-      m.rs_reflected = true;
-    }
-    out->push_back(std::move(m));
-  };
-  if (closed && n >= 3) {
-    if (bidirectional) {
-      const int64_t k_max = n / 2;
-      for (int64_t src = 0; src < n; ++src) {
-        for (int64_t k = 1; k <= k_max; ++k) {
-          const double half = (n % 2 == 0 && k == k_max) ? 0.5 : 1.0;
-          emit(step0 + k - 1, src + k - 1, src + k, src, half);
-          emit(step0 + k - 1, src - k + 1, src - k, src, half);
-        }
-      }
-      return k_max;
-    }
-    for (int64_t src = 0; src < n; ++src) {
-      for (int64_t k = 1; k < n; ++k) emit(step0 + k - 1, src + k - 1, src + k, src, 1.0);
-    }
-    return n - 1;
-  }
-  for (int64_t src = 0; src < n; ++src) {
-    for (int64_t k = 1; src + k < n; ++k) emit(step0 + k - 1, src + k - 1, src + k, src, 1.0);
-    for (int64_t k = 1; src - k >= 0; ++k) emit(step0 + k - 1, src - k + 1, src - k, src, 1.0);
-  }
-  return n - 1;
-}
-
-void NoteSequence(std::vector<std::vector<PhaseNote>>* notes, int64_t step0, int64_t steps, PhaseNote base) {
-  for (int64_t k = 0; k < steps; ++k) {
-    if (static_cast<int64_t>(notes->size()) <= step0 + k) notes->resize(static_cast<size_t>(step0 + k + 1));
-    PhaseNote n = base;
-    n.hop = k + 1;
-    n.hops = steps;
-    n.half = base.ring && base.line_size % 2 == 0 && k + 1 == steps && n.half;
-    (*notes)[static_cast<size_t>(step0 + k)].push_back(n);
-  }
-}
-
-GatherPlan BuildGather(const Topology& topo, const std::vector<std::vector<int64_t>>& groups, bool bidirectional) {
+GatherPlan ReadGather(const CollectivePlan& s) {
   GatherPlan G;
-  for (size_t g = 0; g < groups.size(); ++g) G.layouts.push_back(LayoutGroup(topo, groups[g]));
-  G.fractions.assign(groups.size(), {1.0});
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const Layout& L = G.layouts[g];
-    const int64_t gi = static_cast<int64_t>(g);
-    std::vector<std::vector<int64_t>> blocks;
-    for (const Stop& s : L.stops) blocks.push_back(s.chunks);
-    switch (L.kind) {
-      case Layout::Kind::kTrivial: break;
-      case Layout::Kind::kSwitch: {
-        for (size_t i = 0; i < L.stops.size(); ++i) {
-          for (size_t j = 0; j < L.stops.size(); ++j) {
-            if (i == j) continue;
-            Move m;
-            m.step = 0;
-            m.group = gi;
-            m.from = i;
-            m.to = j;
-            m.chunks = L.stops[i].chunks;
-            m.path = topo.Route(L.stops[i].chip, L.stops[j].chip);
-            m.rs_from = j;
-            m.rs_to = i;
-            G.moves.push_back(std::move(m));
-          }
-        }
-        G.steps = std::max<int64_t>(G.steps, 1);
-        if (g == 0) {
-          G.notes.assign(1, {});
-          PhaseNote n;
-          n.hop = n.hops = 1;
-          n.line_size = static_cast<int64_t>(L.stops.size());
-          G.notes[0].push_back(n);
-        }
-        break;
-      }
-      case Layout::Kind::kSequence: {
-        std::vector<size_t> order(L.stops.size());
-        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-        const int64_t steps = EmitSequence(topo, order, L, L.closed, bidirectional, 0, gi, 0, blocks, &G.moves);
-        G.steps = std::max(G.steps, steps);
-        if (g == 0) {
-          PhaseNote base;
-          base.axis = L.axes.empty() ? -1 : L.axes[0];
-          base.line_size = static_cast<int64_t>(L.stops.size());
-          base.ring = L.closed && bidirectional;
-          base.block = L.per_chip;
-          base.half = true;
-          NoteSequence(&G.notes, 0, steps, base);
-        }
-        break;
-      }
-      case Layout::Kind::kGrid: {
-        const size_t m = L.axes.size();
-        const std::vector<double> frac = GridAllGatherFractions(L.size, L.ring, bidirectional);
-        G.parts = std::max(G.parts, static_cast<int64_t>(m));
-        G.fractions[g] = frac;
-        int64_t total = 0;
-        for (size_t j = 0; j < m; ++j) {
-          std::vector<std::vector<int64_t>> held = blocks;  // per stop: chunks of part j held
-          int64_t offset = 0;
-          int64_t block_size = L.per_chip;
-          for (size_t q = 0; q < m; ++q) {
-            const size_t a = (j + q) % m;
-            const int64_t phase_steps = (L.ring[a] && bidirectional) ? L.size[a] / 2 : L.size[a] - 1;
-            std::vector<std::vector<int64_t>> next = held;
-            std::vector<int64_t> idx(m, 0);
-            while (true) {
-              std::vector<int64_t> offsets = idx;
-              std::vector<size_t> line;
-              for (int64_t x = 0; x < L.size[a]; ++x) {
-                offsets[a] = x;
-                line.push_back(L.stop_of_chip.at(L.ChipAtOffsets(topo, offsets)));
-              }
-              if (frac[j] > 0) {
-                EmitSequence(topo, line, L, L.ring[a], bidirectional, offset, gi, static_cast<int64_t>(j), held, &G.moves);
-              }
-              // After the phase every stop of the line holds the union of the line's blocks.
-              std::vector<int64_t> all;
-              for (size_t s : line) all.insert(all.end(), held[s].begin(), held[s].end());
-              std::sort(all.begin(), all.end());
-              for (size_t s : line) next[s] = all;
-              size_t b = 0;
-              for (; b < m; ++b) {
-                if (b == a) continue;
-                if (++idx[b] < L.size[b]) break;
-                idx[b] = 0;
-              }
-              if (b == m) break;
-            }
-            if (g == 0) {
-              PhaseNote base;
-              base.part = static_cast<int64_t>(j);
-              base.axis = L.axes[a];
-              base.line_size = L.size[a];
-              base.ring = L.ring[a] && bidirectional;
-              base.block = block_size;
-              base.phase = static_cast<int64_t>(q);
-              base.half = true;
-              if (frac[j] > 0) NoteSequence(&G.notes, offset, phase_steps, base);
-            }
-            held = std::move(next);
-            offset += phase_steps;
-            block_size *= L.size[a];
-          }
-          total = std::max(total, offset);
-        }
-        G.steps = std::max(G.steps, total);
-        break;
-      }
+  G.schedule = &s;
+  G.steps = s.pass_steps;
+  G.parts = s.parts;
+  if (s.plans.empty()) return G;
+  for (const SchedulePhase& ph : s.plans.front().phases) {
+    for (int64_t k = 0; k < ph.steps; ++k) {
+      const int64_t step = ph.first_step + k;
+      if (static_cast<int64_t>(G.notes.size()) <= step) G.notes.resize(static_cast<size_t>(step + 1));
+      PhaseNote n;
+      n.part = ph.part;
+      n.axis = ph.physical_axis;
+      n.hop = k + 1;
+      n.hops = ph.steps;
+      n.line_size = ph.line_size;
+      n.ring = ph.ring;
+      n.block = ph.block;
+      n.phase = ph.phase;
+      n.half = ph.ring && ph.line_size % 2 == 0 && k + 1 == ph.steps;
+      G.notes[static_cast<size_t>(step)].push_back(n);
     }
   }
   return G;
@@ -448,7 +244,7 @@ ChunkState InitialState(const Topology& topo, const Membership& mem, const Gathe
                         const std::vector<std::vector<int64_t>>& groups, Mode mode) {
   ChunkState st;
   st.parts = G.parts;
-  st.fractions = G.fractions;
+  for (const ScheduledGroup& sg : G.schedule->plans) st.fractions.push_back(sg.part_fractions);
   for (auto& f : st.fractions) f.resize(static_cast<size_t>(G.parts), 0.0);
   const size_t nd = static_cast<size_t>(topo.num_devices());
   st.gathered.assign(static_cast<size_t>(G.parts), std::vector<std::vector<double>>(nd));
@@ -461,11 +257,11 @@ ChunkState InitialState(const Topology& topo, const Membership& mem, const Gathe
     }
   }
   for (size_t g = 0; g < groups.size(); ++g) {
-    const Layout& L = G.layouts[g];
+    const GroupLayout& L = G.layout(static_cast<int64_t>(g));
     // A chip's devices share what the chip holds (on-chip, free): its shards, or the sum of its
     // devices' contributions.
     std::map<int64_t, std::vector<int64_t>> chunks_on_chip;
-    if (L.product || L.kind == Layout::Kind::kTrivial) {
+    if (L.product || L.kind == GroupLayout::Kind::kTrivial) {
       for (size_t i = 0; i < groups[g].size(); ++i) {
         chunks_on_chip[topo.ChipOfDevice(groups[g][i])].push_back(static_cast<int64_t>(i));
       }
@@ -488,32 +284,40 @@ ChunkState InitialState(const Topology& topo, const Membership& mem, const Gathe
   return st;
 }
 
-// Applies one step's moves (all starting from the state at the step's start).
-void ApplyMoves(const std::vector<const Move*>& moves, const GatherPlan& G, bool reduce, ChunkState* st) {
-  if (reduce) {
-    const ChunkState before = *st;
-    for (const Move* m : moves) {
-      const Layout& L = G.layouts[static_cast<size_t>(m->group)];
-      const int64_t src = L.stops[m->from].devices.front();
-      for (int64_t dst : L.stops[m->to].devices) {
-        for (int64_t c : m->chunks) {
-          st->partial[static_cast<size_t>(m->part)][static_cast<size_t>(dst)][static_cast<size_t>(c)] +=
-              m->half * before.partial[static_cast<size_t>(m->part)][static_cast<size_t>(src)][static_cast<size_t>(c)];
+// A hop of the schedule with the chunks it carries.
+struct CarriedHop {
+  const ScheduleHop* hop = nullptr;
+  std::vector<int64_t> chunks;
+};
+
+// Applies one step's hops (all starting from the state at the step's start): gathered blocks fill
+// in, partial sums are added on arrival.
+void ApplyHops(const std::vector<CarriedHop>& hops, const GatherPlan& G, ChunkState* st) {
+  bool reduce = false;
+  for (const CarriedHop& c : hops) reduce = reduce || c.hop->reduce;
+  const ChunkState before = reduce ? *st : ChunkState{};
+  for (const CarriedHop& c : hops) {
+    const ScheduleHop& h = *c.hop;
+    const size_t part = static_cast<size_t>(h.part);
+    if (h.reduce) {
+      const int64_t src = G.StopDevice(h.group, h.from);
+      for (int64_t dst : G.StopDevices(h.group, h.to)) {
+        for (int64_t ch : c.chunks) {
+          st->partial[part][static_cast<size_t>(dst)][static_cast<size_t>(ch)] +=
+              h.fraction * before.partial[part][static_cast<size_t>(src)][static_cast<size_t>(ch)];
         }
       }
+      continue;
     }
-    return;
-  }
-  for (const Move* m : moves) {
-    const Layout& L = G.layouts[static_cast<size_t>(m->group)];
-    for (int64_t dst : L.stops[m->to].devices) {
-      for (int64_t c : m->chunks) {
-        double& v = st->gathered[static_cast<size_t>(m->part)][static_cast<size_t>(dst)][static_cast<size_t>(c)];
-        v = std::min(1.0, v + m->half);
+    for (int64_t dst : G.StopDevices(h.group, h.to)) {
+      for (int64_t ch : c.chunks) {
+        double& v = st->gathered[part][static_cast<size_t>(dst)][static_cast<size_t>(ch)];
+        v = std::min(1.0, v + h.fraction);
       }
     }
   }
 }
+
 
 // ---- Naming axes ------------------------------------------------------------------------------------------
 
@@ -543,17 +347,17 @@ struct Namer {
   }
   // The name of physical axis `axis` as seen by the group: the mesh axis along which two adjacent
   // chips of the group differ; "physical axis N" otherwise.
-  std::string PhysicalAxis(int64_t axis, const Layout& L) const {
+  std::string PhysicalAxis(int64_t axis, const GatherPlan& G) const {
     const std::string fallback = "physical axis " + std::to_string(axis);
-    if (!mesh || axis < 0 || L.stops.empty()) return fallback;
-    const Stop& s0 = L.stops.front();
-    auto coords = topo->ChipCoords(s0.chip);
-    for (const Stop& s : L.stops) {
-      auto c = topo->ChipCoords(s.chip);
+    const GroupLayout& L = G.layout(0);
+    if (!mesh || axis < 0 || L.num_stops() == 0) return fallback;
+    auto coords = topo->ChipCoords(L.chips.front());
+    for (int64_t s = 0; s < L.num_stops(); ++s) {
+      auto c = topo->ChipCoords(L.chips[static_cast<size_t>(s)]);
       int differing = 0;
       for (size_t a = 0; a < c.size(); ++a) differing += c[a] != coords[a];
       if (differing == 1 && c[static_cast<size_t>(axis)] != coords[static_cast<size_t>(axis)]) {
-        const auto m0 = mesh->CoordsOf(s0.devices.front()), m1 = mesh->CoordsOf(s.devices.front());
+        const auto m0 = mesh->CoordsOf(G.StopDevice(0, 0)), m1 = mesh->CoordsOf(G.StopDevice(0, s));
         if (m0.size() != m1.size()) return fallback;
         std::string name;
         int diff = 0;
@@ -570,6 +374,14 @@ struct Namer {
   }
 };
 
+// "A; b and c", capitalised.
+std::string JoinClauses(const std::vector<std::string>& bits) {
+  std::string joined;
+  for (size_t i = 0; i < bits.size(); ++i) joined += (i == 0 ? "" : (i + 1 == bits.size() ? " and " : "; ")) + bits[i];
+  if (!joined.empty()) joined[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(joined[0])));
+  return joined;
+}
+
 std::string StepPrefix(int64_t k, int64_t total) {
   return "Step " + std::to_string(k) + " of " + std::to_string(total) + ": ";
 }
@@ -577,15 +389,15 @@ std::string StepPrefix(int64_t k, int64_t total) {
 // Captions of an all-gather (noun: "shard" or "reduced chunk").
 std::string GatherCaption(const GatherPlan& G, int64_t step, const Namer& namer, const std::string& along,
                           const std::string& noun, int64_t n) {
-  const Layout& L = G.layouts.front();
+  const GroupLayout& L = G.layout(0);
   const bool last = step + 1 == G.steps;
   const std::string nouns = noun + "s";
   std::string s;
-  if (L.kind == Layout::Kind::kSwitch) {
+  if (L.kind == GroupLayout::Kind::kSwitch) {
     return "Every device sends its " + noun + " straight to every other member through the switch (one hop up, one "
            "down). Every device now holds all " + std::to_string(n) + " " + nouns + ".";
   }
-  if (L.kind == Layout::Kind::kTrivial || step >= static_cast<int64_t>(G.notes.size())) {
+  if (L.kind == GroupLayout::Kind::kTrivial || step >= static_cast<int64_t>(G.notes.size())) {
     return "Other groups finish their last hops.";
   }
   const auto& notes = G.notes[static_cast<size_t>(step)];
@@ -596,16 +408,13 @@ std::string GatherCaption(const GatherPlan& G, int64_t step, const Namer& namer,
     }
     std::vector<std::string> bits;
     for (const PhaseNote& p : notes) {
-      std::string b = "part " + std::to_string(p.part + 1) + " moves along " + namer.PhysicalAxis(p.axis, L) + " (hop " +
+      std::string b = "part " + std::to_string(p.part + 1) + " moves along " + namer.PhysicalAxis(p.axis, G) + " (hop " +
                       std::to_string(p.hop) + " of " + std::to_string(p.hops) + (p.ring ? ", ring" : ", line");
       if (p.phase > 0) b += ", carrying blocks of " + std::to_string(p.block) + " " + nouns + " gathered earlier";
       if (p.half) b += ", the last hop carries half of each block each way";
       bits.push_back(b + ")");
     }
-    std::string joined;
-    for (size_t i = 0; i < bits.size(); ++i) joined += (i == 0 ? "" : (i + 1 == bits.size() ? " and " : "; ")) + bits[i];
-    if (!joined.empty()) joined[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(joined[0])));
-    s += joined;
+    s += JoinClauses(bits);
     s += ".";
     if (last) s += " Every device now holds all " + std::to_string(n) + " " + nouns + ".";
     return s;
@@ -616,7 +425,7 @@ std::string GatherCaption(const GatherPlan& G, int64_t step, const Namer& namer,
     if (step == 0) s = "Every device sends its own " + noun + " to both of its neighbours" + where + ", one copy each way round the ring.";
     else s = "Every device forwards the " + nouns + " it received in step " + std::to_string(step) + " one hop further, in the same direction.";
     if (p.half) {
-      s += " N = " + std::to_string(L.stops.size()) + " is even, so this last hop carries only half a " + noun +
+      s += " N = " + std::to_string(L.num_stops()) + " is even, so this last hop carries only half a " + noun +
            " each way: the device opposite each owner receives one half from each side.";
     }
   } else if (L.closed) {
@@ -633,24 +442,24 @@ std::string GatherCaption(const GatherPlan& G, int64_t step, const Namer& namer,
   if (L.routed && step == 0) s += " (These devices are not neighbours on the network: each hop is routed over several links.)";
   if (last) {
     s += " Every device now holds all " + std::to_string(n) + " " + nouns + ".";
-    if (!L.closed && L.stops.size() >= 3) {
-      s += " A line needs N\u22121 = " + std::to_string(L.stops.size() - 1) + " steps; a ring with wraparound would need N/2 = " +
-           std::to_string(L.stops.size() / 2) + ".";
+    if (!L.closed && L.num_stops() >= 3) {
+      s += " A line needs N\u22121 = " + std::to_string(L.num_stops() - 1) + " steps; a ring with wraparound would need N/2 = " +
+           std::to_string(L.num_stops() / 2) + ".";
     }
   }
   return s;
 }
 
 std::string ReduceCaption(const GatherPlan& G, int64_t step, const Namer& namer, const std::string& along, int64_t n) {
-  const Layout& L = G.layouts.front();
+  const GroupLayout& L = G.layout(0);
   const int64_t fwd = G.steps - 1 - step;  // the all-gather step this one mirrors
   const bool first = step == 0, last = step + 1 == G.steps;
-  if (L.kind == Layout::Kind::kSwitch) {
+  if (L.kind == GroupLayout::Kind::kSwitch) {
     return "Every device sends its contribution to chunk i straight to member i through the switch; each member adds "
            "the N\u22121 contributions it receives to its own: every device now holds its chunk summed over all " +
            std::to_string(n) + " devices.";
   }
-  if (L.kind == Layout::Kind::kTrivial || fwd < 0 || fwd >= static_cast<int64_t>(G.notes.size())) return "Other groups finish.";
+  if (L.kind == GroupLayout::Kind::kTrivial || fwd < 0 || fwd >= static_cast<int64_t>(G.notes.size())) return "Other groups finish.";
   const auto& notes = G.notes[static_cast<size_t>(fwd)];
   std::string s;
   if (G.parts > 1) {
@@ -660,16 +469,13 @@ std::string ReduceCaption(const GatherPlan& G, int64_t step, const Namer& namer,
     }
     std::vector<std::string> bits;
     for (const PhaseNote& p : notes) {
-      std::string b = "part " + std::to_string(p.part + 1) + " sums along " + namer.PhysicalAxis(p.axis, L) + " (hop " +
+      std::string b = "part " + std::to_string(p.part + 1) + " sums along " + namer.PhysicalAxis(p.axis, G) + " (hop " +
                       std::to_string(p.hops - p.hop + 1) + " of " + std::to_string(p.hops);
       if (p.block > 1) b += ", partial sums of " + std::to_string(p.block) + " chunks per message";
       if (p.half) b += ", first hop: half each way";
       bits.push_back(b + ")");
     }
-    std::string joined;
-    for (size_t i = 0; i < bits.size(); ++i) joined += (i == 0 ? "" : (i + 1 == bits.size() ? " and " : "; ")) + bits[i];
-    if (!joined.empty()) joined[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(joined[0])));
-    s += joined;
+    s += JoinClauses(bits);
     s += ". Every message is added to the receiver's own partial sums on arrival.";
     if (last) s += " Every device now holds its own chunk summed over all " + std::to_string(n) + " devices.";
     return s;
@@ -700,6 +506,7 @@ std::string ReduceCaption(const GatherPlan& G, int64_t step, const Namer& namer,
   return s;
 }
 
+
 // ---- All-to-all ------------------------------------------------------------------------------------------------
 
 int64_t DeviceOnChip(const Topology& topo, int64_t chip, const std::map<int64_t, int64_t>& member_on_chip) {
@@ -720,7 +527,7 @@ struct FormulaInputs {
   int64_t groups = 0;
   double operand = 0;
   std::string along;
-  const Layout* layout = nullptr;  // group 0 (collectives other than permute)
+  const GroupLayout* layout = nullptr;  // group 0 (collectives other than permute)
   int64_t pairs = 0;
 };
 
@@ -734,15 +541,10 @@ CostFormula MakeFormula(const FormulaInputs& in) {
   f.bandwidth_s = cost.bandwidth_time_s;
   f.hop_latency_s = topo.chip().hop_latency;
   f.hops = f.hop_latency_s > 0 ? f.latency_s / f.hop_latency_s : 0;
-  // The busiest link in time.
-  double best = -1;
-  for (const auto& lt : cost.link_traffic) {
-    const double t = lt.bytes / topo.link(lt.link).bandwidth;
-    if (t > best) {
-      best = t;
-      f.link_bytes = lt.bytes;
-      f.link_bandwidth = topo.link(lt.link).bandwidth;
-    }
+  // The busiest link (an all-reduce: the busiest link of each of its two passes, added).
+  if (cost.busiest_link >= 0) {
+    f.link_bytes = cost.max_link_bytes;
+    f.link_bandwidth = topo.link(cost.busiest_link).bandwidth;
   }
   if (f.link_bandwidth <= 0) f.link_bandwidth = topo.chip().ici_link_bandwidth;
   const double n = static_cast<double>(std::max<int64_t>(1, in.n));
@@ -802,14 +604,14 @@ CostFormula MakeFormula(const FormulaInputs& in) {
     const double ratio = f.unit_bytes > 0 ? f.link_bytes / f.unit_bytes : 0;
     std::string carries = "the busiest one-way link carries " + FormatCount(ratio) + " " + unit_name + (std::fabs(ratio - 1) < 1e-9 ? "" : "s");
     if (in.layout && in.kind != CollectiveKind::kAllToAll && in.kind != CollectiveKind::kCollectivePermute) {
-      const Layout& L = *in.layout;
-      if (L.kind == Layout::Kind::kSequence && !L.routed) {
+      const GroupLayout& L = *in.layout;
+      if (L.kind == GroupLayout::Kind::kSequence && !L.routed) {
         if (L.closed && in.options->bidirectional) why = " ((N\u22121)/2 each way round a bidirectional ring";
         else if (L.closed) why = " (N\u22121 round a one-way ring";
         else why = " (N\u22121 on a line without wraparound";
         if (L.per_chip > 1) why += ", counting a chip's " + std::to_string(L.per_chip) + " devices together";
         why += in.kind == CollectiveKind::kAllReduce ? ", twice: reduce-scatter and all-gather)" : ")";
-      } else if (L.kind == Layout::Kind::kGrid) {
+      } else if (L.kind == GroupLayout::Kind::kGrid) {
         why = " (parts of each " + unit_name + " cross every axis; blocks grow as they go" +
               std::string(in.kind == CollectiveKind::kAllReduce ? ", twice: reduce-scatter and all-gather)" : ")");
       }
@@ -845,15 +647,15 @@ CostFormula MakeFormula(const FormulaInputs& in) {
              FormatBytes(in.operand) + " / " + FormatRate(w) + ") = " + FormatSeconds(f.book_time_s) + " for one send over one link.";
     return f;
   }
-  if (!in.layout || in.layout->kind == Layout::Kind::kTrivial) return f;
-  const Layout& L = *in.layout;
+  if (!in.layout || in.layout->kind == GroupLayout::Kind::kTrivial) return f;
+  const GroupLayout& L = *in.layout;
   std::vector<int64_t> sizes;
   bool wrap = true;
   if (L.product) {
     sizes = L.size;
     for (bool r : L.ring) wrap = wrap && r;
   } else {
-    sizes = {static_cast<int64_t>(L.stops.size())};
+    sizes = {L.num_stops()};
     wrap = L.closed;
   }
   double V = in.operand;
@@ -934,20 +736,21 @@ Result<CollectiveWalkthrough> WalkThroughCollective(const Topology& topo, Collec
   if (kind == CollectiveKind::kCollectivePermute) {
     return Error("collective-permute takes source-target pairs: use WalkThroughCollectivePermute");
   }
-  auto cost = EstimateCollective(topo, kind, groups_in, operand_bytes, options.collective);
-  if (!cost.ok()) return cost.error();
+  // The schedule the cost model times, every piece listed (no per-axis counting).
+  CollectiveOptions listed = options.collective;
+  listed.per_axis_all_to_all = false;
+  auto built = BuildCollectiveSchedule(topo, kind, groups_in, operand_bytes, listed, options.max_transfers);
+  if (!built.ok()) return built.error();
+  const CollectiveSchedule& sched = built.value();
   CollectiveWalkthrough w;
   w.kind = kind;
-  w.cost = cost.value();
+  w.cost = TimeSchedule(topo, sched, options.collective);
   w.operand_bytes = operand_bytes;
   w.algorithm = w.cost.algorithm;
-  w.groups = groups_in;
-  if (w.groups.empty()) {
-    w.groups.emplace_back();
-    for (int64_t d = 0; d < topo.num_devices(); ++d) w.groups.back().push_back(d);
-  }
+  const CollectivePlan& plan = sched.plan;
+  w.groups = plan.groups;
   w.num_groups = static_cast<int64_t>(w.groups.size());
-  for (const auto& g : w.groups) w.group_size = std::max(w.group_size, static_cast<int64_t>(g.size()));
+  w.group_size = plan.group_size;
   w.colour_count = w.group_size;
   const int64_t n = w.group_size;
   const Membership mem = Members(topo, w.groups);
@@ -959,78 +762,53 @@ Result<CollectiveWalkthrough> WalkThroughCollective(const Topology& topo, Collec
 
   if (kind == CollectiveKind::kAllToAll) {
     const double piece_bytes = operand_bytes / static_cast<double>(std::max<int64_t>(1, n));
-    // Route every piece; hop k of its route happens in step k+1.
-    struct Hop {
-      int64_t step;
-      StepTransfer t;
-    };
-    std::vector<Hop> hops;
-    int64_t steps = 0;
-    int64_t transfers = 0;
-    for (size_t g = 0; g < w.groups.size(); ++g) {
-      const auto& grp = w.groups[g];
-      std::map<int64_t, int64_t> member_on_chip;
-      for (int64_t d : grp) member_on_chip.emplace(topo.ChipOfDevice(d), d);
-      for (size_t i = 0; i < grp.size(); ++i) {
-        for (size_t j = 0; j < grp.size(); ++j) {
-          if (i == j) continue;
-          const int64_t a = topo.ChipOfDevice(grp[i]), b = topo.ChipOfDevice(grp[j]);
-          std::vector<std::pair<double, std::vector<int64_t>>> routes;
-          if (topo.is_switch() || !bidir) routes.emplace_back(1.0, topo.Route(a, b, bidir ? RoutePolicy::kShortest : RoutePolicy::kPositiveOnly));
-          else routes = topo.SplitRoutes(a, b);
-          for (const auto& [fraction, path] : routes) {
-            StepTransfer base;
-            base.group = static_cast<int64_t>(g);
-            base.chunks = {static_cast<int64_t>(i)};
-            base.fraction = fraction;
-            base.bytes = piece_bytes * fraction;
-            base.final_dst_device = grp[j];
-            base.piece = (fraction < 1 ? FormatCount(fraction) + " of piece " : std::string("piece ")) +
-                         std::to_string(grp[i]) + "\u2192" + std::to_string(grp[j]);
-            if (path.empty()) {  // devices of one chip: free, shown in step 1
-              StepTransfer t = base;
-              t.src_device = grp[i];
-              t.dst_device = grp[j];
-              t.on_chip = true;
-              hops.push_back({0, t});
-              ++transfers;
-              continue;
-            }
-            if (topo.is_switch()) {  // one step through the switch
-              StepTransfer t = base;
-              t.src_device = grp[i];
-              t.dst_device = grp[j];
-              t.path = path;
-              t.hops = 1;
-              hops.push_back({0, t});
-              ++transfers;
-              steps = std::max<int64_t>(steps, 1);
-              continue;
-            }
-            for (size_t k = 0; k < path.size(); ++k) {
-              const TopologyLink& link = topo.link(path[k]);
-              StepTransfer t = base;
-              t.src_device = k == 0 ? grp[i] : DeviceOnChip(topo, link.src, member_on_chip);
-              t.dst_device = k + 1 == path.size() ? grp[j] : DeviceOnChip(topo, link.dst, member_on_chip);
-              t.path = {path[k]};
-              t.hops = 1;
-              t.axis = link.axis;
-              t.direction = link.direction;
-              t.wraparound = link.wraparound;
-              hops.push_back({static_cast<int64_t>(k), t});
-              ++transfers;
-            }
-            steps = std::max(steps, static_cast<int64_t>(path.size()));
-          }
-        }
-      }
-      if (transfers > options.max_transfers) break;
-    }
-    if (!hops.empty()) steps = std::max<int64_t>(steps, 1);
-    Status size = CheckSize(transfers, steps * nd * n, options);
+    // Every hop of every piece: hop k of its route happens in step k+1 (devices of one chip and
+    // sends through a switch in step 1).
+    int64_t steps = plan.steps;
+    if (!sched.hops.empty()) steps = std::max<int64_t>(steps, 1);
+    Status size = CheckSize(static_cast<int64_t>(sched.hops.size()), steps * nd * n, options);
     if (!size.ok()) return size.error();
     w.steps.resize(static_cast<size_t>(steps));
-    for (auto& h : hops) w.steps[static_cast<size_t>(h.step)].transfers.push_back(std::move(h.t));
+    std::vector<std::map<int64_t, int64_t>> member_on_chip(w.groups.size());
+    for (size_t g = 0; g < w.groups.size(); ++g) {
+      for (int64_t d : w.groups[g]) member_on_chip[g].emplace(topo.ChipOfDevice(d), d);
+    }
+    for (size_t i = 0; i < sched.hops.size(); ++i) {
+      const ScheduleHop& h = sched.hops[i];
+      const std::vector<int64_t>& links = sched.links[i];
+      const auto& grp = w.groups[static_cast<size_t>(h.group)];
+      const int64_t src = grp[static_cast<size_t>(h.origin)], dst = grp[static_cast<size_t>(h.target)];
+      StepTransfer t;
+      t.group = h.group;
+      t.chunks = {h.origin};
+      t.fraction = h.fraction;
+      t.bytes = h.bytes;
+      t.final_dst_device = dst;
+      t.piece = (h.fraction < 1 ? FormatCount(h.fraction) + " of piece " : std::string("piece ")) + std::to_string(src) +
+                "\u2192" + std::to_string(dst);
+      if (links.empty()) {  // devices of one chip: free, shown in step 1
+        t.src_device = src;
+        t.dst_device = dst;
+        t.on_chip = true;
+      } else if (topo.is_switch()) {  // one step through the switch
+        t.src_device = src;
+        t.dst_device = dst;
+        t.path = links;
+        t.hops = 1;
+      } else {
+        const int64_t k = h.first_link;
+        const TopologyLink& link = topo.link(links.front());
+        const bool last = k + 1 == h.route_links;
+        t.src_device = k == 0 ? src : DeviceOnChip(topo, link.src, member_on_chip[static_cast<size_t>(h.group)]);
+        t.dst_device = last ? dst : DeviceOnChip(topo, link.dst, member_on_chip[static_cast<size_t>(h.group)]);
+        t.path = {link.id};
+        t.hops = 1;
+        t.axis = link.axis;
+        t.direction = link.direction;
+        t.wraparound = link.wraparound;
+      }
+      w.steps[static_cast<size_t>(h.step)].transfers.push_back(std::move(t));
+    }
     // Holdings: cell c of member i starts with piece i->c and ends with piece c->i.
     std::vector<std::vector<HeldCell>> cells(static_cast<size_t>(nd));
     std::vector<int64_t> in_transit(static_cast<size_t>(nd), 0);
@@ -1116,7 +894,7 @@ Result<CollectiveWalkthrough> WalkThroughCollective(const Topology& topo, Collec
                 std::to_string(n * (n - 1)) + " pieces per group. " + std::to_string(w.steps.size()) +
                 " steps: the farthest piece travels that many hops.";
     FormulaInputs fi{kind, &topo, &w.cost, &options.collective, n, w.num_groups, operand_bytes, along, nullptr, 0};
-    const Layout L0 = LayoutGroup(topo, w.groups.front());
+    const GroupLayout L0 = LayOutReplicaGroup(topo, w.groups.front());
     fi.layout = &L0;
     w.formula = MakeFormula(fi);
     Finalize(&w, topo);
@@ -1124,165 +902,104 @@ Result<CollectiveWalkthrough> WalkThroughCollective(const Topology& topo, Collec
   }
 
   // All-gather, reduce-scatter, all-reduce: one gather schedule, run forwards and/or backwards.
-  const GatherPlan G = BuildGather(topo, w.groups, bidir);
-  w.parts = static_cast<int64_t>(G.fractions.front().size());
-  w.part_fractions = G.fractions.front();
+  const GatherPlan G = ReadGather(plan);
+  w.parts = static_cast<int64_t>(plan.plans.front().part_fractions.size());
+  w.part_fractions = plan.plans.front().part_fractions;
   const int64_t S = G.steps;
   const double unit = kind == CollectiveKind::kAllGather ? operand_bytes : operand_bytes / static_cast<double>(std::max<int64_t>(1, n));
-  auto unit_of_group = [&](int64_t g) {
-    return kind == CollectiveKind::kAllGather ? operand_bytes
-                                              : operand_bytes / static_cast<double>(w.groups[static_cast<size_t>(g)].size());
-  };
   const int64_t phases = kind == CollectiveKind::kAllReduce ? 2 : 1;
   {
     int64_t chunk_refs = 0;
-    for (const Move& m : G.moves) chunk_refs += static_cast<int64_t>(m.chunks.size());
-    Status size = CheckSize(static_cast<int64_t>(G.moves.size()) * phases, S * phases * nd * n + chunk_refs, options);
+    for (const ScheduleHop& h : sched.hops) chunk_refs += CarriedChunkCount(plan, h);
+    Status size = CheckSize(static_cast<int64_t>(sched.hops.size()), S * phases * nd * n + chunk_refs / phases, options);
     if (!size.ok()) return size.error();
   }
-  std::vector<std::vector<const Move*>> by_step(static_cast<size_t>(S));
-  for (const Move& m : G.moves) by_step[static_cast<size_t>(m.step)].push_back(&m);
+  std::vector<std::vector<size_t>> by_step(static_cast<size_t>(plan.steps));
+  for (size_t i = 0; i < sched.hops.size(); ++i) by_step[static_cast<size_t>(sched.hops[i].step)].push_back(i);
+  auto parts_of = [&](int64_t g) { return static_cast<int64_t>(plan.plans[static_cast<size_t>(g)].part_fractions.size()); };
 
-  auto parts_of = [&](int64_t g) { return static_cast<int64_t>(G.fractions[static_cast<size_t>(g)].size()); };
-  auto transfer_of = [&](const Move& m, bool reverse, bool reduce) {
-    const Layout& L = G.layouts[static_cast<size_t>(m.group)];
-    StepTransfer t;
-    t.group = m.group;
-    const Stop& from = L.stops[reverse ? m.to : m.from];
-    const Stop& to = L.stops[reverse ? m.from : m.to];
-    t.src_device = from.devices.front();
-    t.dst_device = to.devices.front();
-    t.chunks = m.chunks;
-    t.part = m.part;
-    const double part_fraction = G.Fraction(m.group, m.part);
-    t.fraction = m.half * part_fraction;
-    t.bytes = unit_of_group(m.group) * static_cast<double>(m.chunks.size()) * m.half * part_fraction;
-    t.reduce_on_arrival = reduce;
-    t.path = m.path;  // (reduce: replaced by the reversed route below)
-    t.hops = static_cast<int64_t>(t.path.size());
-    t.on_chip = t.path.empty();
-    if (!t.path.empty()) {
-      const TopologyLink& first = topo.link(t.path.front());
-      t.axis = first.axis;
-      t.direction = first.direction;
-    }
-    for (int64_t l : t.path) t.wraparound = t.wraparound || topo.link(l).wraparound;
-    t.half = m.half < 1;
-    if (reduce) {
-      t.piece = PieceLabel(m.chunks, m.half, m.part, parts_of(m.group), "partial sum of chunk", "partial sums of chunks");
-    } else if (kind == CollectiveKind::kAllReduce) {
-      t.piece = PieceLabel(m.chunks, m.half, m.part, parts_of(m.group), "reduced chunk", "reduced chunks");
-    } else {
-      t.piece = PieceLabel(m.chunks, m.half, m.part, parts_of(m.group), "shard", "shards");
-    }
-    return t;
-  };
-  // Reverse-path routes for reduce: the reduce-scatter runs each all-gather hop backwards. The
-  // cost model charges the forward route's links (same bytes per link overall by symmetry of the
-  // schedule); use the exact reverse of each link so arrows point the right way.
-  auto reverse_path = [&](const std::vector<int64_t>& path) {
-    std::vector<int64_t> out;
-    for (size_t i = path.size(); i-- > 0;) {
-      const TopologyLink& l = topo.link(path[i]);
-      int64_t back = topo.LinkBetween(l.dst, l.src);
-      // Prefer the link that runs along the same axis the other way (rings of 2 have one link).
-      for (int64_t cand : topo.OutLinks(l.dst)) {
-        const TopologyLink& c = topo.link(cand);
-        if (c.dst == l.src && c.axis == l.axis && c.wraparound == l.wraparound) back = cand;
-      }
-      out.push_back(back);
-    }
-    return out;
-  };
-
-  ChunkState st = InitialState(topo, mem, G, w.groups, kind == CollectiveKind::kAllGather ? Mode::kGather : Mode::kReduce);
   const Mode first_mode = kind == CollectiveKind::kAllGather ? Mode::kGather : Mode::kReduce;
+  ChunkState st = InitialState(topo, mem, G, w.groups, first_mode);
   w.initial = Snapshot(topo, mem, st, first_mode);
   const int64_t total_steps = S * phases;
-  auto run_phase = [&](bool reduce, int64_t step_base, Mode mode) {
-    for (int64_t s = 0; s < S; ++s) {
-      CollectiveStep step;
-      step.index = step_base + s + 1;
-      const int64_t fwd = reduce ? S - 1 - s : s;
-      for (const Move* m : by_step[static_cast<size_t>(fwd)]) {
-        StepTransfer t = transfer_of(*m, reduce, reduce);
-        if (reduce) {
-          const Layout& L = G.layouts[static_cast<size_t>(m->group)];
-          t.src_device = L.stops[m->rs_from].devices.front();
-          t.dst_device = L.stops[m->rs_to].devices.front();
-          t.path = m->rs_reflected ? topo.Route(L.stops[m->rs_from].chip, L.stops[m->rs_to].chip) : reverse_path(m->path);
-          t.hops = static_cast<int64_t>(t.path.size());
-          t.on_chip = t.path.empty();
-          t.wraparound = false;
-          for (int64_t l : t.path) t.wraparound = t.wraparound || topo.link(l).wraparound;
-          if (!t.path.empty()) {
-            t.axis = topo.link(t.path.front()).axis;
-            t.direction = topo.link(t.path.front()).direction;
-          }
+  for (int64_t s = 0; s < total_steps; ++s) {
+    // Which pass this step belongs to: the reduce-scatter's (partial sums) or the all-gather's.
+    const bool reduce = kind == CollectiveKind::kReduceScatter || (kind == CollectiveKind::kAllReduce && s < S);
+    const int64_t local = reduce || kind == CollectiveKind::kAllGather ? s : s - S;  // step within its pass
+    const Mode mode = reduce ? Mode::kReduce : kind == CollectiveKind::kAllReduce ? Mode::kReducedGather : Mode::kGather;
+    CollectiveStep step;
+    step.index = s + 1;
+    std::vector<CarriedHop> carried;
+    for (size_t i : by_step[static_cast<size_t>(s)]) {
+      const ScheduleHop* h = &sched.hops[i];
+      CarriedHop c{h, CarriedChunks(plan, *h)};
+      StepTransfer t;
+      t.group = h->group;
+      t.src_device = G.StopDevice(h->group, h->from);
+      t.dst_device = G.StopDevice(h->group, h->to);
+      t.chunks = c.chunks;
+      t.part = h->part;
+      t.fraction = h->fraction * G.Fraction(h->group, h->part);
+      t.half = h->fraction < 1;
+      t.bytes = h->bytes;
+      t.reduce_on_arrival = h->reduce;
+      t.path = sched.links[i];
+      t.hops = static_cast<int64_t>(t.path.size());
+      t.on_chip = t.path.empty();
+      if (!t.path.empty()) {
+        const TopologyLink& first = topo.link(t.path.front());
+        t.axis = first.axis;
+        t.direction = first.direction;
+      }
+      for (int64_t l : t.path) t.wraparound = t.wraparound || topo.link(l).wraparound;
+      if (reduce) {
+        t.piece = PieceLabel(c.chunks, h->fraction, h->part, parts_of(h->group), "partial sum of chunk", "partial sums of chunks");
+        if (c.chunks.size() == 1) {
           // Which fraction of the sum the message carries: the sender's coverage.
-          double covered = 0;
-          const int64_t c0 = m->chunks.front();
-          covered = st.partial[static_cast<size_t>(m->part)][static_cast<size_t>(t.src_device)][static_cast<size_t>(c0)];
-          if (m->chunks.size() == 1) {
-            const std::string added = FormatCount(covered) + " of " + std::to_string(mem.group_size[static_cast<size_t>(t.src_device)]) + " added";
-            if (!t.piece.empty() && t.piece.back() == ')') t.piece.insert(t.piece.size() - 1, "; " + added);
-            else t.piece += " (" + added + ")";
+          const double covered = st.partial[static_cast<size_t>(h->part)][static_cast<size_t>(t.src_device)][static_cast<size_t>(c.chunks.front())];
+          const std::string added = FormatCount(covered) + " of " + std::to_string(mem.group_size[static_cast<size_t>(t.src_device)]) + " added";
+          if (!t.piece.empty() && t.piece.back() == ')') t.piece.insert(t.piece.size() - 1, "; " + added);
+          else t.piece += " (" + added + ")";
+        }
+      } else if (kind == CollectiveKind::kAllReduce) {
+        t.piece = PieceLabel(c.chunks, h->fraction, h->part, parts_of(h->group), "reduced chunk", "reduced chunks");
+      } else {
+        t.piece = PieceLabel(c.chunks, h->fraction, h->part, parts_of(h->group), "shard", "shards");
+      }
+      step.transfers.push_back(std::move(t));
+      carried.push_back(std::move(c));
+    }
+    ApplyHops(carried, G, &st);
+    step.after = Snapshot(topo, mem, st, mode);
+    const std::string prefix = StepPrefix(step.index, total_steps);
+    if (kind == CollectiveKind::kAllReduce) {
+      step.phase = reduce ? "reduce-scatter" : "all-gather";
+      step.caption = prefix + (reduce ? "(reduce-scatter) " : "(all-gather of the reduced chunks) ") +
+                     (reduce ? ReduceCaption(G, local, namer, along, n) : GatherCaption(G, local, namer, along, "reduced chunk", n));
+    } else {
+      step.caption = prefix + (reduce ? ReduceCaption(G, local, namer, along, n) : GatherCaption(G, local, namer, along, "shard", n));
+    }
+    w.steps.push_back(std::move(step));
+    if (kind == CollectiveKind::kAllReduce && s + 1 == S) {
+      // Each device's own chunk is now fully reduced: it is what the all-gather pass spreads.
+      for (int64_t j = 0; j < st.parts; ++j) {
+        for (int64_t d = 0; d < nd; ++d) {
+          const int64_t pos = mem.position[static_cast<size_t>(d)];
+          if (pos < 0) continue;
+          auto& gathered = st.gathered[static_cast<size_t>(j)][static_cast<size_t>(d)];
+          const auto& partial = st.partial[static_cast<size_t>(j)][static_cast<size_t>(d)];
+          const double full = static_cast<double>(mem.group_size[static_cast<size_t>(d)]);
+          for (size_t c = 0; c < gathered.size(); ++c) {
+            if (partial[c] >= full - 1e-9) gathered[c] = 1;
           }
         }
-        step.transfers.push_back(std::move(t));
-      }
-      // Reduce moves go backwards: swap the roles in a copy of the moves for the state update.
-      std::vector<Move> applied;
-      applied.reserve(by_step[static_cast<size_t>(fwd)].size());
-      for (const Move* m : by_step[static_cast<size_t>(fwd)]) {
-        Move r = *m;
-        if (reduce) {
-          r.from = m->rs_from;
-          r.to = m->rs_to;
-        }
-        applied.push_back(std::move(r));
-      }
-      std::vector<const Move*> ptrs;
-      for (const Move& m : applied) ptrs.push_back(&m);
-      ApplyMoves(ptrs, G, reduce, &st);
-      step.after = Snapshot(topo, mem, st, mode);
-      const std::string prefix = StepPrefix(step.index, total_steps);
-      if (kind == CollectiveKind::kAllReduce) {
-        step.phase = reduce ? "reduce-scatter" : "all-gather";
-        step.caption = prefix + (reduce ? "(reduce-scatter) " : "(all-gather of the reduced chunks) ") +
-                       (reduce ? ReduceCaption(G, s, namer, along, n) : GatherCaption(G, s, namer, along, "reduced chunk", n));
-      } else {
-        step.caption = prefix + (reduce ? ReduceCaption(G, s, namer, along, n) : GatherCaption(G, s, namer, along, "shard", n));
-      }
-      w.steps.push_back(std::move(step));
-    }
-  };
-  if (kind == CollectiveKind::kAllGather) {
-    run_phase(false, 0, Mode::kGather);
-  } else if (kind == CollectiveKind::kReduceScatter) {
-    run_phase(true, 0, Mode::kReduce);
-  } else {
-    run_phase(true, 0, Mode::kReduce);
-    // Each device's own chunk is now fully reduced: it is what the all-gather phase spreads.
-    for (int64_t j = 0; j < st.parts; ++j) {
-      for (int64_t d = 0; d < nd; ++d) {
-        const int64_t pos = mem.position[static_cast<size_t>(d)];
-        if (pos < 0) continue;
-        auto& gathered = st.gathered[static_cast<size_t>(j)][static_cast<size_t>(d)];
-        const auto& partial = st.partial[static_cast<size_t>(j)][static_cast<size_t>(d)];
-        const double full = static_cast<double>(mem.group_size[static_cast<size_t>(d)]);
-        for (size_t c = 0; c < gathered.size(); ++c) {
-          if (partial[c] >= full - 1e-9) gathered[c] = 1;
-        }
       }
     }
-    run_phase(false, S, Mode::kReducedGather);
   }
 
   // Summary.
   const std::string groups_text = std::to_string(w.num_groups) + (w.num_groups == 1 ? " group" : " groups") + " of " +
                                   std::to_string(n) + " devices" + (along.empty() ? "" : " along " + along);
-  const std::string steps_text = std::to_string(total_steps) + (total_steps == 1 ? " step" : " steps");
   switch (kind) {
     case CollectiveKind::kAllGather:
       w.summary = "All-gather over " + groups_text + ": every device starts with its own " + FormatBytes(operand_bytes) +
@@ -1299,22 +1016,21 @@ Result<CollectiveWalkthrough> WalkThroughCollective(const Topology& topo, Collec
                   FormatBytes(operand_bytes) + " buffer. ";
       break;
   }
-  const Layout& L0 = G.layouts.front();
-  if (L0.kind == Layout::Kind::kSequence) {
+  const GroupLayout& L0 = G.layout(0);
+  if (L0.kind == GroupLayout::Kind::kSequence) {
     if (L0.closed && bidir) w.summary += "A bidirectional ring with wraparound: N/2 = " + std::to_string(S) + " steps per pass.";
     else if (L0.closed) w.summary += "A ring used in one direction: N\u22121 = " + std::to_string(S) + " steps per pass.";
     else w.summary += "A line without wraparound: N\u22121 = " + std::to_string(S) + " steps per pass.";
-  } else if (L0.kind == Layout::Kind::kGrid) {
+  } else if (L0.kind == GroupLayout::Kind::kGrid) {
     w.summary += "The group spans " + std::to_string(L0.axes.size()) + " physical axes: each " +
                  std::string(kind == CollectiveKind::kAllGather ? "shard" : "chunk") + " is split into " + std::to_string(G.parts) +
                  " parts that cross the axes in different orders, " + std::to_string(S) + " steps per pass.";
-  } else if (L0.kind == Layout::Kind::kSwitch) {
+  } else if (L0.kind == GroupLayout::Kind::kSwitch) {
     w.summary += "Through a switch every device reaches every other in one hop.";
   } else {
     w.summary += "Nothing moves over the network: the group's devices share one chip.";
   }
   if (w.num_groups > 1) w.summary += " All " + std::to_string(w.num_groups) + " groups run at the same time.";
-  (void)steps_text;
 
   FormulaInputs fi{kind, &topo, &w.cost, &options.collective, n, w.num_groups, operand_bytes, along, &L0, 0};
   w.formula = MakeFormula(fi);
@@ -1413,16 +1129,20 @@ Result<CollectiveWalkthrough> WalkThroughCollectivePermute(const Topology& topo,
     return out;
   };
   w.initial = snapshot(false);
-  for (const auto& [s, t] : pairs) {
+  auto sched = BuildPermuteSchedule(topo, pairs, bytes);
+  if (!sched.ok()) return sched.error();
+  for (size_t i = 0; i < sched->hops.size(); ++i) {
+    const ScheduleHop& h = sched->hops[i];
+    const auto [s, t] = pairs[static_cast<size_t>(h.origin)];
     if (s == t) continue;
     StepTransfer tr;
     tr.src_device = s;
     tr.dst_device = t;
     tr.final_dst_device = t;
     tr.chunks = {s};
-    tr.bytes = bytes;
+    tr.bytes = h.bytes;
     tr.piece = w.halo.empty() ? "block of " + std::to_string(s) : "halo of " + std::to_string(s);
-    tr.path = topo.Route(topo.ChipOfDevice(s), topo.ChipOfDevice(t));
+    tr.path = sched->links[i];
     tr.hops = static_cast<int64_t>(tr.path.size());
     tr.on_chip = tr.path.empty();
     if (!tr.path.empty()) {
@@ -1463,4 +1183,4 @@ Result<CollectiveWalkthrough> WalkThroughOnMesh(const DeviceMesh& mesh, std::str
   return WalkThroughCollective(topo.value(), kind, groups, operand_bytes, options);
 }
 
-}  // namespace shardscope
+}  // namespace shardscope::sim

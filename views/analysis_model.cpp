@@ -1,0 +1,57 @@
+#include "views/analysis_model.h"
+
+namespace shardscope::views {
+
+using namespace ::shardscope::sim;
+
+AnalysisModel::AnalysisModel(QObject* parent) : QObject(parent) {}
+
+void AnalysisModel::setChips(std::vector<std::string> chips, std::string default_chip) {
+  chips_ = std::move(chips);
+  default_chip_ = std::move(default_chip);
+}
+
+void AnalysisModel::setPartitionBusy(bool busy) {
+  if (partition_busy_ == busy) return;
+  partition_busy_ = busy;
+  emit busyChanged();
+}
+
+void AnalysisModel::setPartition(PartitionedProgram program) {
+  partition_ = std::move(program);
+  partition_busy_ = false;
+  emit partitionUpdated();
+  emit busyChanged();
+}
+
+void AnalysisModel::setPartitionCancelled() {
+  partition_busy_ = false;
+  emit partitionCancelled();
+  emit busyChanged();
+}
+
+void AnalysisModel::setSimulationBusy(bool busy) {
+  if (simulation_busy_ == busy) return;
+  simulation_busy_ = busy;
+  emit busyChanged();
+}
+
+void AnalysisModel::setSimulation(SimulatedStep step) {
+  simulation_ = std::move(step);
+  simulation_busy_ = false;
+  emit simulationUpdated();
+  emit busyChanged();
+}
+
+void AnalysisModel::setSimulationCancelled() {
+  simulation_busy_ = false;
+  emit simulationCancelled();
+  emit busyChanged();
+}
+
+void AnalysisModel::reset() {
+  partition_ = PartitionedProgram{};
+  simulation_ = SimulatedStep{};
+}
+
+}  // namespace shardscope::views

@@ -1,0 +1,112 @@
+// What the analysis of the document gave, as the views show it: the partitioned program (the
+// partitioner's result, the simulator's estimate of each collective, the numerical verdict) and the
+// last simulated step; whether each is being worked on; and the requests the views make
+// (partition, simulate, cancel), which the session (app/gui) serves through the job tracker. Plain
+// state of the engines' own types: nothing here runs an engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <QObject>
+#include <QString>
+
+#include "core/eval/numeric_verify.h"
+#include "partitioner/spmd/spmd_partitioner.h"
+#include "simulator/collectives/cost.h"
+#include "simulator/run_result.h"
+
+namespace shardscope::views {
+
+// The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
+using namespace ::shardscope::sim;
+
+// The partitioned program of the document's shardings.
+struct PartitionedProgram {
+  std::shared_ptr<const PartitionResult> result;         // null when partitioning failed
+  std::string text;                                      // the program as HLO text (printed off the GUI thread)
+  std::vector<std::optional<CollectiveCost>> estimates;  // per result->collectives, on `chip`
+  std::string chip;                                      // the estimates' chip
+  VerificationVerdict verification;
+  int64_t devices = 0;
+  double millis = 0;       // partitioning
+  std::string message;     // why there is no result
+  quint64 edit_generation = 0;  // the document edit it was made from
+
+  bool ok() const { return result != nullptr; }
+};
+
+// One simulated step.
+struct SimulatedStep {
+  std::shared_ptr<const RunResult> run;  // null when the simulation failed
+  std::vector<std::string> warnings;
+  int64_t collectives = 0;  // in the simulated program
+  double millis = 0;
+  std::string message;      // why there is no run
+  bool ok() const { return run != nullptr; }
+};
+
+class AnalysisModel : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit AnalysisModel(QObject* parent = nullptr);
+
+  enum class SimulationInput { kShardings, kReplicated };
+
+  // ---- Requests (served by the session) ----
+  void requestPartition() { emit partitionRequested(); }
+  void cancelPartition() { emit partitionCancelRequested(); }
+  // Simulates one step on `chip` ("" : the default chip). kReplicated simulates the module with no
+  // shardings at all (every device holds and computes everything): the baseline a sharding is
+  // compared with.
+  void requestSimulation(const QString& chip = QString(), SimulationInput input = SimulationInput::kShardings) {
+    emit simulationRequested(chip, input);
+  }
+  void cancelSimulation() { emit simulationCancelRequested(); }
+
+  // ---- State ----
+  const PartitionedProgram& partition() const { return partition_; }
+  bool partitionBusy() const { return partition_busy_; }
+  const SimulatedStep& simulation() const { return simulation_; }
+  bool simulationBusy() const { return simulation_busy_; }
+  // The chips the simulator knows and the one used when none is chosen.
+  const std::vector<std::string>& chips() const { return chips_; }
+  const std::string& defaultChip() const { return default_chip_; }
+
+  // ---- Set by the session ----
+  void setChips(std::vector<std::string> chips, std::string default_chip);
+  void setPartitionBusy(bool busy);
+  void setPartition(PartitionedProgram program);
+  void setPartitionCancelled();
+  void setSimulationBusy(bool busy);
+  void setSimulation(SimulatedStep step);
+  void setSimulationCancelled();
+  // A different module: forget what was computed for the old one.
+  void reset();
+
+ signals:
+  void partitionRequested();
+  void partitionCancelRequested();
+  void simulationRequested(const QString& chip, shardscope::views::AnalysisModel::SimulationInput input);
+  void simulationCancelRequested();
+
+  void partitionUpdated();
+  void partitionCancelled();
+  void simulationUpdated();
+  void simulationCancelled();
+  void busyChanged();
+
+ private:
+  PartitionedProgram partition_;
+  SimulatedStep simulation_;
+  bool partition_busy_ = false;
+  bool simulation_busy_ = false;
+  std::vector<std::string> chips_;
+  std::string default_chip_;
+};
+
+}  // namespace shardscope::views
