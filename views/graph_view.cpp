@@ -289,7 +289,11 @@ GraphEdgeItem::GraphEdgeItem(const HierarchyEdge& e)
 void GraphEdgeItem::setEmphasis(bool on, const QPalette& pal) {
   QColor faint = EdgeColor(pal);
   faint.setAlpha(45);
-  setPen(on ? QPen(pal.color(QPalette::Highlight), 2.2) : nested_ ? QPen(faint, 1.0) : QPen(EdgeColor(pal), 1.2));
+  QPen pen = on ? QPen(pal.color(QPalette::Highlight), 2.2) : nested_ ? QPen(faint, 1.0) : QPen(EdgeColor(pal), 1.2);
+  // Cosmetic: stroked in device pixels. A long edge crossing the view at a large scale costs a few
+  // milliseconds this way, against tens with a pen stroked in scene units.
+  pen.setCosmetic(true);
+  setPen(pen);
   setZValue(on ? 1.5 : 1);
 }
 
@@ -536,6 +540,8 @@ void GraphView::onModuleReset() {
 void GraphView::resetTree() {
   const Computation* c = currentComputation();
   tree_ = c ? std::make_shared<const ScopeTree>(ScopeTree::Build(*c)) : nullptr;
+  group_stats_.clear();
+  run_differences_.clear();
   state_ = ViewState{};
   if (tree_) state_.expanded = tree_->defaultExpansion(kOpenBudget);
   fit_after_layout_ = true;
@@ -690,7 +696,7 @@ void GraphView::applyLayout(std::shared_ptr<const HierarchyLayout> layout, std::
   }
   scene_->setSceneRect(QRectF(-20, -20, layout_->width + 40, layout_->height + 40));
   ++layouts_applied_;
-  recolour();
+  restyle();
   if (fit_after_layout_) {
     fit_after_layout_ = false;
     fitReadable();
@@ -722,6 +728,8 @@ void GraphView::applyLayout(std::shared_ptr<const HierarchyLayout> layout, std::
 QStringList GraphView::runDifferences(int run) const {
   QStringList out;
   if (!tree_ || !doc_ || run < 0 || run >= static_cast<int>(tree_->runs().size())) return out;
+  auto cached = run_differences_.find(run);
+  if (cached != run_differences_.end()) return cached->second;
   const RepeatRun& r = tree_->runs()[static_cast<size_t>(run)];
   // The groups have one structure, so their instructions correspond one to one, in order. At each
   // position the sharding most groups have is the reference; a group differs where it has another.
@@ -789,6 +797,7 @@ QStringList GraphView::runDifferences(int run) const {
                .arg(differ[k] == 1 ? "" : "s")
                .arg(example[k]);
   }
+  run_differences_[run] = out;
   return out;
 }
 
@@ -814,16 +823,14 @@ GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* toolt
     bool uniform = true;
     int64_t count = 0, sharded = 0, user = 0;
     for (int s : scopes) {
-      for (int32_t p : tree_->positionsUnder(s)) {
-        const int64_t id = tree_->at(p)->id();
-        ++count;
-        auto sh = doc_->sharding(id);
-        if (sh) ++sharded;
-        if (doc_->origin(id) == TensorOrigin::kUser) ++user;
-        if (!sh) continue;
-        if (!common) common = sh;
-        else if (uniform && !(*common == *sh)) uniform = false;
-      }
+      const GroupStats& g = groupStats(s);
+      count += g.count;
+      sharded += g.sharded;
+      user += g.user;
+      if (!g.uniform) uniform = false;
+      if (!g.common) continue;
+      if (!common) common = g.common;
+      else if (uniform && !(*common == *g.common)) uniform = false;
     }
     look.shape = GraphNodeItem::Look::Shape::kGroup;
     look.sharded = sharded > 0;
@@ -835,7 +842,7 @@ GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* toolt
       look.repeat = static_cast<int>(scopes.size());
       look.lines = {QString::fromUtf8("\u25B8 ") + title,
                     QString::fromUtf8("\u00D7 %1 \u00B7 %2 instructions each").arg(scopes.size()).arg(each)};
-      look.sharding_line = diffs.isEmpty() ? QString("identical") : QString("%1 differ").arg(diffs.size());
+      look.sharding_line = diffs.isEmpty() ? QString("identical") : diffs.size() == 1 ? QString("1 differs") : QString("%1 differ").arg(diffs.size());
       if (tooltip) {
         QString t = QString("<b>%1</b> (in %2)<br>%3 groups with the same operations, shapes and wiring, %4 "
                             "instructions each")
@@ -914,7 +921,30 @@ GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* toolt
   return look;
 }
 
+const GraphView::GroupStats& GraphView::groupStats(int scope) const {
+  auto it = group_stats_.find(scope);
+  if (it != group_stats_.end()) return it->second;
+  GroupStats g;
+  for (int32_t p : tree_->positionsUnder(scope)) {
+    const int64_t id = tree_->at(p)->id();
+    ++g.count;
+    auto sh = doc_->sharding(id);
+    if (doc_->origin(id) == TensorOrigin::kUser) ++g.user;
+    if (!sh) continue;
+    ++g.sharded;
+    if (!g.common) g.common = std::move(sh);
+    else if (g.uniform && !(*g.common == *sh)) g.uniform = false;
+  }
+  return group_stats_.emplace(scope, std::move(g)).first->second;
+}
+
 void GraphView::recolour() {
+  group_stats_.clear();
+  run_differences_.clear();
+  restyle();
+}
+
+void GraphView::restyle() {
   if (!doc_ || !doc_->module()) return;
   ++recolours_;
   for (auto& [key, item] : nodes_) {

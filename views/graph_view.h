@@ -212,7 +212,7 @@ class GraphView : public QGraphicsView {
   // Fits when the whole graph stays readable, else fits the width and shows the top.
   void fitReadable();
   void resetZoom();
-  void recolour();
+  void recolour();  // reads the shardings again and restyles every item (no layout)
 
  signals:
   void layoutFinished();
@@ -242,6 +242,16 @@ class GraphView : public QGraphicsView {
   void anchorOn(const std::string& key);
   std::pair<double, double> nodeSize(const VisibleTree::Item& item);
   GraphNodeItem::Look lookFor(const GraphNodeItem* item, QString* tooltip) const;
+  // The items' looks from the document's shardings as they are (recolour() reads them again).
+  void restyle();
+  // What a collapsed group's look says of the instructions below it; kept until the shardings,
+  // annotations, mesh or tree change.
+  struct GroupStats {
+    int64_t count = 0, sharded = 0, user = 0;
+    std::optional<HloSharding> common;  // the first sharding met
+    bool uniform = true;                // every sharded instruction has `common`
+  };
+  const GroupStats& groupStats(int scope) const;
   const Computation* currentComputation() const;
 
   JobTracker* jobTracker();
@@ -262,6 +272,8 @@ class GraphView : public QGraphicsView {
   std::unordered_map<int, GraphClusterItem*> clusters_;
   std::vector<GraphEdgeItem*> edges_;
   std::unordered_map<std::string, std::pair<double, double>> size_cache_;
+  mutable std::unordered_map<int, GroupStats> group_stats_;
+  mutable std::unordered_map<int, QStringList> run_differences_;
   quint64 layout_request_ = 0;
   bool layout_pending_ = false;
   bool fit_after_layout_ = false;
