@@ -11,6 +11,7 @@
 #include "core/collectives/participants.h"
 #include "core/collectives/reduction.h"
 #include "core/eval/evaluator.h"
+#include "core/eval/numeric_verify.h"
 #include "core/eval/virtual_cluster.h"
 #include "core/ir/builder.h"
 #include "core/ir/hlo_text.h"
@@ -145,6 +146,40 @@ ENTRY e {
     g = CollectiveParticipantGroups(*all, 1, 4);
     QVERIFY(g.ok());
     QCOMPARE(*g, (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}}));
+  }
+
+  // Numerical verification's inputs reach the type's extremes, so the identity bug above can no
+  // longer hide: the SPMD program with the old clamped identity (2147483647 for an s64 min) is
+  // caught for some seeds, while the old draws (small integers only) pass it for every seed.
+  void VerificationCatchesAClampedIdentity() {
+    auto m = Parse(ReduceModule("s64", "minimum", "9223372036854775807"));
+    SpmdOptions o;
+    o.num_partitions = 2;
+    auto spmd = PartitionModule(*m, o);
+    QVERIFY(spmd.ok());
+    std::string text = PrintHloModule(*spmd->module);
+    const std::string exact = "constant(9223372036854775807)";
+    const size_t at = text.find(exact, text.find("ENTRY"));
+    QVERIFY2(at != std::string::npos, text.c_str());
+    text.replace(at, exact.size(), "constant(2147483647)");
+    auto broken = Parse(text);
+    int caught_now = 0, caught_before = 0;
+    NumericVerifyOptions before;
+    before.int_full_range_share = 0;
+    for (uint64_t seed = 0; seed < 24; ++seed) {
+      auto now = VerifyPartitioned(*m, *broken, 2, seed);
+      QVERIFY2(now.ok(), now.ok() ? "" : now.error().message.c_str());
+      caught_now += now->match ? 0 : 1;
+      auto old = VerifyPartitioned(*m, *broken, 2, seed, before);
+      QVERIFY(old.ok());
+      caught_before += old->match ? 0 : 1;
+      // The correct program matches for every seed.
+      auto good = VerifyPartitioned(*m, *spmd->module, 2, seed);
+      QVERIFY(good.ok());
+      QVERIFY2(good->match, ("seed " + std::to_string(seed)).c_str());
+    }
+    QCOMPARE(caught_before, 0);
+    QVERIFY2(caught_now >= 2, std::to_string(caught_now).c_str());
   }
 
   // Before: the simulator read replica_groups raw and ran `replica_groups={}` without a channel_id

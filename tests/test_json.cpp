@@ -136,6 +136,20 @@ class TestJson : public QObject {
     QCOMPARE(v.error().message, std::string("1:1: expected a value (object, array, string, number, true, false or null), found byte 0x80"));
   }
 
+  // JSON text is UTF-8: a string with a byte that starts no valid sequence is an error (the writer
+  // could not write it back), valid multi-byte sequences pass through.
+  void invalidUtf8InStrings() {
+    for (const std::string& bad : {std::string("[\"a\x80\"]"), std::string("[\"\xC3\"]"), std::string("[\"\xED\xA0\x80\"]"),
+                                   std::string("[\"\xC0\xAF\"]")}) {
+      auto v = json::Parse(bad);
+      QVERIFY(!v.ok());
+      QVERIFY2(v.error().message.find("invalid UTF-8") != std::string::npos, v.error().message.c_str());
+    }
+    auto v = json::Parse("[\"a\x80\"]");
+    QCOMPARE(v.error().message, std::string("1:4: invalid UTF-8 (byte 0x80) inside a string"));
+    QCOMPARE(MustParse("\"\xF0\x9D\x84\x9E\"").string(), std::string("\xF0\x9D\x84\x9E"));
+  }
+
   void duplicateKeysWhenAllowed() {
     json::ParseOptions o;
     o.allow_duplicate_keys = true;

@@ -94,7 +94,7 @@ class TestPipeline : public QObject {
     auto r = pipeline::RunPipeline(std::move(model->module), o);
     QVERIFY2(r.ok(), r.FailureText().c_str());
     QCOMPARE(stages, (std::vector<pipeline::Stage>{pipeline::Stage::kPropagate, pipeline::Stage::kPartition,
-                                                   pipeline::Stage::kVerify, pipeline::Stage::kEstimate,
+                                                   pipeline::Stage::kPostPartition, pipeline::Stage::kVerify, pipeline::Stage::kEstimate,
                                                    pipeline::Stage::kSimulate}));
 
     // Propagation and partitioning as the engines do them.

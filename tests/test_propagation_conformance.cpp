@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/ir/hlo_text.h"
-#include "app/conformance/propagation_conformance.h"
+#include "app/conformance/conformance.h"
 #include "partitioner/propagation/sharding_propagation.h"
 
 using namespace shardscope;
@@ -22,11 +22,12 @@ class TestPropagationConformance : public QObject {
  private slots:
   void xlaPropagationExpectations() {
     if (!std::filesystem::is_directory(Dir())) QSKIP("../shared/conformance/xla/propagation not present");
-    auto report = conformance::RunPropagationConformance(Dir());
+    auto report = conformance::RunConformance("propagation", Dir());
     QVERIFY2(report.ok(), report.ok() ? "" : report.error().message.c_str());
     qInfo("%s", report->SummaryLine().c_str());
     QCOMPARE(report->cases_parsed, int64_t(report->cases.size()));
-    QVERIFY(report->total_checks >= 350);  // 354 expectations + relations + output-propagation variants
+    QCOMPARE(int64_t(report->checks.size()), report->rate.total);
+    QVERIFY(report->rate.total >= 350);  // 354 expectations + relations + output-propagation variants
     QVERIFY2(report->Rate() >= 90.0, qPrintable(QString::fromStdString(conformance::FormatReport(*report))));
     // The summary line is the runner's last line.
     const std::string text = conformance::FormatReport(*report);
@@ -46,10 +47,16 @@ class TestPropagationConformance : public QObject {
       std::ofstream(dir / "Case.expect") << "a\t{devices=[2]0,1}\nr\tNONE\np\t{devices=[2]1,0}\n";
       std::ofstream(dir / "Case.settings.json") << "{\"is_spmd\": true}\n";
     }
-    auto report = conformance::RunPropagationConformance(dir.string());
+    auto report = conformance::RunConformance("propagation", dir.string());
     QVERIFY(report.ok());
-    QCOMPARE(report->total_checks, int64_t(3));
-    QCOMPARE(report->passed_checks, int64_t(2));
+    QCOMPARE(report->rate.total, int64_t(3));
+    QCOMPARE(report->rate.passed, int64_t(2));
+    QCOMPARE(report->cases.size(), size_t{1});
+    QCOMPARE(report->cases[0].checks, int64_t(3));
+    QVERIFY(!report->cases[0].holds());
+    QCOMPARE(report->by_op_kind["parameter"].total, int64_t(1));
+    QCOMPARE(report->by_op_kind["parameter"].passed, int64_t(0));
+    QCOMPARE(report->by_op_kind["negate"].passed, int64_t(1));
     QVERIFY(conformance::FormatReport(*report).find("FAIL Case  p") != std::string::npos);
     QCOMPARE(QString::fromStdString(report->SummaryLine()), QString("propagation: 2/3 checks hold (66.7%)"));
     auto bad_kind = conformance::RunConformance("nonsense", dir.string());

@@ -38,6 +38,17 @@ constexpr const char* kAxisMime = "application/x-shardscope-mesh-axis";
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }
 
+// "Pipeline: 4 stages along L (GPipe) — S0 layers 0-1 · S1 layers 2-3 ..." for the grid's caption.
+QString StagesNote(const std::optional<shardscope::views::PipelineStageLayout>& stages) {
+  if (!stages) return {};
+  QStringList parts;
+  for (int64_t s = 0; s < stages->stages && s < 8; ++s) parts << QString("S%1 %2").arg(s).arg(Q(stages->LayersText(s)));
+  if (stages->stages > 8) parts << "...";
+  return QString("<br><b>Pipeline:</b> %1 stages along %2 (%3): %4")
+      .arg(stages->stages)
+      .arg(Q(stages->axis_name), stages->circular ? "circular" : "GPipe", parts.join(" \u00B7 "));
+}
+
 QString DimLetter(int64_t d) {
   static const char* kLetters = "IJKLMNOPQRSTUVWABCDEFGH";
   return d < 23 ? QString(QChar(kLetters[d])) : QString("D%1").arg(d);
@@ -249,7 +260,27 @@ void DeviceGridWidget::paintEvent(QPaintEvent*) {
       p.setFont(bold);
       p.drawText(r, Qt::AlignCenter, QFontMetricsF(bold).elidedText(center, Qt::ElideRight, r.width() - 4));
     }
+    if (stages_ && t.device >= 0 && static_cast<size_t>(t.device) < stages_->stage_of_device.size()) {
+      // The stage band: "S1" (and its layers when the tile is wide enough) on the stage's hue.
+      const int64_t stage = stages_->stage_of_device[static_cast<size_t>(t.device)];
+      const double band_h = std::min(14.0, r.height() * 0.3);
+      const QRectF band(r.left() + 1, r.bottom() - band_h - 1, r.width() - 2, band_h);
+      QColor hue = QColor::fromHsvF(std::fmod(0.08 + 0.61803 * static_cast<double>(stage), 1.0), 0.45, 0.92);
+      p.setPen(Qt::NoPen);
+      p.setBrush(hue);
+      p.drawRoundedRect(band, 3, 3);
+      p.setPen(TextColorOn(hue));
+      p.setFont(small);
+      QString label = QString("S%1").arg(stage);
+      if (g.tile >= 56) label += " " + Q(stages_->LayersText(stage)).replace("layers ", "L").replace("layer ", "L");
+      p.drawText(band, Qt::AlignCenter, QFontMetricsF(small).elidedText(label, Qt::ElideRight, band.width() - 2));
+    }
   }
+}
+
+void DeviceGridWidget::setPipelineStages(std::optional<PipelineStageLayout> stages) {
+  stages_ = std::move(stages);
+  update();
 }
 
 bool DeviceGridWidget::event(QEvent* e) {
@@ -270,6 +301,13 @@ bool DeviceGridWidget::event(QEvent* e) {
     if (sharding_) {
       if (t.shard < 0) tip += "<br>holds nothing of this tensor";
       else tip += QString("<br>shard %1 of %2: [%3]<br>%4").arg(t.shard + 1).arg(distinct_).arg(t.ranges).arg(Q(FormatBytes(t.bytes)));
+    }
+    if (stages_ && static_cast<size_t>(t.device) < stages_->stage_of_device.size()) {
+      const int64_t stage = stages_->stage_of_device[static_cast<size_t>(t.device)];
+      tip += QString("<br>pipeline stage %1 of %2 (%3 = %1, %4 schedule): %5")
+                 .arg(stage)
+                 .arg(stages_->stages)
+                 .arg(Q(stages_->axis_name), stages_->circular ? "circular" : "GPipe", Q(stages_->LayersText(stage)));
     }
     QToolTip::showText(he->globalPos(), tip, this);
     return true;
@@ -454,6 +492,11 @@ std::vector<std::vector<int64_t>> MeshView::currentAssignment() const {
 
 void MeshView::rebuildTensor() {
   if (!doc_) return;
+  // Pipelining as sharding: the stage axis of a pipelined module, derived with the document's
+  // shardings (which may be the user's edits).
+  grid_->setPipelineStages(doc_->module() ? DerivePipelineStages(*doc_->module(), doc_->mesh(),
+                                                                 [this](const Instruction& i) { return doc_->sharding(i.id()); })
+                                          : std::nullopt);
   ClearLayout(chips_row_->layout());
   ClearLayout(dims_layout_);
   const Instruction* inst = selectedTensor();
@@ -468,7 +511,8 @@ void MeshView::rebuildTensor() {
     tensor_state_->clear();
     named_->clear();
     grid_->setState(mesh, std::nullopt, {}, 0);
-    grid_info_->setText(QString("%1 devices. Select a tensor to see which shard each device holds.").arg(mesh.num_devices()));
+    grid_info_->setText(QString("%1 devices. Select a tensor to see which shard each device holds.").arg(mesh.num_devices()) +
+                        StagesNote(grid_->pipelineStages()));
     return;
   }
   const Shape& shape = inst->shape();
@@ -565,7 +609,7 @@ void MeshView::refreshGrid() {
   info += QString(".<br><b>%1 per device</b> of %2 in total").arg(Q(FormatBytes(per)), Q(FormatBytes(shape.ByteSize())));
   if (per > 0 && shape.ByteSize() > per) info += QString(" (1/%1)").arg(std::round(static_cast<double>(shape.ByteSize()) / per));
   info += ".";
-  grid_info_->setText(info);
+  grid_info_->setText(info + StagesNote(grid_->pipelineStages()));
 }
 
 bool MeshView::annotateWith(const std::vector<std::vector<int64_t>>& dims) {

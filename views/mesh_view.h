@@ -16,6 +16,7 @@
 #include "core/sharding/mesh.h"
 #include "core/sharding/sharding.h"
 #include "views/mesh_grid.h"
+#include "views/pipeline_stages.h"
 
 class QLabel;
 class QLineEdit;
@@ -54,6 +55,10 @@ class DeviceGridWidget : public QWidget {
                 int64_t element_bytes);
   const std::vector<DeviceTile>& tiles() const { return tiles_; }
   int distinctShards() const { return distinct_; }
+  // The pipeline stage each device holds (and its layers), painted at the foot of each tile;
+  // nullopt: the module is not pipelined (pipeline_stages.h).
+  void setPipelineStages(std::optional<PipelineStageLayout> stages);
+  const std::optional<PipelineStageLayout>& pipelineStages() const { return stages_; }
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
   bool hasHeightForWidth() const override { return true; }
@@ -71,6 +76,7 @@ class DeviceGridWidget : public QWidget {
   std::optional<HloSharding> sharding_;
   std::vector<DeviceTile> tiles_;  // in mesh order (row-major over the axes)
   int distinct_ = 0;
+  std::optional<PipelineStageLayout> stages_;
 };
 
 class MeshView : public QWidget {

@@ -33,6 +33,7 @@
 #include "views/item_models.h"
 #include "views/memory_chart.h"
 #include "views/sharding_style.h"
+#include "views/pipeline_stages.h"
 #include "views/timeline_view.h"
 
 namespace shardscope::views {
@@ -630,6 +631,24 @@ void SimulationView::onRunLoaded(qint64 run_id) {
   if (auto run = runs_->loadedRun(run_id)) display(run);
 }
 
+void SimulationView::showPipelineBubble(const RunResult& run) {
+  // A pipelined module's bubble (pipeline_stages.h): the iterations each stage computes on padding.
+  std::vector<TimelineWidget::RowMarks> marks;
+  if (doc_ && doc_->module()) {
+    const DocumentModel* doc = doc_;
+    auto stages = DerivePipelineStages(*doc->module(), doc->mesh(),
+                                       [doc](const Instruction& i) { return doc->sharding(i.id()); });
+    if (stages)
+      for (const StepBubble& b : ClassBubbles(run, *stages)) {
+        TimelineWidget::RowMarks m;
+        m.caption = QString::fromStdString(b.Caption());
+        for (const BubbleSpan& s : b.spans) m.spans.emplace_back(s.start_s, s.end_s);
+        marks.push_back(std::move(m));
+      }
+  }
+  timeline_->setRowMarks(std::move(marks));
+}
+
 void SimulationView::display(std::shared_ptr<const RunResult> run) {
   shown_id_ = run ? run->id : 0;
   timeline_->setRun(run);
@@ -642,6 +661,7 @@ void SimulationView::display(std::shared_ptr<const RunResult> run) {
     return self->doc_->qualifiedName(self->doc_->instruction(self->instructionForEvent(id, name)));
   });
   highlightSelection();
+  showPipelineBubble(*run);
   // Memory of the device class holding the peak.
   if (const DeviceClass* peak = PeakClass(*run)) {
     std::vector<MemoryChart::Series> series;

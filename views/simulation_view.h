@@ -115,6 +115,7 @@ class SimulationView : public QWidget {
   void selectRuns(const std::vector<int64_t>& ids);
   std::vector<int64_t> selectedRunIds() const;
   void display(std::shared_ptr<const RunResult> run);
+  void showPipelineBubble(const RunResult& run);
   void displayComparison();
   void showHistoryMenu(const QPoint& pos);
   void highlightSelection();

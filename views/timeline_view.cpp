@@ -96,9 +96,15 @@ QSize TimelineWidget::sizeHint() const {
   return QSize(700, kAxis + 4 + std::max<int>(1, static_cast<int>(rows_.size())) * (2 * kLane + kRowGap) + 22);
 }
 
+void TimelineWidget::setRowMarks(std::vector<RowMarks> marks) {
+  marks_ = std::move(marks);
+  update();
+}
+
 void TimelineWidget::setRun(std::shared_ptr<const RunResult> run) {
   run_ = std::move(run);
   rows_.clear();
+  marks_.clear();
   selected_ = hovered_ = nullptr;
   origin_cache_.clear();
   sel_t0_ = sel_t1_ = 0;
@@ -216,8 +222,15 @@ void TimelineWidget::paintInto(QPainter& p, const QRect& area) {
     if (y > area.bottom()) break;
     const Row& row = rows_[r];
     p.setPen(pal.color(QPalette::Text));
-    p.drawText(QRect(4, y, kGutter - 56, 2 * kLane), Qt::AlignLeft | Qt::AlignVCenter,
+    const bool captioned = r < marks_.size() && !marks_[r].caption.isEmpty();
+    p.drawText(QRect(4, y, kGutter - 56, captioned ? kLane : 2 * kLane), Qt::AlignLeft | Qt::AlignVCenter,
                QFontMetrics(small).elidedText(row.label, Qt::ElideRight, kGutter - 60));
+    if (captioned) {
+      p.setPen(QColor(190, 50, 38));
+      p.drawText(QRect(4, y + kLane, kGutter - 56, kLane), Qt::AlignLeft | Qt::AlignVCenter,
+                 QFontMetrics(small).elidedText(marks_[r].caption, Qt::ElideRight, kGutter - 60));
+      p.setPen(pal.color(QPalette::Text));
+    }
     for (int s = 0; s < kNumStreams; ++s) {
       const int ly = y + s * kLane;
       QColor lane_bg = pal.color(QPalette::AlternateBase);
@@ -226,6 +239,17 @@ void TimelineWidget::paintInto(QPainter& p, const QRect& area) {
       tag.setAlpha(150);
       p.setPen(tag);
       p.drawText(QRect(kGutter - 54, ly, 51, kLane), Qt::AlignRight | Qt::AlignVCenter, s == 0 ? "compute" : "comm");
+      if (s == 0 && r < marks_.size()) {
+        // Marked spans (the bubble) behind the compute events.
+        QColor mark(214, 64, 48, 70);
+        for (const auto& [m0, m1] : marks_[r].spans) {
+          if (m1 < t0_ || m0 > t1_) continue;
+          const double x0 = std::max(0.0, toX(m0, w)), x1 = std::min(w, toX(m1, w));
+          const QRectF band(plot.left() + x0, ly + 1, std::max(1.0, x1 - x0), kLane - 2);
+          p.fillRect(band, mark);
+          p.fillRect(band, QBrush(QColor(214, 64, 48, 140), Qt::BDiagPattern));
+        }
+      }
       const Lane& lane = row.lanes[s];
       if (lane.events.empty()) continue;
       // First event that may reach into the window: prefix max of ends >= t0.

@@ -66,6 +66,15 @@ class TimelineWidget : public QWidget {
 
   // The event a click selected (outlined), or nullptr.
   const TimelineEvent* selectedEvent() const { return selected_; }
+  // Spans marked behind a row's compute lane (the pipeline bubble, pipeline_stages.h), hatched,
+  // with a caption under the row's label ("bubble 14.8%"); per row (device class, in row order).
+  // Cleared by setRun.
+  struct RowMarks {
+    QString caption;
+    std::vector<std::pair<double, double>> spans;  // [start_s, end_s)
+  };
+  void setRowMarks(std::vector<RowMarks> marks);
+  const std::vector<RowMarks>& rowMarks() const { return marks_; }
   // Outlines every event whose instruction maps (through the resolver) to `origin`; "" for none.
   void setHighlightedOrigin(const QString& origin);
   // Maps an event's (SPMD) instruction name to the original instruction's name for tooltips and
@@ -132,6 +141,7 @@ class TimelineWidget : public QWidget {
 
   std::shared_ptr<const RunResult> run_;
   std::vector<Row> rows_;
+  std::vector<RowMarks> marks_;
   QString title_;
   double t0_ = 0, t1_ = 1, total_ = 1, min_span_ = 0;
   double sel_t0_ = 0, sel_t1_ = 0;

@@ -88,12 +88,20 @@ int RunPartition(const std::vector<std::string>& argv) {
     return 0;
   }
   const std::string text = PrintHloModule(*p.partition->module);
+  std::ostream& report = has_out ? std::cout : std::cerr;
   if (has_out) {
     if (!WriteFile(out_path, text)) return 2;
-    PrintCollectives(std::cout, *p.partition);
   } else {
     std::cout << text;
-    if (summary) PrintCollectives(std::cerr, *p.partition);
+  }
+  if (has_out || summary) {
+    PrintCollectives(report, *p.partition);
+    if (p.code_motion && (!p.code_motion->sunk.empty() || !p.code_motion->kept.empty())) {
+      report << kWhileLoopAllReduceCodeMotionName << ": " << p.code_motion->Summary() << "\n";
+      if (summary)
+        for (const auto& k : p.code_motion->kept)
+          report << "  kept in " << k.while_loop << ": " << k.all_reduce << " (" << k.reason << ")\n";
+    }
   }
   return 0;
 }

@@ -88,6 +88,7 @@ int Run(const std::vector<std::string>& in) {
   const bool force_no_partition = TakeFlag(args, "no-partition");
   const bool trace_all = TakeFlag(args, "trace-all-devices");
   const bool keep_io = TakeFlag(args, "keep-io-shardings");
+  const bool no_code_motion = TakeFlag(args, "no-while-loop-all-reduce-code-motion");
 
   for (const auto& a : args) {
     if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
@@ -143,6 +144,7 @@ int Run(const std::vector<std::string>& in) {
                      : force_no_partition ? pipeline::Partitioning::kNever
                                           : pipeline::Partitioning::kWhenNeeded;
   if (force_no_partition) run.propagation.reset();
+  run.while_loop_all_reduce_code_motion = !no_code_motion;
   run.topology = topology;
   run.simulation = options;
   auto r = pipeline::RunPipeline(std::move(parsed).value(), run);
@@ -214,7 +216,7 @@ const bool kRegistered = Register(
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--cores-per-chip 2] "
      "[--schedule program-order|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
      "[--no-in-place] [--no-donation] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
-     "[--keep-io-shardings] [--trace-all-devices] [--label TEXT]",
+     "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <sstream>
 
+#include "app/conformance/case_kinds.h"
 #include "core/eval/numeric_verify.h"
 #include "core/ir/hlo_text.h"
 #include "core/ir/spmd_program.h"
@@ -175,63 +176,70 @@ DumpCaseResult RunDumpCase(const std::string& name, const std::string& text, con
   return r;
 }
 
-Result<DumpConformanceSummary> RunDumpConformance(const std::string& dir, std::ostream& out,
-                                                  const DumpConformanceOptions& options) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return Error(dir + ": not a directory");
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const auto ext = e.path().extension().string();
-    if (e.is_regular_file() && (ext == ".hlo" || ext == ".txt")) files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
-  DumpConformanceSummary s;
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    DumpCaseResult r = RunDumpCase(f.filename().string(), buf.str(), options);
-    ++s.total;
-    s.parsed += r.parsed;
-    s.round_trip += r.round_trip;
-    s.spmd_programs += !r.spmd_evidence.empty();
-    s.propagate_run += r.propagate >= 0;
-    s.propagate_ok += r.propagate == 1;
-    s.partition_run += r.partition >= 0;
-    s.partition_ok += r.partition == 1;
-    s.verify_run += r.verify >= 0;
-    s.verify_ok += r.verify == 1;
-    s.simulate_run += r.simulate >= 0;
-    s.simulate_ok += r.simulate == 1;
-    s.passed += r.passed();
-    for (const auto& why : r.failures) ++s.failures_by_reason[why];
-    if (options.verbose || !r.passed()) {
-      out << (r.passed() ? "ok   " : "FAIL ") << r.file << ": " << r.instructions << " instructions";
-      if (r.fusions) out << ", " << r.fusions << " fusions";
-      out << (r.spmd_evidence.empty() ? ", global program" : ", SPMD program (" + r.spmd_evidence + ")");
-      if (r.simulate == 1)
-        out << ", simulated on " << r.devices << " devices (" << r.simulated_compute_ops << " kernels, "
-            << r.simulated_collectives << " collectives)";
-      out << "\n";
-      for (const auto& w : r.warnings) out << "     " << w << "\n";
-      for (const auto& why : r.failures) out << "     " << why << "\n";
+namespace conformance {
+
+namespace {
+
+// One dump as a conformance case: each stage that ran is a check (its failure, "stage: reason",
+// is what the check got); the warnings and a description of the program are notes.
+void RunDumpFile(const CaseFiles& files, const ConformanceOptions& options, CaseResult* c, std::vector<CheckResult>* checks) {
+  const std::string name = std::filesystem::path(files.file).filename().string();
+  c->name = name;
+  std::ifstream in(files.file, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  DumpConformanceOptions o;
+  o.chip = options.chip;
+  o.verify_max_elements = options.verify_max_elements;
+  const DumpCaseResult r = RunDumpCase(name, text.str(), o);
+  c->parsed = r.parsed;
+  c->op_kind = r.spmd_evidence.empty() ? "global program" : "SPMD program";
+  c->partitioned = r.partition == 1 && r.spmd_evidence.empty();
+  if (r.verify >= 0) c->verified = r.verify;
+  std::vector<std::string> unexplained = r.failures;
+  auto stage = [&](const char* what, std::initializer_list<const char*> prefixes, bool ran, bool held) {
+    if (!ran) return;
+    CheckResult check;
+    check.case_name = name;
+    check.subject = what;
+    check.op_kind = what;
+    check.expected = "holds";
+    check.passed = held;
+    check.got = held ? "holds" : "fails";
+    for (auto it = unexplained.begin(); it != unexplained.end(); ++it) {
+      if (std::any_of(prefixes.begin(), prefixes.end(), [&](const char* p) { return it->rfind(std::string(p) + ": ", 0) == 0; })) {
+        check.got = *it;
+        unexplained.erase(it);
+        break;
+      }
     }
-    s.cases.push_back(std::move(r));
+    checks->push_back(std::move(check));
+  };
+  stage("parse", {"parse", "verify module"}, true, r.parsed);
+  stage("round trip", {"round trip"}, r.parsed, r.round_trip);
+  stage("propagate", {"propagate"}, r.propagate >= 0, r.propagate == 1);
+  stage("partition", {"partition"}, r.partition >= 0 && r.spmd_evidence.empty(), r.partition == 1);
+  stage("verify", {"verify"}, r.verify >= 0, r.verify == 1);
+  stage("simulate", {"simulate"}, r.simulate >= 0, r.simulate == 1);
+  c->errors = unexplained;
+  for (const auto& w : r.warnings) c->notes.push_back("warning: " + w);
+  if (!r.parsed) return;
+  std::string about = std::to_string(r.instructions) + " instructions";
+  if (r.fusions) about += ", " + std::to_string(r.fusions) + " fusions";
+  about += r.spmd_evidence.empty() ? ", global program" : ", SPMD program (" + r.spmd_evidence + "; left unchanged)";
+  if (r.simulate == 1) {
+    about += ", simulated on " + std::to_string(r.devices) + " devices (" + std::to_string(r.simulated_compute_ops) +
+             " kernels, " + std::to_string(r.simulated_collectives) + " collectives)";
   }
-  auto line = [&](const char* what, int64_t ok, int64_t run) { out << "  " << what << ok << "/" << run << "\n"; };
-  out << "dump files:        " << s.total << "\n";
-  line("parse (verified):  ", s.parsed, s.total);
-  line("round trip:        ", s.round_trip, s.parsed);
-  out << "  SPMD programs:     " << s.spmd_programs << " recognised (partition leaves them unchanged)\n";
-  line("propagate:         ", s.propagate_ok, s.propagate_run);
-  line("partition:         ", s.partition_ok - s.spmd_programs, s.partition_run - s.spmd_programs);
-  line("verify:            ", s.verify_ok, s.verify_run);
-  line("simulate:          ", s.simulate_ok, s.simulate_run);
-  out << "failures by reason:" << (s.failures_by_reason.empty() ? " none" : "") << "\n";
-  for (const auto& [why, n] : s.failures_by_reason) out << "  " << n << "x " << why << "\n";
-  out << "dumps: " << s.passed << "/" << s.total << " pass\n";
-  return s;
+  c->notes.push_back(about);
 }
+
+}  // namespace
+
+CaseKind DumpCases() {
+  return CaseKind{"dumps", {".hlo", ".txt"}, RateUnit::kCases, "dumps pass", /*partitions=*/true, &RunDumpFile};
+}
+
+}  // namespace conformance
 
 }  // namespace shardscope

@@ -8,12 +8,11 @@
 //               left unchanged
 //   verify      partitioned here and small enough: original vs partitioned on virtual devices
 //   simulate    the SPMD program (partitioned here, or the dump itself) on a modelled slice
-// Failures are listed by stage and reason. docs/real-dumps.md describes the corpus.
+// It is the "dumps" kind of conformance case (conformance.h): every stage that runs is a check, and
+// the rate counts the dumps that pass every stage. docs/real-dumps.md describes the corpus.
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -24,7 +23,6 @@ namespace shardscope {
 struct DumpConformanceOptions {
   std::string chip = "tpu-v5e";        // simulator chip preset
   int64_t verify_max_elements = 1 << 16;  // largest array for numerical verification (0: never)
-  bool verbose = false;                 // one line per dump even when it passes
 };
 
 struct DumpCaseResult {
@@ -42,20 +40,6 @@ struct DumpCaseResult {
   std::vector<std::string> failures;  // "stage: reason"
   bool passed() const { return failures.empty(); }
 };
-
-struct DumpConformanceSummary {
-  int64_t total = 0, parsed = 0, round_trip = 0, spmd_programs = 0;
-  int64_t propagate_run = 0, propagate_ok = 0, partition_run = 0, partition_ok = 0;
-  int64_t verify_run = 0, verify_ok = 0, simulate_run = 0, simulate_ok = 0, passed = 0;
-  std::map<std::string, int64_t> failures_by_reason;  // "stage: reason" -> dumps
-  std::vector<DumpCaseResult> cases;
-};
-
-// Runs every *.hlo / *.txt file of `dir` (sorted by name). Prints one line per failing dump (every
-// dump with options.verbose), the counts, the failures by reason, and last exactly
-// "dumps: P/T pass".
-Result<DumpConformanceSummary> RunDumpConformance(const std::string& dir, std::ostream& out,
-                                                  const DumpConformanceOptions& options = {});
 
 // One dump, from its text (exposed for tests).
 DumpCaseResult RunDumpCase(const std::string& name, const std::string& text, const DumpConformanceOptions& options);

@@ -1,36 +1,22 @@
+// The spmd kind of conformance case. See spmd_conformance.h.
 #include "app/conformance/spmd_conformance.h"
 
 #include <algorithm>
 #include <functional>
-#include <limits>
-#include <filesystem>
-#include <fstream>
-#include <iomanip>
+#include <optional>
 #include <regex>
 #include <sstream>
 
-#include "core/ir/hlo_text.h"
+#include "app/conformance/case_kinds.h"
 #include "core/eval/numeric_verify.h"
+#include "app/pipeline/partition.h"
+#include "app/pipeline/propagate.h"
+#include "core/ir/hlo_text.h"
 #include "partitioner/spmd/spmd_partitioner.h"
 
-namespace shardscope {
+namespace shardscope::conformance {
 
 namespace {
-
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\r')) s.pop_back();
-  size_t b = s.find_first_not_of(' ');
-  return b == std::string::npos ? "" : s.substr(b);
-}
-
-bool ReadText(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
-}
 
 std::optional<Opcode> KindFromText(const std::string& s) { return OpcodeFromName(s); }
 
@@ -131,9 +117,8 @@ std::vector<SpmdExpectations> ParseSpmdNotes(const std::string& text) {
   return runs;
 }
 
-std::vector<std::string> CheckSpmdExpectations(const Module& spmd, const SpmdExpectations& e, int64_t* checks) {
-  std::vector<std::string> fails;
-  *checks = 0;
+std::vector<CheckResult> CheckSpmdExpectations(const Module& spmd, const SpmdExpectations& e) {
+  std::vector<CheckResult> checks;
   const Census c = Collect(spmd);
   static const std::regex with_shape(R"(is ([a-z-]+) with per-partition result shape ([a-z0-9]+\[[0-9,]*\]))",
                                      std::regex::icase);
@@ -141,53 +126,61 @@ std::vector<std::string> CheckSpmdExpectations(const Module& spmd, const SpmdExp
   static const std::regex exactly(R"(^exactly ([0-9]+) ([a-z-]+) instruction\(s\) in (entry|ENTRY))");
   static const std::regex none_of(R"(^NO ([a-z-]+) anywhere in the module)");
   static const std::regex at_least(R"(^at least one ([a-z-]+) in the module)");
+  auto check = [&](std::string subject, std::string op_kind, std::string expected, std::string got, bool passed) {
+    CheckResult r;
+    r.subject = std::move(subject);
+    r.op_kind = std::move(op_kind);
+    r.expected = std::move(expected);
+    r.got = std::move(got);
+    r.passed = passed;
+    checks.push_back(std::move(r));
+  };
+  auto count = [&](const std::vector<const Instruction*>& among, Opcode kind) {
+    return static_cast<int64_t>(
+        std::count_if(among.begin(), among.end(), [&](const Instruction* i) { return MatchesKind(i, kind); }));
+  };
   for (const std::string& l : e.lines) {
     std::smatch m;
     if (std::regex_search(l, m, with_shape)) {
       auto kind = KindFromText(m[1].str());
       auto shape = ParseShape(m[2].str());
       if (!kind || !shape.ok()) continue;
-      ++*checks;
-      bool found = std::any_of(c.all.begin(), c.all.end(), [&](const Instruction* i) {
+      const bool found = std::any_of(c.all.begin(), c.all.end(), [&](const Instruction* i) {
         return MatchesKind(i, *kind) && MatchesShape(i, *kind, *shape);
       });
-      if (!found) fails.push_back("expected " + m[1].str() + " with per-partition shape " + m[2].str());
+      const std::string want = "per-partition shape " + m[2].str();
+      check(m[1].str(), m[1].str(), want, found ? want : "none with that shape", found);
     } else if (std::regex_search(l, m, no_shape)) {
       auto kind = KindFromText(m[1].str());
       if (!kind) continue;
-      ++*checks;
-      bool found = std::any_of(c.all.begin(), c.all.end(), [&](const Instruction* i) { return MatchesKind(i, *kind); });
-      if (!found) fails.push_back("expected a " + m[1].str());
+      const int64_t n = count(c.all, *kind);
+      check(m[1].str(), m[1].str(), "at least one", std::to_string(n), n > 0);
     } else if (std::regex_search(l, m, exactly)) {
       auto kind = KindFromText(m[2].str());
       if (!kind) continue;
-      ++*checks;
       const int64_t want = std::stoll(m[1].str());
-      int64_t n = std::count_if(c.entry.begin(), c.entry.end(), [&](const Instruction* i) { return MatchesKind(i, *kind); });
-      if (n != want) fails.push_back("expected exactly " + m[1].str() + " " + m[2].str() + " in entry, found " + std::to_string(n));
+      const int64_t n = count(c.entry, *kind);
+      check(m[2].str() + " in entry", m[2].str(), "exactly " + m[1].str(), std::to_string(n), n == want);
     } else if (std::regex_search(l, m, none_of)) {
       auto kind = KindFromText(m[1].str());
       if (!kind) continue;
-      ++*checks;
-      int64_t n = std::count_if(c.all.begin(), c.all.end(), [&](const Instruction* i) { return MatchesKind(i, *kind); });
-      if (n) fails.push_back("expected no " + m[1].str() + ", found " + std::to_string(n));
+      const int64_t n = count(c.all, *kind);
+      check(m[1].str() + " anywhere", m[1].str(), "none", std::to_string(n), n == 0);
     } else if (std::regex_search(l, m, at_least)) {
       auto kind = KindFromText(m[1].str());
       if (!kind) continue;
-      ++*checks;
-      bool found = std::any_of(c.all.begin(), c.all.end(), [&](const Instruction* i) { return MatchesKind(i, *kind); });
-      if (!found) fails.push_back("expected at least one " + m[1].str());
+      const int64_t n = count(c.all, *kind);
+      check(m[1].str() + " anywhere", m[1].str(), "at least one", std::to_string(n), n > 0);
     } else if (l.rfind("module contains NO collectives", 0) == 0) {
-      ++*checks;
-      int64_t n = std::count_if(c.all.begin(), c.all.end(), [](const Instruction* i) { return IsCollectiveKind(i->opcode()); });
-      if (n) fails.push_back("expected no collectives, found " + std::to_string(n));
+      const int64_t n = std::count_if(c.all.begin(), c.all.end(), [](const Instruction* i) { return IsCollectiveKind(i->opcode()); });
+      check("collectives", "collective", "none", std::to_string(n), n == 0);
     } else if (l.rfind("ENTRY root matches: ", 0) == 0) {
       // The root's per-partition shape: the trailing " : shape" at nesting depth 0.
       const std::string expr = l.substr(20);
       int depth = 0;
       size_t last = std::string::npos;
       for (size_t i = 0; i < expr.size(); ++i) {
-        char ch = expr[i];
+        const char ch = expr[i];
         if (ch == '(' || ch == '[' || ch == '{') ++depth;
         else if (ch == ')' || ch == ']' || ch == '}') --depth;
         else if (depth == 0 && expr.compare(i, 3, " : ") == 0) last = i;
@@ -195,13 +188,12 @@ std::vector<std::string> CheckSpmdExpectations(const Module& spmd, const SpmdExp
       if (last == std::string::npos || !spmd.entry() || !spmd.entry()->root()) continue;
       auto shape = ParseShape(Trim(expr.substr(last + 3)));
       if (!shape.ok() || !shape->IsArray()) continue;
-      ++*checks;
-      if (!spmd.entry()->root()->shape().Compatible(*shape))
-        fails.push_back("expected root shape " + shape->ToString(false) + ", found " +
-                        spmd.entry()->root()->shape().ToString(false));
+      const Instruction* root = spmd.entry()->root();
+      check("ENTRY root", root->opcode_text(), "shape " + shape->ToString(false), "shape " + root->shape().ToString(false),
+            root->shape().Compatible(*shape));
     }
   }
-  return fails;
+  return checks;
 }
 
 namespace {
@@ -220,162 +212,99 @@ std::string CategoryOf(const Module& m) {
   return "elementwise/other";
 }
 
-}  // namespace
-
-Result<SpmdConformanceSummary> RunSpmdConformance(const std::string& dir, std::ostream& out,
-                                                  const SpmdConformanceOptions& options) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return Error(dir + ": not a directory");
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.path().extension() == ".notes") names.push_back(e.path().stem().string());
-  std::sort(names.begin(), names.end());
-  if (names.empty()) return Error(dir + ": no .notes files (expected NAME.hlo + NAME.notes cases)");
-  SpmdConformanceSummary sum;
-  std::map<std::string, std::pair<int64_t, int64_t>> by_kind;  // kind -> (supported cases, matched)
-  for (const std::string& name : names) {
-    SpmdCaseResult r;
-    r.name = name;
-    ++sum.total;
-    std::string hlo, notes;
-    if (!ReadText(dir + "/" + name + ".hlo", &hlo) || !ReadText(dir + "/" + name + ".notes", &notes)) {
-      r.failures.push_back("cannot read case files");
-      sum.cases.push_back(r);
-      continue;
-    }
-    auto runs = ParseSpmdNotes(notes);
-    const auto run_options = ParseRunOptions(notes);
-    ParseOptions po;
-    po.verify = false;
-    auto parsed = ParseHloModule(hlo, dir + "/" + name + ".hlo", po);
-    if (!parsed.ok()) {
-      r.failures.push_back("parse: " + parsed.error().message);
-      r.supported = false;
-      sum.cases.push_back(r);
-      continue;
-    }
-    r.parsed = true;
-    ++sum.parsed;
-    const Module& mod = **parsed;
-    r.category = CategoryOf(mod);
-    for (const auto& c : mod.computations())
-      for (const auto& i : c->instructions())
-        if (!HasSpmdHandler(i->opcode())) {
-          std::string op = i->opcode_text();
-          if (std::find(r.unsupported.begin(), r.unsupported.end(), op) == r.unsupported.end()) r.unsupported.push_back(op);
-        }
-    // Ops used only inside scalar reducers/comparators don't need handlers.
-    r.unsupported.erase(std::remove_if(r.unsupported.begin(), r.unsupported.end(),
-                                       [&](const std::string& op) {
-                                         for (const auto& i : mod.entry()->instructions())
-                                           if (i->opcode_text() == op) return false;
-                                         return true;
-                                       }),
-                        r.unsupported.end());
-    r.supported = r.unsupported.empty();
-    for (const auto& op : r.unsupported) ++sum.unsupported_ops[op];
-    bool all_ok = !runs.empty();
-    bool all_partitioned = true;
-    for (size_t ri = 0; ri < runs.size(); ++ri) {
-      const SpmdExpectations& run = runs[ri];
-      auto m = mod.Clone();
-      if (run.run_propagation && options.propagate) {
-        Status ps = options.propagate(*m);
-        if (!ps.ok()) {
-          r.failures.push_back("propagation: " + ps.error().message);
-          all_ok = false;
-          continue;
-        }
-      }
-      SpmdOptions so;
-      so.num_partitions = run.num_partitions;
-      if (ri < run_options.size()) {
-        Status os = ApplyRunOptions(run_options[ri], &so);
-        if (!os.ok()) {
-          r.failures.push_back("options: " + os.error().message);
-          all_ok = all_partitioned = false;
-          continue;
-        }
-      }
-      auto part = PartitionModule(*m, so);
-      if (!part.ok()) {
-        r.failures.push_back("partition: " + part.error().message);
-        all_ok = all_partitioned = false;
-        continue;
-      }
-      int64_t checks = 0;
-      auto fails = CheckSpmdExpectations(*part->module, run, &checks);
-      // Numerical verification: the partitioned program must compute the same thing.
-      int64_t largest = 0;
-      bool unreduced = false;  // partial sums: the one-device reference has no meaning for them
-      std::function<void(const HloSharding&)> scan = [&](const HloSharding& s) {
-        if (s.kind() == HloSharding::Kind::kUnreduced) unreduced = true;
-        for (auto t : s.subgroup_types()) unreduced |= t == HloSharding::SubgroupType::kUnreduced;
-        for (const auto& e : s.tuple_elements()) scan(e);
-      };
-      for (const auto& c : m->computations())
-        for (const auto& i : c->instructions()) {
-          largest = std::max(largest, i->shape().ElementCount());
-          if (i->has_sharding()) scan(*i->sharding());
-        }
-      (void)unreduced;  // the evaluator models unreduced inputs (device 0 holds the value)
-      if (options.verify_max_elements > 0 && largest <= options.verify_max_elements && r.supported) {
-        auto v = VerifyPartitioned(*m, *part->module, run.num_partitions, 7);
-        if (!v.ok()) {
-          r.failures.push_back("not verified numerically: " + v.error().message);
-        } else {
-          ++checks;
-          r.verified = v->match && r.verified != 0 ? 1 : 0;
-          if (!v->match) fails.push_back("numerical mismatch: max_abs_error " + std::to_string(v->max_abs_error));
-        }
-      }
-      r.checks += checks;
-      r.checks_held += checks - static_cast<int64_t>(fails.size());
-      for (auto& f : fails) r.failures.push_back(f);
-      if (!fails.empty()) all_ok = false;
-    }
-    r.partitioned = all_partitioned;
-    if (all_partitioned) ++sum.partitioned;
-    r.match = all_ok;
-    if (r.verified >= 0) {
-      ++sum.verified;
-      if (r.verified == 0) ++sum.verify_mismatches;
-    }
-    if (r.match) ++sum.matched;
-    if (r.supported) {
-      ++sum.supported;
-      ++by_kind[r.category].first;
-      if (r.match) {
-        ++sum.matched_supported;
-        if (r.checks == 0) ++sum.matched_supported_without_checks;
-        ++by_kind[r.category].second;
-      }
-    }
-    if (!r.match || options.verbose) {
-      for (const auto& f : r.failures) out << name << ": " << f << "\n";
-      if (r.match) out << name << ": ok\n";
-    }
-    sum.cases.push_back(std::move(r));
+// The largest array of `m` (elements), for deciding whether to verify numerically.
+int64_t LargestArray(const Module& m) {
+  int64_t largest = 0;
+  for (const auto& c : m.computations()) {
+    for (const auto& i : c->instructions()) largest = std::max(largest, i->shape().ElementCount());
   }
-  out << "\nby op kind (cases whose ops are all supported):\n";
-  out << "  " << std::left << std::setw(24) << "kind" << std::right << std::setw(8) << "cases" << std::setw(9)
-      << "match\n";
-  for (const auto& [kind, v] : by_kind)
-    out << "  " << std::left << std::setw(24) << kind << std::right << std::setw(8) << v.first << std::setw(8)
-        << v.second << "\n";
-  out << "\nunsupported ops (cases using them, excluded from the rate):";
-  if (sum.unsupported_ops.empty()) out << " none";
-  out << "\n";
-  for (const auto& [op, n] : sum.unsupported_ops) out << "  " << op << ": " << n << "\n";
-  out << "\nnumerically verified " << sum.verified << " cases (" << sum.verify_mismatches << " mismatches); "
-      << sum.matched_supported_without_checks << " matching cases had no checkable expectation at all\n";
-  out << "parsed " << sum.parsed << "/" << sum.total << ", partitioned " << sum.partitioned << "/" << sum.total
-      << ", matched " << sum.matched << "/" << sum.total << " overall\n";
-  const double pct = sum.supported ? 100.0 * static_cast<double>(sum.matched_supported) / static_cast<double>(sum.supported) : 0.0;
-  out << "spmd: " << sum.matched_supported << "/" << sum.supported << " cases match (" << std::fixed
-      << std::setprecision(1) << pct << "%)\n";
-  return sum;
+  return largest;
 }
 
-}  // namespace shardscope
+void RunCase(const CaseFiles& files, const ConformanceOptions& options, CaseResult* r, std::vector<CheckResult>* checks) {
+  const std::string& name = files.name;
+  std::string hlo, notes;
+  if (!files.Read(".hlo", &hlo) || !files.Read(".notes", &notes)) {
+    r->errors.push_back("cannot read " + files.Path(".hlo") + " and " + files.Path(".notes"));
+    return;
+  }
+  const auto runs = ParseSpmdNotes(notes);
+  const auto run_options = ParseRunOptions(notes);
+  ParseOptions po;
+  po.verify = false;
+  auto parsed = ParseHloModule(hlo, files.Path(".hlo"), po);
+  if (!parsed.ok()) {
+    r->errors.push_back("parse: " + parsed.error().message);
+    r->counted = false;
+    return;
+  }
+  r->parsed = true;
+  const Module& mod = **parsed;
+  r->op_kind = CategoryOf(mod);
+  // Ops without a dedicated handler; those used only inside scalar reducers/comparators need none.
+  for (const auto& i : mod.entry()->instructions()) {
+    if (HasSpmdHandler(i->opcode())) continue;
+    const std::string& op = i->opcode_text();
+    if (std::find(r->unsupported.begin(), r->unsupported.end(), op) == r->unsupported.end()) r->unsupported.push_back(op);
+  }
+  if (runs.empty()) r->errors.push_back("no run block in " + name + ".notes");
+  bool all_partitioned = true;
+  for (size_t ri = 0; ri < runs.size(); ++ri) {
+    const SpmdExpectations& run = runs[ri];
+    auto m = mod.Clone();
+    if (run.run_propagation) {
+      auto propagated = pipeline::Propagate(*m, pipeline::StandardPropagationOptions(pipeline::EntryIo::kKeep));
+      if (!propagated.ok()) {
+        r->errors.push_back("propagation: " + propagated.error().message);
+        continue;
+      }
+    }
+    SpmdOptions so;
+    so.num_partitions = run.num_partitions;
+    if (ri < run_options.size()) {
+      Status os = ApplyRunOptions(run_options[ri], &so);
+      if (!os.ok()) {
+        r->errors.push_back("options: " + os.error().message);
+        all_partitioned = false;
+        continue;
+      }
+    }
+    auto part = pipeline::Partition(*m, so);
+    if (!part.ok()) {
+      r->errors.push_back("partition: " + part.error().message);
+      all_partitioned = false;
+      continue;
+    }
+    for (CheckResult& c : CheckSpmdExpectations(*part->module, run)) {
+      c.case_name = name;
+      checks->push_back(std::move(c));
+    }
+    // Numerical verification: the partitioned program must compute the same thing. (Unreduced
+    // inputs are modelled by the evaluator: device 0 holds the value.)
+    if (options.verify_max_elements <= 0 || LargestArray(*m) > options.verify_max_elements || !r->unsupported.empty()) {
+      continue;
+    }
+    auto v = VerifyPartitioned(*m, *part->module, run.num_partitions, 7);
+    if (!v.ok()) {
+      r->notes.push_back("not verified numerically: " + v.error().message);
+      continue;
+    }
+    r->verified = v->match && r->verified != 0 ? 1 : 0;
+    CheckResult c;
+    c.case_name = name;
+    c.subject = "numerical verification";
+    c.op_kind = "verify";
+    c.expected = "equal to the unpartitioned module";
+    c.got = "max_abs_error " + std::to_string(v->max_abs_error);
+    c.passed = v->match;
+    checks->push_back(std::move(c));
+  }
+  r->partitioned = all_partitioned;
+  r->counted = r->unsupported.empty();
+}
+
+}  // namespace
+
+CaseKind SpmdCases() { return CaseKind{"spmd", {".notes"}, RateUnit::kCases, "cases match", /*partitions=*/true, &RunCase}; }
+
+}  // namespace shardscope::conformance

@@ -79,10 +79,11 @@ Status Session::loadHloFile(const QString& path) {
   return st;
 }
 
-void Session::adopt(ParsedProject p, const QString& path) {
-  doc_->setModule(std::move(p.module), p.mesh, p.source_kind, p.source);
-  if (!p.selected.isEmpty()) {
-    if (const Instruction* sel = doc_->findInstruction(p.selected)) doc_->select(sel->id());
+void Session::adopt(Project p, const QString& path) {
+  const ProjectContents& c = p.contents;
+  doc_->setModule(std::move(p.module), c.mesh, Q(c.source_kind), Q(c.source));
+  if (!c.selected.empty()) {
+    if (const Instruction* sel = doc_->findInstruction(Q(c.selected))) doc_->select(sel->id());
   }
   if (!path.isEmpty()) {
     doc_->setFilePath(path);
@@ -109,7 +110,7 @@ namespace {
 // A file read and parsed on the files' lane. Copyable holders: the job's result is moved once.
 struct Loaded {
   std::shared_ptr<pipeline::LoadedModel> model;  // an HLO file
-  std::shared_ptr<ParsedProject> project;        // a project file
+  std::shared_ptr<Project> project;              // a project file
   QString error;
 };
 
@@ -133,7 +134,7 @@ void Session::requestLoadFile(const QString& path) {
         if (project) {
           auto parsed = ParseProject(bytes, path);
           if (!parsed.ok()) r.error = Q(parsed.error().message);
-          else r.project = std::make_shared<ParsedProject>(std::move(parsed).value());
+          else r.project = std::make_shared<Project>(std::move(parsed).value());
           return r;
         }
         auto parsed = pipeline::ParseModel(QString::fromUtf8(bytes).toStdString(), path.toStdString());

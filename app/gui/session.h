@@ -22,11 +22,14 @@ class JobTracker;
 class RunHistory;
 }  // namespace shardscope::views
 
+namespace shardscope {
+struct Project;  // core/project/project_file.h
+}
+
 namespace shardscope::gui {
 
 class AnalysisJobs;
 class RunStoreJobs;
-struct ParsedProject;
 
 class Session : public QObject {
   Q_OBJECT
@@ -69,7 +72,7 @@ class Session : public QObject {
   void idleChanged(bool idle);
 
  private:
-  void adopt(ParsedProject project, const QString& path);
+  void adopt(Project project, const QString& path);
 
   views::JobTracker* jobs_;
   views::DocumentModel* doc_;

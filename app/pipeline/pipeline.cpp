@@ -11,6 +11,7 @@ std::string_view StageName(Stage stage) {
     case Stage::kPropagate: return "sharding propagation";
     case Stage::kPass: return "strategy pass";
     case Stage::kPartition: return "SPMD partitioning";
+    case Stage::kPostPartition: return "post-partitioning passes";
     case Stage::kVerify: return "numerical verification";
     case Stage::kEstimate: return "collective estimates";
     case Stage::kSimulate: return "simulation";
@@ -102,6 +103,14 @@ PipelineResult RunPipeline(std::unique_ptr<Module> module, const PipelineOptions
     auto p = Partition(*r.module, spmd, cancel);
     if (!p.ok()) return std::move(Fail(r, Stage::kPartition, p.error(), cancel));
     r.partition = std::move(p).value();
+  }
+  // 3b. Post-partitioning passes.
+  if (r.partition && options.while_loop_all_reduce_code_motion) {
+    if (Stopped(r, Stage::kPostPartition, cancel)) return r;
+    StageClock clock(r, Stage::kPostPartition, options);
+    auto moved = WhileLoopAllReduceCodeMotionOf(*r.partition);
+    if (!moved.ok()) return std::move(Fail(r, Stage::kPostPartition, moved.error(), cancel));
+    r.code_motion = std::move(moved).value();
   }
   // 4. Verification.
   if (r.partition && options.verify) {

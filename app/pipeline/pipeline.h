@@ -12,7 +12,10 @@
 //   auto r = pipeline::RunPipeline(std::move(module), o);   // r.simulation->run.summary ...
 //
 // Strategy passes (weight-update sharding, pipelining, ...) plug in as ModulePass entries that run
-// on the propagated module before it is partitioned. A job is cancelled through its
+// on the propagated module before it is partitioned. Post-partitioning passes rewrite the SPMD
+// program right after the partitioner (Stage::kPostPartition): XLA's WhileLoopAllReduceCodeMotion
+// (partitioner/while_loop_all_reduce_code_motion.h) sinks all-reduces that a loop only accumulates,
+// such as the pipelined model's weight gradients. A job is cancelled through its
 // CancellationToken, checked between stages (the engines finish the stage they are in).
 #pragma once
 
@@ -32,12 +35,13 @@
 #include "core/base/status.h"
 #include "core/eval/numeric_verify.h"
 #include "core/ir/ir.h"
+#include "partitioner/while_loop_all_reduce_code_motion.h"
 
 namespace shardscope::pipeline {
 
-enum class Stage { kPropagate, kPass, kPartition, kVerify, kEstimate, kSimulate, kStore };
-// "sharding propagation", "strategy pass", "SPMD partitioning", "numerical verification",
-// "collective estimates", "simulation", "storing the run".
+enum class Stage { kPropagate, kPass, kPartition, kPostPartition, kVerify, kEstimate, kSimulate, kStore };
+// "sharding propagation", "strategy pass", "SPMD partitioning", "post-partitioning passes",
+// "numerical verification", "collective estimates", "simulation", "storing the run".
 std::string_view StageName(Stage stage);
 
 // A strategy pass: rewrites the propagated module in place (shardings, instructions) before it is
@@ -65,6 +69,8 @@ struct PipelineOptions {
   //    the module's num_partitions.
   Partitioning partitioning = Partitioning::kAlways;
   SpmdOptions spmd;
+  // 3b. Post-partitioning passes on the program partitioned here (its record follows the rewrite).
+  bool while_loop_all_reduce_code_motion = true;
   // 4. Numerical verification of a program partitioned here; nullopt: not run.
   std::optional<VerifyOptions> verify;
   // 5. The slice the estimates and the simulation are for.
@@ -88,6 +94,8 @@ struct PipelineResult {
   std::unique_ptr<Module> module;             // the input after propagation and passes
   std::optional<PropagationRun> propagation;  // when propagation ran (engine: see keep_propagation_engine)
   std::optional<PartitionResult> partition;   // when partitioned here
+  // When WhileLoopAllReduceCodeMotion ran on it: what moved and what stayed in loops.
+  std::optional<WhileLoopAllReduceCodeMotionResult> code_motion;
   VerificationVerdict verification;
   std::vector<std::optional<CollectiveCost>> estimates;  // per partition->collectives
   std::optional<Simulation> simulation;

@@ -143,6 +143,36 @@ void AppendUtf8(std::string& out, uint32_t code) {
   }
 }
 
+// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not valid UTF-8.
+size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  size_t n = 0;
+  uint32_t cp = 0;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+    cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    cp = c & 0x0F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char cc = byte(i + k);
+    if ((cc & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  if (n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return 0;  // overlong / surrogate
+  if (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) return 0;
+  return n;
+}
+
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 class Reader {
@@ -331,6 +361,15 @@ class Reader {
       }
       if (c == '\n') return Fail(Here(), "unterminated string (a newline inside a string must be written \\n)");
       if (c < 0x20) return Fail(Here(), "control character " + Found() + " inside a string (write it as a \\u escape)");
+      if (c >= 0x80) {
+        // JSON text is UTF-8 (RFC 8259 §8.1): a string keeps its sequences as they are, and a
+        // byte that starts no valid sequence is an error (it could not be written back).
+        const size_t n = Utf8SequenceLength(text_, pos_);
+        if (n == 0) return Fail(Here(), "invalid UTF-8 (" + Found() + ") inside a string");
+        out.append(text_.substr(pos_, n));
+        pos_ += n;
+        continue;
+      }
       if (c != '\\') {
         out += static_cast<char>(c);
         ++pos_;
@@ -446,36 +485,6 @@ Result<Value> Parse(std::string_view text, const ParseOptions& options) { return
 // ---- Writing --------------------------------------------------------------------------------------
 
 namespace {
-
-// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not valid UTF-8.
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = byte(i);
-  size_t n = 0;
-  uint32_t cp = 0;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-    cp = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    cp = c & 0x0F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    const unsigned char cc = byte(i + k);
-    if ((cc & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (cc & 0x3F);
-  }
-  if (n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return 0;  // overlong / surrogate
-  if (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) return 0;
-  return n;
-}
 
 void AppendNumber(std::string& out, const Value& v) {
   char buf[64];

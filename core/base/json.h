@@ -1,8 +1,8 @@
 // JSON (RFC 8259), read and written in one place: settings files of the conformance corpus, custom
 // chip presets, project files, and the JSON the exports write.
 //
-// Reading is strict (no comments, no trailing commas, no leading zeros, no raw control characters in
-// strings) and never aborts: bad text gives an Error "LINE:COLUMN: expected ..." (1-based, columns
+// Reading is strict (no comments, no trailing commas, no leading zeros, no raw control characters or
+// invalid UTF-8 in strings) and never aborts: bad text gives an Error "LINE:COLUMN: expected ..." (1-based, columns
 // count bytes) whose offset is the byte offset; nesting deeper than ParseOptions::max_depth is an
 // error too, so hostile input cannot exhaust the stack. Objects keep their members in the order of
 // the text, and every value and every member key remembers where it starts, so a caller that

@@ -299,16 +299,42 @@ Tensor RandomTensor(const Shape& shape, std::mt19937_64& rng, const NumericVerif
   }
   Tensor t(shape);
   if (!t.IsArray() || t.storage() == Storage::kNone) return t;
+  // Integers: which regime this tensor is drawn from (see NumericVerifyOptions).
+  enum class IntRegime { kSmall, kFullRange, kNearMax, kNearMin };
+  IntRegime regime = IntRegime::kSmall;
+  if (t.storage() == Storage::kInt && shape.type != PrimitiveType::kPred) {
+    const double pick = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
+    if (pick < o.int_full_range_share) {
+      const double part = pick / o.int_full_range_share;
+      regime = part < 1.0 / 3 ? IntRegime::kFullRange : part < 2.0 / 3 ? IntRegime::kNearMax : IntRegime::kNearMin;
+    }
+  }
+  const int bits = BitWidth(shape.type);
+  const bool is_unsigned = IsUnsignedInteger(shape.type);
+  // The type's range as int64 (u64's maximum is kept as its bit pattern, -1).
+  const int64_t tmax = bits >= 64 ? (is_unsigned ? int64_t{-1} : std::numeric_limits<int64_t>::max())
+                                  : (is_unsigned ? (int64_t{1} << bits) - 1 : (int64_t{1} << (bits - 1)) - 1);
+  const int64_t tmin = is_unsigned ? 0 : bits >= 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (bits - 1));
   for (int64_t i = 0; i < t.size(); ++i) {
     if (shape.type == PrimitiveType::kPred) {
       t.SetInt(i, static_cast<int64_t>(rng() >> 63));
     } else if (t.storage() == Storage::kInt) {
+      switch (regime) {
+        case IntRegime::kFullRange:
+          // Every bit pattern of the type's width equally likely; the tensor wraps it to the type.
+          t.SetInt(i, static_cast<int64_t>(rng()));
+          continue;
+        case IntRegime::kNearMax:
+          t.SetInt(i, static_cast<int64_t>(static_cast<uint64_t>(tmax) - rng() % 8));
+          continue;
+        case IntRegime::kNearMin:
+          t.SetInt(i, static_cast<int64_t>(static_cast<uint64_t>(tmin) + rng() % 8));
+          continue;
+        case IntRegime::kSmall: break;
+      }
       int64_t lo = o.int_min, hi = o.int_max;
-      if (IsUnsignedInteger(shape.type)) lo = std::max<int64_t>(lo, 0);
-      const int bits = BitWidth(shape.type);
+      if (is_unsigned) lo = std::max<int64_t>(lo, 0);
       if (bits < 64) {
-        const int64_t tmax = IsUnsignedInteger(shape.type) ? (int64_t{1} << bits) - 1 : (int64_t{1} << (bits - 1)) - 1;
-        const int64_t tmin = IsUnsignedInteger(shape.type) ? 0 : -(int64_t{1} << (bits - 1));
         lo = std::clamp(lo, tmin, tmax);
         hi = std::clamp(hi, tmin, tmax);
       }
@@ -317,7 +343,9 @@ Tensor RandomTensor(const Shape& shape, std::mt19937_64& rng, const NumericVerif
       t.SetInt(i, lo + static_cast<int64_t>(rng() % span));
     } else {
       const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
-      t.SetDouble(i, (2.0 * u - 1.0) * o.float_range);
+      const int spread = std::max(0, o.float_exponent_spread);
+      const int k = spread == 0 ? 0 : static_cast<int>(rng() % static_cast<uint64_t>(2 * spread + 1)) - spread;
+      t.SetDouble(i, std::ldexp((2.0 * u - 1.0) * o.float_range, k));
     }
   }
   return t;

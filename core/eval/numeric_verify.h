@@ -40,10 +40,18 @@ struct NumericVerifyOptions {
   double f16_rtol = 2e-3;
   double bf16_rtol = 1e-2;
   double f8_rtol = 1.5e-1;
-  // Random inputs: floats uniform in [-float_range, float_range]; integers uniform in
-  // [int_min, int_max]; pred fair coin.
+  // Random inputs, so that wrong reduction identities, overflow and cancellation cannot hide:
+  // floats are float_range x 2^k x (a uniform value in [-1, 1]), k an integer uniform in
+  // [-float_exponent_spread, float_exponent_spread] (mixed magnitudes and signs). Integers: with
+  // probability int_full_range_share a tensor is drawn from the type's extremes — in equal parts
+  // uniform over the full range, just below the type's maximum, just above its minimum (a wrong
+  // min/max identity or an overflow shows only when every value of a shard lies there) — else
+  // uniform in [int_min, int_max] (small values, as indices and counts usually are). Pred: a fair
+  // coin.
   double float_range = 1.0;
+  int float_exponent_spread = 4;
   int64_t int_min = 0, int_max = 7;
+  double int_full_range_share = 0.5;
   uint64_t rng_seed = 0x5eedULL;  // for the rng op on both sides
 };
 

@@ -319,4 +319,8 @@ Status VerifyModule(const Module& module, const VerifyOptions& options) {
   return Status::Ok();
 }
 
+Status VerifySharding(const HloSharding& sharding, const Shape& shape, int64_t num_partitions, const std::string& where) {
+  return CheckSharding(sharding, shape, num_partitions, where, "");
+}
+
 }  // namespace shardscope

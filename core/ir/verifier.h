@@ -19,4 +19,9 @@ struct VerifyOptions {
 // consistent with shapes.
 Status VerifyModule(const Module& module, const VerifyOptions& options = {});
 
+// Checks one sharding against a shape as VerifyModule checks an instruction's: tile rank matches
+// the shape, device ids lie within num_partitions (when > 1), tuple shardings match tuple shapes.
+// `where` begins the message.
+Status VerifySharding(const HloSharding& sharding, const Shape& shape, int64_t num_partitions, const std::string& where);
+
 }  // namespace shardscope

@@ -1,0 +1,197 @@
+// The project file. See project_file.h.
+#include "core/project/project_file.h"
+
+#include <algorithm>
+
+#include "core/base/json.h"
+#include "core/ir/hlo_text.h"
+#include "core/ir/verifier.h"
+
+namespace shardscope {
+
+namespace {
+
+class ProjectReader {
+ public:
+  explicit ProjectReader(std::string_view where) : where_(where) {}
+
+  Result<Project> Read(std::string_view text) {
+    auto parsed = json::Parse(text);
+    if (!parsed.ok()) {
+      // "LINE:COLUMN: message" from the JSON reader.
+      const std::string& m = parsed.error().message;
+      const size_t colon = m.find(": ");
+      return Error(where_ + ":" + m.substr(0, colon) + ": error: not valid JSON: " + m.substr(colon + 2), parsed.error().offset);
+    }
+    const json::Value& root = *parsed;
+    if (!root.is_object()) return At(root.position(), "expected a JSON object, found " + std::string(json::TypeName(root.type())));
+
+    const json::Value* format = root.Find("format");
+    if (!format || !format->is_string() || format->string() != kProjectFormat) {
+      return At(format ? format->position() : root.position(),
+                "not a ShardScope project (\"format\" is not \"" + std::string(kProjectFormat) + "\")");
+    }
+    if (const json::Value* version = root.Find("version")) {
+      const auto v = version->AsInt64();
+      if (!v) return At(version->position(), "\"version\" must be a whole number");
+      if (*v > kProjectVersion) {
+        return At(version->position(), "written by a newer ShardScope (project version " + std::to_string(*v) +
+                                           "; this one reads up to " + std::to_string(kProjectVersion) + ")");
+      }
+    }
+
+    Project p;
+    ProjectContents& c = p.contents;
+    auto module_text = String(root, "module", /*required=*/true);
+    if (!module_text.ok()) return module_text.error();
+    auto module = ParseHloModule(*module_text, where_ + "#module");
+    if (!module.ok()) return At(root.Find("module")->position(), "the embedded module does not parse: " + module.error().message);
+    p.module = std::move(*module);
+
+    auto mesh_text = String(root, "mesh", /*required=*/true);
+    if (!mesh_text.ok()) return mesh_text.error();
+    auto mesh = DeviceMesh::Parse(*mesh_text);
+    if (!mesh.ok()) return At(root.Find("mesh")->position(), "bad mesh \"" + *mesh_text + "\": " + mesh.error().message);
+    c.mesh = *mesh;
+    if (const json::Value* order = root.Find("mesh_devices"); order && !(order->is_array() && order->items().empty())) {
+      auto devices = DeviceOrder(*order, c.mesh.num_devices());
+      if (!devices.ok()) return devices.error();
+      c.mesh = DeviceMesh(c.mesh.axes(), *devices);
+    }
+
+    if (const json::Value* annotations = root.Find("annotations")) {
+      if (!annotations->is_array()) return At(annotations->position(), "\"annotations\" must be an array");
+      for (const json::Value& a : annotations->items()) {
+        Status s = Annotate(a, p);
+        if (!s.ok()) return s.error();
+      }
+    }
+
+    if (const json::Value* source = root.Find("source")) {
+      if (!source->is_object()) return At(source->position(), "\"source\" must be an object");
+      auto kind = String(*source, "kind", false);
+      if (!kind.ok()) return kind.error();
+      auto from = String(*source, "source", false);
+      if (!from.ok()) return from.error();
+      c.source_kind = *kind;
+      c.source = *from;
+    }
+    auto selected = String(root, "selected", false);
+    if (!selected.ok()) return selected.error();
+    c.selected = *selected;
+    return p;
+  }
+
+ private:
+  Error At(const json::Position& at, const std::string& message) const {
+    if (at.line <= 0) return Error(where_ + ": error: " + message);
+    return Error(where_ + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) + ": error: " + message, at.offset);
+  }
+
+  // A string member ("" when absent and not required).
+  Result<std::string> String(const json::Value& object, std::string_view key, bool required) const {
+    const json::Value* v = object.Find(key);
+    if (!v) {
+      if (required) return At(object.position(), "missing \"" + std::string(key) + "\"");
+      return std::string();
+    }
+    if (!v->is_string()) {
+      return At(v->position(), "\"" + std::string(key) + "\" must be a string, found " + std::string(json::TypeName(v->type())));
+    }
+    return v->string();
+  }
+
+  // A permutation of 0..n-1.
+  Result<std::vector<int64_t>> DeviceOrder(const json::Value& order, int64_t n) const {
+    if (!order.is_array()) return At(order.position(), "\"mesh_devices\" must be an array of device ids");
+    if (static_cast<int64_t>(order.items().size()) != n) {
+      return At(order.position(), "mesh_devices lists " + std::to_string(order.items().size()) + " devices but the mesh has " +
+                                      std::to_string(n));
+    }
+    std::vector<int64_t> devices;
+    std::vector<bool> seen(static_cast<size_t>(n), false);
+    for (const json::Value& d : order.items()) {
+      const auto id = d.AsInt64();
+      if (!id || *id < 0 || *id >= n) {
+        return At(d.position(), "a device id of the mesh (0 to " + std::to_string(n - 1) + ") expected");
+      }
+      if (seen[static_cast<size_t>(*id)]) return At(d.position(), "device " + std::to_string(*id) + " listed twice");
+      seen[static_cast<size_t>(*id)] = true;
+      devices.push_back(*id);
+    }
+    return devices;
+  }
+
+  Status Annotate(const json::Value& a, Project& p) const {
+    if (!a.is_object()) return At(a.position(), "an annotation must be an object {\"instruction\": ..., \"sharding\": ...}");
+    auto name = String(a, "instruction", true);
+    if (!name.ok()) return name.error();
+    auto text = String(a, "sharding", true);
+    if (!text.ok()) return text.error();
+    Instruction* inst = p.module->FindInstruction(*name);
+    if (!inst) return At(a.Find("instruction")->position(), "annotation for unknown instruction \"" + *name + "\"");
+    auto sharding = HloSharding::Parse(*text);
+    if (!sharding.ok()) return At(a.Find("sharding")->position(), "bad sharding for \"" + *name + "\": " + sharding.error().message);
+    const DeviceMesh& mesh = p.contents.mesh;
+    if (!sharding->IsTileMaximal() && !sharding->IsTuple() && sharding->NumDevices() > mesh.num_devices()) {
+      return At(a.Find("sharding")->position(), "the sharding of \"" + *name + "\" spans " +
+                                                    std::to_string(sharding->NumDevices()) + " devices but the mesh has " +
+                                                    std::to_string(mesh.num_devices()));
+    }
+    Status fits = VerifySharding(*sharding, inst->shape(), mesh.num_devices(), "\"" + *name + "\"");
+    if (!fits.ok()) return At(a.Find("sharding")->position(), "annotation does not fit: " + fits.error().message);
+    inst->set_sharding(*sharding);
+    p.contents.annotations.push_back({*name, *sharding});
+    return Status::Ok();
+  }
+
+  std::string where_;
+};
+
+}  // namespace
+
+std::string QualifiedInstructionName(const Module& module, const Instruction& inst) {
+  if (inst.parent() && inst.parent() != module.entry()) return inst.parent()->name() + "/" + inst.name();
+  return inst.name();
+}
+
+Result<Project> ReadProjectFile(std::string_view json_text, std::string_view where) {
+  return ProjectReader(where).Read(json_text);
+}
+
+std::string WriteProjectFile(const Module* module, const ProjectContents& contents) {
+  std::vector<json::Member> root;
+  auto add = [](std::vector<json::Member>& object, std::string key, json::Value value) {
+    object.push_back(json::Member{std::move(key), {}, std::move(value)});
+  };
+  add(root, "format", json::Value::String(std::string(kProjectFormat)));
+  add(root, "version", json::Value::Integer(kProjectVersion));
+  if (module) {
+    std::vector<json::Member> source;
+    add(source, "kind", json::Value::String(contents.source_kind));
+    add(source, "source", json::Value::String(contents.source));
+    add(root, "source", json::Value::Object(std::move(source)));
+    add(root, "mesh", json::Value::String(contents.mesh.ToString()));
+    std::vector<json::Value> order;
+    for (int64_t d : contents.mesh.device_order()) order.push_back(json::Value::Integer(d));
+    add(root, "mesh_devices", json::Value::Array(std::move(order)));
+    add(root, "module", json::Value::String(PrintHloModule(*module)));
+    std::vector<json::Value> annotations;
+    for (const ProjectAnnotation& a : contents.annotations) {
+      std::vector<json::Member> entry;
+      add(entry, "instruction", json::Value::String(a.instruction));
+      add(entry, "sharding", json::Value::String(a.sharding.ToString()));
+      const Instruction* inst = module->FindInstruction(a.instruction);
+      if (inst && inst->shape().IsArray()) {
+        auto named = ToNamedAxes(a.sharding, inst->shape().rank(), contents.mesh, inst->name());
+        if (named.ok()) add(entry, "named", json::Value::String(*named));
+      }
+      annotations.push_back(json::Value::Object(std::move(entry)));
+    }
+    add(root, "annotations", json::Value::Array(std::move(annotations)));
+    if (!contents.selected.empty()) add(root, "selected", json::Value::String(contents.selected));
+  }
+  return json::Serialize(json::Value::Object(std::move(root)), 4) + "\n";
+}
+
+}  // namespace shardscope

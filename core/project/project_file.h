@@ -1,0 +1,63 @@
+// The project file (.shardscope): what a person saved of a session, as JSON (core/base/json.h):
+//
+//   { "format": "shardscope-project", "version": 1,
+//     "source": { "kind": "zoo", "source": "transformer-layer" },
+//     "mesh": "X=4,Y=4", "mesh_devices": [0, 1, ...],          (device order, optional)
+//     "module": "HloModule ...",                                (HLO text, without the annotations)
+//     "annotations": [ { "instruction": "comp/name", "sharding": "{devices=[4,1]...}",
+//                        "named": "[I_X, J]" }, ... ],          ("named" is for people; not read)
+//     "selected": "name" }                                      (optional)
+//
+// Plain C++ (no Qt): the GUI's session reads and writes it through here, and so can any tool.
+// Reading never aborts: every error is "WHERE:LINE:COLUMN: error: ..." pointing into the JSON, or
+// names the member whose content (module text, mesh, sharding) is wrong.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/ir/ir.h"
+#include "core/sharding/mesh.h"
+#include "core/sharding/sharding.h"
+
+namespace shardscope {
+
+inline constexpr std::string_view kProjectFormat = "shardscope-project";
+inline constexpr int kProjectVersion = 1;
+
+struct ProjectAnnotation {
+  std::string instruction;  // name, "computation/name" outside the entry
+  HloSharding sharding;
+};
+
+// Everything a project file holds besides the module.
+struct ProjectContents {
+  DeviceMesh mesh;
+  std::vector<ProjectAnnotation> annotations;  // in file order
+  std::string source_kind, source;             // where the module came from ("zoo", "hlo", ...)
+  std::string selected;                        // the selected instruction (qualified name), or empty
+};
+
+struct Project {
+  std::unique_ptr<Module> module;  // read: the annotations are set on its instructions
+  ProjectContents contents;
+};
+
+// Reads a project. `where` prefixes messages (usually the path). The module text must parse and
+// verify, the mesh must parse, mesh_devices must be a permutation of the mesh's devices, and every
+// annotation must name an instruction and fit its shape and the mesh.
+Result<Project> ReadProjectFile(std::string_view json_text, std::string_view where);
+
+// The JSON of a project (indented). The module is written as it is (a session keeps the
+// annotations apart from it, so usually without shardings); null writes only the format and
+// version.
+std::string WriteProjectFile(const Module* module, const ProjectContents& contents);
+
+// The name a project file uses for an instruction: "name" in the entry, "computation/name" elsewhere.
+std::string QualifiedInstructionName(const Module& module, const Instruction& inst);
+
+}  // namespace shardscope

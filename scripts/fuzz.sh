@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Runs every fuzz target (docs/fuzzing.md) for SECONDS seconds each, one after the other, under the
+# `fuzz` preset (clang, libFuzzer, ASan + UBSan):
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]       default: 60 seconds, every target
+#
+# Builds the preset when needed, makes the seeds (fuzz_seeds: the model zoo, the tests' modules and
+# ../shared when present), and keeps each target's growing corpus in build/fuzz/corpus/<target>
+# between runs. A finding (crash, sanitizer report, leak, timeout, out of memory) leaves its input
+# in build/fuzz/findings/ and makes the script exit 1 with the command that reproduces it. Without
+# clang it says so and exits 0 (nothing to run). Environment: SHARDSCOPE_SHARED_DIR (default
+# ../shared beside the checkout), FUZZ_NICE (default 10).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds="${1:-60}"
+shift || true
+targets=("$@")
+if [[ ${#targets[@]} -eq 0 ]]; then
+  targets=(hlo_roundtrip sharding_roundtrip pipeline_text pipeline_generated project_file chip_json run_store)
+fi
+if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [[ "$seconds" -lt 1 ]]; then
+  echo "usage: scripts/fuzz.sh [SECONDS] [TARGET...]" >&2
+  exit 2
+fi
+if ! command -v clang++ >/dev/null 2>&1; then
+  echo "fuzz: SKIPPED (clang++ not found; install clang to run the fuzz targets)"
+  exit 0
+fi
+
+build=build/fuzz
+shared="${SHARDSCOPE_SHARED_DIR:-$(cd .. && pwd)/shared}"
+nice_level="${FUZZ_NICE:-10}"
+
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  cmake --preset fuzz -DSHARDSCOPE_SHARED_DIR="$shared" >/dev/null
+fi
+nice -n "$nice_level" cmake --build --preset fuzz -j2 >/dev/null
+
+seeds="$build/fuzz/seeds"
+rm -rf "$seeds"
+"$build/fuzz/fuzz_seeds" "$seeds" "$PWD" "$shared"
+mkdir -p "$build/findings" "$build/logs"
+
+failed=()
+printf '\n%-20s %12s %8s %8s %8s  %s\n' target executions exec/s cov corpus "reach (of all executions)"
+for t in "${targets[@]}"; do
+  binary="$build/fuzz/fuzz_$t"
+  if [[ ! -x "$binary" ]]; then
+    echo "fuzz: unknown target '$t'" >&2
+    exit 2
+  fi
+  corpus="$build/corpus/$t"
+  mkdir -p "$corpus"
+  dict=()
+  case "$t" in hlo_roundtrip | pipeline_text | sharding_roundtrip) dict=(-dict="$seeds/hlo.dict") ;; esac
+  log="$build/logs/$t.log"
+  status=0
+  SHARDSCOPE_FUZZ_STATS=1 nice -n "$nice_level" "$binary" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$build/findings/$t-" "${dict[@]}" \
+    "$corpus" "$seeds/$t" "fuzz/corpus/$t" >"$log" 2>&1 || status=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  size=$(find "$corpus" -type f | wc -l)
+  reach=$(sed -nE 's/^  (partitioned|verified equal|round trip equal|written and read back equal|chip read|run loaded|sharding round trip equal) +[0-9]+ +\(([0-9.]+%) of inputs\)$/\1 \2/p' "$log" | paste -sd, - | sed 's/,/, /g')
+  printf '%-20s %12s %8s %8s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "$size" "$reach"
+  if [[ $status -ne 0 ]]; then
+    failed+=("$t")
+    grep -m3 -E 'FINDING|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log" | sed 's/^/    /' || true
+    artifact=$(grep -o "Test unit written to .*" "$log" | tail -1 | sed 's/Test unit written to //')
+    echo "    input: ${artifact:-see $log}"
+    echo "    reproduce: $binary ${artifact:-INPUT}    minimise: $binary -minimize_crash=1 -runs=20000 ${artifact:-INPUT}"
+  fi
+done
+echo "logs: $build/logs/"
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "fuzz: FINDINGS in ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz: no findings (${#targets[@]} targets, ${seconds}s each)"

@@ -1,0 +1,146 @@
+// The project file (core/project/project_file.h): a project written and read back is the same
+// project; files as earlier versions wrote them (keys sorted) still read; every kind of bad file
+// gives an error that points into it.
+#include <QtTest>
+
+#include <string>
+
+#include "core/ir/hlo_text.h"
+#include "core/project/project_file.h"
+#include "core/zoo/zoo.h"
+
+using namespace shardscope;
+
+namespace {
+
+const char* kModule =
+    "HloModule m\n\nENTRY e {\n  p = f32[8,4] parameter(0)\n  w = f32[4,6] parameter(1)\n"
+    "  ROOT d = f32[8,6] dot(p, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+
+// A project file as the GUI wrote it with Qt (members sorted by key, four-space indent), with
+// `extra` replacing the annotations.
+std::string QtStyleFile(const std::string& annotations, const std::string& mesh_devices = "[0, 2, 1, 3]",
+                        const std::string& version = "1") {
+  std::string module_json;
+  for (const char* c = kModule; *c; ++c) {
+    if (*c == '\n') module_json += "\\n";
+    else module_json += *c;
+  }
+  std::string out = "{\n    \"annotations\": ";
+  out += annotations;
+  out += ",\n    \"format\": \"shardscope-project\",\n    \"mesh\": \"X=2,Y=2\",\n    \"mesh_devices\": ";
+  out += mesh_devices;
+  out += ",\n    \"module\": \"";
+  out += module_json;
+  out += "\",\n    \"selected\": \"d\",\n    \"source\": {\n        \"kind\": \"hlo\",\n"
+         "        \"source\": \"/tmp/m.hlo\"\n    },\n    \"version\": ";
+  out += version;
+  out += "\n}\n";
+  return out;
+}
+
+}  // namespace
+
+class TestProjectFile : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void writtenAndReadBack() {
+    auto module = ZooBuild("mlp", {{"layers", "1"}, {"annotations", "none"}, {"mesh_x", "2"}, {"mesh_y", "2"}});
+    QVERIFY(module.ok());
+    auto mesh = ZooMesh("mlp", {{"mesh_x", "2"}, {"mesh_y", "2"}});
+    QVERIFY(mesh.ok());
+    Project p;
+    p.module = std::move(*module);
+    ProjectContents& c = p.contents;
+    c.mesh = DeviceMesh(mesh->axes(), {3, 1, 2, 0});
+    const Instruction* first = p.module->entry()->parameters()[0];
+    QVERIFY(first && first->shape().rank() == 2);
+    auto s = HloSharding::Parse("{devices=[2,2]3,1,2,0}");
+    QVERIFY(s.ok());
+    c.annotations.push_back({first->name(), *s});
+    c.source_kind = "zoo";
+    c.source = "mlp";
+    c.selected = first->name();
+    const std::string text = WriteProjectFile(p.module.get(), c);
+    QVERIFY(text.find("\"named\": ") != std::string::npos);  // the notation for people is written
+
+    auto back = ReadProjectFile(text, "p.shardscope");
+    QVERIFY2(back.ok(), back.ok() ? "" : back.error().message.c_str());
+    std::string why;
+    // The annotation is set on the instruction it names; otherwise the modules are equal.
+    QVERIFY(back->module->FindInstruction(first->name())->has_sharding());
+    QCOMPARE(*back->module->FindInstruction(first->name())->sharding(), *s);
+    back->module->FindInstruction(first->name())->clear_sharding();
+    QVERIFY2(ModulesEqual(*p.module, *back->module, &why), why.c_str());
+    const ProjectContents& b = back->contents;
+    QVERIFY(b.mesh == c.mesh);
+    QCOMPARE(b.mesh.device_order(), (std::vector<int64_t>{3, 1, 2, 0}));
+    QCOMPARE(b.annotations.size(), size_t{1});
+    QCOMPARE(b.annotations[0].instruction, first->name());
+    QCOMPARE(b.source_kind, std::string("zoo"));
+    QCOMPARE(b.source, std::string("mlp"));
+    QCOMPARE(b.selected, first->name());
+  }
+
+  void readsFilesWithSortedKeys() {
+    auto p = ReadProjectFile(QtStyleFile("[\n        {\n            \"instruction\": \"w\",\n"
+                                         "            \"named\": \"w[I, J_Y]\",\n"
+                                         "            \"sharding\": \"{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}\"\n"
+                                         "        }\n    ]"),
+                             "old.shardscope");
+    QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+    QCOMPARE(p->contents.mesh.num_axes(), int64_t{2});
+    QCOMPARE(p->contents.mesh.axes()[1].name, std::string("Y"));
+    QCOMPARE(p->contents.mesh.device_order(), (std::vector<int64_t>{0, 2, 1, 3}));
+    QCOMPARE(p->module->FindInstruction("w")->sharding()->ToString(),
+             std::string("{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}"));
+    QVERIFY(!p->module->FindInstruction("p")->has_sharding());
+    QCOMPARE(p->contents.selected, std::string("d"));
+    QCOMPARE(p->contents.source, std::string("/tmp/m.hlo"));
+  }
+
+  void errorsPointIntoTheFile_data() {
+    QTest::addColumn<QString>("text");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("not JSON") << "{\n  \"format\": shardscope\n}" << "f.shardscope:2:13: error: not valid JSON: expected a value";
+    QTest::newRow("not an object") << "[1]" << "f.shardscope:1:1: error: expected a JSON object, found an array";
+    QTest::newRow("other format") << "{\"format\": \"trace\"}" << "f.shardscope:1:12: error: not a ShardScope project";
+    QTest::newRow("newer") << QString::fromStdString(QtStyleFile("[]", "[]", "7"))
+                           << "error: written by a newer ShardScope (project version 7; this one reads up to 1)";
+    QTest::newRow("no module") << "{\"format\": \"shardscope-project\", \"mesh\": \"X=2\"}" << "f.shardscope:1:1: error: missing \"module\"";
+    QTest::newRow("module not a string") << "{\"format\": \"shardscope-project\", \"module\": 3}"
+                                         << "f.shardscope:1:44: error: \"module\" must be a string, found a number";
+    QTest::newRow("bad module") << "{\"format\": \"shardscope-project\", \"mesh\": \"X=2\", \"module\": \"HloModule m\\nENTRY e {\\n  ROOT a = f32[2] negate(q)\\n}\"}"
+                                << "f.shardscope:1:59: error: the embedded module does not parse: f.shardscope#module:3:";
+    QTest::newRow("bad mesh") << QString::fromStdString(QtStyleFile("[]")).replace("X=2,Y=2", "X=0")
+                              << "error: bad mesh \"X=0\"";
+    QTest::newRow("device count") << QString::fromStdString(QtStyleFile("[]", "[0, 1, 2]"))
+                                  << ":5:21: error: mesh_devices lists 3 devices but the mesh has 4";
+    QTest::newRow("device twice") << QString::fromStdString(QtStyleFile("[]", "[0, 1, 1, 3]"))
+                                  << ":5:28: error: device 1 listed twice";
+    QTest::newRow("device range") << QString::fromStdString(QtStyleFile("[]", "[0, 1, 4, 3]"))
+                                  << ":5:28: error: a device id of the mesh (0 to 3) expected";
+    QTest::newRow("unknown instruction") << QString::fromStdString(QtStyleFile("[{\"instruction\": \"q\", \"sharding\": \"{replicated}\"}]"))
+                                         << ":2:37: error: annotation for unknown instruction \"q\"";
+    QTest::newRow("bad sharding") << QString::fromStdString(QtStyleFile("[{\"instruction\": \"p\", \"sharding\": \"{devices=[2}\"}]"))
+                                  << ":2:54: error: bad sharding for \"p\"";
+    QTest::newRow("wrong rank") << QString::fromStdString(QtStyleFile("[{\"instruction\": \"p\", \"sharding\": \"{devices=[2]0,1}\"}]"))
+                                << ":2:54: error: annotation does not fit: \"p\": sharding {devices=[2]0,1} tiles 1 dimension but the shape f32[8,4] has rank 2";
+    QTest::newRow("too many devices") << QString::fromStdString(QtStyleFile("[{\"instruction\": \"p\", \"sharding\": \"{devices=[8,1]<=[8]}\"}]"))
+                                      << ":2:54: error: the sharding of \"p\" spans 8 devices but the mesh has 4";
+    QTest::newRow("device outside mesh") << QString::fromStdString(QtStyleFile("[{\"instruction\": \"p\", \"sharding\": \"{devices=[2,1]0,9}\"}]"))
+                                         << "names device 9";
+    QTest::newRow("annotation not an object") << QString::fromStdString(QtStyleFile("[\"p\"]")) << ":2:21: error: an annotation must be an object";
+  }
+  void errorsPointIntoTheFile() {
+    QFETCH(QString, text);
+    QFETCH(QString, expected);
+    auto p = ReadProjectFile(text.toStdString(), "f.shardscope");
+    QVERIFY(!p.ok());
+    QVERIFY2(p.error().message.find(expected.toStdString()) != std::string::npos, p.error().message.c_str());
+  }
+};
+
+QTEST_APPLESS_MAIN(TestProjectFile)
+#include "test_project_file.moc"
