@@ -1,8 +1,12 @@
-// The graph view's layout and structure: Graphviz dot positions (run by the one layout owner),
-// name-scope clusters that collapse and expand, search, and the fallback layout.
+// The graph view's layout and structure: Graphviz dot positions (on the job tracker's layout lane),
+// the tree of groups (name scopes, called computations, chunks of the topological order), repeated
+// groups folded into one node, the hierarchical layout (each open group laid out alone, cached,
+// cancelled when superseded, edges bundled), search and reveal, and the fallback layout.
 #include <QtTest>
 
 #include "gui_test_support.h"
+#include "core/ir/hlo_text.h"
+#include "core/zoo/zoo.h"
 #include "views/document_model.h"
 #include "views/graph_layout.h"
 #include "views/graph_structure.h"
@@ -12,6 +16,7 @@ using namespace shardscope;
 using namespace shardscope::views;
 using shardscope::gui::Session;
 using shardscope::gui::WaitForLayout;
+using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
@@ -73,6 +78,69 @@ void CheckLayout(const LayoutResult& r, const LayoutInput& in) {
   }
 }
 
+// `n` identical layers (a dot on a weight, tanh, a residual add) scoped layer<l>/ffn and layer<l>;
+// the weights carry no metadata. Layer `odd` (if any) has its dot sharded unlike the others.
+std::string Stack(int n, int odd = -1) {
+  std::string t = "HloModule stack, num_partitions=4\n\nENTRY main {\n";
+  t += "  x = f32[8,16] parameter(0), metadata={op_name=\"jit(f)/input\"}\n";
+  std::string h = "x";
+  for (int l = 0; l < n; ++l) {
+    const std::string L = std::to_string(l), scope = "jit(f)/layer" + L;
+    const std::string sharding = l == odd ? "{replicated}" : "{devices=[4,1]<=[4]}";
+    t += "  w" + L + " = f32[16,16] parameter(" + std::to_string(l + 1) + ")\n";
+    t += "  d" + L + " = f32[8,16] dot(" + h + ", w" + L + "), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding=" +
+         sharding + ", metadata={op_name=\"" + scope + "/ffn/dot\"}\n";
+    t += "  t" + L + " = f32[8,16] tanh(d" + L + "), metadata={op_name=\"" + scope + "/ffn/tanh\"}\n";
+    t += std::string(l + 1 == n ? "  ROOT " : "  ") + "a" + L + " = f32[8,16] add(t" + L + ", " + h +
+         "), metadata={op_name=\"" + scope + "/residual\"}\n";
+    h = "a" + L;
+  }
+  return t + "}\n";
+}
+
+// No metadata: a chain of 100 adds, then a while loop.
+std::string Loop() {
+  std::string t = R"(HloModule loop
+
+cond {
+  p = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(10)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  p = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  v = f32[8] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  v2 = f32[8] tanh(v)
+  ROOT t = (s32[], f32[8]) tuple(i2, v2)
+}
+
+ENTRY main {
+  a0 = f32[8] parameter(0)
+)";
+  for (int i = 1; i <= 100; ++i)
+    t += "  a" + std::to_string(i) + " = f32[8] add(a" + std::to_string(i - 1) + ", a" + std::to_string(i - 1) + ")\n";
+  t += R"(  zero = s32[] constant(0)
+  init = (s32[], f32[8]) tuple(zero, a100)
+  w = (s32[], f32[8]) while(init), condition=cond, body=body
+  ROOT r = f32[8] get-tuple-element(w), index=1
+}
+)";
+  return t;
+}
+
+bool Inside(const QRectF& inner, const QRectF& outer) { return outer.adjusted(-0.5, -0.5, 0.5, 0.5).contains(inner); }
+
+const HierarchyEdge* FindEdge(const HierarchyLayout& l, const std::string& tail, const std::string& head) {
+  for (const auto& e : l.edges)
+    if (e.tail == tail && e.head == head) return &e;
+  return nullptr;
+}
+
 }  // namespace
 
 class TestGuiGraph : public QObject {
@@ -128,18 +196,16 @@ class TestGuiGraph : public QObject {
     // A budget of 3 visible nodes: x + two collapsed layers.
     const auto small = tree.defaultExpansion(3);
     QCOMPARE(small, std::set<int>{0});
-    const VisibleGraph g = BuildVisibleGraph(*doc.module()->entry(), tree, small,
-                                             [](const std::string&, int64_t, int) { return std::make_pair(100.0, 40.0); });
-    QCOMPARE(g.input.nodes.size(), size_t{3});
-    QCOMPARE(g.input.edges.size(), size_t{2});  // x -> layer0 -> layer1, duplicates merged
-    QCOMPARE(g.representative.at(doc.findInstruction("t0")->id()), GroupKey(tree.scope(0).children[0]));
-    QVERIFY(g.input.clusters.empty());
-    const auto all = tree.allExpanded();
-    const VisibleGraph full = BuildVisibleGraph(*doc.module()->entry(), tree, all,
-                                                [](const std::string&, int64_t, int) { return std::make_pair(100.0, 40.0); });
-    QCOMPARE(full.input.nodes.size(), size_t{7});
-    QCOMPARE(full.input.edges.size(), size_t{6});
-    QCOMPARE(full.input.clusters.size(), size_t{4});  // layer0, layer0/ffn, layer1, layer1/ffn
+    auto shared = std::make_shared<const ScopeTree>(tree);
+    const VisibleTree g(shared, ViewState{small});
+    QCOMPARE(g.visibleNodes().size(), size_t{3});  // x, layer0, layer1
+    QCOMPARE(g.keyFor(doc.findInstruction("t0")->id()), GroupKey(tree.scope(0).children[0]));
+    QCOMPARE(g.keyFor(doc.findInstruction("x")->id()), InstructionKey(doc.findInstruction("x")->id()));
+    // x -> layer0 -> layer1 at the top; inside layer0: w0 -> ffn.
+    QCOMPARE(tree.slotEdges(0).size(), size_t{2});
+    const VisibleTree full(shared, ViewState{tree.allExpanded()});
+    QCOMPARE(full.visibleNodes().size(), size_t{7});
+    QCOMPARE(full.openScopes().size(), size_t{5});  // root, layer0, layer0/ffn, layer1, layer1/ffn
   }
 
   void collapseExpandAndSearch() {
@@ -177,6 +243,190 @@ class TestGuiGraph : public QObject {
     view.expandAll();
     QVERIFY(WaitForLayout(view));
     QCOMPARE(view.nodes().size(), 7);
+  }
+
+  // Identical sibling groups are one run, folded at open into one node; edges into it are bundled
+  // with their count; a group expanded, collapsed and expanded again is served from the cache; a
+  // layout superseded before it is shown is cancelled; revealing an instruction opens exactly the
+  // groups holding it.
+  void repeatedLayersFoldBundleAndCache() {
+    Session session;
+    DocumentModel& doc = *session.document();
+    QVERIFY(session.loadHloText(QString::fromStdString(Stack(5, 2)), "stack.hlo").ok());
+    const ScopeTree tree = ScopeTree::Build(*doc.module()->entry());
+    QCOMPARE(tree.runs().size(), size_t{1});
+    const RepeatRun& run = tree.runs()[0];
+    QCOMPARE(run.parent, 0);
+    QCOMPARE(run.members.size(), size_t{5});
+    QCOMPARE(run.label, std::string("layer0 \u2026 layer4"));
+    // A weight without metadata is drawn in the group of its first user.
+    QCOMPARE(tree.scope(tree.scopeOf(doc.findInstruction("w3")->id())).path, std::string("layer3/ffn"));
+
+    GraphView view;
+    view.resize(900, 700);
+    view.setJobTracker(session.jobs());
+    view.setDocument(&doc);
+    QVERIFY(WaitForLayout(view));
+    QVERIFY(WaitUntilIdle(session));  // propagation: the shardings runDifferences compares
+    QCOMPARE(view.nodes().size(), 2);  // x and "layer0 … layer4 × 5"
+    QVERIFY(view.nodeForKey(FoldKey(0)));
+    const std::string x = InstructionKey(doc.findInstruction("x")->id());
+    const HierarchyEdge* in = FindEdge(*view.currentLayout(), x, FoldKey(0));
+    QVERIFY(in);
+    QCOMPARE(in->count, 2);  // x feeds layer0's dot and its residual add
+    const QStringList diffs = view.runDifferences(0);
+    QVERIFY2(diffs.size() == 1 && diffs[0].startsWith("layer2: "), qPrintable(diffs.join("\n")));
+
+    // Everything collapsed, then the run shown group by group: one edge per pair of layers.
+    view.collapseAll();
+    QVERIFY(WaitForLayout(view));
+    QCOMPARE(view.nodes().size(), 2);
+    view.unfoldRun(0);
+    QVERIFY(WaitForLayout(view));
+    QCOMPARE(view.nodes().size(), 6);
+    const std::vector<int> layers = run.members;
+    for (int l = 0; l + 1 < 5; ++l) {
+      const HierarchyEdge* e = FindEdge(*view.currentLayout(), GroupKey(layers[l]), GroupKey(layers[l + 1]));
+      QVERIFY(e);
+      QCOMPARE(e->count, 2);
+    }
+
+    // Expanding a layer lays out that layer and the root again, nothing else.
+    const int runs_before = LayoutCache::instance().layoutsRun();
+    view.expandScope(layers[3]);
+    QVERIFY(WaitForLayout(view));
+    QCOMPARE(view.currentLayout()->groups, 2);
+    QCOMPARE(LayoutCache::instance().layoutsRun() - runs_before, 2);
+    const int ffn = tree.scope(layers[3]).children[0];
+    QVERIFY(view.nodeForKey(GroupKey(ffn)));
+    view.expandScope(ffn);
+    QVERIFY(WaitForLayout(view));
+    QCOMPARE(view.currentLayout()->groups, 3);  // root, layer3, layer3/ffn
+    // The frames nest, the nodes sit in their own.
+    GraphClusterItem* frame = view.clusterForScope(layers[3]);
+    GraphClusterItem* inner = view.clusterForScope(ffn);
+    QVERIFY(frame && inner);
+    QVERIFY(Inside(inner->rect(), frame->rect()));
+    GraphNodeItem* d3 = view.nodeForInstruction(doc.findInstruction("d3")->id());
+    GraphNodeItem* a3 = view.nodeForInstruction(doc.findInstruction("a3")->id());
+    QVERIFY(d3 && a3);
+    QVERIFY(Inside(d3->rect(), inner->rect()));
+    QVERIFY(Inside(a3->rect(), frame->rect()) && !Inside(a3->rect(), inner->rect()));
+    // layer2 -> layer3's dot and its residual add: one edge each, through the frames.
+    QVERIFY(FindEdge(*view.currentLayout(), GroupKey(layers[2]), d3->key()));
+    QVERIFY(FindEdge(*view.currentLayout(), GroupKey(layers[2]), a3->key()));
+
+    // Collapsed and expanded again: every group layout comes from the cache.
+    const int runs_expanded = LayoutCache::instance().layoutsRun();
+    view.collapseScope(layers[3]);
+    QVERIFY(WaitForLayout(view));
+    QVERIFY(!view.clusterForScope(layers[3]));
+    view.expandScope(layers[3]);
+    QVERIFY(WaitForLayout(view));
+    QCOMPARE(LayoutCache::instance().layoutsRun(), runs_expanded);
+    QCOMPARE(view.currentLayout()->groups, 2);
+    QCOMPARE(view.currentLayout()->groups_cached, 2);
+
+    // Two changes in a row: the first layout is cancelled, only the second is shown.
+    const int applied = view.layoutsApplied(), cancelled = view.layoutsCancelled();
+    view.expandScope(layers[1]);
+    view.expandScope(layers[4]);
+    QVERIFY(WaitForLayout(view));
+    QCOMPARE(view.layoutsApplied(), applied + 1);
+    QCOMPARE(view.layoutsCancelled(), cancelled + 1);
+    QVERIFY(view.clusterForScope(layers[1]) && view.clusterForScope(layers[4]));
+
+    // Reveal after collapsing everything: exactly layer0, its ffn and the run are opened.
+    view.collapseAll();
+    QVERIFY(WaitForLayout(view));
+    QCOMPARE(view.nodes().size(), 2);
+    const int64_t t0 = doc.findInstruction("t0")->id();
+    view.reveal(t0);
+    QVERIFY(WaitForLayout(view));
+    QVERIFY(view.nodeForInstruction(t0));
+    QCOMPARE(view.viewState().expanded, (std::set<int>{0, layers[0], tree.scope(layers[0]).children[0]}));
+    QCOMPARE(view.viewState().unfolded, std::set<int>{0});
+  }
+
+  // Without metadata the groups are the called computations (a while loop's condition and body
+  // around it) and chunks of the topological order, none showing more than kMaxItems items.
+  void computationsAndChunks() {
+    Session session;
+    DocumentModel& doc = *session.document();
+    QVERIFY(session.loadHloText(QString::fromStdString(Loop()), "loop.hlo").ok());
+    const ScopeTree tree = ScopeTree::Build(*doc.module()->entry());
+    QVERIFY(!tree.fromMetadata());
+    QCOMPARE(tree.scope(0).total, int64_t{105 + 4 + 7});  // entry, condition, body
+    const int64_t w = doc.findInstruction("w")->id();
+    int loop = -1;
+    for (size_t s = 0; s < tree.scopes().size(); ++s) {
+      const ScopeNode& node = tree.scopes()[s];
+      QVERIFY2(static_cast<int>(node.direct.size() + node.children.size()) <= ScopeTree::kMaxItems, node.path.c_str());
+      if (node.kind == ScopeNode::Kind::kCall) loop = static_cast<int>(s);
+    }
+    QVERIFY(loop > 0);
+    QCOMPARE(tree.scope(loop).caller, w);
+    QCOMPARE(tree.scope(loop).label, std::string("w"));
+    QCOMPARE(tree.scope(loop).children.size(), size_t{2});
+    QCOMPARE(tree.scope(tree.scope(loop).children[0]).label, std::string("condition"));
+    QCOMPARE(tree.scope(tree.scope(loop).children[1]).label, std::string("body"));
+    // The body's tanh sits in the body; the loop state flows into the body's parameter.
+    const Computation* body = doc.module()->FindComputation("body");
+    QVERIFY(body);
+    const int32_t v2 = tree.positionOf(body->root()->operand(1)->id());
+    QVERIFY(v2 >= 0);
+    QCOMPARE(tree.scopeAt(v2), tree.scope(loop).children[1]);
+    const int32_t init = tree.positionOf(doc.findInstruction("init")->id());
+    const int32_t param = tree.positionOf(body->parameters()[0]->id());
+    QVERIFY(std::find(tree.edges().begin(), tree.edges().end(), std::make_pair(init, param)) != tree.edges().end());
+    // The entry's 100 adds are split into chunks in order.
+    int chunks = 0;
+    for (int c : tree.scope(0).children) chunks += tree.scope(c).kind == ScopeNode::Kind::kChunk;
+    QVERIFY(chunks >= 2);
+    QCOMPARE(tree.scope(tree.scope(0).children[0]).label.substr(0, 7), std::string("a0 \u2026 "));
+
+    // Laid out whole: every node inside the frames of every group holding it.
+    GraphView view;
+    view.resize(900, 700);
+    view.setJobTracker(session.jobs());
+    view.setDocument(&doc);
+    QVERIFY(WaitForLayout(view));
+    view.expandAll();
+    QVERIFY(WaitForLayout(view));
+    QCOMPARE(view.nodes().size(), 116);
+    for (GraphNodeItem* n : view.nodes()) {
+      for (int s = tree.scopeOf(n->instructionId()); s > 0; s = tree.scope(s).parent) {
+        GraphClusterItem* frame = view.clusterForScope(s);
+        QVERIFY(frame);
+        QVERIFY2(Inside(n->rect(), frame->rect()), (n->key() + " outside " + tree.scope(s).path).c_str());
+      }
+    }
+  }
+
+  // A training step from the zoo opens as forward / loss / backward / optimizer, the forward's
+  // layers folded; a weight is drawn in its forward layer.
+  void trainingStepTree() {
+    auto built = ZooBuild("transformer", {{"layers", "4"}});
+    QVERIFY(built.ok());
+    Session session;
+    DocumentModel& doc = *session.document();
+    QVERIFY(session.loadHloText(QString::fromStdString(PrintHloModule(**built)), "step.hlo").ok());
+    const ScopeTree tree = ScopeTree::Build(*doc.module()->entry());
+    QVERIFY(tree.fromMetadata());
+    std::vector<std::string> top;
+    for (int c : tree.scope(0).children) top.push_back(tree.scope(c).label);
+    std::string labels;
+    for (const auto& t : top) labels += t + " ";
+    QVERIFY2(top == (std::vector<std::string>{"forward", "loss", "backward", "optimizer"}), labels.c_str());
+    QCOMPARE(tree.scope(tree.scopeOf(doc.findInstruction("layer2_wi")->id())).path, std::string("forward/layer2/ffn"));
+    int forward_runs = 0;
+    for (const RepeatRun& r : tree.runs()) {
+      if (tree.scope(r.parent).label == "forward") {
+        ++forward_runs;
+        QCOMPARE(r.members.size(), size_t{4});
+      }
+    }
+    QCOMPARE(forward_runs, 1);
   }
 };
 

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 #include <string>
 
 #include "core/eval/evaluator.h"
@@ -244,15 +245,49 @@ class TestModelZoo : public QObject {
     Instruction* l0_out = m->FindInstruction("layer0_residual2");
     QVERIFY(l0_out && l0_out->has_sharding());
     QCOMPARE(*l0_out->sharding(), Parse("{devices=[4,1,4]<=[16]}"));
-    QCOMPARE(m->FindInstruction("layer2_ffn_wi")->op_name(), std::string("layer2/ffn/wi"));
-    QCOMPARE(m->FindInstruction("layer1_attention_qkv")->op_name(), std::string("layer1/attention/qkv"));
-    QCOMPARE(m->FindInstruction("layer1_attention_softmax_probs")->op_name(), std::string("layer1/attention/softmax/probs"));
+    QCOMPARE(m->FindInstruction("layer2_ffn_wi")->op_name(), std::string("forward/layer2/ffn/wi"));
+    QCOMPARE(m->FindInstruction("layer1_attention_qkv")->op_name(), std::string("forward/layer1/attention/qkv"));
+    QCOMPARE(m->FindInstruction("layer1_attention_softmax_probs")->op_name(), std::string("forward/layer1/attention/softmax/probs"));
 
     auto t = Build("transformer", {{"layers", "2"}});
     QVERIFY(t);
     QVERIFY(t->FindInstruction("backward_layer1_ffn_dwi"));
     QCOMPARE(t->FindInstruction("backward_layer1_ffn_dwi")->op_name(), std::string("backward/layer1/ffn/dwi"));
     QCOMPARE(t->FindInstruction("optimizer_layer0_ffn_wi_new")->op_name(), std::string("optimizer/layer0/ffn/wi_new"));
+    QCOMPARE(t->FindInstruction("backward_layer1_ln1_dscale")->op_name(), std::string("backward/layer1/ln1/dscale"));
+  }
+
+  // A training step's op_name scopes read like the model: forward/, loss/, backward/, optimizer/ at
+  // the top, and backward and optimizer use the forward's scopes (backward/layer1/ln1 mirrors
+  // forward/layer1/ln1, not backward/layer1/attention/ln1).
+  void trainingStepScopesMirrorTheForward() {
+    for (const char* name : {"transformer", "mlp", "moe-transformer", "resnet50", "unet3d"}) {
+      auto m = Build(name, {{"backward", "1"}, {"optimizer", "adam"}});
+      QVERIFY2(m, name);
+      std::set<std::string> scopes[4];  // per phase: the scope paths below it
+      const char* phases[] = {"forward", "loss", "backward", "optimizer"};
+      for (const auto& inst : m->entry()->instructions()) {
+        const std::string op = inst->op_name();
+        if (op.empty()) {
+          // Only the inputs, the weights (and their optimizer state) and the output tuple.
+          QVERIFY2(inst->opcode() == Opcode::kParameter || inst->is_root(), (std::string(name) + ": " + inst->name()).c_str());
+          continue;
+        }
+        const std::string phase = op.substr(0, op.find('/'));
+        const std::string scope = op.substr(0, op.rfind('/'));
+        int k = -1;
+        for (int i = 0; i < 4; ++i)
+          if (phase == phases[i]) k = i;
+        QVERIFY2(k >= 0, (std::string(name) + ": " + inst->name() + " has op_name " + op).c_str());
+        if (scope.size() > phase.size()) scopes[k].insert(scope.substr(phase.size() + 1));
+      }
+      QVERIFY2(!scopes[0].empty() && !scopes[2].empty() && !scopes[3].empty(), name);
+      for (int k : {2, 3}) {
+        for (const std::string& s : scopes[k]) {
+          QVERIFY2(scopes[0].count(s), (std::string(name) + ": " + phases[k] + "/" + s + " has no forward/" + s).c_str());
+        }
+      }
+    }
   }
 
   // The benchmark's 64-layer training step: tens of thousands of instructions, still verifying.

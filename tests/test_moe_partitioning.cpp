@@ -123,7 +123,7 @@ class MoePartitioningTest : public QObject {
     // W_o, W_in, W_out; layer 1 (MoE) LayerNorm scales, W_qkv, W_o and the gating weights.
     QVERIFY2(reduced.size() == 11, Describe(p->spmd).c_str());
     for (const char* grad : {"backward_layer1_moe_gating_dwg", "backward_layer1_attention_dwo", "backward_layer1_ln2_dscale",
-                             "backward_layer0_ffn_dwi", "backward_layer0_ffn_dwout", "backward_layer0_attention_ln1_dscale"})
+                             "backward_layer0_ffn_dwi", "backward_layer0_ffn_dwout", "backward_layer0_ln1_dscale"})
       QVERIFY2(reduced.count(grad), (std::string(grad) + " is not all-reduced:\n" + Describe(p->spmd)).c_str());
     // The experts' weights stay split over the experts, their updates too.
     const Instruction* wi = p->annotated->FindInstruction("layer1_expert_wi");

@@ -573,6 +573,15 @@ class TestShapeInference : public QObject {
       QCOMPARE(z->name(), std::string("layer1_attention_negate"));
       QCOMPARE(z->op_name(), std::string("layer1/attention/negate"));
     }
+    {
+      // An op_name-only scope: in the metadata, not in the name.
+      auto phase = b.OpNameScope("forward");
+      auto s = b.Scope("layer2");
+      auto* z = b.Neg(y);
+      QCOMPARE(b.CurrentScope(), std::string("forward/layer2"));
+      QCOMPARE(z->name(), std::string("layer2_negate"));
+      QCOMPARE(z->op_name(), std::string("forward/layer2/negate"));
+    }
     // Errors: the first is kept, later null operands are quiet.
     auto* bad = b.Add(x, w);
     QCOMPARE(bad, nullptr);

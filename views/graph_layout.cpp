@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -273,9 +274,10 @@ LayoutCache& LayoutCache::instance() {
   return *cache;
 }
 
-std::shared_ptr<const LayoutResult> LayoutCache::cached(const QString& key) const {
+std::shared_ptr<const LayoutResult> LayoutCache::cached(const std::string& key) const {
   QMutexLocker lock(&mutex_);
-  return cache_.value(key);
+  auto it = cache_.find(key);
+  return it == cache_.end() ? nullptr : it->second;
 }
 
 int LayoutCache::layoutsRun() const {
@@ -287,12 +289,16 @@ void LayoutCache::clearCache() {
   QMutexLocker lock(&mutex_);
   cache_.clear();
   order_.clear();
+  order_start_ = 0;
 }
 
-std::shared_ptr<const LayoutResult> LayoutCache::layOut(const QString& key, const LayoutInput& input,
-                                                        const CancellationToken& cancel) {
-  if (auto hit = cached(key)) return hit;  // laid out while this request waited
-  if (cancel.cancelled()) return nullptr;
+std::shared_ptr<const LayoutResult> LayoutCache::layOut(const std::string& key, const LayoutInput& input,
+                                                        bool* from_cache) {
+  if (from_cache) *from_cache = false;
+  if (auto hit = cached(key)) {
+    if (from_cache) *from_cache = true;
+    return hit;
+  }
   LayoutResult result = LayoutWithGraphviz(input);
   if (!result.ok) {
     const std::string why = result.error;
@@ -300,11 +306,15 @@ std::shared_ptr<const LayoutResult> LayoutCache::layOut(const QString& key, cons
     result.error = why;
   }
   auto shared = std::make_shared<const LayoutResult>(std::move(result));
+  constexpr size_t kCapacity = 4096;  // group layouts (a few kB each)
   QMutexLocker lock(&mutex_);
   ++runs_;
-  cache_.insert(key, shared);
-  order_.append(key);
-  while (order_.size() > 48) cache_.remove(order_.takeFirst());
+  if (cache_.emplace(key, shared).second) order_.push_back(key);
+  while (cache_.size() > kCapacity && order_start_ < order_.size()) cache_.erase(order_[order_start_++]);
+  if (order_start_ > kCapacity) {
+    order_.erase(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(order_start_));
+    order_start_ = 0;
+  }
   return shared;
 }
 

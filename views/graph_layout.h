@@ -1,9 +1,9 @@
 // Graph layout as plain data. Graphviz is not thread-safe, so every layout runs as a job on the
 // job tracker's layout lane (one worker thread), under a mutex, on a snapshot (LayoutInput) and
 // hands back plain structs (LayoutResult); the graph view creates its items from them on the GUI
-// thread. A newer layout of the same view supersedes an older one that has not started.
-// Results are cached by a key the caller chooses (module + computation + expanded scopes), so a
-// module is laid out once; annotation edits never re-layout.
+// thread. A newer layout of the same view supersedes an older one (cancelled between two groups).
+// Group layouts are cached, so a group is laid out once per set of items and sizes; annotation
+// edits never lay out again.
 #pragma once
 
 #include <memory>
@@ -12,13 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include <QHash>
 #include <QMutex>
-#include <QObject>
-#include <QString>
-
-#include "core/base/cancellation.h"
-
 
 namespace shardscope::views {
 
@@ -68,26 +62,28 @@ LayoutResult LayoutWithGraphviz(const LayoutInput& input);
 // A simple layered layout used when Graphviz fails (no plugins found, ...).
 LayoutResult LayoutLayered(const LayoutInput& input);
 
-// Finished layouts, shared by every graph view of the process and keyed by what was laid out (module,
-// computation, expanded scopes, font), so a module is laid out once. Thread-safe.
+// Finished group layouts, shared by every graph view of the process and keyed by what was laid out
+// (graph, group, the items it shows with their sizes: graph_hierarchy.h), so a group expanded
+// again, or shown by a second view of the same graph, is not laid out again. Thread-safe.
 class LayoutCache {
  public:
   static LayoutCache& instance();
 
   // The cached layout for `key`, or nullptr.
-  std::shared_ptr<const LayoutResult> cached(const QString& key) const;
-  // The layout of `input`: the cached one, else Graphviz dot (the layered layout when dot fails),
-  // cached. Call it on the job tracker's layout lane only: Graphviz is not thread-safe. A cancelled
-  // token before the layout starts gives nullptr.
-  std::shared_ptr<const LayoutResult> layOut(const QString& key, const LayoutInput& input, const CancellationToken& cancel);
-  int layoutsRun() const;  // how many layouts actually ran (not served from the cache)
+  std::shared_ptr<const LayoutResult> cached(const std::string& key) const;
+  // The layout of `input`: the cached one (*from_cache = true), else Graphviz dot (the layered
+  // layout when dot fails), cached. Call it on the job tracker's layout lane only: Graphviz is not
+  // thread-safe.
+  std::shared_ptr<const LayoutResult> layOut(const std::string& key, const LayoutInput& input, bool* from_cache = nullptr);
+  int layoutsRun() const;  // how many group layouts actually ran (not served from the cache)
   void clearCache();
 
  private:
   LayoutCache() = default;
   mutable QMutex mutex_;
-  QHash<QString, std::shared_ptr<const LayoutResult>> cache_;
-  QList<QString> order_;  // insertion order, for eviction
+  std::unordered_map<std::string, std::shared_ptr<const LayoutResult>> cache_;
+  std::vector<std::string> order_;  // insertion order, for eviction
+  size_t order_start_ = 0;
   int runs_ = 0;
 };
 

@@ -2,16 +2,21 @@
 #include "views/graph_view.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <map>
+#include <unordered_map>
 
 #include <QApplication>
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QGraphicsScene>
+#include <QGraphicsSceneContextMenuEvent>
 #include <QGraphicsSceneMouseEvent>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
 #include <QPainter>
 #include <QScrollBar>
 #include <QStyleOptionGraphicsItem>
@@ -33,6 +38,9 @@ namespace {
 using Lane = JobTracker::Lane;
 
 QString Q(const std::string& s) { return QString::fromStdString(s); }
+
+// Nodes visible at open: the tree opens level by level while about this many stay visible.
+constexpr int64_t kOpenBudget = 120;
 
 QFont NodeFont(const QFont& base) {
   QFont f = base;
@@ -56,14 +64,15 @@ QColor EdgeColor(const QPalette& pal) {
 
 // ---- GraphNodeItem -----------------------------------------------------------------------------------
 
-GraphNodeItem::GraphNodeItem(GraphView* view, std::string key, int64_t instruction_id, int scope, const QRectF& rect)
-    : view_(view), key_(std::move(key)), id_(instruction_id), scope_(scope), rect_(rect) {
+GraphNodeItem::GraphNodeItem(GraphView* view, std::string key, int64_t instruction_id, int scope, const QRectF& rect,
+                             int run)
+    : view_(view), key_(std::move(key)), id_(instruction_id), scope_(scope), run_(run), rect_(rect) {
   setAcceptHoverEvents(true);
   setZValue(2);
   setCursor(Qt::PointingHandCursor);
 }
 
-QRectF GraphNodeItem::boundingRect() const { return rect_.adjusted(-5, -5, 5, 5); }
+QRectF GraphNodeItem::boundingRect() const { return rect_.adjusted(-5, -5, 9, 9); }
 
 QPainterPath GraphNodeItem::shape() const {
   QPainterPath p;
@@ -108,10 +117,12 @@ void GraphNodeItem::paint(QPainter* painter, const QStyleOptionGraphicsItem* opt
     painter->setBrush(Qt::NoBrush);
     painter->drawPath(outline(r.adjusted(-3, -3, 3, 3)));
   }
-  if (look_.shape == Look::Shape::kGroup) {  // a stacked look for collapsed scopes
+  if (look_.shape == Look::Shape::kGroup) {  // a stacked look for collapsed groups, deeper for runs
     painter->setPen(QPen(look_.fill.darker(150), 1));
-    painter->setBrush(look_.fill.darker(108));
-    painter->drawPath(outline(r.translated(4, 4)));
+    for (int k = look_.repeat > 0 ? 2 : 1; k >= 1; --k) {
+      painter->setBrush(look_.fill.darker(100 + 8 * k));
+      painter->drawPath(outline(r.translated(4 * k, 4 * k)));
+    }
   }
   QColor border = look_.fill.darker(IsDarkPalette(pal) ? 60 : 175);
   if (IsDarkPalette(pal)) border = look_.fill.lighter(170);
@@ -190,12 +201,41 @@ void GraphNodeItem::mousePressEvent(QGraphicsSceneMouseEvent* event) {
 }
 
 void GraphNodeItem::mouseDoubleClickEvent(QGraphicsSceneMouseEvent* event) {
+  if (run_ >= 0) {
+    view_->unfoldRun(run_);
+    event->accept();
+    return;
+  }
   if (isGroup()) {
     view_->expandScope(scope_);
     event->accept();
     return;
   }
   QGraphicsItem::mouseDoubleClickEvent(event);
+}
+
+void GraphNodeItem::contextMenuEvent(QGraphicsSceneContextMenuEvent* event) {
+  const ScopeTree* tree = view_->scopeTree();
+  if (!tree) return;
+  QMenu menu;
+  if (run_ >= 0) {
+    const RepeatRun& run = tree->runs()[static_cast<size_t>(run_)];
+    menu.addAction(QString("Show the %1 groups one by one").arg(run.members.size()), [this] { view_->unfoldRun(run_); });
+  } else if (isGroup()) {
+    menu.addAction("Expand", [this] { view_->expandScope(scope_); });
+    const int run = tree->scope(scope_).run;
+    if (run >= 0 && !view_->viewState().folded(run)) {
+      menu.addAction(QString("Fold the %1 repeats").arg(tree->runs()[static_cast<size_t>(run)].members.size()),
+                     [this, run] { view_->foldRun(run); });
+    }
+  } else {
+    const int scope = tree->scopeOf(id_);
+    if (scope <= 0) return;
+    menu.addAction(QString("Collapse %1").arg(QString::fromStdString(tree->scope(scope).label)),
+                   [this, scope] { view_->collapseScope(scope); });
+  }
+  menu.exec(event->screenPos());
+  event->accept();
 }
 
 void GraphNodeItem::hoverEnterEvent(QGraphicsSceneHoverEvent*) {
@@ -210,7 +250,8 @@ void GraphNodeItem::hoverLeaveEvent(QGraphicsSceneHoverEvent*) {
 
 // ---- GraphEdgeItem ---------------------------------------------------------------------------------
 
-GraphEdgeItem::GraphEdgeItem(const LayoutEdgePath& e) : tail_(e.tail), head_(e.head) {
+GraphEdgeItem::GraphEdgeItem(const HierarchyEdge& e)
+    : tail_(e.tail), head_(e.head), count_(e.count), nested_(e.nested) {
   QPainterPath path;
   if (!e.points.empty()) {
     path.moveTo(e.points[0].first, e.points[0].second);
@@ -238,16 +279,29 @@ GraphEdgeItem::GraphEdgeItem(const LayoutEdgePath& e) : tail_(e.tail), head_(e.h
     arrow_ << tip << base + normal * size * 0.45 << base - normal * size * 0.45;
   }
   setPath(path);
+  // The count of a bundled edge sits beside it, a little above its head.
+  label_at_ = QPointF(e.arrow_tip.first, e.arrow_tip.second - 16);
+  if (count_ > 1) setToolTip(QString("%1 data edges").arg(count_));
   setZValue(1);
   setAcceptedMouseButtons(Qt::NoButton);
 }
 
 void GraphEdgeItem::setEmphasis(bool on, const QPalette& pal) {
-  setPen(on ? QPen(pal.color(QPalette::Highlight), 2.2) : QPen(EdgeColor(pal), 1.2));
+  QColor faint = EdgeColor(pal);
+  faint.setAlpha(45);
+  QPen pen = on ? QPen(pal.color(QPalette::Highlight), 2.2) : nested_ ? QPen(faint, 1.0) : QPen(EdgeColor(pal), 1.2);
+  // Cosmetic: stroked in device pixels. A long edge crossing the view at a large scale costs a few
+  // milliseconds this way, against tens with a pen stroked in scene units.
+  pen.setCosmetic(true);
+  setPen(pen);
   setZValue(on ? 1.5 : 1);
 }
 
-QRectF GraphEdgeItem::boundingRect() const { return QGraphicsPathItem::boundingRect().united(arrow_.boundingRect()).adjusted(-2, -2, 2, 2); }
+QRectF GraphEdgeItem::boundingRect() const {
+  QRectF r = QGraphicsPathItem::boundingRect().united(arrow_.boundingRect());
+  if (count_ > 1) r = r.united(QRectF(label_at_ + QPointF(2, -10), QSizeF(48, 14)));
+  return r.adjusted(-2, -2, 2, 2);
+}
 
 void GraphEdgeItem::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QWidget*) {
   painter->setRenderHint(QPainter::Antialiasing, true);
@@ -259,6 +313,14 @@ void GraphEdgeItem::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QW
     painter->setBrush(pen().color());
     painter->drawPolygon(arrow_);
   }
+  if (count_ > 1 && painter->worldTransform().m11() > 0.3) {
+    QFont f = painter->font();
+    f.setPointSizeF(std::max(6.5, f.pointSizeF() * 0.8));
+    painter->setFont(f);
+    painter->setPen(pen().color());
+    painter->drawText(QRectF(label_at_ + QPointF(4, -10), QSizeF(48, 14)), Qt::AlignLeft | Qt::AlignVCenter,
+                      QString::fromUtf8("\u00D7%1").arg(count_));
+  }
 }
 
 // ---- GraphClusterItem --------------------------------------------------------------------------------
@@ -266,7 +328,7 @@ void GraphEdgeItem::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QW
 GraphClusterItem::GraphClusterItem(GraphView* view, int scope, const QString& label, const QRectF& rect, int depth)
     : view_(view), scope_(scope), label_(label), rect_(rect), depth_(depth) {
   setZValue(0);
-  setToolTip(QString("Name scope %1 — double-click to collapse").arg(label));
+  setToolTip(QString("%1 — double-click the header to collapse").arg(label));
 }
 
 void GraphClusterItem::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QWidget*) {
@@ -289,6 +351,20 @@ void GraphClusterItem::paint(QPainter* painter, const QStyleOptionGraphicsItem*,
 
 void GraphClusterItem::mouseDoubleClickEvent(QGraphicsSceneMouseEvent* event) {
   view_->collapseScope(scope_);
+  event->accept();
+}
+
+void GraphClusterItem::contextMenuEvent(QGraphicsSceneContextMenuEvent* event) {
+  QMenu menu;
+  menu.addAction(QString("Collapse %1").arg(label_), [this] { view_->collapseScope(scope_); });
+  if (const ScopeTree* tree = view_->scopeTree()) {
+    const int run = tree->scope(scope_).run;
+    if (run >= 0) {
+      menu.addAction(QString("Fold the %1 repeats").arg(tree->runs()[static_cast<size_t>(run)].members.size()),
+                     [this, run] { view_->foldRun(run); });
+    }
+  }
+  menu.exec(event->screenPos());
   event->accept();
 }
 
@@ -330,8 +406,45 @@ void GraphMiniMap::paintEvent(QPaintEvent*) {
     cache_.setDevicePixelRatio(devicePixelRatioF());
     cache_.fill(Qt::transparent);
     QPainter cp(&cache_);
-    cp.setRenderHint(QPainter::Antialiasing);
-    view_->scene()->render(&cp, target, view_->scene()->sceneRect());
+    // Drawn from the items rather than rendered: frames, then nodes as blocks of their colour,
+    // then the labels of what is large enough to read (the open groups, collapsed groups, runs).
+    const QRectF sr = view_->scene()->sceneRect();
+    const double k = target.width() / sr.width();
+    auto map = [&](const QRectF& r) {
+      return QRectF(target.left() + (r.left() - sr.left()) * k, target.top() + (r.top() - sr.top()) * k,
+                    std::max(1.0, r.width() * k), std::max(1.0, r.height() * k));
+    };
+    QFont small = font();
+    small.setPointSizeF(std::max(6.0, small.pointSizeF() * 0.75));
+    cp.setFont(small);
+    const QFontMetricsF fm(small);
+    const QColor frame = pal.color(QPalette::Mid);
+    QColor text = pal.color(QPalette::Text);
+    for (GraphClusterItem* c : view_->clusters()) {
+      cp.setPen(QPen(frame, 1));
+      QColor fill = pal.color(QPalette::AlternateBase);
+      fill.setAlpha(150);
+      cp.setBrush(fill);
+      cp.drawRect(map(c->rect()));
+    }
+    cp.setPen(Qt::NoPen);
+    for (GraphNodeItem* n : view_->nodes()) {
+      cp.setBrush(n->isGroup() ? n->look().fill.darker(115) : n->look().fill);
+      cp.drawRect(map(n->rect()));
+    }
+    text.setAlpha(200);
+    cp.setPen(text);
+    auto label = [&](const QRectF& r, const QString& t, bool top) {
+      if (r.width() < 30 || (top && r.height() < 10)) return;
+      const QString e = fm.elidedText(t, Qt::ElideRight, r.width() - 2);
+      if (e.size() < 3) return;
+      cp.drawText(QRectF(r.left() + 1, r.top(), r.width() - 2, top ? fm.height() : r.height()),
+                  Qt::AlignLeft | (top ? Qt::AlignTop : Qt::AlignVCenter), e);
+    };
+    for (GraphClusterItem* c : view_->clusters()) label(map(c->rect()), c->label(), true);
+    for (GraphNodeItem* n : view_->nodes()) {
+      if (n->isGroup() && !n->look().lines.isEmpty()) label(map(n->rect()), n->look().lines.front().mid(2), false);
+    }
     dirty_ = false;
   }
   p.drawPixmap(0, 0, cache_);
@@ -393,7 +506,7 @@ void GraphView::setDocument(DocumentModel* doc) {
   connect(doc_, &DocumentModel::shardingsUpdated, this, &GraphView::recolour);
   connect(doc_, &DocumentModel::annotationsChanged, this, &GraphView::recolour);
   connect(doc_, &DocumentModel::meshChanged, this, &GraphView::recolour);
-  connect(doc_, &DocumentModel::selectionChanged, this, [this](qint64) { updateSelection(); });
+  connect(doc_, &DocumentModel::selectionChanged, this, [this](qint64) { followSelection(); });
   if (doc_->hasModule()) onModuleReset();
 }
 
@@ -414,31 +527,47 @@ QString GraphView::computation() const {
 void GraphView::setComputation(const QString& name) {
   if (name == computation()) return;
   computation_name_ = name;
-  const Computation* c = currentComputation();
-  tree_ = c ? std::make_unique<ScopeTree>(ScopeTree::Build(*c)) : nullptr;
-  expanded_ = tree_ ? tree_->defaultExpansion(120) : std::set<int>{};
-  fit_after_layout_ = true;
-  requestLayout();
+  resetTree();
 }
 
 void GraphView::onModuleReset() {
   computation_name_.clear();
-  const Computation* c = currentComputation();
-  tree_ = c ? std::make_unique<ScopeTree>(ScopeTree::Build(*c)) : nullptr;
-  expanded_ = tree_ ? tree_->defaultExpansion(120) : std::set<int>{};
   matches_.clear();
+  size_cache_.clear();
+  resetTree();
+}
+
+void GraphView::resetTree() {
+  const Computation* c = currentComputation();
+  tree_ = c ? std::make_shared<const ScopeTree>(ScopeTree::Build(*c)) : nullptr;
+  group_stats_.clear();
+  run_differences_.clear();
+  state_ = ViewState{};
+  if (tree_) state_.expanded = tree_->defaultExpansion(kOpenBudget);
   fit_after_layout_ = true;
+  center_after_layout_ = -1;
+  anchor_key_.clear();
+  // The old items belong to another tree: never show them with the new one.
+  scene_->clear();
+  nodes_.clear();
+  clusters_.clear();
+  edges_.clear();
+  shown_.reset();
+  layout_.reset();
   requestLayout();
 }
 
-std::pair<double, double> GraphView::nodeSize(int64_t id, int scope) const {
+std::pair<double, double> GraphView::nodeSize(const VisibleTree::Item& item) {
+  const std::string key = item.key();
+  auto cached = size_cache_.find(key);
+  if (cached != size_cache_.end()) return cached->second;
   const QFontMetricsF fm(NodeFont(font()));
   const QFontMetricsF bm(BoldFont(font()));
   double w = 0;
-  int lines = 4;
-  if (id >= 0) {
-    const Instruction* inst = doc_->instruction(id);
-    if (!inst) return {120, 4 * fm.height() + 10};
+  const int lines = 4;
+  if (item.kind == VisibleTree::Item::Kind::kInstruction) {
+    const Instruction* inst = doc_->instruction(item.id);
+    if (!inst) return {120, std::round(lines * fm.height() + 10)};
     w = std::max({bm.horizontalAdvance(Q(inst->opcode_text())), fm.horizontalAdvance(Q(inst->name())),
                   fm.horizontalAdvance(ShapeText(inst->shape()))});
     const int64_t rank = inst->shape().IsArray() ? inst->shape().rank() : 2;
@@ -446,74 +575,107 @@ std::pair<double, double> GraphView::nodeSize(int64_t id, int scope) const {
     for (int64_t d = 0; d < std::max<int64_t>(rank, 1); ++d) dims << "I_XY";
     w = std::max(w, fm.horizontalAdvance("[" + dims.join(", ") + "]"));
   } else {
-    const ScopeNode& s = tree_->scope(scope);
-    w = std::max(bm.horizontalAdvance(QString::fromUtf8("\u25B8 ") + Q(s.label)), fm.horizontalAdvance("0000 instructions"));
+    QString title;
+    if (item.kind == VisibleTree::Item::Kind::kFold) title = Q(tree_->runs()[static_cast<size_t>(item.id)].label);
+    else title = Q(tree_->scope(static_cast<int>(item.id)).label);
+    w = std::max(bm.horizontalAdvance(QString::fromUtf8("\u25B8 ") + title),
+                 fm.horizontalAdvance(QString::fromUtf8("\u00D7 64 \u00B7 0000 instructions each")));
   }
   w = std::clamp(w + 22, 110.0, 300.0);
-  return {std::round(w), std::round(lines * fm.height() + 10)};
+  const std::pair<double, double> size{std::round(w), std::round(lines * fm.height() + 10)};
+  size_cache_[key] = size;
+  return size;
 }
 
 void GraphView::requestLayout() {
   const Computation* comp = currentComputation();
-  scene_->clear();
-  nodes_.clear();
-  edges_.clear();
-  layout_.reset();
-  if (!comp || !tree_) {
-    visible_.reset();
+  if (!comp || !tree_ || !doc_) {
+    if (layout_pending_) ++layouts_cancelled_;
+    jobTracker()->cancelKey(layoutJobKey());
+    scene_->clear();
+    nodes_.clear();
+    clusters_.clear();
+    edges_.clear();
+    shown_.reset();
+    pending_.reset();
+    layout_.reset();
     layout_pending_ = false;
     minimap_->hide();
     return;
   }
-  auto visible = std::make_unique<VisibleGraph>(BuildVisibleGraph(
-      *comp, *tree_, expanded_,
-      [this](const std::string&, int64_t id, int scope) { return nodeSize(id, scope); }));
-  const QString key = QString("%1/%2/%3/%4")
-                          .arg(reinterpret_cast<quintptr>(doc_.data()))
-                          .arg(doc_->moduleGeneration())
-                          .arg(Q(visible->signature))
-                          .arg(font().pointSizeF());
+  auto visible = std::make_shared<const VisibleTree>(tree_, state_);
+  auto input = std::make_shared<HierarchyInput>();
+  input->tree = tree_;
+  input->state = state_;
+  for (const auto& item : visible->visibleNodes()) input->sizes[item.key()] = nodeSize(item);
+  const QFontMetricsF bm(BoldFont(font()));
+  for (int s : visible->openScopes()) {
+    if (s > 0) input->sizes[ClusterKey(s)] = {bm.horizontalAdvance(QString::fromUtf8("\u25BE ") + Q(tree_->scope(s).label)) + 24, 0};
+  }
+  // The tree's fingerprint identifies the graph (any view of any document showing the same graph
+  // shares the group layouts); the font sets the node sizes, which are part of each key too.
+  input->cache_prefix =
+      std::to_string(tree_->fingerprint()) + "/" + comp->name() + "/" + std::to_string(font().pointSizeF());
+  if (layout_pending_) ++layouts_cancelled_;  // the older layout is superseded below
   const quint64 request = ++layout_request_;
   layout_pending_ = true;
-  visible_ = std::move(visible);
-  if (auto hit = LayoutCache::instance().cached(key)) {
-    // Laid out before: shown as soon as the event loop comes round, without waiting for the lane.
-    QTimer::singleShot(0, this, [this, request, hit] {
-      if (request == layout_request_ && visible_) applyLayout(hit, *visible_);
-    });
-    return;
-  }
-  // The newest layout of this view wins: an older one still queued never runs.
+  pending_ = visible;
+  // The newest layout of this view wins: an older one still queued never runs, one running stops
+  // before its next group (what it laid out stays cached).
   const JobTracker::Spec spec{.label = "laying out",
                               .lane = Lane::kLayout,
-                              .key = QString("layout:%1").arg(reinterpret_cast<quintptr>(this)),
+                              .key = layoutJobKey(),
                               .context = this};
-  jobTracker()->run<std::shared_ptr<const LayoutResult>>(
+  jobTracker()->run<std::shared_ptr<const HierarchyLayout>>(
       spec,
-      [key, input = visible_->input](const CancellationToken& token) { return LayoutCache::instance().layOut(key, input, token); },
-      [this, request](std::shared_ptr<const LayoutResult> result) {
-        if (request != layout_request_ || !visible_) return;  // superseded
-        applyLayout(result, *visible_);
+      [input = std::move(input)](const CancellationToken& token) {
+        return std::make_shared<const HierarchyLayout>(LayOutHierarchy(
+            *input,
+            [](const std::string& key, const LayoutInput& in, bool* hit) {
+              return LayoutCache::instance().layOut(key, in, hit);
+            },
+            token));
+      },
+      [this, request](std::shared_ptr<const HierarchyLayout> result) {
+        if (request != layout_request_) return;  // superseded
+        if (!result || result->cancelled) return;
+        applyLayout(std::move(result), pending_);
       });
 }
 
-void GraphView::applyLayout(std::shared_ptr<const LayoutResult> layout, const VisibleGraph& visible) {
+void GraphView::anchorOn(const std::string& key) {
+  QRectF r;
+  if (GraphNodeItem* n = nodeForKey(key)) r = n->sceneBoundingRect();
+  else if (!key.empty() && key[0] == 'c' && clusters_.count(std::stoi(key.substr(1))))
+    r = clusters_.at(std::stoi(key.substr(1)))->rect();
+  if (r.isNull()) {
+    anchor_key_.clear();
+    return;
+  }
+  anchor_key_ = key;
+  anchor_pos_ = mapFromScene(r.topLeft());
+}
+
+void GraphView::applyLayout(std::shared_ptr<const HierarchyLayout> layout, std::shared_ptr<const VisibleTree> visible) {
+  // Where the anchor (the group just expanded or collapsed) was, to keep it there.
   scene_->clear();
   nodes_.clear();
+  clusters_.clear();
   edges_.clear();
   layout_ = std::move(layout);
+  shown_ = std::move(visible);
+  pending_.reset();
   layout_pending_ = false;
   if (!layout_ || !layout_->ok) {
     scene_->addText(QString("Layout failed: %1").arg(layout_ ? Q(layout_->error) : QString("no result")));
     emit layoutFinished();
     return;
   }
-  for (const auto& [key, box] : layout_->clusters) {
-    auto it = visible.cluster_scope.find(key);
-    if (it == visible.cluster_scope.end()) continue;
-    const ScopeNode& s = tree_->scope(it->second);
-    auto* item = new GraphClusterItem(this, it->second, Q(s.label), QRectF(box.x, box.y, box.w, box.h), s.depth);
+  for (const auto& c : layout_->clusters) {
+    const ScopeNode& s = tree_->scope(c.scope);
+    auto* item = new GraphClusterItem(this, c.scope, Q(s.label), QRectF(c.box.x, c.box.y, c.box.w, c.box.h), s.depth);
     scene_->addItem(item);
+    clusters_[c.scope] = item;
   }
   for (const auto& e : layout_->edges) {
     auto* item = new GraphEdgeItem(e);
@@ -522,24 +684,40 @@ void GraphView::applyLayout(std::shared_ptr<const LayoutResult> layout, const Vi
     edges_.push_back(item);
   }
   for (const auto& [key, box] : layout_->nodes) {
-    auto inst_it = visible.node_instruction.find(key);
-    const int64_t id = inst_it == visible.node_instruction.end() ? -1 : inst_it->second;
-    auto group_it = visible.group_scope.find(key);
-    const int scope = group_it == visible.group_scope.end() ? -1 : group_it->second;
-    auto* item = new GraphNodeItem(this, key, id, scope, QRectF(box.x, box.y, box.w, box.h));
+    int64_t id = -1;
+    int scope = -1, run = -1;
+    const int64_t number = std::stoll(key.substr(1));
+    if (key[0] == 'i') id = number;
+    else if (key[0] == 'g') scope = static_cast<int>(number);
+    else if (key[0] == 'f') run = static_cast<int>(number);
+    auto* item = new GraphNodeItem(this, key, id, scope, QRectF(box.x, box.y, box.w, box.h), run);
     scene_->addItem(item);
     nodes_[key] = item;
   }
   scene_->setSceneRect(QRectF(-20, -20, layout_->width + 40, layout_->height + 40));
   ++layouts_applied_;
-  recolour();
+  restyle();
   if (fit_after_layout_) {
     fit_after_layout_ = false;
     fitReadable();
+  } else if (!anchor_key_.empty()) {
+    QRectF r;
+    if (GraphNodeItem* n = nodeForKey(anchor_key_)) r = n->sceneBoundingRect();
+    else if (anchor_key_[0] == 'c' && clusters_.count(std::stoi(anchor_key_.substr(1))))
+      r = clusters_.at(std::stoi(anchor_key_.substr(1)))->rect();
+    if (!r.isNull()) {
+      // Scroll so the anchor's top-left is where it was on screen.
+      const QPointF now = mapFromScene(r.topLeft());
+      const QPointF delta = now - anchor_pos_;
+      horizontalScrollBar()->setValue(horizontalScrollBar()->value() + static_cast<int>(std::round(delta.x())));
+      verticalScrollBar()->setValue(verticalScrollBar()->value() + static_cast<int>(std::round(delta.y())));
+    }
   }
+  anchor_key_.clear();
   updateSelection();
+  highlightMatches();
   if (center_after_layout_ >= 0) {
-    if (GraphNodeItem* n = nodeForInstruction(center_after_layout_)) centerOn(n);
+    if (GraphNodeItem* n = nodeForKey(shown_->keyFor(center_after_layout_))) centerOn(n);
     center_after_layout_ = -1;
   }
   updateMiniMapVisibility();
@@ -547,36 +725,157 @@ void GraphView::applyLayout(std::shared_ptr<const LayoutResult> layout, const Vi
   emit layoutFinished();
 }
 
+QStringList GraphView::runDifferences(int run) const {
+  QStringList out;
+  if (!tree_ || !doc_ || run < 0 || run >= static_cast<int>(tree_->runs().size())) return out;
+  auto cached = run_differences_.find(run);
+  if (cached != run_differences_.end()) return cached->second;
+  const RepeatRun& r = tree_->runs()[static_cast<size_t>(run)];
+  // The groups have one structure, so their instructions correspond one to one, in order. At each
+  // position the sharding most groups have is the reference; a group differs where it has another.
+  // Parameters are not part of the structure (the first layer may hold the model's input too).
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<std::vector<std::optional<HloSharding>>> shardings;
+  std::vector<QStringList> params;
+  for (int m : r.members) {
+    ids.emplace_back();
+    params.emplace_back();
+    for (int32_t p : tree_->positionsUnder(m)) {
+      const Instruction* inst = tree_->at(p);
+      if (inst->opcode() == Opcode::kParameter) params.back() << Q(inst->name());
+      else ids.back().push_back(inst->id());
+    }
+    std::vector<std::optional<HloSharding>> row;
+    row.reserve(ids.back().size());
+    for (int64_t id : ids.back()) row.push_back(doc_->sharding(id));
+    shardings.push_back(std::move(row));
+  }
+  size_t positions = ids.front().size();
+  for (const auto& row : ids) positions = std::min(positions, row.size());
+  std::vector<int> differ(r.members.size(), 0);
+  std::vector<QString> example(r.members.size());
+  for (size_t j = 0; j < positions; ++j) {
+    std::vector<std::pair<size_t, int>> distinct;  // (a group holding the value, how many have it)
+    for (size_t k = 0; k < shardings.size(); ++k) {
+      bool found = false;
+      for (auto& [holder, count] : distinct) {
+        if (shardings[holder][j] == shardings[k][j]) {
+          ++count;
+          found = true;
+          break;
+        }
+      }
+      if (!found) distinct.emplace_back(k, 1);
+    }
+    if (distinct.size() == 1) continue;
+    const size_t common = std::max_element(distinct.begin(), distinct.end(), [](const auto& a, const auto& b) {
+                            return a.second < b.second;
+                          })->first;
+    for (size_t k = 0; k < shardings.size(); ++k) {
+      if (shardings[k][j] == shardings[common][j]) continue;
+      if (differ[k]++ == 0) {
+        const Instruction* inst = doc_->instruction(ids[k][j]);
+        const auto& sh = shardings[k][j];
+        example[k] = QString("%1 %2").arg(inst ? Q(inst->name()) : QString("?"),
+                                          sh && inst ? NamedAxesText(*sh, inst->shape(), doc_->mesh(), "") : QString("unsharded"));
+      }
+    }
+  }
+  std::map<qsizetype, int> param_counts;
+  for (const auto& p : params) ++param_counts[p.size()];
+  const qsizetype usual = std::max_element(param_counts.begin(), param_counts.end(), [](const auto& a, const auto& b) {
+                            return a.second < b.second;
+                          })->first;
+  for (size_t k = 0; k < r.members.size(); ++k) {
+    if (params[k].size() > usual) {
+      out << QString("%1: also holds %2").arg(Q(tree_->scope(r.members[k]).label), params[k].mid(0, 3).join(", "));
+    }
+    if (differ[k] == 0) continue;
+    out << QString("%1: %2 instruction%3 sharded unlike the others (%4)")
+               .arg(Q(tree_->scope(r.members[k]).label))
+               .arg(differ[k])
+               .arg(differ[k] == 1 ? "" : "s")
+               .arg(example[k]);
+  }
+  run_differences_[run] = out;
+  return out;
+}
+
 GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* tooltip) const {
   GraphNodeItem::Look look;
   const QPalette pal = palette();
   const DeviceMesh& mesh = doc_->mesh();
   if (item->isGroup()) {
-    const ScopeNode& s = tree_->scope(item->scope());
-    const auto ids = tree_->instructionsUnder(item->scope());
+    // A collapsed group, or a folded run (all its groups).
+    std::vector<int> scopes;
+    QString title, path;
+    const RepeatRun* run = item->run() >= 0 ? &tree_->runs()[static_cast<size_t>(item->run())] : nullptr;
+    if (run) {
+      scopes = run->members;
+      title = Q(run->label);
+      path = Q(tree_->scope(run->parent).path);
+    } else {
+      scopes = {item->scope()};
+      title = Q(tree_->scope(item->scope()).label);
+      path = Q(tree_->scope(item->scope()).path);
+    }
     std::optional<HloSharding> common;
     bool uniform = true;
-    int sharded = 0, user = 0;
-    for (int64_t id : ids) {
-      auto sh = doc_->sharding(id);
-      if (sh) ++sharded;
-      if (doc_->origin(id) == TensorOrigin::kUser) ++user;
-      if (!sh) continue;
-      if (!common) common = sh;
-      else if (!(*common == *sh)) uniform = false;
+    int64_t count = 0, sharded = 0, user = 0;
+    for (int s : scopes) {
+      const GroupStats& g = groupStats(s);
+      count += g.count;
+      sharded += g.sharded;
+      user += g.user;
+      if (!g.uniform) uniform = false;
+      if (!g.common) continue;
+      if (!common) common = g.common;
+      else if (uniform && !(*common == *g.common)) uniform = false;
     }
     look.shape = GraphNodeItem::Look::Shape::kGroup;
-    look.lines = {QString::fromUtf8("\u25B8 ") + Q(s.label), QString("%1 instructions").arg(ids.size())};
-    look.sharding_line = QString("%1 of %2 sharded").arg(sharded).arg(ids.size());
     look.sharded = sharded > 0;
     look.user = false;
     look.fill = (common && uniform) ? ShardingFillColor(*common, pal) : UnshardedFillColor(pal);
-    if (tooltip) {
-      *tooltip = QString("<b>%1</b><br>%2 instructions, %3 sharded, %4 annotated by you<br><i>Double-click to expand</i>")
-                     .arg(Q(s.path).toHtmlEscaped())
-                     .arg(ids.size())
-                     .arg(sharded)
-                     .arg(user);
+    if (run) {
+      const int64_t each = count / static_cast<int64_t>(scopes.size());
+      const QStringList diffs = runDifferences(item->run());
+      look.repeat = static_cast<int>(scopes.size());
+      look.lines = {QString::fromUtf8("\u25B8 ") + title,
+                    QString::fromUtf8("\u00D7 %1 \u00B7 %2 instructions each").arg(scopes.size()).arg(each)};
+      look.sharding_line = diffs.isEmpty() ? QString("identical") : diffs.size() == 1 ? QString("1 differs") : QString("%1 differ").arg(diffs.size());
+      if (tooltip) {
+        QString t = QString("<b>%1</b> (in %2)<br>%3 groups with the same operations, shapes and wiring, %4 "
+                            "instructions each")
+                        .arg(title.toHtmlEscaped(), path.isEmpty() ? QString("the computation") : path.toHtmlEscaped())
+                        .arg(scopes.size())
+                        .arg(each);
+        if (diffs.isEmpty()) {
+          t += "<br>and the same shardings";
+        } else {
+          t += "<br>Differences:<ul>";
+          for (int i = 0; i < diffs.size() && i < 12; ++i) t += "<li>" + diffs[i].toHtmlEscaped() + "</li>";
+          if (diffs.size() > 12) t += QString("<li>and %1 more</li>").arg(diffs.size() - 12);
+          t += "</ul>";
+        }
+        t += "<i>Double-click to show them one by one</i>";
+        *tooltip = t;
+      }
+    } else {
+      const ScopeNode& s = tree_->scope(item->scope());
+      QString kind = "instructions";
+      look.lines = {QString::fromUtf8("\u25B8 ") + title, QString("%1 %2").arg(count).arg(kind)};
+      look.sharding_line = QString("%1 of %2 sharded").arg(sharded).arg(count);
+      if (tooltip) {
+        QString what = "Name scope";
+        if (s.kind == ScopeNode::Kind::kCall) what = "Called computations of";
+        if (s.kind == ScopeNode::Kind::kChunk) what = "Part of the program in order:";
+        *tooltip = QString("%1 <b>%2</b><br>%3 instructions, %4 sharded, %5 annotated by you<br><i>Double-click to "
+                           "expand</i>")
+                       .arg(what, Q(s.path).toHtmlEscaped())
+                       .arg(count)
+                       .arg(sharded)
+                       .arg(user);
+      }
     }
     return look;
   }
@@ -622,7 +921,30 @@ GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* toolt
   return look;
 }
 
+const GraphView::GroupStats& GraphView::groupStats(int scope) const {
+  auto it = group_stats_.find(scope);
+  if (it != group_stats_.end()) return it->second;
+  GroupStats g;
+  for (int32_t p : tree_->positionsUnder(scope)) {
+    const int64_t id = tree_->at(p)->id();
+    ++g.count;
+    auto sh = doc_->sharding(id);
+    if (doc_->origin(id) == TensorOrigin::kUser) ++g.user;
+    if (!sh) continue;
+    ++g.sharded;
+    if (!g.common) g.common = std::move(sh);
+    else if (g.uniform && !(*g.common == *sh)) g.uniform = false;
+  }
+  return group_stats_.emplace(scope, std::move(g)).first->second;
+}
+
 void GraphView::recolour() {
+  group_stats_.clear();
+  run_differences_.clear();
+  restyle();
+}
+
+void GraphView::restyle() {
   if (!doc_ || !doc_->module()) return;
   ++recolours_;
   for (auto& [key, item] : nodes_) {
@@ -635,31 +957,22 @@ void GraphView::recolour() {
   viewport()->update();
 }
 
+void GraphView::followSelection() {
+  const int64_t sel = doc_ ? doc_->selected() : -1;
+  // Hidden in a group or a run, or in another computation: open exactly what holds it and centre
+  // it (search, the instruction table and the "why" links all select through the document).
+  if (sel >= 0 && tree_) reveal(sel);
+  updateSelection();
+}
+
 void GraphView::updateSelection() {
   if (!doc_) return;
   const int64_t sel = doc_->selected();
-  if (sel >= 0) {
-    const Instruction* inst = doc_->instruction(sel);
-    if (inst && inst->parent() && currentComputation() && inst->parent() != currentComputation()) {
-      setComputation(Q(inst->parent()->name()));
-      center_after_layout_ = sel;
-      return;
-    }
-  }
   std::string sel_key;
-  if (visible_ && sel >= 0) {
-    auto it = visible_->representative.find(sel);
-    if (it != visible_->representative.end()) sel_key = it->second;
-  }
+  if (shown_ && sel >= 0 && tree_ && tree_->positionOf(sel) >= 0) sel_key = shown_->keyFor(sel);
   for (auto& [key, item] : nodes_) item->setSelectedNode(!sel_key.empty() && key == sel_key);
   for (GraphEdgeItem* e : edges_) {
     e->setEmphasis(!sel_key.empty() && (e->tail() == sel_key || e->head() == sel_key), palette());
-  }
-  if (!sel_key.empty()) {
-    if (GraphNodeItem* n = nodeForKey(sel_key)) {
-      const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
-      if (!visible.contains(n->sceneBoundingRect())) centerOn(n);
-    }
   }
 }
 
@@ -670,62 +983,121 @@ GraphNodeItem* GraphView::nodeForKey(const std::string& key) const {
 
 GraphNodeItem* GraphView::nodeForInstruction(int64_t id) const { return nodeForKey(InstructionKey(id)); }
 
+GraphClusterItem* GraphView::clusterForScope(int scope) const {
+  auto it = clusters_.find(scope);
+  return it == clusters_.end() ? nullptr : it->second;
+}
+
 QList<GraphNodeItem*> GraphView::nodes() const {
   QList<GraphNodeItem*> out;
   for (const auto& [key, item] : nodes_) out << item;
   return out;
 }
 
+QList<GraphClusterItem*> GraphView::clusters() const {
+  QList<GraphClusterItem*> out;
+  for (const auto& [scope, item] : clusters_) out << item;
+  return out;
+}
+
 void GraphView::expandScope(int scope) {
-  if (!tree_) return;
-  if (expanded_.insert(scope).second) requestLayout();
+  if (!tree_ || scope < 0 || scope >= static_cast<int>(tree_->scopes().size())) return;
+  if (!state_.expanded.insert(scope).second) return;
+  anchorOn(GroupKey(scope));
+  if (!anchor_key_.empty()) anchor_key_ = ClusterKey(scope);  // the group becomes its frame
+  requestLayout();
 }
 
 void GraphView::collapseScope(int scope) {
   if (!tree_ || scope <= 0) return;
-  // Collapsing a scope collapses what is inside it too.
+  // Collapsing a group collapses what is inside it too.
   bool changed = false;
-  for (auto it = expanded_.begin(); it != expanded_.end();) {
+  for (auto it = state_.expanded.begin(); it != state_.expanded.end();) {
     if (*it != 0 && tree_->contains(scope, *it)) {
-      it = expanded_.erase(it);
+      it = state_.expanded.erase(it);
       changed = true;
     } else {
       ++it;
     }
   }
-  if (changed) requestLayout();
+  if (!changed) return;
+  anchorOn(ClusterKey(scope));
+  if (!anchor_key_.empty()) anchor_key_ = GroupKey(scope);
+  requestLayout();
 }
 
 void GraphView::expandAll() {
   if (!tree_) return;
-  auto all = tree_->allExpanded();
-  if (all == expanded_) return;
-  expanded_ = std::move(all);
+  ViewState all = state_;
+  all.expanded = tree_->allExpanded();
+  for (size_t r = 0; r < tree_->runs().size(); ++r) all.unfolded.insert(static_cast<int>(r));
+  if (all.expanded == state_.expanded && all.unfolded == state_.unfolded) return;
+  state_ = std::move(all);
   fit_after_layout_ = true;
   requestLayout();
 }
 
 void GraphView::collapseAll() {
   if (!tree_) return;
-  std::set<int> root{0};
-  if (root == expanded_) return;
-  expanded_ = root;
+  if (state_.expanded == std::set<int>{0} && state_.unfolded.empty()) return;
+  state_.expanded = {0};
+  state_.unfolded.clear();
   fit_after_layout_ = true;
+  requestLayout();
+}
+
+void GraphView::setFoldRepeats(bool on) {
+  if (state_.fold_repeats == on) return;
+  state_.fold_repeats = on;
+  state_.unfolded.clear();
+  fit_after_layout_ = true;
+  requestLayout();
+}
+
+void GraphView::unfoldRun(int run) {
+  if (!tree_ || !state_.folded(run)) return;
+  state_.unfolded.insert(run);
+  anchorOn(FoldKey(run));
+  if (!anchor_key_.empty()) anchor_key_ = GroupKey(tree_->runs()[static_cast<size_t>(run)].members.front());
+  requestLayout();
+}
+
+void GraphView::foldRun(int run) {
+  if (!tree_ || run < 0 || run >= static_cast<int>(tree_->runs().size()) || state_.folded(run)) return;
+  const RepeatRun& r = tree_->runs()[static_cast<size_t>(run)];
+  std::string anchor = ClusterKey(r.members.front());
+  if (!clusterForScope(r.members.front())) anchor = GroupKey(r.members.front());
+  state_.fold_repeats = true;
+  state_.unfolded.erase(run);
+  for (int m : r.members) collapseScope(m);  // re-expanding a member later starts collapsed
+  anchorOn(anchor);
+  if (!anchor_key_.empty()) anchor_key_ = FoldKey(run);
   requestLayout();
 }
 
 void GraphView::reveal(int64_t id) {
   if (!tree_ || !doc_) return;
   const Instruction* inst = doc_->instruction(id);
-  if (inst && inst->parent() && inst->parent() != currentComputation()) {
+  if (!inst) return;
+  if (tree_->positionOf(id) < 0 && inst->parent() && inst->parent() != currentComputation()) {
     setComputation(Q(inst->parent()->name()));
+    if (!tree_) return;
   }
-  if (GraphNodeItem* n = nodeForInstruction(id)) {
-    centerOn(n);
-    return;
-  }
+  if (tree_->positionOf(id) < 0) return;
+  // Exactly the groups holding it, and the runs they belong to.
   bool changed = false;
-  for (int s = tree_->scopeOf(id); s > 0; s = tree_->scope(s).parent) changed |= expanded_.insert(s).second;
+  for (int s = tree_->scopeOf(id); s > 0; s = tree_->scope(s).parent) {
+    changed |= state_.expanded.insert(s).second;
+    const int run = tree_->scope(s).run;
+    if (state_.folded(run)) changed |= state_.unfolded.insert(run).second;
+  }
+  if (!changed && !layout_pending_) {
+    if (GraphNodeItem* n = nodeForInstruction(id)) {
+      const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
+      if (!visible.contains(n->sceneBoundingRect())) centerOn(n);
+      return;
+    }
+  }
   center_after_layout_ = id;
   if (changed) requestLayout();
 }
@@ -733,16 +1105,45 @@ void GraphView::reveal(int64_t id) {
 QList<int64_t> GraphView::setSearch(const QString& text) {
   QList<int64_t> found;
   matches_.clear();
-  const QString needle = text.trimmed();
-  const Computation* comp = currentComputation();
-  if (!needle.isEmpty() && comp && doc_) {
-    for (const auto& inst : comp->instructions()) {
-      bool hit = Q(inst->name()).contains(needle, Qt::CaseInsensitive) ||
-                 Q(inst->opcode_text()).contains(needle, Qt::CaseInsensitive);
+  const std::string needle = text.trimmed().toLower().toStdString();
+  if (!needle.empty() && tree_ && doc_) {
+    auto contains = [&](const std::string& hay) {
+      return std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char a, char b) {
+               return std::tolower(static_cast<unsigned char>(a)) == b;
+             }) != hay.end();
+    };
+    // Shardings are few and shared by many tensors: their texts are made and searched once each
+    // (per sharding and rank, the named-axis form depends on both).
+    struct Seen {
+      HloSharding sharding;
+      int64_t rank;
+      bool hit;
+    };
+    std::unordered_map<uint64_t, std::vector<Seen>> seen;
+    for (const Instruction* inst : tree_->instructions()) {
+      bool hit = contains(inst->name()) || contains(inst->opcode_text());
       if (!hit) {
         if (auto sh = doc_->sharding(inst->id())) {
-          hit = HloShardingText(*sh).contains(needle, Qt::CaseInsensitive) ||
-                NamedAxesText(*sh, inst->shape(), doc_->mesh(), "").contains(needle, Qt::CaseInsensitive);
+          const int64_t rank = inst->shape().IsArray() ? inst->shape().rank() : -1;
+          uint64_t h = static_cast<uint64_t>(rank + 2) * 1000003ULL;
+          auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+          mix(sh->IsTiled() * 4 + sh->IsReplicated() * 2 + sh->IsTuple());
+          for (int64_t d : sh->tile_assignment().dims()) mix(static_cast<uint64_t>(d));
+          const auto& devices = sh->tile_assignment().devices();
+          for (size_t k = 0; k < devices.size() && k < 8; ++k) mix(static_cast<uint64_t>(devices[k]));
+          mix(sh->subgroup_types().size());
+          mix(sh->tuple_elements().size());
+          auto& bucket = seen[h];
+          auto it = std::find_if(bucket.begin(), bucket.end(),
+                                 [&](const Seen& s) { return s.rank == rank && s.sharding == *sh; });
+          if (it == bucket.end()) {
+            const QString q = QString::fromStdString(needle);
+            const bool match = HloShardingText(*sh).contains(q, Qt::CaseInsensitive) ||
+                               NamedAxesText(*sh, inst->shape(), doc_->mesh(), "").contains(q, Qt::CaseInsensitive);
+            bucket.push_back({*sh, rank, match});
+            it = bucket.end() - 1;
+          }
+          hit = it->hit;
         }
       }
       if (hit) {
@@ -751,15 +1152,16 @@ QList<int64_t> GraphView::setSearch(const QString& text) {
       }
     }
   }
+  highlightMatches();
+  return found;
+}
+
+void GraphView::highlightMatches() {
   std::set<std::string> hit_keys;
-  if (visible_) {
-    for (int64_t id : matches_) {
-      auto it = visible_->representative.find(id);
-      if (it != visible_->representative.end()) hit_keys.insert(it->second);
-    }
+  if (shown_) {
+    for (int64_t id : matches_) hit_keys.insert(shown_->keyFor(id));
   }
   for (auto& [key, item] : nodes_) item->setMatch(hit_keys.count(key) > 0);
-  return found;
 }
 
 void GraphView::scaleBy(double factor) {
@@ -908,8 +1310,17 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
     connect(b, &QToolButton::clicked, view_, slot);
     bar->addWidget(b);
   };
-  add_button("Expand all", "Expand every name scope", &GraphView::expandAll);
-  add_button("Collapse all", "Collapse every name scope", &GraphView::collapseAll);
+  add_button("Expand all", "Expand every group (large graphs take a while)", &GraphView::expandAll);
+  add_button("Collapse all", "Collapse every group", &GraphView::collapseAll);
+  fold_ = new QToolButton;
+  fold_->setObjectName("foldRepeats");
+  fold_->setText(QString::fromUtf8("Fold repeats"));
+  fold_->setToolTip("Show identical sibling groups (the layers of a stack) as one node \u00D7 N");
+  fold_->setCheckable(true);
+  fold_->setChecked(true);
+  fold_->setAutoRaise(true);
+  connect(fold_, &QToolButton::toggled, view_, &GraphView::setFoldRepeats);
+  bar->addWidget(fold_);
   add_button("Fit", "Fit the graph in the view (Ctrl+0)", &GraphView::fitAll);
   add_button("\u2212", "Zoom out (Ctrl+-)", &GraphView::zoomOut);
   add_button("+", "Zoom in (Ctrl++)", &GraphView::zoomIn);
@@ -934,9 +1345,6 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
   connect(prev, &QToolButton::clicked, this, &GraphPane::findPrevious);
   connect(view_, &GraphView::zoomChanged, this,
           [this](double s) { zoom_label_->setText(QString("%1%").arg(std::round(s * 100))); });
-  connect(view_, &GraphView::layoutFinished, this, [this] {
-    if (!search_->text().isEmpty()) view_->setSearch(search_->text());
-  });
   connect(computations_, &QComboBox::currentTextChanged, this, [this](const QString& name) {
     if (!name.isEmpty()) view_->setComputation(name);
   });

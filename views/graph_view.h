@@ -1,7 +1,11 @@
-// The computation graph: Graphviz dot layout (a job on the tracker's layout lane, cached per
-// module and expansion state) drawn as QGraphicsItems. Each tensor is coloured by its sharding;
-// user annotations have a thick border; hovering shows the named-axis notation and the per-device
-// shape. Large graphs collapse into clusters by name scope (double-click to expand or collapse).
+// The computation graph, drawn as QGraphicsItems. Each tensor is coloured by its sharding; user
+// annotations have a thick border; hovering shows the named-axis notation and the per-device shape.
+// Graphs of any size open with their top groups (name scopes, called computations, chunks:
+// graph_structure.h) collapsed and repeated groups folded ("layer × 64"); double-click a group to
+// expand it, a frame's header to collapse it. Only what is visible is laid out, group by group
+// (graph_hierarchy.h), as a job on the tracker's layout lane, each group's layout cached; a layout
+// still running when the view changes again is cancelled, never waited for. Selecting, finding or
+// following a link to a hidden instruction expands the groups holding it and centres it.
 // Annotation edits recolour the existing items and never lay out again.
 #pragma once
 
@@ -17,6 +21,7 @@
 #include <QWidget>
 
 #include "core/sharding/sharding.h"
+#include "views/graph_hierarchy.h"
 #include "views/graph_layout.h"
 #include "views/graph_structure.h"
 
@@ -31,19 +36,20 @@ class DocumentModel;
 class GraphView;
 class JobTracker;
 
-// One node: an instruction, or a collapsed name scope (a group).
+// One node: an instruction, a collapsed group, or a folded run of repeated groups.
 class GraphNodeItem : public QGraphicsItem {
  public:
-  GraphNodeItem(GraphView* view, std::string key, int64_t instruction_id, int scope, const QRectF& rect);
+  GraphNodeItem(GraphView* view, std::string key, int64_t instruction_id, int scope, const QRectF& rect, int run = -1);
 
   QRectF boundingRect() const override;
   QPainterPath shape() const override;
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
 
   const std::string& key() const { return key_; }
-  int64_t instructionId() const { return id_; }  // -1 for a group
-  int scope() const { return scope_; }           // group's scope, -1 for an instruction
-  bool isGroup() const { return id_ < 0; }
+  int64_t instructionId() const { return id_; }  // -1 for a group or a run
+  int scope() const { return scope_; }           // group's scope, -1 otherwise
+  int run() const { return run_; }               // folded run, -1 otherwise
+  bool isGroup() const { return id_ < 0; }       // a group or a folded run
   QRectF rect() const { return rect_; }
 
   // Appearance, set by GraphView::recolour().
@@ -53,6 +59,7 @@ class GraphNodeItem : public QGraphicsItem {
     QColor fill;
     bool user = false;     // user annotation: thick border
     bool sharded = false;  // false: dashed border
+    int repeat = 0;        // a folded run: how many groups it stands for
     enum class Shape { kBox, kParameter, kConstant, kCollective, kRoot, kGroup } shape = Shape::kBox;
   };
   void setLook(Look look);
@@ -68,6 +75,7 @@ class GraphNodeItem : public QGraphicsItem {
   void mouseDoubleClickEvent(QGraphicsSceneMouseEvent* event) override;
   void hoverEnterEvent(QGraphicsSceneHoverEvent* event) override;
   void hoverLeaveEvent(QGraphicsSceneHoverEvent* event) override;
+  void contextMenuEvent(QGraphicsSceneContextMenuEvent* event) override;
 
  private:
   QPainterPath outline(const QRectF& r) const;
@@ -75,24 +83,30 @@ class GraphNodeItem : public QGraphicsItem {
   std::string key_;
   int64_t id_;
   int scope_;
+  int run_;
   QRectF rect_;
   Look look_;
   std::optional<HloSharding> sharding_;
   bool selected_ = false, match_ = false, hover_ = false;
 };
 
+// One edge between two visible nodes; `count` data edges when it bundles several (drawn "×N").
 class GraphEdgeItem : public QGraphicsPathItem {
  public:
-  GraphEdgeItem(const LayoutEdgePath& path);
+  explicit GraphEdgeItem(const HierarchyEdge& edge);
   const std::string& tail() const { return tail_; }
   const std::string& head() const { return head_; }
+  int count() const { return count_; }
   void setEmphasis(bool on, const QPalette& palette);
   QRectF boundingRect() const override;
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
 
  private:
   std::string tail_, head_;
+  int count_ = 1;
+  bool nested_ = false;  // leaves or enters a group through its frame: drawn faint unless emphasised
   QPolygonF arrow_;
+  QPointF label_at_;
 };
 
 class GraphClusterItem : public QGraphicsItem {
@@ -101,9 +115,12 @@ class GraphClusterItem : public QGraphicsItem {
   QRectF boundingRect() const override { return rect_.adjusted(-1, -1, 1, 1); }
   void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
   int scope() const { return scope_; }
+  QRectF rect() const { return rect_; }
+  const QString& label() const { return label_; }
 
  protected:
   void mouseDoubleClickEvent(QGraphicsSceneMouseEvent* event) override;
+  void contextMenuEvent(QGraphicsSceneContextMenuEvent* event) override;
 
  private:
   GraphView* view_;
@@ -113,8 +130,8 @@ class GraphClusterItem : public QGraphicsItem {
   int depth_;
 };
 
-// A small overview in the corner of the graph: the whole scene and the visible part; click or
-// drag to move there.
+// A small overview in the corner of the graph: the open groups' frames (labelled where there is
+// room), every node in its colour, and the visible part; click or drag to move there.
 class GraphMiniMap : public QWidget {
   Q_OBJECT
  public:
@@ -151,25 +168,41 @@ class GraphView : public QGraphicsView {
 
   // Layout state.
   bool isLayoutPending() const { return layout_pending_; }
-  const LayoutResult* currentLayout() const { return layout_.get(); }
+  const HierarchyLayout* currentLayout() const { return layout_.get(); }
   int layoutsApplied() const { return layouts_applied_; }
+  int layoutsCancelled() const { return layouts_cancelled_; }
   int recolourCount() const { return recolours_; }
 
   // Items (for the minimap, search and tests).
   GraphNodeItem* nodeForInstruction(int64_t id) const;  // nullptr when hidden in a group
   GraphNodeItem* nodeForKey(const std::string& key) const;
+  GraphClusterItem* clusterForScope(int scope) const;  // the frame of an open group
   QList<GraphNodeItem*> nodes() const;
+  QList<GraphClusterItem*> clusters() const;
   const ScopeTree* scopeTree() const { return tree_.get(); }
+  // The visible form of the tree as laid out now (nullptr before the first layout).
+  const VisibleTree* visibleTree() const { return shown_.get(); }
+  const ViewState& viewState() const { return state_; }
 
-  // Name scopes.
+  // Groups. Each change lays out again (only what changed is new work).
   void expandScope(int scope);
   void collapseScope(int scope);
   void expandAll();
   void collapseAll();
-  // Makes `id` visible (expanding scopes as needed) and centres it once laid out.
+  // Repeated groups: folded into one node each ("layer × 64"), or shown one by one.
+  void setFoldRepeats(bool on);
+  bool foldRepeats() const { return state_.fold_repeats; }
+  void unfoldRun(int run);
+  void foldRun(int run);
+  // What differs between the groups of a run: one line per group that is not like the first (its
+  // instructions sharded differently); empty when they are all alike.
+  QStringList runDifferences(int run) const;
+  // Makes `id` visible (expanding exactly the groups holding it, unfolding its run) and centres it
+  // once laid out.
   void reveal(int64_t id);
 
-  // Search by name, opcode or sharding (HLO text or named axes). Highlights matches; returns them.
+  // Search by name, opcode or sharding (HLO text or named axes). Highlights matches (and the groups
+  // holding them, after every layout); returns them.
   QList<int64_t> setSearch(const QString& text);
 
  public slots:
@@ -179,7 +212,7 @@ class GraphView : public QGraphicsView {
   // Fits when the whole graph stays readable, else fits the width and shows the top.
   void fitReadable();
   void resetZoom();
-  void recolour();
+  void recolour();  // reads the shardings again and restyles every item (no layout)
 
  signals:
   void layoutFinished();
@@ -197,16 +230,32 @@ class GraphView : public QGraphicsView {
   friend class GraphNodeItem;
   friend class GraphClusterItem;
   void onModuleReset();
+  void resetTree();
   void requestLayout();
-  void applyLayout(std::shared_ptr<const LayoutResult> layout, const VisibleGraph& visible);
-  void updateSelection();
+  void applyLayout(std::shared_ptr<const HierarchyLayout> layout, std::shared_ptr<const VisibleTree> visible);
+  void followSelection();  // the document's selection changed
+  void updateSelection();  // highlight the selected node (or the group holding it)
+  void highlightMatches();
   void scaleBy(double factor);
   void updateMiniMapVisibility();
-  std::pair<double, double> nodeSize(int64_t id, int scope) const;
+  // Keeps the node or frame `key` where it is on screen across the next layout.
+  void anchorOn(const std::string& key);
+  std::pair<double, double> nodeSize(const VisibleTree::Item& item);
   GraphNodeItem::Look lookFor(const GraphNodeItem* item, QString* tooltip) const;
+  // The items' looks from the document's shardings as they are (recolour() reads them again).
+  void restyle();
+  // What a collapsed group's look says of the instructions below it; kept until the shardings,
+  // annotations, mesh or tree change.
+  struct GroupStats {
+    int64_t count = 0, sharded = 0, user = 0;
+    std::optional<HloSharding> common;  // the first sharding met
+    bool uniform = true;                // every sharded instruction has `common`
+  };
+  const GroupStats& groupStats(int scope) const;
   const Computation* currentComputation() const;
 
   JobTracker* jobTracker();
+  QString layoutJobKey() const { return QString("layout:%1").arg(reinterpret_cast<quintptr>(this)); }
 
   QPointer<DocumentModel> doc_;
   QPointer<JobTracker> jobs_;
@@ -214,23 +263,31 @@ class GraphView : public QGraphicsView {
   QGraphicsScene* scene_;
   GraphMiniMap* minimap_;
   QString computation_name_;
-  std::unique_ptr<ScopeTree> tree_;
-  std::set<int> expanded_;
-  std::unique_ptr<VisibleGraph> visible_;
-  std::shared_ptr<const LayoutResult> layout_;
+  std::shared_ptr<const ScopeTree> tree_;
+  ViewState state_;
+  std::shared_ptr<const VisibleTree> shown_;    // what the items show
+  std::shared_ptr<const VisibleTree> pending_;  // what the running layout will show
+  std::shared_ptr<const HierarchyLayout> layout_;
   std::unordered_map<std::string, GraphNodeItem*> nodes_;
+  std::unordered_map<int, GraphClusterItem*> clusters_;
   std::vector<GraphEdgeItem*> edges_;
+  std::unordered_map<std::string, std::pair<double, double>> size_cache_;
+  mutable std::unordered_map<int, GroupStats> group_stats_;
+  mutable std::unordered_map<int, QStringList> run_differences_;
   quint64 layout_request_ = 0;
   bool layout_pending_ = false;
   bool fit_after_layout_ = false;
   int64_t center_after_layout_ = -1;
+  std::string anchor_key_;
+  QPointF anchor_pos_;  // in viewport coordinates
   int layouts_applied_ = 0;
+  int layouts_cancelled_ = 0;
   int recolours_ = 0;
   std::set<int64_t> matches_;
 };
 
 // The graph view with its toolbar: computation chooser, search (Ctrl+F), fit and zoom, expand and
-// collapse all.
+// collapse all, fold repeated groups.
 class GraphPane : public QWidget {
   Q_OBJECT
  public:
@@ -239,6 +296,7 @@ class GraphPane : public QWidget {
   void setJobTracker(JobTracker* jobs);
   GraphView* view() const { return view_; }
   QLineEdit* searchField() const { return search_; }
+  QToolButton* foldButton() const { return fold_; }
 
  public slots:
   void focusSearch();
@@ -255,6 +313,7 @@ class GraphPane : public QWidget {
   QLineEdit* search_;
   QLabel* match_label_;
   QLabel* zoom_label_;
+  QToolButton* fold_;
   QList<int64_t> matches_;
   int match_index_ = -1;
   QPointer<DocumentModel> doc_;

@@ -107,16 +107,29 @@ Builder::ScopeGuard Builder::Scope(const std::string& name) {
   PushScope(name);
   return ScopeGuard(this);
 }
-void Builder::PushScope(const std::string& name) { scopes_.push_back(name); }
+Builder::ScopeGuard Builder::OpNameScope(const std::string& name) {
+  PushScope(name, /*in_names=*/false);
+  return ScopeGuard(this);
+}
+void Builder::PushScope(const std::string& name, bool in_names) { scopes_.push_back({name, in_names}); }
 void Builder::PopScope() {
   if (!scopes_.empty()) scopes_.pop_back();
 }
 std::string Builder::CurrentScope() const {
   std::string s;
   for (const auto& part : scopes_) {
-    if (part.empty()) continue;
+    if (part.name.empty()) continue;
     if (!s.empty()) s += "/";
-    s += part;
+    s += part.name;
+  }
+  return s;
+}
+std::string Builder::NamingScope() const {
+  std::string s;
+  for (const auto& part : scopes_) {
+    if (part.name.empty() || !part.in_names) continue;
+    if (!s.empty()) s += "/";
+    s += part.name;
   }
   return s;
 }
@@ -158,7 +171,7 @@ Instruction* Builder::Make(Opcode op, const std::vector<Instruction*>& operands,
   }
   std::string inst_name = name;
   if (scoped_names_ && op != Opcode::kParameter) {
-    std::string scope = CurrentScope();
+    std::string scope = NamingScope();
     if (!scope.empty()) {
       for (char& c : scope)
         if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') c = '_';

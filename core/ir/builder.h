@@ -71,7 +71,10 @@ class Builder {
     Builder* b_;
   };
   [[nodiscard]] ScopeGuard Scope(const std::string& name);
-  void PushScope(const std::string& name);
+  // A scope that shows in op_name metadata but not in scoped instruction names: a training step's
+  // phase ("forward") groups its ops in a graph viewer while "layer0_ffn_wi" keeps its name.
+  [[nodiscard]] ScopeGuard OpNameScope(const std::string& name);
+  void PushScope(const std::string& name, bool in_names = true);
   void PopScope();
   std::string CurrentScope() const;  // "layer0/attention" ("" at top level)
   // When on, instructions created inside a scope are named after it: Dot(..., "wi") in scope
@@ -201,7 +204,12 @@ class Builder {
 
   Computation* comp_;
   Status status_;
-  std::vector<std::string> scopes_;
+  struct ScopePart {
+    std::string name;
+    bool in_names = true;  // false: op_name only (OpNameScope)
+  };
+  std::vector<ScopePart> scopes_;
+  std::string NamingScope() const;  // CurrentScope() without the op_name-only parts
   bool scoped_names_ = false;
 };
 

@@ -55,6 +55,7 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
     ann.WeightParameter(w.m);
     ann.WeightParameter(w.v);
   }
+  b.PushScope("forward", /*in_names=*/false);  // op_name forward/..., names unchanged
   CastWeights(net, weights);
 
   struct Saved { Instruction *x, *hid, *relu; };
@@ -73,6 +74,7 @@ Result<std::unique_ptr<Module>> BuildMlp(const MlpConfig& c) {
     Instruction* out = net.Dot(sv.relu, L.w2->value, {}, {}, {1}, {0}, "w2");  // [B,M]
     h = b.Add(out, net.Bcast(L.b2->value, out, {1}), "output");
   }
+  b.PopScope();  // forward
   if (!c.backward) {
     b.SetRoot(h);
     if (!b.ok()) return b.status().error();

@@ -402,6 +402,7 @@ Result<std::unique_ptr<Module>> BuildMoeTransformer(const MoeTransformerConfig& 
     moe.Annotate(k.wo->param, MoeTensor::kWo);
   }
   AddOptimizerState(b, weights, c.optimizer, &pn);
+  b.PushScope("forward", /*in_names=*/false);  // op_name forward/..., names unchanged
   CastWeights(net, weights);
 
   Instruction* h = x;
@@ -412,6 +413,7 @@ Result<std::unique_ptr<Module>> BuildMoeTransformer(const MoeTransformerConfig& 
     h = AttentionForward(net, ann, L.attention, h);
     h = L.moe ? moe.Forward(L.experts, h) : FfnForward(net, ann, L.ffn, h);
   }
+  b.PopScope();  // forward
   if (!c.backward) {
     b.SetRoot(h);
     if (!b.ok()) return b.status().error();

@@ -70,7 +70,7 @@ Result<std::unique_ptr<Module>> BuildResNet(const ResNetConfig& c) {
       Bottleneck blk;
       const std::string stage = "stage" + std::to_string(s + 1), block = "block" + std::to_string(j);
       blk.scope = stage + "/" + block;
-      const WeightAdder add = MakeWeightAdder(b, weights, stage + "_" + block, &pn);
+      const WeightAdder add = MakeWeightAdder(b, weights, stage + "_" + block, &pn, blk.scope);
       const int64_t st = j == 0 ? stride : 1;
       AddConvLayer(add, P, "conv1", "conv1", ConvSpec::Centered(2, 1, 1), cin, width, true, true, &blk.conv1);
       AddConvLayer(add, P, "conv2", "conv2", ConvSpec::Centered(2, 3, st), width, width, true, true, &blk.conv2);
@@ -82,9 +82,10 @@ Result<std::unique_ptr<Module>> BuildResNet(const ResNetConfig& c) {
     }
   }
   const WeightAdder add_head = MakeWeightAdder(b, weights, "head", &pn);
-  Weight* fc_w = add_head("fc_w", "fc", Shape(P, {cin, K}));
-  Weight* fc_b = add_head("fc_b", "fc", Shape(P, {K}));
+  Weight* fc_w = add_head("fc_w", "", Shape(P, {cin, K}));
+  Weight* fc_b = add_head("fc_b", "", Shape(P, {K}));
   AddOptimizerState(b, weights, c.optimizer, &pn);
+  b.PushScope("forward", /*in_names=*/false);  // op_name forward/..., names unchanged
   CastWeights(net, weights);
 
   // Forward.
@@ -126,6 +127,7 @@ Result<std::unique_ptr<Module>> BuildResNet(const ResNetConfig& c) {
     Instruction* fc = net.Dot(features, fc_w->value, {}, {}, {1}, {0}, "fc");
     logits = b.Add(fc, net.Bcast(fc_b->value, fc, {1}), "logits");
   }
+  b.PopScope();  // forward
   if (!c.backward) {
     b.SetRoot(logits);
     if (!b.ok()) return b.status().error();

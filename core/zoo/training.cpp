@@ -34,15 +34,18 @@ Optimizer ReadOptimizer(ZooParams& p) {
 
 namespace zoo {
 
-WeightAdder MakeWeightAdder(Builder& b, std::vector<Weight>& weights, const std::string& prefix, int64_t* next_param) {
-  return [&b, &weights, prefix, next_param](const std::string& name, const std::string& scope, const Shape& shape) -> Weight* {
+WeightAdder MakeWeightAdder(Builder& b, std::vector<Weight>& weights, const std::string& prefix, int64_t* next_param,
+                            const std::string& scope_prefix) {
+  const std::string where = scope_prefix.empty() ? prefix : scope_prefix;
+  return [&b, &weights, prefix, where, next_param](const std::string& name, const std::string& scope,
+                                                   const Shape& shape) -> Weight* {
     if (weights.size() == weights.capacity()) {
       b.Fail("internal: the weight list's capacity was not reserved");
       return nullptr;
     }
     Weight w;
     w.name = prefix + "_" + name;
-    w.scope = scope.empty() ? prefix : prefix + "/" + scope;
+    w.scope = scope.empty() ? where : where + "/" + scope;
     w.param = b.Parameter((*next_param)++, shape, w.name);
     weights.push_back(w);
     return &weights.back();

@@ -109,11 +109,13 @@ struct Weight {
   Instruction* v = nullptr;
 };
 
-// Adds a weight "<prefix>_<name>" as the next entry parameter, scoped "<prefix>/<scope>" (or
-// "<prefix>" for an empty scope), to a
+// Adds a weight "<prefix>_<name>" as the next entry parameter, scoped "<scope prefix>/<scope>" (or
+// "<scope prefix>" for an empty scope; the scope prefix is `prefix` unless given, and must be the
+// forward's scope of the block: "stage1/block0" for weights named "stage1_block0_..."), to a
 // list whose capacity was reserved (the returned pointers stay valid).
 using WeightAdder = std::function<Weight*(const std::string& name, const std::string& scope, const Shape& shape)>;
-WeightAdder MakeWeightAdder(Builder& b, std::vector<Weight>& weights, const std::string& prefix, int64_t* next_param);
+WeightAdder MakeWeightAdder(Builder& b, std::vector<Weight>& weights, const std::string& prefix, int64_t* next_param,
+                            const std::string& scope_prefix = "");
 // Every weight's value in the activation type ("cast_<name>" where the types differ).
 void CastWeights(Net& net, std::vector<Weight>& weights);
 

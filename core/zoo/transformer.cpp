@@ -137,32 +137,36 @@ Instruction* AttentionBackward(Net& net, AttentionBlock& a, Instruction* dy) {
   const int64_t B = a.x->shape().dim(P.p), S = a.x->shape().dim(P.p + 1);
   const int64_t N = a.wqkv->param->shape().dim(P.p + 2), D = a.wqkv->param->shape().dim(P.p + 3);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  auto s = b.Scope("attention");
-  AccumulateGrad(b, &a.wo->grad, net.Dot(a.ctx, dy, none, none, P.At({0, 2}), P.At({0, 1}), "dwo"));  // [N,D,M]
-  Instruction* dctx = b.Transpose(net.Dot(dy, a.wo->value, none, none, P.At({2}), P.At({2})), P.Batch({0, 2, 1, 3}),
-                                  "dcontext");  // [B,N,S,D]
-  Instruction* dp = net.Dot(dctx, a.v, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({3}), "dprobs");  // [B,N,S,T]
-  Instruction* dv = b.Transpose(net.Dot(a.p, dctx, P.Batch({0, 1}), P.Batch({0, 1}), P.At({2}), P.At({2})),
-                                P.Batch({0, 2, 1, 3}), "dv");  // [B,T,N,D]
-  Instruction* dscores = nullptr;
+  // Scoped like the forward: attention/..., then ln1/... beside it, the residual at the layer.
+  Instruction* dh1 = nullptr;
   {
-    auto sm = b.Scope("softmax");
-    Instruction* pdp = b.Mul(a.p, dp);
-    Instruction* rowsum = net.Sum(pdp, P.At({3}), "rowsum");
-    Instruction* dscaled = b.Sub(pdp, b.Mul(a.p, net.Bcast(rowsum, pdp, P.Batch({0, 1, 2}))), "dscaled");
-    dscores = net.Scale(dscaled, scale, "dscores");
+    auto s = b.Scope("attention");
+    AccumulateGrad(b, &a.wo->grad, net.Dot(a.ctx, dy, none, none, P.At({0, 2}), P.At({0, 1}), "dwo"));  // [N,D,M]
+    Instruction* dctx = b.Transpose(net.Dot(dy, a.wo->value, none, none, P.At({2}), P.At({2})), P.Batch({0, 2, 1, 3}),
+                                    "dcontext");  // [B,N,S,D]
+    Instruction* dp = net.Dot(dctx, a.v, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({3}), "dprobs");  // [B,N,S,T]
+    Instruction* dv = b.Transpose(net.Dot(a.p, dctx, P.Batch({0, 1}), P.Batch({0, 1}), P.At({2}), P.At({2})),
+                                  P.Batch({0, 2, 1, 3}), "dv");  // [B,T,N,D]
+    Instruction* dscores = nullptr;
+    {
+      auto sm = b.Scope("softmax");
+      Instruction* pdp = b.Mul(a.p, dp);
+      Instruction* rowsum = net.Sum(pdp, P.At({3}), "rowsum");
+      Instruction* dscaled = b.Sub(pdp, b.Mul(a.p, net.Bcast(rowsum, pdp, P.Batch({0, 1, 2}))), "dscaled");
+      dscores = net.Scale(dscaled, scale, "dscores");
+    }
+    Instruction* dq = b.Transpose(net.Dot(dscores, a.k, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({1})),
+                                  P.Batch({0, 2, 1, 3}), "dq");  // [B,S,N,D]
+    Instruction* dk = b.Transpose(net.Dot(dscores, a.q, P.Batch({0, 1}), P.Batch({0, 2}), P.At({2}), P.At({1})),
+                                  P.Batch({0, 2, 1, 3}), "dk");  // [B,T,N,D]
+    const Dims one = P.Shape(a.x, {B, S, 1, N, D});
+    Instruction* dqkv = b.Concatenate({b.Reshape(dq, one), b.Reshape(dk, one), b.Reshape(dv, one)}, P.p + 2,
+                                      "dqkv");  // [B,S,3,N,D]
+    AccumulateGrad(b, &a.wqkv->grad,
+                   b.Transpose(net.Dot(a.h, dqkv, none, none, P.At({0, 1}), P.At({0, 1})), P.Batch({1, 0, 2, 3}),
+                               "dwqkv"));  // [3,M,N,D]
+    dh1 = net.Dot(dqkv, a.wqkv->value, none, none, P.At({2, 3, 4}), P.At({0, 2, 3}), "dh1");  // [B,S,M]
   }
-  Instruction* dq = b.Transpose(net.Dot(dscores, a.k, P.Batch({0, 1}), P.Batch({0, 2}), P.At({3}), P.At({1})),
-                                P.Batch({0, 2, 1, 3}), "dq");  // [B,S,N,D]
-  Instruction* dk = b.Transpose(net.Dot(dscores, a.q, P.Batch({0, 1}), P.Batch({0, 2}), P.At({2}), P.At({1})),
-                                P.Batch({0, 2, 1, 3}), "dk");  // [B,T,N,D]
-  const Dims one = P.Shape(a.x, {B, S, 1, N, D});
-  Instruction* dqkv = b.Concatenate({b.Reshape(dq, one), b.Reshape(dk, one), b.Reshape(dv, one)}, P.p + 2,
-                                    "dqkv");  // [B,S,3,N,D]
-  AccumulateGrad(b, &a.wqkv->grad,
-                 b.Transpose(net.Dot(a.h, dqkv, none, none, P.At({0, 1}), P.At({0, 1})), P.Batch({1, 0, 2, 3}),
-                             "dwqkv"));  // [3,M,N,D]
-  Instruction* dh1 = net.Dot(dqkv, a.wqkv->value, none, none, P.At({2, 3, 4}), P.At({0, 2, 3}), "dh1");  // [B,S,M]
   Instruction* dres = dh1;
   if (a.ln) {
     auto s2 = b.Scope("ln1");
@@ -197,12 +201,15 @@ Instruction* FfnBackward(Net& net, FfnBlock& f, Instruction* dy) {
   if (!dy || !f.x) return nullptr;
   const PrefixDims P = PrefixOf(f.x);
   const Dims none = P.Batch({});
-  auto s = b.Scope("ffn");
-  AccumulateGrad(b, &f.wout->grad, net.Dot(f.relu, dy, none, none, P.At({0, 1}), P.At({0, 1}), "dwout"));  // [H,M]
-  Instruction* drelu = net.Dot(dy, f.wout->value, none, none, P.At({2}), P.At({1}), "drelu");              // [B,S,H]
-  Instruction* dhid = net.ReluGrad(f.hid, drelu, "dhidden");
-  AccumulateGrad(b, &f.wi->grad, net.Dot(f.h, dhid, none, none, P.At({0, 1}), P.At({0, 1}), "dwi"));        // [M,H]
-  Instruction* dh2 = net.Dot(dhid, f.wi->value, none, none, P.At({2}), P.At({1}), "dh2");                   // [B,S,M]
+  Instruction* dh2 = nullptr;
+  {
+    auto s = b.Scope("ffn");
+    AccumulateGrad(b, &f.wout->grad, net.Dot(f.relu, dy, none, none, P.At({0, 1}), P.At({0, 1}), "dwout"));  // [H,M]
+    Instruction* drelu = net.Dot(dy, f.wout->value, none, none, P.At({2}), P.At({1}), "drelu");              // [B,S,H]
+    Instruction* dhid = net.ReluGrad(f.hid, drelu, "dhidden");
+    AccumulateGrad(b, &f.wi->grad, net.Dot(f.h, dhid, none, none, P.At({0, 1}), P.At({0, 1}), "dwi"));        // [M,H]
+    dh2 = net.Dot(dhid, f.wi->value, none, none, P.At({2}), P.At({1}), "dh2");                               // [B,S,M]
+  }
   Instruction* dres = dh2;
   if (f.ln) {
     auto s2 = b.Scope("ln2");
@@ -269,15 +276,19 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
     ann.WeightParameter(w.m);
     ann.WeightParameter(w.v);
   }
-  CastWeights(net, weights);
 
-  // Forward, keeping what backward needs.
+  // Forward, keeping what backward needs. Its ops are scoped forward/layer<l>/... (op_name only:
+  // names stay "layer<l>_..."), beside loss/, backward/layer<l>/... and optimizer/layer<l>/...
   Instruction* h = x;
-  for (int64_t l = 0; l < c.layers; ++l) {
-    Layer& L = layers[static_cast<size_t>(l)];
-    auto layer_scope = b.Scope("layer" + std::to_string(l));
-    ann.Table1(h, Table1Tensor::kBSM);  // the layer input activation
-    h = FfnForward(net, ann, L.ffn, AttentionForward(net, ann, L.attention, h));
+  {
+    auto forward = b.OpNameScope("forward");
+    CastWeights(net, weights);
+    for (int64_t l = 0; l < c.layers; ++l) {
+      Layer& L = layers[static_cast<size_t>(l)];
+      auto layer_scope = b.Scope("layer" + std::to_string(l));
+      ann.Table1(h, Table1Tensor::kBSM);  // the layer input activation
+      h = FfnForward(net, ann, L.ffn, AttentionForward(net, ann, L.attention, h));
+    }
   }
 
   if (!c.backward) {

@@ -83,6 +83,7 @@ Result<std::unique_ptr<Module>> BuildUNet3d(const UNet3dConfig& c) {
   AddConvLayer(MakeWeightAdder(b, weights, "final", &pn), P, "conv", "", ConvSpec::Centered(3, 1, 1), 2 * c.width,
                c.classes, false, false, &final_conv);
   AddOptimizerState(b, weights, c.optimizer, &pn);
+  b.PushScope("forward", /*in_names=*/false);  // op_name forward/..., names unchanged
   CastWeights(net, weights);
 
   // Forward: the analysis path, then the synthesis path.
@@ -122,6 +123,7 @@ Result<std::unique_ptr<Module>> BuildUNet3d(const UNet3dConfig& c) {
     auto s = b.Scope("final");
     logits = ConvLayerForward(net, final_conv, h);
   }
+  b.PopScope();  // forward
   if (!c.backward) {
     b.SetRoot(logits);
     if (!b.ok()) return b.status().error();
