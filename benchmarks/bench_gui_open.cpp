@@ -42,18 +42,15 @@
 #include "views/graph_view.h"
 #include "views/job_tracker.h"
 #include "views/partitioned_view.h"
+#include "benchmarks/bench_support.h"
 
 using namespace shardscope;
 using namespace shardscope::views;
 using shardscope::gui::Session;
 
-namespace {
+using shardscope::bench::Median;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+namespace {
 
 double PeakRssMb() {
   rusage u{};

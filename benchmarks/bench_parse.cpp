@@ -13,8 +13,11 @@
 
 #include "core/ir/hlo_text.h"
 #include "core/ir/verifier.h"
+#include "benchmarks/bench_support.h"
 
 using namespace shardscope;
+
+using shardscope::bench::Median;
 
 namespace {
 
@@ -62,11 +65,6 @@ std::string GenerateModule(int64_t target) {
   }
   s += "}\n";
   return s;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 double ThreadCpuMs() {

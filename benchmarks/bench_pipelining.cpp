@@ -21,15 +21,13 @@
 #include "partitioner/propagation/sharding_propagation.h"
 #include "partitioner/spmd/spmd_partitioner.h"
 #include "partitioner/while_loop_all_reduce_code_motion.h"
+#include "benchmarks/bench_support.h"
 
 using namespace shardscope;
 
-namespace {
+using shardscope::bench::Median;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+namespace {
 
 double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();

@@ -20,8 +20,11 @@
 #include "app/pipeline/propagate.h"
 #include "core/sharding/mesh.h"
 #include "core/zoo/model_zoo.h"
+#include "benchmarks/bench_support.h"
 
 using namespace shardscope;
+
+using shardscope::bench::Median;
 
 namespace {
 
@@ -33,12 +36,6 @@ double ThreadCpuMs() {
 
 double WallMs() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 struct Timing {

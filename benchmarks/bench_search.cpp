@@ -23,16 +23,13 @@
 #include "app/search/report.h"
 #include "app/search/search.h"
 #include "core/base/units.h"
+#include "benchmarks/bench_support.h"
 
 using namespace shardscope;
 
-namespace {
+using shardscope::bench::Median;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
+namespace {
 
 }  // namespace
 

@@ -26,17 +26,14 @@
 #include "app/pipeline/pipeline.h"
 #include "core/zoo/model_zoo.h"
 #include "simulator/schedule.h"
+#include "benchmarks/bench_support.h"
 
 using namespace shardscope;
 using namespace shardscope::sim;
 
-namespace {
+using shardscope::bench::Median;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
+namespace {
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

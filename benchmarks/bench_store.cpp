@@ -19,9 +19,12 @@
 #include "simulator/run_result.h"
 #include "simulator/run_store.h"
 #include "simulator/trace_export.h"
+#include "benchmarks/bench_support.h"
 
 using namespace shardscope;
 using namespace shardscope::sim;
+
+using shardscope::bench::Median;
 
 namespace {
 
@@ -29,12 +32,6 @@ double Seconds(const std::function<void()>& f) {
   auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Per-device detail of class `c`: alternating compute and communication spans of a transformer-like

@@ -9,9 +9,12 @@
 
 namespace shardscope::bench {
 
+// The median (the mean of the two middle values for an even count; 0 for none).
 inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // The Transformer training step (forward, backward, Adam) at GSPMD-like sizes on a 4x4 mesh:

@@ -10,6 +10,13 @@
 
 namespace shardscope::gui {
 
+// GUI tests run offscreen unless QT_QPA_PLATFORM says otherwise (set before QTest's main makes the
+// application).
+inline const bool kOffscreenByDefault = [] {
+  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+  return true;
+}();
+
 // Processes events until the session has no job queued or running (propagation, partitioning,
 // simulation, run-store I/O, loading, layouts) or `timeout_ms` passes.
 inline bool WaitUntilIdle(Session& session, int timeout_ms = 60000) {

@@ -20,11 +20,6 @@ using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
-const bool kOffscreen = [] {
-  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-  return true;
-}();
-
 // Two "layers" of name scopes (metadata op_name) under a shared jit(...) prefix.
 const char* kScoped = R"(HloModule scoped, num_partitions=4
 

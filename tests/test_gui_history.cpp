@@ -40,11 +40,6 @@ using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
-const bool kOffscreen = [] {
-  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-  return true;
-}();
-
 // Two layers: y = x.w needs w all-gathered (x is split by rows, w by columns), z = t.w2.
 const char* kModule = R"(HloModule hist, num_partitions=4
 

@@ -26,11 +26,6 @@ using shardscope::gui::WaitUntilIdle;
 namespace {
 
 // Headless unless told otherwise.
-const bool kOffscreen = [] {
-  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-  return true;
-}();
-
 // a[8,16] x b[16,32] -> d[8,32]; r = d + d. num_partitions=4 gives the 2x2 mesh X=2,Y=2.
 const char* kDotModule = R"(HloModule dotmod, num_partitions=4
 

@@ -19,11 +19,6 @@ using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
-const bool kOffscreen = [] {
-  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-  return true;
-}();
-
 const char* kModule = R"(HloModule models, num_partitions=4
 
 add_f32 {

@@ -34,11 +34,6 @@ using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
-const bool kOffscreen = [] {
-  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-  return true;
-}();
-
 // d = a x b with the contracting dim split in two: devices {0,1} hold k-tile 0 and {2,3} k-tile 1
 // (the other factor of two replicates), so the partial sums are added within {0,2} and {1,3}.
 const char* kContracting = R"(HloModule contracting, num_partitions=4

@@ -21,11 +21,6 @@ using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
-const bool kOffscreen = [] {
-  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-  return true;
-}();
-
 // The pipelined Transformer on (L, X, Y) = (2, 1, 2): 2 stages of 2 layers, 2 microbatches.
 ZooOverrides Small(const std::string& schedule) {
   return {{"stages", "2"}, {"mesh_x", "1"}, {"mesh_y", "2"}, {"microbatches", "2"}, {"layers", "4"},

@@ -31,11 +31,6 @@ using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
-const bool kOffscreen = [] {
-  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-  return true;
-}();
-
 // x is split 4 ways by rows and w by columns: the partitioner must gather to multiply them.
 const char* kModule = R"(HloModule teach, num_partitions=4
 

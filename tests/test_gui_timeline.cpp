@@ -26,11 +26,6 @@ using shardscope::gui::WaitUntilIdle;
 
 namespace {
 
-const bool kOffscreen = [] {
-  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-  return true;
-}();
-
 // One class of 4 devices; `n` back-to-back compute events filling [0, 1 s), and one collective.
 std::shared_ptr<RunResult> DenseRun(int n) {
   auto run = std::make_shared<RunResult>();

@@ -44,11 +44,6 @@ using Mode = MainWindow::Mode;
 
 namespace {
 
-const bool kOffscreen = [] {
-  if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
-  return true;
-}();
-
 // A dump as a current JAX writes it: scheduled, a Shardy mesh with the user's axis names, and the
 // stack-frame tables (the dot comes from layers.py:17 in mlp_block, called from train.py:41).
 const char* kShardyDump = R"(HloModule jit_train_step, is_scheduled=true, num_partitions=8, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["data"=2, "model"=4]>}}
