@@ -43,6 +43,18 @@ QString FormatDifference(const ComparedFigure& f) {
   return sign + FormatFigure(f, std::fabs(d));
 }
 
+QString PeakMemoryText(const RunSummary& s) {
+  if (s.device_hbm_bytes <= 0) return Q(FormatBytes(s.peak_memory_bytes));
+  return QString("%1 of %2 HBM").arg(Q(FormatBytes(s.peak_memory_bytes)), Q(FormatBytes(s.device_hbm_bytes)));
+}
+
+QString MemoryFitWarningHtml(const RunSummary& s) {
+  if (s.fits()) return QString();
+  return QString("<p style=\"color:#c62828\"><b>Does not fit:</b> the peak of %1 per device exceeds the chip's %2 HBM "
+                 "by %3 — this strategy cannot run on this slice as simulated.</p>")
+      .arg(Q(FormatBytes(s.peak_memory_bytes)), Q(FormatBytes(s.device_hbm_bytes)), Q(FormatBytes(s.missing_bytes())));
+}
+
 void ShowRunMemory(MemoryChart* chart, const RunResult& run, const QPalette& palette) {
   const DeviceClass* peak = PeakClass(run);
   if (!peak) {

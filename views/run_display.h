@@ -28,6 +28,13 @@ QString FormatFigure(const ComparedFigure& figure, double value);
 // B − A with its sign ("+1.20 ms", "−3.0 pt").
 QString FormatDifference(const ComparedFigure& figure);
 
+// The peak memory per device beside the chip's HBM ("14.8 GB of 16.0 GB HBM"; the peak alone when
+// the HBM is unknown, as for runs stored before it was recorded).
+QString PeakMemoryText(const RunSummary& summary);
+// A warning paragraph when the peak does not fit the chip's HBM ("" when it fits or is unknown):
+// the strategy cannot run on this slice as simulated.
+QString MemoryFitWarningHtml(const RunSummary& summary);
+
 // The memory of the device class holding the peak, per category and in total, with the peak marked.
 void ShowRunMemory(MemoryChart* chart, const RunResult& run, const QPalette& palette);
 // The total memory of both runs overlaid ("A: run 1", "B: run 2"), each with its peak marked.

@@ -290,7 +290,8 @@ void SimulationView::onSimulationUpdated() {
                        .arg(Q(FormatBytes(static_cast<double>(sum.peak_memory_bytes))))
                        .arg(s.collectives)
                        .arg(s.millis, 0, 'f', 0)
-                       .arg(s.run->id > 0 ? QString("stored as run %1").arg(s.run->id) : QString("not stored")));
+                       .arg(s.run->id > 0 ? QString("stored as run %1").arg(s.run->id) : QString("not stored")) +
+                   (sum.fits() ? QString() : QString(" \u00B7 DOES NOT FIT: %1 over the HBM").arg(Q(FormatBytes(sum.missing_bytes())))));
   ++queue_runs_;
   if (!queue_.isEmpty()) {
     const QList<Configuration> rest = queue_;
@@ -510,10 +511,11 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
   row("exposed communication", Q(FormatSeconds(s.exposed_communication_s)));
   row("idle", Q(FormatSeconds(s.idle_time_s)));
   row("MFU", Q(FormatPercent(s.mfu)));
-  row("peak memory / device", Q(FormatBytes(s.peak_memory_bytes)));
+  row("peak memory / device", PeakMemoryText(s));
   row("bytes communicated", Q(FormatBytes(s.bytes_communicated)));
   row("device classes", QString::number(run.classes.size()));
   h += "</table>";
+  h += MemoryFitWarningHtml(s);
   const DeviceClass* peak = PeakClass(run);
   if (peak && !peak->peak_buffers.empty()) {
     auto buffers = peak->peak_buffers;
