@@ -244,6 +244,51 @@ class TestGuiGraph : public QObject {
   // with their count; a group expanded, collapsed and expanded again is served from the cache; a
   // layout superseded before it is shown is cancelled; revealing an instruction opens exactly the
   // groups holding it.
+  // "Expand all" asked for on a graph above GraphView::kExpandAllWarnAt instructions says how many
+  // and offers one level instead; a small graph expands at once without asking.
+  void expandAllOnALargeGraphAsksFirst() {
+    Session session;
+    DocumentModel& doc = *session.document();
+    QVERIFY(session.loadHloText(QString::fromStdString(Stack(1300)), "big.hlo").ok());
+    GraphView view;
+    view.resize(900, 700);
+    view.setJobTracker(session.jobs());
+    view.setDocument(&doc);
+    QVERIFY(WaitForLayout(view));
+    std::vector<int64_t> asked;
+    GraphView::ExpandAllChoice answer = GraphView::ExpandAllChoice::kCancel;
+    view.requestExpandAllChoice = [&](int64_t n) {
+      asked.push_back(n);
+      return answer;
+    };
+    const std::set<int> before = view.viewState().expanded;
+    view.requestExpandAll();
+    QCOMPARE(asked, (std::vector<int64_t>{1 + 4 * 1300}));
+    QCOMPARE(view.viewState().expanded, before);  // cancelled: nothing laid out
+    answer = GraphView::ExpandAllChoice::kOneLevel;
+    view.requestExpandAll();
+    QVERIFY(WaitForLayout(view));
+    const std::set<int> one = view.viewState().expanded;
+    QVERIFY(one.size() > before.size());
+    QVERIFY(one.size() < view.scopeTree()->allExpanded().size());  // the ffn groups stay closed
+    for (int s : before) QVERIFY(one.count(s));
+
+    Session small_session;
+    QVERIFY(small_session.loadHloText(QString::fromStdString(Stack(5)), "small.hlo").ok());
+    GraphView small;
+    small.setJobTracker(small_session.jobs());
+    small.setDocument(small_session.document());
+    QVERIFY(WaitForLayout(small));
+    small.requestExpandAllChoice = [&](int64_t n) {
+      asked.push_back(n);
+      return GraphView::ExpandAllChoice::kCancel;
+    };
+    small.requestExpandAll();
+    QVERIFY(WaitForLayout(small));
+    QCOMPARE(asked.size(), size_t{2});
+    QCOMPARE(small.viewState().expanded, small.scopeTree()->allExpanded());
+  }
+
   void repeatedLayersFoldBundleAndCache() {
     Session session;
     DocumentModel& doc = *session.document();

@@ -17,6 +17,8 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
+#include <QMessageBox>
+#include <QPushButton>
 #include <QPainter>
 #include <QScrollBar>
 #include <QStyleOptionGraphicsItem>
@@ -1037,6 +1039,45 @@ void GraphView::expandAll() {
   requestLayout();
 }
 
+void GraphView::requestExpandAll() {
+  if (!tree_) return;
+  const int64_t n = tree_->scope(0).total;
+  if (n <= kExpandAllWarnAt) {
+    expandAll();
+    return;
+  }
+  ExpandAllChoice choice = ExpandAllChoice::kCancel;
+  if (requestExpandAllChoice) {
+    choice = requestExpandAllChoice(n);
+  } else {
+    QMessageBox box(QMessageBox::Question, "Expand all",
+                    QString("Expand all %L1 instructions?").arg(n),
+                    QMessageBox::Cancel, this);
+    box.setInformativeText("Every group is laid out at once: on a graph this large that takes a while and a "
+                           "crowded view. Expanding one level opens the groups inside those open now, lazily.");
+    QPushButton* all = box.addButton("Expand all", QMessageBox::AcceptRole);
+    QPushButton* one = box.addButton("Expand one level", QMessageBox::ActionRole);
+    box.setDefaultButton(one);
+    box.exec();
+    choice = box.clickedButton() == all ? ExpandAllChoice::kAll
+             : box.clickedButton() == one ? ExpandAllChoice::kOneLevel
+                                          : ExpandAllChoice::kCancel;
+  }
+  if (choice == ExpandAllChoice::kAll) expandAll();
+  else if (choice == ExpandAllChoice::kOneLevel) expandOneLevel();
+}
+
+void GraphView::expandOneLevel() {
+  if (!tree_) return;
+  ViewState next = state_;
+  for (int open : state_.expanded)
+    for (int child : tree_->scope(open).children)
+      if (!tree_->scope(child).children.empty()) next.expanded.insert(child);
+  if (next.expanded == state_.expanded) return;
+  state_ = std::move(next);
+  requestLayout();
+}
+
 void GraphView::collapseAll() {
   if (!tree_) return;
   if (state_.expanded == std::set<int>{0} && state_.unfolded.empty()) return;
@@ -1310,7 +1351,7 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
     connect(b, &QToolButton::clicked, view_, slot);
     bar->addWidget(b);
   };
-  add_button("Expand all", "Expand every group (large graphs take a while)", &GraphView::expandAll);
+  add_button("Expand all", "Expand every group (large graphs: asks first, and offers one level)", &GraphView::requestExpandAll);
   add_button("Collapse all", "Collapse every group", &GraphView::collapseAll);
   fold_ = new QToolButton;
   fold_->setObjectName("foldRepeats");

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -188,6 +189,15 @@ class GraphView : public QGraphicsView {
   void expandScope(int scope);
   void collapseScope(int scope);
   void expandAll();
+  // "Expand all" as the user asks it: a graph above kExpandAllWarnAt instructions first says how
+  // many it would lay out and offers one more level instead (requestExpandAllChoice decides; the
+  // default asks with a message box).
+  static constexpr int64_t kExpandAllWarnAt = 5000;
+  enum class ExpandAllChoice { kAll, kOneLevel, kCancel };
+  void requestExpandAll();
+  std::function<ExpandAllChoice(int64_t instructions)> requestExpandAllChoice;
+  // Expands every group inside the groups open now (one level down), folded runs staying folded.
+  void expandOneLevel();
   void collapseAll();
   // Repeated groups: folded into one node each ("layer × 64"), or shown one by one.
   void setFoldRepeats(bool on);

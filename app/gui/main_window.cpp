@@ -537,7 +537,7 @@ void MainWindow::createMenus() {
   view_menu_->addAction(reset_zoom_act_);
   view_menu_->addSeparator();
   auto* expand = view_menu_->addAction("E&xpand All Scopes");
-  connect(expand, &QAction::triggered, graph_->view(), &views::GraphView::expandAll);
+  connect(expand, &QAction::triggered, graph_->view(), &views::GraphView::requestExpandAll);
   auto* collapse = view_menu_->addAction("C&ollapse All Scopes");
   connect(collapse, &QAction::triggered, graph_->view(), &views::GraphView::collapseAll);
   view_menu_->addSeparator();
