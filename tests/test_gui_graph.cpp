@@ -3,6 +3,7 @@
 // groups folded into one node, the hierarchical layout (each open group laid out alone, cached,
 // cancelled when superseded, edges bundled), search and reveal, and the fallback layout.
 #include <QtTest>
+#include <QLineEdit>
 
 #include "gui_test_support.h"
 #include "core/ir/hlo_text.h"
@@ -287,6 +288,21 @@ class TestGuiGraph : public QObject {
     QVERIFY(WaitForLayout(small));
     QCOMPARE(asked.size(), size_t{2});
     QCOMPARE(small.viewState().expanded, small.scopeTree()->allExpanded());
+  }
+
+  // The graph toolbar never overlaps itself: in a narrow pane (the partitioned mode at 1024x700,
+  // side by side) its buttons go below the search row; in a wide one they stay beside it.
+  void toolbarStacksWhenNarrow() {
+    GraphPane pane;
+    pane.resize(1400, 400);
+    pane.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&pane));
+    QVERIFY(!pane.toolbarStacked());
+    pane.resize(560, 400);
+    QTRY_VERIFY(pane.toolbarStacked());
+    QVERIFY(pane.searchField()->width() >= pane.searchField()->minimumWidth());
+    pane.resize(1400, 400);
+    QTRY_VERIFY(!pane.toolbarStacked());
   }
 
   void repeatedLayersFoldBundleAndCache() {

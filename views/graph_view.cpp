@@ -1342,14 +1342,18 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
   match_label_ = new QLabel;
   match_label_->setMinimumWidth(90);
   bar->addWidget(match_label_);
-  bar->addStretch();
+  // The buttons: beside the search row when the pane is wide enough, else below it.
+  auto* buttons = new QHBoxLayout;
+  buttons->setContentsMargins(6, 0, 6, 0);
+  buttons->setSpacing(6);
+  buttons->addStretch();
   auto add_button = [&](const QString& text, const QString& tip, auto slot) {
     auto* b = new QToolButton;
     b->setText(text);
     b->setToolTip(tip);
     b->setAutoRaise(true);
     connect(b, &QToolButton::clicked, view_, slot);
-    bar->addWidget(b);
+    buttons->addWidget(b);
   };
   add_button("Expand all", "Expand every group (large graphs: asks first, and offers one level)", &GraphView::requestExpandAll);
   add_button("Collapse all", "Collapse every group", &GraphView::collapseAll);
@@ -1361,17 +1365,24 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
   fold_->setChecked(true);
   fold_->setAutoRaise(true);
   connect(fold_, &QToolButton::toggled, view_, &GraphView::setFoldRepeats);
-  bar->addWidget(fold_);
+  buttons->addWidget(fold_);
   add_button("Fit", "Fit the graph in the view (Ctrl+0)", &GraphView::fitAll);
   add_button("\u2212", "Zoom out (Ctrl+-)", &GraphView::zoomOut);
   add_button("+", "Zoom in (Ctrl++)", &GraphView::zoomIn);
   zoom_label_ = new QLabel("100%");
   zoom_label_->setMinimumWidth(44);
-  bar->addWidget(zoom_label_);
+  buttons->addWidget(zoom_label_);
 
   // The toolbar never dictates the pane's minimum width (the pane may sit in a narrow dock).
   auto* bar_widget = new QWidget;
-  bar_widget->setLayout(bar);
+  bars_ = new QBoxLayout(QBoxLayout::LeftToRight);
+  bars_->setContentsMargins(0, 0, 0, 0);
+  bars_->setSpacing(0);
+  bars_->addLayout(bar, 1);
+  bars_->addLayout(buttons);
+  search_row_ = bar;
+  buttons_row_ = buttons;
+  bar_widget->setLayout(bars_);
   bar_widget->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
   bar_widget->setMinimumWidth(0);
   auto* layout = new QVBoxLayout(this);
@@ -1392,6 +1403,22 @@ GraphPane::GraphPane(QWidget* parent) : QWidget(parent), view_(new GraphView(thi
 }
 
 void GraphPane::setJobTracker(JobTracker* jobs) { view_->setJobTracker(jobs); }
+
+bool GraphPane::toolbarStacked() const { return bars_ && bars_->direction() == QBoxLayout::TopToBottom; }
+
+void GraphPane::arrangeToolbar() {
+  if (!bars_) return;
+  // One row needs the search row at its smallest useful width (the search field at its minimum)
+  // beside every button; below that the buttons go under the search row, so nothing overlaps.
+  const int one_row = search_row_->minimumSize().width() + buttons_row_->sizeHint().width() + 40;
+  const auto direction = width() < one_row ? QBoxLayout::TopToBottom : QBoxLayout::LeftToRight;
+  if (bars_->direction() != direction) bars_->setDirection(direction);
+}
+
+void GraphPane::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  arrangeToolbar();
+}
 
 void GraphPane::setDocument(DocumentModel* doc) {
   doc_ = doc;

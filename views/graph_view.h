@@ -26,7 +26,9 @@
 #include "views/graph_layout.h"
 #include "views/graph_structure.h"
 
+class QBoxLayout;
 class QComboBox;
+class QLayout;
 class QLabel;
 class QLineEdit;
 class QToolButton;
@@ -307,6 +309,8 @@ class GraphPane : public QWidget {
   GraphView* view() const { return view_; }
   QLineEdit* searchField() const { return search_; }
   QToolButton* foldButton() const { return fold_; }
+  // True when the toolbar is in two rows (search above the buttons): the pane is too narrow for one.
+  bool toolbarStacked() const;
 
  public slots:
   void focusSearch();
@@ -317,8 +321,13 @@ class GraphPane : public QWidget {
   void refreshComputations();
   void onSearchTextChanged(const QString& text);
   void jumpTo(int index);
+  void resizeEvent(QResizeEvent* event) override;
+  void arrangeToolbar();
 
   GraphView* view_;
+  QBoxLayout* bars_ = nullptr;  // the search row and the buttons row: side by side, or stacked
+  QLayout* search_row_ = nullptr;
+  QLayout* buttons_row_ = nullptr;
   QComboBox* computations_;
   QLineEdit* search_;
   QLabel* match_label_;
