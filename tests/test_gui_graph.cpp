@@ -290,6 +290,31 @@ class TestGuiGraph : public QObject {
     QCOMPARE(small.viewState().expanded, small.scopeTree()->allExpanded());
   }
 
+  // Search at fit zoom: revealing the match zooms to a readable scale (100%) around it; at a
+  // readable zoom the zoom stays.
+  void revealZoomsToReadable() {
+    Session session;
+    DocumentModel& doc = *session.document();
+    QVERIFY(session.loadHloText(QString::fromStdString(Stack(5)), "stack.hlo").ok());
+    GraphView view;
+    view.resize(900, 700);
+    view.setJobTracker(session.jobs());
+    view.setDocument(&doc);
+    QVERIFY(WaitForLayout(view));
+    for (int i = 0; i < 12; ++i) view.zoomOut();
+    QVERIFY(view.transform().m11() < GraphView::kReadableScale);
+    const int64_t t3 = doc.findInstruction("t3")->id();
+    view.reveal(t3);
+    QVERIFY(WaitForLayout(view));
+    QTRY_VERIFY(view.nodeForInstruction(t3));
+    QCOMPARE(view.transform().m11(), 1.0);
+    view.zoomIn();  // 125%: readable, kept
+    const int64_t t1 = doc.findInstruction("t1")->id();
+    view.reveal(t1);
+    QVERIFY(WaitForLayout(view));
+    QCOMPARE(view.transform().m11(), 1.25);
+  }
+
   // The graph toolbar never overlaps itself: in a narrow pane (the partitioned mode at 1024x700,
   // side by side) its buttons go below the search row; in a wide one they stay beside it.
   void toolbarStacksWhenNarrow() {

@@ -719,7 +719,7 @@ void GraphView::applyLayout(std::shared_ptr<const HierarchyLayout> layout, std::
   updateSelection();
   highlightMatches();
   if (center_after_layout_ >= 0) {
-    if (GraphNodeItem* n = nodeForKey(shown_->keyFor(center_after_layout_))) centerOn(n);
+    if (GraphNodeItem* n = nodeForKey(shown_->keyFor(center_after_layout_))) showReadable(n);
     center_after_layout_ = -1;
   }
   updateMiniMapVisibility();
@@ -1135,7 +1135,7 @@ void GraphView::reveal(int64_t id) {
   if (!changed && !layout_pending_) {
     if (GraphNodeItem* n = nodeForInstruction(id)) {
       const QRectF visible = mapToScene(viewport()->rect()).boundingRect();
-      if (!visible.contains(n->sceneBoundingRect())) centerOn(n);
+      if (!visible.contains(n->sceneBoundingRect()) || transform().m11() < kReadableScale) showReadable(n);
       return;
     }
   }
@@ -1212,6 +1212,12 @@ void GraphView::scaleBy(double factor) {
   scale(target / current, target / current);
   minimap_->update();
   emit zoomChanged(target);
+}
+
+void GraphView::showReadable(GraphNodeItem* node) {
+  // A match found at fit zoom on a large graph would be a speck: zoom to 100% first.
+  if (transform().m11() < kReadableScale) scaleBy(1.0 / transform().m11());
+  centerOn(node);
 }
 
 void GraphView::zoomIn() { scaleBy(1.25); }

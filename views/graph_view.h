@@ -191,6 +191,9 @@ class GraphView : public QGraphicsView {
   void expandScope(int scope);
   void collapseScope(int scope);
   void expandAll();
+  // Below this zoom, revealing an instruction (search, the table, the "why" links) zooms to 100%
+  // around it; at or above it the zoom stays and the node is centred.
+  static constexpr double kReadableScale = 0.75;
   // "Expand all" as the user asks it: a graph above kExpandAllWarnAt instructions first says how
   // many it would lay out and offers one more level instead (requestExpandAllChoice decides; the
   // default asks with a message box).
@@ -239,6 +242,7 @@ class GraphView : public QGraphicsView {
   void drawBackground(QPainter* painter, const QRectF& rect) override;
 
  private:
+  void showReadable(GraphNodeItem* node);
   friend class GraphNodeItem;
   friend class GraphClusterItem;
   void onModuleReset();
