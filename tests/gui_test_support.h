@@ -2,6 +2,8 @@
 // event loop, which production code never runs).
 #pragma once
 
+#include <QStandardPaths>
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include "app/gui/session.h"
@@ -16,6 +18,15 @@ inline const bool kOffscreenByDefault = [] {
   if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
   return true;
 }();
+
+// Simulated runs of this test go to a store in `dir`, never the user's (and QStandardPaths to the
+// test locations). False when the folder could not be made.
+inline bool UseTestRunStore(const QTemporaryDir& dir) {
+  QStandardPaths::setTestModeEnabled(true);
+  if (!dir.isValid()) return false;
+  qputenv("SHARDSCOPE_RUN_DB", dir.filePath("runs.sqlite").toLocal8Bit());
+  return true;
+}
 
 // Processes events until the session has no job queued or running (propagation, partitioning,
 // simulation, run-store I/O, loading, layouts) or `timeout_ms` passes.

@@ -44,9 +44,7 @@ class TestGuiPipeline : public QObject {
 
  private slots:
   void initTestCase() {
-    QStandardPaths::setTestModeEnabled(true);
-    QVERIFY(runs_dir_.isValid());
-    qputenv("SHARDSCOPE_RUN_DB", runs_dir_.filePath("runs.sqlite").toLocal8Bit());
+    QVERIFY(shardscope::gui::UseTestRunStore(runs_dir_));
   }
 
   // Mesh (L, X, Y) = (2, 1, 2), devices row-major: devices 0, 1 hold stage 0, devices 2, 3 stage 1.

@@ -105,10 +105,7 @@ class TestGuiTimeline : public QObject {
 
  private slots:
   void initTestCase() {
-    // Simulated runs go to a store of this test, never the user's.
-    QStandardPaths::setTestModeEnabled(true);
-    QVERIFY(runs_dir_.isValid());
-    qputenv("SHARDSCOPE_RUN_DB", runs_dir_.filePath("runs.sqlite").toLocal8Bit());
+    QVERIFY(shardscope::gui::UseTestRunStore(runs_dir_));
   }
 
   void clickSelectsTheEventUnderThePointer() {
