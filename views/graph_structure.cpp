@@ -71,6 +71,12 @@ std::string WithoutDigits(const std::string& s) {
 
 }  // namespace
 
+ScopeTree ScopeTree::Build(const Computation& computation, std::shared_ptr<const void> owner) {
+  ScopeTree t = Build(computation);
+  t.owner_ = std::move(owner);
+  return t;
+}
+
 ScopeTree ScopeTree::Build(const Computation& computation) {
   ScopeTree t;
   // ---- Which instructions are shown, in which order: nested computations before their caller.
