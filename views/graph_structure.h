@@ -56,7 +56,8 @@ class ScopeTree {
   // Scopes come from Instruction::op_name(): "jit(f)/layer_0/attention/dot_general" puts the
   // instruction in scope "jit(f)/layer_0/attention". A prefix shared by everything is dropped and
   // chains of single-child scopes are merged. A leaf without a scope of its own (a weight
-  // parameter, a constant) joins the scope of its first user. When fewer than half of the
+  // parameter, a constant) joins the scope of its first user; a get-tuple-element without one, the
+  // scope of the tuple element it reads. When fewer than half of the
   // computation's operations have a scope, names are ignored and the tree is made of the called
   // computations and chunks only.
   static ScopeTree Build(const Computation& computation);
