@@ -462,8 +462,8 @@ ENTRY %main (p: f32[1024,1024]) -> f32[1024,1024] {
 ENTRY %main (a: f32[256], b: f32[256]) -> (f32[32], f32[32]) {
   %a = f32[256] parameter(0)
   %b = f32[256] parameter(1)
-  %ra = f32[32] reduce-scatter(%a), dimensions={0}, replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=%sum, channel_id=1
-  %rb = f32[32] reduce-scatter(%b), dimensions={0}, replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=%sum, channel_id=2
+  %ra = f32[32] reduce-scatter(%a), dimensions={0}, replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=%sum, channel_id=1
+  %rb = f32[32] reduce-scatter(%b), dimensions={0}, replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=%sum, channel_id=2
   ROOT %t = (f32[32], f32[32]) tuple(%ra, %rb)
 }
 )") + sum);
@@ -471,7 +471,7 @@ ENTRY %main (a: f32[256], b: f32[256]) -> (f32[32], f32[32]) {
 ENTRY %main (a: f32[256], b: f32[256]) -> (f32[32], f32[32]) {
   %a = f32[256] parameter(0)
   %b = f32[256] parameter(1)
-  ROOT %r = (f32[32], f32[32]) reduce-scatter(%a, %b), dimensions={0}, replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=%sum, channel_id=1
+  ROOT %r = (f32[32], f32[32]) reduce-scatter(%a, %b), dimensions={0}, replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=%sum, channel_id=1
 }
 )") + sum);
     Topology topo = TopologyFor("tpu-v5e", "X=8");
