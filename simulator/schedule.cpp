@@ -564,7 +564,8 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
     for (const Instruction* i : plan.order)
       for (const Instruction* p : i->control_predecessors) control_successors[p].push_back(i);
     std::vector<int> work, visited;
-    std::unordered_set<int> seen;
+    std::vector<int> seen(nodes.size(), -1);  // the check that last reached a node
+    int check = 0;
     // Aliases and inlined ops order nothing: the engine resolves their values when read.
     auto free_node = [&](int nd) {
       const Step& st = nodes[static_cast<size_t>(nd)];
@@ -607,7 +608,7 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
           // Steps reachable from the earlier group before the later one.
           work.clear();
           visited.clear();
-          seen.clear();
+          ++check;
           push_successors(na, nb);
           bool cycle = false;
           int64_t budget = 20000;
@@ -619,7 +620,8 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
               break;
             }
             const bool free = free_node(x);
-            if ((!free && idx[static_cast<size_t>(x)] > limit) || !seen.insert(x).second) continue;
+            if ((!free && idx[static_cast<size_t>(x)] > limit) || seen[static_cast<size_t>(x)] == check) continue;
+            seen[static_cast<size_t>(x)] = check;
             if (--budget < 0) cycle = true;
             const int ix = idx[static_cast<size_t>(x)];
             if (ix > idx[static_cast<size_t>(na)] && ix < limit) visited.push_back(x);
