@@ -596,12 +596,17 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
     for (const Instruction* i : plan.order) {
       if (plan.role[i] != Role::kCompute || !IsElementwise(i->opcode()) || !i->shape().IsArray()) continue;
       const int64_t n = Elements(*i);
+      auto loop_group = [&](int g) {
+        const Group& G = plan.groups[static_cast<size_t>(g)];
+        return !G.heavy && !G.has_reduce && G.loop && G.max_elements == n;
+      };
       for (const Instruction* o : i->operands()) {
+        if (!loop_group(plan.group_of[i])) break;  // an output fusion into a dot or reduce takes no producers
         for (const Instruction* src : src_of(o)) {
           auto gi = plan.group_of.find(src);
           if (gi == plan.group_of.end() || gi->second == plan.group_of[i]) continue;
+          if (!loop_group(gi->second)) continue;
           const Group& G = plan.groups[static_cast<size_t>(gi->second)];
-          if (G.heavy || G.has_reduce || !G.loop || G.max_elements != n) continue;
           int na = node_of[G.members.front()], nb = node_of[i];
           if (idx[static_cast<size_t>(na)] > idx[static_cast<size_t>(nb)]) std::swap(na, nb);
           const int limit = idx[static_cast<size_t>(nb)];
@@ -624,7 +629,13 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
             seen[static_cast<size_t>(x)] = check;
             if (--budget < 0) cycle = true;
             const int ix = idx[static_cast<size_t>(x)];
-            if (ix > idx[static_cast<size_t>(na)] && ix < limit) visited.push_back(x);
+            if (ix > idx[static_cast<size_t>(na)] && ix < limit) {
+              // An op between the two that needs the earlier group would have to wait for the
+              // merged one: the merge would defer work the program order runs earlier (and keep
+              // what it reads alive longer). Only aliases may move.
+              if (!free) cycle = true;
+              visited.push_back(x);
+            }
             push_successors(x, free ? nb : -1);
           }
           if (cycle) continue;
