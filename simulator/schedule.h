@@ -13,10 +13,10 @@
 //       computed before the group's first member (so grouping can never create a cycle);
 //     - a reduce joins its operand's group when that group holds only elementwise ops (an input
 //       fusion);
-//     - multi-input loop fusion: an elementwise op's group then takes in the groups of its other
-//       operands that a loop fusion holds (elementwise ops, slices, transposes; no dot,
-//       convolution or reduce) of its element count, unless a path through another op joins the
-//       two (a cycle); the steps are reordered to stay topological (docs/simulator-engine.md).
+//     - multi-input loop fusion: an elementwise op's loop group then takes in the loop groups
+//       (elementwise ops, slices, transposes; no dot, convolution or reduce) of its other operands
+//       of its element count, when no op between the two needs the earlier one (so no cycle and no
+//       reordering); the merged op runs at the later one's place (docs/simulator-engine.md).
 //     A group runs as one compute op: FLOPs of its dots/convolutions, bytes = the buffers it reads
 //     from outside plus the values it writes that are used outside (roofline on the sum). Values
 //     used only inside a group are never materialised. Slices and dynamic-slices read only what
