@@ -105,6 +105,15 @@ bool IsHeavy(const Instruction& i) {
 
 bool IsSliceLike(Opcode op) { return op == Opcode::kSlice || op == Opcode::kDynamicSlice || op == Opcode::kGather; }
 
+// Ops a loop fusion holds beside elementwise ones: data movement computed per output element
+// (slices read only what they keep), broadcasts and iotas that were not inlined.
+bool IsLoopFusible(Opcode op) {
+  return IsElementwise(op) || op == Opcode::kSlice || op == Opcode::kDynamicSlice || op == Opcode::kTranspose ||
+         op == Opcode::kBroadcast || op == Opcode::kIota;
+}
+
+int64_t Elements(const Instruction& i) { return i.shape().IsArray() ? i.shape().ElementCount() : -1; }
+
 int64_t LeafCount(const Shape& s) {
   if (!s.IsTuple()) return 1;
   int64_t n = 0;
@@ -285,10 +294,14 @@ namespace {
 // ---- per-computation plan: order, roles, fusion groups -------------------------------------------------
 
 struct Group {
-  std::vector<const Instruction*> members;
+  std::vector<const Instruction*> members;  // in position order once the plan is made
   int first_pos = 0;
   bool heavy = false;
   bool has_reduce = false;
+  // Every member an op a loop fusion holds (elementwise, slice, dynamic-slice): the group may be
+  // merged into an elementwise consumer's group of the same element count (multi-output fusion).
+  bool loop = true;
+  int64_t max_elements = 0;  // the largest member's element count
   const Instruction* main = nullptr;
 };
 
@@ -459,8 +472,31 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
     g.first_pos = plan.pos[i];
     g.heavy = IsHeavy(*i);
     g.has_reduce = i->opcode() == Opcode::kReduce;
+    g.loop = IsLoopFusible(i->opcode());
+    g.max_elements = Elements(*i);
     plan.group_of[i] = static_cast<int>(plan.groups.size());
     plan.groups.push_back(std::move(g));
+  };
+  auto add_member = [&](int target, const Instruction* i) {
+    Group& G = plan.groups[static_cast<size_t>(target)];
+    G.members.push_back(i);
+    G.has_reduce = G.has_reduce || i->opcode() == Opcode::kReduce;
+    G.loop = G.loop && IsLoopFusible(i->opcode());
+    G.max_elements = std::max(G.max_elements, Elements(*i));
+    plan.group_of[i] = target;
+  };
+  // Moves every member of group `from` into group `into` (`from` is left empty).
+  auto merge_groups = [&](int into, int from) {
+    Group& F = plan.groups[static_cast<size_t>(from)];
+    Group& T = plan.groups[static_cast<size_t>(into)];
+    for (const Instruction* m : F.members) plan.group_of[m] = into;
+    T.members.insert(T.members.end(), F.members.begin(), F.members.end());
+    T.first_pos = std::min(T.first_pos, F.first_pos);
+    T.heavy = T.heavy || F.heavy;
+    T.has_reduce = T.has_reduce || F.has_reduce;
+    T.loop = T.loop && F.loop;
+    T.max_elements = std::max(T.max_elements, F.max_elements);
+    F.members.clear();
   };
   for (const Instruction* i : plan.order) {
     if (plan.role[i] != Role::kCompute) continue;
@@ -491,13 +527,154 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
     if (target < 0) {
       new_group(i);
     } else {
-      Group& G = plan.groups[static_cast<size_t>(target)];
-      G.members.push_back(i);
-      G.has_reduce = G.has_reduce || i->opcode() == Opcode::kReduce;
-      plan.group_of[i] = target;
+      add_member(target, i);
+    }
+  }
+  // Steps: groups (at their first member) and the other instructions in position order, a
+  // topological order of the groups as units. Aliases and inlined ops are steps too: resolving
+  // their values in order keeps alias chains from nesting deeply.
+  std::vector<Step> nodes;
+  std::unordered_map<const Instruction*, int> node_of;
+  for (const Instruction* i : plan.order) {
+    if (plan.role[i] == Role::kCompute) {
+      const int g = plan.group_of[i];
+      const Group& G = plan.groups[static_cast<size_t>(g)];
+      if (G.members.front() == i) {
+        node_of[i] = static_cast<int>(nodes.size());
+        nodes.push_back({Step::Kind::kGroup, plan.pos[i], i, g});
+      } else {
+        node_of[i] = node_of[G.members.front()];
+      }
+    } else {
+      node_of[i] = static_cast<int>(nodes.size());
+      nodes.push_back({Step::Kind::kInstruction, plan.pos[i], i, -1});
+    }
+  }
+  std::vector<int> seq(nodes.size()), idx(nodes.size());
+  for (size_t k = 0; k < nodes.size(); ++k) seq[k] = idx[k] = static_cast<int>(k);
+  // Multi-input loop fusion: an elementwise op's group takes in the groups of its other operands
+  // that a loop fusion holds (elementwise ops and slices, no dot, convolution or reduce) of the
+  // op's element count — one pass that reads each input once and writes each value used outside
+  // once (XLA's loop fusion with multi-output fusion of the values used elsewhere) — unless a path
+  // leads from the earlier of the two groups to the later one through another step (merging them
+  // would make a cycle). The steps between them that depend on the earlier one move after the
+  // merged group, so the sequence stays a topological order.
+  if (fuse) {
+    std::unordered_map<const Instruction*, std::vector<const Instruction*>> control_successors;
+    for (const Instruction* i : plan.order)
+      for (const Instruction* p : i->control_predecessors) control_successors[p].push_back(i);
+    std::vector<int> work, visited;
+    std::vector<int> seen(nodes.size(), -1);  // the check that last reached a node
+    int check = 0;
+    // Aliases and inlined ops order nothing: the engine resolves their values when read.
+    auto free_node = [&](int nd) {
+      const Step& st = nodes[static_cast<size_t>(nd)];
+      if (st.kind == Step::Kind::kGroup) return false;
+      const Role r = plan.role[st.inst];
+      return r == Role::kAlias || r == Role::kInline;
+    };
+    auto push_successors = [&](int nd, int skip) {
+      const Step& st = nodes[static_cast<size_t>(nd)];
+      auto add_users = [&](const Instruction* m) {
+        for (const Instruction* u : m->users()) {
+          auto it = node_of.find(u);
+          if (it != node_of.end() && it->second != nd && it->second != skip) work.push_back(it->second);
+        }
+        auto cs = control_successors.find(m);
+        if (cs == control_successors.end()) return;
+        for (const Instruction* u : cs->second) {
+          auto it = node_of.find(u);
+          if (it != node_of.end() && it->second != nd) work.push_back(it->second);
+        }
+      };
+      if (st.kind == Step::Kind::kGroup) {
+        for (const Instruction* m : plan.groups[static_cast<size_t>(st.group)].members) add_users(m);
+      } else {
+        add_users(st.inst);
+      }
+    };
+    for (const Instruction* i : plan.order) {
+      if (plan.role[i] != Role::kCompute || !IsElementwise(i->opcode()) || !i->shape().IsArray()) continue;
+      const int64_t n = Elements(*i);
+      auto loop_group = [&](int g) {
+        const Group& G = plan.groups[static_cast<size_t>(g)];
+        return !G.heavy && !G.has_reduce && G.loop && G.max_elements == n;
+      };
+      for (const Instruction* o : i->operands()) {
+        if (!loop_group(plan.group_of[i])) break;  // an output fusion into a dot or reduce takes no producers
+        for (const Instruction* src : src_of(o)) {
+          auto gi = plan.group_of.find(src);
+          if (gi == plan.group_of.end() || gi->second == plan.group_of[i]) continue;
+          if (!loop_group(gi->second)) continue;
+          const Group& G = plan.groups[static_cast<size_t>(gi->second)];
+          int na = node_of[G.members.front()], nb = node_of[i];
+          if (idx[static_cast<size_t>(na)] > idx[static_cast<size_t>(nb)]) std::swap(na, nb);
+          const int limit = idx[static_cast<size_t>(nb)];
+          // Steps reachable from the earlier group before the later one.
+          work.clear();
+          visited.clear();
+          ++check;
+          push_successors(na, nb);
+          bool cycle = false;
+          int64_t budget = 20000;
+          while (!work.empty() && !cycle) {
+            const int x = work.back();
+            work.pop_back();
+            if (x == nb) {
+              cycle = true;
+              break;
+            }
+            const bool free = free_node(x);
+            if ((!free && idx[static_cast<size_t>(x)] > limit) || seen[static_cast<size_t>(x)] == check) continue;
+            seen[static_cast<size_t>(x)] = check;
+            if (--budget < 0) cycle = true;
+            const int ix = idx[static_cast<size_t>(x)];
+            if (ix > idx[static_cast<size_t>(na)] && ix < limit) {
+              // An op between the two that needs the earlier group would have to wait for the
+              // merged one: the merge would defer work the program order runs earlier (and keep
+              // what it reads alive longer). Only aliases may move.
+              if (!free) cycle = true;
+              visited.push_back(x);
+            }
+            push_successors(x, free ? nb : -1);
+          }
+          if (cycle) continue;
+          // Merge: the later step's group takes the earlier one's members.
+          const int ga = nodes[static_cast<size_t>(na)].group, gb = nodes[static_cast<size_t>(nb)].group;
+          for (const Instruction* m : plan.groups[static_cast<size_t>(ga)].members) node_of[m] = nb;
+          merge_groups(gb, ga);
+          nodes[static_cast<size_t>(nb)].pos = plan.groups[static_cast<size_t>(gb)].first_pos;
+          // Reorder the window [idx(na), idx(nb)]: the steps that do not depend on the earlier group,
+          // the merged group, then those that do (in their order); the earlier group's slot goes.
+          const int lo = idx[static_cast<size_t>(na)];
+          std::sort(visited.begin(), visited.end(),
+                    [&](int x, int y) { return idx[static_cast<size_t>(x)] < idx[static_cast<size_t>(y)]; });
+          std::vector<int> visited_sorted = visited;
+          std::sort(visited_sorted.begin(), visited_sorted.end());
+          std::vector<int> window;
+          for (int k = lo + 1; k < limit; ++k) {
+            const int x = seq[static_cast<size_t>(k)];
+            if (x >= 0 && !std::binary_search(visited_sorted.begin(), visited_sorted.end(), x)) window.push_back(x);
+          }
+          window.push_back(nb);
+          window.insert(window.end(), visited.begin(), visited.end());
+          seq[static_cast<size_t>(lo)] = -1;
+          idx[static_cast<size_t>(na)] = -1;
+          int k = lo + 1;
+          for (int x : window) {
+            seq[static_cast<size_t>(k)] = x;
+            idx[static_cast<size_t>(x)] = k;
+            ++k;
+          }
+          for (; k <= limit; ++k) seq[static_cast<size_t>(k)] = -1;
+        }
+      }
     }
   }
   for (Group& g : plan.groups) {
+    if (g.members.empty()) continue;  // merged into another group
+    std::sort(g.members.begin(), g.members.end(),
+              [&](const Instruction* a, const Instruction* b) { return plan.pos[a] < plan.pos[b]; });
     g.main = g.members.back();
     for (const Instruction* m : g.members) {
       if (IsHeavy(*m)) {
@@ -514,18 +691,8 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
       if (UsedOutside(plan, comp, m, mg, 0)) plan.group_outputs.insert(m);
     }
   }
-  // Steps in position order (a group at its first member). Aliases and inlined ops are steps too:
-  // resolving their values in order keeps alias chains from nesting deeply.
-  for (const Instruction* i : plan.order) {
-    const Role r = plan.role[i];
-    if (r == Role::kCompute) {
-      const int g = plan.group_of[i];
-      if (plan.groups[static_cast<size_t>(g)].members.front() != i) continue;
-      plan.steps.push_back({Step::Kind::kGroup, plan.pos[i], i, g});
-    } else {
-      plan.steps.push_back({Step::Kind::kInstruction, plan.pos[i], i, -1});
-    }
-  }
+  for (int k : seq)
+    if (k >= 0) plan.steps.push_back(nodes[static_cast<size_t>(k)]);
   return plan;
 }
 

@@ -12,7 +12,11 @@
 //       convolution, reduce, ..., or a chain of elementwise ops) when all its other operands were
 //       computed before the group's first member (so grouping can never create a cycle);
 //     - a reduce joins its operand's group when that group holds only elementwise ops (an input
-//       fusion).
+//       fusion);
+//     - multi-input loop fusion: an elementwise op's loop group then takes in the loop groups
+//       (elementwise ops, slices, transposes; no dot, convolution or reduce) of its other operands
+//       of its element count, when no op between the two needs the earlier one (so no cycle and no
+//       reordering); the merged op runs at the later one's place (docs/simulator-engine.md).
 //     A group runs as one compute op: FLOPs of its dots/convolutions, bytes = the buffers it reads
 //     from outside plus the values it writes that are used outside (roofline on the sum). Values
 //     used only inside a group are never materialised. Slices and dynamic-slices read only what

@@ -384,6 +384,108 @@ ENTRY %main (a: f32[1024,1024], b: f32[1024,1024], c: f32[1024]) -> f32[1024,102
     QVERIFY(Near(unfused.run.summary.step_time_s, t, 1e-9));
   }
 
+  // Multi-input loop fusion (docs/simulator-engine.md): Adam's update of one weight — m' and v'
+  // from the gradient, w' from both — is one compute op that reads w, g, m, v once and writes w',
+  // m', v' once (7 arrays and the scalar constants the inlined broadcasts read), where the
+  // one-operand rule left m' and v' separate groups.
+  void MultiInputLoopFusionOfAnUpdate() {
+    auto m = Parse(R"(HloModule adam, num_partitions=1
+ENTRY %main (w: f32[1024,1024], g: f32[1024,1024], m: f32[1024,1024], v: f32[1024,1024]) -> (f32[1024,1024], f32[1024,1024], f32[1024,1024]) {
+  %w = f32[1024,1024] parameter(0)
+  %g = f32[1024,1024] parameter(1)
+  %m = f32[1024,1024] parameter(2)
+  %v = f32[1024,1024] parameter(3)
+  %c1 = f32[] constant(0.9)
+  %b1 = f32[1024,1024] broadcast(%c1), dimensions={}
+  %ms = f32[1024,1024] multiply(%m, %b1)
+  %c2 = f32[] constant(0.1)
+  %b2 = f32[1024,1024] broadcast(%c2), dimensions={}
+  %gs = f32[1024,1024] multiply(%g, %b2)
+  %m_new = f32[1024,1024] add(%ms, %gs)
+  %gg = f32[1024,1024] multiply(%g, %g)
+  %c3 = f32[] constant(0.999)
+  %b3 = f32[1024,1024] broadcast(%c3), dimensions={}
+  %vs = f32[1024,1024] multiply(%v, %b3)
+  %v_new = f32[1024,1024] add(%vs, %gg)
+  %sq = f32[1024,1024] sqrt(%v_new)
+  %q = f32[1024,1024] divide(%m_new, %sq)
+  %w_new = f32[1024,1024] subtract(%w, %q)
+  ROOT %out = (f32[1024,1024], f32[1024,1024], f32[1024,1024]) tuple(%w_new, %m_new, %v_new)
+}
+)");
+    Topology topo = TopologyFor("tpu-v5e", "X=1");
+    const double mat = 1024.0 * 1024 * 4;
+    Simulation s = Run(*m, topo);
+    QCOMPARE(s.run.classes[0].events.size(), size_t(1));
+    const TimelineEvent& e = s.run.classes[0].events[0];
+    QCOMPARE(e.kind, std::string("fusion"));
+    QCOMPARE(e.bytes, static_cast<int64_t>(7 * mat + 3 * 4));
+    QVERIFY(Near(s.run.summary.step_time_s, ComputeCost(0, 7 * mat + 12, topo.chip())));
+  }
+
+  // Groups are merged only when no other op lies on a path between them: here the all-reduce reads
+  // the exp and the add reads both, so the exp and the add stay two ops (one op would wait for
+  // itself).
+  void LoopFusionNeverMakesACycle() {
+    auto m = Parse(R"(HloModule cycle, num_partitions=2
+ENTRY %main (p: f32[1024,1024]) -> f32[1024,1024] {
+  %p = f32[1024,1024] parameter(0)
+  %a = f32[1024,1024] exponential(%p)
+  %r = f32[1024,1024] all-reduce(%a), replica_groups={{0,1}}, to_apply=%sum, channel_id=1
+  ROOT %b = f32[1024,1024] add(%a, %r)
+}
+%sum (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+)");
+    Topology topo = TopologyFor("tpu-v5e", "X=2");
+    Simulation s = Run(*m, topo);
+    int compute = 0;
+    for (const TimelineEvent& e : s.run.classes[0].events) compute += e.stream == Stream::kCompute ? 1 : 0;
+    QCOMPARE(compute, 2);
+    QVERIFY(Event(s, "a") && Event(s, "b") && Event(s, "a")->end_s() <= Event(s, "b")->start_s);
+  }
+
+  // A combined (variadic) collective, as weight-update sharding's batching (section 5.2) emits, is
+  // one collective of the operands' total bytes: one latency, not one per operand.
+  void CombinedCollectiveIsCostedOnce() {
+    const char* sum = R"(
+%sum (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+)";
+    auto apart = Parse(std::string(R"(HloModule apart, num_partitions=8
+ENTRY %main (a: f32[256], b: f32[256]) -> (f32[32], f32[32]) {
+  %a = f32[256] parameter(0)
+  %b = f32[256] parameter(1)
+  %ra = f32[32] reduce-scatter(%a), dimensions={0}, replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=%sum, channel_id=1
+  %rb = f32[32] reduce-scatter(%b), dimensions={0}, replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=%sum, channel_id=2
+  ROOT %t = (f32[32], f32[32]) tuple(%ra, %rb)
+}
+)") + sum);
+    auto combined = Parse(std::string(R"(HloModule combined, num_partitions=8
+ENTRY %main (a: f32[256], b: f32[256]) -> (f32[32], f32[32]) {
+  %a = f32[256] parameter(0)
+  %b = f32[256] parameter(1)
+  ROOT %r = (f32[32], f32[32]) reduce-scatter(%a, %b), dimensions={0}, replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=%sum, channel_id=1
+}
+)") + sum);
+    Topology topo = TopologyFor("tpu-v5e", "X=8");
+    Simulation one = Run(*combined, topo);
+    Simulation two = Run(*apart, topo);
+    QCOMPARE(one.run.collectives.size(), size_t(1));
+    QCOMPARE(one.run.collectives[0].bytes, int64_t(2 * 256 * 4));
+    auto cost = EstimateCollective(topo, CollectiveKind::kReduceScatter, {}, 2 * 256 * 4.0);
+    QVERIFY(cost.ok());
+    QVERIFY(Near(one.run.summary.step_time_s, cost->time_s, 1e-9));
+    QCOMPARE(two.run.collectives.size(), size_t(2));
+    QVERIFY(one.run.summary.step_time_s < 0.75 * two.run.summary.step_time_s);  // latency-bound: about half
+  }
+
   // Two all-gathers over the same Y groups in flight at once share every link: each finishes at
   // EstimateConcurrentCollectives' time (twice the time alone); one at a time they also take twice
   // as long in total. Over disjoint links (X groups and Y groups) the concurrent pair takes only as

@@ -143,10 +143,11 @@ ENTRY e {
   }
 
   // GSPMD Table 8 (validation.md G6), spatial partitioning of the 3-D U-Net at image 128: the same
-  // calibration gives the paper's utilisation (43.5-43.8%) within 5 points up to 8 partitions and
-  // 6.5 below at 16; the step time is about 30% short because the zoo's U-Net has fewer FLOPs than
-  // the paper's (docs/reproduce.md), so the test holds that honest bound. Scaling (1,2) -> (1,16):
-  // paper 8.2x, simulated 7.0x.
+  // calibration gives the paper's utilisation (43.5-43.8%) within 5 points at every partition count
+  // (within 4 at 16 since the multi-input loop fusion); the step time is 28-36% short because the
+  // zoo's U-Net has fewer FLOPs than the paper's (docs/reproduce.md), so the test holds that honest
+  // bound (-15% to -40%; -23% to -32% before the loop fusion fused BatchNorm's backward). Scaling
+  // (1,2) -> (1,16): paper 8.2x, simulated 7.2x.
   void gspmdTable8Small() {
     auto spec = FindReproduceCase("gspmd-table8");
     QVERIFY(spec.ok());
@@ -161,7 +162,7 @@ ENTRY e {
                                  std::to_string(v.simulated);
         if (v.published.metric == ReproduceMetric::kMfu) QVERIFY2(std::abs(v.difference_points) <= 7.0, what.c_str());
         if (v.published.metric == ReproduceMetric::kStepTime) {
-          QVERIFY2(v.difference_percent < -15.0 && v.difference_percent > -35.0, what.c_str());
+          QVERIFY2(v.difference_percent < -15.0 && v.difference_percent > -40.0, what.c_str());
         }
       }
     }

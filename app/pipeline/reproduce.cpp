@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "app/pipeline/pipeline.h"
+#include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/sharding/mesh.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
@@ -18,6 +19,10 @@ std::string_view ReproduceMetricName(ReproduceMetric m) {
     case ReproduceMetric::kMfu: return "MFU";
     case ReproduceMetric::kPeakMemory: return "peak memory";
     case ReproduceMetric::kAllToAllShare: return "all-to-all share";
+    case ReproduceMetric::kStepBeforePass: return "step before pass";
+    case ReproduceMetric::kStepAfterPass: return "step after pass";
+    case ReproduceMetric::kSpeedup: return "speedup";
+    case ReproduceMetric::kStepReduction: return "step reduction";
   }
   return "?";
 }
@@ -88,6 +93,36 @@ ReproduceColumn Table8Column(int64_t x, int64_t y, int64_t image, int64_t batch,
   return c;
 }
 
+// Weight-update sharding, paper 000 section 6.1 (validation.md W1): a column per experiment of
+// WeightUpdateShardingPaperCases. W1 (1024 chips) publishes both step times: the issue's bounds are
+// 25% on each and 15% on their ratio. The other two publish a step-time reduction ("in the range of
+// 9%", "a 6% speedup"): within a factor of 1.5 of 9% (4.5 points) and within a quarter of 6% (1.5
+// points), the bounds tests/test_wus_paper.cpp holds.
+std::vector<ReproduceColumn> WeightUpdateShardingColumns() {
+  std::vector<ReproduceColumn> out;
+  for (const WeightUpdateShardingPaperCase& p : WeightUpdateShardingPaperCases()) {
+    ReproduceColumn c;
+    c.weight_update_sharding_case = p.id;
+    c.model = p.model;
+    c.settings = p.settings;
+    c.mesh = p.mesh.ToString();
+    int64_t chips = 1;
+    for (int64_t n : p.chips) chips *= n;
+    c.label = p.model + " " + std::to_string(chips) + " chips";
+    if (p.paper_before_s > 0 && p.paper_after_s > 0) {
+      c.published = {{ReproduceMetric::kStepBeforePass, p.paper_before_s, 0.25},
+                     {ReproduceMetric::kStepAfterPass, p.paper_after_s, 0.25},
+                     {ReproduceMetric::kSpeedup, p.paper_before_s / p.paper_after_s, 0.15}};
+    } else {
+      const double points = p.model == "transformer" ? 0.5 * 100 * p.paper_reduction : 0.25 * 100 * p.paper_reduction;
+      c.published = {{ReproduceMetric::kStepReduction, 100 * p.paper_reduction, points}};
+    }
+    c.small = true;  // seconds each
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 std::vector<ReproduceCase> BuildCases() {
   std::vector<ReproduceCase> cases;
   {
@@ -125,6 +160,14 @@ std::vector<ReproduceCase> BuildCases() {
                  Table8Column(4, 16, 256, 8, 1.66, 20.5, 14.9, false), Table8Column(2, 32, 256, 8, 0.76, 41.2, 8.52, false)};
     cases.push_back(std::move(c));
   }
+  {
+    ReproduceCase c;
+    c.name = "wus-6.1";
+    c.title = "Weight-update sharding: the data-parallel step before and after the pass, TPU v3 (2 cores per chip as replicas)";
+    c.source = "Xu et al., automatic cross-replica sharding of weight update, section 6.1 (validation.md W1)";
+    c.columns = WeightUpdateShardingColumns();
+    cases.push_back(std::move(c));
+  }
   return cases;
 }
 
@@ -137,7 +180,11 @@ std::string Fixed(double v, int digits) {
 // A figure in the unit people read it in.
 std::string FigureText(ReproduceMetric m, double v) {
   switch (m) {
-    case ReproduceMetric::kStepTime: return Fixed(v, 2) + " s";
+    case ReproduceMetric::kStepTime:
+    case ReproduceMetric::kStepBeforePass:
+    case ReproduceMetric::kStepAfterPass: return v < 0.1 ? Fixed(1e3 * v, 1) + " ms" : Fixed(v, 2) + " s";
+    case ReproduceMetric::kSpeedup: return Fixed(v, 2) + "x";
+    case ReproduceMetric::kStepReduction: return Fixed(v, 1) + "%";
     case ReproduceMetric::kPeakMemory: return Fixed(v / kGB, 2) + " GB";
     case ReproduceMetric::kMfu:
     case ReproduceMetric::kAllToAllShare: return Fixed(v, 1) + "%";
@@ -145,7 +192,26 @@ std::string FigureText(ReproduceMetric m, double v) {
   return Fixed(v, 3);
 }
 
-bool IsPercentage(ReproduceMetric m) { return m == ReproduceMetric::kMfu || m == ReproduceMetric::kAllToAllShare; }
+bool IsPercentage(ReproduceMetric m) {
+  return m == ReproduceMetric::kMfu || m == ReproduceMetric::kAllToAllShare || m == ReproduceMetric::kStepReduction;
+}
+
+// A weight-update-sharding column: the paper case simulated before and after the pass.
+Status RunWeightUpdateShardingColumn(const ReproduceColumn& col, ReproducedColumn* out) {
+  const WeightUpdateShardingPaperCase* found = nullptr;
+  static const std::vector<WeightUpdateShardingPaperCase> cases = WeightUpdateShardingPaperCases();
+  for (const auto& c : cases)
+    if (c.id == col.weight_update_sharding_case) found = &c;
+  if (!found) return Error("no weight-update-sharding case '" + col.weight_update_sharding_case + "'");
+  auto r = RunWeightUpdateShardingPaperCase(*found);
+  if (!r.ok()) return r.error();
+  out->step_before_pass_s = r->before_s;
+  out->step_time_s = r->after_s;
+  out->peak_memory_bytes = r->after_peak;
+  out->device_hbm_bytes = static_cast<double>(r->device_hbm_bytes);
+  out->fits = r->device_hbm_bytes <= 0 || r->after_peak <= r->device_hbm_bytes;
+  return Status::Ok();
+}
 
 Result<Topology> ColumnSlice(const ReproduceColumn& col, DeviceMesh* mesh_out) {
   auto chip = ResolveChip(col.chip);
@@ -161,21 +227,29 @@ Result<Topology> ColumnSlice(const ReproduceColumn& col, DeviceMesh* mesh_out) {
 ReproducedColumn RunColumn(const ReproduceColumn& col, const CancellationToken& cancel) {
   ReproducedColumn out;
   out.column = &col;
-  auto simulated = SimulateZooConfiguration(col, cancel);
-  if (!simulated.ok()) {
-    out.status = simulated.error();
-    return out;
-  }
-  const RunResult& run = simulated.value();
-  out.step_time_s = run.summary.step_time_s;
-  out.mfu_percent = 100 * run.summary.mfu;
-  out.peak_memory_bytes = run.summary.peak_memory_bytes;
-  out.device_hbm_bytes = static_cast<double>(run.summary.device_hbm_bytes);
-  out.fits = run.summary.fits();
   double all_to_all = 0;
-  for (const CollectiveRecord& c : run.collectives) {
-    if (c.kind.rfind("all-to-all", 0) == 0) all_to_all += c.time_s;
+  if (!col.weight_update_sharding_case.empty()) {
+    if (Status st = RunWeightUpdateShardingColumn(col, &out); !st.ok()) {
+      out.status = st;
+      return out;
+    }
+  } else {
+    auto simulated = SimulateZooConfiguration(col, cancel);
+    if (!simulated.ok()) {
+      out.status = simulated.error();
+      return out;
+    }
+    const RunResult& run = simulated.value();
+    out.step_time_s = run.summary.step_time_s;
+    out.mfu_percent = 100 * run.summary.mfu;
+    out.peak_memory_bytes = run.summary.peak_memory_bytes;
+    out.device_hbm_bytes = static_cast<double>(run.summary.device_hbm_bytes);
+    out.fits = run.summary.fits();
+    for (const CollectiveRecord& c : run.collectives) {
+      if (c.kind.rfind("all-to-all", 0) == 0) all_to_all += c.time_s;
+    }
   }
+  const double before = out.step_before_pass_s, after = out.step_time_s;
   for (const PublishedFigure& p : col.published) {
     ReproducedValue v;
     v.published = p;
@@ -186,6 +260,10 @@ ReproducedColumn RunColumn(const ReproduceColumn& col, const CancellationToken& 
       case ReproduceMetric::kAllToAllShare:
         v.simulated = out.step_time_s > 0 ? 100 * all_to_all / out.step_time_s : 0;
         break;
+      case ReproduceMetric::kStepBeforePass: v.simulated = before; break;
+      case ReproduceMetric::kStepAfterPass: v.simulated = after; break;
+      case ReproduceMetric::kSpeedup: v.simulated = after > 0 ? before / after : 0; break;
+      case ReproduceMetric::kStepReduction: v.simulated = before > 0 ? 100 * (1 - after / before) : 0; break;
     }
     v.difference_percent = p.value != 0 ? 100 * (v.simulated - p.value) / p.value : 0;
     v.difference_points = v.simulated - p.value;
@@ -319,11 +397,18 @@ std::string ReproduceTableText(const ReproducedCase& r) {
       char diff_text[48];
       std::snprintf(diff_text, sizeof diff_text, "%+.1f%s", d, IsPercentage(m) ? " pts" : "%");
       const std::string diff = diff_text;
-      const std::string tol = (IsPercentage(m) ? Fixed(v.published.tolerance, 0) + " pts" : Fixed(100 * v.published.tolerance, 0) + "%");
+      const double t = IsPercentage(m) ? v.published.tolerance : 100 * v.published.tolerance;
+      const std::string tol = Fixed(t, t == std::floor(t) ? 0 : 1) + (IsPercentage(m) ? " pts" : "%");
       std::snprintf(line, sizeof line, "%-22s %-17s %12s %12s %10s  %s %s\n", c.column->label.c_str(),
                     std::string(ReproduceMetricName(m)).c_str(), FigureText(m, v.published.value).c_str(),
                     FigureText(m, v.simulated).c_str(), diff.c_str(), v.within_tolerance ? "within" : "OUTSIDE", tol.c_str());
       os << line;
+    }
+    if (!c.column->weight_update_sharding_case.empty() && c.step_time_s > 0) {
+      os << c.column->label << ": step " << Fixed(1e3 * c.step_before_pass_s, 1) << " ms -> " << Fixed(1e3 * c.step_time_s, 1)
+         << " ms with the pass ("
+         << Fixed(c.step_before_pass_s / c.step_time_s, 2) << "x, " << Fixed(100 * (1 - c.step_time_s / c.step_before_pass_s), 1)
+         << "% shorter; " << c.column->weight_update_sharding_case << ")\n";
     }
     if (!c.fits) {
       os << c.column->label << ": does not fit: peak " << Fixed(static_cast<double>(c.peak_memory_bytes) / kGB, 2) << " GB > "

@@ -26,6 +26,11 @@ enum class ReproduceMetric : uint8_t {
   kMfu,             // model FLOP utilisation, percent
   kPeakMemory,      // peak bytes per device
   kAllToAllShare,   // all-to-all time, percent of the step
+  // Weight-update sharding (a column naming a section 6.1 case): the step without and with the pass.
+  kStepBeforePass,  // seconds per step without the pass
+  kStepAfterPass,   // seconds per step with it
+  kSpeedup,         // before / after
+  kStepReduction,   // 1 - after / before, percent
 };
 std::string_view ReproduceMetricName(ReproduceMetric m);  // "step time", "MFU", ...
 
@@ -45,6 +50,10 @@ struct ReproduceColumn {
   std::string mesh;             // "X=8,Y=16"
   std::vector<PublishedFigure> published;
   bool small = false;  // simulates in a few seconds (the test runs these)
+  // When set, a weight-update-sharding paper case (WeightUpdateShardingPaperCases, e.g.
+  // "wus-6.1-transformer-1024") simulated before and after the pass replaces the zoo configuration
+  // above (model, settings and mesh then only describe it).
+  std::string weight_update_sharding_case;
 };
 
 struct ReproduceCase {
@@ -72,7 +81,8 @@ struct ReproducedColumn {
   const ReproduceColumn* column = nullptr;
   Status status;  // the pipeline's error when the column could not be simulated
   std::vector<ReproducedValue> values;
-  double step_time_s = 0;
+  double step_time_s = 0;         // with weight-update sharding: the step after the pass
+  double step_before_pass_s = 0;  // weight-update-sharding columns: the step without the pass
   double mfu_percent = 0;
   int64_t peak_memory_bytes = 0;
   double device_hbm_bytes = 0;  // the chip's HBM per device

@@ -99,6 +99,7 @@ Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const Weig
   out.after_s = r.simulation->run.summary.step_time_s;
   out.before_peak = r.simulation_before->run.summary.peak_memory_bytes;
   out.after_peak = r.simulation->run.summary.peak_memory_bytes;
+  out.device_hbm_bytes = r.simulation->run.summary.device_hbm_bytes;
   out.all_reduces = static_cast<int64_t>(r.weight_update_sharding->decisions.size());
   out.sharded = static_cast<int64_t>(r.weight_update_sharding->replaced_all_reduces.size());
   return out;

@@ -47,6 +47,7 @@ struct WeightUpdateShardingPaperRun {
   double before_s = 0, after_s = 0;            // simulated step time
   int64_t before_peak = 0, after_peak = 0;     // peak memory per device, bytes
   int64_t all_reduces = 0, sharded = 0;        // gradient all-reduces, how many the pass sharded
+  int64_t device_hbm_bytes = 0;                // HBM per device of the simulated chip
   double reduction() const { return before_s > 0 ? 1 - after_s / before_s : 0; }
 };
 

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -132,11 +133,17 @@ std::vector<size_t> RankResults(std::vector<CandidateResult>& results) {
       default: return 6;
     }
   };
-  auto time_of = [](const CandidateResult& r) { return r.simulated() ? r.summary.step_time_s : r.bounds.step_time_s; };
+  // Step times to the nanosecond: two candidates that run the same program (two strategies that
+  // coincide on a 1-D mesh) tie even when one was extrapolated from smaller depths, and then the
+  // one simulated at full depth ranks first.
+  auto time_of = [](const CandidateResult& r) {
+    return std::llround(1e9 * (r.simulated() ? r.summary.step_time_s : r.bounds.step_time_s));
+  };
   std::stable_sort(results.begin(), results.end(), [&](const CandidateResult& a, const CandidateResult& b) {
     const int ga = group(a), gb = group(b);
     if (ga != gb) return ga < gb;
     if (time_of(a) != time_of(b)) return time_of(a) < time_of(b);
+    if (a.extrapolated != b.extrapolated) return !a.extrapolated;
     return a.summary.peak_memory_bytes < b.summary.peak_memory_bytes;
   });
   // Pareto front over the candidates that fit: walk by ascending memory, keep each that is faster
