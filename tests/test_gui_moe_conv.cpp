@@ -212,7 +212,7 @@ class TestGuiMoeConv : public QObject {
              want);
     QVERIFY2(why.isEmpty(), qPrintable(why));
     const QString unet = dir_.filePath("unet-" + size + ".png");
-    QCOMPARE(Screenshot({"--example", "unet3d", "--select", "down0_conva_conv", "--view", "mesh", "--size", size}, unet, &why),
+    QCOMPARE(Screenshot({"--example", "unet3d", "--select", "down0_conva_conv", "--view", "halo", "--size", size}, unet, &why),
              want);
     QVERIFY2(why.isEmpty(), qPrintable(why));
     // Kept for a person to look at when SHARDSCOPE_KEEP_SCREENSHOTS names a folder.

@@ -367,13 +367,22 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
   // Labels last, so no arrow covers them.
   p.setFont(small);
   const QFontMetricsF fm(small);
+  const bool named = !plan_->request.piece_names.empty();
   for (const Label& l : labels) {
     QString label = l.labels.front();
-    if (l.labels.size() > 1) label += QString(" +%1").arg(l.labels.size() - 1);
-    // Named all-to-all pieces ("tokens of group 3 for expert 5") get more room.
-    const double room = plan_->request.piece_names.empty() ? 1.6 : 2.4;
-    label = fm.elidedText(label, Qt::ElideRight, std::max(60.0, g.tile * room));
-    QRectF box = fm.boundingRect(label).adjusted(-3, -1, 3, 1);
+    if (named) {
+      // Named all-to-all pieces ("tokens of group 3 for expert 5") on two lines, each elided.
+      QStringList lines = label.split(" for ");
+      if (lines.size() == 2) lines[1] = "for " + lines[1];
+      if (l.labels.size() > 1) lines.back() += QString(" +%1").arg(l.labels.size() - 1);
+      for (QString& line : lines) line = fm.elidedText(line, Qt::ElideRight, std::max(60.0, g.tile * 1.3));
+      label = lines.join('\n');
+    } else {
+      if (l.labels.size() > 1) label += QString(" +%1").arg(l.labels.size() - 1);
+      label = fm.elidedText(label, Qt::ElideRight, std::max(60.0, g.tile * 1.6));
+    }
+    QRectF box = fm.boundingRect(QRectF(0, 0, 4000, 4000), Qt::AlignCenter, label);
+    box = QRectF(0, 0, box.width(), box.height()).adjusted(-3, -1, 3, 1);
     // Beside the arrow, on its own side, so the two directions' labels do not cover each other.
     const double away = std::fabs(l.side.x()) * box.width() / 2 + std::fabs(l.side.y()) * box.height() / 2 + l.width / 2 + 2;
     box.moveCenter(l.mid + l.side * away);
@@ -783,7 +792,8 @@ void CollectiveStepper::refresh() {
     pieces_->clear();
     pieces_->hide();
   } else {
-    QString html = "<p>" + Q(plan_.request.pieces_summary).toHtmlEscaped() + "</p><p>";
+    QString html = "<p>" + Q(plan_.request.pieces_summary).toHtmlEscaped() +
+                   (step_ > 0 ? QString(" \u25B6: arrives in this step.") : QString()) + "</p><p>";
     const size_t shown = std::min<size_t>(lines.size(), 24);
     for (size_t i = 0; i < shown; ++i) {
       const QString l = Q(lines[i]).toHtmlEscaped();
@@ -882,11 +892,11 @@ std::vector<std::string> TeachingPieceLines(const TeachingPlan& plan, int step) 
   if (!plan.ok || plan.walk.kind != CollectiveKind::kAllToAll || names.empty() || plan.walk.groups.empty()) return lines;
   const auto& group = plan.walk.groups.front();
   if (names.size() != group.size()) return lines;
-  // The pieces (origin -> final destination) moving in this step.
+  // The pieces (origin -> final destination) arriving in this step.
   std::set<std::pair<int64_t, int64_t>> moving;
   if (step > 0 && step <= static_cast<int>(plan.walk.steps.size())) {
     for (const auto& t : plan.walk.steps[static_cast<size_t>(step - 1)].transfers) {
-      if (t.group != 0 || t.chunks.empty()) continue;
+      if (t.group != 0 || t.chunks.empty() || t.dst_device != t.final_dst_device) continue;
       moving.emplace(group[static_cast<size_t>(t.chunks.front())], t.final_dst_device);
     }
   }

@@ -74,8 +74,8 @@ TeachingRequest TeachingRequestFor(const InsertedCollective& collective, const s
                                    const DeviceMesh& mesh, const Module* original = nullptr,
                                    const ShardingLookup& sharding_of = {});
 // "device 3 → device 5: tokens of group 3 for expert 5", one line per piece of a named all-to-all
-// (source and destination device, the first group's pieces; those moving in `step` first when
-// step > 0); empty for other collectives.
+// (source and destination device, the first group's pieces; those arriving in `step` first,
+// marked ▶, when step > 0); empty for other collectives.
 std::vector<std::string> TeachingPieceLines(const TeachingPlan& plan, int step);
 
 struct TeachingExample {

@@ -73,7 +73,7 @@ void HaloSlabsWidget::paintEvent(QPaintEvent*) {
     for (size_t i = 0; i < d.slabs.size(); ++i) {
       if (d.slabs[i].hop == 0) continue;
       const double prop = avail * static_cast<double>(d.slabs[i].width()) / std::max<int64_t>(1, d.shard + d.left + d.right);
-      w[i] = std::max(prop, std::min(avail * 0.3, fm.horizontalAdvance(SlabLabel(d.slabs[i])) * 0.62 + 10));
+      w[i] = std::max(prop, std::min(avail * 0.3, fm.horizontalAdvance(SlabLabel(d.slabs[i])) * 0.7 + 10));
       halos += w[i];
     }
     for (size_t i = 0; i < d.slabs.size(); ++i)

@@ -20,7 +20,9 @@
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSpinBox>
+#include <QTimer>
 #include <QToolButton>
 #include <QToolTip>
 #include <QVBoxLayout>
@@ -438,11 +440,13 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   hcol->addWidget(halo_);
   halo_box_ = halo_box;
   halo_box_->hide();
+  halo_box_->installEventFilter(this);
   col->addWidget(halo_box);
   connect(grid_, &DeviceGridWidget::deviceClicked, this, [this](qint64 d) { setHaloDevice(d); });
   col->addStretch();
 
   auto* scroll = new QScrollArea;
+  scroll_ = scroll;
   scroll->setWidget(content);
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
@@ -731,6 +735,32 @@ void MeshView::refreshHalo() {
   grid_->setSelectedDevice(device);
   halo_->setHalo(std::move(halo).value());
   halo_box_->show();
+  if (reveal_halo_) revealHalo();
+}
+
+void MeshView::revealHalo() {
+  reveal_halo_ = true;
+  if (!haloShown()) return;
+  reveal_halo_ = false;
+  // Now, and while the layout makes room for the box (its resizes, for a moment).
+  revealing_ = true;
+  scrollToHalo();
+  QTimer::singleShot(600, this, [this] { revealing_ = false; });
+}
+
+void MeshView::scrollToHalo() {
+  // Vertically only: the box's bottom in view, its top never above the viewport.
+  QScrollBar* v = scroll_->verticalScrollBar();
+  const int top = halo_box_->mapTo(scroll_->widget(), QPoint(0, 0)).y();
+  const int bottom = top + halo_box_->height();
+  v->setValue(std::min(top, std::max(v->value(), bottom - scroll_->viewport()->height())));
+}
+
+bool MeshView::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == halo_box_ && revealing_ && (event->type() == QEvent::Resize || event->type() == QEvent::Move)) {
+    QTimer::singleShot(0, this, [this] { scrollToHalo(); });
+  }
+  return QWidget::eventFilter(watched, event);
 }
 
 bool MeshView::annotateWith(const std::vector<std::vector<int64_t>>& dims) {

@@ -30,6 +30,7 @@ class Instruction;
 }
 
 class QMimeData;
+class QScrollArea;
 
 namespace shardscope::views {
 
@@ -121,6 +122,8 @@ class MeshView : public QWidget {
   HaloSlabsWidget* haloView() const { return halo_; }
   bool haloShown() const;
   void setHaloDevice(int64_t device);  // -1: the default
+  // Scrolls the view to the halo box (now, or as soon as a convolution's halo is shown).
+  void revealHalo();
   QLineEdit* namedAxesField() const { return named_; }
   // Why the last typed sharding was refused (hidden when it was accepted or edited since).
   QLabel* namedAxesError() const { return named_error_; }
@@ -128,11 +131,15 @@ class MeshView : public QWidget {
  signals:
   void message(const QString& text);
 
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+
  private:
   void rebuildAxes();
   void rebuildTensor();
   void refreshGrid();
   void refreshHalo();
+  void scrollToHalo();
   bool annotateWith(const std::vector<std::vector<int64_t>>& dims);
   // Marks the named-axes field with `error` (red border, the message under it); "" clears it.
   void markNamedAxes(const QString& error);
@@ -159,6 +166,9 @@ class MeshView : public QWidget {
   QLabel* halo_info_;
   HaloSlabsWidget* halo_;
   int64_t halo_device_ = -1;
+  bool reveal_halo_ = false;
+  bool revealing_ = false;
+  QScrollArea* scroll_ = nullptr;
   bool rebuilding_ = false;
 };
 

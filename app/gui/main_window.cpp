@@ -285,6 +285,7 @@ bool MainWindow::teachFromList(const QString& name) {
     const InsertedCollective* c = list->at(row);
     if (c && (Q(c->instruction) == name || Q(c->origin) == name)) {
       teach(*c, list->participants(row));
+      teaching_->setStep(std::min(1, teaching_->stepCount()));  // the first transfers drawn
       return true;
     }
   }
@@ -903,7 +904,8 @@ bool MainWindow::showView(const QString& name) {
     simulation_->simulateAndCompare({{chip, /*replicated=*/true}, {chip, /*replicated=*/false}});
     return true;
   }
-  if (n == "mesh") dock = mesh_dock_;
+  if (n == "mesh" || n == "halo") dock = mesh_dock_;
+  if (n == "halo") mesh_->revealHalo();  // a convolution's halo, under the device grid
   else if (n == "inspector" || n == "why") dock = inspector_dock_;
   else if (n == "instructions" || n == "table") dock = table_dock_;
   else if (n == "history") dock = history_dock_;

@@ -109,8 +109,8 @@ class MainWindow : public QMainWindow {
   bool selectInstruction(const QString& name);
   // Steps through a collective of the partitioned program in the teaching panel: `name` is its SPMD
   // instruction ("all-to-all.3") or the instruction that caused it (the first collective for it).
-  // Partitions first when needed (then returns true at once and shows it when done); false when
-  // the partitioned program has no such collective.
+  // Opens it at step 1 (the first transfers drawn). Partitions first when needed (then returns true
+  // at once and shows it when done); false when it is known that there is no such collective.
   bool teachCollective(const QString& name);
   // Selects the first dot whose sharding propagation inferred (so a new user sees the mesh tiles
   // and a "why" chain at once), as soon as propagation has run; does nothing when something is
