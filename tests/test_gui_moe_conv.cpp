@@ -8,6 +8,7 @@
 #include <QImage>
 #include <QLabel>
 #include <QProcess>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -191,6 +192,26 @@ class TestGuiMoeConv : public QObject {
     // Not a convolution: no halo box.
     QVERIFY(w.selectInstruction("x"));
     QTRY_VERIFY(!mesh->haloShown());
+
+    // A click on one of the conv's halo collective-permutes in the partitioned program's list
+    // selects the conv: its halo is shown again.
+    QVERIFY(w.showView("collectives"));
+    QVERIFY(WaitReady(w));
+    PartitionedView* partitioned = w.partitionedView();
+    QTableView* table = partitioned->collectiveTable();
+    QTRY_VERIFY(table->isVisible() && table->model()->rowCount() > 0);
+    int row = -1;
+    for (int r = 0; r < partitioned->collectives()->rowCount() && row < 0; ++r) {
+      const InsertedCollective* c = partitioned->collectives()->at(r);
+      if (c && c->origin == "down0_conva_conv" && c->kind == Opcode::kCollectivePermute) row = r;
+    }
+    QVERIFY(row >= 0);
+    const QModelIndex index = table->model()->index(row, 0);
+    table->scrollTo(index);
+    QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, table->visualRect(index).center());
+    QCOMPARE(w.document()->instruction(w.document()->selected())->name(), std::string("down0_conva_conv"));
+    QTRY_VERIFY(mesh->haloShown());
+    QCOMPARE(mesh->haloView()->halo()->dims.at(0).tiles, int64_t{4});
   }
 
   // The screenshots a person reads: the teaching panel on the dispatch, the mesh view on the conv.

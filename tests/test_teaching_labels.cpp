@@ -72,6 +72,8 @@ class TestTeachingLabels : public QObject {
     QCOMPARE(combine->role, std::string("combine"));
     QCOMPARE(combine->pieces[1][3], std::string("outputs of expert 1 for group 3"));
     QCOMPARE(combine->pieces[2][0], std::string("outputs of expert 2 for group 0"));
+    // Groups too large to name every piece are refused rather than listed.
+    QVERIFY(!DescribeAllToAllPieces(cs[0], *p->annotated, Own(), 2).ok());
   }
 
   // Two experts per device: the pieces carry expert ranges.

@@ -36,7 +36,7 @@ std::string DimensionLetters(const Instruction& inst) {
 }
 
 Result<AllToAllPieces> DescribeAllToAllPieces(const InsertedCollective& collective, const Module& original,
-                                              const ShardingLookup& sharding_of) {
+                                              const ShardingLookup& sharding_of, int64_t max_members) {
   if (collective.kind != Opcode::kAllToAll) return Error(collective.instruction + " is not an all-to-all");
   const std::string prefix = "reshard ";
   const size_t arrow = collective.reason.find(" -> ");
@@ -74,6 +74,9 @@ Result<AllToAllPieces> DescribeAllToAllPieces(const InsertedCollective& collecti
   const int64_t k = before->DimensionTiles(p.from_dim);
   if (after->DimensionTiles(p.to_dim) != k) return Error(collective.instruction + ": the two dims are split differently");
   p.members = k;
+  if (k > max_members) {
+    return Error(collective.instruction + ": " + std::to_string(k) + " members, too many to name each of their pieces");
+  }
 
   const int64_t A = tensor->shape().dim(p.from_dim), B = tensor->shape().dim(p.to_dim);
   const char la = p.letters.empty() ? '?' : p.letters[static_cast<size_t>(p.from_dim)];

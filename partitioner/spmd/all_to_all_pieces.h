@@ -50,8 +50,9 @@ using ShardingLookup = std::function<std::optional<HloSharding>(const Instructio
 
 // For an all-to-all the partitioner inserted to reshard (reason "reshard A -> B"): which tensor of
 // `original` it moves (an operand of the collective's origin whose sharding is A, or the origin
-// itself when its sharding is B) and what each piece carries. An error for any other collective.
+// itself when its sharding is B) and what each piece carries. An error for any other collective,
+// and for groups larger than `max_members` (members² names).
 Result<AllToAllPieces> DescribeAllToAllPieces(const InsertedCollective& collective, const Module& original,
-                                              const ShardingLookup& sharding_of);
+                                              const ShardingLookup& sharding_of, int64_t max_members = 128);
 
 }  // namespace shardscope
