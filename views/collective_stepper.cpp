@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -366,11 +367,22 @@ void TeachingCanvas::paintEvent(QPaintEvent*) {
   // Labels last, so no arrow covers them.
   p.setFont(small);
   const QFontMetricsF fm(small);
+  const bool named = !plan_->request.piece_names.empty();
   for (const Label& l : labels) {
     QString label = l.labels.front();
-    if (l.labels.size() > 1) label += QString(" +%1").arg(l.labels.size() - 1);
-    label = fm.elidedText(label, Qt::ElideRight, std::max(60.0, g.tile * 1.6));
-    QRectF box = fm.boundingRect(label).adjusted(-3, -1, 3, 1);
+    if (named) {
+      // Named all-to-all pieces ("tokens of group 3 for expert 5") on two lines, each elided.
+      QStringList lines = label.split(" for ");
+      if (lines.size() == 2) lines[1] = "for " + lines[1];
+      if (l.labels.size() > 1) lines.back() += QString(" +%1").arg(l.labels.size() - 1);
+      for (QString& line : lines) line = fm.elidedText(line, Qt::ElideRight, std::max(60.0, g.tile * 1.3));
+      label = lines.join('\n');
+    } else {
+      if (l.labels.size() > 1) label += QString(" +%1").arg(l.labels.size() - 1);
+      label = fm.elidedText(label, Qt::ElideRight, std::max(60.0, g.tile * 1.6));
+    }
+    QRectF box = fm.boundingRect(QRectF(0, 0, 4000, 4000), Qt::AlignCenter, label);
+    box = QRectF(0, 0, box.width(), box.height()).adjusted(-3, -1, 3, 1);
     // Beside the arrow, on its own side, so the two directions' labels do not cover each other.
     const double away = std::fabs(l.side.x()) * box.width() / 2 + std::fabs(l.side.y()) * box.height() / 2 + l.width / 2 + 2;
     box.moveCenter(l.mid + l.side * away);
@@ -445,6 +457,7 @@ CollectiveStepper::CollectiveStepper(QWidget* parent)
       slider_(new QSlider(Qt::Horizontal, this)),
       step_label_(new QLabel(this)),
       caption_(new QLabel(this)),
+      pieces_(new QLabel(this)),
       formula_(new QLabel(this)),
       timer_(new QTimer(this)) {
   setObjectName("collectiveStepper");
@@ -504,6 +517,11 @@ CollectiveStepper::CollectiveStepper(QWidget* parent)
   QFont caption_font = caption_->font();
   caption_font.setPointSizeF(caption_font.pointSizeF() * 1.05);
   caption_->setFont(caption_font);
+  pieces_->setWordWrap(true);
+  pieces_->setTextFormat(Qt::RichText);
+  pieces_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  pieces_->setObjectName("teachingPieces");
+  pieces_->hide();
   formula_->setWordWrap(true);
   formula_->setTextFormat(Qt::RichText);
   formula_->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -535,6 +553,7 @@ CollectiveStepper::CollectiveStepper(QWidget* parent)
   auto* rcol = new QVBoxLayout(right);
   rcol->setContentsMargins(6, 0, 6, 0);
   rcol->addWidget(caption_);
+  rcol->addWidget(pieces_);
   auto* cost = new QGroupBox("Cost of the whole collective");
   auto* ccol = new QVBoxLayout(cost);
   ccol->addWidget(formula_);
@@ -651,9 +670,10 @@ void CollectiveStepper::setChips(const std::vector<std::string>& chips, const st
 }
 
 bool CollectiveStepper::showCollective(const InsertedCollective& collective,
-                                       const std::vector<std::vector<int64_t>>& participants, const DeviceMesh& mesh) {
+                                       const std::vector<std::vector<int64_t>>& participants, const DeviceMesh& mesh,
+                                       const Module* original, const ShardingLookup& sharding_of) {
   examples_->setCurrentIndex(0);
-  return setRequest(TeachingRequestFor(collective, participants, mesh));
+  return setRequest(TeachingRequestFor(collective, participants, mesh, original, sharding_of));
 }
 
 bool CollectiveStepper::showExample(const QString& name) {
@@ -711,6 +731,7 @@ const std::vector<DeviceHolding>& CollectiveStepper::currentDevices() const {
 }
 
 QString CollectiveStepper::captionText() const { return caption_->text(); }
+QString CollectiveStepper::piecesText() const { return pieces_->isHidden() ? QString() : pieces_->text(); }
 QString CollectiveStepper::titleText() const { return title_->text(); }
 
 QString CollectiveStepper::formulaText() const {
@@ -746,6 +767,8 @@ void CollectiveStepper::refresh() {
                                     "Collectives list to step through it here.")
                           : QString::fromUtf8("\u26A0 Cannot step through this collective: ") + Q(plan_.message));
     formula_->clear();
+    pieces_->clear();
+    pieces_->hide();
     canvas_->update();
     return;
   }
@@ -762,6 +785,23 @@ void CollectiveStepper::refresh() {
     caption_->setText(start + QString(" Press Next (or \u2192) to see step 1 of %1.").arg(stepCount()));
   } else {
     caption_->setText(Q(plan_.walk.steps[static_cast<size_t>(step_ - 1)].caption));
+  }
+  // A named all-to-all: who sends which piece to whom (this step's pieces in bold).
+  const std::vector<std::string> lines = TeachingPieceLines(plan_, step_);
+  if (lines.empty()) {
+    pieces_->clear();
+    pieces_->hide();
+  } else {
+    QString html = "<p>" + Q(plan_.request.pieces_summary).toHtmlEscaped() +
+                   (step_ > 0 ? QString(" \u25B6: arrives in this step.") : QString()) + "</p><p>";
+    const size_t shown = std::min<size_t>(lines.size(), 24);
+    for (size_t i = 0; i < shown; ++i) {
+      const QString l = Q(lines[i]).toHtmlEscaped();
+      html += (lines[i].rfind("\u25B6 ", 0) == 0 ? "<b>" + l + "</b>" : l) + "<br>";
+    }
+    if (lines.size() > shown) html += QString("\u2026 and %1 more").arg(lines.size() - shown);
+    pieces_->setText(html + "</p>");
+    pieces_->show();
   }
   // The formula: the filled-in line, what each symbol is, and the book's closed form.
   QString html = "<p style='font-size:large'><b>" + Q(plan_.walk.formula.text).toHtmlEscaped() + "</b></p><ul style='margin-left:-20px'>";
@@ -803,6 +843,7 @@ TeachingPlan PlanTeaching(const TeachingRequest& request, const std::string& def
   WalkthroughOptions options;
   options.mesh = request.mesh;
   options.collective.bidirectional = request.bidirectional;
+  options.piece_names = request.piece_names;
   auto walk = request.kind == CollectiveKind::kCollectivePermute
                   ? WalkThroughCollectivePermute(topology.value(), request.pairs, request.operand_bytes, options)
                   : WalkThroughCollective(topology.value(), request.kind, request.groups, request.operand_bytes, options);
@@ -817,7 +858,7 @@ TeachingPlan PlanTeaching(const TeachingRequest& request, const std::string& def
 }
 
 TeachingRequest TeachingRequestFor(const InsertedCollective& collective, const std::vector<std::vector<int64_t>>& participants,
-                                   const DeviceMesh& mesh) {
+                                   const DeviceMesh& mesh, const Module* original, const ShardingLookup& sharding_of) {
   TeachingRequest r;
   auto kind = CollectiveKindFromName(OpcodeName(collective.kind));
   r.kind = kind.ok() ? kind.value() : CollectiveKind::kAllGather;
@@ -832,7 +873,45 @@ TeachingRequest TeachingRequestFor(const InsertedCollective& collective, const s
   r.operand_bytes = static_cast<double>(collective.bytes_per_device);
   r.title = collective.instruction + (collective.origin.empty() ? "" : " for " + collective.origin) +
             (collective.reason.empty() ? "" : ": " + collective.reason);
+  if (r.kind == CollectiveKind::kAllToAll && original && sharding_of) {
+    auto pieces = DescribeAllToAllPieces(collective, *original, sharding_of);
+    const bool fits = pieces.ok() && !participants.empty() &&
+                      static_cast<int64_t>(participants.front().size()) == pieces->members;
+    if (fits) {
+      r.piece_names = pieces->pieces;
+      r.pieces_summary = pieces->summary;
+      if (!pieces->role.empty()) r.title = collective.instruction + ": MoE " + pieces->role + " of " + pieces->tensor;
+    }
+  }
   return r;
+}
+
+std::vector<std::string> TeachingPieceLines(const TeachingPlan& plan, int step) {
+  std::vector<std::string> lines;
+  const auto& names = plan.request.piece_names;
+  if (!plan.ok || plan.walk.kind != CollectiveKind::kAllToAll || names.empty() || plan.walk.groups.empty()) return lines;
+  const auto& group = plan.walk.groups.front();
+  if (names.size() != group.size()) return lines;
+  // The pieces (origin -> final destination) arriving in this step.
+  std::set<std::pair<int64_t, int64_t>> moving;
+  if (step > 0 && step <= static_cast<int>(plan.walk.steps.size())) {
+    for (const auto& t : plan.walk.steps[static_cast<size_t>(step - 1)].transfers) {
+      if (t.group != 0 || t.chunks.empty() || t.dst_device != t.final_dst_device) continue;
+      moving.emplace(group[static_cast<size_t>(t.chunks.front())], t.final_dst_device);
+    }
+  }
+  std::vector<std::string> now, rest;
+  for (size_t i = 0; i < group.size(); ++i) {
+    for (size_t j = 0; j < group.size(); ++j) {
+      if (i == j || names[i].size() != group.size()) continue;
+      const std::string line = "device " + std::to_string(group[i]) + " \u2192 device " + std::to_string(group[j]) + ": " + names[i][j];
+      if (moving.count({group[i], group[j]})) now.push_back("\u25B6 " + line);
+      else rest.push_back(line);
+    }
+  }
+  lines = std::move(now);
+  lines.insert(lines.end(), rest.begin(), rest.end());
+  return lines;
 }
 
 namespace {

@@ -19,6 +19,7 @@
 #include <QWidget>
 
 #include "core/sharding/mesh.h"
+#include "partitioner/spmd/all_to_all_pieces.h"
 #include "partitioner/spmd/spmd_partitioner.h"
 #include "simulator/collectives/walkthrough.h"
 #include "simulator/topology.h"
@@ -47,6 +48,10 @@ struct TeachingRequest {
   std::string chip;          // a chip preset; "" : the default chip
   TopologyOptions::Wraparound wraparound = TopologyOptions::Wraparound::kGenerationRule;
   bool bidirectional = true;  // rings use both directions of every link
+  // All-to-all: what piece i -> j carries, by group position (WalkthroughOptions::piece_names),
+  // and one sentence saying what moves (DescribeAllToAllPieces); empty: unnamed pieces.
+  std::vector<std::vector<std::string>> piece_names;
+  std::string pieces_summary;
 };
 
 // The request with the simulator's walkthrough of it, or why there is none.
@@ -63,8 +68,15 @@ struct TeachingPlan {
 TeachingPlan PlanTeaching(const TeachingRequest& request, const std::string& default_chip);
 // A collective of the partitioned program (its participant groups; a collective-permute's
 // source-target pairs as two-element groups) on the document's mesh.
+// With the original module and its shardings, a resharding all-to-all's pieces are named in the
+// tensor's terms ("tokens of group 3 for expert 5": partitioner/spmd/all_to_all_pieces.h).
 TeachingRequest TeachingRequestFor(const InsertedCollective& collective, const std::vector<std::vector<int64_t>>& participants,
-                                   const DeviceMesh& mesh);
+                                   const DeviceMesh& mesh, const Module* original = nullptr,
+                                   const ShardingLookup& sharding_of = {});
+// "device 3 → device 5: tokens of group 3 for expert 5", one line per piece of a named all-to-all
+// (source and destination device, the first group's pieces; those arriving in `step` first,
+// marked ▶, when step > 0); empty for other collectives.
+std::vector<std::string> TeachingPieceLines(const TeachingPlan& plan, int step);
 
 struct TeachingExample {
   std::string name;   // "all-gather-ring"
@@ -134,7 +146,7 @@ class CollectiveStepper : public QWidget {
   bool setRequest(const TeachingRequest& request);
   // A collective of the partitioned program on the document's mesh, with the default chip.
   bool showCollective(const InsertedCollective& collective, const std::vector<std::vector<int64_t>>& participants,
-                      const DeviceMesh& mesh);
+                      const DeviceMesh& mesh, const Module* original = nullptr, const ShardingLookup& sharding_of = {});
   // One of TeachingExamples() by name.
   bool showExample(const QString& name);
   bool hasPlan() const { return plan_.ok; }
@@ -151,6 +163,8 @@ class CollectiveStepper : public QWidget {
   QString captionText() const;
   QString formulaText() const;   // the formula line, legend and the book's form, as plain text
   QString titleText() const;
+  // What the pieces of a named all-to-all carry (TeachingPieceLines), as shown; "" otherwise.
+  QString piecesText() const;
   bool isPlaying() const;
   void setPlayInterval(int ms);  // time per step when playing (default 1.4 s)
 
@@ -199,6 +213,7 @@ class CollectiveStepper : public QWidget {
   QSlider* slider_;
   QLabel* step_label_;
   QLabel* caption_;
+  QLabel* pieces_;
   QLabel* formula_;
   QTimer* timer_;
 };

@@ -20,13 +20,17 @@
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSpinBox>
+#include <QTimer>
 #include <QToolButton>
 #include <QToolTip>
 #include <QVBoxLayout>
 
 #include "core/ir/ir.h"
+#include "partitioner/spmd/conv_halo_slabs.h"
 #include "views/document_model.h"
+#include "views/halo_slabs_view.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
@@ -244,6 +248,11 @@ void DeviceGridWidget::paintEvent(QPaintEvent*) {
     p.setPen(QPen(pal.color(QPalette::Mid), 1));
     p.setBrush(fill);
     p.drawRoundedRect(r, 4, 4);
+    if (t.device == selected_device_ && selected_device_ >= 0) {
+      p.setPen(QPen(pal.color(QPalette::Highlight), 3));
+      p.setBrush(Qt::NoBrush);
+      p.drawRoundedRect(r.adjusted(1.5, 1.5, -1.5, -1.5), 4, 4);
+    }
     const QColor text = TextColorOn(fill);
     p.setPen(text);
     p.setFont(small);
@@ -276,6 +285,18 @@ void DeviceGridWidget::paintEvent(QPaintEvent*) {
       p.drawText(band, Qt::AlignCenter, QFontMetricsF(small).elidedText(label, Qt::ElideRight, band.width() - 2));
     }
   }
+}
+
+void DeviceGridWidget::setSelectedDevice(int64_t device) {
+  if (device == selected_device_) return;
+  selected_device_ = device;
+  update();
+}
+
+void DeviceGridWidget::mouseReleaseEvent(QMouseEvent* e) {
+  const int i = tileAt(e->position());
+  if (e->button() == Qt::LeftButton && i >= 0) emit deviceClicked(tiles_[static_cast<size_t>(i)].device);
+  QWidget::mouseReleaseEvent(e);
 }
 
 void DeviceGridWidget::setPipelineStages(std::optional<PipelineStageLayout> stages) {
@@ -406,9 +427,26 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   grid_info_->setWordWrap(true);
   gcol->addWidget(grid_info_);
   col->addWidget(grid_box);
+
+  // The halo of a spatially sharded convolution, as the selected device receives it.
+  auto* halo_box = new QGroupBox("Halo exchange (selected device)");
+  halo_box->setObjectName("haloBox");
+  auto* hcol = new QVBoxLayout(halo_box);
+  halo_info_ = new QLabel;
+  halo_info_->setWordWrap(true);
+  halo_info_->setObjectName("haloInfo");
+  hcol->addWidget(halo_info_);
+  halo_ = new HaloSlabsWidget;
+  hcol->addWidget(halo_);
+  halo_box_ = halo_box;
+  halo_box_->hide();
+  halo_box_->installEventFilter(this);
+  col->addWidget(halo_box);
+  connect(grid_, &DeviceGridWidget::deviceClicked, this, [this](qint64 d) { setHaloDevice(d); });
   col->addStretch();
 
   auto* scroll = new QScrollArea;
+  scroll_ = scroll;
   scroll->setWidget(content);
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
@@ -514,6 +552,7 @@ std::vector<std::vector<int64_t>> MeshView::currentAssignment() const {
 
 void MeshView::rebuildTensor() {
   if (!doc_) return;
+  refreshHalo();
   // Pipelining as sharding: the stage axis of a pipelined module, derived with the document's
   // shardings (which may be the user's edits).
   grid_->setPipelineStages(doc_->module() ? DerivePipelineStages(*doc_->module(), doc_->mesh(),
@@ -640,6 +679,88 @@ void MeshView::refreshGrid() {
   if (per > 0 && shape.ByteSize() > per) info += QString(" (1/%1)").arg(std::round(static_cast<double>(shape.ByteSize()) / per));
   info += ".";
   grid_info_->setText(info + StagesNote(grid_->pipelineStages()));
+}
+
+bool MeshView::haloShown() const { return !halo_box_->isHidden() && halo_->halo().has_value(); }
+
+void MeshView::setHaloDevice(int64_t device) {
+  halo_device_ = device;
+  refreshHalo();
+}
+
+void MeshView::refreshHalo() {
+  const Instruction* inst = selectedTensor();
+  std::optional<HloSharding> sh = inst ? doc_->sharding(inst->id()) : std::nullopt;
+  if (!inst || inst->opcode() != Opcode::kConvolution || !sh || !sh->IsTiled()) {
+    halo_->setHalo(std::nullopt);
+    halo_box_->hide();
+    grid_->setSelectedDevice(-1);
+    return;
+  }
+  int64_t device = halo_device_;
+  auto halo = device >= 0 ? ConvHaloForDevice(*inst, *sh, device) : Result<ConvHalo>(Error("no device"));
+  if (!halo.ok()) {
+    // The default: the first device whose tile has neighbours on both sides (else device 0).
+    auto first = ConvHaloForDevice(*inst, *sh, 0);
+    device = 0;
+    if (first.ok()) {
+      const HaloDim& d0 = first->dims.front();
+      for (int64_t d = 0; d < sh->NumDevices(); ++d) {
+        auto idx = sh->TileIndexForDevice(d);
+        const size_t od = static_cast<size_t>(inst->conv_dims.output_spatial[static_cast<size_t>(d0.spatial)]);
+        if (idx.size() > od && idx[od] == std::min<int64_t>(1, d0.tiles - 1)) {
+          device = d;
+          break;
+        }
+      }
+    }
+    halo = ConvHaloForDevice(*inst, *sh, device);
+  }
+  if (!halo.ok()) {
+    halo_->setHalo(std::nullopt);
+    halo_info_->setText(Q(halo.error().message).toHtmlEscaped());
+    halo_box_->setVisible(inst->shape().IsArray());
+    grid_->setSelectedDevice(-1);
+    return;
+  }
+  QStringList parts;
+  for (const HaloDim& d : halo->dims) {
+    parts << QString("dim %1: %2 row%3 from the left, %4 from the right")
+                 .arg(d.input_dim).arg(d.left).arg(d.left == 1 ? "" : "s").arg(d.right);
+  }
+  halo_info_->setText(QString("Device <b>%1</b> runs its part of <b>%2</b> on its slab of <b>%3</b> plus the rows its "
+                              "neighbours send (collective-permutes): %4. Click a device above to see its halo.")
+                          .arg(device)
+                          .arg(Q(halo->conv).toHtmlEscaped(), Q(halo->input).toHtmlEscaped(), parts.join("; ")));
+  grid_->setSelectedDevice(device);
+  halo_->setHalo(std::move(halo).value());
+  halo_box_->show();
+  if (reveal_halo_) revealHalo();
+}
+
+void MeshView::revealHalo() {
+  reveal_halo_ = true;
+  if (!haloShown()) return;
+  reveal_halo_ = false;
+  // Now, and while the layout makes room for the box (its resizes, for a moment).
+  revealing_ = true;
+  scrollToHalo();
+  QTimer::singleShot(600, this, [this] { revealing_ = false; });
+}
+
+void MeshView::scrollToHalo() {
+  // Vertically only: the box's bottom in view, its top never above the viewport.
+  QScrollBar* v = scroll_->verticalScrollBar();
+  const int top = halo_box_->mapTo(scroll_->widget(), QPoint(0, 0)).y();
+  const int bottom = top + halo_box_->height();
+  v->setValue(std::min(top, std::max(v->value(), bottom - scroll_->viewport()->height())));
+}
+
+bool MeshView::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == halo_box_ && revealing_ && (event->type() == QEvent::Resize || event->type() == QEvent::Move)) {
+    QTimer::singleShot(0, this, [this] { scrollToHalo(); });
+  }
+  return QWidget::eventFilter(watched, event);
 }
 
 bool MeshView::annotateWith(const std::vector<std::vector<int64_t>>& dims) {

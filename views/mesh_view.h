@@ -30,6 +30,7 @@ class Instruction;
 }
 
 class QMimeData;
+class QScrollArea;
 
 namespace shardscope::views {
 
@@ -59,6 +60,9 @@ class DeviceGridWidget : public QWidget {
   // nullopt: the module is not pipelined (pipeline_stages.h).
   void setPipelineStages(std::optional<PipelineStageLayout> stages);
   const std::optional<PipelineStageLayout>& pipelineStages() const { return stages_; }
+  // The device whose view is shown elsewhere (the halo below the grid): outlined; -1 none.
+  void setSelectedDevice(int64_t device);
+  int64_t selectedDevice() const { return selected_device_; }
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
   bool hasHeightForWidth() const override { return true; }
@@ -67,6 +71,10 @@ class DeviceGridWidget : public QWidget {
  protected:
   void paintEvent(QPaintEvent* event) override;
   bool event(QEvent* event) override;  // tooltips
+  void mouseReleaseEvent(QMouseEvent* event) override;
+
+ signals:
+  void deviceClicked(qint64 device);
 
  private:
   MeshGrid geometryFor(int width) const;
@@ -77,7 +85,10 @@ class DeviceGridWidget : public QWidget {
   std::vector<DeviceTile> tiles_;  // in mesh order (row-major over the axes)
   int distinct_ = 0;
   std::optional<PipelineStageLayout> stages_;
+  int64_t selected_device_ = -1;
 };
+
+class HaloSlabsWidget;
 
 class MeshView : public QWidget {
   Q_OBJECT
@@ -106,6 +117,13 @@ class MeshView : public QWidget {
   // The selected tensor's per-dim mesh axes as the view shows them (empty when none selected).
   std::vector<std::vector<int64_t>> currentAssignment() const;
   DeviceGridWidget* grid() const { return grid_; }
+  // A spatially sharded convolution selected: the halo of the selected device (clicking a device
+  // in the grid selects it; by default an inner device of the first split dim). Hidden otherwise.
+  HaloSlabsWidget* haloView() const { return halo_; }
+  bool haloShown() const;
+  void setHaloDevice(int64_t device);  // -1: the default
+  // Scrolls the view to the halo box (now, or as soon as a convolution's halo is shown).
+  void revealHalo();
   QLineEdit* namedAxesField() const { return named_; }
   // Why the last typed sharding was refused (hidden when it was accepted or edited since).
   QLabel* namedAxesError() const { return named_error_; }
@@ -113,10 +131,15 @@ class MeshView : public QWidget {
  signals:
   void message(const QString& text);
 
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+
  private:
   void rebuildAxes();
   void rebuildTensor();
   void refreshGrid();
+  void refreshHalo();
+  void scrollToHalo();
   bool annotateWith(const std::vector<std::vector<int64_t>>& dims);
   // Marks the named-axes field with `error` (red border, the message under it); "" clears it.
   void markNamedAxes(const QString& error);
@@ -139,6 +162,13 @@ class MeshView : public QWidget {
   QPushButton* clear_;
   DeviceGridWidget* grid_;
   QLabel* grid_info_;
+  QWidget* halo_box_;
+  QLabel* halo_info_;
+  HaloSlabsWidget* halo_;
+  int64_t halo_device_ = -1;
+  bool reveal_halo_ = false;
+  bool revealing_ = false;
+  QScrollArea* scroll_ = nullptr;
   bool rebuilding_ = false;
 };
 

@@ -59,13 +59,17 @@ int main(int argc, char** argv) {
   parser.addVersionOption();
   QCommandLineOption screenshot("screenshot", "Render the main window to OUT.png and exit.", "OUT.png");
   QCommandLineOption example("example", "Open the model-zoo example NAME.", "NAME");
-  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, inspector, instructions, history.", "NAME");
+  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, halo, inspector, instructions, history.", "NAME");
   QCommandLineOption state("state", "Keep FILE up to date with the window's state as JSON (for scripted sessions).", "FILE");
   QCommandLineOption select("select", "Select the instruction NAME.", "NAME");
+  QCommandLineOption collective("collective",
+                                "Step through the partitioned program's collective NAME in the teaching panel (its "
+                                "instruction, e.g. all-to-all.3, or the instruction that caused it).",
+                                "NAME");
   QCommandLineOption theme("theme", "Colour theme: system, light or dark.", "THEME");
   QCommandLineOption size("size", "Window size for --screenshot (default 1600x1000).", "WxH");
   QCommandLineOption timeout("timeout", "Seconds --screenshot waits for the engines (default 120).", "SECONDS");
-  parser.addOptions({screenshot, example, view, select, theme, size, timeout, state});
+  parser.addOptions({screenshot, example, view, select, collective, theme, size, timeout, state});
   parser.addPositionalArgument("file", "An HLO module (.hlo) or a ShardScope project (.shardscope).", "[FILE]");
   parser.process(app);
 
@@ -122,6 +126,11 @@ int main(int argc, char** argv) {
   }
   if (parser.isSet(select) && !window.selectInstruction(parser.value(select))) {
     if (screenshot_mode) return Fail(2, QString("--select: no instruction named \"%1\"").arg(parser.value(select)));
+  }
+  if (parser.isSet(collective) && !window.teachCollective(parser.value(collective))) {
+    const QString msg = QString("--collective: nothing to partition for \"%1\"").arg(parser.value(collective));
+    if (screenshot_mode) return Fail(2, msg);
+    std::fprintf(stderr, "shardscope: %s\n", qPrintable(msg));
   }
   if (parser.isSet(view) && !window.showView(parser.value(view))) {
     const QString msg = QString("--view: unknown panel \"%1\"").arg(parser.value(view));

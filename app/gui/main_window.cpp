@@ -235,10 +235,7 @@ void MainWindow::createModes() {
   });
   // Double-clicking a collective of the partitioned program steps through it on the document's mesh.
   connect(partitioned_, &views::PartitionedView::collectiveActivated, this,
-          [this](const InsertedCollective& c, const std::vector<std::vector<int64_t>>& participants) {
-            teaching_->showCollective(c, participants, doc_->mesh());
-            setMode(Mode::kTeaching);
-          });
+          [this](const InsertedCollective& c, const std::vector<std::vector<int64_t>>& participants) { teach(c, participants); });
   // A new module: the teaching panel forgets the old one's collective.
   connect(doc_, &views::DocumentModel::moduleReset, this, [this] {
     teaching_->clear();
@@ -273,6 +270,40 @@ void MainWindow::setSideBySide(bool on) {
   }
   partitioned_->show();
   if (side_by_side_act_) side_by_side_act_->setChecked(on);
+}
+
+void MainWindow::teach(const InsertedCollective& c, const std::vector<std::vector<int64_t>>& participants) {
+  // With the document's module and shardings, an all-to-all's pieces are named in its tensor's terms.
+  teaching_->showCollective(c, participants, doc_->mesh(), doc_->module(),
+                            [this](const Instruction& i) { return doc_->sharding(i.id()); });
+  setMode(Mode::kTeaching);
+}
+
+bool MainWindow::teachFromList(const QString& name) {
+  views::CollectiveTableModel* list = partitioned_->collectives();
+  for (int row = 0; row < list->rowCount(); ++row) {
+    const InsertedCollective* c = list->at(row);
+    if (c && (Q(c->instruction) == name || Q(c->origin) == name)) {
+      teach(*c, list->participants(row));
+      teaching_->setStep(std::min(1, teaching_->stepCount()));  // the first transfers drawn
+      return true;
+    }
+  }
+  return false;
+}
+
+bool MainWindow::teachCollective(const QString& name) {
+  if (teachFromList(name)) return true;
+  if (!doc_->module()) return false;
+  // Not partitioned yet (or not with these shardings): once the list is filled.
+  auto* once = new QObject(this);
+  connect(partitioned_->collectives(), &QAbstractItemModel::modelReset, once, [this, name, once] {
+    if (partitioned_->collectives()->rowCount() == 0) return;  // cleared before the new program
+    if (!teachFromList(name)) showMessage(QString("No collective \"%1\" in the partitioned program").arg(name), 0);
+    once->deleteLater();
+  });
+  partitioned_->partitionNow();
+  return true;
 }
 
 void MainWindow::raiseTeaching() {
@@ -873,7 +904,8 @@ bool MainWindow::showView(const QString& name) {
     simulation_->simulateAndCompare({{chip, /*replicated=*/true}, {chip, /*replicated=*/false}});
     return true;
   }
-  if (n == "mesh") dock = mesh_dock_;
+  if (n == "mesh" || n == "halo") dock = mesh_dock_;
+  if (n == "halo") mesh_->revealHalo();  // a convolution's halo, under the device grid
   else if (n == "inspector" || n == "why") dock = inspector_dock_;
   else if (n == "instructions" || n == "table") dock = table_dock_;
   else if (n == "history") dock = history_dock_;

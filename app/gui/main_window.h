@@ -7,7 +7,9 @@
 // View ▸ Reset Layout to go back to the default arrangement.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <vector>
 
 #include <QMainWindow>
 #include <QSize>
@@ -23,6 +25,10 @@ class QTableView;
 class QTabWidget;
 class QTimer;
 class QUndoView;
+
+namespace shardscope {
+struct InsertedCollective;
+}  // namespace shardscope
 
 namespace shardscope::views {
 class DocumentModel;
@@ -101,6 +107,11 @@ class MainWindow : public QMainWindow {
   void showMessage(const QString& text, int ms = 6000);
   // Selects an instruction by name; false when there is none.
   bool selectInstruction(const QString& name);
+  // Steps through a collective of the partitioned program in the teaching panel: `name` is its SPMD
+  // instruction ("all-to-all.3") or the instruction that caused it (the first collective for it).
+  // Opens it at step 1 (the first transfers drawn). Partitions first when needed (then returns true
+  // at once and shows it when done); false when it is known that there is no such collective.
+  bool teachCollective(const QString& name);
   // Selects the first dot whose sharding propagation inferred (so a new user sees the mesh tiles
   // and a "why" chain at once), as soon as propagation has run; does nothing when something is
   // selected by then.
@@ -127,6 +138,8 @@ class MainWindow : public QMainWindow {
   void createModes();
   void createDocks();
   void raiseTeaching();
+  void teach(const InsertedCollective& c, const std::vector<std::vector<int64_t>>& participants);
+  bool teachFromList(const QString& name);
   void applyDefaultDockSizes();
   // Keeps the docks' share of the window across resizes (a shrink never sticks).
   void noteDockShares(QSize window = QSize());

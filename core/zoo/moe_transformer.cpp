@@ -36,6 +36,23 @@ enum class MoeTensor : uint8_t {
   kCombined,    // GSM: the combined outputs
 };
 
+// The letters of each tensor's dims (GShard's names).
+std::string_view MoeLetters(MoeTensor t) {
+  switch (t) {
+    case MoeTensor::kInputs: return "GSM";
+    case MoeTensor::kGatingW: return "ME";
+    case MoeTensor::kDispatchedG: return "GECM";
+    case MoeTensor::kExpertIn: return "EGCM";
+    case MoeTensor::kWi: return "EMH";
+    case MoeTensor::kWo: return "EHM";
+    case MoeTensor::kHidden: return "EGCH";
+    case MoeTensor::kExpertOut: return "EGCM";
+    case MoeTensor::kOutByGroup: return "EGCM";
+    case MoeTensor::kCombined: return "GSM";
+  }
+  return "";
+}
+
 // GShard (1-D mesh X) and §5.5's hybrid (E on X, H on Y, dense layers as Table 1 "2D finalized").
 Dims MoeMapping(MoeAnnotations set, MoeTensor t) {
   if (set == MoeAnnotations::kNone) return {};
@@ -104,7 +121,15 @@ class MoeBuilder {
       : net_(net), b_(net.b()), ann_(ann), set_(set), d_(d), training_(training),
         gating_type_(net.act() == PrimitiveType::kF64 ? PrimitiveType::kF64 : PrimitiveType::kF32) {}
 
-  void Annotate(Instruction* i, MoeTensor t) { ann_.Apply(i, MoeMapping(set_, t)); }
+  // Also names the tensor's dims with GShard's letters (frontend attribute shardscope.dims, read
+  // by the teaching panel's all-to-all labels: partitioner/spmd/all_to_all_pieces.h).
+  void Annotate(Instruction* i, MoeTensor t) {
+    ann_.Apply(i, MoeMapping(set_, t));
+    const std::string_view letters = MoeLetters(t);
+    if (i && i->frontend_attributes.empty() && static_cast<int64_t>(letters.size()) == i->shape().rank()) {
+      i->frontend_attributes = "shardscope.dims=\"" + std::string(letters) + "\"";
+    }
+  }
 
   // The first maximum's one-hot over E of `g` [G,T,E] (f32).
   Instruction* ArgMaxOneHot(Instruction* g, Instruction* iota_e, const std::string& name) {

@@ -784,8 +784,13 @@ Result<CollectiveWalkthrough> WalkThroughCollective(const Topology& topo, Collec
       t.fraction = h.fraction;
       t.bytes = h.bytes;
       t.final_dst_device = dst;
-      t.piece = (h.fraction < 1 ? FormatCount(h.fraction) + " of piece " : std::string("piece ")) + std::to_string(src) +
-                "\u2192" + std::to_string(dst);
+      const auto& names = options.piece_names;
+      const bool named = static_cast<int64_t>(names.size()) == n &&
+                         static_cast<int64_t>(names[static_cast<size_t>(h.origin)].size()) == n;
+      const std::string what = named ? names[static_cast<size_t>(h.origin)][static_cast<size_t>(h.target)]
+                                     : std::to_string(src) + "\u2192" + std::to_string(dst);
+      t.piece = named ? (h.fraction < 1 ? FormatCount(h.fraction) + " of " : std::string()) + what
+                      : (h.fraction < 1 ? FormatCount(h.fraction) + " of piece " : std::string("piece ")) + what;
       if (links.empty()) {  // devices of one chip: free, shown in step 1
         t.src_device = src;
         t.dst_device = dst;

@@ -40,7 +40,8 @@ struct StepTransfer {
   int64_t src_device = -1;      // where the hop starts / ends (all-to-all: the chips of this hop)
   int64_t dst_device = -1;
   std::string piece;            // "shard 3", "half of shard 2", "partial sum of chunk 1 (3 of 4 added)",
-                                // "piece 2→5", "halo", "shards 0, 4 (part 1 of 2)"
+                                // "piece 2→5", "halo", "shards 0, 4 (part 1 of 2)"; an all-to-all
+                                // with WalkthroughOptions::piece_names: "tokens of group 2 for expert 5"
   std::vector<int64_t> chunks;  // the shards/chunks/pieces it carries (group positions; a2a: the source)
   double fraction = 1;          // of each chunk (0.5: half a shard on the last hop of an even ring,
                                 // or the part of a shard in a multi-axis gather)
@@ -124,6 +125,10 @@ struct WalkthroughOptions {
   // The logical mesh the devices belong to: names the axes in captions ("along X") and lets a
   // collective-permute be recognised as a halo exchange. Optional.
   std::optional<DeviceMesh> mesh;
+  // All-to-all: what piece i -> j carries ([from position][to position], the same in every
+  // group), e.g. "tokens of group 3 for expert 5" (partitioner/spmd/all_to_all_pieces.h). Empty:
+  // the pieces are called "piece i→j". Used when it is group-size square.
+  std::vector<std::vector<std::string>> piece_names;
   // Refuse plans larger than this (transfers summed over steps), with a message saying so.
   int64_t max_transfers = 200000;
   // Refuse plans whose per-step holdings would exceed this many cells (devices x cells x steps).

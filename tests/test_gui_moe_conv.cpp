@@ -1,0 +1,249 @@
+// The GUI's views of the MoE and convolution models (issue 15): in the teaching panel, an MoE
+// dispatch all-to-all of the zoo's moe-transformer (the paper's expert annotations, E over a 1-D
+// mesh of 4) shows who sends which expert's tokens to whom; in the mesh view, a spatially
+// partitioned U-Net convolution (the zoo's unet3d, only the input's depth annotated) shows the
+// selected device's slab and the halo rows each neighbour sends. Both through the main window, as
+// a user gets there, and the screenshots a person looks at.
+#include <QFileInfo>
+#include <QImage>
+#include <QLabel>
+#include <QProcess>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/gui/main_window.h"
+#include "app/pipeline/pipeline.h"
+#include "gui_test_support.h"
+#include "views/collective_stepper.h"
+#include "views/document_model.h"
+#include "views/halo_slabs_view.h"
+#include "views/item_models.h"
+#include "views/mesh_view.h"
+#include "views/partitioned_view.h"
+
+using namespace shardscope;
+using namespace shardscope::views;
+using shardscope::gui::MainWindow;
+
+namespace {
+
+bool WaitReady(MainWindow& w, int timeout_ms = 300000) {
+  bool done = false, ok = false;
+  w.whenReady(timeout_ms, [&](bool r) {
+    done = true;
+    ok = r;
+  });
+  QTest::qWaitFor([&] { return done; }, timeout_ms + 1000);
+  return ok;
+}
+
+// Runs the GUI binary for a screenshot; the PNG's size, or an empty size with the reason in *why.
+QSize Screenshot(const QStringList& args, const QString& png, QString* why) {
+  QProcess p;
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  env.insert("QT_QPA_PLATFORM", "offscreen");
+  p.setProcessEnvironment(env);
+  p.start(SHARDSCOPE_GUI_PATH, QStringList{"--screenshot", png} + args);
+  if (!p.waitForFinished(600000)) {
+    *why = "timed out";
+    return {};
+  }
+  if (p.exitCode() != 0) {
+    *why = QString::fromUtf8(p.readAllStandardError());
+    return {};
+  }
+  return QImage(png).size();
+}
+
+}  // namespace
+
+class TestGuiMoeConv : public QObject {
+  Q_OBJECT
+  QTemporaryDir dir_;
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(gui::UseTestRunStore(dir_));
+  }
+
+  // moe-transformer (gshard annotations, 4 devices): the first MoE layer's dispatch all-to-all,
+  // opened in the teaching panel the way a double-click in the Collectives list does it, names
+  // every piece by its group and expert.
+  void teachingPanelNamesTheDispatchPieces() {
+    MainWindow w;
+    w.setBatchMode(true);
+    w.resize(1600, 1000);
+    w.show();
+    QString error;
+    QVERIFY2(w.openExample("moe-transformer", &error), qPrintable(error));
+    QVERIFY(WaitReady(w));
+    QCOMPARE(w.document()->mesh().num_devices(), int64_t{4});
+    QVERIFY(w.teachCollective("layer1_moe_dispatched"));
+    QVERIFY(WaitReady(w));
+    CollectiveStepper* stepper = w.teachingPanel();
+    QTRY_VERIFY_WITH_TIMEOUT(stepper->hasPlan() && stepper->plan().walk.kind == sim::CollectiveKind::kAllToAll, 60000);
+    QCOMPARE(w.mode(), MainWindow::Mode::kTeaching);
+    const TeachingRequest& r = stepper->plan().request;
+    QVERIFY2(stepper->titleText().contains("MoE dispatch"), qPrintable(stepper->titleText()));
+    QCOMPARE(r.piece_names.size(), size_t{4});
+    QCOMPARE(r.piece_names[3][1], std::string("tokens of group 3 for expert 1"));
+    // The list beside the mesh: who sends what to whom.
+    const QString pieces = stepper->piecesText();
+    QVERIFY2(pieces.contains("MoE dispatch"), qPrintable(pieces));
+    QVERIFY2(pieces.contains("device 3 \u2192 device 1: tokens of group 3 for expert 1"), qPrintable(pieces));
+    QVERIFY2(pieces.contains("device 0 \u2192 device 2: tokens of group 0 for expert 2"), qPrintable(pieces));
+    // The arrows of every step carry those names: each transfer of piece i -> j is "... group i for expert j".
+    QVERIFY(stepper->stepCount() >= 1);
+    const auto& group = stepper->plan().walk.groups.front();
+    int arrows = 0;
+    for (int s = 1; s <= stepper->stepCount(); ++s) {
+      stepper->setStep(s);
+      for (const auto& t : stepper->currentTransfers()) {
+        const int64_t from = group[static_cast<size_t>(t.chunks.front())];
+        const auto to = std::find(group.begin(), group.end(), t.final_dst_device) - group.begin();
+        const QString want = QString("tokens of group %1 for expert %2").arg(t.chunks.front()).arg(to);
+        QVERIFY2(QString::fromStdString(t.piece).endsWith(want), t.piece.c_str());
+        QVERIFY(from >= 0);
+        ++arrows;
+      }
+      // This step's pieces come first in the list, marked.
+      QVERIFY(stepper->piecesText().contains("\u25B6 device"));
+    }
+    QVERIFY(arrows >= 12);
+    stepper->setStep(1);
+    stepper->grab();  // paints the labelled arrows
+    QVERIFY(stepper->canvas()->lastPaintStats().arrows > 0);
+  }
+
+  // unet3d (spatial annotations: the depth split 4 ways): selecting a 3x3x3 convolution shows the
+  // selected device's own slab of the input and the 1-row halos its two neighbours send; at the
+  // array's edge a device gets one halo only. Clicking a device in the grid selects it.
+  void meshViewShowsTheConvHalo() {
+    MainWindow w;
+    w.setBatchMode(true);
+    w.resize(1600, 1000);
+    w.show();
+    QString error;
+    QVERIFY2(w.openExample("unet3d", &error), qPrintable(error));
+    QVERIFY(WaitReady(w));
+    QVERIFY(w.selectInstruction("down0_conva_conv"));
+    QVERIFY(w.showView("mesh"));
+    MeshView* mesh = w.meshView();
+    QTRY_VERIFY(mesh->haloShown());
+    const auto& halo = mesh->haloView()->halo();
+    QVERIFY(halo);
+    QCOMPARE(halo->conv, std::string("down0_conva_conv"));
+    QCOMPARE(halo->dims.size(), size_t{1});
+    const HaloDim& d = halo->dims[0];
+    QCOMPARE(d.input_dim, int64_t{1});  // the depth
+    QCOMPARE(d.tiles, int64_t{4});
+    QCOMPARE(d.full, int64_t{128});
+    QCOMPARE(d.shard, int64_t{32});
+    // The default device has neighbours on both sides (tile 1).
+    QCOMPARE(d.tile, int64_t{1});
+    const int64_t device = halo->device;
+    QCOMPARE(mesh->grid()->selectedDevice(), device);
+    QCOMPARE(d.slabs.size(), size_t{3});
+    QCOMPARE(d.slabs[0].width(), int64_t{1});
+    QCOMPARE(d.slabs[0].begin, int64_t{31});
+    QCOMPARE(d.slabs[1].from_device, device);
+    QCOMPARE(d.slabs[1].width(), int64_t{32});
+    QCOMPARE(d.slabs[2].width(), int64_t{1});
+    QCOMPARE(d.slabs[2].begin, int64_t{64});
+    // The neighbours are the devices holding tiles 0 and 2 of the conv's depth.
+    const auto sh = w.document()->sharding(w.document()->findInstruction("down0_conva_conv")->id());
+    QVERIFY(sh);
+    QCOMPARE(sh->TileIndexForDevice(d.slabs[0].from_device).at(1), int64_t{0});
+    QCOMPARE(sh->TileIndexForDevice(d.slabs[2].from_device).at(1), int64_t{2});
+    const QStringList labels = mesh->haloView()->slabLabels();
+    QCOMPARE(labels.size(), 3);
+    QCOMPARE(labels[0], QString("1 row from device %1").arg(d.slabs[0].from_device));
+    QCOMPARE(labels[1], QString("rows 32\u201363: device %1's own").arg(device));
+    QCOMPARE(labels[2], QString("1 row from device %1").arg(d.slabs[2].from_device));
+
+    // A click on the device holding tile 0: only a right halo.
+    int64_t edge = -1;
+    for (int64_t dev = 0; dev < 4; ++dev)
+      if (sh->TileIndexForDevice(dev).at(1) == 0) edge = dev;
+    QVERIFY(edge >= 0);
+    DeviceGridWidget* grid = mesh->grid();
+    QTRY_VERIFY(grid->isVisible() && grid->width() > 0);
+    int tile_index = -1;
+    for (size_t i = 0; i < grid->tiles().size(); ++i)
+      if (grid->tiles()[i].device == edge) tile_index = static_cast<int>(i);
+    QVERIFY(tile_index >= 0);
+    // Find the tile on screen: scan for the point whose click selects it.
+    bool clicked = false;
+    for (int y = 4; y < grid->height() && !clicked; y += 6) {
+      for (int x = 4; x < grid->width() && !clicked; x += 6) {
+        QTest::mouseClick(grid, Qt::LeftButton, {}, QPoint(x, y));
+        clicked = mesh->haloView()->halo() && mesh->haloView()->halo()->device == edge;
+      }
+    }
+    QVERIFY(clicked);
+    const HaloDim& e = mesh->haloView()->halo()->dims[0];
+    QCOMPARE(e.tile, int64_t{0});
+    QCOMPARE(e.left, int64_t{0});
+    QCOMPARE(e.right, int64_t{1});
+    QCOMPARE(e.slabs.size(), size_t{2});
+    QCOMPARE(grid->selectedDevice(), edge);
+
+    // Not a convolution: no halo box.
+    QVERIFY(w.selectInstruction("x"));
+    QTRY_VERIFY(!mesh->haloShown());
+
+    // A click on one of the conv's halo collective-permutes in the partitioned program's list
+    // selects the conv: its halo is shown again.
+    QVERIFY(w.showView("collectives"));
+    QVERIFY(WaitReady(w));
+    PartitionedView* partitioned = w.partitionedView();
+    QTableView* table = partitioned->collectiveTable();
+    QTRY_VERIFY(table->isVisible() && table->model()->rowCount() > 0);
+    int row = -1;
+    for (int r = 0; r < partitioned->collectives()->rowCount() && row < 0; ++r) {
+      const InsertedCollective* c = partitioned->collectives()->at(r);
+      if (c && c->origin == "down0_conva_conv" && c->kind == Opcode::kCollectivePermute) row = r;
+    }
+    QVERIFY(row >= 0);
+    const QModelIndex index = table->model()->index(row, 0);
+    table->scrollTo(index);
+    QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, table->visualRect(index).center());
+    QCOMPARE(w.document()->instruction(w.document()->selected())->name(), std::string("down0_conva_conv"));
+    QTRY_VERIFY(mesh->haloShown());
+    QCOMPARE(mesh->haloView()->halo()->dims.at(0).tiles, int64_t{4});
+  }
+
+  // The screenshots a person reads: the teaching panel on the dispatch, the mesh view on the conv.
+  void screenshots_data() {
+    QTest::addColumn<QString>("size");
+    QTest::newRow("1600x1000") << "1600x1000";
+    QTest::newRow("1024x700") << "1024x700";
+  }
+  void screenshots() {
+    if (!QFileInfo::exists(SHARDSCOPE_GUI_PATH)) QSKIP("the shardscope binary is not built (ninja shardscope)");
+    QFETCH(QString, size);
+    const QStringList wh = size.split('x');
+    const QSize want(wh[0].toInt(), wh[1].toInt());
+    QString why;
+    const QString moe = dir_.filePath("moe-" + size + ".png");
+    QCOMPARE(Screenshot({"--example", "moe-transformer", "--collective", "layer1_moe_dispatched", "--view", "teaching",
+                         "--size", size},
+                        moe, &why),
+             want);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    const QString unet = dir_.filePath("unet-" + size + ".png");
+    QCOMPARE(Screenshot({"--example", "unet3d", "--select", "down0_conva_conv", "--view", "halo", "--size", size}, unet, &why),
+             want);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    // Kept for a person to look at when SHARDSCOPE_KEEP_SCREENSHOTS names a folder.
+    const QString keep = qEnvironmentVariable("SHARDSCOPE_KEEP_SCREENSHOTS");
+    if (!keep.isEmpty()) {
+      QFile::copy(moe, keep + "/moe-" + size + ".png");
+      QFile::copy(unet, keep + "/unet-" + size + ".png");
+    }
+  }
+};
+
+QTEST_MAIN(TestGuiMoeConv)
+#include "test_gui_moe_conv.moc"

@@ -1,0 +1,124 @@
+#include "views/halo_slabs_view.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <QPainter>
+
+#include "views/sharding_style.h"
+
+namespace shardscope::views {
+namespace {
+
+constexpr double kCaption = 18, kBar = 40, kAxis = 16, kGapAfter = 8;
+
+QString SlabLabel(const HaloSlab& s) {
+  if (s.hop == 0) {
+    return QString("rows %1\u2013%2: device %3's own").arg(s.begin).arg(s.end - 1).arg(s.from_device);
+  }
+  return QString("%1 row%2 from device %3").arg(s.width()).arg(s.width() == 1 ? "" : "s").arg(s.from_device);
+}
+
+}  // namespace
+
+HaloSlabsWidget::HaloSlabsWidget(QWidget* parent) : QWidget(parent) {
+  setObjectName("haloSlabs");
+  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+}
+
+void HaloSlabsWidget::setHalo(std::optional<ConvHalo> halo) {
+  halo_ = std::move(halo);
+  updateGeometry();
+  update();
+}
+
+QStringList HaloSlabsWidget::slabLabels() const {
+  QStringList out;
+  if (!halo_) return out;
+  for (const HaloDim& d : halo_->dims)
+    for (const HaloSlab& s : d.slabs) out << SlabLabel(s);
+  return out;
+}
+
+QSize HaloSlabsWidget::sizeHint() const {
+  const int dims = halo_ ? static_cast<int>(halo_->dims.size()) : 0;
+  return QSize(320, static_cast<int>(dims * (kCaption + kBar + kAxis + kGapAfter)));
+}
+
+QSize HaloSlabsWidget::minimumSizeHint() const { return QSize(200, sizeHint().height()); }
+
+void HaloSlabsWidget::paintEvent(QPaintEvent*) {
+  if (!halo_) return;
+  QPainter p(this);
+  p.setRenderHint(QPainter::Antialiasing);
+  const QPalette pal = palette();
+  QFont small = font();
+  small.setPointSizeF(std::max(6.5, font().pointSizeF() * 0.85));
+  QFont bold = small;
+  bold.setBold(true);
+  const QFontMetricsF fm(small);
+  double y = 0;
+  const double left = 4, avail = std::max(120.0, width() - 8.0);
+  for (const HaloDim& d : halo_->dims) {
+    p.setFont(bold);
+    p.setPen(pal.color(QPalette::WindowText));
+    p.drawText(QRectF(left, y, avail, kCaption), Qt::AlignLeft | Qt::AlignVCenter,
+               QString("dim %1 of %2: tile %3 of %4, %5 rows each; window %6")
+                   .arg(d.input_dim).arg(QString::fromStdString(halo_->input)).arg(d.tile).arg(d.tiles).arg(d.shard).arg(d.window));
+    y += kCaption;
+    // Widths: halo slabs proportional to their rows but wide enough for their label; the own
+    // slab takes the rest.
+    std::vector<double> w(d.slabs.size(), 0);
+    double halos = 0;
+    for (size_t i = 0; i < d.slabs.size(); ++i) {
+      if (d.slabs[i].hop == 0) continue;
+      const double prop = avail * static_cast<double>(d.slabs[i].width()) / std::max<int64_t>(1, d.shard + d.left + d.right);
+      w[i] = std::max(prop, std::min(avail * 0.3, fm.horizontalAdvance(SlabLabel(d.slabs[i])) * 0.7 + 10));
+      halos += w[i];
+    }
+    for (size_t i = 0; i < d.slabs.size(); ++i)
+      if (d.slabs[i].hop == 0) w[i] = std::max(avail * 0.3, avail - halos);
+    const double total = std::accumulate(w.begin(), w.end(), 0.0);
+    const double scale = total > avail ? avail / total : 1.0;
+    double x = left;
+    for (size_t i = 0; i < d.slabs.size(); ++i) {
+      const HaloSlab& s = d.slabs[i];
+      const QRectF r(x, y, w[i] * scale, kBar);
+      const int64_t tile = d.tile + s.hop;
+      QColor fill = ShardTileColor(static_cast<int>(tile), static_cast<int>(d.tiles), pal);
+      p.setPen(QPen(pal.color(QPalette::Mid), 1));
+      p.setBrush(fill);
+      p.drawRect(r);
+      if (s.hop != 0) {  // received: hatched
+        p.setBrush(QBrush(TextColorOn(fill), Qt::BDiagPattern));
+        p.drawRect(r);
+      } else {
+        p.setPen(QPen(pal.color(QPalette::WindowText), 2));
+        p.setBrush(Qt::NoBrush);
+        p.drawRect(r.adjusted(1, 1, -1, -1));
+      }
+      // The label on a plate so the hatching does not hide it; two lines when narrow.
+      p.setFont(small);
+      QString text = SlabLabel(s);
+      if (fm.horizontalAdvance(text) > r.width() - 6) text.replace(QString(" from "), QString("\nfrom ")).replace(QString(": "), QString(":\n"));
+      QRectF box = fm.boundingRect(r.adjusted(3, 2, -3, -2), Qt::AlignCenter | Qt::TextWordWrap, text).adjusted(-2, 0, 2, 0);
+      box = box.intersected(r.adjusted(1, 1, -1, -1));
+      QColor plate = fill;
+      plate.setAlpha(225);
+      p.setPen(Qt::NoPen);
+      p.setBrush(plate);
+      p.drawRoundedRect(box, 2, 2);
+      p.setPen(TextColorOn(fill));
+      p.drawText(r.adjusted(2, 1, -2, -1), Qt::AlignCenter | Qt::TextWordWrap, text);
+      // Row numbers under the slab's edges.
+      p.setPen(pal.color(QPalette::PlaceholderText));
+      p.drawText(QRectF(r.left(), r.bottom(), r.width(), kAxis), Qt::AlignLeft | Qt::AlignTop, QString::number(s.begin));
+      if (i + 1 == d.slabs.size())
+        p.drawText(QRectF(r.left(), r.bottom(), r.width(), kAxis), Qt::AlignRight | Qt::AlignTop, QString::number(s.end));
+      x += r.width();
+    }
+    y += kBar + kAxis + kGapAfter;
+  }
+}
+
+}  // namespace shardscope::views

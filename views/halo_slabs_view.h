@@ -1,0 +1,35 @@
+// The halo of a spatially partitioned convolution as one device sees it: for every split windowed
+// dim a bar along the dim with the device's own slab of input rows in the middle and, on each
+// side, the slab each neighbour sends, labelled with its width and the sending device ("2 rows
+// from device 1"); nothing at an edge of the array (the padding). Drawn from ConvHaloForDevice
+// (partitioner/spmd/conv_halo_slabs.h): no arithmetic here.
+#pragma once
+
+#include <optional>
+
+#include <QWidget>
+
+#include "partitioner/spmd/conv_halo_slabs.h"
+
+namespace shardscope::views {
+
+class HaloSlabsWidget : public QWidget {
+  Q_OBJECT
+ public:
+  explicit HaloSlabsWidget(QWidget* parent = nullptr);
+  void setHalo(std::optional<ConvHalo> halo);
+  const std::optional<ConvHalo>& halo() const { return halo_; }
+  // Every label drawn, left to right per dim ("2 rows from device 1", "rows 8–15: device 2's own").
+  QStringList slabLabels() const;
+
+  QSize sizeHint() const override;
+  QSize minimumSizeHint() const override;
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+
+ private:
+  std::optional<ConvHalo> halo_;
+};
+
+}  // namespace shardscope::views
