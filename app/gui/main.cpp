@@ -27,6 +27,7 @@
 #include "app/gui/window_state.h"
 #include "app/pipeline/sources.h"
 #include "shardscope_version.h"
+#include "views/strategies_panel.h"
 
 namespace {
 
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   parser.addVersionOption();
   QCommandLineOption screenshot("screenshot", "Render the main window to OUT.png and exit.", "OUT.png");
   QCommandLineOption example("example", "Open the model-zoo example NAME.", "NAME");
-  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, inspector, instructions, history.", "NAME");
+  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, inspector, instructions, history, strategies (with --screenshot: after a search of the model on 8 devices).", "NAME");
   QCommandLineOption state("state", "Keep FILE up to date with the window's state as JSON (for scripted sessions).", "FILE");
   QCommandLineOption select("select", "Select the instruction NAME.", "NAME");
   QCommandLineOption theme("theme", "Colour theme: system, light or dark.", "THEME");
@@ -122,6 +123,15 @@ int main(int argc, char** argv) {
   }
   if (parser.isSet(select) && !window.selectInstruction(parser.value(select))) {
     if (screenshot_mode) return Fail(2, QString("--select: no instruction named \"%1\"").arg(parser.value(select)));
+  }
+  if (screenshot_mode && parser.isSet(view) && QStringList{"strategies", "search"}.contains(parser.value(view).toLower())) {
+    // What a user sees after a search: the ranked table and the chart, the fastest candidate
+    // opened and compared with the second.
+    auto* panel = window.strategiesPanel();
+    QObject::connect(panel, &shardscope::views::StrategiesPanel::resultsChanged, panel, [panel] {
+      if (panel->results().rows.size() >= 2) panel->selectRows({0, 1});
+    }, Qt::SingleShotConnection);
+    panel->startSearch();
   }
   if (parser.isSet(view) && !window.showView(parser.value(view))) {
     const QString msg = QString("--view: unknown panel \"%1\"").arg(parser.value(view));
