@@ -136,6 +136,10 @@ void TestGuiStrategies::searchRankChartOpenCompare() {
   QVERIFY(hbm && hbm->count() == 2);
   QCOMPARE(hbm->at(0).y(), hbm->at(1).y());
   QVERIFY(hbm->at(0).y() > 0);
+  // The legend names every series but the selection ring.
+  const QString legend = panel->legend()->text();
+  for (const QString& f : shown.families) QVERIFY2(legend.contains(f), qPrintable(legend));
+  QVERIFY(legend.contains("HBM 34.4 GB") && legend.contains("Pareto front") && !legend.contains("selected"));
 
   // Choosing a candidate makes it the document: its annotations, its mesh, a simulated step.
   const search::Settings before = DocumentAnnotations(*w.document());
@@ -152,6 +156,7 @@ void TestGuiStrategies::searchRankChartOpenCompare() {
   QVERIFY2(pick >= 0, "some candidate is annotated unlike the example");
   panel->selectRows({pick});
   QVERIFY(QTest::qWaitFor([&] { return jobs->chosenRow() == pick; }, 60000));
+  QVERIFY(!panel->comparisonView()->isVisible());
   QCOMPARE(DocumentAnnotations(*w.document()), expected);
   QVERIFY(DocumentAnnotations(*w.document()) != before);
   QCOMPARE(w.document()->mesh().num_devices(), int64_t{8});
@@ -169,6 +174,7 @@ void TestGuiStrategies::searchRankChartOpenCompare() {
   // Two rows: compared side by side, the difference in words (the first selected is opened).
   panel->selectRows({0, 1});
   QCOMPARE(panel->selectedRows(), (std::vector<int>{0, 1}));
+  QVERIFY(panel->comparisonView()->isVisible());
   const QString text = panel->comparisonView()->toPlainText();
   const std::string expected_words = results->Compare(0, 1);
   QVERIFY2(text.contains(QString::fromStdString(expected_words.substr(0, expected_words.find('\n')))), qPrintable(text));
@@ -235,7 +241,7 @@ void TestGuiStrategies::unsupportedDocumentAndBadSettings() {
   QVERIFY(w.session()->loadHloText(kHandConvModule, "handconv.hlo").ok());
   QVERIFY(!panel->searchButton()->isEnabled());
   QVERIFY(w.searchJobs()->documentModel().isEmpty());
-  const QString subject = panel->findChild<QLabel*>("strategiesSubject")->text();
+  const QString subject = panel->statusLabel()->text();
   QVERIFY2(subject.contains("models of the zoo") && subject.contains("HLO module"), qPrintable(subject));
   QVERIFY(WaitUntilIdle(*w.session()));
 }

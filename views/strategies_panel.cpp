@@ -12,9 +12,9 @@
 #include <QHeaderView>
 #include <QItemSelectionModel>
 #include <QLabel>
-#include <QLegendMarker>
 #include <QLineEdit>
 #include <QLineSeries>
+#include <QLogValueAxis>
 #include <QPainter>
 #include <QProgressBar>
 #include <QPushButton>
@@ -22,6 +22,7 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStandardItemModel>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTextBrowser>
 #include <QValueAxis>
@@ -54,23 +55,20 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   col->setContentsMargins(4, 4, 4, 4);
   col->setSpacing(4);
 
-  // Row 1: what is searched, and its settings.
-  auto* row1 = new QHBoxLayout;
+  // One row: the model and its settings, the pod, Search and Cancel, the progress.
+  auto* row = new QHBoxLayout;
+  row->setSpacing(4);
   subject_ = new QLabel;
   subject_->setObjectName("strategiesSubject");
   subject_->setTextFormat(Qt::PlainText);
-  subject_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  subject_->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Preferred);
   settings_ = new QLineEdit;
   settings_->setObjectName("strategiesSettings");
-  settings_->setPlaceholderText("model settings: layers=4 batch=64 \u2026 (empty: the model's defaults)");
+  settings_->setPlaceholderText("settings: layers=4 batch=64 \u2026");
   settings_->setClearButtonEnabled(true);
-  settings_->setToolTip("The zoo model's settings the search starts from, as the CLI's --set k=v (space separated)");
-  row1->addWidget(subject_, 2);
-  row1->addWidget(settings_, 3);
-  col->addLayout(row1);
-
-  // Row 2: the pod, Search and Cancel, progress.
-  auto* row2 = new QHBoxLayout;
+  settings_->setMinimumWidth(90);
+  settings_->setToolTip("The zoo model's settings the search starts from, as the CLI's --set k=v (space separated; "
+                        "empty: the model's defaults)");
   chip_ = new QComboBox;
   chip_->setObjectName("strategiesChip");
   chip_->setToolTip("The chip of the pod searched");
@@ -78,6 +76,7 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   devices_->setObjectName("strategiesDevices");
   devices_->setRange(1, 8192);
   devices_->setValue(8);
+  devices_->setSuffix(" devices");
   devices_->setToolTip("Devices in the pod: the search factorises them into mesh axes");
   search_ = new QPushButton("Search");
   search_->setObjectName("strategiesSearch");
@@ -91,20 +90,20 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   progress_->setValue(0);
   progress_->setTextVisible(true);
   progress_->setFormat("");
-  progress_->setMinimumWidth(80);
-  row2->addWidget(new QLabel("Chip"));
-  row2->addWidget(chip_);
-  row2->addWidget(new QLabel("Devices"));
-  row2->addWidget(devices_);
-  row2->addWidget(search_);
-  row2->addWidget(cancel_);
-  row2->addWidget(progress_, 1);
-  col->addLayout(row2);
+  progress_->setMinimumWidth(70);
+  row->addWidget(subject_);
+  row->addWidget(settings_, 3);
+  row->addWidget(chip_);
+  row->addWidget(devices_);
+  row->addWidget(search_);
+  row->addWidget(cancel_);
+  row->addWidget(progress_, 2);
+  col->addLayout(row);
 
   status_ = new QLabel;
   status_->setObjectName("strategiesStatus");
   status_->setTextFormat(Qt::PlainText);
-  status_->setWordWrap(true);
+  status_->setWordWrap(false);  // one line (the whole text in its tooltip); errors wrap
   status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   col->addWidget(status_);
 
@@ -128,35 +127,52 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->setAlternatingRowColors(true);
   table_->setWordWrap(false);
+  table_->setMinimumHeight(50);
   table_->setToolTip("Select a candidate to open it; select two (Ctrl+click) to compare them");
   connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this, &StrategiesPanel::onSelectionChanged);
 
   comparison_ = new QTextBrowser;
   comparison_->setObjectName("strategiesComparison");
   comparison_->setOpenLinks(false);
+  comparison_->setMinimumSize(120, 40);
   comparison_->setPlaceholderText("Select two candidates (Ctrl+click) to compare them side by side.");
 
-  auto* left = new QSplitter(Qt::Vertical);
-  left->addWidget(table_);
-  left->addWidget(comparison_);
-  left->setStretchFactor(0, 3);
-  left->setStretchFactor(1, 2);
-  left->setChildrenCollapsible(false);
-
   chart_ = new QChart;
-  chart_->legend()->setAlignment(Qt::AlignBottom);
+  chart_->legend()->hide();  // a label below wraps where a narrow chart's legend would clip
   chart_->setMargins(QMargins(2, 2, 2, 2));
+  chart_->setMinimumSize(120, 40);  // else its axes' labels and titles set the panel's (and window's) minimum
   chart_view_ = new QChartView(chart_);
   chart_view_->setObjectName("strategiesChart");
   chart_view_->setRenderHint(QPainter::Antialiasing);
-  chart_view_->setMinimumSize(220, 160);
+  chart_view_->setMinimumSize(160, 40);
+  legend_ = new QLabel;
+  legend_->setObjectName("strategiesLegend");
+  legend_->setTextFormat(Qt::RichText);
+  // One line (clipped in a narrow pane; the whole legend is its tooltip): a wrapping legend would
+  // make the panel, and so the window, taller.
+  legend_->setWordWrap(false);
+  legend_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  auto* chart_box = new QWidget;
+  auto* chart_col = new QVBoxLayout(chart_box);
+  chart_col->setContentsMargins(0, 0, 0, 0);
+  chart_col->setSpacing(2);
+  chart_col->addWidget(chart_view_, 1);
+  chart_col->addWidget(legend_);
 
   auto* split = new QSplitter(Qt::Horizontal);
   split->setObjectName("strategiesSplit");
-  split->addWidget(left);
-  split->addWidget(chart_view_);
+  // The chart and the comparison share the right-hand side (the comparison comes forward while
+  // two candidates are selected), so the table keeps the whole height.
+  side_ = new QTabWidget;
+  side_->setObjectName("strategiesSide");
+  side_->setDocumentMode(true);
+  side_->addTab(chart_box, "Chart");
+  side_->addTab(comparison_, "Comparison");
+  split->addWidget(table_);
+  split->addWidget(side_);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
+  split->setSizes({600, 400});
   split->setChildrenCollapsible(false);
   col->addWidget(split, 1);
 
@@ -164,16 +180,17 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   connect(settings_, &QLineEdit::returnPressed, this, &StrategiesPanel::startSearch);
   connect(cancel_, &QPushButton::clicked, this, &StrategiesPanel::cancelRequested);
   setSubject(QString(), false, "Open a model of the zoo (File \u25b8 Examples) to search its strategies.");
-  setStatus("No search yet.");
   rebuildChart();
 }
 
 void StrategiesPanel::setSubject(const QString& model, bool supported, const QString& message) {
   supported_ = supported;
-  subject_->setText(supported ? QString("Model: %1").arg(model) : message);
-  subject_->setToolTip(supported ? QString("The zoo model %1 with the settings beside it").arg(model) : message);
+  subject_->setText(supported ? model : QString("(no zoo model)"));
+  subject_->setToolTip(supported ? QString("The zoo model %1, with the settings beside it").arg(model) : message);
   settings_->setEnabled(supported);
   search_->setEnabled(supported && !running_);
+  if (!supported) setStatus(message, /*wrap=*/true);
+  else if (results_.rows.empty() && !running_) setStatus(QString("Search the strategies of %1: choose the chip and the device count.").arg(model));
 }
 
 void StrategiesPanel::setChips(const QStringList& chips, const QString& current) {
@@ -227,13 +244,14 @@ void StrategiesPanel::setProgress(int done, int total, const QString& stage) {
   }
 }
 
-void StrategiesPanel::setStatus(const QString& text) {
+void StrategiesPanel::setStatus(const QString& text, bool wrap) {
+  status_->setWordWrap(wrap);
   status_->setText(text);
   status_->setToolTip(text);
 }
 
 void StrategiesPanel::setError(const QString& message) {
-  setStatus("The search failed: " + message);
+  setStatus("The search failed: " + message, /*wrap=*/true);
   progress_->setRange(0, 1);
   progress_->setValue(0);
   progress_->setFormat("");
@@ -243,6 +261,7 @@ void StrategiesPanel::setResults(StrategyResults results) {
   results_ = std::move(results);
   selection_order_.clear();
   comparison_->clear();
+  side_->setCurrentIndex(0);
   {
     QSignalBlocker block(table_->selectionModel());
     model_->removeRows(0, model_->rowCount());
@@ -288,7 +307,7 @@ void StrategiesPanel::setResults(StrategyResults results) {
   }
   table_->resizeColumnsToContents();
   // The strategy column may take the room; the collectives stretch (the last section).
-  table_->setColumnWidth(kStrategy, std::min(table_->columnWidth(kStrategy), 300));
+  table_->setColumnWidth(kStrategy, std::min(table_->columnWidth(kStrategy), 240));
   setStatus(results_.summary);
   progress_->setRange(0, 1);
   progress_->setValue(1);
@@ -315,13 +334,18 @@ void StrategiesPanel::rebuildChart() {
   time_scale_ = seconds.divisor;
   bytes_scale_ = bytes.divisor;
   auto* x = new QValueAxis;
-  x->setTitleText(QString("step time (%1)").arg(Q(seconds.unit)));
+  x->setTitleText(QString("step (%1)").arg(Q(seconds.unit)));
   x->setRange(0, std::max(1e-9, max_t * 1.08) / time_scale_);
   x->setLabelFormat("%.3g");
-  auto* y = new QValueAxis;
-  y->setTitleText(QString("peak memory / device (%1)").arg(Q(bytes.unit)));
-  y->setRange(0, std::max(1e-9, max_m * 1.1) / bytes_scale_);
-  y->setLabelFormat("%.3g");
+  // Memory on a log scale: a small model's candidates sit orders of magnitude under the HBM line.
+  double min_m = max_m;
+  for (const StrategyPoint& p : results_.points) min_m = std::min(min_m, p.peak_bytes);
+  auto* y = new QLogValueAxis;
+  y->setBase(10);
+  y->setTitleText(QString("peak %1 / device (log)").arg(Q(bytes.unit)));
+  y->setRange(std::max(1.0, min_m * 0.5) / bytes_scale_, std::max(2.0, max_m * 2) / bytes_scale_);
+  y->setLabelFormat("%g");
+  y->setMinorTickCount(-1);
   chart_->addAxis(x, Qt::AlignBottom);
   chart_->addAxis(y, Qt::AlignLeft);
   auto attach = [&](QAbstractSeries* s) {
@@ -354,7 +378,9 @@ void StrategiesPanel::rebuildChart() {
       double best_d = std::numeric_limits<double>::max();
       for (const StrategyPoint& p : results_.points) {
         if (p.family != f) continue;
-        const double dx = (p.step_time_s / time_scale_ - at.x()), dy = (p.peak_bytes / bytes_scale_ - at.y());
+        // Relative distances: time on its linear axis, memory on its log axis.
+        const double dx = (p.step_time_s / time_scale_ - at.x()) / std::max(1e-12, std::fabs(at.x()) + 1e-12);
+        const double dy = std::log10(std::max(1e-12, p.peak_bytes / bytes_scale_)) - std::log10(std::max(1e-12, at.y()));
         const double d = dx * dx + dy * dy;
         if (d < best_d) {
           best_d = d;
@@ -393,7 +419,22 @@ void StrategiesPanel::rebuildChart() {
   selected_series_->setBorderColor(palette().color(QPalette::Highlight));
   selected_series_->setPen(QPen(palette().color(QPalette::Highlight), 2.5));
   attach(selected_series_);
-  for (QLegendMarker* m : chart_->legend()->markers(selected_series_)) m->setVisible(false);
+  // The legend: a swatch per family, the front and the HBM line.
+  QStringList entries;
+  for (QAbstractSeries* series : chart_->series()) {
+    if (series == selected_series_) continue;
+    QColor c;
+    QString mark = "\u25cf";  // a dot for a family
+    if (auto* sc = qobject_cast<QScatterSeries*>(series)) c = sc->color();
+    if (auto* line = qobject_cast<QLineSeries*>(series)) {
+      c = line->pen().color();
+      mark = "\u2504";  // a dashed line
+    }
+    entries << QString("<span style='color:%1'>%2</span>&nbsp;%3").arg(c.name(), mark, series->name().toHtmlEscaped());
+  }
+  legend_->setText(entries.join(" &nbsp; "));
+  legend_->setToolTip(entries.join("<br>"));
+  legend_->setVisible(!results_.points.empty());
   chart_->setTitle(results_.points.empty() ? QString("Step time vs peak memory (no search yet)") : QString());
   applyPalette();
   updateSelectionMarks();
@@ -444,6 +485,7 @@ void StrategiesPanel::onSelectionChanged() {
   selection_order_ = std::move(order);
   updateSelectionMarks();
   if (!changed) return;
+  side_->setCurrentIndex(selection_order_.size() >= 2 ? 1 : 0);
   if (selection_order_.size() == 1) {
     comparison_->clear();
     emit candidateChosen(selection_order_.front());

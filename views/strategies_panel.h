@@ -27,6 +27,7 @@ class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QStandardItemModel;
+class QTabWidget;
 class QTableView;
 class QTextBrowser;
 class QScatterSeries;
@@ -95,13 +96,16 @@ class StrategiesPanel : public QWidget {
   void setProgress(int done, int total, const QString& stage);
   void setResults(StrategyResults results);
   void setError(const QString& message);
-  void setStatus(const QString& text);
+  // One line unless `wrap` (errors, what cannot be searched); the whole text is its tooltip.
+  void setStatus(const QString& text, bool wrap = false);
   void setComparison(const StrategyComparison& comparison);
   const StrategyResults& results() const { return results_; }
 
   // ---- For tests and the screenshot ----
   QTableView* table() const { return table_; }
   QChart* chart() const { return chart_; }
+  // The chart's legend (rich text: a swatch and the name of every series).
+  QLabel* legend() const { return legend_; }
   QProgressBar* progressBar() const { return progress_; }
   QPushButton* searchButton() const { return search_; }
   QPushButton* cancelButton() const { return cancel_; }
@@ -145,8 +149,10 @@ class StrategiesPanel : public QWidget {
   QTableView* table_;
   QChart* chart_;
   QChartView* chart_view_;
+  QLabel* legend_;
   QScatterSeries* selected_series_ = nullptr;
   QTextBrowser* comparison_;
+  QTabWidget* side_;  // the chart and the comparison
   StrategyResults results_;
   std::vector<int> selection_order_;
   bool running_ = false;

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   parser.addVersionOption();
   QCommandLineOption screenshot("screenshot", "Render the main window to OUT.png and exit.", "OUT.png");
   QCommandLineOption example("example", "Open the model-zoo example NAME.", "NAME");
-  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, inspector, instructions, history, strategies (with --screenshot: after a search of the model on 8 devices).", "NAME");
+  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, inspector, instructions, history, strategies, strategies-compare (with --screenshot: after a search of the model on 8 devices; the fastest candidate opened, compared with another family's).", "NAME");
   QCommandLineOption state("state", "Keep FILE up to date with the window's state as JSON (for scripted sessions).", "FILE");
   QCommandLineOption select("select", "Select the instruction NAME.", "NAME");
   QCommandLineOption theme("theme", "Colour theme: system, light or dark.", "THEME");
@@ -124,12 +124,25 @@ int main(int argc, char** argv) {
   if (parser.isSet(select) && !window.selectInstruction(parser.value(select))) {
     if (screenshot_mode) return Fail(2, QString("--select: no instruction named \"%1\"").arg(parser.value(select)));
   }
-  if (screenshot_mode && parser.isSet(view) && QStringList{"strategies", "search"}.contains(parser.value(view).toLower())) {
-    // What a user sees after a search: the ranked table and the chart, the fastest candidate
-    // opened and compared with the second.
+  const QString view_name = parser.value(view).toLower();
+  if (screenshot_mode && parser.isSet(view) && QStringList{"strategies", "search", "strategies-compare"}.contains(view_name)) {
+    // What a user sees after a search: the ranked table and the chart with the fastest candidate
+    // opened; strategies-compare: it compared with the fastest of another family.
     auto* panel = window.strategiesPanel();
-    QObject::connect(panel, &shardscope::views::StrategiesPanel::resultsChanged, panel, [panel] {
-      if (panel->results().rows.size() >= 2) panel->selectRows({0, 1});
+    const bool compare = view_name == "strategies-compare";
+    QObject::connect(panel, &shardscope::views::StrategiesPanel::resultsChanged, panel, [panel, compare] {
+      const auto& rows = panel->results().rows;
+      if (!compare) {
+        if (!rows.empty()) panel->selectRows({0});
+        return;
+      }
+      for (size_t i = 1; i < rows.size(); ++i) {
+        if (rows[i].family != rows[0].family && rows[i].simulated) {
+          panel->selectRows({0, static_cast<int>(i)});
+          return;
+        }
+      }
+      if (rows.size() >= 2) panel->selectRows({0, 1});
     }, Qt::SingleShotConnection);
     panel->startSearch();
   }

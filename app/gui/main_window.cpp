@@ -889,7 +889,7 @@ bool MainWindow::showView(const QString& name) {
   else if (n == "inspector" || n == "why") dock = inspector_dock_;
   else if (n == "instructions" || n == "table") dock = table_dock_;
   else if (n == "history") dock = history_dock_;
-  else if (n == "strategies" || n == "search") dock = strategies_dock_;
+  else if (n == "strategies" || n == "search" || n == "strategies-compare") dock = strategies_dock_;
   if (!dock) return false;
   dock->show();
   dock->raise();
@@ -897,7 +897,9 @@ bool MainWindow::showView(const QString& name) {
     // The table, the chart and the comparison need room: about half the height (after the first
     // show's default sizes).
     QTimer::singleShot(0, this, [this] {
-      const int h = std::clamp(height() * 50 / 100, 260, 600);
+      // Never more than the modes leave (a window that grows past the screen helps nobody).
+      const int room = height() - menuBar()->height() - statusBar()->height() - modes_->minimumSizeHint().height() - 24;
+      const int h = std::min(std::clamp(height() * 50 / 100, 260, 600), std::max(160, room));
       resizeDocks({strategies_dock_}, {h}, Qt::Vertical);
       table_share_ = double(h) / std::max(1, height());
     });

@@ -48,19 +48,20 @@ bool ParseSettings(const QString& text, ZooOverrides* out, QString* error) {
 
 QString StatsText(const search::SearchResult& r) {
   const search::SearchStats& s = r.stats;
-  QString text = QString("%1 \u2014 %2 candidates: %3 simulated, %4 pruned by the memory bound, %5 by the step-time bound")
-                     .arg(Q(r.pod.Describe()))
+  QString text = QString("%1 candidates in %2: %3 simulated, %4 pruned by the memory bound, %5 by the step-time bound")
                      .arg(s.generated)
+                     .arg(Q(FormatSeconds(s.wall_s)))
                      .arg(s.simulated)
                      .arg(s.pruned_memory)
                      .arg(s.pruned_bound);
   if (s.invalid) text += QString(", %1 invalid").arg(s.invalid);
   if (s.failed) text += QString(", %1 failed").arg(s.failed);
-  text += QString(" (%1).").arg(Q(FormatSeconds(s.wall_s)));
+  text += ".";
   if (!r.ranked.empty() && r.ranked.front().fits())
     text += QString(" Fastest that fits: %1, %2.").arg(Q(r.ranked.front().candidate.Label()), Q(FormatSeconds(r.ranked.front().summary.step_time_s)));
   else
     text += " No candidate fits in HBM.";
+  text += " Pod: " + Q(r.pod.Describe()) + ".";
   return text;
 }
 

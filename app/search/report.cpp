@@ -278,7 +278,9 @@ Comparison CompareSideBySide(const CandidateResult& a, const CandidateResult& b)
     };
     add(kind + "s", phrase(a), phrase(b));
   }
+  // The labels are fields of their own: the explanation without its "A: ..." / "B: ..." lines.
   c.explanation = ExplainDifference(a, b);
+  c.explanation = c.explanation.substr(0, c.explanation.find('\n'));
   return c;
 }
 

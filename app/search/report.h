@@ -32,7 +32,8 @@ std::string ExplainDifference(const CandidateResult& a, const CandidateResult& b
 
 // Two candidates side by side: one line per figure (strategy, mesh, step time, MFU, peak memory
 // against HBM, compute, communication, bubbles, then one per collective kind either has, the one
-// taking most time first) with A's and B's values as text, and ExplainDifference(a, b). A candidate
+// taking most time first) with A's and B's values as text, and ExplainDifference(a, b) without its
+// closing "A: ..." / "B: ..." lines (the labels are fields). A candidate
 // that was not simulated shows "-" and its outcome.
 struct ComparisonLine {
   std::string what, a, b;
