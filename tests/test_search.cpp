@@ -100,6 +100,7 @@ class TestSearch : public QObject {
   void searchRanksStoresAndReopens();
   void paretoFrontIsNonDominated();
   void explanationNamesTheCollectives();
+  void sideBySideComparison();
   void panelModel();
   void sweepThroughTheCli();
   void table1FinalizedWins();
@@ -537,6 +538,64 @@ void TestSearch::explanationNamesTheCollectives() {
   CandidateResult pruned;
   pruned.outcome = Outcome::kPrunedBound;
   QVERIFY(Contains(ExplainDifference(a, pruned), "must be simulated"));
+}
+
+// The Strategies panel's comparison of two candidates: a line per figure and per collective kind
+// either has, and the explanation in words.
+void TestSearch::sideBySideComparison() {
+  CandidateResult a, b;
+  a.candidate.family = b.candidate.family = "in-layer";
+  a.candidate.strategy = "2D Attempt 2";
+  b.candidate.strategy = "2D finalized";
+  a.candidate.mesh = b.candidate.mesh = "X=8,Y=16";
+  for (CandidateResult* r : {&a, &b}) {
+    r->hbm_bytes = 16e9;
+    r->summary.compute_time_s = 4.0;
+  }
+  a.summary.step_time_s = 5.0;
+  a.summary.mfu = 0.4;
+  a.summary.peak_memory_bytes = 12000000000;
+  a.collectives = {{"all-reduce", 64, 64 * 96e6, 1.0}, {"all-gather", 32, 32 * 8e6, 0.2}};
+  b.summary.step_time_s = 4.1;
+  b.summary.mfu = 0.5;
+  b.summary.peak_memory_bytes = 9000000000;
+  b.extrapolated = true;
+  b.collectives = {{"reduce-scatter", 64, 64 * 48e6, 0.3}, {"all-gather", 96, 96 * 8e6, 0.6}};
+  const Comparison c = CompareSideBySide(a, b);
+  QCOMPARE(c.a_label, std::string("2D Attempt 2 on X=8,Y=16"));
+  QCOMPARE(c.b_label, std::string("2D finalized on X=8,Y=16"));
+  std::map<std::string, std::pair<std::string, std::string>> line;
+  std::vector<std::string> order;
+  for (const ComparisonLine& l : c.lines) {
+    line[l.what] = {l.a, l.b};
+    order.push_back(l.what);
+  }
+  QCOMPARE(line["step time"], std::make_pair(std::string("5.00 s"), std::string("~4.10 s")));  // ~ extrapolated
+  QCOMPARE(line["MFU"], std::make_pair(std::string("40.0%"), std::string("50.0%")));
+  QCOMPARE(line["peak memory / HBM"], std::make_pair(std::string("12.0 GB / 16.0 GB"), std::string("9.00 GB / 16.0 GB")));
+  // One line per collective kind of either, the longest first; "none" where a candidate has none.
+  const std::vector<std::string> kinds(order.end() - 3, order.end());
+  QCOMPARE(kinds, (std::vector<std::string>{"all-reduces", "all-gathers", "reduce-scatters"}));
+  QCOMPARE(line["all-reduces"], std::make_pair(std::string("64 \u00d7 96.0 MB (1.00 s)"), std::string("none")));
+  QCOMPARE(line["reduce-scatters"], std::make_pair(std::string("none"), std::string("64 \u00d7 48.0 MB (300 ms)")));
+  QCOMPARE(line["all-gathers"].second, std::string("96 \u00d7 8.00 MB (600 ms)"));
+  QVERIFY2(Contains(c.explanation, "B is 18.0% faster than A"), c.explanation.c_str());
+  QVERIFY(Contains(c.explanation, "B replaces 64 all-reduces of 96.0 MB (1.00 s) by 64 reduce-scatters of 48.0 MB (300 ms)"));
+  // A candidate that was not simulated: "-" and its outcome.
+  CandidateResult pruned = b;
+  pruned.outcome = Outcome::kPrunedMemory;
+  pruned.message = "needs 20 GB";
+  const Comparison p = CompareSideBySide(a, pruned);
+  std::map<std::string, std::string> pb;
+  for (const ComparisonLine& l : p.lines) pb[l.what] = l.b;
+  QCOMPARE(pb["step time"], std::string("-"));
+  QVERIFY2(Contains(pb["outcome"], "needs 20 GB"), pb["outcome"].c_str());
+  QVERIFY(Contains(p.explanation, "must be simulated"));
+  // The panel model's rows.
+  const StrategyPanelModel m = StrategyPanelModel::FromResults({a, b}, {});
+  QCOMPARE(m.SideBySide(0, 1).b_label, c.b_label);
+  QVERIFY(m.SideBySide(0, 5).lines.empty());
+  QVERIFY(Contains(m.SideBySide(0, 5).explanation, "choose two"));
 }
 
 void TestSearch::panelModel() {

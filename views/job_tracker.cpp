@@ -8,7 +8,7 @@ namespace shardscope::views {
 
 JobTracker::JobTracker(QObject* parent) : QObject(parent), pool_(new QThreadPool(this)) {
   clock_.start();
-  for (Lane lane : {Lane::kEngine, Lane::kAnalysis, Lane::kLayout, Lane::kStore, Lane::kFiles}) lanes_[lane];
+  for (Lane lane : {Lane::kEngine, Lane::kAnalysis, Lane::kLayout, Lane::kStore, Lane::kFiles, Lane::kSearch}) lanes_[lane];
   // One running job per lane plus the abandoned ones still finishing their stage.
   pool_->setMaxThreadCount(16);
 }

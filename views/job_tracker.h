@@ -1,5 +1,5 @@
 // The one tracker of the GUI's background jobs (hotspot's pattern): loading, propagation, graph
-// layout, partitioning with its numerical check, simulation, run-store I/O and exports all run
+// layout, partitioning with its numerical check, simulation, run-store I/O, exports and the strategy search all run
 // through it.
 //
 // A job is a function of a CancellationToken run on a worker lane; its result is handed back by a
@@ -49,8 +49,9 @@ class JobTracker : public QObject {
   // kEngine: the document's propagation session (ordered, keeps state between runs).
   // kAnalysis: partitioning with its numerical check, simulation (abandoned when cancelled).
   // kLayout: Graphviz. kStore: the SQLite run store. kFiles: reading and writing files (abandoned
-  // when cancelled).
-  enum class Lane { kEngine, kAnalysis, kLayout, kStore, kFiles };
+  // when cancelled). kSearch: the strategy search (long; abandoned when cancelled), so the
+  // document's own partitioning and simulation never wait behind it.
+  enum class Lane { kEngine, kAnalysis, kLayout, kStore, kFiles, kSearch };
   using JobId = quint64;
 
   struct Spec {
@@ -77,7 +78,7 @@ class JobTracker : public QObject {
   ~JobTracker() override;
 
   // Whether a lane abandons a cancelled running job (see above).
-  static bool abandons(Lane lane) { return lane == Lane::kAnalysis || lane == Lane::kFiles; }
+  static bool abandons(Lane lane) { return lane == Lane::kAnalysis || lane == Lane::kFiles || lane == Lane::kSearch; }
 
   // Runs `work(token)` on spec.lane. `done(result)` runs on the GUI thread unless the job was
   // cancelled or superseded first; then `cancelled()` (may be empty) runs instead, at once.

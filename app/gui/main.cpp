@@ -27,6 +27,7 @@
 #include "app/gui/window_state.h"
 #include "app/pipeline/sources.h"
 #include "shardscope_version.h"
+#include "views/strategies_panel.h"
 
 namespace {
 
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   parser.addVersionOption();
   QCommandLineOption screenshot("screenshot", "Render the main window to OUT.png and exit.", "OUT.png");
   QCommandLineOption example("example", "Open the model-zoo example NAME.", "NAME");
-  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, halo, inspector, instructions, history.", "NAME");
+  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, halo, inspector, instructions, history, strategies, strategies-compare (with --screenshot: after a search of the model on 8 devices; the fastest candidate opened, compared with another family's).", "NAME");
   QCommandLineOption state("state", "Keep FILE up to date with the window's state as JSON (for scripted sessions).", "FILE");
   QCommandLineOption select("select", "Select the instruction NAME.", "NAME");
   QCommandLineOption collective("collective",
@@ -131,6 +132,28 @@ int main(int argc, char** argv) {
     const QString msg = QString("--collective: nothing to partition for \"%1\"").arg(parser.value(collective));
     if (screenshot_mode) return Fail(2, msg);
     std::fprintf(stderr, "shardscope: %s\n", qPrintable(msg));
+  }
+  const QString view_name = parser.value(view).toLower();
+  if (screenshot_mode && parser.isSet(view) && QStringList{"strategies", "search", "strategies-compare"}.contains(view_name)) {
+    // What a user sees after a search: the ranked table and the chart with the fastest candidate
+    // opened; strategies-compare: it compared with the fastest of another family.
+    auto* panel = window.strategiesPanel();
+    const bool compare = view_name == "strategies-compare";
+    QObject::connect(panel, &shardscope::views::StrategiesPanel::resultsChanged, panel, [panel, compare] {
+      const auto& rows = panel->results().rows;
+      if (!compare) {
+        if (!rows.empty()) panel->selectRows({0});
+        return;
+      }
+      for (size_t i = 1; i < rows.size(); ++i) {
+        if (rows[i].family != rows[0].family && rows[i].simulated) {
+          panel->selectRows({0, static_cast<int>(i)});
+          return;
+        }
+      }
+      if (rows.size() >= 2) panel->selectRows({0, 1});
+    }, Qt::SingleShotConnection);
+    panel->startSearch();
   }
   if (parser.isSet(view) && !window.showView(parser.value(view))) {
     const QString msg = QString("--view: unknown panel \"%1\"").arg(parser.value(view));

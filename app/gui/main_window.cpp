@@ -1,5 +1,7 @@
 #include "app/gui/main_window.h"
 
+#include <algorithm>
+
 #include <QAction>
 #include <QActionGroup>
 #include <QApplication>
@@ -32,6 +34,7 @@
 
 #include "app/gui/exports.h"
 #include "app/gui/project_file.h"
+#include "app/gui/search_jobs.h"
 #include "app/gui/session.h"
 #include "app/pipeline/sources.h"
 #include "shardscope_version.h"
@@ -47,6 +50,7 @@
 #include "views/collective_stepper.h"
 #include "views/comparison_view.h"
 #include "views/simulation_view.h"
+#include "views/strategies_panel.h"
 #include "views/timeline_view.h"
 #include "simulator/trace_export.h"
 
@@ -401,6 +405,13 @@ void MainWindow::createDocks() {
   undo_view_->setEmptyLabel("Opened");
   history_dock_ = make_dock("Edit history", "historyDock", undo_view_, Qt::BottomDockWidgetArea);
   tabifyDockWidget(table_dock_, history_dock_);
+  // The strategy search: a tab beside the table (it takes more height when raised: showView).
+  strategies_ = new views::StrategiesPanel;
+  search_jobs_ = new SearchJobs(session_, strategies_, session_);
+  connect(search_jobs_, &SearchJobs::candidateOpened, this,
+          [this](int row, const QString& label) { showMessage(QString("Opened candidate %1: %2").arg(row + 1).arg(label)); });
+  strategies_dock_ = make_dock("Strategies", "strategiesDock", strategies_, Qt::BottomDockWidgetArea);
+  tabifyDockWidget(history_dock_, strategies_dock_);
   table_dock_->raise();
 
   // The mesh and the inspector take the whole right-hand column; the table sits under the modes.
@@ -573,7 +584,8 @@ void MainWindow::createMenus() {
   connect(collapse, &QAction::triggered, graph_->view(), &views::GraphView::collapseAll);
   view_menu_->addSeparator();
   QMenu* docks = view_menu_->addMenu("&Panels");
-  for (QDockWidget* d : {mesh_dock_, inspector_dock_, table_dock_, history_dock_}) docks->addAction(d->toggleViewAction());
+  for (QDockWidget* d : {mesh_dock_, inspector_dock_, table_dock_, history_dock_, strategies_dock_})
+    docks->addAction(d->toggleViewAction());
   view_menu_->addAction(reset_layout_act_);
   QMenu* theme = view_menu_->addMenu("T&heme");
   auto* group = new QActionGroup(this);
@@ -909,9 +921,21 @@ bool MainWindow::showView(const QString& name) {
   else if (n == "inspector" || n == "why") dock = inspector_dock_;
   else if (n == "instructions" || n == "table") dock = table_dock_;
   else if (n == "history") dock = history_dock_;
+  else if (n == "strategies" || n == "search" || n == "strategies-compare") dock = strategies_dock_;
   if (!dock) return false;
   dock->show();
   dock->raise();
+  if (dock == strategies_dock_ && !dock->isFloating()) {
+    // The table, the chart and the comparison need room: about half the height (after the first
+    // show's default sizes).
+    QTimer::singleShot(0, this, [this] {
+      // Never more than the modes leave (a window that grows past the screen helps nobody).
+      const int room = height() - menuBar()->height() - statusBar()->height() - modes_->minimumSizeHint().height() - 24;
+      const int h = std::min(std::clamp(height() * 50 / 100, 260, 600), std::max(160, room));
+      resizeDocks({strategies_dock_}, {h}, Qt::Vertical);
+      table_share_ = double(h) / std::max(1, height());
+    });
+  }
   return true;
 }
 
@@ -1069,7 +1093,7 @@ void MainWindow::saveSettings() {
 void MainWindow::resetLayout() {
   if (side_by_side_) setSideBySide(false);
   restoreState(default_state_, 1);
-  for (QDockWidget* d : {mesh_dock_, inspector_dock_, table_dock_, history_dock_}) {
+  for (QDockWidget* d : {mesh_dock_, inspector_dock_, table_dock_, history_dock_, strategies_dock_}) {
     d->setFloating(false);
     d->show();
   }

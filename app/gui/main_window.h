@@ -41,10 +41,12 @@ class PartitionedView;
 class SimulationView;
 class CollectiveStepper;
 class ComparisonView;
+class StrategiesPanel;
 }  // namespace shardscope::views
 
 namespace shardscope::gui {
 
+class SearchJobs;
 class Session;
 
 class MainWindow : public QMainWindow {
@@ -65,7 +67,8 @@ class MainWindow : public QMainWindow {
   bool openPath(const QString& path, QString* error);
   bool openExample(const QString& name, QString* error);
   // Shows a mode ("graph", "partitioned", "side-by-side", "simulation", "compare", "teaching") or
-  // raises a dock ("mesh", "inspector", "instructions", "history"). Returns false for an unknown name.
+  // raises a dock ("mesh", "inspector", "instructions", "history", "strategies"). Returns false for an
+  // unknown name.
   bool showView(const QString& name);
 
   // The modes of the central area, in tab order.
@@ -99,6 +102,8 @@ class MainWindow : public QMainWindow {
   views::CollectiveStepper* teachingPanel() const { return teaching_; }
   views::MeshView* meshView() const { return mesh_; }
   views::InspectorPanel* inspector() const { return inspector_; }
+  views::StrategiesPanel* strategiesPanel() const { return strategies_; }
+  SearchJobs* searchJobs() const { return search_jobs_; }
   QTableView* instructionTable() const { return table_; }
   // The module summary at the left of the status bar (messages have a place of their own).
   QLabel* summaryLabel() const { return summary_label_; }
@@ -184,7 +189,9 @@ class MainWindow : public QMainWindow {
   QSplitter* graph_split_;   // the graph (and the partitioned program, side by side)
   QWidget* partitioned_page_;
   bool side_by_side_ = false;
-  QDockWidget *mesh_dock_, *inspector_dock_, *table_dock_, *history_dock_;
+  views::StrategiesPanel* strategies_;
+  SearchJobs* search_jobs_;
+  QDockWidget *mesh_dock_, *inspector_dock_, *table_dock_, *history_dock_, *strategies_dock_;
   QByteArray default_state_;  // the docks as first arranged (Reset Layout)
   // The docks' share of the window: mesh width / width, table height / height.
   double mesh_share_ = 0, table_share_ = 0;

@@ -233,6 +233,57 @@ std::string ExplainDifference(const CandidateResult& a, const CandidateResult& b
   return os.str();
 }
 
+Comparison CompareSideBySide(const CandidateResult& a, const CandidateResult& b) {
+  Comparison c;
+  c.a_label = a.candidate.Label();
+  c.b_label = b.candidate.Label();
+  auto add = [&](std::string what, std::string x, std::string y) { c.lines.push_back({std::move(what), std::move(x), std::move(y)}); };
+  auto each = [&](const std::string& what, auto value) { add(what, value(a), value(b)); };
+  auto sim = [](const CandidateResult& r, const std::string& text) { return r.simulated() ? text : std::string("-"); };
+  each("strategy", [](const CandidateResult& r) { return r.candidate.strategy; });
+  each("family", [](const CandidateResult& r) { return r.candidate.family; });
+  each("mesh", [](const CandidateResult& r) {
+    return r.candidate.mesh + (r.candidate.placement.empty() ? "" : " (placed " + r.candidate.placement + ")");
+  });
+  each("outcome", [](const CandidateResult& r) {
+    if (r.simulated()) return std::string(r.fits() ? "fits in HBM" : "over HBM");
+    return std::string(OutcomeName(r.outcome)) + (r.message.empty() ? "" : ": " + r.message);
+  });
+  each("step time", [&](const CandidateResult& r) {
+    return sim(r, (r.extrapolated ? "~" : "") + FormatSeconds(r.summary.step_time_s));
+  });
+  each("MFU", [&](const CandidateResult& r) { return sim(r, FormatPercent(r.summary.mfu)); });
+  each("peak memory / HBM", [&](const CandidateResult& r) {
+    return sim(r, FormatBytes(static_cast<double>(r.summary.peak_memory_bytes)) + " / " + FormatBytes(r.hbm_bytes));
+  });
+  each("compute", [&](const CandidateResult& r) { return sim(r, FormatSeconds(r.summary.compute_time_s)); });
+  each("communication (busy / exposed)", [&](const CandidateResult& r) {
+    return sim(r, FormatPercent(r.communication_share()) + " / " + FormatPercent(r.exposed_share()));
+  });
+  each("pipeline bubbles", [&](const CandidateResult& r) { return sim(r, FormatPercent(r.candidate.bubble_fraction)); });
+  // Collective kinds, the one taking most time (in either) first.
+  std::map<std::string, double> longest;
+  for (const CandidateResult* r : {&a, &b})
+    for (const CollectiveTotal& t : r->collectives) longest[t.kind] = std::max(longest[t.kind], t.time_s);
+  std::vector<std::pair<std::string, double>> kinds(longest.begin(), longest.end());
+  std::stable_sort(kinds.begin(), kinds.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  for (const auto& [kind, unused] : kinds) {
+    (void)unused;
+    auto phrase = [&, kind = kind](const CandidateResult& r) {
+      if (!r.simulated()) return std::string("-");
+      for (const CollectiveTotal& t : r.collectives)
+        if (t.kind == kind && t.count > 0.5)
+          return Count(t.count) + " \u00d7 " + FormatBytes(t.bytes / t.count) + " (" + FormatSeconds(t.time_s) + ")";
+      return std::string("none");
+    };
+    add(kind + "s", phrase(a), phrase(b));
+  }
+  // The labels are fields of their own: the explanation without its "A: ..." / "B: ..." lines.
+  c.explanation = ExplainDifference(a, b);
+  c.explanation = c.explanation.substr(0, c.explanation.find('\n'));
+  return c;
+}
+
 StrategyPanelModel StrategyPanelModel::FromResults(std::vector<CandidateResult> ranked, std::vector<size_t> pareto) {
   StrategyPanelModel m;
   m.pareto = pareto;
@@ -267,6 +318,15 @@ StrategyPanelModel StrategyPanelModel::FromResults(std::vector<CandidateResult> 
 std::string StrategyPanelModel::Compare(size_t a, size_t b) const {
   if (a >= results.size() || b >= results.size()) return "choose two candidates of the table";
   return ExplainDifference(results[a], results[b]);
+}
+
+Comparison StrategyPanelModel::SideBySide(size_t a, size_t b) const {
+  if (a >= results.size() || b >= results.size()) {
+    Comparison c;
+    c.explanation = "choose two candidates of the table";
+    return c;
+  }
+  return CompareSideBySide(results[a], results[b]);
 }
 
 }  // namespace shardscope::search

@@ -30,6 +30,21 @@ Status WriteCsv(const std::string& path, const std::vector<CandidateResult>& ran
 // one has that the other has not), compute, bubbles and peak memory. Both must be simulated.
 std::string ExplainDifference(const CandidateResult& a, const CandidateResult& b);
 
+// Two candidates side by side: one line per figure (strategy, mesh, step time, MFU, peak memory
+// against HBM, compute, communication, bubbles, then one per collective kind either has, the one
+// taking most time first) with A's and B's values as text, and ExplainDifference(a, b) without its
+// closing "A: ..." / "B: ..." lines (the labels are fields). A candidate
+// that was not simulated shows "-" and its outcome.
+struct ComparisonLine {
+  std::string what, a, b;
+};
+struct Comparison {
+  std::string a_label, b_label;  // Candidate::Label
+  std::vector<ComparisonLine> lines;
+  std::string explanation;
+};
+Comparison CompareSideBySide(const CandidateResult& a, const CandidateResult& b);
+
 // The Strategies panel's data.
 struct StrategyRow {
   size_t rank = 0;          // 1-based, as ranked
@@ -65,6 +80,9 @@ struct StrategyPanelModel {
   static StrategyPanelModel FromResults(std::vector<CandidateResult> ranked, std::vector<size_t> pareto);
   // ExplainDifference of rows a and b; a message when either was not simulated.
   std::string Compare(size_t a, size_t b) const;
+  // CompareSideBySide of rows a and b; an empty comparison whose explanation says why when either
+  // row does not exist.
+  Comparison SideBySide(size_t a, size_t b) const;
 };
 
 }  // namespace shardscope::search

@@ -208,6 +208,23 @@ Result<std::vector<Candidate>> Generate(const SearchOptions& options, Pod& pod_o
   }
   auto candidates = GenerateCandidates(space, options.families, &notes);
   if (!candidates.ok()) return candidates.error();
+  // A setting that neither the model nor a model the families derive from it has is a mistake (a
+  // typo), not something to drop silently.
+  {
+    std::set<std::string> models = {options.model};
+    for (const Candidate& c : *candidates) models.insert(c.model);
+    std::set<std::string> known;
+    std::string own;
+    for (const ZooModel& m : ZooList()) {
+      if (!models.count(m.name)) continue;
+      for (const ZooParameter& p : m.parameters) {
+        known.insert(p.name);
+        if (m.name == options.model) own += (own.empty() ? "" : ", ") + p.name;
+      }
+    }
+    for (const auto& [name, value] : options.settings)
+      if (!known.count(name)) return Error("model " + options.model + " has no setting '" + name + "' (its settings: " + own + ")");
+  }
   if (!options.meshes.empty()) {
     std::vector<DeviceMesh> wanted;
     for (const std::string& text : options.meshes) {

@@ -1,0 +1,71 @@
+// The strategy search for the GUI: serves the Strategies panel (views/strategies_panel.h). A search
+// of the document's zoo model (app/search RunSearch) runs on the job tracker's search lane with its
+// progress shown and a Cancel; its ranked results, scatter points and comparisons come from
+// search::StrategyPanelModel and go to the panel in its display terms. Choosing a candidate builds
+// it off the GUI thread the way a zoo example is built (pipeline::BuildZooModel with the
+// candidate's settings, then its annotation rule) and makes it the document — graph, mesh,
+// partitioned program and instruction table follow — and simulates one step of it on its chip
+// (the timeline follows).
+#pragma once
+
+#include <memory>
+
+#include <QObject>
+#include <QString>
+
+#include "views/job_tracker.h"
+
+namespace shardscope::search {
+struct StrategyPanelModel;
+}
+
+namespace shardscope::views {
+class StrategiesPanel;
+}
+
+namespace shardscope::gui {
+
+class Session;
+
+class SearchJobs : public QObject {
+  Q_OBJECT
+
+ public:
+  SearchJobs(Session* session, views::StrategiesPanel* panel, QObject* parent = nullptr);
+  ~SearchJobs() override;
+
+  // The zoo model the document was built from ("" when it was not: an HLO file, a project).
+  QString documentModel() const { return model_; }
+  // Starts a search of the document's model on `devices` of `chip` with the model settings
+  // `settings` ("k=v k=v"); a running search is cancelled first. False (and the panel says why)
+  // when the document is not a zoo model or the settings do not parse.
+  bool start(const QString& chip, int devices, const QString& settings);
+  void cancel();
+  bool busy() const;
+  // Makes ranked row `row` the document (in the background).
+  void choose(int row);
+  void compare(int a, int b);
+  // The last search's results (null before the first).
+  const search::StrategyPanelModel* results() const { return results_.get(); }
+  // The row whose candidate the document shows (-1: none).
+  int chosenRow() const { return chosen_row_; }
+
+ signals:
+  // Candidate `row` became the document.
+  void candidateOpened(int row, const QString& label);
+
+ private:
+  void onModuleReset();
+
+  Session* session_;
+  views::StrategiesPanel* panel_;
+  std::shared_ptr<const search::StrategyPanelModel> results_;
+  views::JobTracker::JobId search_job_ = 0;
+  QString model_;  // the document's zoo model
+  QString search_model_, search_settings_text_;  // of the last search (a chosen candidate's origin)
+  bool loading_candidate_ = false;  // the next document is the chosen candidate
+  int chosen_row_ = -1;
+  int pending_row_ = -1;
+};
+
+}  // namespace shardscope::gui

@@ -1,0 +1,250 @@
+// The Strategies panel in the main window (offscreen): a strategy search of the 2-layer
+// Transformer on 8 TPU v4 devices runs in the background with its progress; its table is ranked by
+// step time, its chart has a series per family, the HBM line and the Pareto front; choosing a row
+// makes the candidate the document (its annotations, its mesh, a simulated step); two rows are
+// compared in words; Cancel stops a running search; documents the search does not cover and bad
+// settings are said so.
+#include <QAbstractItemModel>
+#include <QLabel>
+#include <QChart>
+#include <QLineSeries>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QScatterSeries>
+#include <QTableView>
+#include <QTextBrowser>
+#include <QtTest>
+
+#include <set>
+
+#include "app/gui/main_window.h"
+#include "app/gui/search_jobs.h"
+#include "app/gui/session.h"
+#include "app/search/candidate.h"
+#include "app/search/report.h"
+#include "core/base/units.h"
+#include "gui_test_support.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
+#include "views/job_tracker.h"
+#include "views/strategies_panel.h"
+
+using namespace shardscope;
+using namespace shardscope::gui;
+
+namespace {
+
+search::Settings DocumentAnnotations(const views::DocumentModel& doc) {
+  return search::AnnotationList(*doc.annotatedClone(/*with_inferred=*/false));
+}
+
+QStringList SeriesNames(const QChart& chart) {
+  QStringList names;
+  for (QAbstractSeries* s : chart.series()) names << s->name();
+  return names;
+}
+
+}  // namespace
+
+class TestGuiStrategies : public QObject {
+  Q_OBJECT
+ private slots:
+  void initTestCase();
+  void searchRankChartOpenCompare();
+  void cancelStopsARunningSearch();
+  void unsupportedDocumentAndBadSettings();
+
+ private:
+  QTemporaryDir runs_;
+};
+
+void TestGuiStrategies::initTestCase() { QVERIFY(UseTestRunStore(runs_)); }
+
+void TestGuiStrategies::searchRankChartOpenCompare() {
+  MainWindow w;
+  w.setBatchMode(true);
+  w.resize(1600, 1000);
+  w.show();
+  QString error;
+  QVERIFY2(w.openExample("transformer", &error), qPrintable(error));
+  QVERIFY(WaitUntilIdle(*w.session()));
+  QVERIFY(w.showView("strategies"));
+  views::StrategiesPanel* panel = w.strategiesPanel();
+  SearchJobs* jobs = w.searchJobs();
+  QCOMPARE(jobs->documentModel(), QString("transformer"));
+  QVERIFY(panel->searchButton()->isEnabled());
+  QVERIFY(!panel->cancelButton()->isEnabled());
+
+  panel->setChip("tpu-v4");
+  QCOMPARE(panel->chip(), QString("tpu-v4"));
+  panel->setDevices(8);
+  panel->setSettingsText("layers=2");
+  int max_seen = 0;  // the progress bar's range while it counted candidates
+  connect(panel->progressBar(), &QProgressBar::valueChanged, this,
+          [&max_seen, panel](int v) { if (v > 0 && panel->isRunning()) max_seen = std::max(max_seen, panel->progressBar()->maximum()); });
+  QTest::mouseClick(panel->searchButton(), Qt::LeftButton);
+  // In the background: the window answers, Cancel is offered, the progress bar moves.
+  QVERIFY(jobs->busy());
+  QVERIFY(panel->isRunning());
+  QVERIFY(panel->cancelButton()->isEnabled());
+  QVERIFY(!panel->searchButton()->isEnabled());
+  QVERIFY(QTest::qWaitFor([&] { return !jobs->busy(); }, 300000));
+  QVERIFY(!panel->isRunning());
+  QVERIFY2(max_seen > 1, "the progress bar counted the candidates");
+
+  // The ranked table: rows as the search ranked them, those that fit by ascending step time.
+  const search::StrategyPanelModel* results = jobs->results();
+  QVERIFY(results);
+  const views::StrategyResults& shown = panel->results();
+  QVERIFY2(shown.rows.size() >= 10, qPrintable(QString::number(shown.rows.size())));
+  QCOMPARE(shown.rows.size(), results->rows.size());
+  QAbstractItemModel* table = panel->table()->model();
+  QCOMPARE(table->rowCount(), static_cast<int>(shown.rows.size()));
+  double last = 0;
+  size_t fitting = 0;
+  for (size_t i = 0; i < shown.rows.size(); ++i) {
+    const views::StrategyEntry& r = shown.rows[i];
+    QCOMPARE(r.label.toStdString(), results->rows[i].label);
+    QVERIFY(table->index(static_cast<int>(i), 0).data().toString().startsWith(QString::number(i + 1)));
+    if (!(r.simulated && r.fits)) continue;
+    QCOMPARE(fitting, i);  // every one that fits before every other
+    ++fitting;
+    QVERIFY2(r.step_time_s >= last, qPrintable(r.label));
+    last = r.step_time_s;
+    const QString step = table->index(static_cast<int>(i), 3).data().toString();
+    QVERIFY2(step.endsWith(QString::fromStdString(FormatSeconds(r.step_time_s))), qPrintable(step));
+  }
+  QVERIFY(fitting >= 2);
+  QVERIFY(panel->table()->model()->index(0, 0).data().toString() == "1*");  // the fastest is on the front
+
+  // The chart: one scatter series per family, the Pareto front, the HBM capacity as a flat line.
+  const QStringList names = SeriesNames(*panel->chart());
+  const std::set<QString> families(shown.families.begin(), shown.families.end());
+  QVERIFY(families.count("in-layer") && families.count("data-parallel") && families.count("pipelining"));
+  for (const QString& f : shown.families) {
+    QVERIFY2(names.contains(f), qPrintable(names.join(", ")));
+    auto* s = qobject_cast<QScatterSeries*>(panel->chart()->series().at(names.indexOf(f)));
+    QVERIFY(s && s->count() > 0);
+  }
+  QVERIFY(names.contains("Pareto front"));
+  QCOMPARE(shown.hbm_bytes, 32.0 * (1 << 30));
+  int hbm_index = -1;
+  for (int i = 0; i < names.size(); ++i)
+    if (names[i].startsWith("HBM ")) hbm_index = i;
+  QVERIFY2(hbm_index >= 0, qPrintable(names.join(", ")));
+  auto* hbm = qobject_cast<QLineSeries*>(panel->chart()->series().at(hbm_index));
+  QVERIFY(hbm && hbm->count() == 2);
+  QCOMPARE(hbm->at(0).y(), hbm->at(1).y());
+  QVERIFY(hbm->at(0).y() > 0);
+  // The legend names every series but the selection ring.
+  const QString legend = panel->legend()->text();
+  for (const QString& f : shown.families) QVERIFY2(legend.contains(f), qPrintable(legend));
+  QVERIFY(legend.contains("HBM 34.4 GB") && legend.contains("Pareto front") && !legend.contains("selected"));
+
+  // Choosing a candidate makes it the document: its annotations, its mesh, a simulated step.
+  const search::Settings before = DocumentAnnotations(*w.document());
+  int pick = -1;
+  search::Settings expected;
+  for (size_t i = 0; i < results->results.size() && pick < 0; ++i) {
+    const search::CandidateResult& r = results->results[i];
+    if (!r.simulated()) continue;
+    auto m = search::BuildCandidateModule(r.candidate);
+    QVERIFY(m.ok());
+    expected = search::AnnotationList(**m);
+    if (expected != before) pick = static_cast<int>(i);
+  }
+  QVERIFY2(pick >= 0, "some candidate is annotated unlike the example");
+  panel->selectRows({pick});
+  QVERIFY(QTest::qWaitFor([&] { return jobs->chosenRow() == pick; }, 60000));
+  QVERIFY(!panel->comparisonView()->isVisible());
+  QCOMPARE(DocumentAnnotations(*w.document()), expected);
+  QVERIFY(DocumentAnnotations(*w.document()) != before);
+  QCOMPARE(w.document()->mesh().num_devices(), int64_t{8});
+  QCOMPARE(w.document()->source(), QString("transformer"));
+  QVERIFY(WaitUntilIdle(*w.session(), 300000));
+  QVERIFY2(w.session()->analysis()->simulation().ok(), w.session()->analysis()->simulation().message.c_str());
+  // On the candidate's chip (TPU v4: 32 GiB per device) and mesh.
+  QCOMPARE(w.session()->analysis()->simulation().run->summary.device_hbm_bytes, int64_t{32} << 30);
+  QCOMPARE(w.session()->analysis()->simulation().run->summary.num_devices, int64_t{8});
+  // The document stays searchable as the model it came from, with the search's settings.
+  QCOMPARE(jobs->documentModel(), QString("transformer"));
+  QCOMPARE(panel->settingsText(), QString("layers=2"));
+  QVERIFY(panel->searchButton()->isEnabled());
+
+  // Two rows: compared side by side, the difference in words (the first selected is opened).
+  panel->selectRows({0, 1});
+  QCOMPARE(panel->selectedRows(), (std::vector<int>{0, 1}));
+  QVERIFY(panel->comparisonView()->isVisible());
+  const QString text = panel->comparisonView()->toPlainText();
+  const std::string expected_words = results->Compare(0, 1);
+  QVERIFY2(text.contains(QString::fromStdString(expected_words.substr(0, expected_words.find('\n')))), qPrintable(text));
+  QVERIFY2(text.contains("faster than A") || text.contains("slower than A") || text.contains("same time"), qPrintable(text));
+  QVERIFY(text.contains("peak memory / HBM"));
+  QVERIFY(text.contains("A: " + QString::fromStdString(results->rows[0].label)));
+  QVERIFY(QTest::qWaitFor([&] { return jobs->chosenRow() == 0; }, 60000));
+  QCOMPARE(panel->selectedRows(), (std::vector<int>{0, 1}));
+  QVERIFY(WaitUntilIdle(*w.session(), 300000));
+}
+
+void TestGuiStrategies::cancelStopsARunningSearch() {
+  MainWindow w;
+  w.setBatchMode(true);
+  w.resize(1024, 700);
+  w.show();
+  QString error;
+  QVERIFY2(w.openExample("transformer", &error), qPrintable(error));
+  QVERIFY(WaitUntilIdle(*w.session()));
+  views::StrategiesPanel* panel = w.strategiesPanel();
+  SearchJobs* jobs = w.searchJobs();
+  views::JobTracker* tracker = w.session()->jobs();
+  // Large enough to be running when cancelled: 8 layers on 256 devices.
+  panel->setChip("tpu-v4");
+  panel->setDevices(256);
+  panel->setSettingsText("layers=8 batch=256");
+  panel->startSearch();
+  QVERIFY(jobs->busy());
+  QVERIFY(tracker->hasCancellable());
+  QVERIFY(QTest::qWaitFor([&] { return panel->progressBar()->value() > 0 || !jobs->busy(); }, 120000));
+  QVERIFY2(jobs->busy(), "the search was still running when cancelled");
+  QTest::mouseClick(panel->cancelButton(), Qt::LeftButton);
+  // Given back at once; the search's thread stops at its next check.
+  QVERIFY(!jobs->busy());
+  QVERIFY(!panel->isRunning());
+  QVERIFY(panel->searchButton()->isEnabled());
+  QVERIFY(!panel->cancelButton()->isEnabled());
+  QVERIFY(panel->statusLabel()->text().contains("cancelled"));
+  QVERIFY(!jobs->results());
+  QVERIFY(panel->results().rows.empty());
+  QVERIFY(QTest::qWaitFor([&] { return tracker->abandonedRunning() == 0; }, 120000));
+  QVERIFY(WaitUntilIdle(*w.session()));
+}
+
+void TestGuiStrategies::unsupportedDocumentAndBadSettings() {
+  MainWindow w;
+  w.setBatchMode(true);
+  w.show();
+  views::StrategiesPanel* panel = w.strategiesPanel();
+  QString error;
+  QVERIFY2(w.openExample("transformer", &error), qPrintable(error));
+  QVERIFY(WaitUntilIdle(*w.session()));
+  // Settings that do not parse, or that the model does not have: a clear message, no search.
+  panel->setSettingsText("layers");
+  panel->startSearch();
+  QVERIFY(!w.searchJobs()->busy());
+  QVERIFY2(panel->statusLabel()->text().contains("\"layers\" is not NAME=VALUE"), qPrintable(panel->statusLabel()->text()));
+  panel->setSettingsText("no_such_setting=3");
+  panel->startSearch();
+  QVERIFY(QTest::qWaitFor([&] { return !w.searchJobs()->busy(); }, 60000));
+  QVERIFY2(panel->statusLabel()->text().startsWith("The search failed:"), qPrintable(panel->statusLabel()->text()));
+  QVERIFY2(panel->statusLabel()->text().contains("no_such_setting"), qPrintable(panel->statusLabel()->text()));
+  // An HLO module: the panel says what the search covers.
+  QVERIFY(w.session()->loadHloText(kHandConvModule, "handconv.hlo").ok());
+  QVERIFY(!panel->searchButton()->isEnabled());
+  QVERIFY(w.searchJobs()->documentModel().isEmpty());
+  const QString subject = panel->statusLabel()->text();
+  QVERIFY2(subject.contains("models of the zoo") && subject.contains("HLO module"), qPrintable(subject));
+  QVERIFY(WaitUntilIdle(*w.session()));
+}
+
+QTEST_MAIN(TestGuiStrategies)
+#include "test_gui_strategies.moc"
