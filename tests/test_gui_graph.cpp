@@ -204,6 +204,45 @@ class TestGuiGraph : public QObject {
     QCOMPARE(full.openScopes().size(), size_t{5});  // root, layer0, layer0/ffn, layer1, layer1/ffn
   }
 
+  // A partitioned program reads each output of the original (unscoped) root tuple back with a
+  // get-tuple-element the partitioner emits without a scope; each goes to the group that made its
+  // element, so the outermost group keeps only the tuples (the 64-layer step's partitioned
+  // program used to open as 60-item chunks of 1,153 such reads).
+  void tupleReadsJoinTheirElementsGroup() {
+    const char* text = R"(HloModule outputs, num_partitions=2
+
+ENTRY main {
+  x = f32[8,16] parameter(0), metadata={op_name="jit(f)/input"}
+  a0 = f32[8,16] tanh(x), metadata={op_name="jit(f)/layer0/tanh"}
+  a1 = f32[8,16] tanh(a0), metadata={op_name="jit(f)/layer0/tanh"}
+  a = f32[8,16] tanh(a1), metadata={op_name="jit(f)/layer0/tanh"}
+  b0 = f32[8,16] exponential(x), metadata={op_name="jit(f)/layer1/exp"}
+  b1 = f32[8,16] exponential(b0), metadata={op_name="jit(f)/layer1/exp"}
+  b = f32[8,16] exponential(b1), metadata={op_name="jit(f)/layer1/exp"}
+  outputs = (f32[8,16], f32[8,16]) tuple(a, b)
+  g0 = f32[8,16] get-tuple-element(outputs), index=0
+  g1 = f32[8,16] get-tuple-element(outputs), index=1
+  n1 = f32[8,16] negate(g1)
+  ROOT r = (f32[8,16], f32[8,16]) tuple(g0, n1)
+}
+)";
+    Session session;
+    const DocumentModel& doc = *session.document();
+    QVERIFY(session.loadHloText(text, "outputs.hlo").ok());
+    const ScopeTree tree = ScopeTree::Build(*doc.module()->entry());
+    QVERIFY(tree.fromMetadata());
+    const int layer0 = tree.scopeOf(doc.findInstruction("a")->id());
+    const int layer1 = tree.scopeOf(doc.findInstruction("b")->id());
+    QVERIFY(layer0 > 0 && layer1 > 0 && layer0 != layer1);
+    QCOMPARE(tree.scope(layer0).label, std::string("layer0"));
+    QCOMPARE(tree.scopeOf(doc.findInstruction("g0")->id()), layer0);
+    QCOMPARE(tree.scopeOf(doc.findInstruction("g1")->id()), layer1);
+    // Not a get-tuple-element: stays where it is (the outermost group), as do the tuples.
+    QCOMPARE(tree.scopeOf(doc.findInstruction("n1")->id()), 0);
+    QCOMPARE(tree.scopeOf(doc.findInstruction("outputs")->id()), 0);
+    QCOMPARE(tree.scopeOf(doc.findInstruction("r")->id()), 0);
+  }
+
   void collapseExpandAndSearch() {
     Session session;
     DocumentModel& doc = *session.document();

@@ -71,6 +71,12 @@ std::string WithoutDigits(const std::string& s) {
 
 }  // namespace
 
+ScopeTree ScopeTree::Build(const Computation& computation, std::shared_ptr<const void> owner) {
+  ScopeTree t = Build(computation);
+  t.owner_ = std::move(owner);
+  return t;
+}
+
 ScopeTree ScopeTree::Build(const Computation& computation) {
   ScopeTree t;
   // ---- Which instructions are shown, in which order: nested computations before their caller.
@@ -160,6 +166,19 @@ ScopeTree ScopeTree::Build(const Computation& computation) {
       if (it != t.position_.end() && (first < 0 || it->second < first)) first = it->second;
     }
     if (first >= 0) own[i] = own[static_cast<size_t>(first)];
+  }
+  // A get-tuple-element without a scope of its own reads one element of a tuple: it goes where
+  // that element was made. (A partitioned program reads each output of the original root tuple
+  // this way, one get-tuple-element per output: left in the outermost group they would crowd it
+  // into chunks.) In order, so a chain of tuples resolves.
+  for (size_t i = 0; i < n; ++i) {
+    const Instruction* inst = t.order_[i];
+    if (!own[i].empty() || inst->opcode() != Opcode::kGetTupleElement || inst->operand_count() != 1) continue;
+    const Instruction* tuple = inst->operand(0);
+    if (tuple->opcode() != Opcode::kTuple || inst->tuple_index < 0 || inst->tuple_index >= tuple->operand_count())
+      continue;
+    auto it = t.position_.find(tuple->operand(inst->tuple_index)->id());
+    if (it != t.position_.end()) own[i] = own[static_cast<size_t>(it->second)];
   }
   // Nested instructions: below their caller's group, then their own path without the part it
   // shares with the caller's. Callers come after their callees, so go backwards.

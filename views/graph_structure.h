@@ -56,10 +56,15 @@ class ScopeTree {
   // Scopes come from Instruction::op_name(): "jit(f)/layer_0/attention/dot_general" puts the
   // instruction in scope "jit(f)/layer_0/attention". A prefix shared by everything is dropped and
   // chains of single-child scopes are merged. A leaf without a scope of its own (a weight
-  // parameter, a constant) joins the scope of its first user. When fewer than half of the
+  // parameter, a constant) joins the scope of its first user; a get-tuple-element without one, the
+  // scope of the tuple element it reads. When fewer than half of the
   // computation's operations have a scope, names are ignored and the tree is made of the called
   // computations and chunks only.
   static ScopeTree Build(const Computation& computation);
+  // The same, keeping `owner` (the module the computation belongs to) alive as long as the tree:
+  // the tree points into the module's instructions and is shared with background layout jobs,
+  // which may still run after the document has moved on to another module.
+  static ScopeTree Build(const Computation& computation, std::shared_ptr<const void> owner);
 
   const std::vector<ScopeNode>& scopes() const { return scopes_; }  // [0] is the root
   const ScopeNode& scope(int i) const { return scopes_[static_cast<size_t>(i)]; }
@@ -120,6 +125,7 @@ class ScopeTree {
   std::vector<RepeatRun> runs_;
   bool from_metadata_ = false;
   uint64_t fingerprint_ = 0;
+  std::shared_ptr<const void> owner_;  // keeps order_'s instructions alive (may be empty)
 };
 
 // Visible node keys: "i<id>" an instruction, "g<scope>" a collapsed group, "f<run>" a folded repeat

@@ -541,7 +541,7 @@ void GraphView::onModuleReset() {
 
 void GraphView::resetTree() {
   const Computation* c = currentComputation();
-  tree_ = c ? std::make_shared<const ScopeTree>(ScopeTree::Build(*c)) : nullptr;
+  tree_ = c ? std::make_shared<const ScopeTree>(ScopeTree::Build(*c, doc_->sharedModule())) : nullptr;
   group_stats_.clear();
   run_differences_.clear();
   state_ = ViewState{};
