@@ -11,6 +11,9 @@
 #include <QUndoStack>
 #include <QtTest>
 
+#include <algorithm>
+#include <vector>
+
 #include "app/gui/session.h"
 #include "app/pipeline/sources.h"
 #include "core/base/units.h"
@@ -18,6 +21,7 @@
 #include "simulator/hardware.h"
 #include "views/analysis_model.h"
 #include "views/document_model.h"
+#include "views/mesh_view.h"
 #include "views/partitioned_view.h"
 #include "views/simulation_view.h"
 #include "views/weight_update_panel.h"
@@ -111,6 +115,39 @@ class TestGuiWeightUpdate : public QObject {
                qPrintable(partitioned.statusLabel()->text()));
     }
 
+    // The mesh view: which shard of a weight's update (and of its Adam moments) each device keeps.
+    {
+      MeshView mesh;
+      mesh.setDocument(session.document());
+      mesh.setAnalysis(session.analysis());
+      mesh.resize(500, 600);
+      const WeightUpdateDecision* wi = nullptr;  // the first weight the pass sharded
+      for (const WeightUpdateDecision& d : session.analysis()->partition().weight_update_decisions)
+        if (d.sharded && !wi) wi = &d;
+      QVERIFY2(wi, session.analysis()->partition().weight_update_summary.c_str());
+      const QString w = QString::fromStdString(wi->weight);
+      for (const QString& name : {w, w + "_m", w + "_v"}) {
+        const Instruction* inst = session.document()->findInstruction(name);
+        QVERIFY2(inst, qPrintable(name));
+        session.document()->select(inst->id());
+        const auto& shards = mesh.grid()->updateShards();
+        QVERIFY2(shards.has_value(), qPrintable(name));
+        QCOMPARE(shards->shards, wi->shards);
+        QCOMPARE(shards->shard_of_device, wi->shard_of_device);
+        QVERIFY2(mesh.gridInfo()->text().contains("Weight-update sharding"), qPrintable(mesh.gridInfo()->text()));
+        QVERIFY(mesh.gridInfo()->text().contains(w + "_m, " + w + "_v"));
+      }
+      // Over the 2x2 mesh, a shard per device (one phase over the 4 replicas or two phases over
+      // the 2 x 2 replica mesh): every device keeps a different one.
+      QCOMPARE(wi->shards, int64_t{4});
+      std::vector<int64_t> sorted = wi->shard_of_device;
+      std::sort(sorted.begin(), sorted.end());
+      QCOMPARE(sorted, (std::vector<int64_t>{0, 1, 2, 3}));
+      // A tensor the pass does not shard shows no update band.
+      session.document()->select(session.document()->findInstruction("x")->id());
+      QVERIFY(!mesh.grid()->updateShards().has_value());
+    }
+
     // Simulated: the step before and after the pass side by side.
     simulation.simulate();
     QVERIFY(WaitUntilIdle(session, 300000));
@@ -159,6 +196,7 @@ class TestGuiWeightUpdate : public QObject {
     QVERIFY(WaitUntilIdle(session, 300000));
     QVERIFY(!partitions.isEmpty());
     QVERIFY(!session.analysis()->partition().weight_update_sharding);
+    QVERIFY(session.analysis()->partition().weight_update_decisions.empty());
     QCOMPARE(CountKind(session.analysis()->partition(), Opcode::kReduceScatter), 0);
     // ... and the simulation shown is re-run without the pass: no comparison.
     QVERIFY(session.analysis()->simulation().ok());

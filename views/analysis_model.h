@@ -17,6 +17,7 @@
 
 #include "core/eval/numeric_verify.h"
 #include "partitioner/spmd/spmd_partitioner.h"
+#include "partitioner/weight_update_sharding/weight_update_sharding.h"
 #include "simulator/collectives/cost.h"
 #include "simulator/run_result.h"
 
@@ -55,6 +56,7 @@ struct PartitionedProgram {
   // are among the collectives, with their reasons; what it did in one paragraph.
   bool weight_update_sharding = false;
   std::string weight_update_summary;
+  std::vector<WeightUpdateDecision> weight_update_decisions;  // per gradient all-reduce
 
   bool ok() const { return result != nullptr; }
 };

@@ -257,6 +257,7 @@ void AnalysisJobs::requestPartition() {
         if (r.weight_update_sharding) {
           out.weight_update_sharding = true;
           out.weight_update_summary = r.weight_update_sharding->summary;
+          out.weight_update_decisions = r.weight_update_sharding->decisions;
         }
         out.millis = partition_ms.value_or(MillisSince(t0));
         out.verification = r.verification;
