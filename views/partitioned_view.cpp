@@ -75,12 +75,13 @@ PartitionedView::PartitionedView(QWidget* parent)
   bar->addWidget(button_);
   bar->addWidget(new QLabel("Seen from", this));
   bar->addWidget(device_);
-  bar->addWidget(wus_);
   bar->addStretch(1);
   bar->addWidget(side);
   bar->addWidget(save);
   auto* status_row = new QHBoxLayout;
   status_row->setContentsMargins(8, 0, 6, 2);
+  // The toggle and the badge lead the status line: the controls' row keeps its width.
+  status_row->addWidget(wus_, 0, Qt::AlignTop);
   status_row->addWidget(badge_, 0, Qt::AlignTop);
   status_row->addWidget(status_, 1);
   auto* col = new QVBoxLayout(this);

@@ -2,6 +2,7 @@
 
 #include <QHeaderView>
 #include <QLabel>
+#include <QResizeEvent>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
@@ -52,11 +53,14 @@ WeightUpdatePanel::WeightUpdatePanel(QWidget* parent)
   table_->setSelectionMode(QAbstractItemView::NoSelection);
   table_->setWordWrap(true);
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
-  table_->horizontalHeader()->setMinimumSectionSize(60);
+  // It never widens the window's centre (the docks keep their share): the columns share whatever
+  // width there is, the height is the three rows'.
+  table_->horizontalHeader()->setMinimumSectionSize(24);
   table_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   table_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   table_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  table_->setSizeAdjustPolicy(QAbstractScrollArea::AdjustToContents);
+  table_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
+  table_->setMinimumWidth(0);
   table_->setToolTip("One simulated step without and with weight-update sharding (paper 000): the replicas split the\n"
                      "optimizer's update (reduce-scatter, update on a shard, all-gather) instead of each repeating it.\n"
                      "Weight update: compute time of the ops after the gradient reduction. Memory rows: what a\n"
@@ -104,6 +108,19 @@ void WeightUpdatePanel::setComparison(const std::optional<WeightUpdateComparison
                          .arg(Q(FormatBytes(static_cast<double>(b.peak_memory_bytes))),
                               Q(FormatBytes(static_cast<double>(a.peak_memory_bytes)))));
   headline_->setToolTip(Q(comparison_->summary));
+  fitHeight();
+}
+
+void WeightUpdatePanel::fitHeight() {
+  table_->resizeRowsToContents();
+  int h = table_->horizontalHeader()->sizeHint().height() + 2 * table_->frameWidth();
+  for (int r = 0; r < table_->rowCount(); ++r) h += table_->rowHeight(r);
+  table_->setFixedHeight(h);
+}
+
+void WeightUpdatePanel::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  if (comparison_) fitHeight();  // the saving wraps in narrow columns
 }
 
 }  // namespace shardscope::views

@@ -30,7 +30,11 @@ class WeightUpdatePanel : public QWidget {
   QTableWidget* table() const { return table_; }
   QLabel* headline() const { return headline_; }
 
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
  private:
+  void fitHeight();
   std::optional<WeightUpdateComparison> comparison_;
   QLabel* headline_;
   QTableWidget* table_;
