@@ -272,6 +272,15 @@ ENTRY main {
     QCOMPARE(view.nodes().size(), 7);
     QCOMPARE(view.setSearch("layer1").size(), 0);  // names and opcodes, not scopes
     QCOMPARE(view.setSearch("w").size(), 2);       // w0, w1
+    QCOMPARE(view.setSearch("TaNh").size(), 2);    // case does not matter
+    QCOMPARE(view.setSearch("d0dot").size(), 0);   // a name and its opcode are separate texts
+    QCOMPARE(view.setSearch("d1").size(), 1);
+    // Shardings are searched too (the index of their texts follows the annotations).
+    QCOMPARE(view.setSearch("devices=[4,1]").size(), 0);
+    const auto four = HloSharding::Parse("{devices=[4,1]0,1,2,3}");
+    QVERIFY(four.ok());
+    QVERIFY(doc.annotate(doc.findInstruction("x")->id(), *four));
+    QVERIFY(view.setSearch("DEVICES=[4,1]").contains(doc.findInstruction("x")->id()));
     view.collapseAll();
     QVERIFY(WaitForLayout(view));
     QCOMPARE(view.nodes().size(), 3);

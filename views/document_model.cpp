@@ -332,11 +332,14 @@ void DocumentModel::setPropagationFailed(quint64 module_generation, quint64 edit
 }
 
 std::optional<HloSharding> DocumentModel::sharding(int64_t id) const {
-  auto a = annotations_.find(id);
-  if (a != annotations_.end()) return a->second;
-  auto t = propagated_->find(id);
-  if (t != propagated_->end()) return t->second;
+  if (const HloSharding* s = findSharding(id)) return *s;
   return std::nullopt;
+}
+
+const HloSharding* DocumentModel::findSharding(int64_t id) const {
+  if (auto a = annotations_.find(id); a != annotations_.end()) return &a->second;
+  if (auto t = propagated_->find(id); t != propagated_->end()) return &t->second;
+  return nullptr;
 }
 
 TensorOrigin DocumentModel::origin(int64_t id) const {

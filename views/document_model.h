@@ -112,6 +112,9 @@ class DocumentModel : public QObject {
   void setPropagationFailed(quint64 module_generation, quint64 edit_generation, const QString& message);
   // The sharding every tensor ends up with: the user's, else the propagated one, else nullopt.
   std::optional<HloSharding> sharding(int64_t id) const;
+  // The same without a copy: the annotation or propagated sharding, nullptr when none. Valid until
+  // the annotations or the propagation change.
+  const HloSharding* findSharding(int64_t id) const;
   TensorOrigin origin(int64_t id) const;
   // Why `id` is sharded as it is, nearest cause first (an annotation: one step).
   std::vector<ExplainStep> why(int64_t id) const;

@@ -542,6 +542,7 @@ void GraphView::onModuleReset() {
 void GraphView::resetTree() {
   const Computation* c = currentComputation();
   tree_ = c ? std::make_shared<const ScopeTree>(ScopeTree::Build(*c, doc_->sharedModule())) : nullptr;
+  search_text_tree_ = nullptr;  // the search text belongs to the old tree
   group_stats_.clear();
   run_differences_.clear();
   state_ = ViewState{};
@@ -941,6 +942,7 @@ const GraphView::GroupStats& GraphView::groupStats(int scope) const {
 }
 
 void GraphView::recolour() {
+  search_shardings_valid_ = false;  // shardings, annotations or the mesh changed
   group_stats_.clear();
   run_differences_.clear();
   restyle();
@@ -1148,53 +1150,83 @@ QList<int64_t> GraphView::setSearch(const QString& text) {
   matches_.clear();
   const std::string needle = text.trimmed().toLower().toStdString();
   if (!needle.empty() && tree_ && doc_) {
-    auto contains = [&](const std::string& hay) {
-      return std::search(hay.begin(), hay.end(), needle.begin(), needle.end(), [](char a, char b) {
-               return std::tolower(static_cast<unsigned char>(a)) == b;
-             }) != hay.end();
-    };
-    // Shardings are few and shared by many tensors: their texts are made and searched once each
-    // (per sharding and rank, the named-axis form depends on both).
-    struct Seen {
-      HloSharding sharding;
-      int64_t rank;
-      bool hit;
-    };
-    std::unordered_map<uint64_t, std::vector<Seen>> seen;
-    for (const Instruction* inst : tree_->instructions()) {
-      bool hit = contains(inst->name()) || contains(inst->opcode_text());
-      if (!hit) {
-        if (auto sh = doc_->sharding(inst->id())) {
-          const int64_t rank = inst->shape().IsArray() ? inst->shape().rank() : -1;
-          uint64_t h = static_cast<uint64_t>(rank + 2) * 1000003ULL;
-          auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
-          mix(sh->IsTiled() * 4 + sh->IsReplicated() * 2 + sh->IsTuple());
-          for (int64_t d : sh->tile_assignment().dims()) mix(static_cast<uint64_t>(d));
-          const auto& devices = sh->tile_assignment().devices();
-          for (size_t k = 0; k < devices.size() && k < 8; ++k) mix(static_cast<uint64_t>(devices[k]));
-          mix(sh->subgroup_types().size());
-          mix(sh->tuple_elements().size());
-          auto& bucket = seen[h];
-          auto it = std::find_if(bucket.begin(), bucket.end(),
-                                 [&](const Seen& s) { return s.rank == rank && s.sharding == *sh; });
-          if (it == bucket.end()) {
-            const QString q = QString::fromStdString(needle);
-            const bool match = HloShardingText(*sh).contains(q, Qt::CaseInsensitive) ||
-                               NamedAxesText(*sh, inst->shape(), doc_->mesh(), "").contains(q, Qt::CaseInsensitive);
-            bucket.push_back({*sh, rank, match});
-            it = bucket.end() - 1;
-          }
-          hit = it->hit;
-        }
-      }
-      if (hit) {
-        found << inst->id();
-        matches_.insert(inst->id());
-      }
+    const auto& order = tree_->instructions();
+    buildSearchIndex();
+    // Names and opcodes: one find pass over the tree's lower-case text.
+    std::vector<char> hit(order.size(), 0);
+    for (size_t at = search_text_.find(needle); at != std::string::npos; at = search_text_.find(needle, at + 1)) {
+      const auto it = std::upper_bound(search_starts_.begin(), search_starts_.end(), at);
+      hit[static_cast<size_t>(it - search_starts_.begin()) - 1] = 1;
+    }
+    // Shardings: each distinct one's texts searched once.
+    std::vector<char> sharding_hit(search_sharding_texts_.size(), 0);
+    for (size_t k = 0; k < search_sharding_texts_.size(); ++k)
+      sharding_hit[k] = search_sharding_texts_[k].find(needle) != std::string::npos;
+    for (size_t position = 0; position < order.size(); ++position) {
+      const int32_t k = search_sharding_of_[position];
+      if (!hit[position] && !(k >= 0 && sharding_hit[static_cast<size_t>(k)])) continue;
+      found << order[position]->id();
+      matches_.insert(order[position]->id());
     }
   }
   highlightMatches();
   return found;
+}
+
+void GraphView::buildSearchIndex() {
+  const auto& order = tree_->instructions();
+  // Names and opcodes: one lower-case "name\nopcode\n" text for the whole tree, made once per tree
+  // (a 100k-instruction module: a few MB searched with find, instead of 200k case-folding searches).
+  if (search_text_tree_ != tree_.get()) {
+    search_text_.clear();
+    search_starts_.clear();
+    search_starts_.reserve(order.size());
+    for (const Instruction* inst : order) {
+      search_starts_.push_back(search_text_.size());
+      for (const std::string* part : {&inst->name(), &inst->opcode_text()}) {
+        for (char ch : *part) search_text_.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(ch))));
+        search_text_.push_back('\n');
+      }
+    }
+    search_text_tree_ = tree_.get();
+    search_shardings_valid_ = false;
+  }
+  if (search_shardings_valid_) return;
+  // Shardings are few and shared by many tensors: each distinct one (per sharding and rank: the
+  // named-axis form depends on both) gets its lower-case texts once, until the shardings change.
+  search_sharding_of_.assign(order.size(), -1);
+  search_sharding_texts_.clear();
+  struct Seen {
+    const HloSharding* sharding;  // the document's own, unchanged while the index is built
+    int64_t rank;
+    int32_t index;
+  };
+  std::unordered_map<uint64_t, std::vector<Seen>> seen;
+  for (size_t position = 0; position < order.size(); ++position) {
+    const Instruction* inst = order[position];
+    const HloSharding* sh = doc_->findSharding(inst->id());
+    if (!sh) continue;
+    const int64_t rank = inst->shape().IsArray() ? inst->shape().rank() : -1;
+    uint64_t h = static_cast<uint64_t>(rank + 2) * 1000003ULL;
+    auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+    mix(sh->IsTiled() * 4 + sh->IsReplicated() * 2 + sh->IsTuple());
+    for (int64_t d : sh->tile_assignment().dims()) mix(static_cast<uint64_t>(d));
+    const auto& devices = sh->tile_assignment().devices();
+    for (size_t k = 0; k < devices.size() && k < 8; ++k) mix(static_cast<uint64_t>(devices[k]));
+    mix(sh->subgroup_types().size());
+    mix(sh->tuple_elements().size());
+    auto& bucket = seen[h];
+    auto it = std::find_if(bucket.begin(), bucket.end(),
+                           [&](const Seen& s) { return s.rank == rank && *s.sharding == *sh; });
+    if (it == bucket.end()) {
+      const QString texts = HloShardingText(*sh) + "\n" + NamedAxesText(*sh, inst->shape(), doc_->mesh(), "");
+      search_sharding_texts_.push_back(texts.toLower().toStdString());
+      bucket.push_back({sh, rank, static_cast<int32_t>(search_sharding_texts_.size()) - 1});
+      it = bucket.end() - 1;
+    }
+    search_sharding_of_[position] = it->index;
+  }
+  search_shardings_valid_ = true;
 }
 
 void GraphView::highlightMatches() {

@@ -14,7 +14,9 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <QGraphicsItem>
 #include <QGraphicsView>
@@ -300,6 +302,16 @@ class GraphView : public QGraphicsView {
   int layouts_cancelled_ = 0;
   int recolours_ = 0;
   std::set<int64_t> matches_;
+  // setSearch's index (buildSearchIndex): the lower-case "name\nopcode\n" text of tree_'s
+  // instructions with each one's start, and the distinct shardings' lower-case texts with each
+  // instruction's (-1: none), rebuilt when the tree or the shardings change.
+  void buildSearchIndex();
+  const ScopeTree* search_text_tree_ = nullptr;
+  std::string search_text_;
+  std::vector<size_t> search_starts_;
+  bool search_shardings_valid_ = false;
+  std::vector<int32_t> search_sharding_of_;
+  std::vector<std::string> search_sharding_texts_;
 };
 
 // The graph view with its toolbar: computation chooser, search (Ctrl+F), fit and zoom, expand and
