@@ -81,6 +81,16 @@ class TestProjectFile : public QObject {
     QCOMPARE(b.source_kind, std::string("zoo"));
     QCOMPARE(b.source, std::string("mlp"));
     QCOMPARE(b.selected, first->name());
+    QVERIFY(!b.weight_update_sharding);
+    QVERIFY(text.find("\"analysis\"") == std::string::npos);  // an option left off is not written
+
+    // The analysis options: weight-update sharding on is written and read back.
+    c.weight_update_sharding = true;
+    const std::string with_wus = WriteProjectFile(p.module.get(), c);
+    QVERIFY(with_wus.find("\"weight_update_sharding\": true") != std::string::npos);
+    auto wus = ReadProjectFile(with_wus, "w.shardscope");
+    QVERIFY2(wus.ok(), wus.ok() ? "" : wus.error().message.c_str());
+    QVERIFY(wus->contents.weight_update_sharding);
   }
 
   void readsFilesWithSortedKeys() {
@@ -131,6 +141,11 @@ class TestProjectFile : public QObject {
                                       << ":2:54: error: the sharding of \"p\" spans 8 devices but the mesh has 4";
     QTest::newRow("device outside mesh") << QString::fromStdString(QtStyleFile("[{\"instruction\": \"p\", \"sharding\": \"{devices=[2,1]0,9}\"}]"))
                                          << "names device 9";
+    QTest::newRow("analysis not an object") << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": 1, \"format\"")
+                                            << ":3:17: error: \"analysis\" must be an object";
+    QTest::newRow("option not a boolean")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"weight_update_sharding\": \"yes\"}, \"format\"")
+        << "error: \"weight_update_sharding\" must be true or false";
     QTest::newRow("annotation not an object") << QString::fromStdString(QtStyleFile("[\"p\"]")) << ":2:21: error: an annotation must be an object";
   }
   void errorsPointIntoTheFile() {

@@ -5,6 +5,7 @@
 // state of the engines' own types: nothing here runs an engine.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include "core/eval/numeric_verify.h"
 #include "partitioner/spmd/spmd_partitioner.h"
+#include "partitioner/weight_update_sharding/weight_update_sharding.h"
 #include "simulator/collectives/cost.h"
 #include "simulator/run_result.h"
 
@@ -23,6 +25,21 @@ namespace shardscope::views {
 
 // The simulator's value types (RunResult, CollectiveCost, ...) are used as they are.
 using namespace ::shardscope::sim;
+
+// The figures of one simulated step that a before/after comparison shows.
+struct StepFigures {
+  double step_time_s = 0;
+  double weight_update_s = 0;  // compute time of the weight update (optimizer)
+  int64_t peak_memory_bytes = 0;
+  std::array<int64_t, kNumMemoryCategories> peak_by_category{};  // bytes live at the peak
+};
+
+// One step simulated before and after weight-update sharding (paper 000).
+struct WeightUpdateComparison {
+  StepFigures before, after;
+  int64_t all_reduces = 0, sharded = 0;  // gradient all-reduces, how many the pass sharded
+  std::string summary;                   // the pass's one-paragraph summary
+};
 
 // The partitioned program of the document's shardings.
 struct PartitionedProgram {
@@ -35,6 +52,11 @@ struct PartitionedProgram {
   double millis = 0;       // partitioning
   std::string message;     // why there is no result
   quint64 edit_generation = 0;  // the document edit it was made from
+  // Weight-update sharding ran on it (the document's option): its reduce-scatters and all-gathers
+  // are among the collectives, with their reasons; what it did in one paragraph.
+  bool weight_update_sharding = false;
+  std::string weight_update_summary;
+  std::vector<WeightUpdateDecision> weight_update_decisions;  // per gradient all-reduce
 
   bool ok() const { return result != nullptr; }
 };
@@ -46,6 +68,8 @@ struct SimulatedStep {
   int64_t collectives = 0;  // in the simulated program
   double millis = 0;
   std::string message;      // why there is no run
+  // With weight-update sharding on: the step before the pass beside `run` (after it).
+  std::optional<WeightUpdateComparison> weight_update;
   bool ok() const { return run != nullptr; }
 };
 

@@ -45,6 +45,18 @@ class SetMeshCommand : public QUndoCommand {
   std::map<int64_t, HloSharding> before_, after_;
 };
 
+class SetWeightUpdateShardingCommand : public QUndoCommand {
+ public:
+  SetWeightUpdateShardingCommand(DocumentModel* doc, bool on)
+      : QUndoCommand(on ? "Weight-update sharding on" : "Weight-update sharding off"), doc_(doc), on_(on) {}
+  void redo() override { doc_->applyWeightUpdateSharding(on_); }
+  void undo() override { doc_->applyWeightUpdateSharding(!on_); }
+
+ private:
+  DocumentModel* doc_;
+  bool on_;
+};
+
 // The mesh-axis names a sharding uses per tensor dim, or nullopt when it is not expressible over
 // `mesh`.
 std::optional<std::vector<std::vector<std::string>>> AxisNamesOf(const HloSharding& s, int64_t rank,
@@ -109,6 +121,8 @@ void DocumentModel::setModule(std::unique_ptr<Module> module, const DeviceMesh& 
   source_ = source;
   file_path_ = file_path;
   selected_ = -1;
+  const bool had_weight_update_sharding = weight_update_sharding_;
+  weight_update_sharding_ = false;
   propagated_ = std::make_shared<const std::unordered_map<int64_t, HloSharding>>();
   why_.clear();
   propagation_summary_.clear();
@@ -120,6 +134,18 @@ void DocumentModel::setModule(std::unique_ptr<Module> module, const DeviceMesh& 
   emit meshChanged();
   emit annotationsChanged();
   emit selectionChanged(-1);
+  if (had_weight_update_sharding) emit weightUpdateShardingChanged(false);
+}
+
+void DocumentModel::setWeightUpdateSharding(bool on) {
+  if (!module_ || on == weight_update_sharding_) return;
+  undo_stack_->push(new SetWeightUpdateShardingCommand(this, on));
+}
+
+void DocumentModel::applyWeightUpdateSharding(bool on) {
+  if (on == weight_update_sharding_) return;
+  weight_update_sharding_ = on;
+  emit weightUpdateShardingChanged(on);
 }
 
 void DocumentModel::rebuildIndex() {

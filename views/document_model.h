@@ -73,6 +73,14 @@ class DocumentModel : public QObject {
   void setPropagationEnabled(bool on) { propagation_enabled_ = on; }
   bool propagationEnabled() const { return propagation_enabled_; }
 
+  // ---- Analysis options, saved with the document ----
+  // Weight-update sharding (paper 000): partitioning and simulation run the pass on the
+  // data-parallel program. Undoable (marks the document modified); a new module starts with it off.
+  bool weightUpdateSharding() const { return weight_update_sharding_; }
+  void setWeightUpdateSharding(bool on);
+  // Sets it without an undo step (undo/redo, a project being opened).
+  void applyWeightUpdateSharding(bool on);
+
   // ---- Mesh and annotations ----
   const DeviceMesh& mesh() const { return mesh_; }
   const std::map<int64_t, HloSharding>& annotations() const { return annotations_; }
@@ -130,6 +138,7 @@ class DocumentModel : public QObject {
   void selectionChanged(qint64 id);
   void errorOccurred(const QString& message);
   void modifiedChanged(bool modified);
+  void weightUpdateShardingChanged(bool on);
   void filePathChanged();    // saved under another name
 
  private:
@@ -145,6 +154,7 @@ class DocumentModel : public QObject {
   QUndoStack* undo_stack_ = nullptr;
   int64_t selected_ = -1;
   bool propagation_enabled_ = true;
+  bool weight_update_sharding_ = false;
 
   std::shared_ptr<const std::unordered_map<int64_t, HloSharding>> propagated_;
   std::unordered_map<int64_t, std::vector<ExplainStep>> why_;

@@ -29,6 +29,7 @@
 
 #include "core/ir/ir.h"
 #include "partitioner/spmd/conv_halo_slabs.h"
+#include "views/analysis_model.h"
 #include "views/document_model.h"
 #include "views/halo_slabs_view.h"
 #include "views/sharding_style.h"
@@ -43,6 +44,28 @@ constexpr const char* kAxisMime = "application/x-shardscope-mesh-axis";
 QString Q(const std::string& s) { return QString::fromStdString(s); }
 
 // "Pipeline: 4 stages along L (GPipe) — S0 layers 0-1 · S1 layers 2-3 ..." for the grid's caption.
+// The pass's decision that shards the update of `inst` (a weight it names, or one of that weight's
+// optimizer auxiliaries: an entry parameter "<weight>_..." of the same shape), or null.
+const shardscope::WeightUpdateDecision* UpdateDecisionFor(const shardscope::views::PartitionedProgram& p,
+                                                          const shardscope::Module& module, const shardscope::Instruction& inst) {
+  if (!p.ok() || !p.weight_update_sharding) return nullptr;
+  for (const shardscope::WeightUpdateDecision& d : p.weight_update_decisions) {
+    if (!d.sharded || d.shard_of_device.empty() || d.weight.empty()) continue;
+    if (inst.name() == d.weight) return &d;
+    const shardscope::Instruction* w = module.FindInstruction(d.weight);
+    if (w && inst.opcode() == shardscope::Opcode::kParameter && inst.name().rfind(d.weight + "_", 0) == 0 &&
+        inst.shape().dims == w->shape().dims)
+      return &d;
+  }
+  return nullptr;
+}
+
+QString DimsText(const std::vector<int64_t>& dims) {
+  QStringList out;
+  for (int64_t d : dims) out << QString::number(d);
+  return "[" + out.join(",") + "]";
+}
+
 QString StagesNote(const std::optional<shardscope::views::PipelineStageLayout>& stages) {
   if (!stages) return {};
   QStringList parts;
@@ -284,6 +307,20 @@ void DeviceGridWidget::paintEvent(QPaintEvent*) {
       if (g.tile >= 56) label += " " + Q(stages_->LayersText(stage)).replace("layers ", "L").replace("layer ", "L");
       p.drawText(band, Qt::AlignCenter, QFontMetricsF(small).elidedText(label, Qt::ElideRight, band.width() - 2));
     }
+    if (update_shards_ && !stages_ && t.device >= 0 && static_cast<size_t>(t.device) < update_shards_->shard_of_device.size()) {
+      // The update band: "upd 3/8", the shard of the weight's update this device keeps.
+      const int64_t k = update_shards_->shard_of_device[static_cast<size_t>(t.device)];
+      const double band_h = std::min(14.0, r.height() * 0.3);
+      const QRectF band(r.left() + 1, r.bottom() - band_h - 1, r.width() - 2, band_h);
+      const QColor hue = QColor::fromHsvF(std::fmod(0.55 + 0.61803 * static_cast<double>(k), 1.0), 0.35, 0.95);
+      p.setPen(Qt::NoPen);
+      p.setBrush(hue);
+      p.drawRoundedRect(band, 3, 3);
+      p.setPen(TextColorOn(hue));
+      p.setFont(small);
+      const QString label = QString(g.tile >= 56 ? "upd %1/%2" : "%1/%2").arg(k).arg(update_shards_->shards);
+      p.drawText(band, Qt::AlignCenter, QFontMetricsF(small).elidedText(label, Qt::ElideRight, band.width() - 2));
+    }
   }
 }
 
@@ -301,6 +338,11 @@ void DeviceGridWidget::mouseReleaseEvent(QMouseEvent* e) {
 
 void DeviceGridWidget::setPipelineStages(std::optional<PipelineStageLayout> stages) {
   stages_ = std::move(stages);
+  update();
+}
+
+void DeviceGridWidget::setUpdateShards(std::optional<UpdateShards> shards) {
+  update_shards_ = std::move(shards);
   update();
 }
 
@@ -329,6 +371,11 @@ bool DeviceGridWidget::event(QEvent* e) {
                  .arg(stage)
                  .arg(stages_->stages)
                  .arg(Q(stages_->axis_name), stages_->circular ? "circular" : "GPipe", Q(stages_->LayersText(stage)));
+    }
+    if (update_shards_ && static_cast<size_t>(t.device) < update_shards_->shard_of_device.size()) {
+      tip += QString("<br>weight-update sharding: keeps and updates shard %1 of %2 of the weight and its optimizer state")
+                 .arg(update_shards_->shard_of_device[static_cast<size_t>(t.device)])
+                 .arg(update_shards_->shards);
     }
     QToolTip::showText(he->globalPos(), tip, this);
     return true;
@@ -455,6 +502,15 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   outer->addWidget(scroll);
 }
 
+void MeshView::setAnalysis(AnalysisModel* analysis) {
+  if (analysis_) analysis_->disconnect(this);
+  analysis_ = analysis;
+  if (!analysis_) return;
+  connect(analysis_, &AnalysisModel::partitionUpdated, this, [this] { rebuildTensor(); });
+  connect(analysis_, &AnalysisModel::analysisReset, this, [this] { rebuildTensor(); });
+  rebuildTensor();
+}
+
 void MeshView::setDocument(DocumentModel* doc) {
   if (doc_) doc_->disconnect(this);
   doc_ = doc;
@@ -473,6 +529,7 @@ void MeshView::setDocument(DocumentModel* doc) {
   });
   connect(doc_, &DocumentModel::annotationsChanged, this, [this] { rebuildTensor(); });
   connect(doc_, &DocumentModel::shardingsUpdated, this, [this] { rebuildTensor(); });
+  connect(doc_, &DocumentModel::weightUpdateShardingChanged, this, [this] { rebuildTensor(); });
   rebuildAxes();
   rebuildTensor();
 }
@@ -661,13 +718,31 @@ void MeshView::rebuildTensor() {
 }
 
 void MeshView::refreshGrid() {
+  grid_->setUpdateShards(std::nullopt);
   const Instruction* inst = selectedTensor();
   if (!inst || !inst->shape().IsArray()) return;
   const Shape& shape = inst->shape();
   const auto sh = doc_->sharding(inst->id());
   grid_->setState(doc_->mesh(), sh, shape.dims, PrimitiveTypeBytes(shape.type));
+  // Weight-update sharding: the shard of this weight's update (and optimizer state) each device keeps.
+  QString update_note;
+  const WeightUpdateDecision* d =
+      doc_->weightUpdateSharding() && analysis_ && doc_->module() ? UpdateDecisionFor(analysis_->partition(), *doc_->module(), *inst)
+                                                                   : nullptr;
+  if (d && static_cast<int64_t>(d->shard_of_device.size()) == doc_->mesh().num_devices()) {
+    grid_->setUpdateShards(UpdateShards{d->shard_of_device, d->shards});
+    QStringList aux;
+    for (const Instruction* p : doc_->module()->entry()->parameters())
+      if (p->name() != d->weight && p->name().rfind(d->weight + "_", 0) == 0) aux << Q(p->name());
+    update_note = QString("<br><b>Weight-update sharding</b>: each device keeps and updates 1 of %1 shards of %2%3 "
+                          "(%4 of %5; %6). The band on each device: the shard it keeps.")
+                      .arg(d->shards)
+                      .arg(Q(d->weight), aux.isEmpty() ? QString() : " and of its optimizer state (" + aux.join(", ") + ")",
+                           DimsText(d->shard_dims), Q(d->format.substr(0, d->format.find(" ->"))), Q(d->scheme));
+  }
   if (!sh) {
-    grid_info_->setText(QString("Unsharded: every device would hold the whole tensor (%1).").arg(Q(FormatBytes(shape.ByteSize()))));
+    grid_info_->setText(QString("Unsharded: every device would hold the whole tensor (%1).").arg(Q(FormatBytes(shape.ByteSize()))) +
+                        update_note);
     return;
   }
   const int64_t n = doc_->mesh().num_devices();
@@ -678,7 +753,7 @@ void MeshView::refreshGrid() {
   info += QString(".<br><b>%1 per device</b> of %2 in total").arg(Q(FormatBytes(per)), Q(FormatBytes(shape.ByteSize())));
   if (per > 0 && shape.ByteSize() > per) info += QString(" (1/%1)").arg(std::round(static_cast<double>(shape.ByteSize()) / per));
   info += ".";
-  grid_info_->setText(info + StagesNote(grid_->pipelineStages()));
+  grid_info_->setText(info + StagesNote(grid_->pipelineStages()) + update_note);
 }
 
 bool MeshView::haloShown() const { return !halo_box_->isHidden() && halo_->halo().has_value(); }

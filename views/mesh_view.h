@@ -34,7 +34,15 @@ class QScrollArea;
 
 namespace shardscope::views {
 
+class AnalysisModel;
 class DocumentModel;
+
+// With weight-update sharding (paper 000): which shard of the selected weight's update (and of its
+// optimizer state) each device keeps, from the pass's decision in the partitioned program.
+struct UpdateShards {
+  std::vector<int64_t> shard_of_device;  // per device
+  int64_t shards = 1;
+};
 
 // What one device holds of the selected tensor.
 struct DeviceTile {
@@ -63,6 +71,9 @@ class DeviceGridWidget : public QWidget {
   // The device whose view is shown elsewhere (the halo below the grid): outlined; -1 none.
   void setSelectedDevice(int64_t device);
   int64_t selectedDevice() const { return selected_device_; }
+  // The update shard each device keeps, painted at the foot of each tile; nullopt: none shown.
+  void setUpdateShards(std::optional<UpdateShards> shards);
+  const std::optional<UpdateShards>& updateShards() const { return update_shards_; }
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
   bool hasHeightForWidth() const override { return true; }
@@ -86,6 +97,7 @@ class DeviceGridWidget : public QWidget {
   int distinct_ = 0;
   std::optional<PipelineStageLayout> stages_;
   int64_t selected_device_ = -1;
+  std::optional<UpdateShards> update_shards_;
 };
 
 class HaloSlabsWidget;
@@ -95,6 +107,11 @@ class MeshView : public QWidget {
  public:
   explicit MeshView(QWidget* parent = nullptr);
   void setDocument(DocumentModel* doc);
+  // The analysis whose partitioned program (with weight-update sharding on) says which update
+  // shard of a weight each device keeps.
+  void setAnalysis(AnalysisModel* analysis);
+  // The note under the grid ("3 distinct shards ...; weight-update sharding: ...").
+  QLabel* gridInfo() const { return grid_info_; }
 
   // ---- API used by the widgets and by tests (each is one undoable edit) ----
   // Adds or removes mesh axis `axis` on tensor dim `dim` of the selected tensor (an axis is on at
@@ -146,6 +163,7 @@ class MeshView : public QWidget {
   const Instruction* selectedTensor() const;
 
   QPointer<DocumentModel> doc_;
+  QPointer<AnalysisModel> analysis_;
   QWidget* axes_box_;
   QGridLayout* axes_grid_;
   QLabel* mesh_summary_;

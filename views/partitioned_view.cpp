@@ -1,11 +1,13 @@
 #include "views/partitioned_view.h"
 
+#include <QCheckBox>
 #include <QFontDatabase>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QSignalBlocker>
 #include <QSpinBox>
 #include <QTabWidget>
 #include <QTableView>
@@ -39,6 +41,7 @@ PartitionedView::PartitionedView(QWidget* parent)
       badge_(new QLabel(this)),
       device_(new QSpinBox(this)),
       button_(new QPushButton("Partition", this)),
+      wus_(new QCheckBox("Weight-update sharding", this)),
       debounce_(new QTimer(this)) {
   setObjectName("partitionedView");
   spmd_doc_->setPropagationEnabled(false);
@@ -72,12 +75,14 @@ PartitionedView::PartitionedView(QWidget* parent)
   bar->addWidget(button_);
   bar->addWidget(new QLabel("Seen from", this));
   bar->addWidget(device_);
-  bar->addWidget(badge_);
   bar->addStretch(1);
   bar->addWidget(side);
   bar->addWidget(save);
   auto* status_row = new QHBoxLayout;
   status_row->setContentsMargins(8, 0, 6, 2);
+  // The toggle and the badge lead the status line: the controls' row keeps its width.
+  status_row->addWidget(wus_, 0, Qt::AlignTop);
+  status_row->addWidget(badge_, 0, Qt::AlignTop);
   status_row->addWidget(status_, 1);
   auto* col = new QVBoxLayout(this);
   col->setContentsMargins(0, 0, 0, 0);
@@ -87,6 +92,17 @@ PartitionedView::PartitionedView(QWidget* parent)
   col->addWidget(tabs_, 1);
   connect(side, &QPushButton::clicked, this, &PartitionedView::sideBySideRequested);
   connect(save, &QPushButton::clicked, this, &PartitionedView::exportRequested);
+  wus_->setObjectName("weightUpdateSharding");
+  wus_->setToolTip("Shard the weight update across the data-parallel replicas (Xu et al., paper 000): each gradient\n"
+                   "all-reduce becomes a reduce-scatter, every replica updates its shard of the weight and its\n"
+                   "optimizer state, and the updated weight is all-gathered. Partitions (and simulates) again with\n"
+                   "the pass; the Simulation panel then shows the step before and after side by side.");
+  wus_->setEnabled(false);
+  connect(wus_, &QCheckBox::toggled, this, [this](bool on) {
+    if (!doc_ || !analysis_) return;
+    doc_->setWeightUpdateSharding(on);  // re-partitions a program already shown (below)
+    if (!analysis_->partitionBusy()) partitionNow();
+  });
   debounce_->setSingleShot(true);
   debounce_->setInterval(300);
   connect(debounce_, &QTimer::timeout, this, &PartitionedView::partitionNow);
@@ -137,6 +153,12 @@ void PartitionedView::setModels(DocumentModel* doc, AnalysisModel* analysis, Job
     status_->setText("Partitioning cancelled.");
   });
   connect(analysis_, &AnalysisModel::analysisReset, this, &PartitionedView::onAnalysisReset);
+  connect(doc_, &DocumentModel::weightUpdateShardingChanged, this, [this](bool on) {
+    const QSignalBlocker block(wus_);
+    wus_->setChecked(on);
+    // The program shown (or being made) is partitioned again: the toggle, undo, redo.
+    if (doc_->module() && (analysis_->partition().ok() || analysis_->partitionBusy())) partitionNow();
+  });
   onAnalysisReset();
 }
 
@@ -150,6 +172,11 @@ void PartitionedView::onAnalysisReset() {
   device_->setMaximum(0);
   device_->setValue(-1);
   spmd_doc_->clear();
+  {
+    const QSignalBlocker block(wus_);
+    wus_->setChecked(doc_ && doc_->weightUpdateSharding());
+    wus_->setEnabled(doc_ && doc_->module());
+  }
   status_->setText(doc_ && doc_->module() ? "Press Partition to see the program every device runs."
                                           : "Open a module to partition it.");
 }
@@ -252,6 +279,7 @@ void PartitionedView::onPartitionUpdated() {
     for (const auto& o : p.result->replicated_fallbacks) ops << Q(o);
     msg += "; partitioned by replication: " + ops.join(", ");
   }
+  if (p.weight_update_sharding && !p.weight_update_summary.empty()) msg += "\n" + Q(p.weight_update_summary);
   status_->setText(msg);
   device_->setMaximum(static_cast<int>(p.devices) - 1);
   table_->resizeColumnsToContents();

@@ -11,6 +11,7 @@
 
 #include "partitioner/spmd/spmd_partitioner.h"
 
+class QCheckBox;
 class QLabel;
 class QPlainTextEdit;
 class QPushButton;
@@ -48,6 +49,9 @@ class PartitionedView : public QWidget {
   int64_t device() const;
   // The status line ("partitioned into 16 devices with 20 collectives ...") and the HLO text.
   QLabel* statusLabel() const { return status_; }
+  // "Weight-update sharding": the document's option (undoable, saved with the project); toggling
+  // it partitions again with the pass (paper 000) on or off.
+  QCheckBox* weightUpdateToggle() const { return wus_; }
   QPlainTextEdit* hloText() const { return text_; }
 
  signals:
@@ -80,6 +84,7 @@ class PartitionedView : public QWidget {
   QLabel* badge_;
   QSpinBox* device_;
   QPushButton* button_;
+  QCheckBox* wus_;
   QTimer* debounce_;
   bool auto_update_ = false;
 };

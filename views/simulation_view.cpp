@@ -36,6 +36,7 @@
 #include "views/pipeline_stages.h"
 #include "views/run_display.h"
 #include "views/timeline_view.h"
+#include "views/weight_update_panel.h"
 
 namespace shardscope::views {
 
@@ -61,6 +62,7 @@ SimulationView::SimulationView(QWidget* parent)
       proxy_(new QSortFilterProxyModel(this)),
       table_(new QTableView),
       summary_(new QTextBrowser),
+      wus_panel_(new WeightUpdatePanel),
       tick_(new QTimer(this)),
       elapsed_(std::make_unique<QElapsedTimer>()) {
   setObjectName("simulationView");
@@ -137,6 +139,7 @@ SimulationView::SimulationView(QWidget* parent)
   store_row->setContentsMargins(6, 0, 6, 0);
   store_row->addWidget(store_label_, 1);
   col->addLayout(store_row);
+  col->addWidget(wus_panel_);  // the step before and after weight-update sharding, when it ran
   col->addWidget(split, 1);
 
   connect(button_, &QPushButton::clicked, this, &SimulationView::simulate);
@@ -204,6 +207,10 @@ void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunH
   connect(runs_, &RunHistory::storeMessage, this, [this](const QString& message) { status_->setText(message); });
   connect(doc_, &DocumentModel::selectionChanged, this, &SimulationView::highlightSelection);
   connect(doc_, &DocumentModel::moduleReset, this, &SimulationView::reset);
+  // Weight-update sharding turned on or off: the step shown is simulated again with it.
+  connect(doc_, &DocumentModel::weightUpdateShardingChanged, this, [this] {
+    if (analysis_ && !analysis_->simulationBusy() && analysis_->simulation().ok()) simulate();
+  });
   history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
   runs_->open();
   resetHistory();
@@ -224,6 +231,7 @@ void SimulationView::reset() {
   timeline_->setTitle(QString());
   chart_->clear();
   summary_->clear();
+  wus_panel_->setComparison(std::nullopt);
   updating_selection_ = true;
   table_->clearSelection();
   updating_selection_ = false;
@@ -277,6 +285,7 @@ void SimulationView::updateBusy() {
 void SimulationView::onSimulationUpdated() {
   updateBusy();
   const SimulatedStep& s = analysis_->simulation();
+  wus_panel_->setComparison(s.weight_update);
   if (!s.ok()) {
     status_->setText(Q(s.message));
     queue_.clear();

@@ -43,6 +43,7 @@ class MemoryChart;
 class RunHistory;
 class RunHistoryModel;
 class TimelineWidget;
+class WeightUpdatePanel;
 
 class SimulationView : public QWidget {
   Q_OBJECT
@@ -67,6 +68,8 @@ class SimulationView : public QWidget {
   QLabel* storeLabel() const { return store_label_; }
   QPushButton* cancelButton() const { return cancel_; }
   QPushButton* simulateButton() const { return button_; }
+  // The step before and after weight-update sharding, shown when the last simulation ran the pass.
+  WeightUpdatePanel* weightUpdatePanel() const { return wus_panel_; }
 
   // Shows run `run_id` of the history (loaded from the store on the worker when it is not in
   // memory). False when the history has no such run.
@@ -131,6 +134,7 @@ class SimulationView : public QWidget {
   QSortFilterProxyModel* proxy_;
   QTableView* table_;
   QTextBrowser* summary_;
+  WeightUpdatePanel* wus_panel_;
   QTimer* tick_;
   std::unique_ptr<QElapsedTimer> elapsed_;
   int64_t shown_id_ = 0;    // the run displayed

@@ -9,6 +9,8 @@
 
 #include "app/gui/run_store_jobs.h"
 #include "app/pipeline/pipeline.h"
+#include "app/pipeline/step_figures.h"
+#include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/ir/hlo_text.h"
 #include "simulator/hardware.h"
 #include "simulator/schedule.h"
@@ -48,6 +50,21 @@ std::unique_ptr<Module> Annotated(const Module& module, const std::map<int64_t, 
     }
   }
   return clone;
+}
+
+// The pass's options for `mesh` on `topology` (its chip's figures, a 2-D mesh as the replica
+// mesh), as `simulate --weight-update-sharding` takes them; the defaults without a topology.
+WeightUpdateShardingOptions WeightUpdateOptions(const Result<Topology>& topology, const DeviceMesh& mesh) {
+  return topology.ok() ? pipeline::WeightUpdateShardingOptionsFor(*topology, mesh) : WeightUpdateShardingOptions{};
+}
+
+views::StepFigures Figures(const Module& program, const RunResult& run) {
+  views::StepFigures f;
+  f.step_time_s = run.summary.step_time_s;
+  f.weight_update_s = pipeline::WeightUpdateSeconds(program, run);
+  f.peak_memory_bytes = run.summary.peak_memory_bytes;
+  f.peak_by_category = pipeline::PeakMemoryByCategory(run);
+  return f;
 }
 
 struct PropagationOutcome {
@@ -109,6 +126,8 @@ void AnalysisJobs::onModuleReset() {
   jobs_->cancelKey(kSimulationKey);
   jobs_->cancelKey(kSimulationSaveKey);
   last_partition_.reset();
+  pending_simulation_.reset();
+  pending_partition_ = false;
   partitionings_ = 0;
   analysis_->reset();
   // annotationsChanged follows and schedules the propagation.
@@ -125,7 +144,10 @@ void AnalysisJobs::schedulePropagation() {
   QTimer::singleShot(0, this, [this] {
     propagation_scheduled_ = false;
     startPropagation();
-    if (!propagationBusy()) emit propagationBusyChanged(false);
+    if (!propagationBusy()) {
+      startPendingSimulation();
+      emit propagationBusyChanged(false);
+    }
   });
 }
 
@@ -166,7 +188,10 @@ void AnalysisJobs::startPropagation() {
         } else {
           doc_->setPropagationFailed(module_gen, edit, out.summary);
         }
-        if (!propagationBusy()) emit propagationBusyChanged(false);
+        if (!propagationBusy()) {
+          startPendingSimulation();
+          emit propagationBusyChanged(false);
+        }
       });
 }
 
@@ -174,7 +199,8 @@ void AnalysisJobs::startPropagation() {
 
 std::shared_ptr<const PartitionResult> AnalysisJobs::currentPartition() const {
   if (last_partition_ && last_partition_module_ == doc_->moduleGeneration() &&
-      last_partition_edit_ == doc_->editGeneration() && last_partition_result_ == doc_->resultGeneration()) {
+      last_partition_edit_ == doc_->editGeneration() && last_partition_result_ == doc_->resultGeneration() &&
+      last_partition_wus_ == doc_->weightUpdateSharding()) {
     return last_partition_;
   }
   return nullptr;
@@ -182,11 +208,20 @@ std::shared_ptr<const PartitionResult> AnalysisJobs::currentPartition() const {
 
 void AnalysisJobs::requestPartition() {
   if (!doc_->module()) return;
+  if (propagationBusy()) {
+    // Partitioned once the shardings are inferred (not with the annotations alone).
+    pending_partition_ = true;
+    jobs_->cancelKey(kPartitionKey);
+    analysis_->setPartitionBusy(true);
+    return;
+  }
+  pending_partition_ = false;
   std::shared_ptr<const Module> module = doc_->sharedModule();
   auto annotations = doc_->annotations();
   auto propagated = doc_->propagatedShardings();
   const DeviceMesh mesh = doc_->mesh();
   const std::string chip = analysis_->defaultChip();
+  const bool wus = doc_->weightUpdateSharding();
   const quint64 module_gen = doc_->moduleGeneration(), edit = doc_->editGeneration(), result = doc_->resultGeneration();
   analysis_->setPartitionBusy(true);
   const views::JobTracker::Spec spec{
@@ -194,7 +229,7 @@ void AnalysisJobs::requestPartition() {
       .context = this};
   jobs_->run<views::PartitionedProgram>(
       spec,
-      [module, annotations = std::move(annotations), propagated, mesh, chip, edit](const CancellationToken& token) {
+      [module, annotations = std::move(annotations), propagated, mesh, chip, edit, wus](const CancellationToken& token) {
         const auto t0 = std::chrono::steady_clock::now();
         views::PartitionedProgram out;
         out.edit_generation = edit;
@@ -205,7 +240,9 @@ void AnalysisJobs::requestPartition() {
         o.propagation.reset();  // the shardings are complete already
         o.spmd.num_partitions = mesh.num_devices();
         o.verify = pipeline::VerifyOptions{};
-        if (auto topology = pipeline::SliceForMesh(chip, mesh); topology.ok()) {
+        auto topology = pipeline::SliceForMesh(chip, mesh);
+        if (wus) o.weight_update_sharding = WeightUpdateOptions(topology, mesh);
+        if (topology.ok()) {
           o.topology = std::move(topology).value();
           o.estimate_collectives = true;
           out.chip = chip;
@@ -213,9 +250,14 @@ void AnalysisJobs::requestPartition() {
         std::optional<double> partition_ms;
         auto r = pipeline::RunPipeline(std::move(annotated), o, token);
         if (auto it = r.millis.find(pipeline::Stage::kPartition); it != r.millis.end()) partition_ms = it->second;
-        if (!r.partition) {
+        if (!r.partition || r.failed == pipeline::Stage::kWeightUpdateSharding) {
           out.message = r.FailureText();
           return out;
+        }
+        if (r.weight_update_sharding) {
+          out.weight_update_sharding = true;
+          out.weight_update_summary = r.weight_update_sharding->summary;
+          out.weight_update_decisions = r.weight_update_sharding->decisions;
         }
         out.millis = partition_ms.value_or(MillisSince(t0));
         out.verification = r.verification;
@@ -226,13 +268,14 @@ void AnalysisJobs::requestPartition() {
                       std::to_string(out.result->collectives.size()) + " collectives";
         return out;
       },
-      [this, module_gen, edit, result](views::PartitionedProgram out) {
+      [this, module_gen, edit, result, wus](views::PartitionedProgram out) {
         if (out.result) {
           ++partitionings_;
           last_partition_ = out.result;
           last_partition_module_ = module_gen;
           last_partition_edit_ = edit;
           last_partition_result_ = result;
+          last_partition_wus_ = wus;
         }
         analysis_->setPartition(std::move(out));
       },
@@ -240,6 +283,11 @@ void AnalysisJobs::requestPartition() {
 }
 
 void AnalysisJobs::cancelPartition() {
+  if (pending_partition_) {
+    pending_partition_ = false;
+    analysis_->setPartitionCancelled();
+    return;
+  }
   if (!jobs_->cancelKey(kPartitionKey) && analysis_->partitionBusy()) analysis_->setPartitionCancelled();
 }
 
@@ -251,22 +299,44 @@ struct SimulationOutcome {
   views::SimulatedStep step;
   std::shared_ptr<RunResult> run;                 // to be stored
   std::shared_ptr<const PartitionResult> partition;  // partitioned here
+  bool weight_update_sharding = false;               // ... with the pass
 };
 
 }  // namespace
 
+void AnalysisJobs::startPendingSimulation() {
+  if (pending_partition_) requestPartition();
+  if (!pending_simulation_) return;
+  const QString chip = *pending_simulation_;
+  pending_simulation_.reset();
+  requestSimulation(chip, views::AnalysisModel::SimulationInput::kShardings);
+}
+
 void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisModel::SimulationInput input) {
   if (!doc_->module()) return;
+  if (input == views::AnalysisModel::SimulationInput::kShardings && propagationBusy()) {
+    // The shardings are still being inferred (a module just opened, an edit): simulated once they
+    // are, not with the annotations alone.
+    pending_simulation_ = chip_name;
+    jobs_->cancelKey(kSimulationKey);
+    analysis_->setSimulationBusy(true);
+    return;
+  }
+  pending_simulation_.reset();
   store_->open();
   const std::string chip = chip_name.isEmpty() ? analysis_->defaultChip() : chip_name.toStdString();
   const bool replicated = input == views::AnalysisModel::SimulationInput::kReplicated;
+  // Weight-update sharding simulates the step before the pass too: the program is partitioned here
+  // (a partition made earlier is kept without the program before the pass).
+  const bool wus = !replicated && doc_->weightUpdateSharding();
   std::shared_ptr<const Module> module = doc_->sharedModule();
   auto annotations = doc_->annotations();
   auto propagated = doc_->propagatedShardings();
   const DeviceMesh mesh = doc_->mesh();
   // The partitioned program of these very shardings, when there is one: simulated as it is.
-  std::shared_ptr<const PartitionResult> partitioned = replicated ? nullptr : currentPartition();
-  const QString what = replicated ? QString("replicated (no shardings)") : QString("%1 annotations").arg(annotations.size());
+  std::shared_ptr<const PartitionResult> partitioned = replicated || wus ? nullptr : currentPartition();
+  QString what = replicated ? QString("replicated (no shardings)") : QString("%1 annotations").arg(annotations.size());
+  if (wus) what += ", weight-update sharding";
   const std::string label = QString("%1 on %2, mesh %3, %4")
                                 .arg(Q(module->name()), Q(chip), Q(mesh.ToString()), what)
                                 .toStdString();
@@ -277,7 +347,7 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
       .label = "simulating", .lane = Lane::kAnalysis, .key = kSimulationKey, .cancellable = true, .context = this};
   jobs_->run<SimulationOutcome>(
       spec,
-      [module, annotations = std::move(annotations), propagated, mesh, chip, label, replicated,
+      [module, annotations = std::move(annotations), propagated, mesh, chip, label, replicated, wus,
        partitioned](const CancellationToken& token) {
         const auto t0 = std::chrono::steady_clock::now();
         SimulationOutcome out;
@@ -304,13 +374,25 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
           o.propagation.reset();
           o.topology = *topology;
           o.simulation = so;
+          if (wus) o.weight_update_sharding = WeightUpdateOptions(topology, mesh);
           auto r = pipeline::RunPipeline(std::move(input), o, token);
           if (!r.ok()) {
             sim = Error(r.FailureText());
           } else {
+            if (r.weight_update_sharding && r.simulation_before && r.weight_update_sharding->input) {
+              views::WeightUpdateComparison c;
+              c.before = Figures(*r.weight_update_sharding->input, r.simulation_before->run);
+              c.after = Figures(*r.program(), r.simulation->run);
+              c.all_reduces = static_cast<int64_t>(r.weight_update_sharding->decisions.size());
+              c.sharded = static_cast<int64_t>(r.weight_update_sharding->replaced_all_reduces.size());
+              c.summary = r.weight_update_sharding->summary;
+              out.step.weight_update = std::move(c);
+              r.simulation->run.inputs.settings.emplace_back("option.weight_update_sharding", "1");
+            }
             sim = std::move(*r.simulation);
             out.step.collectives = static_cast<int64_t>(r.partition->collectives.size());
             if (!replicated) out.partition = std::make_shared<const PartitionResult>(std::move(*r.partition));
+            out.weight_update_sharding = r.weight_update_sharding.has_value();
           }
         }
         if (!sim.ok()) {
@@ -331,6 +413,7 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
           last_partition_module_ = module_gen;
           last_partition_edit_ = edit;
           last_partition_result_ = result;
+          last_partition_wus_ = out.weight_update_sharding;
         }
         if (!out.run) {
           analysis_->setSimulation(std::move(out.step));
@@ -354,6 +437,11 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
 }
 
 void AnalysisJobs::cancelSimulation() {
+  if (pending_simulation_) {
+    pending_simulation_.reset();
+    analysis_->setSimulationCancelled();
+    return;
+  }
   const bool any = jobs_->cancelKey(kSimulationKey) | jobs_->cancelKey(kSimulationSaveKey);
   if (!any && analysis_->simulationBusy()) analysis_->setSimulationCancelled();
 }

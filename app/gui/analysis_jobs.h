@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include <QObject>
 #include <QString>
@@ -55,6 +56,8 @@ class AnalysisJobs : public QObject {
   void onModuleReset();
   void schedulePropagation();
   void startPropagation();
+  // A partitioning or simulation asked for while propagation ran, started once it is done.
+  void startPendingSimulation();
   // The partitioned program of the document's current shardings, if one was made.
   std::shared_ptr<const PartitionResult> currentPartition() const;
 
@@ -70,7 +73,10 @@ class AnalysisJobs : public QObject {
   // The last partitioned program and the edit (and propagation result) it was made from.
   std::shared_ptr<const PartitionResult> last_partition_;
   quint64 last_partition_edit_ = 0, last_partition_result_ = 0, last_partition_module_ = 0;
+  bool last_partition_wus_ = false;  // made with weight-update sharding
   int partitionings_ = 0;
+  std::optional<QString> pending_simulation_;  // the chip of a simulation waiting for propagation
+  bool pending_partition_ = false;             // a partitioning waiting for propagation
 };
 
 }  // namespace shardscope::gui

@@ -333,6 +333,7 @@ void MainWindow::createDocks() {
   };
   mesh_ = new views::MeshView;
   mesh_->setDocument(doc_);
+  mesh_->setAnalysis(session_->analysis());
   mesh_dock_ = make_dock("Mesh", "meshDock", mesh_, Qt::RightDockWidgetArea);
 
   inspector_ = new views::InspectorPanel;

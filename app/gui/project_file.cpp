@@ -22,6 +22,7 @@ QByteArray ProjectJson(const views::DocumentModel& doc) {
     if (const Instruction* inst = doc.instruction(id)) contents.annotations.push_back({doc.qualifiedName(inst).toStdString(), s});
   }
   if (const Instruction* sel = doc.instruction(doc.selected())) contents.selected = doc.qualifiedName(sel).toStdString();
+  contents.weight_update_sharding = doc.weightUpdateSharding();
   // The document keeps the annotations apart from its module: the module is written without them.
   return QByteArray::fromStdString(WriteProjectFile(doc.module(), contents));
 }

@@ -81,6 +81,9 @@ struct PipelineOptions {
   //     three step programs composed; with a simulation the program before the pass is simulated
   //     too (PipelineResult::simulation_before).
   std::optional<WeightUpdateShardingOptions> weight_update_sharding;
+  // Whether the program before the pass is simulated too (a search that only ranks the result
+  // turns it off: half the simulation).
+  bool simulate_before_weight_update_sharding = true;
   // 4. Numerical verification of a program partitioned here; nullopt: not run.
   std::optional<VerifyOptions> verify;
   // 5. The slice the estimates and the simulation are for.

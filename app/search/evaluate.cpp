@@ -7,6 +7,7 @@
 #include <map>
 
 #include "app/pipeline/pipeline.h"
+#include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/base/units.h"
 #include "simulator/schedule.h"
 
@@ -92,6 +93,19 @@ std::string DepthText(const PreparedCandidate& p) {
   std::string s = "extrapolated from " + param + "=";
   for (size_t i = 0; i < p.depths.size(); ++i) s += (i ? "," : "") + std::to_string(p.depths[i]);
   return s + " to " + std::to_string(p.full_depth);
+}
+
+// The replica mesh weight-update sharding's two-phase and partial schemes use (paper 000 section
+// 5): a 2-D mesh is its own; a 1-D mesh placed canonically on a slice of several physical axes is
+// rows of the minor physical ring with the chip's cores (2048 v3 cores on 32x32 chips: 32 rows of
+// 64, a row being a ring of 32 chips), else the mesh itself (one phase over every replica).
+DeviceMesh ReplicaMeshOf(const Pod& pod, const MeshChoice& choice) {
+  const DeviceMesh& mesh = choice.mesh;
+  if (mesh.num_axes() != 1 || !choice.canonical || pod.slice.size() < 2) return mesh;
+  const int64_t cols = pod.chip.cores_per_chip * pod.slice.back();
+  const int64_t n = mesh.num_devices();
+  if (cols <= 1 || cols >= n || n % cols != 0) return mesh;
+  return DeviceMesh({{"R", n / cols}, {"C", cols}});
 }
 
 }  // namespace
@@ -212,6 +226,12 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
     o.partitioning = pipeline::Partitioning::kAlways;
     o.spmd.num_partitions = p.pod.devices;
     o.topology = topology.value();
+    if (p.candidate.OptionOn("weight_update_sharding")) {
+      // The pass with the simulated chip's figures and the pod's replica mesh, as `simulate
+      // --weight-update-sharding` runs it; only the program after it is simulated.
+      o.weight_update_sharding = pipeline::WeightUpdateShardingOptionsFor(topology.value(), ReplicaMeshOf(p.pod, p.mesh));
+      o.simulate_before_weight_update_sharding = false;
+    }
     SimulationOptions so = options.simulation;
     so.mesh_text = p.candidate.mesh;
     so.label = p.candidate.Label();

@@ -10,6 +10,7 @@ const std::vector<const StrategyFamily*>& StrategyFamilies() {
   static const std::vector<const StrategyFamily*> families = {
       &InLayerFamily(),
       &DataParallelFamily(),
+      &WeightUpdateShardingFamily(),
       &PipeliningFamily(),
       &ExpertParallelFamily(),
       &SpatialFamily(),

@@ -4,6 +4,7 @@
 //
 //   in-layer        GSPMD Table 1's dense-Transformer variants (2D Attempt 1, Attempt 2, finalized)
 //   data-parallel   the batch split over every device, weights replicated
+//   weight-update-sharding  data parallel with the update sharded across the replicas (paper 000)
 //   pipelining      the dense Transformer in L stages on (L, X, Y): GPipe and circular (GSPMD §3.3)
 //   expert-parallel MoE: GShard's 1-D expert sharding and GSPMD §5.5's hybrid (E on X, H on Y)
 //   spatial         image models: the batch on X, the first spatial dim on Y (GSPMD §5.6)
@@ -69,6 +70,7 @@ const StrategyFamily* FindFamily(std::string_view name);
 // Each family file defines one of these.
 const StrategyFamily& InLayerFamily();
 const StrategyFamily& DataParallelFamily();
+const StrategyFamily& WeightUpdateShardingFamily();
 const StrategyFamily& PipeliningFamily();
 const StrategyFamily& ExpertParallelFamily();
 const StrategyFamily& SpatialFamily();

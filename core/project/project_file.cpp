@@ -79,6 +79,13 @@ class ProjectReader {
     auto selected = String(root, "selected", false);
     if (!selected.ok()) return selected.error();
     c.selected = *selected;
+    if (const json::Value* analysis = root.Find("analysis")) {
+      if (!analysis->is_object()) return At(analysis->position(), "\"analysis\" must be an object");
+      if (const json::Value* wus = analysis->Find("weight_update_sharding")) {
+        if (!wus->is_bool()) return At(wus->position(), "\"weight_update_sharding\" must be true or false");
+        c.weight_update_sharding = wus->boolean();
+      }
+    }
     return p;
   }
 
@@ -190,6 +197,11 @@ std::string WriteProjectFile(const Module* module, const ProjectContents& conten
     }
     add(root, "annotations", json::Value::Array(std::move(annotations)));
     if (!contents.selected.empty()) add(root, "selected", json::Value::String(contents.selected));
+    if (contents.weight_update_sharding) {
+      std::vector<json::Member> analysis;
+      add(analysis, "weight_update_sharding", json::Value::Bool(true));
+      add(root, "analysis", json::Value::Object(std::move(analysis)));
+    }
   }
   return json::Serialize(json::Value::Object(std::move(root)), 4) + "\n";
 }

@@ -6,7 +6,8 @@
 //     "module": "HloModule ...",                                (HLO text, without the annotations)
 //     "annotations": [ { "instruction": "comp/name", "sharding": "{devices=[4,1]...}",
 //                        "named": "[I_X, J]" }, ... ],          ("named" is for people; not read)
-//     "selected": "name" }                                      (optional)
+//     "selected": "name",                                       (optional)
+//     "analysis": { "weight_update_sharding": true } }          (optional; the analysis options)
 //
 // Plain C++ (no Qt): the GUI's session reads and writes it through here, and so can any tool.
 // Reading never aborts: every error is "WHERE:LINE:COLUMN: error: ..." pointing into the JSON, or
@@ -40,6 +41,8 @@ struct ProjectContents {
   std::vector<ProjectAnnotation> annotations;  // in file order
   std::string source_kind, source;             // where the module came from ("zoo", "hlo", ...)
   std::string selected;                        // the selected instruction (qualified name), or empty
+  // Analysis options: weight-update sharding (paper 000) of the partitioned program.
+  bool weight_update_sharding = false;
 };
 
 struct Project {

@@ -831,6 +831,9 @@ std::vector<const Instruction*> Planner::Evaluate() {
     d.computation = cl.comp->name();
     d.format = l.format.Describe();
     d.scheme = sch.Describe();
+    d.shard_of_device = sch.shard_index;
+    d.shards = g;
+    d.shard_dims = l.format.ShardDims();
     d.non_elementwise = st.non_elementwise;
     d.sharded_state = st.state;
     std::sort(d.sharded_state.begin(), d.sharded_state.end());

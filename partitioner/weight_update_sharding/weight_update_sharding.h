@@ -111,6 +111,11 @@ struct WeightUpdateDecision {
   int64_t update_bytes = 0;     // bytes of the update's inputs and outputs (unsharded)
   double saved_seconds = 0, added_seconds = 0;
   std::string reason;           // why sharded / kept replicated
+  // Where the pieces are (section 5): per device, the shard of the formatted value it keeps (and
+  // updates; partial sharding: the same shards in every row); how many shards; one shard's dims.
+  std::vector<int64_t> shard_of_device;
+  int64_t shards = 1;
+  std::vector<int64_t> shard_dims;
 };
 
 // An instruction the pass inserted that is not a collective (formatting, slicing, masking, casts).
