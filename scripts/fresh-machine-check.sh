@@ -17,9 +17,10 @@
 #   --asan              also build the asan preset and run the suite under it in the root (CI does)
 #   --ccache-dir DIR    host ccache folder bind-mounted into the root, so repeat runs compile from
 #                       cache. Default: $SHARDSCOPE_CCACHE_DIR, else the cache_dir of
-#                       /etc/ccache.conf, else /var/cache/shardscope-ccache. The clone sits at
-#                       /work/fresh/main inside the root and ccache runs there with base_dir=/work,
-#                       so a host cache with base_dir=/work can give hits too.
+#                       /etc/ccache.conf, else /var/cache/shardscope-ccache. The project's
+#                       CMakeLists makes cache keys independent of the checkout's path and of the
+#                       compiler's file date, so a build of the same sources on the host (in any
+#                       folder) fills the cache the root compiles from.
 #   --apt-cache DIR     host folder keeping the downloaded .debs between runs (default:
 #                       $SHARDSCOPE_APT_CACHE, else /var/cache/shardscope-fresh-debs)
 #   --shared DIR        the folder put beside the clone as ../shared (default: ../shared beside
@@ -155,7 +156,7 @@ in_root() {
   chroot "$root" /usr/bin/env -i \
     HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     TERM="${TERM:-dumb}" DEBIAN_FRONTEND=noninteractive \
-    CCACHE_DIR=/var/cache/shardscope-ccache CCACHE_BASEDIR=/work CCACHE_MAXSIZE="$ccache_max" \
+    CCACHE_DIR=/var/cache/shardscope-ccache CCACHE_MAXSIZE="$ccache_max" \
     /bin/bash -c "$*" </dev/null &
   wait $!
 }
