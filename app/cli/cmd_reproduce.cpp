@@ -32,7 +32,8 @@ int Run(const std::vector<std::string>& arguments) {
   options.small_only = small;
   options.only_column = column;
   options.on_column = [](const pipeline::ReproduceColumn& c) {
-    std::cerr << "simulating " << c.label << " (" << c.model << " on " << c.chip << ", mesh " << c.mesh << ")\n";
+    std::cerr << "simulating " << c.label << " (" << (c.model.empty() ? "" : c.model + " ") << "on " << c.chip
+              << ", mesh " << c.mesh << ")\n";
   };
   const pipeline::ReproducedCase r = pipeline::RunReproduceCase(*spec.value(), options);
   if (r.columns.empty()) return UsageError(kName, "no column of " + args[0] + " matches '" + column + "'");

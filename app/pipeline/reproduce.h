@@ -31,6 +31,9 @@ enum class ReproduceMetric : uint8_t {
   kStepAfterPass,   // seconds per step with it
   kSpeedup,         // before / after
   kStepReduction,   // 1 - after / before, percent
+  // One collective (a book-collectives column).
+  kCollectiveTime,  // seconds
+  kTimeRatio,       // one collective's time over another's
 };
 std::string_view ReproduceMetricName(ReproduceMetric m);  // "step time", "MFU", ...
 
@@ -54,6 +57,9 @@ struct ReproduceColumn {
   // "wus-6.1-transformer-1024") simulated before and after the pass replaces the zoo configuration
   // above (model, settings and mesh then only describe it).
   std::string weight_update_sharding_case;
+  // When set, a collective of BookCollectiveCases (app/pipeline/book_collectives.h, e.g. "C3") costed
+  // by the simulator's collective model replaces the zoo configuration.
+  std::string book_collective_case;
 };
 
 struct ReproduceCase {
