@@ -5,6 +5,7 @@
 #include <QtCore/QProcess>
 #include <QtCore/QString>
 #include <QtCore/QStringList>
+#include "tests/built_paths.h"
 
 namespace shardscope::testing {
 
@@ -15,7 +16,7 @@ struct CliResult {
 
 inline CliResult RunCli(const QStringList& args) {
   QProcess p;
-  p.start(QStringLiteral(SHARDSCOPE_CLI_PATH), args);
+  p.start(QString::fromUtf8(SHARDSCOPE_CLI_PATH), args);
   if (!p.waitForFinished(300000)) qFatal("cli did not finish");
   return {p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
 }

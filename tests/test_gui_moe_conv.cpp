@@ -21,6 +21,7 @@
 #include "views/item_models.h"
 #include "views/mesh_view.h"
 #include "views/partitioned_view.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 using namespace shardscope::views;

@@ -20,6 +20,7 @@
 #include <QtTest>
 
 #include "gui_test_support.h"
+#include "tests/built_paths.h"
 
 
 class TestGuiRealClicks : public QObject {

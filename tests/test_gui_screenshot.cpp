@@ -6,6 +6,7 @@
 #include <QSet>
 #include <QTemporaryDir>
 #include <QtTest>
+#include "tests/built_paths.h"
 
 namespace {
 

@@ -23,6 +23,7 @@
 #include "views/item_models.h"
 #include "views/partitioned_view.h"
 #include "views/sharding_style.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 using namespace shardscope::views;

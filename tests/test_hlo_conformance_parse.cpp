@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/ir/hlo_text.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 

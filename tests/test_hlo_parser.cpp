@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/ir/hlo_text.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 
@@ -1257,7 +1258,7 @@ void TestHloParser::fuzzRandomBytes() {
 }
 
 void TestHloParser::cliCheckAndPrint() {
-  const QString cli = QStringLiteral(SHARDSCOPE_CLI_PATH);
+  const QString cli = QString::fromUtf8(SHARDSCOPE_CLI_PATH);
   if (!QFileInfo::exists(cli)) QSKIP("shardscope-cli not built");
   QTemporaryDir dir;
   QVERIFY(dir.isValid());

@@ -18,6 +18,7 @@
 #include "core/sharding/shardy.h"
 #include "partitioner/propagation/sharding_propagation.h"
 #include "partitioner/spmd/spmd_partitioner.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 

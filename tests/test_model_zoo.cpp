@@ -17,6 +17,7 @@
 #include "core/ir/hlo_text.h"
 #include "core/zoo/model_zoo.h"
 #include "core/ir/verifier.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 
@@ -431,7 +432,7 @@ class TestModelZoo : public QObject {
   }
 
   void cli() {
-    const QString cli = QStringLiteral(SHARDSCOPE_CLI_PATH);
+    const QString cli = QString::fromUtf8(SHARDSCOPE_CLI_PATH);
     if (!QFileInfo::exists(cli)) QSKIP("shardscope-cli not built");
     QProcess list;
     list.start(cli, {"zoo", "list"});

@@ -10,6 +10,7 @@
 #include "core/ir/hlo_text.h"
 #include "app/conformance/conformance.h"
 #include "partitioner/propagation/sharding_propagation.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 

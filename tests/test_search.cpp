@@ -25,6 +25,7 @@
 #include "app/search/report.h"
 #include "app/search/search.h"
 #include "core/ir/hlo_text.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 using namespace shardscope::search;

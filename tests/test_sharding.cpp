@@ -13,6 +13,7 @@
 #include "core/base/shape.h"
 #include "core/sharding/sharding.h"
 #include "core/sharding/tile_assignment.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 

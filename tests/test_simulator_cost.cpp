@@ -16,6 +16,7 @@
 #include "simulator/compute_cost.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 using namespace shardscope::sim;
@@ -737,7 +738,7 @@ class TestSimulatorCost : public QObject {
 
   // ---- CLI ------------------------------------------------------------------------------------------------------
   void cliCollective() {
-    const QString cli = QStringLiteral(SHARDSCOPE_CLI_PATH);
+    const QString cli = QString::fromUtf8(SHARDSCOPE_CLI_PATH);
     if (!QFileInfo::exists(cli)) QSKIP("shardscope-cli is not built");
     auto run = [&](const QStringList& args, int* code) {
       QProcess p;

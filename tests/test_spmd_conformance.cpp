@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "app/conformance/spmd_conformance.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 using namespace shardscope::conformance;

@@ -12,6 +12,7 @@
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
 #include "partitioner/spmd/spmd_partitioner.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 

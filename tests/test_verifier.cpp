@@ -13,6 +13,7 @@
 #include "core/ir/hlo_text.h"
 #include "core/zoo/model_zoo.h"
 #include "core/ir/verifier.h"
+#include "tests/built_paths.h"
 
 using namespace shardscope;
 
