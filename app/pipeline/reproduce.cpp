@@ -170,7 +170,8 @@ std::vector<ReproduceColumn> Table4Columns() {
   auto col = [&](int64_t l, int64_t x, int64_t y, int64_t n, int64_t mb, double memory_gb, double step, double raw,
                  double bubbles, double recompute) {
     return PipelinedColumn(m, "gpipe", l, x, y, n, mb,
-                           {Step(step), Memory(memory_gb), RawUtil(raw), Bubbles(bubbles), Recompute(recompute)}, false);
+                           {Step(step), Memory(memory_gb), RawUtil(raw), Bubbles(bubbles), Recompute(recompute)},
+                           /*small=*/true);  // about 2 s each
   };
   return {col(2, 16, 8, 16, 64, 14.9, 24.0, 46.2, 5.6, 22.3), col(4, 16, 4, 16, 64, 13.3, 22.3, 58.0, 14.8, 21.3),
           col(4, 16, 4, 32, 32, 13.1, 22.2, 51.8, 8.0, 21.7),  col(8, 16, 2, 32, 32, 15.0, 23.4, 54.8, 16.5, 22.2),
@@ -189,22 +190,22 @@ std::vector<ReproduceColumn> Table5Columns() {
   std::vector<ReproduceColumn> out;
   auto add = [&](const PipelineShape& m, const std::string& size, const std::string& schedule, int64_t l, int64_t n,
                  std::vector<PublishedFigure> published, bool is_small) {
-    ReproduceColumn c = PipelinedColumn(m, schedule, l, 1, 2, n, 1, std::move(published), is_small);
+    ReproduceColumn c = PipelinedColumn(m, schedule, l, 1, 2, n, 1, std::move(published), is_small);  // under 1 s each
     c.label = size + " " + c.label;
     out.push_back(std::move(c));
     return out.back().label;
   };
-  add(small, "6.47B", "gpipe", 8, 64, {Step(8.40), Memory(13.8), RawUtil(59.4), Bubbles(9.6), Recompute(22.9)}, false);
+  add(small, "6.47B", "gpipe", 8, 64, {Step(8.40), Memory(13.8), RawUtil(59.4), Bubbles(9.6), Recompute(22.9)}, true);
   const std::string g1 =
-      add(small, "6.47B", "gpipe", 8, 16, {Step(2.80), Memory(12.2), RawUtil(57.9), Bubbles(29.9), Recompute(22.3)}, false);
+      add(small, "6.47B", "gpipe", 8, 16, {Step(2.80), Memory(12.2), RawUtil(57.9), Bubbles(29.9), Recompute(22.3)}, true);
   add(small, "6.47B", "circular", 8, 16,
-      {Step(2.30), Memory(14.1), RawUtil(53.9), Bubbles(9.0), Recompute(21.3), Gain(2.80, 2.30)}, false);
+      {Step(2.30), Memory(14.1), RawUtil(53.9), Bubbles(9.0), Recompute(21.3), Gain(2.80, 2.30)}, true);
   out.back().baseline = g1;
-  add(large, "12.95B", "gpipe", 16, 128, {Step(18.37), Memory(15.4), RawUtil(60.5), Bubbles(10.4), Recompute(29.9)}, false);
+  add(large, "12.95B", "gpipe", 16, 128, {Step(18.37), Memory(15.4), RawUtil(60.5), Bubbles(10.4), Recompute(29.9)}, true);
   const std::string g2 =
-      add(large, "12.95B", "gpipe", 16, 32, {Step(5.58), Memory(12.8), RawUtil(59.0), Bubbles(31.0), Recompute(22.8)}, false);
+      add(large, "12.95B", "gpipe", 16, 32, {Step(5.58), Memory(12.8), RawUtil(59.0), Bubbles(31.0), Recompute(22.8)}, true);
   add(large, "12.95B", "circular", 16, 32,
-      {Step(4.42), Memory(14.8), RawUtil(50.6), Bubbles(10.0), Recompute(22.4), Gain(5.58, 4.42)}, false);
+      {Step(4.42), Memory(14.8), RawUtil(50.6), Bubbles(10.0), Recompute(22.4), Gain(5.58, 4.42)}, true);
   out.back().baseline = g2;
   return out;
 }
