@@ -505,7 +505,11 @@ Result<WhileLoopAllReduceCodeMotionResult> WhileLoopAllReduceCodeMotion(Module& 
       if (i->opcode() == Opcode::kWhile && i->while_body()) loops.emplace_back(c.get(), i.get());
     }
 
-  for (auto [caller, loop] : loops) {
+  for (const auto& entry : loops) {
+    // Named variables, not a structured binding: the lambdas below capture them (clang 14 cannot
+    // capture a structured binding).
+    auto* const caller = entry.first;
+    auto* const loop = entry.second;
     Computation* body = loop->while_body();
     std::vector<Instruction*> body_all_reduces;
     for (const auto& i : body->instructions())

@@ -1,5 +1,7 @@
 #include "simulator/engine.h"
 
+#include "simulator/pipeline_accounting.h"
+
 #include "core/base/units.h"
 
 #include <algorithm>
@@ -708,9 +710,63 @@ Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& t
     comm_bytes += t.cost.bytes_per_device * static_cast<double>(t.members);
   }
   sum.bytes_communicated = static_cast<int64_t>(std::llround(comm_bytes));
-  const double useful = options.model_flops > 0 ? options.model_flops : sum.total_flops;
+  // Bubbles and recompute (simulator/pipeline_accounting.h), device by device: a class's devices
+  // share one timeline but may sit at different pipeline positions, so the devices of a class are
+  // grouped by their positions and each group's bubble is summed once.
+  double recompute_in_bubble_flops = 0;
+  {
+    const PipelineStructure pipe = FindPipelineStructure(program, n);
+    sum.pipeline_stages = pipe.stages();
+    std::vector<size_t> piped_ops;
+    for (size_t o = 0; o < program.ops.size(); ++o)
+      if (program.ops[o].kind == ExecKind::kCompute && pipe.pipelined() && pipe.op_loop[o] >= 0) piped_ops.push_back(o);
+    double bubble_s = 0, recompute_s = 0;
+    for (const ClassState& c : classes) {
+      const double members = static_cast<double>(c.devices.size());
+      for (size_t o = 0; o < program.ops.size(); ++o) {
+        const ExecOp& op = program.ops[o];
+        if (op.kind != ExecKind::kCompute || !op.recompute) continue;
+        recompute_s += members * (c.end[o] - c.start[o]);
+        sum.recompute_flops += members * op.flops;
+      }
+      if (piped_ops.empty()) continue;
+      std::map<std::vector<int64_t>, int64_t> by_position;  // positions in every pipeline loop -> devices
+      for (int64_t d : c.devices) {
+        std::vector<int64_t> key;
+        for (const PipelineLoop& l : pipe.loops) key.push_back(l.position[static_cast<size_t>(d)]);
+        ++by_position[key];
+      }
+      for (const auto& [key, count] : by_position) {
+        int64_t device = -1;  // one device with these positions
+        for (int64_t d : c.devices) {
+          bool same = true;
+          for (size_t k = 0; k < pipe.loops.size() && same; ++k) same = pipe.loops[k].position[static_cast<size_t>(d)] == key[k];
+          if (same) {
+            device = d;
+            break;
+          }
+        }
+        const double w = static_cast<double>(count);
+        for (size_t o : piped_ops) {
+          if (!pipe.InBubble(o, device)) continue;
+          const ExecOp& op = program.ops[o];
+          bubble_s += w * (c.end[o] - c.start[o]);
+          sum.bubble_flops += w * op.flops;
+          if (op.recompute) recompute_in_bubble_flops += w * op.flops;
+        }
+      }
+    }
+    sum.bubble_time_s = bubble_s / static_cast<double>(n);
+    sum.recompute_time_s = recompute_s / static_cast<double>(n);
+  }
   const double peak = topology.chip().device_peak_flops() * static_cast<double>(n);
+  // True MFU counts neither bubbles nor recompute: the useful share of the executed FLOPs, applied
+  // to the model's FLOPs when given (counted over the unrolled loops, they hold both alike).
+  const double wasted = sum.bubble_flops + sum.recompute_flops - recompute_in_bubble_flops;
+  const double useful_share = sum.total_flops > 0 ? std::clamp(1 - wasted / sum.total_flops, 0.0, 1.0) : 1.0;
+  const double useful = (options.model_flops > 0 ? options.model_flops : sum.total_flops) * useful_share;
   sum.mfu = sum.step_time_s > 0 && peak > 0 ? useful / (sum.step_time_s * peak) : 0;
+  sum.raw_flops_utilization = sum.step_time_s > 0 && peak > 0 ? sum.total_flops / (sum.step_time_s * peak) : 0;
 
   // Collectives (durations on the slowest class).
   for (size_t o = 0; o < program.ops.size(); ++o) {
@@ -796,6 +852,15 @@ std::string DescribeSimulation(const Simulation& sim) {
   char mfu[32];
   std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * s.mfu);
   os << "FLOP utilisation (MFU): " << mfu << " (" << s.total_flops << " FLOPs per step)\n";
+  if (s.pipeline_stages > 0 || s.recompute_time_s > 0) {
+    char raw[32];
+    std::snprintf(raw, sizeof raw, "%.1f%%", 100 * s.raw_flops_utilization);
+    os << "raw FLOPS utilisation: " << raw << " (bubbles and recompute counted as useful)\n";
+    if (s.pipeline_stages > 0)
+      os << "  pipeline bubbles: " << FormatSeconds(s.bubble_time_s) << " (" << pct(s.bubble_time_s) << ", "
+         << s.pipeline_stages << " stages)\n";
+    os << "  recompute: " << FormatSeconds(s.recompute_time_s) << " (" << pct(s.recompute_time_s) << ")\n";
+  }
   os << "collectives: " << sim.run.collectives.size() << ", " << FormatBytes(static_cast<double>(s.bytes_communicated))
      << " moved in total\n";
   os << "peak memory per device: " << FormatBytes(static_cast<double>(s.peak_memory_bytes)) << " (" << s.peak_memory_bytes

@@ -111,13 +111,19 @@ Status RunResult::Validate() const {
                          {"idle time", s.idle_time_s},
                          {"exposed communication", s.exposed_communication_s},
                          {"MFU", s.mfu},
-                         {"total FLOPs", s.total_flops}}) {
+                         {"total FLOPs", s.total_flops},
+                         {"bubble time", s.bubble_time_s},
+                         {"recompute time", s.recompute_time_s},
+                         {"bubble FLOPs", s.bubble_flops},
+                         {"recompute FLOPs", s.recompute_flops},
+                         {"raw FLOPS utilisation", s.raw_flops_utilization}}) {
     if (!FiniteNonNegative(v))
       return Error(std::string("run summary: ") + name + " must be finite and >= 0, got " +
                    std::to_string(v));
   }
   if (s.peak_memory_bytes < 0 || s.bytes_communicated < 0)
     return Error("run summary: byte counts must be >= 0");
+  if (s.pipeline_stages < 0) return Error("run summary: negative pipeline stage count");
 
   for (size_t ci = 0; ci < classes.size(); ++ci) {
     const DeviceClass& c = classes[ci];

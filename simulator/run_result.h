@@ -62,11 +62,28 @@ struct RunSummary {
   double communication_time_s = 0;     // busy time of the communication stream (slowest device)
   double idle_time_s = 0;              // step time with neither stream busy (slowest device)
   double exposed_communication_s = 0;  // communication not overlapped by compute
-  double mfu = 0;                      // model FLOP utilisation, 0..1
+  double mfu = 0;                      // model FLOP utilisation, 0..1 (bubbles and recompute not counted)
   int64_t peak_memory_bytes = 0;       // highest per-device peak over all devices
   int64_t bytes_communicated = 0;      // collective payload bytes of one step, summed over devices
   double total_flops = 0;              // FLOPs of one step, summed over devices
   int64_t device_hbm_bytes = 0;        // the chip's HBM per device (0: unknown, e.g. an old store)
+  // Pipelining and rematerialisation (GSPMD Tables 4 and 5; simulator/pipeline_accounting.h).
+  // Bubble: compute a device spends in the iterations of a pipeline loop in which its stage works
+  // on padding; recompute: compute of ops marked as rematerialised (IsRematerialization), those in
+  // bubble iterations included (the two overlap there). Times are the mean over devices of each
+  // device's compute time (seconds of its compute stream); FLOPs are summed over devices.
+  int64_t pipeline_stages = 0;         // stages of the pipeline loops found (0: not pipelined)
+  double bubble_time_s = 0;
+  double recompute_time_s = 0;
+  double bubble_flops = 0;
+  double recompute_flops = 0;
+  // Executed FLOPs over the peak: what a profiler reads ("raw FLOPS util"), counting bubbles and
+  // recompute as useful, beside the true `mfu`. Runs stored before run-store schema 5 get their
+  // MFU here (the engine then counted every executed FLOP as useful) and 0 for the others.
+  double raw_flops_utilization = 0;
+
+  double bubble_share() const { return step_time_s > 0 ? bubble_time_s / step_time_s : 0; }
+  double recompute_share() const { return step_time_s > 0 ? recompute_time_s / step_time_s : 0; }
 
   // Whether the peak fits the device's HBM (true when the HBM is unknown), and by how much it does
   // not (0 when it fits).

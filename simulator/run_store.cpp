@@ -91,7 +91,7 @@ struct Migration {
   int from_version;
   const char* sql;
 };
-constexpr std::array<Migration, 3> kMigrations{{
+constexpr std::array<Migration, 4> kMigrations{{
     // 2: the original instruction behind each instruction of the partitioned program.
     {1, "CREATE TABLE instruction_origins(run_id INTEGER NOT NULL, instruction TEXT NOT NULL, "
         "origin TEXT NOT NULL, PRIMARY KEY(run_id, instruction)) WITHOUT ROWID"},
@@ -103,6 +103,17 @@ constexpr std::array<Migration, 3> kMigrations{{
         "CREATE INDEX runs_by_key ON runs(run_key); "
         "CREATE TABLE run_annotations(run_id INTEGER NOT NULL, seq INTEGER NOT NULL, instruction TEXT NOT NULL, "
         "sharding TEXT NOT NULL, PRIMARY KEY(run_id, seq)) WITHOUT ROWID"},
+    // 5: pipelining and rematerialisation (GSPMD Tables 4-5): bubble and recompute time and FLOPs,
+    // and the raw FLOPS utilisation beside MFU. Older runs were simulated without this accounting:
+    // their MFU counted every executed FLOP as useful, which is the raw reading, so it moves there;
+    // their bubbles and recompute are unknown (0).
+    {4, "ALTER TABLE runs ADD COLUMN pipeline_stages INTEGER NOT NULL DEFAULT 0; "
+        "ALTER TABLE runs ADD COLUMN bubble_time_s REAL NOT NULL DEFAULT 0; "
+        "ALTER TABLE runs ADD COLUMN recompute_time_s REAL NOT NULL DEFAULT 0; "
+        "ALTER TABLE runs ADD COLUMN bubble_flops REAL NOT NULL DEFAULT 0; "
+        "ALTER TABLE runs ADD COLUMN recompute_flops REAL NOT NULL DEFAULT 0; "
+        "ALTER TABLE runs ADD COLUMN raw_flops_utilization REAL NOT NULL DEFAULT 0; "
+        "UPDATE runs SET raw_flops_utilization = mfu"},
 }};
 
 // RAII prepared statement.
@@ -420,8 +431,10 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
       if (!s.Prepare(db_, "INSERT INTO runs(created_ms, label, module_name, module_hash, chip_preset, "
                           "mesh_text, topology_options, num_devices, num_classes, step_time_s, "
                           "compute_time_s, communication_time_s, idle_time_s, exposed_communication_s, "
-                          "mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes, run_key, id) "
-                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"))
+                          "mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes, run_key, id, "
+                          "pipeline_stages, bubble_time_s, recompute_time_s, bubble_flops, recompute_flops, "
+                          "raw_flops_utilization) "
+                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"))
         return fail("cannot prepare the run insert");
       const RunInputs& in = run.inputs;
       const RunSummary& sm = run.summary;
@@ -447,6 +460,12 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
       s.Bind(20, std::string_view(run.key));
       if (replaced > 0) s.Bind(21, replaced);
       else s.BindNull(21);
+      s.Bind(22, sm.pipeline_stages);
+      s.Bind(23, sm.bubble_time_s);
+      s.Bind(24, sm.recompute_time_s);
+      s.Bind(25, sm.bubble_flops);
+      s.Bind(26, sm.recompute_flops);
+      s.Bind(27, sm.raw_flops_utilization);
       if (!s.Run()) return fail("cannot insert the run");
       id = sqlite3_last_insert_rowid(db_);
       if (!tick()) return fail("");
@@ -643,7 +662,8 @@ namespace {
 constexpr const char* kOverviewColumns =
     "id, created_ms, label, module_name, module_hash, chip_preset, mesh_text, topology_options, "
     "num_devices, num_classes, step_time_s, compute_time_s, communication_time_s, idle_time_s, "
-    "exposed_communication_s, mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes, run_key";
+    "exposed_communication_s, mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes, run_key, "
+    "pipeline_stages, bubble_time_s, recompute_time_s, bubble_flops, recompute_flops, raw_flops_utilization";
 
 RunOverview ReadOverview(const Stmt& s) {
   RunOverview o;
@@ -668,6 +688,12 @@ RunOverview ReadOverview(const Stmt& s) {
   o.summary.total_flops = s.Real(18);
   o.summary.device_hbm_bytes = s.Int(19);
   o.key = s.Text(20);
+  o.summary.pipeline_stages = s.Int(21);
+  o.summary.bubble_time_s = s.Real(22);
+  o.summary.recompute_time_s = s.Real(23);
+  o.summary.bubble_flops = s.Real(24);
+  o.summary.recompute_flops = s.Real(25);
+  o.summary.raw_flops_utilization = s.Real(26);
   return o;
 }
 }  // namespace

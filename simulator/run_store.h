@@ -3,7 +3,8 @@
 // One database file per project by default (DefaultStorePath). The schema is versioned with
 // PRAGMA user_version and mirrored in a `schema` table; opening a database written by a newer
 // ShardScope, or a SQLite file that is not a run store, fails with a clear message; older versions
-// are migrated in place, step by step (2 added instruction origins, 3 run keys and annotations).
+// are migrated in place, step by step (2 added instruction origins, 3 the device's HBM, 4 run keys
+// and annotations, 5 pipeline bubbles, recompute and the raw FLOPS utilisation).
 // The journal is WAL.
 //
 // Every run is written in ONE transaction with prepared statements and bound parameters, so a
@@ -83,7 +84,8 @@ RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b);
 
 class RunStore {
  public:
-  static constexpr int kSchemaVersion = 4;  // 2: instruction origins; 3: device HBM; 4: run keys, annotations
+  // 2: instruction origins; 3: device HBM; 4: run keys, annotations; 5: bubbles, recompute, raw utilisation
+  static constexpr int kSchemaVersion = 5;
 
   enum class OpenMode {
     kCreate,        // create the file (and schema) when missing

@@ -105,6 +105,15 @@ bool IsHeavy(const Instruction& i) {
 
 bool IsSliceLike(Opcode op) { return op == Opcode::kSlice || op == Opcode::kDynamicSlice || op == Opcode::kGather; }
 
+// An update in place of operand 0: dynamic-update-slice, and a scatter of one operand (XLA runs both
+// in place on a buffer whose last use they are, touching only the updated region). Returns the
+// operand holding the update (nullptr for other ops).
+const Instruction* InPlaceUpdate(const Instruction& m) {
+  if (m.opcode() == Opcode::kDynamicUpdateSlice && m.operand_count() > 1) return m.operand(1);
+  if (m.opcode() == Opcode::kScatter && m.operand_count() == 3 && m.shape().IsArray()) return m.operand(2);
+  return nullptr;
+}
+
 // Ops a loop fusion holds beside elementwise ones: data movement computed per output element
 // (slices read only what they keep), broadcasts and iotas that were not inlined.
 bool IsLoopFusible(Opcode op) {
@@ -966,6 +975,9 @@ class Expander {
     op.kind = ExecKind::kCompute;
     op.name = Qualified(*f.comp, *g.main, f.iter);
     op.members = static_cast<int32_t>(g.members.size());
+    op.loop = cur_loop_;
+    op.iteration = cur_iteration_;
+    for (const Instruction* m : g.members) op.recompute = op.recompute || IsRematerialization(*m);
     if (g.members.size() == 1) {
       if (g.main->opcode() == Opcode::kCustomCall) op.kind_name = "custom-call";
       else if (g.main->opcode() == Opcode::kGeneric) op.kind_name = g.main->opcode_text();
@@ -999,8 +1011,8 @@ class Expander {
         if (b < 0) continue;
         op.defs.push_back(b);
         double wb = static_cast<double>(prog_->buffers[static_cast<size_t>(b)].bytes);
-        if (m->opcode() == Opcode::kDynamicUpdateSlice && m->operand_count() > 1) {
-          wb = std::min(wb, static_cast<double>(m->operand(1)->shape().ByteSize()));
+        if (const Instruction* update = InPlaceUpdate(*m)) {
+          wb = std::min(wb, static_cast<double>(update->shape().ByteSize()));
         }
         write_bytes += wb;
       }
@@ -1028,6 +1040,9 @@ class Expander {
           double bytes = static_cast<double>(prog_->buffers[static_cast<size_t>(b)].bytes);
           if (k == 0 && IsSliceLike(m->opcode())) bytes = std::min(bytes, static_cast<double>(m->shape().ByteSize()));
           if (k == 0 && m->opcode() == Opcode::kDynamicUpdateSlice && m->operand_count() > 1) bytes = 0;
+          // A scatter's combiner reads the region it updates, not the whole operand.
+          if (k == 0 && m->opcode() == Opcode::kScatter && InPlaceUpdate(*m))
+            bytes = std::min(bytes, static_cast<double>(InPlaceUpdate(*m)->shape().ByteSize()));
           auto [it, fresh] = reads.emplace(b, bytes);
           if (!fresh) it->second = std::max(it->second, bytes);
           op.uses.push_back(b);
@@ -1043,7 +1058,7 @@ class Expander {
         ReuseCandidate rc;
         rc.op = op_id;
         rc.out = v[0];
-        if (IsSliceLike(m->opcode()) || m->opcode() == Opcode::kDynamicUpdateSlice) {
+        if (IsSliceLike(m->opcode()) || InPlaceUpdate(*m)) {
           if (m->operand_count() > 0 && !member_set.count(m->operand(0))) {
             auto ov = ValueOf(f, m->operand(0));
             if (ov.ok()) AddBuffers(*ov, &rc.inputs);
@@ -1071,6 +1086,8 @@ class Expander {
     ExecOp op;
     op.kind = ExecKind::kCollective;
     op.name = Qualified(*f.comp, i, f.iter);
+    op.loop = cur_loop_;
+    op.iteration = cur_iteration_;
     CollectiveKind kind = CollectiveKind::kAllReduce;
     switch (CollectiveOpcodeOf(i).value_or(i.opcode())) {  // async forms: the collective they start
       case Opcode::kAllGather: case Opcode::kAllGatherStart: kind = CollectiveKind::kAllGather; break;
@@ -1285,8 +1302,14 @@ class Expander {
     auto init = ValueOf(f, w.operand(0));
     if (!init.ok()) return init.error();
     Value state = std::move(init).value();
+    const int32_t loop = static_cast<int32_t>(prog_->loops.size());
+    prog_->loops.push_back({Qualified(*f.comp, w, f.iter), body->name(), trips, cur_loop_, cur_iteration_});
+    const int32_t outer_loop = cur_loop_;
+    const int64_t outer_iteration = cur_iteration_;
+    cur_loop_ = loop;
     for (int64_t t = 0; t <= trips; ++t) {
       const std::string it = f.iter + "[" + std::to_string(t) + "]";
+      cur_iteration_ = t;
       std::vector<Value> a{state};
       auto c = Expand(*cond, a, it, depth + 1);
       if (!c.ok()) return c.error();
@@ -1295,6 +1318,8 @@ class Expander {
       if (!r.ok()) return r.error();
       state = std::move(r).value();
     }
+    cur_loop_ = outer_loop;
+    cur_iteration_ = outer_iteration;
     f.values[&w] = state;
     return Status::Ok();
   }
@@ -1332,9 +1357,46 @@ class Expander {
   std::unordered_map<const Instruction*, Value> constants_;
   std::map<CollectiveKey, int32_t> collective_index_;
   std::vector<ReuseCandidate> reuse_;
+  int32_t cur_loop_ = -1;       // the innermost loop being unrolled (ExecProgram::loops)
+  int64_t cur_iteration_ = 0;   // and its iteration
 };
 
+// One marker word of rematerialisation (IsRematerialization).
+bool IsRematMarker(std::string_view w) {
+  return w == "recompute" || w == "remat" || w == "rematted_computation" || w == "checkpoint" ||
+         (w.size() > 5 && w.substr(0, 5) == "remat" && w.find_first_not_of("0123456789", 5) == std::string_view::npos);
+}
+
 }  // namespace
+
+bool IsRematerialization(const Instruction& i) {
+  // XLA's clones: "<name>.remat", "<name>.remat2".
+  const std::string& name = i.name();
+  for (size_t start = name.find('.'); start != std::string::npos; start = name.find('.', start + 1)) {
+    const size_t end = name.find('.', start + 1);
+    if (IsRematMarker(std::string_view(name).substr(start + 1, end == std::string::npos ? std::string::npos : end - start - 1)))
+      return true;
+  }
+  const std::string op_name = i.op_name();
+  size_t start = 0;
+  while (start <= op_name.size()) {
+    size_t end = op_name.find('/', start);
+    if (end == std::string::npos) end = op_name.size();
+    std::string_view part = std::string_view(op_name).substr(start, end - start);
+    // JAX wraps transformations: "jvp(remat)", "checkpoint[...]": the word before '(' / '['.
+    const size_t cut = part.find_first_of("([");
+    if (IsRematMarker(part) || (cut != std::string_view::npos && IsRematMarker(part.substr(0, cut)))) return true;
+    // Inside parentheses too: "transpose(jvp(rematted_computation))".
+    size_t k = 0;
+    while ((k = part.find_first_of("([", k)) != std::string_view::npos) {
+      ++k;
+      const size_t e = part.find_first_of(")]([", k);
+      if (IsRematMarker(part.substr(k, e == std::string_view::npos ? std::string_view::npos : e - k))) return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
 
 Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options) {
   if (options.default_trip_count < 0) return Error("default_trip_count must be >= 0");

@@ -20,7 +20,8 @@
 //     A group runs as one compute op: FLOPs of its dots/convolutions, bytes = the buffers it reads
 //     from outside plus the values it writes that are used outside (roofline on the sum). Values
 //     used only inside a group are never materialised. Slices and dynamic-slices read only what
-//     they keep; dynamic-update-slice writes only its update.
+//     they keep; dynamic-update-slice writes only its update, and a scatter of one operand reads
+//     and writes only the region its updates touch (both run in place, as XLA runs them).
 //  3. Expands control flow: while loops are unrolled by their trip count (backend_config
 //     known_trip_count, else the pattern `compare(get-tuple-element(param, i), constant)` with the
 //     counter's init value and step, else SimulationOptions::default_trip_count with a warning);
@@ -31,7 +32,7 @@
 //     pairs are aliases (no memory, no time). Parameters and constants are live from time 0.
 //     In-place reuse (MemoryOptions::in_place_reuse): an op may take over the buffer of an operand
 //     whose last use it is — same size: elementwise/fused groups, all-reduce; any size (the buffer
-//     is resized): slice, dynamic-slice, gather, dynamic-update-slice (operand 0), all-gather,
+//     is resized): slice, dynamic-slice, gather, dynamic-update-slice and scatter (operand 0), all-gather,
 //     reduce-scatter. This mirrors XLA's buffer sharing for elementwise and in-place ops and is
 //     what makes the weight-update-sharding memory formula (validation M1) come out exactly.
 //
@@ -100,6 +101,22 @@ struct ExecOp {
   // (output buffer, operand buffer): the output takes over the operand's memory when the op starts.
   std::vector<std::pair<int32_t, int32_t>> in_place;
   int32_t members = 1;  // instructions fused into this op
+  // The innermost while loop this op runs in (index into ExecProgram::loops; -1: none) and the
+  // iteration of that loop (0-based; the condition's last evaluation has iteration == trips).
+  int32_t loop = -1;
+  int64_t iteration = 0;
+  // Rematerialisation: the op re-executes forward work in the backward pass (one of its
+  // instructions carries a remat marker: IsRematerialization below).
+  bool recompute = false;
+};
+
+// One while loop as unrolled into the program.
+struct ExecLoop {
+  std::string name;  // the while instruction, qualified as op names are ("forward", "body/while.3[2]")
+  std::string body;  // the body computation's name
+  int64_t trips = 0;
+  int32_t parent = -1;            // the loop this one runs inside (-1: none)
+  int64_t parent_iteration = 0;   // and in which of its iterations
 };
 
 struct Buffer {
@@ -126,6 +143,7 @@ struct ExecProgram {
   std::vector<ExecOp> ops;  // in issue order
   std::vector<Buffer> buffers;
   std::vector<CollectiveSpec> collectives;
+  std::vector<ExecLoop> loops;  // every unrolled while loop, in the order they start
   std::vector<std::string> warnings;
   int64_t instructions = 0;  // instructions of the module considered
   double flops = 0;          // per device, one step
@@ -133,6 +151,13 @@ struct ExecProgram {
 
 // Builds the program one device runs. `chip` prices compute ops (roofline).
 Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options = {});
+
+// Whether `i` is forward work recomputed in the backward pass (rematerialisation), by the markers
+// the tools leave: XLA's rematerialization pass names its clones "<name>.remat" (".remat2", ...);
+// JAX's checkpoint puts "remat" / "rematted_computation" / "checkpoint" in the op_name path; the
+// model zoo scopes recomputed ops "backward/recompute/..." (core/zoo/pipelined_transformer.h). A
+// path component of op_name metadata (split at '/') or a '.'-part of the name must match.
+bool IsRematerialization(const Instruction& i);
 
 // Trip count of a while instruction: known_trip_count, the counter pattern, or nullopt.
 std::optional<int64_t> WhileTripCount(const Instruction& while_inst);

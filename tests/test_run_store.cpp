@@ -83,6 +83,12 @@ RunResult MakeRun(int devices, int classes, int events, int samples, int seed) {
   r.summary.peak_memory_bytes = (int64_t{20} << 30) + seed;
   r.summary.bytes_communicated = (int64_t{5} << 40) + seed;
   r.summary.total_flops = 3.25e15;
+  r.summary.pipeline_stages = 4;
+  r.summary.bubble_time_s = 0.015625;
+  r.summary.recompute_time_s = 0.0234375;
+  r.summary.bubble_flops = 4.0e14;
+  r.summary.recompute_flops = 6.5e14;
+  r.summary.raw_flops_utilization = 0.6875;
   r.collectives = {{"all-reduce.1", "all-reduce", "{{0,1},{2,3}}", 1 << 20, 2.5e-5, "bandwidth-bound"},
                    {"all-gather.2", "all-gather", "[2,2]<=[4]", 4096, 1e-6, "latency-bound"}};
   r.origins = {{"all-reduce.1", "dot.3"}, {"all-gather.2", "w"}, {"body.spmd/add.4", "body/add"}};
@@ -130,10 +136,19 @@ bool RawExec(const std::string& path, const std::string& sql) {
 
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// What turns a current store back into exactly what version 2 wrote (no HBM, no run keys, no annotations).
+// What turns a current store back into exactly what version 4 wrote (no pipeline bubbles, recompute
+// or raw utilisation).
+#define SHARDSCOPE_DOWNGRADE_TO_4                                                                           \
+  "ALTER TABLE runs DROP COLUMN pipeline_stages; ALTER TABLE runs DROP COLUMN bubble_time_s; "               \
+  "ALTER TABLE runs DROP COLUMN recompute_time_s; ALTER TABLE runs DROP COLUMN bubble_flops; "               \
+  "ALTER TABLE runs DROP COLUMN recompute_flops; ALTER TABLE runs DROP COLUMN raw_flops_utilization; "
+constexpr const char* kDowngradeTo4 = SHARDSCOPE_DOWNGRADE_TO_4;
+// And into exactly what version 2 wrote (no HBM, no run keys, no annotations either).
 constexpr const char* kDowngradeTo2 =
+    SHARDSCOPE_DOWNGRADE_TO_4
     "DROP TABLE run_annotations; DROP INDEX runs_by_key; ALTER TABLE runs DROP COLUMN run_key; "
     "ALTER TABLE runs DROP COLUMN device_hbm_bytes; ";
+#undef SHARDSCOPE_DOWNGRADE_TO_4
 
 // The columns of a table, in order.
 std::string Columns(const std::string& path, const std::string& table) {
@@ -186,6 +201,7 @@ class TestRunStore : public QObject {
   void schemaVersionChecks();
   void migratesVersion1Store();
   void migratesVersion2Store();
+  void migratesVersion4Store();
   void keyedRunReplacesStoredRun();
   void mergeIsIdempotent();
   void cancelRollsBack();
@@ -753,6 +769,11 @@ void TestRunStore::migratesVersion2Store() {
   QVERIFY(old->annotations.empty());
   RunResult expect = MakeRun(4, 2, 10, 3, 1);
   expect.id = a;
+  // Version 5's figures: no bubbles or recompute known; the old MFU is the raw reading.
+  expect.summary.pipeline_stages = 0;
+  expect.summary.bubble_time_s = expect.summary.recompute_time_s = 0;
+  expect.summary.bubble_flops = expect.summary.recompute_flops = 0;
+  expect.summary.raw_flops_utilization = expect.summary.mfu;
   QCOMPARE(old->summary, expect.summary);
   QCOMPARE(old->classes.size(), size_t{2});
   QCOMPARE(store->LoadRun(b)->summary.num_devices, int64_t{8});
@@ -765,6 +786,57 @@ void TestRunStore::migratesVersion2Store() {
   QCOMPARE(k2, k1);
   QCOMPARE(store->ListRuns()->size(), size_t{3});
   QCOMPARE(store->LoadRun(k1)->annotations, keyed.annotations);
+}
+
+// A store written by version 4 (before the pipeline accounting) is migrated in place on open: its
+// runs keep ids, keys and figures, their MFU (which then counted every executed FLOP) becomes the raw
+// FLOPS utilisation, bubbles and recompute are 0 (unknown); new runs store all six figures.
+void TestRunStore::migratesVersion4Store() {
+  QTemporaryDir dir;
+  const std::string fresh = Tmp(dir, "fresh.sqlite");
+  QVERIFY(RunStore::Open(fresh).ok());
+  const std::string path = Tmp(dir, "v4.sqlite");
+  int64_t a = 0;
+  RunResult keyed = MakeRun(4, 2, 10, 3, 1);
+  keyed.key = "search:00000000000000aa";
+  {
+    Result<RunStore> store = RunStore::Open(path);
+    QVERIFY(store.ok());
+    a = store->SaveRun(keyed).value();
+  }
+  QVERIFY(RawExec(path, std::string(kDowngradeTo4) + "PRAGMA user_version = 4; UPDATE schema SET value = '4' WHERE key = 'version';"));
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{4});
+  QVERIFY(!Contains(Columns(path, "runs"), "bubble_time_s"));
+
+  Result<RunStore> store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
+  QVERIFY2(store.ok(), store.ok() ? "" : store.error().message.c_str());
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{5});
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("5"));
+  QCOMPARE(Columns(path, "runs"), Columns(fresh, "runs"));
+  Result<RunResult> old = store->LoadRun(a);
+  QVERIFY(old.ok());
+  QCOMPARE(old->key, keyed.key);
+  QCOMPARE(old->summary.pipeline_stages, int64_t{0});
+  QCOMPARE(old->summary.bubble_time_s, 0.0);
+  QCOMPARE(old->summary.recompute_time_s, 0.0);
+  QCOMPARE(old->summary.bubble_flops, 0.0);
+  QCOMPARE(old->summary.recompute_flops, 0.0);
+  QCOMPARE(old->summary.raw_flops_utilization, 0.4375);  // the old MFU
+  QCOMPARE(old->summary.mfu, 0.4375);
+  QCOMPARE(old->summary.step_time_s, keyed.summary.step_time_s);
+  QCOMPARE(old->classes.size(), size_t{2});
+  // A new run keeps its pipeline figures, exactly.
+  RunResult fresh_run = MakeRun(8, 1, 5, 2, 2);
+  const int64_t b = store->SaveRun(fresh_run).value();
+  Result<RunResult> back = store->LoadRun(b);
+  QVERIFY(back.ok());
+  fresh_run.id = b;
+  QCOMPARE(back->summary, fresh_run.summary);
+  QCOMPARE(back->summary.bubble_share(), 0.015625 / fresh_run.summary.step_time_s);
+  // Saving the old run again under its key replaces it, now with the figures.
+  const int64_t again = store->SaveRun(keyed).value();
+  QCOMPARE(again, a);
+  QCOMPARE(store->LoadRun(a)->summary.raw_flops_utilization, 0.6875);
 }
 
 // Saving a run whose key is stored replaces that run under the same id, detail and all.

@@ -41,6 +41,11 @@ std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned)
      << ",\"communication_time_s\":" << FormatDouble(s.communication_time_s)
      << ",\"exposed_communication_s\":" << FormatDouble(s.exposed_communication_s)
      << ",\"idle_time_s\":" << FormatDouble(s.idle_time_s) << ",\"mfu\":" << FormatDouble(s.mfu)
+     << ",\"raw_flops_utilization\":" << FormatDouble(s.raw_flops_utilization)
+     << ",\"pipeline_stages\":" << s.pipeline_stages << ",\"bubble_time_s\":" << FormatDouble(s.bubble_time_s)
+     << ",\"bubble_share\":" << FormatDouble(s.bubble_share()) << ",\"recompute_time_s\":" << FormatDouble(s.recompute_time_s)
+     << ",\"recompute_share\":" << FormatDouble(s.recompute_share()) << ",\"bubble_flops\":" << FormatDouble(s.bubble_flops)
+     << ",\"recompute_flops\":" << FormatDouble(s.recompute_flops)
      << ",\"total_flops\":" << FormatDouble(s.total_flops) << ",\"bytes_communicated\":" << s.bytes_communicated
      << ",\"peak_memory_bytes\":" << s.peak_memory_bytes << ",\"device_hbm_bytes\":" << s.device_hbm_bytes
      << ",\"fits\":" << (s.fits() ? "true" : "false") << ",\"missing_bytes\":" << s.missing_bytes();

@@ -30,7 +30,11 @@ enum class ReproduceMetric : uint8_t {
   kStepBeforePass,  // seconds per step without the pass
   kStepAfterPass,   // seconds per step with it
   kSpeedup,         // before / after
-  kStepReduction,   // 1 - after / before, percent
+  kStepReduction,   // 1 - after / before, percent; with ReproduceColumn::baseline: 1 - step / baseline's step
+  // Pipelining (GSPMD Tables 4 and 5; RunSummary's bubble and recompute accounting).
+  kBubbleShare,     // compute on padded microbatches, percent of the step
+  kRecomputeShare,  // rematerialised forward compute, percent of the step
+  kRawUtilization,  // executed FLOPs over the peak, bubbles and recompute counted as useful, percent
   // One collective (a book-collectives column).
   kCollectiveTime,  // seconds
   kTimeRatio,       // one collective's time over another's
@@ -60,6 +64,9 @@ struct ReproduceColumn {
   // When set, a collective of BookCollectiveCases (app/pipeline/book_collectives.h, e.g. "C3") costed
   // by the simulator's collective model replaces the zoo configuration.
   std::string book_collective_case;
+  // When set, the label of another column of the case: kStepReduction is this column's step-time
+  // gain over that one's (the circular schedule against GPipe at the same batch).
+  std::string baseline;
 };
 
 struct ReproduceCase {
@@ -67,6 +74,10 @@ struct ReproduceCase {
   std::string title;   // one line
   std::string source;  // paper, table, validation.md case id
   std::vector<ReproduceColumn> columns;
+  // A published observation about the whole table: the fastest column is one of these labels
+  // (empty: none). Checked over the columns that ran, when they include one of them.
+  std::vector<std::string> fastest;
+  std::string fastest_text;  // the observation as the paper states it
 };
 
 // Every registered case, in a stable order.
@@ -90,6 +101,9 @@ struct ReproducedColumn {
   double step_time_s = 0;         // with weight-update sharding: the step after the pass
   double step_before_pass_s = 0;  // weight-update-sharding columns: the step without the pass
   double mfu_percent = 0;
+  double raw_utilization_percent = 0;
+  double bubble_percent = 0;     // of the step
+  double recompute_percent = 0;  // of the step
   int64_t peak_memory_bytes = 0;
   double device_hbm_bytes = 0;  // the chip's HBM per device
   bool fits = true;             // peak_memory_bytes <= device_hbm_bytes
@@ -100,6 +114,10 @@ struct ReproducedCase {
   std::vector<ReproducedColumn> columns;
   double worst_percent = 0;  // the largest |difference_percent| over the values checked
   int64_t checked = 0, within = 0;
+  // ReproduceCase::fastest: the simulated fastest column and whether it is one the paper names
+  // (checked only when a named column ran; then it counts in checked / within).
+  std::string fastest_label;
+  bool fastest_checked = false, fastest_as_published = false;
 };
 
 struct ReproduceOptions {

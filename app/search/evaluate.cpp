@@ -271,6 +271,15 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
     s.total_flops = Lin(a.total_flops, b.total_flops, k);
     // MFU x step time is proportional to the useful FLOPs, which grow linearly with depth.
     s.mfu = s.step_time_s > 0 ? Lin(a.mfu * a.step_time_s, b.mfu * b.step_time_s, k) / s.step_time_s : 0;
+    s.raw_flops_utilization = s.step_time_s > 0 ? Lin(a.raw_flops_utilization * a.step_time_s,
+                                                      b.raw_flops_utilization * b.step_time_s, k) / s.step_time_s
+                                                : 0;
+    // Pipeline bubbles and recompute grow with the layers per stage, like the rest of the step.
+    s.pipeline_stages = b.pipeline_stages;
+    s.bubble_time_s = std::max(0.0, Lin(a.bubble_time_s, b.bubble_time_s, k));
+    s.recompute_time_s = std::max(0.0, Lin(a.recompute_time_s, b.recompute_time_s, k));
+    s.bubble_flops = std::max(0.0, Lin(a.bubble_flops, b.bubble_flops, k));
+    s.recompute_flops = std::max(0.0, Lin(a.recompute_flops, b.recompute_flops, k));
     std::map<std::string, std::pair<CollectiveTotal, CollectiveTotal>> kinds;
     for (const CollectiveTotal& t : TotalsByKind(sims[0].run)) kinds[t.kind].first = t;
     for (const CollectiveTotal& t : TotalsByKind(sims[1].run)) kinds[t.kind].second = t;
