@@ -9,12 +9,15 @@
 #   4. validates the .desktop file and the AppStream metadata, and builds the .deb (scripts/package.sh)
 #   5. with --asan: builds the asan preset and runs the whole suite under ASan + UBSan + LSan
 #      (scripts/test-asan.sh)
+#   6. with --fuzz SECONDS: runs every libFuzzer target for SECONDS seconds under the fuzz preset
+#      (scripts/fuzz.sh, which installs clang into the root first)
 # Then it makes a second minimal root without any development package, installs the .deb there with
 # `apt-get install ./shardscope_*.deb` and runs shardscope-cli --version, zoo build + verify, and an
 # offscreen GUI screenshot (non-blank).
 #
 # Usage: scripts/fresh-machine-check.sh [options]        (as root, or through sudo)
 #   --asan              also build the asan preset and run the suite under it in the root (CI does)
+#   --fuzz SECONDS      also run each fuzz target for SECONDS seconds in the root (CI does)
 #   --ccache-dir DIR    host ccache folder bind-mounted into the root, so repeat runs compile from
 #                       cache. Default: $SHARDSCOPE_CCACHE_DIR, else the cache_dir of
 #                       /etc/ccache.conf, else /var/cache/shardscope-ccache. The project's
@@ -40,13 +43,15 @@ set -euo pipefail
 die() { echo "fresh-machine-check: $*" >&2; exit 2; }
 all_args=("$@")
 
-asan=0 keep=0 artifacts="" mirror="" shared="" shared_given=0
+asan=0 fuzz_seconds=0 keep=0 artifacts="" mirror="" shared="" shared_given=0
 ccache_dir=${SHARDSCOPE_CCACHE_DIR:-}
 apt_cache=${SHARDSCOPE_APT_CACHE:-/var/cache/shardscope-fresh-debs}
 workdir=${TMPDIR:-/var/tmp}
 while [ $# -gt 0 ]; do
   case "$1" in
     --asan) asan=1 ;;
+    --fuzz) fuzz_seconds=${2:?--fuzz needs seconds per target}; shift
+            [[ "$fuzz_seconds" =~ ^[0-9]+$ ]] || die "--fuzz needs a whole number of seconds" ;;
     --keep) keep=1 ;;
     --ccache-dir) ccache_dir=${2:?--ccache-dir needs a folder}; shift ;;
     --apt-cache) apt_cache=${2:?--apt-cache needs a folder}; shift ;;
@@ -261,6 +266,12 @@ done_step
 if [ $asan -eq 1 ]; then
   begin "asan suite (ASan + UBSan + LSan): ./scripts/test-asan.sh"
   in_root "$build_root" "cd $clone && ./scripts/test-asan.sh"
+  done_step
+fi
+
+if [ "$fuzz_seconds" -gt 0 ]; then
+  begin "fuzz targets, ${fuzz_seconds}s each (clang, libFuzzer, ASan + UBSan): ./scripts/fuzz.sh $fuzz_seconds"
+  in_root "$build_root" "cd $clone && ./scripts/fuzz.sh $fuzz_seconds"
   done_step
 fi
 

@@ -7,9 +7,9 @@
 # Builds the preset when needed, makes the seeds (fuzz_seeds: the model zoo, the tests' modules and
 # ../shared when present), and keeps each target's growing corpus in build/fuzz/corpus/<target>
 # between runs. A finding (crash, sanitizer report, leak, timeout, out of memory) leaves its input
-# in build/fuzz/findings/ and makes the script exit 1 with the command that reproduces it. Without
-# clang it says so and exits 0 (nothing to run). Environment: SHARDSCOPE_SHARED_DIR (default
-# ../shared beside the checkout), FUZZ_NICE (default 10).
+# in build/fuzz/findings/ and makes the script exit 1 with the command that reproduces it. Installs
+# clang and its runtimes first when missing (scripts/install-deps.sh --clang). Environment:
+# SHARDSCOPE_SHARED_DIR (default ../shared beside the checkout), FUZZ_NICE (default 10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,10 +23,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [[ "$seconds" -lt 1 ]]; then
   echo "usage: scripts/fuzz.sh [SECONDS] [TARGET...]" >&2
   exit 2
 fi
-if ! command -v clang++ >/dev/null 2>&1; then
-  echo "fuzz: SKIPPED (clang++ not found; install clang to run the fuzz targets)"
-  exit 0
-fi
+./scripts/install-deps.sh --clang
 
 build=build/fuzz
 shared="${SHARDSCOPE_SHARED_DIR:-$(cd .. && pwd)/shared}"

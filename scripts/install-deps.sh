@@ -5,7 +5,19 @@
 # how libqt6opengl6-dev went missing on a minimal system). scripts/fresh-machine-check.sh proves the
 # list on a minimal Debian 12 root (mmdebstrap --variant=minbase bookworm).
 # Idempotent: when everything is present it checks and returns in well under a second.
+#
+#   scripts/install-deps.sh            what the release and asan presets need (build, test, package)
+#   scripts/install-deps.sh --clang    also clang 14 with its sanitizer and libFuzzer runtimes, for the
+#                                      clang and fuzz presets (scripts/fuzz.sh calls it so)
 set -euo pipefail
+
+with_clang=0
+for arg in "$@"; do
+  case "$arg" in
+    --clang) with_clang=1 ;;
+    *) echo "install-deps: unknown option $arg (known: --clang)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   # compiler, build tools, version control
@@ -24,6 +36,10 @@ packages=(
   # to compute Depends; the .desktop file and AppStream metadata are validated before packaging
   dpkg-dev file desktop-file-utils appstream
 )
+if [ $with_clang -eq 1 ]; then
+  # clang-14's runtimes (ASan, UBSan, libFuzzer) are in libclang-rt-14-dev, named so it is not left to a Recommends.
+  packages+=(clang libclang-rt-14-dev)   # clang: the clang++ the presets name
+fi
 
 # One dpkg-query for all packages: those not installed are listed as missing.
 missing=()

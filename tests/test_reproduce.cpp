@@ -142,6 +142,41 @@ ENTRY e {
     QVERIFY(!FindMaxBatch(c, 0, 128).ok());
   }
 
+  // GSPMD Table 7, the hybrid sparse/dense MoE Transformer on (8,4), (16,8) and (32,16): the paper's
+  // point is that the step time stays about constant as experts, batch and expert size grow with
+  // the devices (2.12, 2.19, 2.08 s: the largest 5% above the smallest); the simulated steps are
+  // 2.96, 3.21 and 3.16 s (9%; the test allows 10%), and the utilisation is within 5 points of the paper's at each mesh. The absolute step is about
+  // +50%: the table does not give M, the layer count or the sequence, and the zoo's model (our
+  // reading, docs/zoo.md) does about 1.5x the FLOPs the paper's utilisation implies; peak memory is
+  // 1.6-1.8x the paper's (no rematerialisation in the zoo model), so every column reports "does not
+  // fit" (docs/reproduce.md). (64,32) simulates 25% slower (communication 39% of its step) and is
+  // not run here.
+  void gspmdTable7Small() {
+    auto spec = FindReproduceCase("gspmd-table7");
+    QVERIFY(spec.ok());
+    QCOMPARE(spec.value()->columns.size(), size_t{4});
+    ReproduceOptions o;
+    o.small_only = true;
+    const ReproducedCase r = RunReproduceCase(*spec.value(), o);
+    QCOMPARE(r.columns.size(), size_t{3});
+    double lo = 1e9, hi = 0;
+    for (const ReproducedColumn& c : r.columns) {
+      QVERIFY2(c.status.ok(), c.status.ok() ? "" : c.status.error().message.c_str());
+      lo = std::min(lo, c.step_time_s);
+      hi = std::max(hi, c.step_time_s);
+      for (const ReproducedValue& v : c.values) {
+        const std::string what = c.column->label + " " + std::string(ReproduceMetricName(v.published.metric)) + ": " +
+                                 std::to_string(v.simulated) + " vs " + std::to_string(v.published.value);
+        if (v.published.metric == ReproduceMetric::kMfu) QVERIFY2(std::abs(v.difference_points) <= 5.0, what.c_str());
+        if (v.published.metric == ReproduceMetric::kStepTime) {
+          QVERIFY2(v.difference_percent > 30.0 && v.difference_percent < 60.0, what.c_str());
+        }
+      }
+      QVERIFY(!c.fits);
+    }
+    QVERIFY2(hi / lo < 1.10, (std::to_string(lo) + " .. " + std::to_string(hi)).c_str());
+  }
+
   // GSPMD Table 8 (validation.md G6), spatial partitioning of the 3-D U-Net at image 128: the same
   // calibration gives the paper's utilisation (43.5-43.8%) within 5 points at every partition count
   // (within 4 at 16 since the multi-input loop fusion); the step time is 28-36% short because the
