@@ -5,6 +5,8 @@
 // compared in words; Cancel stops a running search; documents the search does not cover and bad
 // settings are said so.
 #include <QAbstractItemModel>
+#include <QCheckBox>
+#include <QUndoStack>
 #include <QLabel>
 #include <QChart>
 #include <QLineSeries>
@@ -170,6 +172,35 @@ void TestGuiStrategies::searchRankChartOpenCompare() {
   QCOMPARE(jobs->documentModel(), QString("transformer"));
   QCOMPARE(panel->settingsText(), QString("layers=2"));
   QVERIFY(panel->searchButton()->isEnabled());
+
+  // A weight-update-sharding candidate switches the partitioned view's toggle on (the document's
+  // option, as the search evaluated it); a candidate of another family switches it off again.
+  auto wus_toggle = w.findChild<QCheckBox*>("weightUpdateSharding");
+  QVERIFY(wus_toggle);
+  int wus_row = -1, other_row = -1;
+  for (size_t i = 0; i < results->results.size(); ++i) {
+    const search::Candidate& c = results->results[i].candidate;
+    if (c.family == "weight-update-sharding" && wus_row < 0 && static_cast<int>(i) != pick) wus_row = static_cast<int>(i);
+    if (c.family != "weight-update-sharding" && !c.OptionOn("weight_update_sharding") && other_row < 0 &&
+        static_cast<int>(i) != pick)
+      other_row = static_cast<int>(i);
+  }
+  QVERIFY2(wus_row >= 0 && other_row >= 0, "the search has weight-update-sharding candidates and others");
+  QVERIFY(!w.document()->weightUpdateSharding());
+  panel->selectRows({wus_row});
+  QVERIFY(QTest::qWaitFor([&] { return jobs->chosenRow() == wus_row; }, 60000));
+  QVERIFY(w.document()->weightUpdateSharding());
+  QVERIFY(wus_toggle->isChecked());
+  QVERIFY(WaitUntilIdle(*w.session(), 300000));
+  QVERIFY2(w.session()->analysis()->simulation().ok(), w.session()->analysis()->simulation().message.c_str());
+  QVERIFY(wus_toggle->isChecked());
+  // Opening is not an edit: nothing to undo.
+  QVERIFY(!w.document()->undoStack()->canUndo());
+  panel->selectRows({other_row});
+  QVERIFY(QTest::qWaitFor([&] { return jobs->chosenRow() == other_row; }, 60000));
+  QVERIFY(!w.document()->weightUpdateSharding());
+  QVERIFY(!wus_toggle->isChecked());
+  QVERIFY(WaitUntilIdle(*w.session(), 300000));
 
   // Two rows: compared side by side, the difference in words (the first selected is opened).
   panel->selectRows({0, 1});

@@ -799,6 +799,74 @@ ENTRY %main (weight: f32[16,8], saved: f32[16,8], data: f32[16,8]) -> (f32[16,8]
       }
   }
 
+  // Section 5.2's batched decision (batch_small_updates): one Transformer layer whose six weights
+  // (64 B to 2 KiB) are each too small to shard alone — every shard below min_shard_bytes — but
+  // together make a shard above it. With the batched rule the six updates are judged as one and
+  // sharded together, their reduce-scatters combined into one; the rewritten step is verified
+  // numerically (SGD, Adam, LARS, Adafactor; even and padded shards; a single step and a loop).
+  // Without it every weight stays replicated as latency-bound; with a threshold the batch cannot
+  // reach either, it stays replicated as a batch.
+  void batchedProfitability_data() {
+    QTest::addColumn<QString>("optimizer");
+    QTest::addColumn<int>("replicas");
+    QTest::addColumn<int>("steps");  // 0: one step (split into three programs); n: a loop of n
+    QTest::newRow("sgd, 4 replicas") << "sgd" << 4 << 0;
+    QTest::newRow("adam, 10 replicas (padded)") << "adam" << 10 << 0;
+    QTest::newRow("lars, 10 replicas (padded)") << "lars" << 10 << 0;
+    QTest::newRow("adafactor, 4 replicas") << "adafactor" << 4 << 0;
+    QTest::newRow("adam, 4 replicas, loop") << "adam" << 4 << 3;
+    QTest::newRow("lars, 4 replicas, loop") << "lars" << 4 << 3;
+  }
+  void batchedProfitability() {
+    QFETCH(QString, optimizer);
+    QFETCH(int, replicas);
+    QFETCH(int, steps);
+    ZooOverrides model = {{"annotations", "data-parallel"}, {"layers", "1"}, {"batch", S(2 * replicas)}, {"seq", "4"},
+                          {"model", "16"}, {"heads", "2"}, {"head_dim", "4"}, {"hidden", "32"}, {"mesh_x", S(replicas)},
+                          {"mesh_y", "1"}, {"optimizer", optimizer.toStdString()}};
+    if (steps > 0) model["steps"] = S(steps);
+    // The gradients: [16] x2 (64 B), [3,16,2,4] (1.5 KiB), [2,4,16] (512 B), [16,32] and [32,16]
+    // (2 KiB): 6,272 bytes. The largest alone makes a shard of 512 B (4 replicas) or 205 B (10):
+    // below the minimum; all six together 1,568 B or 627 B: above it.
+    const int64_t min_shard = replicas == 4 ? 1024 : 512;
+    WeightUpdateShardingOptions o;
+    o.min_shard_bytes = min_shard;
+    o.hbm_bytes_per_second = 1e6;  // make updates this small worth sharding at all
+    std::string why;
+    auto alone = RunZoo("transformer", model, o, &why);
+    QVERIFY2(alone, why.c_str());
+    QVERIFY(alone->wus.replaced_all_reduces.empty());
+    for (const auto& d : alone->wus.decisions) {
+      QVERIFY2(!d.sharded && d.reason.find("latency-bound") != std::string::npos, d.reason.c_str());
+      QCOMPARE(d.batch, int64_t(0));
+    }
+    o.batch_small_updates = true;
+    auto batched = RunZoo("transformer", model, o, &why);
+    QVERIFY2(batched, why.c_str());
+    QCOMPARE(batched->wus.replaced_all_reduces.size(), size_t(6));
+    int64_t sharded = 0;
+    for (const auto& d : batched->wus.decisions) {
+      if (!d.sharded) continue;
+      ++sharded;
+      QCOMPARE(d.batch, int64_t(6));
+      QVERIFY2(d.reason.find("with a batch of 6 small updates (section 5.2)") != std::string::npos, d.reason.c_str());
+    }
+    QCOMPARE(sharded, int64_t(6));
+    // One combined reduce-scatter carries the six gradients (the batch the rule judged).
+    QCOMPARE(CountOperands(*batched->wus.module, Opcode::kReduceScatter), int64_t(6));
+    QCOMPARE(Count(*batched->wus.module, Opcode::kReduceScatter), int64_t(1));
+    QCOMPARE(batched->wus.split, steps == 0);
+    const std::string err = Verify(*batched);
+    QVERIFY2(err.empty(), err.c_str());
+    // A minimum the batch cannot reach either: kept replicated, as a batch.
+    o.min_shard_bytes = 8192;
+    auto tight = RunZoo("transformer", model, o, &why);
+    QVERIFY2(tight, why.c_str());
+    QVERIFY(tight->wus.replaced_all_reduces.empty());
+    for (const auto& d : tight->wus.decisions)
+      QVERIFY2(!d.sharded && d.reason.find("latency-bound even batched: 6 small updates") != std::string::npos, d.reason.c_str());
+  }
+
   // ---- formatting on real data: a tiled bitcast and the paper's reshape + pad -------------------
 
   void bitcastAndMergeFormatsVerified_data() {

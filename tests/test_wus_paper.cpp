@@ -8,8 +8,10 @@
 // the calibrated compute (simulator/calibration) and the multi-input loop fusion
 // (docs/simulator-engine.md: the replicated Adam update is one pass over the weight, gradient and
 // moments) the Transformer cases meet the issue's bounds; ResNet-50's 6% does not: its small LARS
-// weights stay replicated one by one (the pass's per-tensor profitability rule) where the paper
-// batches them, so that comparison is marked as an expected failure and reports when it is met.
+// weights stay replicated one by one (the pass's per-tensor profitability rule); the paper's
+// batched decision (batch_small_updates) shards them but its simulated gain is mostly the
+// baseline's uncombined all-reduces, so that comparison is marked as an expected failure and
+// reports when it is met.
 #include <QtTest/QtTest>
 
 #include <QProcess>
@@ -34,14 +36,17 @@ const WeightUpdateShardingPaperCase& Case(const std::string& id) {
   qFatal("no case %s", id.c_str());
 }
 
-WeightUpdateShardingPaperRun Run(const std::string& id) {
-  auto r = RunWeightUpdateShardingPaperCase(Case(id));
+WeightUpdateShardingPaperRun Run(const std::string& id, const WeightUpdateShardingOptions& pass = {}) {
+  auto r = RunWeightUpdateShardingPaperCase(Case(id), pass);
   if (!r.ok()) qFatal("%s", r.error().message.c_str());
   const WeightUpdateShardingPaperRun& x = *r;
   qInfo("%s: step %.2f ms -> %.2f ms (%.1f%% shorter; paper: %.0f%%), peak %.2f GB -> %.2f GB, %lld of %lld all-reduces sharded",
         id.c_str(), x.before_s * 1e3, x.after_s * 1e3, 100 * x.reduction(), 100 * Case(id).paper_reduction,
         static_cast<double>(x.before_peak) / 1e9, static_cast<double>(x.after_peak) / 1e9,
         static_cast<long long>(x.sharded), static_cast<long long>(x.all_reduces));
+  qInfo("%s: compute %.2f -> %.2f ms, communication %.2f -> %.2f ms (exposed %.2f -> %.2f ms)", id.c_str(),
+        1e3 * x.before_compute_s, 1e3 * x.after_compute_s, 1e3 * x.before_communication_s, 1e3 * x.after_communication_s,
+        1e3 * x.before_exposed_s, 1e3 * x.after_exposed_s);
   return x;
 }
 
@@ -176,10 +181,24 @@ class TestWusPaper : public QObject {
     // more) are sharded over rows of 64 replicas; the step gets shorter.
     QVERIFY2(r.sharded >= 5, std::to_string(r.sharded).c_str());
     QVERIFY(r.reduction() > 0.01);
-    QEXPECT_FAIL("", "1% shorter, not 6%: the other 368 small weights stay replicated one by one (the pass's per-tensor "
-                     "profitability rule), where the paper batches them (section 5.2); docs/weight-update-sharding.md",
+    // With the batched profitability of section 5.2 (batch_small_updates) the small LARS weights
+    // are decided in batches: 131 of 373 all-reduces sharded, 8.5% shorter. Most of that gain is
+    // latency the baseline pays for 373 separate all-reduces, which XLA's all-reduce combiner
+    // would have batched in the paper's baseline as well; against a baseline with its all-reduces
+    // combined the same pass gives 2.3% (docs/weight-update-sharding.md, "Batched
+    // profitability"). Not the default, so the reproduction keeps the per-tensor rule.
+    WeightUpdateShardingOptions batched;
+    batched.batch_small_updates = true;
+    const auto b = Run(c.id, batched);
+    QVERIFY2(b.sharded > 100, std::to_string(b.sharded).c_str());  // the small updates, batch by batch
+    QVERIFY2(b.sharded < b.all_reduces, std::to_string(b.sharded).c_str());  // not the forward BatchNorm statistics
+    QVERIFY(b.after_s < r.after_s);
+    QVERIFY(b.after_peak <= r.after_peak);
+    QEXPECT_FAIL("", "1.1% shorter (8.5% with the batched rule), not 6% within 1.5 points: the per-tensor rule keeps 368 small "
+                     "weights replicated, and the batched rule's gain comes mostly from the baseline's uncombined all-reduces; "
+                     "docs/weight-update-sharding.md",
                  Continue);
-    QVERIFY(r.reduction() > 0.75 * c.paper_reduction);
+    QVERIFY(std::abs(r.reduction() - c.paper_reduction) <= 0.015);
   }
 };
 

@@ -35,6 +35,7 @@ std::string TakeWeightUpdateShardingOptions(std::vector<std::string>& args, bool
   if (TakeFlag(args, "wus-force")) o->force = true;
   if (TakeFlag(args, "no-keep-weights-sharded")) o->keep_weights_sharded = false;
   if (TakeFlag(args, "no-step-split")) o->split_step_program = false;
+  if (TakeFlag(args, "batch-small-updates")) o->batch_small_updates = true;
   if (TakeOption(args, "min-shard-bytes", &min_shard) && !ParseBytes(min_shard, &o->min_shard_bytes))
     return "--min-shard-bytes takes a non-negative integer";
   if (TakeOption(args, "combine-threshold-bytes", &threshold) && !ParseBytes(threshold, &o->combine_threshold_bytes))

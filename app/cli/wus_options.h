@@ -8,7 +8,7 @@
 
 #define WUS_OPTION_USAGE                                                                                  \
   "--replica-mesh RxC] [--no-two-phase] [--no-partial-sharding] [--min-shard-bytes B] [--wus-force] "     \
-  "[--no-keep-weights-sharded] [--no-step-split] [--combine-threshold-bytes B"
+  "[--no-keep-weights-sharded] [--no-step-split] [--batch-small-updates] [--combine-threshold-bytes B"
 
 namespace shardscope::cli {
 

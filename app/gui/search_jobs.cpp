@@ -254,6 +254,10 @@ void SearchJobs::choose(int row) {
         loading_candidate_ = true;
         pending_row_ = row;
         session_->document()->setModule(std::move(out.model->module), out.model->mesh, "example", Q(candidate.model));
+        // The candidate's pipeline options: a weight-update-sharding candidate switches the
+        // partitioned view's toggle on (as the search evaluated it); any other leaves it off. Part
+        // of opening the document, not an undo step.
+        session_->document()->applyWeightUpdateSharding(candidate.OptionOn("weight_update_sharding"));
         emit candidateOpened(row, Q(candidate.Label()));
         // The timeline follows: one step of the candidate on its chip.
         session_->analysis()->requestSimulation(Q(candidate.chip));

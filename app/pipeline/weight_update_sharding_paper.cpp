@@ -70,7 +70,8 @@ std::vector<WeightUpdateShardingPaperCase> WeightUpdateShardingPaperCases() {
   return cases;
 }
 
-Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const WeightUpdateShardingPaperCase& c) {
+Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const WeightUpdateShardingPaperCase& c,
+                                                                      const WeightUpdateShardingOptions& pass) {
   auto module = ZooBuild(c.model, c.settings);
   if (!module.ok()) return Error(c.id + ": " + module.error().message);
   auto chip = sim::ChipPreset("tpu-v3");
@@ -83,7 +84,7 @@ Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const Weig
   PipelineOptions run;
   run.propagation = StandardPropagationOptions(EntryIo::kShard);  // as `simulate` does
   run.partitioning = Partitioning::kAlways;
-  WeightUpdateShardingOptions wus;
+  WeightUpdateShardingOptions wus = pass;
   wus.replica_mesh = c.replica_mesh;
   run.weight_update_sharding = WeightUpdateShardingOptionsFor(*topology, c.mesh, wus);
   run.topology = *topology;
@@ -97,6 +98,14 @@ Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const Weig
   WeightUpdateShardingPaperRun out;
   out.before_s = r.simulation_before->run.summary.step_time_s;
   out.after_s = r.simulation->run.summary.step_time_s;
+  const sim::RunSummary& b = r.simulation_before->run.summary;
+  const sim::RunSummary& a = r.simulation->run.summary;
+  out.before_compute_s = b.compute_time_s;
+  out.after_compute_s = a.compute_time_s;
+  out.before_communication_s = b.communication_time_s;
+  out.after_communication_s = a.communication_time_s;
+  out.before_exposed_s = b.exposed_communication_s;
+  out.after_exposed_s = a.exposed_communication_s;
   out.before_peak = r.simulation_before->run.summary.peak_memory_bytes;
   out.after_peak = r.simulation->run.summary.peak_memory_bytes;
   out.device_hbm_bytes = r.simulation->run.summary.device_hbm_bytes;

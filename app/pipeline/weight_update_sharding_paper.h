@@ -45,6 +45,11 @@ std::vector<WeightUpdateShardingPaperCase> WeightUpdateShardingPaperCases();
 
 struct WeightUpdateShardingPaperRun {
   double before_s = 0, after_s = 0;            // simulated step time
+  // The busy time of the slowest device's compute and communication streams, and the
+  // communication not overlapped by compute.
+  double before_compute_s = 0, after_compute_s = 0;
+  double before_communication_s = 0, after_communication_s = 0;
+  double before_exposed_s = 0, after_exposed_s = 0;
   int64_t before_peak = 0, after_peak = 0;     // peak memory per device, bytes
   int64_t all_reduces = 0, sharded = 0;        // gradient all-reduces, how many the pass sharded
   int64_t device_hbm_bytes = 0;                // HBM per device of the simulated chip
@@ -52,6 +57,9 @@ struct WeightUpdateShardingPaperRun {
 };
 
 // Builds, partitions, shards the weight update and simulates a case before and after the pass.
-Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const WeightUpdateShardingPaperCase& c);
+// `pass`: the pass's options besides the case's replica mesh and the chip's figures (defaults
+// unless given; the batched profitability of section 5.2 is measured this way).
+Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const WeightUpdateShardingPaperCase& c,
+                                                                      const WeightUpdateShardingOptions& pass = {});
 
 }  // namespace shardscope::pipeline

@@ -28,8 +28,6 @@ std::string KeyOf(const Instruction& i) {
 struct Bucket {
   std::vector<Instruction*> members;
   int64_t bytes = 0;
-  std::vector<uint8_t> downstream;       // by instruction id: what the members' results reach
-  std::vector<const Instruction*> reached;
 };
 
 }  // namespace
@@ -44,51 +42,59 @@ int64_t CombineCollectives(Module* module, int64_t threshold, const std::unorder
   std::vector<InsertedCollective> added;
   for (const auto& comp_holder : module->computations()) {
     Computation* comp = comp_holder.get();
-    size_t ids = 0;
-    for (const auto& i : comp->instructions()) ids = std::max(ids, static_cast<size_t>(i->id() + 1));
-    std::unordered_map<std::string, Bucket> open;
-    std::vector<Bucket> done;
-    auto reached = [](const Bucket& b, const Instruction* x) {
-      return !b.downstream.empty() && b.downstream[static_cast<size_t>(x->id())] != 0;
-    };
-    auto reach = [&](Bucket& b, Instruction* from) {
-      if (b.downstream.empty()) b.downstream.assign(ids, 0);
-      std::vector<const Instruction*> work = {from};
-      while (!work.empty()) {
-        const Instruction* x = work.back();
-        work.pop_back();
-        for (const Instruction* u : x->users()) {
-          uint8_t& seen = b.downstream[static_cast<size_t>(u->id())];
-          if (seen) continue;
-          seen = 1;
-          work.push_back(u);
-        }
-      }
-    };
-    // Definition order is topological (the IR's contract).
-    std::vector<Instruction*> order;
-    for (const auto& i : comp->instructions()) order.push_back(i.get());
-    for (Instruction* inst : order) {
+    // The candidates and their keys (same opcode, groups, type, dims and reduction combine).
+    std::unordered_map<const Instruction*, size_t> key_of;
+    std::unordered_map<std::string, size_t> keys;
+    for (const auto& i : comp->instructions()) {
+      const Instruction* inst = i.get();
       const Opcode op = inst->opcode();
       if (op != Opcode::kAllGather && op != Opcode::kReduceScatter && op != Opcode::kAllReduce) continue;
       if (inst->operand_count() != 1 || !inst->shape().IsArray() || !record_of.count(inst->name()) || once.count(inst->name()))
         continue;
+      if (inst->operand(0)->shape().ByteSize() > threshold) continue;
+      key_of[inst] = keys.try_emplace(KeyOf(*inst), keys.size()).first->second;
+    }
+    if (key_of.size() < 2) continue;
+    // One pass in definition order (topological: the IR's contract). Each key has one open bucket,
+    // numbered by a generation; depends[x * K + k] is the newest generation of key k's bucket that x
+    // depends on (0: none). A collective whose operand depends on its key's open bucket cannot join
+    // it (the combined op would feed its own operand): the bucket closes. O(instructions x keys),
+    // where marking each bucket's downstream cost a walk of the rest of the graph per bucket.
+    const size_t K = keys.size();
+    size_t ids = 0;
+    for (const auto& i : comp->instructions()) ids = std::max(ids, static_cast<size_t>(i->id() + 1));
+    std::vector<uint32_t> depends(ids * K, 0);
+    std::vector<uint32_t> generation(K, 1);
+    std::vector<Bucket> open(K);
+    std::vector<Bucket> done;
+    std::vector<Instruction*> order;
+    for (const auto& i : comp->instructions()) order.push_back(i.get());
+    for (Instruction* inst : order) {
+      uint32_t* mine = &depends[static_cast<size_t>(inst->id()) * K];
+      for (const Instruction* o : inst->operands()) {
+        const uint32_t* theirs = &depends[static_cast<size_t>(o->id()) * K];
+        for (size_t k = 0; k < K; ++k) mine[k] = std::max(mine[k], theirs[k]);
+      }
+      for (const Instruction* o : inst->control_predecessors) {
+        const uint32_t* theirs = &depends[static_cast<size_t>(o->id()) * K];
+        for (size_t k = 0; k < K; ++k) mine[k] = std::max(mine[k], theirs[k]);
+      }
+      auto it = key_of.find(inst);
+      if (it == key_of.end()) continue;
+      const size_t k = it->second;
       const int64_t bytes = inst->operand(0)->shape().ByteSize();
-      if (bytes > threshold) continue;
-      const std::string key = KeyOf(*inst);
-      Bucket& b = open[key];
-      const bool conflict = reached(b, inst->operand(0)) || reached(b, inst);
+      Bucket& b = open[k];
+      const bool conflict = mine[k] == generation[k];
       if (!b.members.empty() && (b.bytes + bytes > threshold || conflict)) {
-        b.downstream.clear();
-        b.downstream.shrink_to_fit();
         done.push_back(std::move(b));
         b = Bucket{};
+        ++generation[k];
       }
       b.members.push_back(inst);
       b.bytes += bytes;
-      reach(b, inst);
+      mine[k] = generation[k];
     }
-    for (auto& [key, b] : open) done.push_back(std::move(b));
+    for (Bucket& b : open) done.push_back(std::move(b));
     std::vector<Instruction*> dead;
     for (Bucket& b : done) {
       if (b.members.size() < 2) continue;

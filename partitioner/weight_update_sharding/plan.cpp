@@ -150,7 +150,8 @@ class Planner {
   // Computations reached from the entry through while / conditional / call, callers first.
   void CollectComputations();
   bool IsSeedCandidate(const Instruction* inst) const;
-  std::optional<int32_t> SeedLayout(const Instruction* seed, std::string* why_not);
+  // The layout of a seed's shards; *small: too small to shard alone, left to a batch (section 5.2).
+  std::optional<int32_t> SeedLayout(const Instruction* seed, std::string* why_not, bool* small);
   std::vector<ReduceConstraint> ReduceConstraintsOf(const Instruction* seed) const;
   void PlanComputation(const Computation* c);
   ValuePlan Propagate(ComputationPlan& cp, const Instruction* inst);
@@ -211,6 +212,7 @@ class Planner {
   std::unordered_map<const Computation*, const Instruction*> caller_;      // while body -> while
   std::vector<int32_t> parent_;
   std::unordered_map<const Instruction*, std::optional<int32_t>> seed_layout_cache_;
+  std::unordered_set<const Instruction*> small_seeds_;  // decided in batches (section 5.2)
 };
 
 void Planner::CollectComputations() {
@@ -277,14 +279,20 @@ std::vector<ReduceConstraint> Planner::ReduceConstraintsOf(const Instruction* se
   return out;
 }
 
-std::optional<int32_t> Planner::SeedLayout(const Instruction* seed, std::string* why_not) {
+std::optional<int32_t> Planner::SeedLayout(const Instruction* seed, std::string* why_not, bool* small) {
   const double bytes = static_cast<double>(seed->shape().ByteSize());
   const ShardingScheme& primary = p_.schemes[0];
   int32_t scheme = -1;
+  *small = false;
   if (o_.force || bytes / static_cast<double>(primary.shards) >= static_cast<double>(o_.min_shard_bytes)) {
     scheme = 0;
   } else if (p_.schemes.size() > 1 && bytes / static_cast<double>(p_.schemes[1].shards) >= static_cast<double>(o_.min_shard_bytes)) {
     scheme = 1;
+  } else if (o_.batch_small_updates && o_.combine_threshold_bytes > 0 && bytes <= static_cast<double>(o_.combine_threshold_bytes)) {
+    // Section 5.2: too small alone; sharded within rows (partial sharding) where the mesh has them,
+    // so the combined reduce-scatters and all-gathers run in one phase, and judged with its batch.
+    scheme = static_cast<int32_t>(p_.schemes.size()) - 1;
+    *small = true;
   } else {
     *why_not = "kept replicated: latency-bound, a shard would hold " + Bytes(bytes / static_cast<double>(primary.shards)) +
                " (< " + Bytes(static_cast<double>(o_.min_shard_bytes)) + ")" +
@@ -417,9 +425,11 @@ void Planner::PlanComputation(const Computation* c) {
         layout = cached->second;
       } else {
         std::string why;
-        layout = SeedLayout(end, &why);
+        bool small = false;
+        layout = SeedLayout(end, &why, &small);
         seed_layout_cache_[inst] = layout;
         if (!layout) not_candidate_reason_[inst] = why;
+        if (layout && small) small_seeds_.insert(inst);
       }
       if (layout && end != inst) {
         v.kind = ValueKind::kAbsorbed;
@@ -809,21 +819,115 @@ std::vector<const Instruction*> Planner::Evaluate() {
       }
     }
   }
-  std::vector<const Instruction*> rejected;
+  // Each cluster's figures: the saving, and the added communication split into its bandwidth term
+  // and its latency term (hops x hop latency), which batching shares.
+  struct Figures {
+    int32_t id = -1;
+    const Stats* st = nullptr;
+    double saved = 0, bandwidth = 0, latency = 0;
+    double batch_latency = 0;  // the latency of the same collectives when combined with others
+    bool small = false;
+  };
+  auto bandwidth_of = [&](double bytes, int64_t g) { return AllGatherSeconds(o_, bytes, g, 0); };
+  std::vector<Figures> figures;
   for (auto& [id, st] : stats) {
     Cluster& cl = p_.clusters[static_cast<size_t>(id)];
     if (cl.seeds.empty()) continue;
-    const Layout& l = p_.layout(cl.layout);
-    const ShardingScheme& sch = p_.schemes[static_cast<size_t>(l.scheme)];
+    const ShardingScheme& sch = p_.scheme_of(cl.layout);
     const int64_t g = sch.shards;
     const double gd = static_cast<double>(g);
-    const double steps = SchemeSteps(sch);
-    double added = -AllGatherSeconds(o_, st.seed_bytes, g, steps);
-    for (const auto& [b, f] : st.gathers) added += f * AllGatherSeconds(o_, b, g, steps);
-    added += static_cast<double>(st.masked) * 2.0 * steps * o_.hop_latency_seconds;
-    if (sch.kind == ShardingScheme::Kind::kPartial)
-      added += 2 * AllGatherSeconds(o_, st.seed_bytes / gd, sch.rows, RingSteps(sch.rows));
-    const double saved = st.update_bytes * (1 - 1 / gd) / o_.hbm_bytes_per_second;
+    const double hop = SchemeSteps(sch) * o_.hop_latency_seconds;
+    Figures f;
+    f.id = id;
+    f.st = &st;
+    f.saved = st.update_bytes * (1 - 1 / gd) / o_.hbm_bytes_per_second;
+    f.bandwidth = g > 1 ? -bandwidth_of(st.seed_bytes, g) : 0;
+    f.latency = g > 1 ? -hop : 0;
+    std::set<double> frequencies;
+    for (const auto& [b, fr] : st.gathers) {
+      if (g <= 1) break;
+      f.bandwidth += fr * bandwidth_of(b, g);
+      f.latency += fr * hop;
+      if (fr > 0) frequencies.insert(fr);
+    }
+    f.batch_latency = g > 1 ? -hop : 0;
+    for (double fr : frequencies) f.batch_latency += fr * hop;
+    f.latency += static_cast<double>(st.masked) * 2.0 * hop;
+    if (st.masked > 0) f.batch_latency += 2.0 * hop;
+    if (sch.kind == ShardingScheme::Kind::kPartial) {
+      f.bandwidth += 2 * bandwidth_of(st.seed_bytes / gd, sch.rows);
+      const double cross = 2 * RingSteps(sch.rows) * o_.hop_latency_seconds;
+      f.latency += cross;
+      f.batch_latency += cross;
+    }
+    f.small = true;
+    for (const Instruction* s : cl.seeds) f.small = f.small && small_seeds_.count(s) != 0;
+    figures.push_back(f);
+  }
+  // Section 5.2: small updates in batches, as the combiner will batch their collectives: same
+  // computation, scheme and gradient type, in program order, gradients within the threshold.
+  std::vector<std::vector<size_t>> batches;
+  {
+    std::vector<size_t> small;
+    for (size_t k = 0; k < figures.size(); ++k)
+      if (figures[k].small) small.push_back(k);
+    auto first_seed = [&](size_t k) { return p_.clusters[static_cast<size_t>(figures[k].id)].seeds.front(); };
+    std::sort(small.begin(), small.end(), [&](size_t a, size_t b) {
+      const Instruction *x = first_seed(a), *y = first_seed(b);
+      if (x->parent() != y->parent()) return x->parent()->name() < y->parent()->name();
+      return x->id() < y->id();
+    });
+    // Only independent updates combine (the combiner's rule): a gradient all-reduce downstream of
+    // one already in the batch (the batch statistics of successive BatchNorm layers in the
+    // forward pass) starts a new batch. `downstream` marks what the batch's seeds reach.
+    struct Open {
+      size_t batch = 0;
+      double bytes = 0;
+      std::vector<uint8_t> downstream;
+    };
+    std::map<std::string, Open> open;
+    std::unordered_map<const Computation*, size_t> ids;
+    for (size_t k : small) {
+      const Cluster& cl = p_.clusters[static_cast<size_t>(figures[k].id)];
+      const std::string key = cl.comp->name() + "|" + std::to_string(p_.layout(cl.layout).scheme) + "|" +
+                              std::string(PrimitiveTypeName(cl.seeds.front()->shape().type));
+      const double bytes = figures[k].st->seed_bytes;
+      auto it = open.find(key);
+      bool dependent = false;
+      if (it != open.end())
+        for (const Instruction* seed : cl.seeds) dependent = dependent || it->second.downstream[static_cast<size_t>(seed->id())];
+      if (it == open.end() || dependent || it->second.bytes + bytes > static_cast<double>(o_.combine_threshold_bytes)) {
+        auto [n, fresh] = ids.try_emplace(cl.comp, 0);
+        if (fresh)
+          for (const auto& i : cl.comp->instructions()) n->second = std::max(n->second, static_cast<size_t>(i->id() + 1));
+        batches.emplace_back();
+        Open o;
+        o.batch = batches.size() - 1;
+        o.downstream.assign(n->second, 0);
+        it = open.insert_or_assign(key, std::move(o)).first;
+      }
+      batches[it->second.batch].push_back(k);
+      it->second.bytes += bytes;
+      std::vector<const Instruction*> work(cl.seeds.begin(), cl.seeds.end());
+      std::vector<uint8_t>& reached = it->second.downstream;
+      while (!work.empty()) {
+        const Instruction* x = work.back();
+        work.pop_back();
+        for (const Instruction* u : x->users()) {
+          uint8_t& seen = reached[static_cast<size_t>(u->id())];
+          if (seen) continue;
+          seen = 1;
+          work.push_back(u);
+        }
+      }
+    }
+  }
+  std::vector<const Instruction*> rejected;
+  auto decide = [&](const Figures& f, bool sharded, double added, const std::string& reason, int64_t batch) {
+    const Stats& st = *f.st;
+    Cluster& cl = p_.clusters[static_cast<size_t>(f.id)];
+    const Layout& l = p_.layout(cl.layout);
+    const ShardingScheme& sch = p_.schemes[static_cast<size_t>(l.scheme)];
     WeightUpdateDecision& d = cl.decision;
     d = WeightUpdateDecision{};
     for (const Instruction* s : cl.seeds) d.all_reduce += (d.all_reduce.empty() ? "" : ", ") + s->name();
@@ -832,26 +936,60 @@ std::vector<const Instruction*> Planner::Evaluate() {
     d.format = l.format.Describe();
     d.scheme = sch.Describe();
     d.shard_of_device = sch.shard_index;
-    d.shards = g;
+    d.shards = sch.shards;
     d.shard_dims = l.format.ShardDims();
     d.non_elementwise = st.non_elementwise;
     d.sharded_state = st.state;
     std::sort(d.sharded_state.begin(), d.sharded_state.end());
     d.sharded_state.erase(std::unique(d.sharded_state.begin(), d.sharded_state.end()), d.sharded_state.end());
     d.update_bytes = static_cast<int64_t>(st.update_bytes);
-    d.saved_seconds = saved;
+    d.saved_seconds = f.saved;
     d.added_seconds = added;
-    d.sharded = o_.force || saved > added;
-    const std::string figures = "update " + Bytes(st.update_bytes) + " saves " + Micros(saved) + ", communication adds " +
-                                Micros(std::max(0.0, added));
-    if (d.sharded) {
-      d.reason = (o_.force ? "sharded (forced): " : "sharded: ") + figures + " (section 3.2)";
-    } else {
-      d.reason = "kept replicated: " + figures + " (section 3.2)";
+    d.sharded = sharded;
+    d.reason = reason;
+    d.batch = batch;
+    if (!sharded)
       for (const Instruction* s : cl.seeds) {
         rejected.push_back(s);
         reject_decision_[s] = d;
       }
+  };
+  for (const Figures& f : figures) {
+    if (f.small) continue;
+    const double added = f.bandwidth + f.latency;
+    const bool sharded = o_.force || f.saved > added;
+    const std::string text = "update " + Bytes(f.st->update_bytes) + " saves " + Micros(f.saved) + ", communication adds " +
+                             Micros(std::max(0.0, added)) + " (section 3.2)";
+    decide(f, sharded, added, sharded ? (o_.force ? "sharded (forced): " : "sharded: ") + text : "kept replicated: " + text, 0);
+  }
+  for (const std::vector<size_t>& batch : batches) {
+    double saved = 0, bandwidth = 0, latency = 0, seed_bytes = 0, update_bytes = 0;
+    for (size_t k : batch) {
+      saved += figures[k].saved;
+      bandwidth += figures[k].bandwidth;
+      latency = std::max(latency, figures[k].batch_latency);
+      seed_bytes += figures[k].st->seed_bytes;
+      update_bytes += figures[k].st->update_bytes;
+    }
+    const Cluster& first = p_.clusters[static_cast<size_t>(figures[batch.front()].id)];
+    const ShardingScheme& sch = p_.scheme_of(first.layout);
+    const double shard = seed_bytes / static_cast<double>(sch.shards);
+    const double added = bandwidth + latency;
+    const std::string n = std::to_string(batch.size());
+    std::string reason;
+    bool sharded = false;
+    if (shard < static_cast<double>(o_.min_shard_bytes)) {
+      reason = "kept replicated: latency-bound even batched: " + n + " small updates, a combined shard of " + Bytes(shard) +
+               " (< " + Bytes(static_cast<double>(o_.min_shard_bytes)) + ") (section 5.2)";
+    } else {
+      sharded = saved > added;
+      reason = std::string(sharded ? "sharded" : "kept replicated") + " with a batch of " + n + " small updates (section 5.2): " +
+               "together update " + Bytes(update_bytes) + " saves " + Micros(saved) +
+               ", their combined communication adds " + Micros(std::max(0.0, added)) + " (section 3.2)";
+    }
+    for (size_t k : batch) {
+      const Figures& f = figures[k];
+      decide(f, sharded, f.bandwidth + latency / static_cast<double>(batch.size()), reason, static_cast<int64_t>(batch.size()));
     }
   }
   return rejected;

@@ -61,6 +61,15 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Analyze(const Computation* comp, co
     if (meet == st.params) return st.root;
   }
   st.params = meet;
+  if (!st.analyzed) {
+    // Each parameter's first leaf, once (looking it up per parameter walked all those before it:
+    // quadratic in the entry's parameters, thousands in a large training step).
+    size_t off = 0;
+    for (const Instruction* p : comp->parameters()) {
+      st.param_offset.push_back(off);
+      if (p) off += p->shape().IsTuple() ? static_cast<size_t>(Leaves(p->shape())) : 1;
+    }
+  }
   st.analyzed = true;
   RunComputation(comp);
   CompState& after = comps_[comp];  // (the map may have grown)
@@ -124,13 +133,9 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Compute(const Instruction* inst) {
   switch (inst->opcode()) {
     case Opcode::kParameter: {
       const CompState& st = comps_[inst->parent()];
-      // Offset of this parameter's leaves in the flattened parameter bits (arrays: one leaf each
-      // before it, unless a tuple parameter precedes).
-      size_t off = 0;
-      for (const Instruction* p : inst->parent()->parameters()) {
-        if (p == inst) break;
-        if (p) off += p->shape().IsTuple() ? static_cast<size_t>(Leaves(p->shape())) : 1;
-      }
+      // Offset of this parameter's leaves in the flattened parameter bits.
+      const size_t number = static_cast<size_t>(std::max<int64_t>(0, inst->parameter_number));
+      const size_t off = number < st.param_offset.size() ? st.param_offset[number] : st.params.size();
       Bits b = uniform(false);
       for (int64_t k = 0; k < n && off + static_cast<size_t>(k) < st.params.size(); ++k)
         b[static_cast<size_t>(k)] = st.params[off + static_cast<size_t>(k)];

@@ -48,6 +48,7 @@ class RedundancyAnalysis {
   using Bits = std::vector<uint8_t>;  // one per tuple leaf
   struct CompState {
     Bits params;  // flattened over the parameters' leaves, in parameter order
+    std::vector<size_t> param_offset;  // by parameter number: its first leaf in `params`
     Bits root;
     bool analyzed = false;
   };

@@ -96,6 +96,20 @@ struct WeightUpdateShardingOptions {
   // Reduce-scatters, all-gathers and all-reduces of the pass over the same groups are combined
   // while the combined operands stay within this many bytes (0: no combining).
   int64_t combine_threshold_bytes = 32 * 1024 * 1024;
+  // Batched profitability: a weight too small to shard alone (its shard, even a row's, below
+  // min_shard_bytes) is not rejected outright but joins a batch of such small updates — same
+  // computation, scheme (partial sharding when the replica mesh has rows) and gradient type, in
+  // program order, while the batch's gradients fit combine_threshold_bytes (the combiner's batch).
+  // The batch is judged as one: its combined shard (sum of gradient bytes / G) must reach
+  // min_shard_bytes, and   saved > added   is taken over the sums, with each combined collective's
+  // latency counted once for the batch (one reduce-scatter, one all-gather per frequency, one
+  // masked all-reduce, one cross-row all-reduce) against the one combined all-reduce it replaces,
+  // and bandwidth per tensor. The whole batch is sharded or kept replicated. Weights large enough
+  // alone keep the per-tensor rule. false (or combine_threshold_bytes = 0): small weights stay
+  // replicated one by one. Off by default: docs/weight-update-sharding.md ("Batched
+  // profitability") says what it does to the simulated section 6.1 and why it is not yet the
+  // default.
+  bool batch_small_updates = false;
 };
 
 // What the pass did with one gradient all-reduce (one cluster).
@@ -109,7 +123,10 @@ struct WeightUpdateDecision {
   std::vector<std::string> sharded_state;  // values kept sharded across iterations / steps
   std::vector<std::string> non_elementwise;  // reduces run on shards: "layer0_norm: masked reduce + all-reduce"
   int64_t update_bytes = 0;     // bytes of the update's inputs and outputs (unsharded)
+  // The rule's figures: this update's own; for a member of a batch of small updates, its saving
+  // and its share of the batch's communication (bandwidth its own, latency split evenly).
   double saved_seconds = 0, added_seconds = 0;
+  int64_t batch = 0;            // small updates decided together (section 5.2); 0: decided alone
   std::string reason;           // why sharded / kept replicated
   // Where the pieces are (section 5): per device, the shard of the formatted value it keeps (and
   // updates; partial sharding: the same shards in every row); how many shards; one shard's dims.
