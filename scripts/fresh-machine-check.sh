@@ -156,8 +156,8 @@ trap 'exit 143' TERM
 # Runs a command inside a root with a clean environment (what a fresh login shell would have, plus
 # the ccache settings). LANG=C.UTF-8 as on a Debian host: ccache puts the locale variables into its
 # keys (they change the compiler's messages), so the root's builds hit the entries a host build with
-# that locale made, and a root without LANG would miss every one. In the background with a wait, so that a TERM or INT reaches the trap at once
-# (the trap ends whatever still runs inside the roots).
+# that locale made, and a root without LANG would miss every one. In the background with a wait, so
+# that a TERM or INT reaches the trap at once (the trap ends whatever still runs inside the roots).
 in_root() {
   local root=$1; shift
   chroot "$root" /usr/bin/env -i \
