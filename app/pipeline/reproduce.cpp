@@ -69,7 +69,8 @@ PublishedFigure AllToAll(double percent) { return {ReproduceMetric::kAllToAllSha
 
 // GSPMD Table 6 (validation.md G5): GShard's sparse MoE Transformer, one expert per device on a
 // 1-D mesh, batch 4 per device (docs/zoo.md lists the settings); SGD stands in for Adafactor as in
-// Table 2.
+// Table 2. Without rematerialisation (the paper does not say; docs/reproduce.md gives the figures
+// with remat=1, which halve the peak and lengthen the step by a forward pass).
 ReproduceColumn Table6Column(int64_t devices, double step, double mfu, double memory_gb, double all_to_all, bool small) {
   ReproduceColumn c;
   c.label = std::to_string(devices) + " experts/devices";
