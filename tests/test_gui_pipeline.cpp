@@ -4,6 +4,8 @@
 // share of the step. The layout and the bubble come from views/pipeline_stages.h.
 #include <QtTest>
 
+#include <cmath>
+
 #include <QLabel>
 #include <QTableWidget>
 
@@ -12,6 +14,7 @@
 #include "gui_test_support.h"
 #include "simulator/hardware.h"
 #include "views/analysis_model.h"
+#include "views/collective_stepper.h"
 #include "views/document_model.h"
 #include "views/mesh_view.h"
 #include "core/base/units.h"
@@ -157,11 +160,17 @@ class TestGuiPipeline : public QObject {
     QVERIFY(!fig->isHidden());
     const RunSummary& sum = run.summary;
     auto q = [](const std::string& x) { return QString::fromStdString(x); };
-    QCOMPARE(fig->bubble()->text(), q(FormatSeconds(sum.bubble_time_s)) + " (" + q(FormatPercent(sum.bubble_share())) + ")");
+    QCOMPARE(fig->bubble()->text(), q(FormatSeconds(sum.bubble_time_s)) + " (" + PipelineFigures::Percent(sum.bubble_share()) + ")");
     QCOMPARE(fig->recompute()->text(),
-             q(FormatSeconds(sum.recompute_time_s)) + " (" + q(FormatPercent(sum.recompute_share())) + ")");
-    QCOMPARE(fig->rawUtilization()->text(), q(FormatPercent(sum.raw_flops_utilization)));
-    QCOMPARE(fig->mfu()->text(), q(FormatPercent(sum.mfu)));
+             q(FormatSeconds(sum.recompute_time_s)) + " (" + PipelineFigures::Percent(sum.recompute_share()) + ")");
+    QCOMPARE(fig->rawUtilization()->text(), PipelineFigures::Percent(sum.raw_flops_utilization));
+    QCOMPARE(fig->mfu()->text(), PipelineFigures::Percent(sum.mfu));
+    // The numbers shown are the accounting's: read back from the labels.
+    auto number = [](const QString& t) { return t.section('(', 1).section('%', 0, 0).toDouble(); };
+    QVERIFY(std::fabs(number(fig->bubble()->text()) - 100 * sum.bubble_share()) <= 0.05 + 0.01 * 100 * sum.bubble_share());
+    QVERIFY(std::fabs(fig->mfu()->text().section('%', 0, 0).toDouble() - 100 * sum.mfu) <= 0.05 + 0.01 * 100 * sum.mfu);
+    QCOMPARE(PipelineFigures::Percent(0.25), QString("25.0%"));
+    QCOMPARE(PipelineFigures::Percent(0.00012), QString("0.012%"));
     QVERIFY(sum.raw_flops_utilization > sum.mfu);
     QVERIFY(fig->bubble()->toolTip().contains("padding"));
     QVERIFY(fig->recompute()->toolTip().contains("rematerialised"));
@@ -197,6 +206,11 @@ void TestGuiPipeline::teachingStepsTheShiftingBuffer() {
   QVERIFY(v->isVisible());
   QCOMPARE(v->iterationCount(), 9);
   QCOMPARE(v->table()->rowCount(), 4);
+  // The collective beside it is the shift itself: one collective-permute, stage s -> s + 1.
+  QVERIFY(w.teachingPanel()->hasPlan());
+  QCOMPARE(w.teachingPanel()->plan().request.kind, sim::CollectiveKind::kCollectivePermute);
+  QCOMPARE(w.teachingPanel()->plan().request.pairs, v->schedule()->iterations.front().device_pairs);
+  QVERIFY(w.teachingPanel()->plan().request.operand_bytes > 0);
   v->setFocus();
   QTest::keyClick(v, Qt::Key_Home);
   QCOMPARE(v->currentIteration(), 0);

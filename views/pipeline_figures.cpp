@@ -68,6 +68,11 @@ PipelineFigures::PipelineFigures(QWidget* parent)
   hide();
 }
 
+QString PipelineFigures::Percent(double fraction) {
+  if (fraction > 0 && fraction < 0.001) return QString::number(100 * fraction, 'g', 2) + "%";
+  return Q(FormatPercent(fraction));
+}
+
 void PipelineFigures::setSummary(const sim::RunSummary* s) {
   if (!s || s->pipeline_stages <= 0) {
     for (QLabel* l : {bubble_, recompute_, raw_, mfu_}) l->clear();
@@ -75,10 +80,10 @@ void PipelineFigures::setSummary(const sim::RunSummary* s) {
     return;
   }
   title_->setText(QString("<b>Pipeline</b> (%1 stages)").arg(s->pipeline_stages));
-  bubble_->setText(QString("%1 (%2)").arg(Q(FormatSeconds(s->bubble_time_s)), Q(FormatPercent(s->bubble_share()))));
-  recompute_->setText(QString("%1 (%2)").arg(Q(FormatSeconds(s->recompute_time_s)), Q(FormatPercent(s->recompute_share()))));
-  raw_->setText(Q(FormatPercent(s->raw_flops_utilization)));
-  mfu_->setText(Q(FormatPercent(s->mfu)));
+  bubble_->setText(QString("%1 (%2)").arg(Q(FormatSeconds(s->bubble_time_s)), Percent(s->bubble_share())));
+  recompute_->setText(QString("%1 (%2)").arg(Q(FormatSeconds(s->recompute_time_s)), Percent(s->recompute_share())));
+  raw_->setText(Percent(s->raw_flops_utilization));
+  mfu_->setText(Percent(s->mfu));
   show();
 }
 

@@ -26,6 +26,9 @@ class PipelineFigures : public QWidget {
   QLabel* recompute() const { return recompute_; }        // "2.40 ms (25.0 %)"
   QLabel* rawUtilization() const { return raw_; }         // "61.3 %"
   QLabel* mfu() const { return mfu_; }                    // "40.2 %"
+  // A share as shown: FormatPercent ("40.2%"), with two significant digits below 0.1% ("0.012%")
+  // so a small model's utilisation does not read as zero.
+  static QString Percent(double fraction);
 
  private:
   QLabel* title_;

@@ -71,7 +71,7 @@ ShiftingBufferView::ShiftingBufferView(QWidget* parent)
   col->addWidget(title_);
   col->addLayout(bar);
   col->addWidget(caption_);
-  col->addWidget(table_, 1);
+  col->addWidget(table_);
   setFocusPolicy(Qt::StrongFocus);
   connect(prev_, &QPushButton::clicked, this, &ShiftingBufferView::previous);
   connect(next_, &QPushButton::clicked, this, &ShiftingBufferView::next);
@@ -194,6 +194,7 @@ void ShiftingBufferView::refresh() {
   int h = table_->horizontalHeader()->height() + 2 * table_->frameWidth();
   for (int r = 0; r < std::min<int>(static_cast<int>(L), 16); ++r) h += table_->rowHeight(r);
   table_->setMinimumHeight(h);
+  table_->setMaximumHeight(static_cast<int>(L) <= 16 ? h : QWIDGETSIZE_MAX);
 }
 
 }  // namespace shardscope::views

@@ -360,6 +360,27 @@ void MainWindow::updateShiftingBuffer() {
 
 void MainWindow::raiseTeaching() {
   updateShiftingBuffer();
+  if (!teaching_->hasPlan() && shifting_buffer_->hasSchedule()) {
+    // A pipelined module: the collective to step through is the shift itself, one
+    // collective-permute along the stage axis, with the per-device bytes of the buffer it moves.
+    const sim::ShiftingBufferSchedule& plan = *shifting_buffer_->schedule();
+    views::TeachingRequest r;
+    r.kind = sim::CollectiveKind::kCollectivePermute;
+    r.mesh = doc_->mesh();
+    r.pairs = plan.iterations.front().device_pairs;
+    r.title = std::string("The shift of the shifting buffer: one collective-permute, every stage to the next") +
+              (plan.settings.circular ? " (the last wraps round to the first)" : "");
+    if (const Instruction* shift = doc_->module()->FindInstruction("shift"); shift && shift->shape().IsArray()) {
+      double bytes = static_cast<double>(shift->shape().ByteSize());
+      if (const auto sh = doc_->sharding(shift->id()); sh && sh->IsTiled()) {
+        const auto shard = sh->ShardShape(shift->shape().dims);
+        for (size_t k = 0; k < shard.size() && k < shift->shape().dims.size(); ++k)
+          if (shift->shape().dims[k] > 0) bytes *= static_cast<double>(shard[k]) / static_cast<double>(shift->shape().dims[k]);
+      }
+      r.operand_bytes = bytes;
+    }
+    if (teaching_->setRequest(r)) teaching_->setStep(std::min(1, teaching_->stepCount()));
+  }
   if (!teaching_->hasPlan()) {
     // Nothing chosen yet: an example, part-way through, so there is something to see.
     teaching_->showExample("all-reduce");
@@ -948,7 +969,11 @@ bool MainWindow::showView(const QString& name) {
     // The teaching panel with a pipelined module's shifting buffer, a few iterations in (the
     // pipeline filling up: some stages still on padding).
     setMode(Mode::kTeaching);
-    if (!shifting_buffer_->hasSchedule()) return false;
+    if (!shifting_buffer_->hasSchedule()) {
+      showMessage("No shifting buffer: the module is not pipelined (no weights stacked along a stage dim sharded over "
+                  "one mesh axis of its size, as the zoo's pipelined-transformer has)", 0);
+      return true;
+    }
     shifting_buffer_->setIteration(std::min(1, shifting_buffer_->iterationCount() - 1));
     shifting_buffer_->setFocus(Qt::OtherFocusReason);
     return true;
