@@ -211,6 +211,8 @@ void TestGuiPipeline::teachingStepsTheShiftingBuffer() {
   QCOMPARE(w.teachingPanel()->plan().request.kind, sim::CollectiveKind::kCollectivePermute);
   QCOMPARE(w.teachingPanel()->plan().request.pairs, v->schedule()->iterations.front().device_pairs);
   QVERIFY(w.teachingPanel()->plan().request.operand_bytes > 0);
+  QVERIFY2(w.teachingPanel()->captionText().contains("pipeline shift"), qPrintable(w.teachingPanel()->captionText()));
+  QVERIFY2(!w.teachingPanel()->captionText().contains("alo exchange"), qPrintable(w.teachingPanel()->captionText()));
   v->setFocus();
   QTest::keyClick(v, Qt::Key_Home);
   QCOMPARE(v->currentIteration(), 0);

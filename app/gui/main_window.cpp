@@ -368,6 +368,7 @@ void MainWindow::raiseTeaching() {
     r.kind = sim::CollectiveKind::kCollectivePermute;
     r.mesh = doc_->mesh();
     r.pairs = plan.iterations.front().device_pairs;
+    r.pipeline_shift = true;
     r.title = std::string("The shift of the shifting buffer: one collective-permute, every stage to the next") +
               (plan.settings.circular ? " (the last wraps round to the first)" : "");
     if (const Instruction* shift = doc_->module()->FindInstruction("shift"); shift && shift->shape().IsArray()) {
