@@ -91,7 +91,9 @@ struct TimelineBubble {
   double seconds = 0;
   double share = 0;  // seconds over the step time (0..1)
 };
-// Loops with fewer iterations than `stages` are not pipelines and have no bubble.
+// Loops with fewer iterations than `stages` are not pipelines and have no bubble. Ops of a loop
+// nested inside a pipeline iteration carry their own body's name and are not counted here (the
+// engine's accounting counts them; the zoo's pipelines have no nested loops).
 TimelineBubble BubbleOnTimeline(const RunResult& run, int64_t device, int64_t stages,
                                 const std::vector<TimelinePipelineLoop>& loops);
 
