@@ -1,6 +1,7 @@
 #include "simulator/pipeline_accounting.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -80,12 +81,43 @@ Pairs Reversed(const Pairs& p) {
   return r;
 }
 
+// "forward_body.spmd/dot.3[12]" -> ("forward_body", 12); false without an iteration suffix.
+bool LoopIteration(const std::string& name, std::string* body, int64_t* iteration) {
+  const auto slash = name.find('/');
+  if (slash == std::string::npos) return false;
+  const auto open = name.find('[', slash);
+  if (open == std::string::npos) return false;
+  const auto close = name.find(']', open);
+  if (close == std::string::npos || close == open + 1) return false;
+  int64_t t = 0;
+  for (size_t k = open + 1; k < close; ++k) {
+    if (name[k] < '0' || name[k] > '9' || t > (int64_t{1} << 50)) return false;
+    t = t * 10 + (name[k] - '0');
+  }
+  *iteration = t;
+  std::string c = name.substr(0, slash);
+  const std::string suffix = ".spmd";
+  if (c.size() > suffix.size() && c.compare(c.size() - suffix.size(), suffix.size(), suffix) == 0)
+    c.resize(c.size() - suffix.size());
+  *body = std::move(c);
+  return true;
+}
+
 }  // namespace
 
+bool PaddedIteration(int64_t position, int64_t stages, int64_t trips, int64_t t) {
+  if (stages < 2 || trips < stages || t < 0 || t >= trips) return false;
+  return t < position || t > position + trips - stages;
+}
+
+double BubbleShareEstimate(int64_t stages, int64_t trips) {
+  if (stages < 2 || trips < stages) return 0;
+  return static_cast<double>(stages - 1) / static_cast<double>(trips);
+}
+
 bool PipelineLoop::Padded(int64_t device, int64_t t) const {
-  if (device < 0 || static_cast<size_t>(device) >= position.size() || t < 0 || t >= trips) return false;
-  const int64_t p = position[static_cast<size_t>(device)];
-  return t < p || t > p + trips - stages;
+  if (device < 0 || static_cast<size_t>(device) >= position.size()) return false;
+  return PaddedIteration(position[static_cast<size_t>(device)], stages, trips, t);
 }
 
 int64_t PipelineStructure::stages() const {
@@ -170,6 +202,48 @@ PipelineStructure FindPipelineStructure(const ExecProgram& program, int64_t num_
     out.op_iteration[o] = owner_iteration[static_cast<size_t>(l)] >= 0 ? owner_iteration[static_cast<size_t>(l)]
                                                                        : program.ops[o].iteration;
   }
+  return out;
+}
+
+TimelineBubble BubbleOnTimeline(const RunResult& run, int64_t device, int64_t stages,
+                                const std::vector<TimelinePipelineLoop>& loops) {
+  TimelineBubble out;
+  if (stages < 2 || loops.empty()) return out;
+  std::map<std::string, int64_t> position;
+  std::map<std::string, std::string> loop_of_condition;
+  for (const TimelinePipelineLoop& l : loops) {
+    position.emplace(l.body, l.position);
+    if (!l.condition.empty()) loop_of_condition.emplace(l.condition, l.body);
+  }
+  struct Iteration {
+    double start = 0, end = 0, compute = 0;
+  };
+  std::map<std::pair<std::string, int64_t>, Iteration> iterations;
+  std::map<std::string, int64_t> trips;
+  for (const TimelineEvent& e : run.DeviceTimeline(device)) {
+    std::string body;
+    int64_t t = 0;
+    if (!LoopIteration(e.instruction, &body, &t)) continue;
+    const bool condition = loop_of_condition.count(body) > 0;
+    if (condition) body = loop_of_condition[body];
+    if (!position.count(body)) continue;
+    if (!condition) trips[body] = std::max(trips[body], t + 1);
+    auto [it, fresh] = iterations.emplace(std::make_pair(body, t), Iteration{e.start_s, e.end_s(), 0});
+    if (!fresh) {
+      it->second.start = std::min(it->second.start, e.start_s);
+      it->second.end = std::max(it->second.end, e.end_s());
+    }
+    if (e.stream == Stream::kCompute) it->second.compute += e.duration_s;
+  }
+  for (const auto& [key, it] : iterations) {
+    const auto& [body, t] = key;
+    if (!PaddedIteration(position[body], stages, trips[body], t)) continue;
+    out.spans.push_back({it.start, it.end, body, t});
+    out.seconds += it.compute;
+  }
+  std::sort(out.spans.begin(), out.spans.end(),
+            [](const TimelineBubbleSpan& a, const TimelineBubbleSpan& b) { return a.start_s < b.start_s; });
+  if (run.summary.step_time_s > 0) out.share = out.seconds / run.summary.step_time_s;
   return out;
 }
 

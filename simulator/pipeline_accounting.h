@@ -23,11 +23,24 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "simulator/run_result.h"
 #include "simulator/schedule.h"
 
 namespace shardscope::sim {
+
+// The one rule of what is bubble: in a pipeline loop of `trips` (T) iterations through `stages` (P)
+// positions, the device at `position` p (0 where data enters) computes on padding in iteration t
+// unless p <= t <= p + T - P. Everything that marks or counts bubbles (the engine's accounting, the
+// timeline's marks, the teaching panel's table) asks this.
+bool PaddedIteration(int64_t position, int64_t stages, int64_t trips, int64_t t);
+
+// The closed form of the bubble share, for an estimate before anything is simulated (the strategy
+// search): each position computes on padding in P - 1 of the T iterations, (P - 1) / T — GPipe's
+// (L - 1) / (N + L - 1) with T = N + L - 1. 0 when there is no pipeline (P < 2 or T < P).
+double BubbleShareEstimate(int64_t stages, int64_t trips);
 
 struct PipelineLoop {
   int32_t loop = -1;   // index into ExecProgram::loops
@@ -56,5 +69,32 @@ struct PipelineStructure {
 
 // The pipeline loops of `program` run on `num_devices` devices.
 PipelineStructure FindPipelineStructure(const ExecProgram& program, int64_t num_devices);
+
+// The bubble on one device's simulated timeline, for views that show a stored or fresh run (which
+// carries no ExecProgram): the caller names the pipeline loops by their body computation (as in
+// event names, "forward_body" for "forward_body.spmd/dot.3[2]") and the device's position in each.
+// An event of iteration [t] of such a body is bubble when PaddedIteration says so.
+struct TimelinePipelineLoop {
+  std::string body;
+  std::string condition;  // the loop's condition computation (the engine counts its ops as the loop's); may be empty
+  int64_t position = 0;
+};
+struct TimelineBubbleSpan {
+  double start_s = 0, end_s = 0;  // the padded iteration's extent on the device (every stream)
+  std::string loop;               // the loop body ("forward_body")
+  int64_t iteration = 0;
+};
+struct TimelineBubble {
+  std::vector<TimelineBubbleSpan> spans;  // in time order
+  // Compute-stream time of the padded iterations: RunSummary::bubble_time_s's measure, so the mean
+  // of `seconds` over the devices is the summary's bubble time.
+  double seconds = 0;
+  double share = 0;  // seconds over the step time (0..1)
+};
+// Loops with fewer iterations than `stages` are not pipelines and have no bubble. Ops of a loop
+// nested inside a pipeline iteration carry their own body's name and are not counted here (the
+// engine's accounting counts them; the zoo's pipelines have no nested loops).
+TimelineBubble BubbleOnTimeline(const RunResult& run, int64_t device, int64_t stages,
+                                const std::vector<TimelinePipelineLoop>& loops);
 
 }  // namespace shardscope::sim

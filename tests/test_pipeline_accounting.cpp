@@ -126,6 +126,35 @@ class TestPipelineAccounting : public QObject {
   Q_OBJECT
 
  private slots:
+  // The one rule (PaddedIteration) and its closed form (BubbleShareEstimate), which the strategy
+  // search uses before simulating. GPipe, 4 stages x 6 microbatches: T = N + L - 1 = 9 iterations;
+  // stage p works on microbatch t - p in iterations p .. p + 5 and on padding in the other 3, so the
+  // bubble share is (L - 1) / (N + L - 1) = 3/9 (GSPMD §3.3).
+  void paddedIterationRule() {
+    const int64_t L = 4, T = 9;
+    for (int64_t p = 0; p < L; ++p) {
+      int64_t padded = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const bool real = t >= p && t - p < 6;
+        QCOMPARE(PaddedIteration(p, L, T, t), !real);
+        padded += PaddedIteration(p, L, T, t) ? 1 : 0;
+      }
+      QCOMPARE(padded, L - 1);
+      QVERIFY(!PaddedIteration(p, L, T, -1));
+      QVERIFY(!PaddedIteration(p, L, T, T));  // the condition's last evaluation
+    }
+    QCOMPARE(BubbleShareEstimate(L, T), 3.0 / 9.0);
+    PipelinedTransformerConfig c;
+    c.stages = 4;
+    c.microbatches = 6;
+    c.layers = 8;
+    QCOMPARE(PipelineIterations(c), T);
+    // Not a pipeline: one stage, or fewer iterations than stages.
+    QCOMPARE(BubbleShareEstimate(1, 9), 0.0);
+    QCOMPARE(BubbleShareEstimate(4, 3), 0.0);
+    QVERIFY(!PaddedIteration(0, 4, 3, 0));
+  }
+
   // The remat markers: the zoo's "recompute" scope, XLA's ".remat" clones, JAX's remat/checkpoint
   // name stack; and words that merely contain them do not count.
   void rematMarkers() {

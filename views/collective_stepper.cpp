@@ -844,6 +844,7 @@ TeachingPlan PlanTeaching(const TeachingRequest& request, const std::string& def
   options.mesh = request.mesh;
   options.collective.bidirectional = request.bidirectional;
   options.piece_names = request.piece_names;
+  options.pipeline_shift = request.pipeline_shift;
   auto walk = request.kind == CollectiveKind::kCollectivePermute
                   ? WalkThroughCollectivePermute(topology.value(), request.pairs, request.operand_bytes, options)
                   : WalkThroughCollective(topology.value(), request.kind, request.groups, request.operand_bytes, options);

@@ -52,6 +52,8 @@ struct TeachingRequest {
   // and one sentence saying what moves (DescribeAllToAllPieces); empty: unnamed pieces.
   std::vector<std::vector<std::string>> piece_names;
   std::string pieces_summary;
+  // Collective-permute: a pipeline's shifting-buffer shift (captioned as such, not as a halo exchange).
+  bool pipeline_shift = false;
 };
 
 // The request with the simulator's walkthrough of it, or why there is none.

@@ -55,26 +55,6 @@ bool Rotates(const Computation& body, int64_t stages) {
   return false;
 }
 
-// "forward_body.spmd/dot.3[12]" -> ("forward_body", 12); false without an iteration suffix.
-bool LoopIteration(const std::string& name, std::string* body, int64_t* iteration) {
-  const auto slash = name.find('/');
-  const auto open = name.find('[', slash == std::string::npos ? 0 : slash);
-  if (slash == std::string::npos || open == std::string::npos) return false;
-  const auto close = name.find(']', open);
-  if (close == std::string::npos) return false;
-  try {
-    *iteration = std::stoll(name.substr(open + 1, close - open - 1));
-  } catch (...) {
-    return false;
-  }
-  std::string c = name.substr(0, slash);
-  const std::string suffix = ".spmd";
-  if (c.size() > suffix.size() && c.compare(c.size() - suffix.size(), suffix.size(), suffix) == 0)
-    c.resize(c.size() - suffix.size());
-  *body = c;
-  return true;
-}
-
 }  // namespace
 
 std::string PipelineStageLayout::LayersText(int64_t stage) const {
@@ -126,6 +106,7 @@ std::optional<PipelineStageLayout> DerivePipelineStages(const Module& module, co
         // A rotation of two stages reads the same both ways: the first loop is the forward pass,
         // a later one (backward reads what forward saved) runs in reverse.
         out.loops.emplace_back(other->while_body()->name(), dir == 2 ? out.loops.empty() : dir > 0);
+        out.loop_conditions.push_back(other->while_condition() ? other->while_condition()->name() : std::string());
         out.circular = out.circular || Rotates(*other->while_body(), L);
       }
       if (out.loops.empty()) continue;
@@ -151,39 +132,23 @@ std::optional<PipelineStageLayout> DerivePipelineStages(const Module& module, co
   return std::nullopt;
 }
 
+std::vector<sim::TimelinePipelineLoop> PipelineStageLayout::LoopPositions(int64_t stage) const {
+  std::vector<sim::TimelinePipelineLoop> out;
+  for (size_t k = 0; k < loops.size(); ++k) {
+    const auto& [body, forward] = loops[k];
+    out.push_back({body, k < loop_conditions.size() ? loop_conditions[k] : std::string(), forward ? stage : stages - 1 - stage});
+  }
+  return out;
+}
+
 StepBubble DeviceBubble(const sim::RunResult& run, int64_t device, const PipelineStageLayout& layout) {
   StepBubble out;
   if (device < 0 || static_cast<size_t>(device) >= layout.stage_of_device.size()) return out;
-  const int64_t stage = layout.stage_of_device[static_cast<size_t>(device)];
-  out.stage = stage;
-  std::map<std::string, bool> forward;
-  for (const auto& [body, fwd] : layout.loops) forward[body] = fwd;
-  // Each iteration's span on this device.
-  std::map<std::pair<std::string, int64_t>, std::pair<double, double>> spans;
-  std::map<std::string, int64_t> trips;
-  for (const sim::TimelineEvent& e : run.DeviceTimeline(device)) {
-    std::string body;
-    int64_t t = 0;
-    if (!LoopIteration(e.instruction, &body, &t) || !forward.count(body)) continue;
-    auto [it, fresh] = spans.emplace(std::make_pair(body, t), std::make_pair(e.start_s, e.end_s()));
-    if (!fresh) {
-      it->second.first = std::min(it->second.first, e.start_s);
-      it->second.second = std::max(it->second.second, e.end_s());
-    }
-    trips[body] = std::max(trips[body], t + 1);
-  }
-  for (const auto& [key, span] : spans) {
-    const auto& [body, iteration] = key;
-    const int64_t T = trips[body];
-    if (T < layout.stages) continue;
-    const int64_t t = forward[body] ? iteration : T - 1 - iteration;  // the pipeline's time step
-    const int64_t progress = t - stage;
-    if (progress >= 0 && progress < T - layout.stages + 1) continue;
-    out.spans.push_back({span.first, span.second, body, iteration});
-    out.seconds += span.second - span.first;
-  }
-  std::sort(out.spans.begin(), out.spans.end(), [](const BubbleSpan& a, const BubbleSpan& b) { return a.start_s < b.start_s; });
-  if (run.summary.step_time_s > 0) out.share = out.seconds / run.summary.step_time_s;
+  out.stage = layout.stage_of_device[static_cast<size_t>(device)];
+  sim::TimelineBubble b = sim::BubbleOnTimeline(run, device, layout.stages, layout.LoopPositions(out.stage));
+  out.spans = std::move(b.spans);
+  out.seconds = b.seconds;
+  out.share = b.share;
   return out;
 }
 

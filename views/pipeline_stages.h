@@ -8,11 +8,10 @@
 // (concatenate of two slices of one value), GPipe otherwise; layer numbers follow
 // PipelinedLayerIndex (core/zoo/pipelined_transformer.h).
 //
-// The bubble of a step: a loop of T iterations moves N·R' microbatch visits through L stages, so
-// stage s works on real data in iterations s .. s + (T - L + 1) - 1 (counted in the loop's own
-// direction for the forward loop, reversed for the backward one) and on padding in the other
-// L - 1. On a simulated timeline every event of iteration [t] of a loop body belongs to that
-// iteration; its span is the bubble when t is one of the stage's padded iterations.
+// The bubble of a step is decided by the simulator (sim::PaddedIteration, sim::BubbleOnTimeline in
+// simulator/pipeline_accounting.h); this file only says where each device sits in each loop: stage
+// s is position s of the forward loop and position L - 1 - s of the backward one (the gradient
+// enters at the last stage).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +22,7 @@
 
 #include "core/ir/ir.h"
 #include "core/sharding/mesh.h"
+#include "simulator/pipeline_accounting.h"
 #include "simulator/run_result.h"
 
 namespace shardscope::views {
@@ -38,6 +38,10 @@ struct PipelineStageLayout {
   // The pipeline's loop bodies (computation names of the module) and whether each moves data
   // towards higher stages (forward) or lower ones (backward: its iterations run in reverse).
   std::vector<std::pair<std::string, bool>> loops;
+  std::vector<std::string> loop_conditions;  // by loop: its condition computation's name
+
+  // Where `stage` sits in each loop, for sim::BubbleOnTimeline.
+  std::vector<sim::TimelinePipelineLoop> LoopPositions(int64_t stage) const;
 
   // "layers 4-7" (GPipe) or "layers 1, 5, 9, 13" (circular; long lists elided in the middle).
   std::string LayersText(int64_t stage) const;
@@ -52,11 +56,7 @@ std::optional<PipelineStageLayout> DerivePipelineStages(const Module& module, co
                                                         const ShardingLookup& sharding = {});
 
 // One span of the timeline in which a stage computes on padding.
-struct BubbleSpan {
-  double start_s = 0, end_s = 0;
-  std::string loop;  // the loop body ("forward_body.spmd")
-  int64_t iteration = 0;
-};
+using BubbleSpan = sim::TimelineBubbleSpan;
 
 struct StepBubble {
   int64_t stage = -1;
@@ -66,12 +66,12 @@ struct StepBubble {
   // "bubble 43.1% (stage 0)", or "bubble 43.1% (stage 0 of 0-3)" for a row of several stages.
   std::string Caption() const;
   std::vector<BubbleSpan> spans;  // in time order
-  double seconds = 0;             // their total
+  double seconds = 0;             // compute time in them (the accounting's bubble time)
   double share = 0;               // of the step time (0..1)
 };
 
-// The bubble of `device`'s timeline in `run` under `layout` (loops recognised by their iteration
-// suffixes "[t]" in event names; the loops of the pipeline are those with T >= L iterations).
+// The bubble of `device`'s timeline in `run` under `layout`: sim::BubbleOnTimeline at the device's
+// stage's positions.
 StepBubble DeviceBubble(const sim::RunResult& run, int64_t device, const PipelineStageLayout& layout);
 // DeviceBubble of each device class's lowest-numbered device, by class index (the timeline's rows);
 // empty when the run's device count is not the layout's.

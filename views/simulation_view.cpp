@@ -33,6 +33,7 @@
 #include "views/item_models.h"
 #include "views/memory_chart.h"
 #include "views/sharding_style.h"
+#include "views/pipeline_figures.h"
 #include "views/pipeline_stages.h"
 #include "views/run_display.h"
 #include "views/timeline_view.h"
@@ -63,6 +64,7 @@ SimulationView::SimulationView(QWidget* parent)
       table_(new QTableView),
       summary_(new QTextBrowser),
       wus_panel_(new WeightUpdatePanel),
+      pipeline_figures_(new PipelineFigures),
       tick_(new QTimer(this)),
       elapsed_(std::make_unique<QElapsedTimer>()) {
   setObjectName("simulationView");
@@ -123,7 +125,14 @@ SimulationView::SimulationView(QWidget* parent)
   auto* right = new QSplitter(Qt::Vertical);
   right->setChildrenCollapsible(false);
   right->addWidget(table_);
-  right->addWidget(summary_);
+  // The run's summary, with the pipelining figures above it for a pipelined run.
+  auto* details = new QWidget;
+  auto* details_col = new QVBoxLayout(details);
+  details_col->setContentsMargins(0, 0, 0, 0);
+  details_col->setSpacing(0);
+  details_col->addWidget(pipeline_figures_);
+  details_col->addWidget(summary_, 1);
+  right->addWidget(details);
   right->setStretchFactor(0, 2);
   right->setStretchFactor(1, 3);
   auto* split = new QSplitter(Qt::Horizontal);
@@ -193,6 +202,7 @@ void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunH
       timeline_->setRun(nullptr);
       chart_->clear();
       summary_->clear();
+      pipeline_figures_->setSummary(nullptr);
     }
   });
   connect(runs_, &RunHistory::runLabelChanged, this, [this](qint64 id) {
@@ -231,6 +241,7 @@ void SimulationView::reset() {
   timeline_->setTitle(QString());
   chart_->clear();
   summary_->clear();
+  pipeline_figures_->setSummary(nullptr);
   wus_panel_->setComparison(std::nullopt);
   updating_selection_ = true;
   table_->clearSelection();
@@ -494,6 +505,7 @@ void SimulationView::display(std::shared_ptr<const RunResult> run) {
   shown_id_ = run ? run->id : 0;
   timeline_->setRun(run);
   timeline_->setTitle(run ? RunName(run->id) : QString());
+  pipeline_figures_->setSummary(run ? &run->summary : nullptr);
   if (!run) return;
   const int64_t id = run->id;
   QPointer<const SimulationView> self(this);

@@ -40,6 +40,7 @@ using sim::RunResult;
 class AnalysisModel;
 class DocumentModel;
 class MemoryChart;
+class PipelineFigures;
 class RunHistory;
 class RunHistoryModel;
 class TimelineWidget;
@@ -70,6 +71,8 @@ class SimulationView : public QWidget {
   QPushButton* simulateButton() const { return button_; }
   // The step before and after weight-update sharding, shown when the last simulation ran the pass.
   WeightUpdatePanel* weightUpdatePanel() const { return wus_panel_; }
+  // Bubble, recompute, raw utilisation and MFU of the run shown (hidden when it is not pipelined).
+  PipelineFigures* pipelineFigures() const { return pipeline_figures_; }
 
   // Shows run `run_id` of the history (loaded from the store on the worker when it is not in
   // memory). False when the history has no such run.
@@ -135,6 +138,7 @@ class SimulationView : public QWidget {
   QTableView* table_;
   QTextBrowser* summary_;
   WeightUpdatePanel* wus_panel_;
+  PipelineFigures* pipeline_figures_;
   QTimer* tick_;
   std::unique_ptr<QElapsedTimer> elapsed_;
   int64_t shown_id_ = 0;    // the run displayed

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   parser.addVersionOption();
   QCommandLineOption screenshot("screenshot", "Render the main window to OUT.png and exit.", "OUT.png");
   QCommandLineOption example("example", "Open the model-zoo example NAME.", "NAME");
-  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, mesh, halo, inspector, instructions, history, strategies, strategies-compare (with --screenshot: after a search of the model on 8 devices; the fastest candidate opened, compared with another family's).", "NAME");
+  QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, shifting-buffer (a pipelined module's shifting buffer in the teaching panel), mesh, halo, inspector, instructions, history, strategies, strategies-compare (with --screenshot: after a search of the model on 8 devices; the fastest candidate opened, compared with another family's).", "NAME");
   QCommandLineOption state("state", "Keep FILE up to date with the window's state as JSON (for scripted sessions).", "FILE");
   QCommandLineOption select("select", "Select the instruction NAME.", "NAME");
   QCommandLineOption collective("collective",

@@ -38,7 +38,10 @@
 #include "app/gui/session.h"
 #include "app/pipeline/sources.h"
 #include "shardscope_version.h"
+#include "simulator/pipeline_shifting_buffer.h"
 #include "views/analysis_model.h"
+#include "views/pipeline_stages.h"
+#include "views/shifting_buffer_view.h"
 #include "views/document_model.h"
 #include "views/graph_view.h"
 #include "views/inspector_panel.h"
@@ -207,9 +210,17 @@ void MainWindow::createModes() {
   // Teaching: step through a collective on the mesh (opened from the partitioned program's list).
   teaching_ = new views::CollectiveStepper;
   teaching_->setChips(session_->analysis()->chips(), session_->analysis()->defaultChip());
+  // A pipelined module's shifting buffer above the collective, one iteration at a time.
+  shifting_buffer_ = new views::ShiftingBufferView;
+  auto* teaching_page = new QWidget;
+  auto* teaching_col = new QVBoxLayout(teaching_page);
+  teaching_col->setContentsMargins(0, 0, 0, 0);
+  teaching_col->setSpacing(0);
+  teaching_col->addWidget(shifting_buffer_);
+  teaching_col->addWidget(teaching_, 1);
   auto* teaching_scroll = new QScrollArea;  // never cut off: scrolls when the window is small
   teaching_scroll->setObjectName("teachingScroll");
-  teaching_scroll->setWidget(teaching_);
+  teaching_scroll->setWidget(teaching_page);
   teaching_scroll->setWidgetResizable(true);
   teaching_scroll->setFrameShape(QFrame::NoFrame);
   modes_->addTab(teaching_scroll, "Teaching");
@@ -243,6 +254,7 @@ void MainWindow::createModes() {
   // A new module: the teaching panel forgets the old one's collective.
   connect(doc_, &views::DocumentModel::moduleReset, this, [this] {
     teaching_->clear();
+    updateShiftingBuffer();
     if (side_by_side_) setSideBySide(false);
   });
 }
@@ -310,7 +322,66 @@ bool MainWindow::teachCollective(const QString& name) {
   return true;
 }
 
+void MainWindow::updateShiftingBuffer() {
+  const Module* module = doc_->module();
+  std::optional<views::PipelineStageLayout> stages;
+  if (module)
+    stages = views::DerivePipelineStages(*module, doc_->mesh(), [this](const Instruction& i) { return doc_->sharding(i.id()); });
+  if (!stages) {
+    shifting_buffer_->setSchedule(std::nullopt);
+    return;
+  }
+  auto n = sim::PipelineMicrobatches(*module);
+  if (!n.ok()) {
+    shifting_buffer_->setSchedule(std::nullopt);
+    return;
+  }
+  sim::ShiftingBufferSettings settings;
+  settings.stages = stages->stages;
+  settings.microbatches = *n;
+  settings.layers_per_stage = stages->layers_per_stage;
+  settings.circular = stages->circular;
+  settings.mesh = doc_->mesh();
+  settings.stage_axis = stages->axis;
+  auto plan = sim::PlanShiftingBuffer(settings);
+  if (!plan.ok()) {
+    shifting_buffer_->setSchedule(std::nullopt);
+    showMessage("Shifting buffer: " + Q(plan.error().message), 0);
+    return;
+  }
+  // Same pipeline as shown: keep the iteration the user stepped to.
+  const bool same = shifting_buffer_->hasSchedule() && shifting_buffer_->schedule()->trips == plan->trips &&
+                    shifting_buffer_->schedule()->settings.stages == settings.stages &&
+                    shifting_buffer_->schedule()->settings.circular == settings.circular;
+  const int keep = shifting_buffer_->currentIteration();
+  shifting_buffer_->setSchedule(std::move(*plan));
+  if (same) shifting_buffer_->setIteration(keep);
+}
+
 void MainWindow::raiseTeaching() {
+  updateShiftingBuffer();
+  if (!teaching_->hasPlan() && shifting_buffer_->hasSchedule()) {
+    // A pipelined module: the collective to step through is the shift itself, one
+    // collective-permute along the stage axis, with the per-device bytes of the buffer it moves.
+    const sim::ShiftingBufferSchedule& plan = *shifting_buffer_->schedule();
+    views::TeachingRequest r;
+    r.kind = sim::CollectiveKind::kCollectivePermute;
+    r.mesh = doc_->mesh();
+    r.pairs = plan.iterations.front().device_pairs;
+    r.pipeline_shift = true;
+    r.title = std::string("The shift of the shifting buffer: one collective-permute, every stage to the next") +
+              (plan.settings.circular ? " (the last wraps round to the first)" : "");
+    if (const Instruction* shift = doc_->module()->FindInstruction("shift"); shift && shift->shape().IsArray()) {
+      double bytes = static_cast<double>(shift->shape().ByteSize());
+      if (const auto sh = doc_->sharding(shift->id()); sh && sh->IsTiled()) {
+        const auto shard = sh->ShardShape(shift->shape().dims);
+        for (size_t k = 0; k < shard.size() && k < shift->shape().dims.size(); ++k)
+          if (shift->shape().dims[k] > 0) bytes *= static_cast<double>(shard[k]) / static_cast<double>(shift->shape().dims[k]);
+      }
+      r.operand_bytes = bytes;
+    }
+    if (teaching_->setRequest(r)) teaching_->setStep(std::min(1, teaching_->stepCount()));
+  }
   if (!teaching_->hasPlan()) {
     // Nothing chosen yet: an example, part-way through, so there is something to see.
     teaching_->showExample("all-reduce");
@@ -893,6 +964,19 @@ bool MainWindow::showView(const QString& name) {
   }
   if (n == "teaching" || n == "teach") {
     setMode(Mode::kTeaching);
+    return true;
+  }
+  if (n == "shifting-buffer" || n == "pipeline") {
+    // The teaching panel with a pipelined module's shifting buffer, a few iterations in (the
+    // pipeline filling up: some stages still on padding).
+    setMode(Mode::kTeaching);
+    if (!shifting_buffer_->hasSchedule()) {
+      showMessage("No shifting buffer: the module is not pipelined (no weights stacked along a stage dim sharded over "
+                  "one mesh axis of its size, as the zoo's pipelined-transformer has)", 0);
+      return true;
+    }
+    shifting_buffer_->setIteration(std::min(1, shifting_buffer_->iterationCount() - 1));
+    shifting_buffer_->setFocus(Qt::OtherFocusReason);
     return true;
   }
   if (n == "side-by-side" || n == "sidebyside" || n == "both") {

@@ -40,6 +40,7 @@ class MeshView;
 class PartitionedView;
 class SimulationView;
 class CollectiveStepper;
+class ShiftingBufferView;
 class ComparisonView;
 class StrategiesPanel;
 }  // namespace shardscope::views
@@ -100,6 +101,8 @@ class MainWindow : public QMainWindow {
   views::SimulationView* simulationView() const { return simulation_; }
   views::ComparisonView* comparisonView() const { return comparison_; }
   views::CollectiveStepper* teachingPanel() const { return teaching_; }
+  // The teaching panel's shifting buffer of a pipelined module (hidden for other modules).
+  views::ShiftingBufferView* shiftingBuffer() const { return shifting_buffer_; }
   views::MeshView* meshView() const { return mesh_; }
   views::InspectorPanel* inspector() const { return inspector_; }
   views::StrategiesPanel* strategiesPanel() const { return strategies_; }
@@ -143,6 +146,9 @@ class MainWindow : public QMainWindow {
   void createModes();
   void createDocks();
   void raiseTeaching();
+  // Plans the document's pipeline's shifting buffer (simulator/pipeline_shifting_buffer.h) for the
+  // teaching panel; clears it when the module is not pipelined.
+  void updateShiftingBuffer();
   void teach(const InsertedCollective& c, const std::vector<std::vector<int64_t>>& participants);
   bool teachFromList(const QString& name);
   void applyDefaultDockSizes();
@@ -184,6 +190,7 @@ class MainWindow : public QMainWindow {
   views::SimulationView* simulation_;
   views::ComparisonView* comparison_;
   views::CollectiveStepper* teaching_ = nullptr;
+  views::ShiftingBufferView* shifting_buffer_ = nullptr;
   QUndoView* undo_view_;
   QTabWidget* modes_;
   QSplitter* graph_split_;   // the graph (and the partitioned program, side by side)

@@ -15,6 +15,7 @@
 
 #include "app/search/family.h"
 #include "core/zoo/pipelined_transformer.h"
+#include "simulator/pipeline_accounting.h"
 
 namespace shardscope::search {
 
@@ -91,7 +92,8 @@ class Pipelining final : public StrategyFamily {
           const bool remat = c.settings["remat"] != "0";
           c.strategy = std::string(circular ? "circular" : "GPipe") + ", " + std::to_string(l) + " stages, " + std::to_string(n) +
                        "x" + std::to_string(mb) + (remat ? ", remat" : "");
-          c.bubble_fraction = static_cast<double>(l - 1) / static_cast<double>(PipelineIterations(shape));
+          // Before simulating: the accounting's closed form (simulator/pipeline_accounting.h).
+          c.bubble_fraction = sim::BubbleShareEstimate(l, PipelineIterations(shape));
           out.push_back(std::move(c));
         }
         first = false;

@@ -1092,14 +1092,23 @@ Result<CollectiveWalkthrough> WalkThroughCollectivePermute(const Topology& topo,
       }
     }
   }
-  if (!shift_axis.empty() && !cyclic) {
+  if (!shift_axis.empty() && !cyclic && !options.pipeline_shift) {
     w.halo = std::string("Halo exchange: a shift by ") + (shift > 0 ? "+1" : "\u22121") + " along " + shift_axis +
              " without wraparound. Every device sends its edge (the halo) to its " + (shift > 0 ? "next" : "previous") +
              " neighbour along " + shift_axis + "; the device at the " + (shift > 0 ? "last" : "first") +
              " position has no neighbour beyond the edge, so it sends nothing. (GSPMD exchanges halos both ways with two "
              "such permutes, one per direction.)";
   }
-  const std::string rotation = !shift_axis.empty() && cyclic
+  const std::string rotation =
+      options.pipeline_shift
+          ? std::string("A pipeline shift (GSPMD \u00A73.3): every stage sends its buffer \u2014 the microbatch it has just "
+                        "computed on \u2014 to the next stage") +
+                (shift_axis.empty() ? std::string()
+                                    : " along " + shift_axis + (cyclic ? "; the last stage's wraps round to the first (the "
+                                                                         "circular schedule)"
+                                                                       : "; the last stage's result leaves the pipeline")) +
+                "."
+      : !shift_axis.empty() && cyclic
                                    ? std::string("A rotation by ") + (shift > 0 ? "+1" : "\u22121") + " along " + shift_axis +
                                          " (cyclic: the device at the end sends to the one at the start)."
                                    : "";
@@ -1126,7 +1135,10 @@ Result<CollectiveWalkthrough> WalkThroughCollectivePermute(const Topology& topo,
       if (after && from >= 0) h.cells.push_back({from, 1.0});
       std::vector<std::string> parts;
       if (to >= 0 && to != d) parts.push_back((after ? "sent its block to " : "will send its block to ") + std::to_string(to));
-      if (from >= 0) parts.push_back((after ? "received " : "will receive ") + std::string(w.halo.empty() ? "the block" : "the halo") + " of " + std::to_string(from));
+      if (from >= 0)
+        parts.push_back((after ? "received " : "will receive ") +
+                        std::string(!w.halo.empty() ? "the halo" : options.pipeline_shift ? "the buffer" : "the block") + " of " +
+                        std::to_string(from));
       if (parts.empty()) parts.push_back(w.halo.empty() ? "takes no part" : "at the edge: sends and receives nothing here");
       for (size_t i = 0; i < parts.size(); ++i) h.text += (i ? "; " : "") + parts[i];
       out.push_back(std::move(h));
@@ -1146,7 +1158,7 @@ Result<CollectiveWalkthrough> WalkThroughCollectivePermute(const Topology& topo,
     tr.final_dst_device = t;
     tr.chunks = {s};
     tr.bytes = h.bytes;
-    tr.piece = w.halo.empty() ? "block of " + std::to_string(s) : "halo of " + std::to_string(s);
+    tr.piece = (!w.halo.empty() ? "halo of " : options.pipeline_shift ? "buffer of " : "block of ") + std::to_string(s);
     tr.path = sched->links[i];
     tr.hops = static_cast<int64_t>(tr.path.size());
     tr.on_chip = tr.path.empty();

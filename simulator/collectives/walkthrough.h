@@ -129,6 +129,9 @@ struct WalkthroughOptions {
   // group), e.g. "tokens of group 3 for expert 5" (partitioner/spmd/all_to_all_pieces.h). Empty:
   // the pieces are called "piece i→j". Used when it is group-size square.
   std::vector<std::vector<std::string>> piece_names;
+  // Collective-permute: the shift of a pipeline's shifting buffer (GSPMD §3.3), captioned as such
+  // (every stage sends its buffer to the next) instead of as a halo exchange or a rotation.
+  bool pipeline_shift = false;
   // Refuse plans larger than this (transfers summed over steps), with a message saying so.
   int64_t max_transfers = 200000;
   // Refuse plans whose per-step holdings would exceed this many cells (devices x cells x steps).
