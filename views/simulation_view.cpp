@@ -35,6 +35,7 @@
 #include "views/sharding_style.h"
 #include "views/pipeline_stages.h"
 #include "views/run_display.h"
+#include "views/slice_placement_bar.h"
 #include "views/timeline_view.h"
 #include "views/weight_update_panel.h"
 
@@ -63,6 +64,7 @@ SimulationView::SimulationView(QWidget* parent)
       table_(new QTableView),
       summary_(new QTextBrowser),
       wus_panel_(new WeightUpdatePanel),
+      slice_bar_(new SlicePlacementBar),
       tick_(new QTimer(this)),
       elapsed_(std::make_unique<QElapsedTimer>()) {
   setObjectName("simulationView");
@@ -139,6 +141,7 @@ SimulationView::SimulationView(QWidget* parent)
   store_row->setContentsMargins(6, 0, 6, 0);
   store_row->addWidget(store_label_, 1);
   col->addLayout(store_row);
+  col->addWidget(slice_bar_);  // how the mesh sits on the physical slice, and its override
   col->addWidget(wus_panel_);  // the step before and after weight-update sharding, when it ran
   col->addWidget(split, 1);
 
@@ -211,6 +214,11 @@ void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunH
   connect(doc_, &DocumentModel::weightUpdateShardingChanged, this, [this] {
     if (analysis_ && !analysis_->simulationBusy() && analysis_->simulation().ok()) simulate();
   });
+  // The slice override changed (the placement row): the step is simulated again on the new slice.
+  slice_bar_->setDocument(doc_);
+  connect(doc_, &DocumentModel::sliceOverrideChanged, this, [this] {
+    if (analysis_ && doc_->module() && !analysis_->simulationBusy()) simulate();
+  });
   history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
   runs_->open();
   resetHistory();
@@ -232,6 +240,7 @@ void SimulationView::reset() {
   chart_->clear();
   summary_->clear();
   wus_panel_->setComparison(std::nullopt);
+  slice_bar_->showRun(nullptr);
   updating_selection_ = true;
   table_->clearSelection();
   updating_selection_ = false;
@@ -288,6 +297,7 @@ void SimulationView::onSimulationUpdated() {
   wus_panel_->setComparison(s.weight_update);
   if (!s.ok()) {
     status_->setText(Q(s.message));
+    if (s.slice_failed) slice_bar_->showFailure(Q(s.message));
     queue_.clear();
     compare_after_queue_ = false;
     return;
@@ -502,6 +512,7 @@ void SimulationView::display(std::shared_ptr<const RunResult> run) {
     return self->doc_->qualifiedName(self->doc_->instruction(self->instructionForEvent(id, name)));
   });
   highlightSelection();
+  slice_bar_->showRun(run.get());
   showPipelineBubble(*run);
   ShowRunMemory(chart_, *run, palette());
   summary_->setHtml(summaryHtml(*run));

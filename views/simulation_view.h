@@ -42,6 +42,7 @@ class DocumentModel;
 class MemoryChart;
 class RunHistory;
 class RunHistoryModel;
+class SlicePlacementBar;
 class TimelineWidget;
 class WeightUpdatePanel;
 
@@ -70,6 +71,8 @@ class SimulationView : public QWidget {
   QPushButton* simulateButton() const { return button_; }
   // The step before and after weight-update sharding, shown when the last simulation ran the pass.
   WeightUpdatePanel* weightUpdatePanel() const { return wus_panel_; }
+  // How the mesh is placed on the physical slice, and the user's override of it.
+  SlicePlacementBar* slicePlacementBar() const { return slice_bar_; }
 
   // Shows run `run_id` of the history (loaded from the store on the worker when it is not in
   // memory). False when the history has no such run.
@@ -135,6 +138,7 @@ class SimulationView : public QWidget {
   QTableView* table_;
   QTextBrowser* summary_;
   WeightUpdatePanel* wus_panel_;
+  SlicePlacementBar* slice_bar_;
   QTimer* tick_;
   std::unique_ptr<QElapsedTimer> elapsed_;
   int64_t shown_id_ = 0;    // the run displayed
