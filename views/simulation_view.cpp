@@ -214,10 +214,12 @@ void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunH
   connect(doc_, &DocumentModel::weightUpdateShardingChanged, this, [this] {
     if (analysis_ && !analysis_->simulationBusy() && analysis_->simulation().ok()) simulate();
   });
-  // The slice override changed (the placement row): the step is simulated again on the new slice.
+  // The slice override changed (the placement row): the step shown — or the one the last override
+  // could not place — is simulated again on the new slice (a project being opened simulates nothing).
   slice_bar_->setDocument(doc_);
   connect(doc_, &DocumentModel::sliceOverrideChanged, this, [this] {
-    if (analysis_ && doc_->module() && !analysis_->simulationBusy()) simulate();
+    if (!analysis_ || !doc_->module() || analysis_->simulationBusy()) return;
+    if (analysis_->simulation().ok() || analysis_->simulation().slice_failed) simulate();
   });
   history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
   runs_->open();

@@ -29,13 +29,14 @@ SlicePlacementBar::SlicePlacementBar(QWidget* parent)
   line_->setWordWrap(true);
   line_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   line_->setTextFormat(Qt::RichText);
+  line_->setMinimumWidth(260);  // a narrow window wraps it over two lines, not into a column
   placement_->setObjectName("slicePlacementMode");
   placement_->addItem("snake", "snake");
   placement_->addItem("row-major", "row-major");
   placement_->setToolTip("How a mesh axis that spans several physical axes is laid out: snake (consecutive devices "
                          "are neighbours, a ring closes over the torus) or row-major (a device may jump to the next row)");
   wraparound_->setObjectName("sliceWraparound");
-  wraparound_->addItem("generation's rule", QString());
+  wraparound_->addItem("generation", QString());
   wraparound_->addItem("every axis", "all");
   wraparound_->addItem("none", "none");
   wraparound_->setToolTip("Wraparound links: the chip generation's rule (v2/v3: only a whole pod; v4/v5p: whole cubes; "
@@ -43,7 +44,8 @@ SlicePlacementBar::SlicePlacementBar(QWidget* parent)
   shape_->setObjectName("sliceShape");
   shape_->setPlaceholderText("auto");
   shape_->setClearButtonEnabled(true);
-  shape_->setMaximumWidth(110);
+  shape_->setMinimumWidth(90);
+  shape_->setMaximumWidth(120);
   shape_->setToolTip("The physical slice (torus) shape in chips, e.g. 8x16 or 4x4x4; empty: the slice the "
                      "generation gives this mesh. It must hold the mesh's devices.");
   reset_->setObjectName("sliceReset");
@@ -122,10 +124,17 @@ void SlicePlacementBar::showRun(const sim::RunResult* run) {
                    "overridden on the right)");
     return;
   }
-  const QString placement = run->inputs.placement.empty() ? QString("not recorded (a run stored before placements were)")
+  const QString placement = run->inputs.placement.empty() ? QString("placement not recorded (a run stored before placements were)")
                                                           : Q(run->inputs.placement);
-  line_->setText(QString("<b>Slice:</b> %1 &middot; %2").arg(placement.toHtmlEscaped(), Q(run->inputs.topology_options).toHtmlEscaped()));
-  line_->setToolTip(QString("How the mesh %1 was placed on the physical slice of this run").arg(Q(run->inputs.mesh_text)));
+  // The slice's shape and wraparound ("4x4x1 torus (wraparound on axes: 0,1)"); the chip and link
+  // counts that follow in Topology::Describe are in the tooltip.
+  const std::string& topology = run->inputs.topology_options;
+  size_t cut = topology.find("), ");
+  cut = cut != std::string::npos ? cut + 1 : topology.find(", ");
+  const QString slice = Q(cut == std::string::npos ? topology : topology.substr(0, cut));
+  line_->setText(QString("<b>Slice:</b> %1 &middot; %2").arg(placement.toHtmlEscaped(), slice.toHtmlEscaped()));
+  line_->setToolTip(QString("How the mesh %1 was placed on the physical slice of this run:\n%2\n%3")
+                        .arg(Q(run->inputs.mesh_text), placement, Q(topology)));
 }
 
 void SlicePlacementBar::showFailure(const QString& message) {
