@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <vector>
 
 #include "core/zoo/model_zoo.h"
@@ -35,5 +37,26 @@ inline TransformerConfig BenchTransformer(int layers, AnnotationSet annotations)
   c.mesh_y = 4;
   return c;
 }
+
+// Profiles one phase of a benchmark with perf, when asked: with SHARDSCOPE_PERF_CTL naming the
+// control FIFO of a `perf record -D -1 --control=fifo:FIFO ...` that started this benchmark, perf
+// samples only while a ProfiledPhase lives. Without the variable it does nothing.
+//   mkfifo /tmp/ctl && SHARDSCOPE_PERF_CTL=/tmp/ctl perf record -D -1 --control=fifo:/tmp/ctl \
+//     --call-graph dwarf -o jump.data -- build/release/benchmarks/bench_gui_open --one 64
+class ProfiledPhase {
+ public:
+  ProfiledPhase() { Send("enable"); }
+  ~ProfiledPhase() { Send("disable"); }
+  ProfiledPhase(const ProfiledPhase&) = delete;
+  ProfiledPhase& operator=(const ProfiledPhase&) = delete;
+
+ private:
+  static void Send(const char* command) {
+    static const char* fifo = std::getenv("SHARDSCOPE_PERF_CTL");
+    if (!fifo || !*fifo) return;
+    std::ofstream ctl(fifo);
+    ctl << command << '\n' << std::flush;
+  }
+};
 
 }  // namespace shardscope::bench

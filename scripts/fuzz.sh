@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every fuzz target (docs/fuzzing.md) for SECONDS seconds each, one after the other, under the
+# Runs every fuzz target (docs/fuzzing.md) for SECONDS seconds each, FUZZ_JOBS at a time, under the
 # `fuzz` preset (clang, libFuzzer, ASan + UBSan):
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]       default: 60 seconds, every target
@@ -9,7 +9,8 @@
 # between runs. A finding (crash, sanitizer report, leak, timeout, out of memory) leaves its input
 # in build/fuzz/findings/ and makes the script exit 1 with the command that reproduces it. Installs
 # clang and its runtimes first when missing (scripts/install-deps.sh --clang). Environment:
-# SHARDSCOPE_SHARED_DIR (default ../shared beside the checkout), FUZZ_NICE (default 10).
+# SHARDSCOPE_SHARED_DIR (default ../shared beside the checkout), FUZZ_NICE (default 10), FUZZ_JOBS
+# (targets run at once; default: the number of cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,31 +40,48 @@ rm -rf "$seeds"
 "$build/fuzz/fuzz_seeds" "$seeds" "$PWD" "$shared"
 mkdir -p "$build/findings" "$build/logs"
 
-failed=()
-printf '\n%-20s %12s %8s %8s %8s  %s\n' target executions exec/s cov corpus "reach (of all executions)"
-for t in "${targets[@]}"; do
-  binary="$build/fuzz/fuzz_$t"
-  if [[ ! -x "$binary" ]]; then
-    echo "fuzz: unknown target '$t'" >&2
-    exit 2
-  fi
-  corpus="$build/corpus/$t"
+# One target: its libFuzzer run, then its row of the summary (in $build/logs/<target>.row) and its
+# exit status (<target>.status). Targets run FUZZ_JOBS at a time (default: the number of cores).
+run_target() {
+  local t=$1 binary="$build/fuzz/fuzz_$1" corpus="$build/corpus/$1" log="$build/logs/$1.log" status=0
+  local dict=()
   mkdir -p "$corpus"
-  dict=()
   case "$t" in hlo_roundtrip | pipeline_text | sharding_roundtrip) dict=(-dict="$seeds/hlo.dict") ;; esac
-  log="$build/logs/$t.log"
-  status=0
   SHARDSCOPE_FUZZ_STATS=1 nice -n "$nice_level" "$binary" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$build/findings/$t-" "${dict[@]}" \
     "$corpus" "$seeds/$t" "fuzz/corpus/$t" >"$log" 2>&1 || status=$?
+  local execs rate cov size reach
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
   size=$(find "$corpus" -type f | wc -l)
   reach=$(sed -nE 's/^  (partitioned|verified equal|round trip equal|written and read back equal|chip read|run loaded|sharding round trip equal) +[0-9]+ +\(([0-9.]+%) of inputs\)$/\1 \2/p' "$log" | paste -sd, - | sed 's/,/, /g')
-  printf '%-20s %12s %8s %8s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "$size" "$reach"
+  printf '%-20s %12s %8s %8s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "$size" "$reach" >"$build/logs/$t.row"
+  echo "$status" >"$build/logs/$t.status"
+}
+
+for t in "${targets[@]}"; do
+  if [[ ! -x "$build/fuzz/fuzz_$t" ]]; then
+    echo "fuzz: unknown target '$t'" >&2
+    exit 2
+  fi
+  rm -f "$build/logs/$t.row" "$build/logs/$t.status"
+done
+jobs_max="${FUZZ_JOBS:-$(nproc)}"
+for t in "${targets[@]}"; do
+  while [[ $(jobs -rp | wc -l) -ge $jobs_max ]]; do wait -n || true; done
+  run_target "$t" &
+done
+wait
+
+failed=()
+printf '\n%-20s %12s %8s %8s %8s  %s\n' target executions exec/s cov corpus "reach (of all executions)"
+for t in "${targets[@]}"; do
+  cat "$build/logs/$t.row" 2>/dev/null || printf '%-20s (no result)\n' "$t"
+  status=$(cat "$build/logs/$t.status" 2>/dev/null || echo 1)
   if [[ $status -ne 0 ]]; then
     failed+=("$t")
+    log="$build/logs/$t.log" binary="$build/fuzz/fuzz_$t"
     grep -m3 -E 'FINDING|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error' "$log" | sed 's/^/    /' || true
     artifact=$(grep -o "Test unit written to .*" "$log" | tail -1 | sed 's/Test unit written to //')
     echo "    input: ${artifact:-see $log}"
