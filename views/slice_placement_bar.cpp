@@ -29,7 +29,6 @@ SlicePlacementBar::SlicePlacementBar(QWidget* parent)
   line_->setWordWrap(true);
   line_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   line_->setTextFormat(Qt::RichText);
-  line_->setMinimumWidth(260);  // a narrow window wraps it over two lines, not into a column
   placement_->setObjectName("slicePlacementMode");
   placement_->addItem("snake", "snake");
   placement_->addItem("row-major", "row-major");
@@ -52,19 +51,23 @@ SlicePlacementBar::SlicePlacementBar(QWidget* parent)
   reset_->setText("Default");
   reset_->setToolTip("Back to the generation's slice for this mesh");
 
+  // The line over the controls: the line takes the panel's width (one line at 1600 px, two at
+  // 1024), and the row's narrowest width is the controls' alone.
   auto* controls = new QHBoxLayout;
   controls->setContentsMargins(0, 0, 0, 0);
-  controls->addWidget(new QLabel("Placement:"));
+  controls->addWidget(new QLabel("Override — placement:"));
   controls->addWidget(placement_);
-  controls->addWidget(new QLabel("Wraparound:"));
+  controls->addWidget(new QLabel("wraparound:"));
   controls->addWidget(wraparound_);
-  controls->addWidget(new QLabel("Torus:"));
+  controls->addWidget(new QLabel("torus:"));
   controls->addWidget(shape_);
   controls->addWidget(reset_);
-  auto* row = new QHBoxLayout(this);
-  row->setContentsMargins(6, 0, 6, 0);
-  row->addWidget(line_, 1);
-  row->addLayout(controls);
+  controls->addStretch(1);
+  auto* rows = new QVBoxLayout(this);
+  rows->setContentsMargins(6, 0, 6, 0);
+  rows->setSpacing(2);
+  rows->addWidget(line_);
+  rows->addLayout(controls);
 
   connect(placement_, &QComboBox::activated, this, [this] { applyControls(); });
   connect(wraparound_, &QComboBox::activated, this, [this] { applyControls(); });
