@@ -431,10 +431,12 @@ Result<std::unique_ptr<Module>> BuildMoeTransformer(const MoeTransformerConfig& 
   CastWeights(net, weights);
 
   Instruction* h = x;
+  std::vector<Instruction*> layer_inputs(static_cast<size_t>(c.layers));  // what remat keeps
   for (int64_t l = 0; l < c.layers; ++l) {
     Layer& L = layers[static_cast<size_t>(l)];
     auto scope = b.Scope("layer" + std::to_string(l));
     ann.Table1(h, Table1Tensor::kBSM);
+    layer_inputs[static_cast<size_t>(l)] = h;
     h = AttentionForward(net, ann, L.attention, h);
     h = L.moe ? moe.Forward(L.experts, h) : FfnForward(net, ann, L.ffn, h);
   }
@@ -457,8 +459,19 @@ Result<std::unique_ptr<Module>> BuildMoeTransformer(const MoeTransformerConfig& 
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     Layer& L = layers[static_cast<size_t>(l)];
     auto bwd = b.Scope("backward/layer" + std::to_string(l));
-    dh = L.moe ? moe.Backward(L.experts, dh, c.aux_loss_weight) : FfnBackward(net, L.ffn, dh);
-    dh = AttentionBackward(net, L.attention, dh);
+    // Rematerialisation: the layer's forward runs again from its input, here, so the backward reads
+    // values made just before it instead of the forward pass's (those die with the forward). Same
+    // weights, same annotations; the recomputed auxiliary loss has no user.
+    Layer again = L;
+    if (c.remat) {
+      auto rs = b.Scope("remat");
+      Instruction* mid = AttentionForward(net, ann, again.attention, layer_inputs[static_cast<size_t>(l)]);
+      if (again.moe) moe.Forward(again.experts, mid);
+      else FfnForward(net, ann, again.ffn, mid);
+    }
+    Layer& saved = c.remat ? again : L;
+    dh = saved.moe ? moe.Backward(saved.experts, dh, c.aux_loss_weight) : FfnBackward(net, saved.ffn, dh);
+    dh = AttentionBackward(net, saved.attention, dh);
   }
   FinishGradients(net, weights, P);
   b.SetRoot(MakeRoot(net, loss, weights, c.optimizer, c.learning_rate));
@@ -484,6 +497,7 @@ std::vector<ZooParameter> MoeParameters(int64_t layers, bool backward, const cha
       {"groups", "0", "G: token groups for local dispatch (0: one per device along X)"},
       {"capacity", "0", "C: tokens per expert per group (0: 2N/(G*E), GShard)"},
       {"aux_loss_weight", "0.01", "weight of the load-balancing loss"},
+      {"remat", "0", "recompute each layer's forward in the backward pass from the layer's input (0 | 1)"},
       {"layernorm", "1", "pre-norm LayerNorm before attention and feed-forward (0 | 1)"},
       {"backward", backward ? "1" : "0", "add the loss and the backward pass (0 | 1)"},
       {"optimizer", optimizer, "weight update after backward: none | sgd | adam | lars"},
@@ -507,6 +521,7 @@ bool ReadConfig(ZooParams& p, MoeTransformerConfig& c) {
   c.groups = p.Int("groups");
   c.capacity = p.Int("capacity");
   c.aux_loss_weight = p.Real("aux_loss_weight");
+  c.remat = p.Bool("remat");
   c.layernorm = p.Bool("layernorm");
   ReadTrainingParameters(p, c);
   const std::string set = p.Choice("annotations", {"gshard", "hybrid", "none"});

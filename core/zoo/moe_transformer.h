@@ -65,6 +65,11 @@ struct MoeTransformerConfig {
   int64_t groups = 0;     // G; 0: the number of devices along X
   int64_t capacity = 0;   // C; 0: 2N/(G*E) rounded up
   double aux_loss_weight = 0.01;
+  // Rematerialisation: the backward pass recomputes each layer's forward from the layer's input
+  // (kept by the forward pass) instead of reading the forward's activations, which then die with
+  // the forward pass: peak memory about one layer's activations instead of all of them, for one
+  // more forward of compute. The recomputed ops sit in scopes "backward/layer<i>/remat".
+  bool remat = false;
   bool layernorm = true;
   bool backward = true;
   Optimizer optimizer = Optimizer::kAdam;
