@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   }
   run.label = "synthetic";
   run.inputs = {"synthetic_transformer", "0123456789abcdef", "TPU v4", "X=16,Y=16,Z=8",
-                "torus 16x16x8 wraparound=xyz", {{"microbatches", "8"}, {"overlap", "on"}}};
+                "torus 16x16x8 wraparound=xyz", "X=2048 over physical axes 0,1,2 (16x16x8, snake: a closed ring)", {{"microbatches", "8"}, {"overlap", "on"}}};
   run.summary.step_time_s = run.classes[0].events.back().end_s();
   run.summary.compute_time_s = run.summary.step_time_s * 0.8;
   run.summary.communication_time_s = run.summary.step_time_s * 0.25;

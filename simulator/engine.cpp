@@ -789,11 +789,13 @@ Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& t
   run.inputs.chip_preset = topology.chip().name;
   run.inputs.mesh_text = options.mesh_text;
   run.inputs.topology_options = topology.Describe();
+  run.inputs.placement = topology.DescribePlacement();
   auto& st = run.inputs.settings;
   st.emplace_back("schedule", std::string(ScheduleKindName(options.program.schedule)));
   st.emplace_back("fuse_elementwise", options.program.fuse_elementwise ? "1" : "0");
   st.emplace_back("in_place_reuse", options.program.in_place_reuse ? "1" : "0");
   st.emplace_back("donate_parameters", options.program.donate_parameters ? "1" : "0");
+  st.emplace_back("pad_to_layout_tiles", options.program.pad_to_layout_tiles ? "1" : "0");
   st.emplace_back("default_trip_count", std::to_string(options.program.default_trip_count));
   st.emplace_back("max_concurrent_collectives", std::to_string(options.max_concurrent_collectives));
   st.emplace_back("latency_model", options.collectives.latency_model == LatencyModel::kAdditive ? "additive" : "overlapped");

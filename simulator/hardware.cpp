@@ -274,6 +274,7 @@ Status ValidateChipSpec(const ChipSpec& c) {
   }
   if (c.flops_efficiency > 1 || c.hbm_efficiency > 1) return Error(c.name + ": efficiency factors must be in (0, 1]");
   if (c.mxu_tile < 0 || c.mxu_rows < 0) return Error(c.name + ": mxu_tile and mxu_rows must be >= 0");
+  if (c.layout_lanes < 0 || c.layout_sublanes < 0) return Error(c.name + ": layout_lanes and layout_sublanes must be >= 0");
   if (!(c.op_overhead >= 0) || !std::isfinite(c.op_overhead)) return Error(c.name + ": op_overhead must be >= 0 seconds");
   if (!(c.hop_latency >= 0) || !std::isfinite(c.hop_latency)) return Error(c.name + ": hop_latency must be >= 0");
   if (!(c.dcn_bandwidth >= 0)) return Error(c.name + ": dcn_bandwidth must be >= 0");
@@ -389,6 +390,8 @@ Result<ChipSpec> ParseChipSpecJson(std::string_view text) {
     else if (k == "hbm_efficiency") s = number(&chip.hbm_efficiency);
     else if (k == "mxu_tile") s = integer(&chip.mxu_tile);
     else if (k == "mxu_rows") s = integer(&chip.mxu_rows);
+    else if (k == "layout_lanes") s = integer(&chip.layout_lanes);
+    else if (k == "layout_sublanes") s = integer(&chip.layout_sublanes);
     else if (k == "op_overhead") s = number(&chip.op_overhead);
     else if (k == "calibration") s = string(&chip.calibration);
     else if (k == "interconnect") {
@@ -420,7 +423,8 @@ Result<ChipSpec> ParseChipSpecJson(std::string_view text) {
                                            "\" (known: name, description, base, peak_flops, hbm_bytes, hbm_bandwidth, "
                                            "ici_bandwidth, links_per_chip, hop_latency, dcn_bandwidth, interconnect, "
                                            "physical_dims, pod_shape, wraparound, max_cores_per_chip, cores_per_chip, "
-                                           "flops_efficiency, hbm_efficiency, mxu_tile, mxu_rows, op_overhead, calibration)");
+                                           "flops_efficiency, hbm_efficiency, mxu_tile, mxu_rows, layout_lanes, layout_sublanes, "
+                                           "op_overhead, calibration)");
     }
     if (!s.ok()) return s.error();
   }

@@ -57,6 +57,12 @@ struct ChipSpec {
   int64_t mxu_rows = 0;           // granule of the streamed (row) dimension, e.g. 8 sublanes (0: none)
   double op_overhead = 0;         // seconds every compute op (kernel) adds: launch, pipeline fill/drain
   std::string calibration;        // one line: where the figures above come from
+  // ---- Memory layout (simulator/buffer_layout.h): TPU HBM arrays are stored in tiles of
+  // (sublanes x lanes), so the minor dimension is padded to a multiple of `layout_lanes` (128) and
+  // the second-minor to `layout_sublanes` x (4 / element bytes) (8 for 32-bit types, 16 for bf16,
+  // 32 for 8-bit) — XLA's default TPU layouts. 0: no tiling (GPU, CPU, custom chips by default).
+  int64_t layout_lanes = 0;
+  int64_t layout_sublanes = 0;    // for 32-bit elements
 
   // Per-device figures (a device is a chip, or a core when cores_per_chip == 2).
   double device_peak_flops() const { return peak_flops / static_cast<double>(cores_per_chip); }
@@ -88,7 +94,8 @@ Status ValidateChipSpec(const ChipSpec& chip);
 // ici_bandwidth (one way, per link), links_per_chip, hop_latency (s), dcn_bandwidth,
 // interconnect ("grid" | "switch"), physical_dims, pod_shape ("16x16x16"), wraparound
 // ("full-pod" | "full-cubes" | "axis-of-16" | "always" | "never"), max_cores_per_chip,
-// cores_per_chip, flops_efficiency, hbm_efficiency, mxu_tile, mxu_rows, op_overhead (s), calibration.
+// cores_per_chip, flops_efficiency, hbm_efficiency, mxu_tile, mxu_rows, layout_lanes, layout_sublanes,
+// op_overhead (s), calibration.
 // Without "base", peak_flops, hbm_bytes, hbm_bandwidth and ici_bandwidth are required.
 // Errors carry "LINE:COLUMN: message" (1-based) and the byte offset.
 Result<ChipSpec> ParseChipSpecJson(std::string_view text);

@@ -196,6 +196,7 @@ std::string RunContentKey(const RunResult& run) {
   mix(run.label);
   const RunInputs& in = run.inputs;
   for (const std::string* t : {&in.module_name, &in.module_hash, &in.chip_preset, &in.mesh_text, &in.topology_options}) mix(*t);
+  if (!in.placement.empty()) mix(in.placement);  // runs stored before placements were keep their key
   for (const auto& [k, v] : in.settings) {
     mix(k);
     mix(v);

@@ -49,6 +49,9 @@ struct RunInputs {
   std::string chip_preset;       // e.g. "TPU v4"
   std::string mesh_text;         // e.g. "X=4,Y=4"
   std::string topology_options;  // free text, e.g. "torus 4x4x4 wraparound=xyz"
+  // How the mesh was laid on the slice (Topology::DescribePlacement); empty for runs stored before
+  // schema version 6 (unknown).
+  std::string placement;
   std::vector<std::pair<std::string, std::string>> settings;  // ordered key/values
 
   bool operator==(const RunInputs&) const = default;

@@ -91,7 +91,7 @@ struct Migration {
   int from_version;
   const char* sql;
 };
-constexpr std::array<Migration, 4> kMigrations{{
+constexpr std::array<Migration, 5> kMigrations{{
     // 2: the original instruction behind each instruction of the partitioned program.
     {1, "CREATE TABLE instruction_origins(run_id INTEGER NOT NULL, instruction TEXT NOT NULL, "
         "origin TEXT NOT NULL, PRIMARY KEY(run_id, instruction)) WITHOUT ROWID"},
@@ -114,6 +114,9 @@ constexpr std::array<Migration, 4> kMigrations{{
         "ALTER TABLE runs ADD COLUMN recompute_flops REAL NOT NULL DEFAULT 0; "
         "ALTER TABLE runs ADD COLUMN raw_flops_utilization REAL NOT NULL DEFAULT 0; "
         "UPDATE runs SET raw_flops_utilization = mfu"},
+    // 6: how the logical mesh was placed on the physical slice (Topology::DescribePlacement, e.g.
+    // "X=1024 over physical axes 0,1 (32x32, snake: a closed ring)"). Older runs: unknown ('').
+    {5, "ALTER TABLE runs ADD COLUMN placement TEXT NOT NULL DEFAULT ''"},
 }};
 
 // RAII prepared statement.
@@ -433,8 +436,8 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
                           "compute_time_s, communication_time_s, idle_time_s, exposed_communication_s, "
                           "mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes, run_key, id, "
                           "pipeline_stages, bubble_time_s, recompute_time_s, bubble_flops, recompute_flops, "
-                          "raw_flops_utilization) "
-                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"))
+                          "raw_flops_utilization, placement) "
+                          "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"))
         return fail("cannot prepare the run insert");
       const RunInputs& in = run.inputs;
       const RunSummary& sm = run.summary;
@@ -466,6 +469,7 @@ Result<int64_t> RunStore::SaveRun(const RunResult& run, const SaveOptions& optio
       s.Bind(25, sm.bubble_flops);
       s.Bind(26, sm.recompute_flops);
       s.Bind(27, sm.raw_flops_utilization);
+      s.Bind(28, in.placement);
       if (!s.Run()) return fail("cannot insert the run");
       id = sqlite3_last_insert_rowid(db_);
       if (!tick()) return fail("");
@@ -663,7 +667,7 @@ constexpr const char* kOverviewColumns =
     "id, created_ms, label, module_name, module_hash, chip_preset, mesh_text, topology_options, "
     "num_devices, num_classes, step_time_s, compute_time_s, communication_time_s, idle_time_s, "
     "exposed_communication_s, mfu, peak_memory_bytes, bytes_communicated, total_flops, device_hbm_bytes, run_key, "
-    "pipeline_stages, bubble_time_s, recompute_time_s, bubble_flops, recompute_flops, raw_flops_utilization";
+    "pipeline_stages, bubble_time_s, recompute_time_s, bubble_flops, recompute_flops, raw_flops_utilization, placement";
 
 RunOverview ReadOverview(const Stmt& s) {
   RunOverview o;
@@ -694,6 +698,7 @@ RunOverview ReadOverview(const Stmt& s) {
   o.summary.bubble_flops = s.Real(24);
   o.summary.recompute_flops = s.Real(25);
   o.summary.raw_flops_utilization = s.Real(26);
+  o.inputs.placement = s.Text(27);
   return o;
 }
 }  // namespace

@@ -85,7 +85,7 @@ RunComparison CompareRunOverviews(const RunOverview& a, const RunOverview& b);
 class RunStore {
  public:
   // 2: instruction origins; 3: device HBM; 4: run keys, annotations; 5: bubbles, recompute, raw utilisation
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   enum class OpenMode {
     kCreate,        // create the file (and schema) when missing

@@ -1,5 +1,7 @@
 #include "simulator/schedule.h"
 
+#include "simulator/buffer_layout.h"
+
 #include "core/collectives/participants.h"
 
 #include <algorithm>
@@ -735,6 +737,13 @@ class Expander {
     }
   }
 
+  // The bytes a buffer of `leaf` takes in device memory: padded to the chip's layout tiles
+  // (simulator/buffer_layout.h) unless the option is off.
+  int64_t BufferBytes(const Shape& leaf) const {
+    if (!leaf.IsArray()) return 0;
+    return opt_.pad_to_layout_tiles ? PaddedByteSize(leaf, chip_) : leaf.ByteSize();
+  }
+
   Status Run(ExecProgram* out) {
     prog_ = out;
     const Computation* entry = module_.entry();
@@ -754,7 +763,8 @@ class Expander {
         }
         Buffer b;
         b.name = leaves.size() == 1 ? p->name() : p->name() + "{" + std::to_string(k) + "}";
-        b.bytes = LeafBytes(*leaves[k]);
+        b.logical_bytes = LeafBytes(*leaves[k]);
+      b.bytes = BufferBytes(*leaves[k]);
         b.category = cat;
         b.is_parameter = true;
         b.donated = opt_.donate_parameters;
@@ -817,7 +827,8 @@ class Expander {
       }
       Buffer b;
       b.name = leaves.size() == 1 ? qname : qname + "{" + std::to_string(k) + "}";
-      b.bytes = LeafBytes(*leaves[k]);
+      b.logical_bytes = LeafBytes(*leaves[k]);
+      b.bytes = BufferBytes(*leaves[k]);
       b.category = cat;
       b.def_op = op;
       v.push_back(AddBuffer(std::move(b)));
@@ -1010,7 +1021,7 @@ class Expander {
       for (int32_t b : v) {
         if (b < 0) continue;
         op.defs.push_back(b);
-        double wb = static_cast<double>(prog_->buffers[static_cast<size_t>(b)].bytes);
+        double wb = static_cast<double>(prog_->buffers[static_cast<size_t>(b)].logical_bytes);
         if (const Instruction* update = InPlaceUpdate(*m)) {
           wb = std::min(wb, static_cast<double>(update->shape().ByteSize()));
         }
@@ -1037,7 +1048,7 @@ class Expander {
         if (!ov.ok()) return ov.error();
         for (int32_t b : *ov) {
           if (b < 0 || prog_->buffers[static_cast<size_t>(b)].def_op == op_id) continue;
-          double bytes = static_cast<double>(prog_->buffers[static_cast<size_t>(b)].bytes);
+          double bytes = static_cast<double>(prog_->buffers[static_cast<size_t>(b)].logical_bytes);
           if (k == 0 && IsSliceLike(m->opcode())) bytes = std::min(bytes, static_cast<double>(m->shape().ByteSize()));
           if (k == 0 && m->opcode() == Opcode::kDynamicUpdateSlice && m->operand_count() > 1) bytes = 0;
           // A scatter's combiner reads the region it updates, not the whole operand.
@@ -1197,7 +1208,8 @@ class Expander {
         }
         Buffer b;
         b.name = Qualified(*f.comp, i, "");
-        b.bytes = LeafBytes(*leaves[k]);
+        b.logical_bytes = LeafBytes(*leaves[k]);
+      b.bytes = BufferBytes(*leaves[k]);
         b.category = MemoryCategory::kTemporaries;
         b.is_constant = true;
         v.push_back(AddBuffer(std::move(b)));

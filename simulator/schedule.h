@@ -81,6 +81,10 @@ struct ExecProgramOptions {
   // participants from XLA's group modes over num_replicas x (num_devices / num_replicas)
   // partitions; 0: the module's own num_replicas x num_partitions.
   int64_t num_devices = 0;
+  // Buffer sizes as the chip lays arrays out in memory (simulator/buffer_layout.h: TPU tiles pad
+  // small minor dimensions). Off: logical sizes (elements x element bytes). Bytes an op moves stay
+  // logical either way (the compute model's traffic).
+  bool pad_to_layout_tiles = true;
 };
 
 enum class ExecKind : uint8_t { kCompute, kCollective };
@@ -121,7 +125,8 @@ struct ExecLoop {
 
 struct Buffer {
   std::string name;  // the instruction that defines it ("x", "layer0_ffn_wi", "while.3{1}" for leaves)
-  int64_t bytes = 0;
+  int64_t bytes = 0;          // in device memory: padded to the chip's layout tiles (buffer_layout.h)
+  int64_t logical_bytes = 0;  // elements x element bytes (what an op reads or writes)
   MemoryCategory category = MemoryCategory::kTemporaries;
   int32_t def_op = -1;  // -1: entry parameter or constant (allocated at time 0)
   bool is_parameter = false;

@@ -175,6 +175,32 @@ Result<MeshPlacement> MeshPlacementFromName(std::string_view name) {
   return Error("unknown placement '" + std::string(name) + "' (expected snake or row-major)");
 }
 
+Result<std::vector<int64_t>> ParseSliceShape(std::string_view text) {
+  const std::string bad = "'" + std::string(text) + "' is not a slice shape such as 4x4x4 (chips per axis, 1 to 3 axes)";
+  std::vector<int64_t> shape;
+  std::string cur;
+  for (char c : std::string(text) + "x") {
+    if (c == 'x' || c == 'X' || c == ',') {
+      if (cur.empty() || cur.size() > 9) return Error(bad);
+      shape.push_back(std::stoll(cur));
+      if (shape.back() < 1) return Error(bad);
+      cur.clear();
+    } else if (c >= '0' && c <= '9') {
+      cur += c;
+    } else if (c != ' ') {
+      return Error(bad);
+    }
+  }
+  if (shape.size() > 3) return Error(bad);
+  return shape;
+}
+
+std::string SliceShapeString(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+  return s;
+}
+
 namespace {
 
 // `shape` with trailing 1s dropped and padded with 1s to `dims` axes.

@@ -46,6 +46,11 @@ enum class MeshPlacement : uint8_t {
 std::string_view MeshPlacementName(MeshPlacement p);  // "snake" | "row-major"
 Result<MeshPlacement> MeshPlacementFromName(std::string_view name);
 
+// A slice shape as people write it: "4x4x4" (or "4,4,4") -> {4, 4, 4}, 1 to 3 axes of >= 1 chips.
+// The error says what a slice shape looks like.
+Result<std::vector<int64_t>> ParseSliceShape(std::string_view text);
+std::string SliceShapeString(const std::vector<int64_t>& shape);  // {4, 8} -> "4x8"
+
 struct TopologyOptions {
   enum class Wraparound : uint8_t { kGenerationRule, kAll, kNone };
   Wraparound wraparound = Wraparound::kGenerationRule;

@@ -214,6 +214,8 @@ Status WriteChromeTrace(const RunResult& run, std::ostream& out, const TraceExpo
   json::AppendQuoted(b, run.inputs.mesh_text);
   b += ",\"topology\":";
   json::AppendQuoted(b, run.inputs.topology_options);
+  b += ",\"placement\":";
+  json::AppendQuoted(b, run.inputs.placement);
   for (const auto& [k, v] : run.inputs.settings) {
     b += ',';
     json::AppendQuoted(b, "setting." + k);

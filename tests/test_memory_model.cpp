@@ -11,6 +11,7 @@
 #include "core/ir/hlo_text.h"
 #include "core/ir/ir.h"
 #include "core/sharding/mesh.h"
+#include "simulator/buffer_layout.h"
 #include "simulator/compute_cost.h"
 #include "simulator/engine.h"
 #include "simulator/hardware.h"
@@ -351,6 +352,9 @@ ENTRY %main (x: f32[4], layer0_wi: f32[4], layer0_wi_m: f32[4], layer0_wi_v: f32
     Topology topo = TopologyFor("tpu-v5e", "X=1");
     SimulationOptions o;
     o.program.fuse_elementwise = false;  // keep the broadcasts materialised
+    // Logical sizes: the figure below is about downsampling, not layouts (on a TPU the f32[64,64,1]
+    // slice would take whole 128-lane rows: buffer_layout.h, tested above).
+    o.program.pad_to_layout_tiles = false;
     Simulation full = Run(*m, topo, o);
     o.memory.max_samples = 20;
     Simulation down = Run(*m, topo, o);
@@ -370,6 +374,66 @@ ENTRY %main (x: f32[4], layer0_wi: f32[4], layer0_wi_m: f32[4], layer0_wi_v: f32
     auto r = ComputeMemoryProfile(p, {0.0}, {1.0, 2.0}, 2.0);
     QVERIFY(!r.ok());
     QVERIFY(r.error().message.find("2 ops") != std::string::npos);
+  }
+
+  // TPU layouts (simulator/buffer_layout.h; XLA "Tiled layout", JAX cloud_tpu_colabs "Padding"):
+  // the minor dimension padded to 128 lanes, the second-minor to 8 rows of 32-bit words (16 for
+  // 16-bit types, 32 for 8-bit ones) — or, with fewer rows than that, to the smallest power-of-two
+  // tile that holds them (f32[1,N] is T(1,128) in TPU dumps, bf16[1,N] T(2,128)(2,1)). A chip
+  // without tiling (h100) keeps the logical size.
+  void tpuTilePaddingOfBufferSizes() {
+    const ChipSpec v3 = ChipPreset("tpu-v3").value();
+    const ChipSpec v5e = ChipPreset("tpu-v5e").value();
+    const ChipSpec h100 = ChipPreset("h100").value();
+    QCOMPARE(v3.layout_lanes, int64_t{128});
+    QCOMPARE(v3.layout_sublanes, int64_t{8});
+    QCOMPARE(h100.layout_lanes, int64_t{0});
+    auto shape = [](const char* text) { return ParseShape(text).value(); };
+    // f32[3,5] -> f32[4,128]: 2048 bytes, not 60.
+    QCOMPARE(PaddedByteSize(shape("f32[3,5]"), v3), int64_t{4 * 128 * 4});
+    QCOMPARE(PaddedByteSize(shape("f32[3,5]"), h100), int64_t{60});
+    // bf16[1,1000] -> bf16[2,1024] (one packed pair of rows): 4096 bytes, not 2000.
+    QCOMPARE(SublaneTile(v3, PrimitiveType::kBF16), int64_t{16});
+    QCOMPARE(SecondMinorTile(v3, PrimitiveType::kBF16, 1), int64_t{2});
+    QCOMPARE(SecondMinorTile(v3, PrimitiveType::kF32, 1), int64_t{1});
+    QCOMPARE(PaddedByteSize(shape("bf16[1,1000]"), v5e), int64_t{2 * 1024 * 2});
+    QCOMPARE(PaddedByteSize(shape("bf16[1,1000]"), h100), int64_t{2000});
+    // Full tiles once there are enough rows: f32 rows to 8, bf16 rows to 16.
+    QCOMPARE(PaddedByteSize(shape("f32[9,5]"), v3), int64_t{16 * 128 * 4});
+    QCOMPARE(PaddedByteSize(shape("bf16[17,130]"), v3), int64_t{32 * 256 * 2});
+    // Tile-aligned shapes are unchanged.
+    QCOMPARE(PaddedByteSize(shape("f32[4096,4096]"), v3), int64_t{4096} * 4096 * 4);
+    QCOMPARE(PaddedByteSize(shape("bf16[64,8192,256]"), v3), int64_t{64} * 8192 * 256 * 2);
+    // 8-bit: up to 32 rows; rank 1: the lanes only; scalars as they are; a layout names the minor dim.
+    QCOMPARE(PaddedByteSize(shape("s8[20,256]"), v3), int64_t{32 * 256});
+    QCOMPARE(PaddedByteSize(shape("f32[1000]"), v3), int64_t{1024 * 4});
+    QCOMPARE(PaddedByteSize(shape("f32[]"), v3), int64_t{4});
+    QCOMPARE(PaddedByteSize(shape("f32[5,3]{0,1}"), v3), int64_t{128 * 4 * 4});  // dim 0 is minor
+    QCOMPARE(PaddedByteSize(shape("f32[2,3,5]"), v3), int64_t{2 * 4 * 128 * 4});  // leading dims kept
+    QCOMPARE(PaddedByteSize(shape("(f32[3,5], bf16[1,1000])"), v3), int64_t{2048 + 4096});
+  }
+
+  // The memory profile counts the padded sizes on a TPU (a [4,100] f32 activation takes a
+  // 4x128 tile) and the logical ones with the option off or on a GPU; the bytes an op moves stay
+  // logical, so the step time does not change.
+  void memoryProfileUsesPaddedSizes() {
+    const std::string text = R"(HloModule small, num_partitions=1
+ENTRY %main (x: f32[4,100]) -> f32[4,100] {
+  %x = f32[4,100] parameter(0)
+  ROOT %y = f32[4,100] exponential(%x)
+}
+)";
+    auto m = Parse(text);
+    Topology topo = TopologyFor("tpu-v4", "X=1");
+    SimulationOptions o;
+    o.program.in_place_reuse = false;
+    o.program.donate_parameters = false;
+    const Simulation padded = Run(*m, topo, o);
+    QCOMPARE(padded.run.summary.peak_memory_bytes, int64_t{2 * 4 * 128 * 4});
+    o.program.pad_to_layout_tiles = false;
+    const Simulation logical = Run(*m, topo, o);
+    QCOMPARE(logical.run.summary.peak_memory_bytes, int64_t{2 * 4 * 100 * 4});
+    QCOMPARE(padded.run.summary.step_time_s, logical.run.summary.step_time_s);
   }
 };
 

@@ -237,8 +237,13 @@ class MoePartitioningTest : public QObject {
     QVERIFY2(p1, why.c_str());
     auto slice = pipeline::SliceForMesh("tpu-v3", DeviceMesh({{"X", 4}}));
     QVERIFY(slice.ok());
-    auto s0 = pipeline::SimulateStep(*p0->spmd.module, *slice);
-    auto s1 = pipeline::SimulateStep(*p1->spmd.module, *slice);
+    // Logical sizes: this toy model's tensors (seq 16) are mostly smaller than a TPU tile, so with
+    // layout padding (simulator/buffer_layout.h) whole 8x128 tiles, not the activations, set the
+    // peak (2.04 -> 1.90 MB, -7%); the activations' liveness is what this test is about.
+    sim::SimulationOptions logical;
+    logical.program.pad_to_layout_tiles = false;
+    auto s0 = pipeline::SimulateStep(*p0->spmd.module, *slice, logical);
+    auto s1 = pipeline::SimulateStep(*p1->spmd.module, *slice, logical);
     QVERIFY(s0.ok() && s1.ok());
     const double peak0 = static_cast<double>(s0->run.summary.peak_memory_bytes), peak1 = static_cast<double>(s1->run.summary.peak_memory_bytes);
     qInfo("peak %.0f -> %.0f bytes, step %.1f -> %.1f us", peak0, peak1, s0->run.summary.step_time_s * 1e6, s1->run.summary.step_time_s * 1e6);

@@ -91,6 +91,27 @@ class TestProjectFile : public QObject {
     auto wus = ReadProjectFile(with_wus, "w.shardscope");
     QVERIFY2(wus.ok(), wus.ok() ? "" : wus.error().message.c_str());
     QVERIFY(wus->contents.weight_update_sharding);
+    QVERIFY(wus->contents.slice.empty());  // no slice override written: none read
+
+    // The slice override (placement on the physical torus) round-trips, member by member.
+    c.weight_update_sharding = false;
+    c.slice.placement = "row-major";
+    c.slice.wraparound = false;
+    c.slice.shape = {4, 8};
+    const std::string with_slice = WriteProjectFile(p.module.get(), c);
+    QVERIFY(with_slice.find("\"slice\"") != std::string::npos);
+    QVERIFY(with_slice.find("\"weight_update_sharding\"") == std::string::npos);
+    auto sliced = ReadProjectFile(with_slice, "s.shardscope");
+    QVERIFY2(sliced.ok(), sliced.ok() ? "" : sliced.error().message.c_str());
+    QCOMPARE(sliced->contents.slice, c.slice);
+    QCOMPARE(sliced->contents.slice.wraparound, std::optional<bool>(false));
+    // Only the wraparound given: the rest stays the generation's.
+    c.slice = {};
+    c.slice.wraparound = true;
+    auto wrap_only = ReadProjectFile(WriteProjectFile(p.module.get(), c), "w2.shardscope");
+    QVERIFY(wrap_only.ok());
+    QCOMPARE(wrap_only->contents.slice, c.slice);
+    QVERIFY(wrap_only->contents.slice.placement.empty() && wrap_only->contents.slice.shape.empty());
   }
 
   void readsFilesWithSortedKeys() {
@@ -108,6 +129,8 @@ class TestProjectFile : public QObject {
     QVERIFY(!p->module->FindInstruction("p")->has_sharding());
     QCOMPARE(p->contents.selected, std::string("d"));
     QCOMPARE(p->contents.source, std::string("/tmp/m.hlo"));
+    // Written before the slice override existed: the generation's slice.
+    QVERIFY(p->contents.slice.empty());
   }
 
   void errorsPointIntoTheFile_data() {
@@ -146,6 +169,15 @@ class TestProjectFile : public QObject {
     QTest::newRow("option not a boolean")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"weight_update_sharding\": \"yes\"}, \"format\"")
         << "error: \"weight_update_sharding\" must be true or false";
+    QTest::newRow("slice not an object")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": [4, 4]}, \"format\"")
+        << "error: \"slice\" must be an object";
+    QTest::newRow("slice shape not numbers")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": {\"shape\": [4, 0]}}, \"format\"")
+        << "error: \"shape\" takes whole numbers >= 1";
+    QTest::newRow("slice wraparound not a boolean")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": {\"wraparound\": 1}}, \"format\"")
+        << "error: \"wraparound\" must be true or false";
     QTest::newRow("annotation not an object") << QString::fromStdString(QtStyleFile("[\"p\"]")) << ":2:21: error: an annotation must be an object";
   }
   void errorsPointIntoTheFile() {

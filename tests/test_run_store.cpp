@@ -136,9 +136,12 @@ bool RawExec(const std::string& path, const std::string& sql) {
 
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// What turns a current store back into exactly what version 4 wrote (no pipeline bubbles, recompute
-// or raw utilisation).
+// What turns a current store back into exactly what version 5 wrote (no placement).
+#define SHARDSCOPE_DOWNGRADE_TO_5 "ALTER TABLE runs DROP COLUMN placement; "
+constexpr const char* kDowngradeTo5 = SHARDSCOPE_DOWNGRADE_TO_5;
+// And into what version 4 wrote (no pipeline bubbles, recompute or raw utilisation either).
 #define SHARDSCOPE_DOWNGRADE_TO_4                                                                           \
+  SHARDSCOPE_DOWNGRADE_TO_5                                                                                 \
   "ALTER TABLE runs DROP COLUMN pipeline_stages; ALTER TABLE runs DROP COLUMN bubble_time_s; "               \
   "ALTER TABLE runs DROP COLUMN recompute_time_s; ALTER TABLE runs DROP COLUMN bubble_flops; "               \
   "ALTER TABLE runs DROP COLUMN recompute_flops; ALTER TABLE runs DROP COLUMN raw_flops_utilization; "
@@ -149,6 +152,7 @@ constexpr const char* kDowngradeTo2 =
     "DROP TABLE run_annotations; DROP INDEX runs_by_key; ALTER TABLE runs DROP COLUMN run_key; "
     "ALTER TABLE runs DROP COLUMN device_hbm_bytes; ";
 #undef SHARDSCOPE_DOWNGRADE_TO_4
+#undef SHARDSCOPE_DOWNGRADE_TO_5
 
 // The columns of a table, in order.
 std::string Columns(const std::string& path, const std::string& table) {
@@ -202,6 +206,7 @@ class TestRunStore : public QObject {
   void migratesVersion1Store();
   void migratesVersion2Store();
   void migratesVersion4Store();
+  void migratesVersion5Store();
   void keyedRunReplacesStoredRun();
   void mergeIsIdempotent();
   void cancelRollsBack();
@@ -810,8 +815,8 @@ void TestRunStore::migratesVersion4Store() {
 
   Result<RunStore> store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
   QVERIFY2(store.ok(), store.ok() ? "" : store.error().message.c_str());
-  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{5});
-  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("5"));
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{RunStore::kSchemaVersion});
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::to_string(RunStore::kSchemaVersion));
   QCOMPARE(Columns(path, "runs"), Columns(fresh, "runs"));
   Result<RunResult> old = store->LoadRun(a);
   QVERIFY(old.ok());
@@ -1082,6 +1087,44 @@ void TestRunStore::defaultStorePath() {
   QCOMPARE(RunStore::DefaultStorePath("/home/me/models/mlp.shardscope"),
            std::string("/home/me/models/mlp.runs.sqlite"));
   QCOMPARE(RunStore::DefaultStorePath("project"), std::string("project.runs.sqlite"));
+}
+
+
+// A store written by version 5 (no placement) is migrated in place on open: its runs read with an
+// unknown placement (empty), new runs keep the placement they were simulated with.
+void TestRunStore::migratesVersion5Store() {
+  QTemporaryDir dir;
+  const std::string fresh = Tmp(dir, "fresh.sqlite");
+  QVERIFY(RunStore::Open(fresh).ok());
+  const std::string path = Tmp(dir, "v5.sqlite");
+  int64_t a = 0;
+  RunResult old_run = MakeRun(4, 2, 10, 3, 1);
+  old_run.inputs.placement = "X=4 over physical axis 0 (4, a ring)";
+  {
+    Result<RunStore> store = RunStore::Open(path);
+    QVERIFY(store.ok());
+    a = store->SaveRun(old_run).value();
+    QCOMPARE(store->LoadRun(a)->inputs.placement, old_run.inputs.placement);  // the current schema keeps it
+  }
+  QVERIFY(RawExec(path, std::string(kDowngradeTo5) + "PRAGMA user_version = 5; UPDATE schema SET value = '5' WHERE key = 'version';"));
+  QVERIFY(!Contains(Columns(path, "runs"), "placement"));
+
+  Result<RunStore> store = RunStore::Open(path, RunStore::OpenMode::kOpenExisting);
+  QVERIFY2(store.ok(), store.ok() ? "" : store.error().message.c_str());
+  QCOMPARE(RawInt(path, "PRAGMA user_version"), int64_t{6});
+  QCOMPARE(RawText(path, "SELECT value FROM schema WHERE key = 'version'"), std::string("6"));
+  QCOMPARE(Columns(path, "runs"), Columns(fresh, "runs"));
+  Result<RunResult> old = store->LoadRun(a);
+  QVERIFY(old.ok());
+  QCOMPARE(old->inputs.placement, std::string());  // unknown
+  QCOMPARE(old->summary.step_time_s, old_run.summary.step_time_s);
+  auto listed = store->ListRuns();
+  QVERIFY(listed.ok() && listed->size() == 1);
+  QCOMPARE(listed->front().inputs.placement, std::string());
+  RunResult fresh_run = MakeRun(8, 1, 5, 2, 2);
+  fresh_run.inputs.placement = "X=8 over physical axes 0,1 (2x4, snake: a closed ring)";
+  const int64_t b = store->SaveRun(fresh_run).value();
+  QCOMPARE(store->LoadRun(b)->inputs.placement, fresh_run.inputs.placement);
 }
 
 QTEST_APPLESS_MAIN(TestRunStore)

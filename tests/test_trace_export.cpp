@@ -51,7 +51,7 @@ RunResult SmallRun() {
   r.id = 42;
   r.created_unix_ms = 1714564800123;
   r.label = "baseline";
-  r.inputs = {"mlp", "abc123", "TPU v4", "X=3", "ring", {{"microbatches", "2"}}};
+  r.inputs = {"mlp", "abc123", "TPU v4", "X=3", "ring", "X=3 along physical axis 0", {{"microbatches", "2"}}};
   r.summary.num_devices = 3;
   r.summary.step_time_s = 2.5e-3;
   r.summary.mfu = 0.5;

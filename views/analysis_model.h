@@ -68,6 +68,7 @@ struct SimulatedStep {
   int64_t collectives = 0;  // in the simulated program
   double millis = 0;
   std::string message;      // why there is no run
+  bool slice_failed = false;  // ... because the mesh could not be placed on the (overridden) slice
   // With weight-update sharding on: the step before the pass beside `run` (after it).
   std::optional<WeightUpdateComparison> weight_update;
   bool ok() const { return run != nullptr; }

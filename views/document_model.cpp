@@ -57,6 +57,18 @@ class SetWeightUpdateShardingCommand : public QUndoCommand {
   bool on_;
 };
 
+class SetSliceOverrideCommand : public QUndoCommand {
+ public:
+  SetSliceOverrideCommand(DocumentModel* doc, ProjectSliceOverride before, ProjectSliceOverride after)
+      : QUndoCommand("Change the simulated slice"), doc_(doc), before_(std::move(before)), after_(std::move(after)) {}
+  void redo() override { doc_->applySliceOverride(after_); }
+  void undo() override { doc_->applySliceOverride(before_); }
+
+ private:
+  DocumentModel* doc_;
+  ProjectSliceOverride before_, after_;
+};
+
 // The mesh-axis names a sharding uses per tensor dim, or nullopt when it is not expressible over
 // `mesh`.
 std::optional<std::vector<std::vector<std::string>>> AxisNamesOf(const HloSharding& s, int64_t rank,
@@ -135,6 +147,10 @@ void DocumentModel::setModule(std::unique_ptr<Module> module, const DeviceMesh& 
   emit annotationsChanged();
   emit selectionChanged(-1);
   if (had_weight_update_sharding) emit weightUpdateShardingChanged(false);
+  if (!slice_override_.empty()) {
+    slice_override_ = {};
+    emit sliceOverrideChanged();
+  }
 }
 
 void DocumentModel::setWeightUpdateSharding(bool on) {
@@ -146,6 +162,17 @@ void DocumentModel::applyWeightUpdateSharding(bool on) {
   if (on == weight_update_sharding_) return;
   weight_update_sharding_ = on;
   emit weightUpdateShardingChanged(on);
+}
+
+void DocumentModel::setSliceOverride(const ProjectSliceOverride& slice) {
+  if (!module_ || slice == slice_override_) return;
+  undo_stack_->push(new SetSliceOverrideCommand(this, slice_override_, slice));
+}
+
+void DocumentModel::applySliceOverride(const ProjectSliceOverride& slice) {
+  if (slice == slice_override_) return;
+  slice_override_ = slice;
+  emit sliceOverrideChanged();
 }
 
 void DocumentModel::rebuildIndex() {

@@ -16,6 +16,7 @@
 #include <QString>
 
 #include "core/ir/ir.h"
+#include "core/project/project_file.h"
 #include "core/sharding/mesh.h"
 #include "core/sharding/sharding.h"
 #include "partitioner/propagation/sharding_propagation.h"
@@ -80,6 +81,11 @@ class DocumentModel : public QObject {
   void setWeightUpdateSharding(bool on);
   // Sets it without an undo step (undo/redo, a project being opened).
   void applyWeightUpdateSharding(bool on);
+  // The simulated slice when the user overrides the generation's default (placement, wraparound,
+  // torus shape; app/pipeline/slice_options.h interprets it). Undoable; a new module starts without.
+  const ProjectSliceOverride& sliceOverride() const { return slice_override_; }
+  void setSliceOverride(const ProjectSliceOverride& slice);
+  void applySliceOverride(const ProjectSliceOverride& slice);  // no undo step
 
   // ---- Mesh and annotations ----
   const DeviceMesh& mesh() const { return mesh_; }
@@ -139,6 +145,7 @@ class DocumentModel : public QObject {
   void errorOccurred(const QString& message);
   void modifiedChanged(bool modified);
   void weightUpdateShardingChanged(bool on);
+  void sliceOverrideChanged();
   void filePathChanged();    // saved under another name
 
  private:
@@ -155,6 +162,7 @@ class DocumentModel : public QObject {
   int64_t selected_ = -1;
   bool propagation_enabled_ = true;
   bool weight_update_sharding_ = false;
+  ProjectSliceOverride slice_override_;
 
   std::shared_ptr<const std::unordered_map<int64_t, HloSharding>> propagated_;
   std::unordered_map<int64_t, std::vector<ExplainStep>> why_;

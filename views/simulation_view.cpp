@@ -36,6 +36,7 @@
 #include "views/pipeline_figures.h"
 #include "views/pipeline_stages.h"
 #include "views/run_display.h"
+#include "views/slice_placement_bar.h"
 #include "views/timeline_view.h"
 #include "views/weight_update_panel.h"
 
@@ -65,6 +66,7 @@ SimulationView::SimulationView(QWidget* parent)
       summary_(new QTextBrowser),
       wus_panel_(new WeightUpdatePanel),
       pipeline_figures_(new PipelineFigures),
+      slice_bar_(new SlicePlacementBar),
       tick_(new QTimer(this)),
       elapsed_(std::make_unique<QElapsedTimer>()) {
   setObjectName("simulationView");
@@ -148,6 +150,7 @@ SimulationView::SimulationView(QWidget* parent)
   store_row->setContentsMargins(6, 0, 6, 0);
   store_row->addWidget(store_label_, 1);
   col->addLayout(store_row);
+  col->addWidget(slice_bar_);  // how the mesh sits on the physical slice, and its override
   col->addWidget(wus_panel_);  // the step before and after weight-update sharding, when it ran
   col->addWidget(split, 1);
 
@@ -221,6 +224,13 @@ void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunH
   connect(doc_, &DocumentModel::weightUpdateShardingChanged, this, [this] {
     if (analysis_ && !analysis_->simulationBusy() && analysis_->simulation().ok()) simulate();
   });
+  // The slice override changed (the placement row): the step shown — or the one the last override
+  // could not place — is simulated again on the new slice (a project being opened simulates nothing).
+  slice_bar_->setDocument(doc_);
+  connect(doc_, &DocumentModel::sliceOverrideChanged, this, [this] {
+    if (!analysis_ || !doc_->module() || analysis_->simulationBusy()) return;
+    if (analysis_->simulation().ok() || analysis_->simulation().slice_failed) simulate();
+  });
   history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
   runs_->open();
   resetHistory();
@@ -243,6 +253,7 @@ void SimulationView::reset() {
   summary_->clear();
   pipeline_figures_->setSummary(nullptr);
   wus_panel_->setComparison(std::nullopt);
+  slice_bar_->showRun(nullptr);
   updating_selection_ = true;
   table_->clearSelection();
   updating_selection_ = false;
@@ -299,6 +310,7 @@ void SimulationView::onSimulationUpdated() {
   wus_panel_->setComparison(s.weight_update);
   if (!s.ok()) {
     status_->setText(Q(s.message));
+    if (s.slice_failed) slice_bar_->showFailure(Q(s.message));
     queue_.clear();
     compare_after_queue_ = false;
     return;
@@ -514,6 +526,7 @@ void SimulationView::display(std::shared_ptr<const RunResult> run) {
     return self->doc_->qualifiedName(self->doc_->instruction(self->instructionForEvent(id, name)));
   });
   highlightSelection();
+  slice_bar_->showRun(run.get());
   showPipelineBubble(*run);
   ShowRunMemory(chart_, *run, palette());
   summary_->setHtml(summaryHtml(*run));

@@ -43,6 +43,7 @@ class MemoryChart;
 class PipelineFigures;
 class RunHistory;
 class RunHistoryModel;
+class SlicePlacementBar;
 class TimelineWidget;
 class WeightUpdatePanel;
 
@@ -73,6 +74,8 @@ class SimulationView : public QWidget {
   WeightUpdatePanel* weightUpdatePanel() const { return wus_panel_; }
   // Bubble, recompute, raw utilisation and MFU of the run shown (hidden when it is not pipelined).
   PipelineFigures* pipelineFigures() const { return pipeline_figures_; }
+  // How the mesh is placed on the physical slice, and the user's override of it.
+  SlicePlacementBar* slicePlacementBar() const { return slice_bar_; }
 
   // Shows run `run_id` of the history (loaded from the store on the worker when it is not in
   // memory). False when the history has no such run.
@@ -139,6 +142,7 @@ class SimulationView : public QWidget {
   QTextBrowser* summary_;
   WeightUpdatePanel* wus_panel_;
   PipelineFigures* pipeline_figures_;
+  SlicePlacementBar* slice_bar_;
   QTimer* tick_;
   std::unique_ptr<QElapsedTimer> elapsed_;
   int64_t shown_id_ = 0;    // the run displayed

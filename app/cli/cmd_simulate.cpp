@@ -35,6 +35,7 @@ std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned)
   std::ostringstream os;
   os << "{\"module\":" << json::Quote(sim.run.inputs.module_name) << ",\"chip\":" << json::Quote(sim.run.inputs.chip_preset)
      << ",\"mesh\":" << json::Quote(sim.run.inputs.mesh_text) << ",\"topology\":" << json::Quote(sim.run.inputs.topology_options)
+     << ",\"placement\":" << json::Quote(sim.run.inputs.placement)
      << ",\"partitioned_here\":" << (partitioned ? "true" : "false") << ",\"num_devices\":" << s.num_devices
      << ",\"device_classes\":" << sim.run.classes.size() << ",\"step_time_s\":" << FormatDouble(s.step_time_s)
      << ",\"compute_time_s\":" << FormatDouble(s.compute_time_s)
@@ -93,6 +94,7 @@ int Run(const std::vector<std::string>& in) {
   const bool no_fusion = TakeFlag(args, "no-fusion");
   const bool no_in_place = TakeFlag(args, "no-in-place");
   const bool no_donate = TakeFlag(args, "no-donation");
+  const bool no_tile_padding = TakeFlag(args, "no-tile-padding");
   const bool force_partition = TakeFlag(args, "partition");
   const bool force_no_partition = TakeFlag(args, "no-partition");
   const bool trace_all = TakeFlag(args, "trace-all-devices");
@@ -124,6 +126,7 @@ int Run(const std::vector<std::string>& in) {
   options.program.fuse_elementwise = !no_fusion;
   options.program.in_place_reuse = !no_in_place;
   options.program.donate_parameters = !no_donate;
+  options.program.pad_to_layout_tiles = !no_tile_padding;
   options.collectives = resolved->collectives;
   if (have_schedule) {
     auto s = ScheduleKindFromName(schedule_text);
@@ -252,7 +255,7 @@ const bool kRegistered = Register(
      "FILE.hlo --chip CHIP --mesh X=4,Y=4 [--db FILE] [--trace OUT.json] [--csv OUT.csv] [--csv-kind timeline|summary|memory] "
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
      "[--schedule program-order|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
-     "[--no-in-place] [--no-donation] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
+     "[--no-in-place] [--no-donation] [--no-tile-padding] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
      "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});

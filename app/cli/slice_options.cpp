@@ -1,6 +1,7 @@
 #include "app/cli/slice_options.h"
 
 #include "app/cli/cli.h"
+#include "app/pipeline/simulate.h"
 
 #include <vector>
 
@@ -48,42 +49,30 @@ Result<Slice> ResolveSlice(const SliceOptionTexts& t) {
     else if (*t.latency_model == "additive") collectives.latency_model = LatencyModel::kAdditive;
     else return Error("--latency-model must be overlapped or additive, not '" + *t.latency_model + "'");
   }
-  auto chip = ResolveChip(*t.chip);
-  if (!chip.ok()) return chip.error();
-  ChipSpec spec = chip.value();
+  auto mesh = DeviceMesh::Parse(*t.mesh);
+  if (!mesh.ok()) return Error("--mesh '" + *t.mesh + "': " + mesh.error().message);
+  // The texts become the one SliceOptions the GUI fills too (app/pipeline/slice_options.h).
+  pipeline::SliceOptions options;
   if (t.cores) {
     int64_t cores = 0;
     if (!ParseInt(*t.cores, 1, &cores)) return Error("--cores-per-chip must be 1 or 2, not '" + *t.cores + "'");
-    auto c = WithCoresPerChip(spec, cores);
-    if (!c.ok()) return c.error();
-    spec = c.value();
+    options.cores_per_chip = cores;
   }
-  auto mesh = DeviceMesh::Parse(*t.mesh);
-  if (!mesh.ok()) return Error("--mesh '" + *t.mesh + "': " + mesh.error().message);
-  std::vector<int64_t> slice;
   if (t.topology) {
-    std::string cur;
-    for (char c : *t.topology + "x") {
-      if (c == 'x' || c == ',') {
-        int64_t v = 0;
-        if (!ParseInt(cur, 1, &v)) return Error("--topology '" + *t.topology + "' is not a slice shape such as 4x4x4");
-        slice.push_back(v);
-        cur.clear();
-      } else {
-        cur += c;
-      }
-    }
+    auto shape = ParseSliceShape(*t.topology);
+    if (!shape.ok()) return Error("--topology " + shape.error().message);
+    options.shape = std::move(shape).value();
   }
-  TopologyOptions options;
-  if (t.no_wraparound) options.wraparound = TopologyOptions::Wraparound::kNone;
-  if (t.wraparound) options.wraparound = TopologyOptions::Wraparound::kAll;
+  if (t.no_wraparound) options.wraparound = false;
+  if (t.wraparound) options.wraparound = true;
   if (t.placement) {
     auto placement = MeshPlacementFromName(*t.placement);
     if (!placement.ok()) return Error("--placement: " + placement.error().message);
     options.placement = placement.value();
   }
-  auto topology = Topology::ForMesh(spec, mesh.value(), slice, options);
+  auto topology = pipeline::SliceForMesh(*t.chip, mesh.value(), options);
   if (!topology.ok()) return topology.error();
+  ChipSpec spec = topology->chip();
   return Slice{std::move(spec), std::move(mesh.value()), std::move(topology.value()), collectives};
 }
 

@@ -52,6 +52,14 @@ std::unique_ptr<Module> Annotated(const Module& module, const std::map<int64_t, 
   return clone;
 }
 
+// The slice the document's mesh is simulated on: the generation's, or the user's override (the
+// same pipeline::SliceOptions the CLI's --topology/--placement/--wraparound fill).
+Result<Topology> SliceFor(const std::string& chip, const DeviceMesh& mesh, const ProjectSliceOverride& slice) {
+  auto options = pipeline::SliceOptionsFromProject(slice);
+  if (!options.ok()) return options.error();
+  return pipeline::SliceForMesh(chip, mesh, *options);
+}
+
 // The pass's options for `mesh` on `topology` (its chip's figures, a 2-D mesh as the replica
 // mesh), as `simulate --weight-update-sharding` takes them; the defaults without a topology.
 WeightUpdateShardingOptions WeightUpdateOptions(const Result<Topology>& topology, const DeviceMesh& mesh) {
@@ -222,6 +230,7 @@ void AnalysisJobs::requestPartition() {
   const DeviceMesh mesh = doc_->mesh();
   const std::string chip = analysis_->defaultChip();
   const bool wus = doc_->weightUpdateSharding();
+  const ProjectSliceOverride slice = doc_->sliceOverride();
   const quint64 module_gen = doc_->moduleGeneration(), edit = doc_->editGeneration(), result = doc_->resultGeneration();
   analysis_->setPartitionBusy(true);
   const views::JobTracker::Spec spec{
@@ -229,7 +238,7 @@ void AnalysisJobs::requestPartition() {
       .context = this};
   jobs_->run<views::PartitionedProgram>(
       spec,
-      [module, annotations = std::move(annotations), propagated, mesh, chip, edit, wus](const CancellationToken& token) {
+      [module, annotations = std::move(annotations), propagated, mesh, chip, slice, edit, wus](const CancellationToken& token) {
         const auto t0 = std::chrono::steady_clock::now();
         views::PartitionedProgram out;
         out.edit_generation = edit;
@@ -240,7 +249,7 @@ void AnalysisJobs::requestPartition() {
         o.propagation.reset();  // the shardings are complete already
         o.spmd.num_partitions = mesh.num_devices();
         o.verify = pipeline::VerifyOptions{};
-        auto topology = pipeline::SliceForMesh(chip, mesh);
+        auto topology = SliceFor(chip, mesh, slice);
         if (wus) o.weight_update_sharding = WeightUpdateOptions(topology, mesh);
         if (topology.ok()) {
           o.topology = std::move(topology).value();
@@ -333,6 +342,7 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
   auto annotations = doc_->annotations();
   auto propagated = doc_->propagatedShardings();
   const DeviceMesh mesh = doc_->mesh();
+  const ProjectSliceOverride slice = doc_->sliceOverride();
   // The partitioned program of these very shardings, when there is one: simulated as it is.
   std::shared_ptr<const PartitionResult> partitioned = replicated || wus ? nullptr : currentPartition();
   QString what = replicated ? QString("replicated (no shardings)") : QString("%1 annotations").arg(annotations.size());
@@ -347,13 +357,14 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
       .label = "simulating", .lane = Lane::kAnalysis, .key = kSimulationKey, .cancellable = true, .context = this};
   jobs_->run<SimulationOutcome>(
       spec,
-      [module, annotations = std::move(annotations), propagated, mesh, chip, label, replicated, wus,
+      [module, annotations = std::move(annotations), propagated, mesh, chip, slice, label, replicated, wus,
        partitioned](const CancellationToken& token) {
         const auto t0 = std::chrono::steady_clock::now();
         SimulationOutcome out;
-        auto topology = pipeline::SliceForMesh(chip, mesh);
+        auto topology = SliceFor(chip, mesh, slice);
         if (!topology.ok()) {
           out.step.message = topology.error().message;
+          out.step.slice_failed = true;
           return out;
         }
         SimulationOptions so;

@@ -84,6 +84,7 @@ void Session::adopt(Project p, const QString& path) {
   const ProjectContents& c = p.contents;
   doc_->setModule(std::move(p.module), c.mesh, Q(c.source_kind), Q(c.source), path);
   doc_->applyWeightUpdateSharding(c.weight_update_sharding);  // as saved, no undo step
+  doc_->applySliceOverride(c.slice);
   if (!c.selected.empty()) {
     if (const Instruction* sel = doc_->findInstruction(Q(c.selected))) doc_->select(sel->id());
   }

@@ -12,11 +12,19 @@ std::string DefaultChip() {
   return presets.empty() ? std::string() : presets.front();
 }
 
-Result<Topology> SliceForMesh(const std::string& chip, const DeviceMesh& mesh) {
+Result<Topology> SliceForMesh(const std::string& chip, const DeviceMesh& mesh, const SliceOptions& options) {
   auto spec = ResolveChip(chip);
   if (!spec.ok()) return spec.error();
-  auto topology = Topology::ForMesh(*spec, mesh);
-  if (!topology.ok()) return Error("cannot place mesh " + mesh.ToString() + " on " + chip + ": " + topology.error().message);
+  if (options.cores_per_chip) {
+    auto c = WithCoresPerChip(*spec, *options.cores_per_chip);
+    if (!c.ok()) return c.error();
+    spec = std::move(c);
+  }
+  auto topology = Topology::ForMesh(*spec, mesh, options.shape, options.ToTopologyOptions());
+  if (!topology.ok()) {
+    const std::string with = options.empty() ? std::string() : " with " + options.ToString();
+    return Error("cannot place mesh " + mesh.ToString() + " on " + chip + with + ": " + topology.error().message);
+  }
   return topology;
 }
 

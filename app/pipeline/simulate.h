@@ -21,6 +21,7 @@
 #include "simulator/run_result.h"
 #include "simulator/run_store.h"
 #include "simulator/topology.h"
+#include "app/pipeline/slice_options.h"
 
 namespace shardscope::pipeline {
 
@@ -28,9 +29,11 @@ using namespace ::shardscope::sim;  // the simulator's types are the pipeline's
 
 // The chip estimates and simulations use when none is named: "tpu-v4".
 std::string DefaultChip();
-// A slice of `chip` (a preset name or a chip .json file) shaped like `mesh`, with the generation's
-// wraparound rule.
-Result<Topology> SliceForMesh(const std::string& chip, const DeviceMesh& mesh);
+// The slice `mesh` runs on: `chip` (a preset name or a chip .json file) shaped like the mesh with
+// the generation's wraparound rule, unless `options` overrides the shape, wraparound, placement or
+// cores per chip. An override that cannot hold the mesh is an error that says why ("cannot place
+// mesh X=64 on tpu-v3 with slice 4x4: ...").
+Result<Topology> SliceForMesh(const std::string& chip, const DeviceMesh& mesh, const SliceOptions& options = {});
 
 // Simulates one step of `program` (an SPMD program: per-device shapes) on `topology`. `origins`
 // (SPMD instruction -> original instruction, SpmdOrigins) is kept with the run so its timeline

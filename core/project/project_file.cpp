@@ -85,6 +85,25 @@ class ProjectReader {
         if (!wus->is_bool()) return At(wus->position(), "\"weight_update_sharding\" must be true or false");
         c.weight_update_sharding = wus->boolean();
       }
+      if (const json::Value* slice = analysis->Find("slice")) {
+        if (!slice->is_object()) return At(slice->position(), "\"slice\" must be an object");
+        if (const json::Value* placement = slice->Find("placement")) {
+          if (!placement->is_string()) return At(placement->position(), "\"placement\" must be a string (snake or row-major)");
+          c.slice.placement = placement->string();
+        }
+        if (const json::Value* wrap = slice->Find("wraparound")) {
+          if (!wrap->is_bool()) return At(wrap->position(), "\"wraparound\" must be true or false");
+          c.slice.wraparound = wrap->boolean();
+        }
+        if (const json::Value* shape = slice->Find("shape")) {
+          if (!shape->is_array()) return At(shape->position(), "\"shape\" must be an array of chip counts, e.g. [4, 8]");
+          for (const json::Value& n : shape->items()) {
+            const auto v = n.AsInt64();
+            if (!v || *v < 1) return At(n.position(), "\"shape\" takes whole numbers >= 1 (chips per axis)");
+            c.slice.shape.push_back(*v);
+          }
+        }
+      }
     }
     return p;
   }
@@ -197,11 +216,20 @@ std::string WriteProjectFile(const Module* module, const ProjectContents& conten
     }
     add(root, "annotations", json::Value::Array(std::move(annotations)));
     if (!contents.selected.empty()) add(root, "selected", json::Value::String(contents.selected));
-    if (contents.weight_update_sharding) {
-      std::vector<json::Member> analysis;
-      add(analysis, "weight_update_sharding", json::Value::Bool(true));
-      add(root, "analysis", json::Value::Object(std::move(analysis)));
+    std::vector<json::Member> analysis;
+    if (contents.weight_update_sharding) add(analysis, "weight_update_sharding", json::Value::Bool(true));
+    if (!contents.slice.empty()) {
+      std::vector<json::Member> slice;
+      if (!contents.slice.placement.empty()) add(slice, "placement", json::Value::String(contents.slice.placement));
+      if (contents.slice.wraparound) add(slice, "wraparound", json::Value::Bool(*contents.slice.wraparound));
+      if (!contents.slice.shape.empty()) {
+        std::vector<json::Value> shape;
+        for (int64_t n : contents.slice.shape) shape.push_back(json::Value::Integer(n));
+        add(slice, "shape", json::Value::Array(std::move(shape)));
+      }
+      add(analysis, "slice", json::Value::Object(std::move(slice)));
     }
+    if (!analysis.empty()) add(root, "analysis", json::Value::Object(std::move(analysis)));
   }
   return json::Serialize(json::Value::Object(std::move(root)), 4) + "\n";
 }

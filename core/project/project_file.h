@@ -7,14 +7,19 @@
 //     "annotations": [ { "instruction": "comp/name", "sharding": "{devices=[4,1]...}",
 //                        "named": "[I_X, J]" }, ... ],          ("named" is for people; not read)
 //     "selected": "name",                                       (optional)
-//     "analysis": { "weight_update_sharding": true } }          (optional; the analysis options)
+//     "analysis": { "weight_update_sharding": true,             (optional; the analysis options)
+//                   "slice": { "placement": "row-major",        (optional; how the simulated slice
+//                              "wraparound": false,               departs from the generation's
+//                              "shape": [4, 8] } } }              default; each member optional)
 //
 // Plain C++ (no Qt): the GUI's session reads and writes it through here, and so can any tool.
 // Reading never aborts: every error is "WHERE:LINE:COLUMN: error: ..." pointing into the JSON, or
 // names the member whose content (module text, mesh, sharding) is wrong.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +40,17 @@ struct ProjectAnnotation {
   HloSharding sharding;
 };
 
+// The user's override of the simulated slice, as the file keeps it: plain values that
+// app/pipeline/slice_options.h turns into a pipeline::SliceOptions (and says there what is wrong
+// with them, e.g. a shape that does not hold the mesh). Empty: the generation's slice for the mesh.
+struct ProjectSliceOverride {
+  std::string placement;           // "snake" | "row-major"; empty: the default (snake)
+  std::optional<bool> wraparound;  // true: every axis wraps; false: none; unset: the generation's rule
+  std::vector<int64_t> shape;      // chips per physical axis (e.g. {4, 8}); empty: chosen for the mesh
+  bool empty() const { return placement.empty() && !wraparound && shape.empty(); }
+  bool operator==(const ProjectSliceOverride&) const = default;
+};
+
 // Everything a project file holds besides the module.
 struct ProjectContents {
   DeviceMesh mesh;
@@ -43,6 +59,8 @@ struct ProjectContents {
   std::string selected;                        // the selected instruction (qualified name), or empty
   // Analysis options: weight-update sharding (paper 000) of the partitioned program.
   bool weight_update_sharding = false;
+  // The simulated slice (placement on the physical torus) when the user overrode it.
+  ProjectSliceOverride slice;
 };
 
 struct Project {

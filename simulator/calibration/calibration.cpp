@@ -12,6 +12,17 @@ void ApplyPresetCalibration(ChipSpec& chip) {
   else if (chip.name == "tpu-v5p") CalibrateTpuV5p(chip);
   else if (chip.name == "tpu-v6e") CalibrateTpuV6e(chip);
   else if (chip.name == "h100") CalibrateH100(chip);
+  if (chip.name.rfind("tpu-", 0) == 0) SetTpuArrayTiling(chip);
+}
+
+void SetTpuArrayTiling(ChipSpec& c) {
+  // Every TPU generation stores HBM arrays in (8 sublanes x 128 lanes) tiles of 32-bit words,
+  // 16-bit types packed two per word (XLA, "Tiled layout", openxla.org/xla/tiled_layout; JAX,
+  // cloud_tpu_colabs/README.md "Padding": one dimension padded to a multiple of 8, another to a
+  // multiple of 128; JAX, "Writing TPU kernels with Pallas": 8 x 128 vector registers).
+  // simulator/buffer_layout.h pads buffer sizes with it.
+  c.layout_lanes = 128;
+  c.layout_sublanes = 8;
 }
 
 void CarryOverTpuV3Efficiencies(ChipSpec& c, int64_t mxu_tile, int64_t mxu_rows, const char* file) {

@@ -16,6 +16,10 @@ void ApplyPresetCalibration(ChipSpec& chip);
 // preset's calibration file in the chip's calibration line.
 void CarryOverTpuV3Efficiencies(ChipSpec& c, int64_t mxu_tile, int64_t mxu_rows, const char* file);
 
+// The memory layout of every TPU preset: arrays in tiles of 8 x 128 32-bit words
+// (simulator/buffer_layout.h). Set by ApplyPresetCalibration for every "tpu-" preset.
+void SetTpuArrayTiling(ChipSpec& c);
+
 void CalibrateTpuV2(ChipSpec& c);
 void CalibrateTpuV3(ChipSpec& c);
 void CalibrateTpuV4(ChipSpec& c);

@@ -1,0 +1,198 @@
+// The simulated slice's placement in the GUI (issue 12, "the placement is shown and can be
+// overridden"): the simulation panel's slice row names the placement a run was simulated with; an
+// override (placement, wraparound, torus shape) re-simulates and gives the same step time as the
+// CLI's --placement/--wraparound/--topology (one pipeline::SliceOptions for both); the override is
+// saved with the project and read back; an override that cannot hold the mesh is a clear message.
+#include <QComboBox>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QLineEdit>
+#include <QTemporaryDir>
+#include <QUndoStack>
+#include <QtTest>
+
+#include "app/gui/project_file.h"
+#include "cli_test_support.h"
+#include "gui_test_support.h"
+#include "simulator/hardware.h"
+#include "views/analysis_model.h"
+#include "views/document_model.h"
+#include "views/simulation_view.h"
+#include "views/slice_placement_bar.h"
+
+using namespace shardscope;
+using namespace shardscope::views;
+using shardscope::gui::Session;
+using shardscope::gui::WaitUntilIdle;
+
+namespace {
+
+// 16 devices; the contracted dimension is split, so the step ends in an all-reduce of y over all
+// 16 — a ring whose cost depends on how the mesh lies on the slice. y's sharding is given so the
+// CLI and the GUI partition the same program.
+const char* kModule = R"(HloModule place, num_partitions=16
+
+ENTRY main {
+  x = f32[512,4096] parameter(0), sharding={devices=[1,16]<=[16]}
+  w = f32[4096,2048] parameter(1), sharding={devices=[16,1]<=[16]}
+  ROOT y = f32[512,2048] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+}
+)";
+
+ProjectSliceOverride RowMajorTorus() {
+  ProjectSliceOverride o;
+  o.placement = "row-major";
+  o.wraparound = true;
+  o.shape = {4, 4};
+  return o;
+}
+
+}  // namespace
+
+class TestGuiSlicePlacement : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir runs_dir_;
+
+ private slots:
+  void initTestCase() { QVERIFY(shardscope::gui::UseTestRunStore(runs_dir_)); }
+
+  // The same override in the GUI and on the command line: the same slice, placement and step time.
+  void overrideMatchesTheCli() {
+    if (sim::ChipPresetNames().empty()) QSKIP("the simulator is not built in");
+    Session session;
+    SimulationView view;
+    view.setModels(session.document(), session.analysis(), session.runs());
+    QVERIFY(session.loadHloText(kModule, "place.hlo").ok());
+    QVERIFY(WaitUntilIdle(session, 60000));
+    const QString mesh = QString::fromStdString(session.document()->mesh().ToString());
+    QCOMPARE(session.document()->mesh().num_devices(), int64_t{16});
+
+    // The generation's slice first: the row names it.
+    session.analysis()->requestSimulation("tpu-v4");
+    QVERIFY(WaitUntilIdle(session, 120000));
+    const SimulatedStep& first = session.analysis()->simulation();
+    QVERIFY2(first.ok(), first.message.c_str());
+    const auto first_run = first.run;
+    const std::string default_placement = first.run->inputs.placement;
+    QVERIFY(!default_placement.empty());
+    QVERIFY2(view.slicePlacementBar()->placementLabel()->text().contains(QString::fromStdString(default_placement).toHtmlEscaped()),
+             qPrintable(view.slicePlacementBar()->placementLabel()->text()));
+
+    // The override re-simulates by itself (the panel's chip: tpu-v4, the default).
+    session.document()->setSliceOverride(RowMajorTorus());
+    QVERIFY(WaitUntilIdle(session, 120000));
+    const SimulatedStep& step = session.analysis()->simulation();
+    QVERIFY2(step.ok(), step.message.c_str());
+    QVERIFY(step.run != first_run);
+    const std::string placement = step.run->inputs.placement;
+    QVERIFY2(placement.find("row-major") != std::string::npos, placement.c_str());
+    QVERIFY2(step.run->inputs.topology_options.find("4x4") != std::string::npos, step.run->inputs.topology_options.c_str());
+    // The line names the placement actually used.
+    const QString line = view.slicePlacementBar()->placementLabel()->text();
+    QVERIFY2(line.contains(QString::fromStdString(placement).toHtmlEscaped()), qPrintable(line));
+    QCOMPARE(view.slicePlacementBar()->placementCombo()->currentText(), QString("row-major"));
+    QCOMPARE(view.slicePlacementBar()->shapeEdit()->text(), QString("4x4"));
+
+    // The CLI with the same options.
+    QTemporaryDir dir;
+    const QString file = dir.filePath("place.hlo");
+    {
+      QFile f(file);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(kModule);
+    }
+    const auto cli = shardscope::testing::RunCli({"simulate", file, "--chip", "tpu-v4", "--mesh", mesh, "--placement", "row-major",
+                                                  "--wraparound", "--topology", "4x4", "--json", "--db", dir.filePath("cli.sqlite")});
+    QVERIFY2(cli.code == 0, qPrintable(cli.err));
+    // One JSON object on the first line, then the "step_time_us: ..." line.
+    const QJsonObject json = QJsonDocument::fromJson(cli.out.section('\n', 0, 0).toUtf8()).object();
+    QVERIFY2(!json.isEmpty(), qPrintable(cli.out));
+    QCOMPARE(json["placement"].toString().toStdString(), placement);
+    QCOMPARE(json["topology"].toString().toStdString(), step.run->inputs.topology_options);
+    const double cli_step = json["step_time_s"].toDouble();
+    QVERIFY(cli_step > 0);
+    QVERIFY2(std::abs(cli_step - step.run->summary.step_time_s) <= 1e-9 * cli_step,
+             qPrintable(QString("CLI %1 s, GUI %2 s").arg(cli_step, 0, 'g', 12).arg(step.run->summary.step_time_s, 0, 'g', 12)));
+  }
+
+  // An override that cannot hold the mesh: a message that says so, in the status and on the
+  // slice row; nothing crashes, and a bad shape typed in the row is refused there.
+  void invalidOverrideIsAClearMessage() {
+    if (sim::ChipPresetNames().empty()) QSKIP("the simulator is not built in");
+    Session session;
+    SimulationView view;
+    view.setModels(session.document(), session.analysis(), session.runs());
+    QVERIFY(session.loadHloText(kModule, "place.hlo").ok());
+    QVERIFY(WaitUntilIdle(session, 60000));
+    ProjectSliceOverride small;
+    small.shape = {3, 3};  // 9 chips for 16 devices
+    session.document()->applySliceOverride(small);
+    session.analysis()->requestSimulation("tpu-v4");
+    QVERIFY(WaitUntilIdle(session, 120000));
+    const SimulatedStep& step = session.analysis()->simulation();
+    QVERIFY(!step.ok());
+    QVERIFY(step.slice_failed);
+    QVERIFY2(step.message.find("cannot place mesh") != std::string::npos && step.message.find("3x3") != std::string::npos,
+             step.message.c_str());
+    QVERIFY2(view.slicePlacementBar()->placementLabel()->text().contains("cannot place mesh"),
+             qPrintable(view.slicePlacementBar()->placementLabel()->text()));
+
+    // Typed text that is no shape: refused on the row, the saved override kept.
+    QLineEdit* edit = view.slicePlacementBar()->shapeEdit();
+    edit->setText("4x");
+    emit edit->editingFinished();
+    QVERIFY2(view.slicePlacementBar()->placementLabel()->text().contains("not a slice shape"),
+             qPrintable(view.slicePlacementBar()->placementLabel()->text()));
+    QCOMPARE(session.document()->sliceOverride(), small);
+    // An unknown placement name (a hand-edited project): the simulation says so.
+    ProjectSliceOverride bad;
+    bad.placement = "diagonal";
+    session.document()->applySliceOverride(bad);
+    session.analysis()->requestSimulation("tpu-v4");
+    QVERIFY(WaitUntilIdle(session, 120000));
+    QVERIFY(!session.analysis()->simulation().ok());
+    QVERIFY2(session.analysis()->simulation().message.find("unknown placement 'diagonal'") != std::string::npos,
+             session.analysis()->simulation().message.c_str());
+  }
+
+  // The override is part of the project: saved, read back, undoable; a project written before it
+  // existed opens with the generation's slice.
+  void projectKeepsTheOverride() {
+    Session session;
+    QVERIFY(session.loadHloText(kModule, "place.hlo").ok());
+    QVERIFY(WaitUntilIdle(session, 60000));
+    QVERIFY(session.document()->sliceOverride().empty());
+    session.document()->setSliceOverride(RowMajorTorus());
+    QCOMPARE(session.document()->sliceOverride(), RowMajorTorus());
+    QVERIFY(session.document()->isModified());
+    session.document()->undoStack()->undo();
+    QVERIFY(session.document()->sliceOverride().empty());
+    session.document()->undoStack()->redo();
+    QCOMPARE(session.document()->sliceOverride(), RowMajorTorus());
+
+    QTemporaryDir dir;
+    const QString path = dir.filePath("place.shardscope");
+    QVERIFY(session.saveProject(path).ok());
+    Session again;
+    QVERIFY(again.loadProject(path).ok());
+    QVERIFY(WaitUntilIdle(again, 60000));
+    QCOMPARE(again.document()->sliceOverride(), RowMajorTorus());
+
+    // The same project without the "slice" member (as earlier versions wrote it).
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QJsonObject root = QJsonDocument::fromJson(f.readAll()).object();
+    f.close();
+    QVERIFY(root.contains("analysis"));
+    root.remove("analysis");
+    Session old;
+    QVERIFY(old.loadProjectJson(QJsonDocument(root).toJson(), "old.shardscope").ok());
+    QVERIFY(WaitUntilIdle(old, 60000));
+    QVERIFY(old.document()->sliceOverride().empty());
+  }
+};
+
+QTEST_MAIN(TestGuiSlicePlacement)
+#include "test_gui_slice_placement.moc"
