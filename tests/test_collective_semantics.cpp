@@ -31,13 +31,6 @@ std::unique_ptr<Module> Parse(const std::string& text) {
   return std::move(m).value();
 }
 
-const Instruction* FindOp(const Module& m, Opcode op) {
-  for (const auto& c : m.computations())
-    for (const auto& i : c->instructions())
-      if (i->opcode() == op) return i.get();
-  return nullptr;
-}
-
 // A reduce over dim 0 of T[5] (sharded over 2 devices, so one shard is padded) with `reducer`.
 std::string ReduceModule(const char* type, const char* reducer, const char* init) {
   return std::string("HloModule m, num_partitions=2\n\nred {\n  a = ") + type + "[] parameter(0)\n  b = " + type +

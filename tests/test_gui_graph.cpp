@@ -193,13 +193,13 @@ class TestGuiGraph : public QObject {
     const auto small = tree.defaultExpansion(3);
     QCOMPARE(small, std::set<int>{0});
     auto shared = std::make_shared<const ScopeTree>(tree);
-    const VisibleTree g(shared, ViewState{small});
+    const VisibleTree g(shared, ViewState{.expanded = small, .fold_repeats = true, .unfolded = {}});
     QCOMPARE(g.visibleNodes().size(), size_t{3});  // x, layer0, layer1
     QCOMPARE(g.keyFor(doc.findInstruction("t0")->id()), GroupKey(tree.scope(0).children[0]));
     QCOMPARE(g.keyFor(doc.findInstruction("x")->id()), InstructionKey(doc.findInstruction("x")->id()));
     // x -> layer0 -> layer1 at the top; inside layer0: w0 -> ffn.
     QCOMPARE(tree.slotEdges(0).size(), size_t{2});
-    const VisibleTree full(shared, ViewState{tree.allExpanded()});
+    const VisibleTree full(shared, ViewState{.expanded = tree.allExpanded(), .fold_repeats = true, .unfolded = {}});
     QCOMPARE(full.visibleNodes().size(), size_t{7});
     QCOMPARE(full.openScopes().size(), size_t{5});  // root, layer0, layer0/ffn, layer1, layer1/ffn
   }

@@ -35,7 +35,7 @@ bool WaitReady(MainWindow& w, int timeout_ms = 300000) {
     done = true;
     ok = r;
   });
-  QTest::qWaitFor([&] { return done; }, timeout_ms + 1000);
+  if (!QTest::qWaitFor([&] { return done; }, timeout_ms + 1000)) return false;
   return ok;
 }
 

@@ -453,7 +453,10 @@ void AnalysisJobs::cancelSimulation() {
     analysis_->setSimulationCancelled();
     return;
   }
-  const bool any = jobs_->cancelKey(kSimulationKey) | jobs_->cancelKey(kSimulationSaveKey);
+  // Both jobs are cancelled (no short circuit).
+  const bool cancelled_simulation = jobs_->cancelKey(kSimulationKey);
+  const bool cancelled_save = jobs_->cancelKey(kSimulationSaveKey);
+  const bool any = cancelled_simulation || cancelled_save;
   if (!any && analysis_->simulationBusy()) analysis_->setSimulationCancelled();
 }
 

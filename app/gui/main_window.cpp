@@ -856,7 +856,7 @@ void MainWindow::exportPartitionedHlo(const QString& path, std::function<void(co
     return;
   }
   views::AnalysisModel* analysis = session_->analysis();
-  auto write = [this, path, done, analysis] {
+  auto write = [path, done, analysis] {
     const views::PartitionedProgram& p = analysis->partition();
     if (!p.ok()) {
       done(QString("The module could not be partitioned: %1").arg(Q(p.message)));
