@@ -329,6 +329,19 @@ class TestSharding : public QObject {
     QCOMPARE(Q(several.ToString(true)),
              QString("{devices=[2,1]0,1 metadata={{op_name=\"a\"}, {op_name=\"b{c}\" source_line=3}}}"));
     QCOMPARE(PARSE(several.ToString(true)).metadata().size(), size_t{2});
+    // One entry whose own text starts with '{' (after blanks or a comment) is printed as a one-element
+    // list: printed bare it would read back as two entries, or not at all (a fuzzing finding).
+    for (const char* text : {"{replicated metadata={{{a}, x}}}", "{replicated metadata={{ /*c*/{a} }}}"}) {
+      const HloSharding one = PARSE(text);
+      QCOMPARE(one.metadata().size(), size_t{1});
+      const std::string printed = one.ToString(true);
+      const HloSharding again = PARSE(printed);
+      QCOMPARE(again.metadata().size(), size_t{1});
+      QCOMPARE(Q(again.metadata()[0].text), Q(one.metadata()[0].text));
+      QCOMPARE(Q(again.ToString(true)), Q(printed));
+    }
+    QCOMPARE(Q(PARSE("{replicated metadata={{{a}, x}}}").ToString(true)),
+             QString("{replicated metadata={{{a}, x}}}"));
   }
 
   void namedMeshForms() {

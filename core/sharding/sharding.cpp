@@ -84,10 +84,31 @@ TileAssignment SortReplicationGroups(const TileAssignment& tiles) {
   return TileAssignment::Explicit(tiles.dims(), std::move(devices));
 }
 
+// Index of the first character at or after `p` that is neither white space nor inside a /* */
+// comment: what the sharding grammar skips between tokens (the parser and the printer share it).
+size_t SkipBlank(std::string_view s, size_t p) {
+  while (p < s.size()) {
+    const char c = s[p];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+      ++p;
+    } else if (c == '/' && p + 1 < s.size() && s[p + 1] == '*') {
+      const size_t end = s.find("*/", p + 2);
+      p = end == std::string_view::npos ? s.size() : end + 2;
+    } else {
+      break;
+    }
+  }
+  return p;
+}
+
 void AppendMetadata(std::string* out, const std::vector<ShardingMetadata>& metadata) {
   if (metadata.empty()) return;
   *out += "metadata={";
-  if (metadata.size() == 1) {
+  const std::string_view first = metadata.front().text;
+  const size_t lead = SkipBlank(first, 0);
+  // A single entry that itself starts with '{' would read back as the list form
+  // ("metadata={{a}, ...}"), so it is printed as a one-element list.
+  if (metadata.size() == 1 && !(lead < first.size() && first[lead] == '{')) {
     *out += metadata.front().text;
   } else {
     for (size_t i = 0; i < metadata.size(); ++i) {
@@ -197,20 +218,7 @@ class ShardingParser {
     return Fail(pos_, "expected " + what + ", found " + DescribeAt(pos_));
   }
 
-  size_t SkipWsFrom(size_t p) const {
-    while (p < s_.size()) {
-      const char c = s_[p];
-      if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
-        ++p;
-      } else if (c == '/' && p + 1 < s_.size() && s_[p + 1] == '*') {
-        const size_t end = s_.find("*/", p + 2);
-        p = end == std::string_view::npos ? s_.size() : end + 2;
-      } else {
-        break;
-      }
-    }
-    return p;
-  }
+  size_t SkipWsFrom(size_t p) const { return SkipBlank(s_, p); }
   void SkipWs() { pos_ = SkipWsFrom(pos_); }
   char Peek() {
     SkipWs();
