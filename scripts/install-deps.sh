@@ -28,6 +28,7 @@ packages=(
   libqt6opengl6-dev              # Qt6Charts needs Qt6OpenGL; only a Recommends of qt6-base-dev
   libgl-dev
   libgraphviz-dev graphviz libeigen3-dev libsqlite3-dev
+  coinor-libcbc-dev              # the MILP solver of the auto-sharding integer program (app/search)
   # fonts for the GUI, the Graphviz layout (pango) and the offscreen screenshots
   fontconfig fonts-dejavu-core
   # a display for the GUI on a machine without one, and a look at the screenshots

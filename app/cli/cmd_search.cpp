@@ -1,6 +1,9 @@
 // shardscope-cli search: which sharding strategy, for this model, on this pod (app/search).
 //
 //   search MODEL --chip CHIP --devices N [options]      the whole search in this process
+//   search FILE.hlo --chip CHIP --devices N [options]   method 2, the integer program over
+//                                                       per-instruction shardings (any module;
+//                                                       --method ilp on a zoo model too)
 //   search plan MODEL --chip CHIP --devices N -o PLAN   the candidates worth evaluating, one JSON
 //                                                       object per line (a sweep's task list)
 //   search task PLAN [--index K] --db FILE              evaluates line K (1-based; default:
@@ -9,6 +12,7 @@
 //                                                       --plan lists the plan lines with no run
 // docs/search.md has the sweep recipes (--jobs, GNU parallel, Slurm).
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -17,9 +21,12 @@
 
 #include "app/cli/cli.h"
 #include "app/cli/slice_options.h"
+#include "app/search/auto_sharding.h"
 #include "app/search/report.h"
 #include "app/search/search.h"
 #include "core/base/units.h"
+#include "core/ir/hlo_text.h"
+#include "core/zoo/zoo.h"
 
 namespace shardscope::cli {
 
@@ -79,18 +86,123 @@ void PrintLeftOut(const std::vector<search::CandidateResult>& left_out, std::ost
   for (const auto& [k, n] : counts) os << "  " << k << ": " << n << "\n";
 }
 
+bool IsZooModel(const std::string& name) {
+  for (const ZooModel& m : ZooList())
+    if (m.name == name) return true;
+  return false;
+}
+
+// search FILE.hlo | search MODEL --method ilp: method 2, the integer program (auto_sharding.h).
+int RunAutoShardingCommand(const search::SearchOptions& o, const std::string& db, bool have_db, const std::string& csv,
+                           bool have_csv, int64_t top, double time_limit_s) {
+  search::AutoShardingOptions ao;
+  ao.meshes = o.meshes;
+  ao.time_limit_s = time_limit_s;
+  ao.evaluation = o.evaluation;
+  std::unique_ptr<Module> module;
+  if (IsZooModel(o.model)) {
+    auto m = ZooBuild(o.model, o.settings);
+    if (!m.ok()) {
+      std::cerr << "shardscope-cli search: " << o.model << ": " << m.error().message << "\n";
+      return 2;
+    }
+    module = std::move(m).value();
+    ao.source.model = o.model;
+    ao.source.settings = o.settings;
+  } else {
+    if (!o.settings.empty()) return UsageError(kName, "--set applies to zoo models, not to the HLO file " + o.model);
+    std::string text;
+    if (!ReadFile(o.model, &text)) return 2;
+    auto m = ParseHloModule(text, o.model);
+    if (!m.ok()) {
+      std::cerr << o.model << ": error: " << m.error().message << "\n";
+      return 2;
+    }
+    module = std::move(m).value();
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(o.model, ec);
+    ao.source.model = module->name();
+    ao.source.hlo_file = ec ? o.model : abs.lexically_normal().string();
+    ao.source.hlo_hash = search::HloTextHash(text);
+  }
+  auto pod = search::MakePod(o.chip, o.devices, o.slice, o.cores_per_chip);
+  if (!pod.ok()) {
+    std::cerr << "shardscope-cli search: " << pod.error().message << "\n";
+    return 2;
+  }
+  if (have_db) {
+    auto store = pipeline::RunDatabase::Open(db);
+    if (!store.ok()) {
+      std::cerr << db << ": error: " << store.error().message << "\n";
+      return 2;
+    }
+    ao.store = store.value();
+  }
+  auto r = search::AutoShard(*module, pod.value(), ao);
+  if (!r.ok()) {
+    std::cerr << "shardscope-cli search: " << o.model << ": " << r.error().message << "\n";
+    return 2;
+  }
+  const search::AutoShardingResult& s = r.value();
+  std::cout << "pod: " << s.pod.Describe() << "\n";
+  std::cout << (ao.source.hlo_file.empty() ? "model: " + o.model : "module: " + ao.source.model + " (" + ao.source.hlo_file + ")");
+  for (const auto& [k, v] : o.settings) std::cout << " " << k << "=" << v;
+  std::cout << "\nmethod: integer program over per-instruction shardings (" << s.plans.size() << " mesh"
+            << (s.plans.size() == 1 ? "" : "es") << ")\n\n";
+  for (const search::AutoShardingPlan& p : s.plans) std::cout << search::DescribePlan(p) << "\n\n";
+  for (const auto& n : s.notes) std::cout << "note: " << n << "\n";
+  std::cout << search::RankedTable(s.ranked, s.pareto, static_cast<size_t>(top));
+  std::cout << "\nILP objective against the simulation:\n";
+  for (const auto& [ri, pi] : s.plan_of_ranked) {
+    const search::CandidateResult& c = s.ranked[ri];
+    const search::AutoShardingPlan& p = s.plans[pi];
+    std::cout << "  " << ri + 1 << ". " << c.candidate.Label() << ": objective " << FormatSeconds(p.objective_s) << ", simulated "
+              << (c.simulated() ? FormatSeconds(c.summary.step_time_s) + " per step, peak " +
+                                      FormatBytes(static_cast<double>(c.summary.peak_memory_bytes))
+                                : std::string(search::OutcomeName(c.outcome)) + ": " + c.message)
+              << "\n";
+  }
+  if (!s.ranked.empty() && s.ranked.front().fits()) {
+    const search::CandidateResult& best = s.ranked.front();
+    std::cout << "\nbest: " << best.candidate.Label() << " — " << FormatSeconds(best.summary.step_time_s) << " per step, MFU "
+              << FormatPercent(best.summary.mfu) << ", " << FormatBytes(static_cast<double>(best.summary.peak_memory_bytes))
+              << " of " << FormatBytes(best.hbm_bytes) << " HBM\n";
+  }
+  std::cout << "search time: " << FormatSeconds(s.wall_s) << " wall\n";
+  if (have_db) std::cout << "runs stored in " << db << "\n";
+  if (have_csv) {
+    if (Status w = search::WriteCsv(csv, s.ranked, s.pareto); !w.ok()) {
+      std::cerr << csv << ": error: " << w.error().message << "\n";
+      return 2;
+    }
+    std::cout << "csv: " << csv << "\n";
+  }
+  return 0;
+}
+
 // search MODEL ...
 int RunSearchCommand(std::vector<std::string> args) {
   search::SearchOptions o;
   if (int rc = TakeSearchOptions(args, o)) return rc;
-  std::string db, csv, top_text;
+  std::string db, csv, top_text, method = "auto", limit_text;
   const bool have_db = TakeOption(args, "db", &db);
   const bool have_csv = TakeOption(args, "csv", &csv);
   int64_t top = 20;
   if (TakeOption(args, "top", &top_text) && !ParseInt(top_text, 0, &top)) return UsageError(kName, "--top takes a non-negative integer");
   const bool quiet = TakeFlag(args, "quiet");
-  if (int rc = CheckRest(args, 1, "one MODEL of the zoo")) return rc;
+  TakeOption(args, "method", &method);
+  if (method != "auto" && method != "ilp" && method != "enumerate")
+    return UsageError(kName, "--method takes enumerate (method 1, zoo models) or ilp (method 2, any module)");
+  int64_t time_limit = 120;
+  if (TakeOption(args, "time-limit", &limit_text) && !ParseInt(limit_text, 1, &time_limit))
+    return UsageError(kName, "--time-limit takes a positive number of seconds");
+  if (int rc = CheckRest(args, 1, "one MODEL of the zoo or an HLO file")) return rc;
   o.model = args[0];
+  const bool zoo = IsZooModel(o.model);
+  if (method == "enumerate" && !zoo)
+    return UsageError(kName, "'" + o.model + "' is not a model of the zoo: enumeration searches zoo models; --method ilp takes HLO files");
+  if (method == "ilp" || !zoo)
+    return RunAutoShardingCommand(o, db, have_db, csv, have_csv, top, static_cast<double>(time_limit));
   if (have_db) {
     auto store = pipeline::RunDatabase::Open(db);
     if (!store.ok()) {
@@ -312,10 +424,10 @@ int Run(const std::vector<std::string>& in) {
 
 const bool registered = Register(
     {kName,
-     "MODEL --chip CHIP --devices N [--topology 4x8x8] [--cores-per-chip K] [--set K=V ...] [--family F,...] [--mesh X=8,Y=16 ...] [--jobs K] "
+     "MODEL|FILE.hlo --chip CHIP --devices N [--method enumerate|ilp] [--time-limit S] [--topology 4x8x8] [--cores-per-chip K] [--set K=V ...] [--family F,...] [--mesh X=8,Y=16 ...] [--jobs K] "
      "[--db FILE] [--csv FILE] [--top N] [--exact] [--no-prune] [--confirm K] [--quiet] | plan MODEL ... -o PLAN [--append] | "
      "task PLAN [--index K] --db FILE [--exact] | report DB... [--plan PLAN] [--csv FILE] [--top N]",
-     "Search the sharding strategies of a zoo model on a pod: ranked table, Pareto front, runs stored; plan/task/report for sweeps",
+     "Search the sharding strategies of a zoo model (enumeration) or any HLO module (integer program, --method ilp) on a pod: ranked table, Pareto front, runs stored; plan/task/report for sweeps",
      &Run});
 
 }  // namespace

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "core/base/json.h"
+#include "core/ir/hlo_text.h"
 #include "core/ir/verifier.h"
 #include "simulator/memory_model.h"
 
@@ -39,6 +42,10 @@ Settings Candidate::ToSettings() const {
                 {"search.slice", slice},
                 {"search.mesh", mesh},
                 {"search.placement", placement}};
+  if (!hlo_file.empty()) {
+    s.emplace_back("search.hlo_file", hlo_file);
+    s.emplace_back("search.hlo_hash", hlo_hash);
+  }
   for (const auto& [k, v] : settings) s.emplace_back(std::string(kModelPrefix) + k, v);  // ZooOverrides is sorted
   Settings opts = options;
   std::sort(opts.begin(), opts.end());
@@ -70,6 +77,10 @@ Result<Candidate> Candidate::FromSettings(const Settings& settings) {
       c.mesh = v;
     } else if (k == "search.placement") {
       c.placement = v;
+    } else if (k == "search.hlo_file") {
+      c.hlo_file = v;
+    } else if (k == "search.hlo_hash") {
+      c.hlo_hash = v;
     } else if (StartsWith(k, kModelPrefix)) {
       c.settings[k.substr(kModelPrefix.size())] = v;
     } else if (StartsWith(k, kOptionPrefix)) {
@@ -146,6 +157,12 @@ int64_t Candidate::devices() const {
   return m.ok() ? m->num_devices() : 0;
 }
 
+std::string HloTextHash(std::string_view text) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(Fnv1a(text)));
+  return std::string("fnv1a:") + hex;
+}
+
 Result<Pod> PodOf(const Candidate& c) {
   auto mesh = DeviceMesh::Parse(c.mesh);
   if (!mesh.ok()) return Error("candidate mesh '" + c.mesh + "': " + mesh.error().message);
@@ -200,11 +217,25 @@ Status ApplyAnnotationRule(Module& module, std::string_view rule) {
 }
 
 Result<std::unique_ptr<Module>> BuildCandidateModule(const Candidate& c, const ZooOverrides& overrides) {
+  if (!c.hlo_file.empty()) {
+    std::ifstream in(c.hlo_file, std::ios::binary);
+    if (!in) return Error("cannot read the candidate's HLO file '" + c.hlo_file + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string hash = HloTextHash(text.str());
+    if (!c.hlo_hash.empty() && hash != c.hlo_hash)
+      return Error("the HLO file '" + c.hlo_file + "' changed since the run was stored (hash " + hash + ", stored " + c.hlo_hash + ")");
+    auto m = ParseHloModule(text.str(), c.hlo_file);
+    if (!m.ok()) return m.error();
+    (*m)->num_partitions = c.devices();
+    return m;
+  }
   ZooOverrides o = c.settings;
   for (const auto& [k, v] : overrides) o[k] = v;
   auto m = ZooBuild(c.model, o);
   if (!m.ok()) return m.error();
   if (Status s = ApplyAnnotationRule(**m, c.annotate); !s.ok()) return s.error();
+  if (c.family == "auto-sharding") (*m)->num_partitions = c.devices();
   return m;
 }
 

@@ -46,6 +46,11 @@ struct Candidate {
   std::string slice;     // "32x32"
   std::string mesh;      // "X=32,Y=64": the mesh the model's annotations refer to
   std::string placement; // minor-first placement order ("Y,X")
+  // A module read from a file instead of a zoo model (method 2, auto_sharding.h): the file's path
+  // and the FNV-1a hash of its text (HloTextHash); `model` then names the module. Re-opening reads
+  // the file again and refuses it when its text changed.
+  std::string hlo_file;
+  std::string hlo_hash;
   // Not part of the identity: what the family knows analytically.
   double bubble_fraction = 0;  // pipeline bubble share of the step (GPipe: (L-1)/(N+L-1))
 
@@ -67,6 +72,9 @@ struct Candidate {
   int64_t devices() const;
 };
 
+// "fnv1a:" + 16 hex digits of the text: what Candidate::hlo_hash holds.
+std::string HloTextHash(std::string_view text);
+
 // The pod of a candidate (its chip, cores and slice; the device count of its mesh).
 Result<Pod> PodOf(const Candidate& candidate);
 // The candidate's mesh placed on its pod.
@@ -81,7 +89,9 @@ const std::vector<std::string>& AnnotationRules();
 Status ApplyAnnotationRule(Module& module, std::string_view rule);
 
 // Builds the candidate's model (the zoo model with its settings; `overrides` on top, e.g. a reduced
-// depth) and applies its annotation rule: the annotated module before propagation.
+// depth) and applies its annotation rule: the annotated module before propagation. A candidate of
+// an HLO file (hlo_file) reads and parses the file (an error when it is gone or its text no longer
+// has hlo_hash). An auto-sharding candidate's module is set to the candidate's device count.
 Result<std::unique_ptr<Module>> BuildCandidateModule(const Candidate& candidate, const ZooOverrides& overrides = {});
 
 // The user annotations of a module as (instruction name, sharding text), in instruction order of

@@ -193,6 +193,28 @@ Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const Eva
   return p;
 }
 
+Result<PreparedCandidate> PrepareGivenModule(const Candidate& candidate, const Pod& pod, const MeshChoice& mesh,
+                                             std::unique_ptr<Module> module) {
+  if (!module) return Error("no module");
+  PreparedCandidate p;
+  p.candidate = candidate;
+  p.pod = pod;
+  p.mesh = mesh;
+  p.hbm_bytes = pod.chip.device_hbm_bytes();
+  const int64_t n = pod.devices;
+  if (module->num_partitions != n)
+    return Error("the module is set for " + std::to_string(module->num_partitions) + " devices, the pod has " + std::to_string(n));
+  if (auto over = OverSplit(*module)) return Error(*over);
+  p.full_depth = 1;
+  p.depths = {1};
+  p.bounds.memory_bytes = EntryParameterBytes(*module, n);
+  p.bounds.flops = CountModuleFlops(*module);
+  const double rate = pod.chip.device_peak_flops() * pod.chip.flops_efficiency * static_cast<double>(n);
+  p.bounds.step_time_s = rate > 0 ? p.bounds.flops / rate : 0;
+  p.modules.push_back(std::move(module));
+  return p;
+}
+
 Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& options, const CancellationToken& cancel) {
   const auto t0 = std::chrono::steady_clock::now();
   Evaluation ev;

@@ -100,6 +100,11 @@ struct PreparedCandidate {
 // Error: the candidate is invalid (it does not build, its mesh does not place, it over-splits).
 Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const EvaluationOptions& options);
 
+// A candidate whose annotated module is given (method 2's solution, auto_sharding.h) on a placed
+// mesh: evaluated exactly (no extrapolation), with the same bounds as PrepareCandidate's.
+Result<PreparedCandidate> PrepareGivenModule(const Candidate& candidate, const Pod& pod, const MeshChoice& mesh,
+                                             std::unique_ptr<Module> module);
+
 struct Evaluation {
   CandidateResult result;
   std::optional<RunResult> run;  // what to store (key, settings, annotations); none unless simulated
