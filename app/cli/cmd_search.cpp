@@ -94,8 +94,9 @@ bool IsZooModel(const std::string& name) {
 
 // search FILE.hlo | search MODEL --method ilp: method 2, the integer program (auto_sharding.h).
 int RunAutoShardingCommand(const search::SearchOptions& o, const std::string& db, bool have_db, const std::string& csv,
-                           bool have_csv, int64_t top, double time_limit_s) {
+                           bool have_csv, int64_t top, double time_limit_s, int64_t max_variables) {
   search::AutoShardingOptions ao;
+  if (max_variables > 0) ao.max_variables = max_variables;
   ao.meshes = o.meshes;
   ao.time_limit_s = time_limit_s;
   ao.evaluation = o.evaluation;
@@ -196,13 +197,16 @@ int RunSearchCommand(std::vector<std::string> args) {
   int64_t time_limit = 120;
   if (TakeOption(args, "time-limit", &limit_text) && !ParseInt(limit_text, 1, &time_limit))
     return UsageError(kName, "--time-limit takes a positive number of seconds");
+  int64_t max_variables = 0;
+  if (TakeOption(args, "max-variables", &limit_text) && !ParseInt(limit_text, 1, &max_variables))
+    return UsageError(kName, "--max-variables takes a positive integer");
   if (int rc = CheckRest(args, 1, "one MODEL of the zoo or an HLO file")) return rc;
   o.model = args[0];
   const bool zoo = IsZooModel(o.model);
   if (method == "enumerate" && !zoo)
     return UsageError(kName, "'" + o.model + "' is not a model of the zoo: enumeration searches zoo models; --method ilp takes HLO files");
   if (method == "ilp" || !zoo)
-    return RunAutoShardingCommand(o, db, have_db, csv, have_csv, top, static_cast<double>(time_limit));
+    return RunAutoShardingCommand(o, db, have_db, csv, have_csv, top, static_cast<double>(time_limit), max_variables);
   if (have_db) {
     auto store = pipeline::RunDatabase::Open(db);
     if (!store.ok()) {
@@ -424,7 +428,7 @@ int Run(const std::vector<std::string>& in) {
 
 const bool registered = Register(
     {kName,
-     "MODEL|FILE.hlo --chip CHIP --devices N [--method enumerate|ilp] [--time-limit S] [--topology 4x8x8] [--cores-per-chip K] [--set K=V ...] [--family F,...] [--mesh X=8,Y=16 ...] [--jobs K] "
+     "MODEL|FILE.hlo --chip CHIP --devices N [--method enumerate|ilp] [--time-limit S] [--max-variables N] [--topology 4x8x8] [--cores-per-chip K] [--set K=V ...] [--family F,...] [--mesh X=8,Y=16 ...] [--jobs K] "
      "[--db FILE] [--csv FILE] [--top N] [--exact] [--no-prune] [--confirm K] [--quiet] | plan MODEL ... -o PLAN [--append] | "
      "task PLAN [--index K] --db FILE [--exact] | report DB... [--plan PLAN] [--csv FILE] [--top N]",
      "Search the sharding strategies of a zoo model (enumeration) or any HLO module (integer program, --method ilp) on a pod: ranked table, Pareto front, runs stored; plan/task/report for sweeps",

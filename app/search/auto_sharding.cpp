@@ -589,16 +589,63 @@ Result<AutoShardingPlan> SolveAutoSharding(const Module& module, const Pod& pod,
   }
 
   // ---- the integer program over what is left -----------------------------------------------------
-  MilpProblem p;
-  std::vector<int> first_column(groups.size(), -1);
+  // Each edge's matrix is compressed first: choices of one side whose rows (columns) are equal
+  // interact identically with every choice of the other side (a dot's strategies that need the
+  // same sharding of this operand), so they share one class; the edge's variables are per pair of
+  // classes, tied to the sums of their choices' binaries. Exact, and several times smaller.
+  struct Compressed {
+    int a = -1, c = -1;
+    std::vector<int> row_class, col_class;  // per choice of a / of c
+    int rows = 0, cols = 0;
+    Matrix m;  // rows x cols
+  };
+  auto classes = [](int n, auto&& same) {
+    std::vector<int> cls(static_cast<size_t>(n), -1);
+    std::vector<int> reps;
+    for (int i = 0; i < n; ++i) {
+      for (size_t r = 0; r < reps.size() && cls[static_cast<size_t>(i)] < 0; ++r)
+        if (same(reps[r], i)) cls[static_cast<size_t>(i)] = static_cast<int>(r);
+      if (cls[static_cast<size_t>(i)] < 0) {
+        cls[static_cast<size_t>(i)] = static_cast<int>(reps.size());
+        reps.push_back(i);
+      }
+    }
+    return std::make_pair(cls, reps);
+  };
+  std::vector<Compressed> compressed;
   int64_t planned = 0;
   for (size_t g = 0; g < groups.size(); ++g)
     if (alive[g]) planned += K(static_cast<int>(g));
-  for (const auto& [ab, m] : es.edges) planned += static_cast<int64_t>(m.size());
+  for (const auto& [ab, m] : es.edges) {
+    Compressed e;
+    e.a = ab.first;
+    e.c = ab.second;
+    const int Ka = K(e.a), Kc = K(e.c);
+    auto [rc, rrep] = classes(Ka, [&](int i, int k) {
+      for (int j = 0; j < Kc; ++j)
+        if (m[static_cast<size_t>(i * Kc + j)] != m[static_cast<size_t>(k * Kc + j)]) return false;
+      return true;
+    });
+    auto [cc, crep] = classes(Kc, [&](int j, int l) {
+      for (int i = 0; i < Ka; ++i)
+        if (m[static_cast<size_t>(i * Kc + j)] != m[static_cast<size_t>(i * Kc + l)]) return false;
+      return true;
+    });
+    e.row_class = std::move(rc);
+    e.col_class = std::move(cc);
+    e.rows = static_cast<int>(rrep.size());
+    e.cols = static_cast<int>(crep.size());
+    for (int r : rrep)
+      for (int c2 : crep) e.m.push_back(m[static_cast<size_t>(r * Kc + c2)]);
+    planned += static_cast<int64_t>(e.m.size());
+    compressed.push_back(std::move(e));
+  }
   if (planned > options.max_variables)
     return Error("the integer program on " + mesh.mesh.ToString() + " would have " + std::to_string(planned) +
                  " variables, over the limit of " + std::to_string(options.max_variables) + " (" + std::to_string(plan.groups) +
                  " instruction groups)");
+  MilpProblem p;
+  std::vector<int> first_column(groups.size(), -1);
   for (size_t g = 0; g < groups.size(); ++g) {
     if (!alive[g]) continue;
     std::vector<std::pair<int, double>> one;
@@ -609,19 +656,21 @@ Result<AutoShardingPlan> SolveAutoSharding(const Module& module, const Pod& pod,
     }
     p.AddRow(one, MilpProblem::Sense::kEqual, 1);
   }
-  for (const auto& [ab, m] : es.edges) {
-    const auto [a, c] = ab;
-    const int Ka = K(a), Kc = K(c);
-    std::vector<int> col(m.size());
-    for (size_t i = 0; i < m.size(); ++i) col[i] = p.AddContinuous(0, 1, m[i]);
-    for (int i = 0; i < Ka; ++i) {
-      std::vector<std::pair<int, double>> row = {{first_column[static_cast<size_t>(a)] + i, -1.0}};
-      for (int j = 0; j < Kc; ++j) row.emplace_back(col[static_cast<size_t>(i * Kc + j)], 1.0);
+  for (const Compressed& e : compressed) {
+    std::vector<int> col(e.m.size());
+    for (size_t i = 0; i < e.m.size(); ++i) col[i] = p.AddContinuous(0, 1, e.m[i]);
+    for (int r = 0; r < e.rows; ++r) {
+      std::vector<std::pair<int, double>> row;
+      for (int i = 0; i < K(e.a); ++i)
+        if (e.row_class[static_cast<size_t>(i)] == r) row.emplace_back(first_column[static_cast<size_t>(e.a)] + i, -1.0);
+      for (int j = 0; j < e.cols; ++j) row.emplace_back(col[static_cast<size_t>(r * e.cols + j)], 1.0);
       p.AddRow(row, MilpProblem::Sense::kEqual, 0);
     }
-    for (int j = 0; j < Kc; ++j) {
-      std::vector<std::pair<int, double>> row = {{first_column[static_cast<size_t>(c)] + j, -1.0}};
-      for (int i = 0; i < Ka; ++i) row.emplace_back(col[static_cast<size_t>(i * Kc + j)], 1.0);
+    for (int j = 0; j < e.cols; ++j) {
+      std::vector<std::pair<int, double>> row;
+      for (int l = 0; l < K(e.c); ++l)
+        if (e.col_class[static_cast<size_t>(l)] == j) row.emplace_back(first_column[static_cast<size_t>(e.c)] + l, -1.0);
+      for (int r = 0; r < e.rows; ++r) row.emplace_back(col[static_cast<size_t>(r * e.cols + j)], 1.0);
       p.AddRow(row, MilpProblem::Sense::kEqual, 0);
     }
   }
