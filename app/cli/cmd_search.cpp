@@ -94,9 +94,10 @@ bool IsZooModel(const std::string& name) {
 
 // search FILE.hlo | search MODEL --method ilp: method 2, the integer program (auto_sharding.h).
 int RunAutoShardingCommand(const search::SearchOptions& o, const std::string& db, bool have_db, const std::string& csv,
-                           bool have_csv, int64_t top, double time_limit_s, int64_t max_variables) {
+                           bool have_csv, int64_t top, double time_limit_s, int64_t max_variables, bool annotate_all) {
   search::AutoShardingOptions ao;
   if (max_variables > 0) ao.max_variables = max_variables;
+  ao.annotate_all = annotate_all;
   ao.meshes = o.meshes;
   ao.time_limit_s = time_limit_s;
   ao.evaluation = o.evaluation;
@@ -197,6 +198,7 @@ int RunSearchCommand(std::vector<std::string> args) {
   int64_t time_limit = 120;
   if (TakeOption(args, "time-limit", &limit_text) && !ParseInt(limit_text, 1, &time_limit))
     return UsageError(kName, "--time-limit takes a positive number of seconds");
+  const bool annotate_all = TakeFlag(args, "annotate-all");
   int64_t max_variables = 0;
   if (TakeOption(args, "max-variables", &limit_text) && !ParseInt(limit_text, 1, &max_variables))
     return UsageError(kName, "--max-variables takes a positive integer");
@@ -206,7 +208,7 @@ int RunSearchCommand(std::vector<std::string> args) {
   if (method == "enumerate" && !zoo)
     return UsageError(kName, "'" + o.model + "' is not a model of the zoo: enumeration searches zoo models; --method ilp takes HLO files");
   if (method == "ilp" || !zoo)
-    return RunAutoShardingCommand(o, db, have_db, csv, have_csv, top, static_cast<double>(time_limit), max_variables);
+    return RunAutoShardingCommand(o, db, have_db, csv, have_csv, top, static_cast<double>(time_limit), max_variables, annotate_all);
   if (have_db) {
     auto store = pipeline::RunDatabase::Open(db);
     if (!store.ok()) {
@@ -428,7 +430,7 @@ int Run(const std::vector<std::string>& in) {
 
 const bool registered = Register(
     {kName,
-     "MODEL|FILE.hlo --chip CHIP --devices N [--method enumerate|ilp] [--time-limit S] [--max-variables N] [--topology 4x8x8] [--cores-per-chip K] [--set K=V ...] [--family F,...] [--mesh X=8,Y=16 ...] [--jobs K] "
+     "MODEL|FILE.hlo --chip CHIP --devices N [--method enumerate|ilp] [--time-limit S] [--max-variables N] [--annotate-all] [--topology 4x8x8] [--cores-per-chip K] [--set K=V ...] [--family F,...] [--mesh X=8,Y=16 ...] [--jobs K] "
      "[--db FILE] [--csv FILE] [--top N] [--exact] [--no-prune] [--confirm K] [--quiet] | plan MODEL ... -o PLAN [--append] | "
      "task PLAN [--index K] --db FILE [--exact] | report DB... [--plan PLAN] [--csv FILE] [--top N]",
      "Search the sharding strategies of a zoo model (enumeration) or any HLO module (integer program, --method ilp) on a pod: ranked table, Pareto front, runs stored; plan/task/report for sweeps",

@@ -741,7 +741,7 @@ Result<AutoShardingPlan> SolveAutoSharding(const Module& module, const Pod& pod,
   // ---- the annotations ------------------------------------------------------------------------
   for (const Node& n : nodes) {
     const bool param = n.inst->opcode() == Opcode::kParameter;
-    if (!param && !(options.annotate_dots && n.inst->opcode() == Opcode::kDot)) continue;
+    if (!param && !options.annotate_all && !(options.annotate_dots && n.inst->opcode() == Opcode::kDot)) continue;
     const Mapping& out = n.strategies[static_cast<size_t>(choice[static_cast<size_t>(n.group)])].out;
     std::vector<int64_t> dims_mapping(out.begin(), out.end());
     auto s = MeshSplit(n.inst->shape().rank(), mesh.mesh, dims_mapping);

@@ -55,9 +55,11 @@ struct AutoShardingOptions {
   double time_limit_s = 120;    // the solver's, per mesh; then the best solution found
   double hbm_bytes = 0;         // the memory constraint's capacity; 0: the chip's HBM per device
   bool annotate_dots = true;    // besides the parameters, the dots' results
+  bool annotate_all = false;    // every array instruction of the entry computation (the whole plan)
   // Entry instructions the module already annotates keep their sharding when it is one of their
-  // strategies (a split of whole dimensions over the mesh's axes): the program chooses the rest.
-  // Off: every annotation of the entry computation is dropped and chosen afresh.
+  // strategies (a split of whole dimensions over the mesh's axes) and they have variables of their
+  // own (parameters, dots, ...; not an elementwise op that follows its operand): the program
+  // chooses the rest. Off: every annotation of the entry computation is dropped and chosen afresh.
   bool keep_annotations = false;
   // What identifies the candidates (Candidate): a zoo model with its settings, or an HLO file
   // (Candidate::hlo_file, hlo_hash). AutoShard fills family, strategy, chip, slice, mesh.
@@ -109,7 +111,8 @@ struct AutoShardingResult {
 };
 
 // Method 2's entry point (the CLI's `search FILE.hlo`, the GUI's worker thread): solves the program
-// on every mesh of the options, evaluates every solution through the same pipeline as method 1's
+// on every mesh of the options (`cancel` is checked between meshes and stages; a solve itself runs
+// until it is done or reaches time_limit_s), evaluates every solution through the same pipeline as method 1's
 // candidates, stores each as a run (options.store) and ranks them. Error when no mesh has a
 // solution (each mesh's reason in the message: "infeasible: the parameters need at least ...").
 Result<AutoShardingResult> AutoShard(const Module& module, const Pod& pod, const AutoShardingOptions& options,
