@@ -244,6 +244,27 @@ ENTRY %main (a: f32[3,5], b: f32[5,7]) -> f32[3,7] {
     QVERIFY(!AutoShard(*Mlp(64, 512, 2048), pod, wrong).ok());
   }
 
+  // A module without parameters: every group is eliminated before the program is built, and the
+  // empty program's solution is the eliminations' own.
+  void moduleWithoutParameters() {
+    const Pod pod = MakePodOrDie("tpu-v4", 8);
+    auto m = ParseHloModule(R"(HloModule consts, num_partitions=8
+ENTRY %main () -> f32[8,16] {
+  %i = f32[8,16] iota(), iota_dimension=0
+  ROOT %e = f32[8,16] exponential(%i)
+}
+)");
+    QVERIFY(m.ok());
+    auto plan = SolveAutoSharding(**m, pod, Mesh1D(pod), OneMesh());
+    QVERIFY2(plan.ok(), plan.ok() ? "" : plan.error().message.c_str());
+    QVERIFY(plan->solved);
+    QCOMPARE(plan->variables, int64_t{0});
+    QVERIFY(plan->parameters.empty());
+    auto r = AutoShard(**m, pod, OneMesh());
+    QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
+    QVERIFY(r->ranked[0].simulated());
+  }
+
   // The CLI: `search FILE.hlo` runs method 2, prints the program and the ranked table, stores the
   // run; `runs open` gives back the file's module with the chosen annotations; bad input exits != 0.
   void cliSearchStoresAndReopens() {

@@ -698,7 +698,10 @@ Result<AutoShardingPlan> SolveAutoSharding(const Module& module, const Pod& pod,
   }
   MilpOptions mo;
   mo.time_limit_s = options.time_limit_s;
-  auto sol = SolveMilp(p, mo);
+  // Every group eliminated exactly (no parameter has variables, e.g. a module of constants): the
+  // program is empty and its solution is the eliminations' own.
+  Result<MilpSolution> sol = MilpSolution{MilpSolution::Status::kOptimal, 0, 0, {}, 0};
+  if (p.num_columns() > 0) sol = SolveMilp(p, mo);
   if (!sol.ok()) return sol.error();
   plan.solve_s = sol->seconds;
   plan.status = MilpStatusName(sol->status);
