@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -410,6 +411,16 @@ Result<AutoShardingPlan> SolveAutoSharding(const Module& module, const Pod& pod,
   copy->num_partitions = pod.devices;
   Computation& entry = *copy->entry();
   for (const auto& inst : entry.instructions()) inst->clear_sharding();
+  // Called computations keep their annotations, except those written for another device count
+  // (the partitioner would refuse them): propagation chooses there instead.
+  std::function<bool(const HloSharding&)> other_devices = [&](const HloSharding& s) {
+    if (s.IsTuple()) return std::any_of(s.tuple_elements().begin(), s.tuple_elements().end(), other_devices);
+    return s.IsTiled() && s.NumDevices() != pod.devices;
+  };
+  for (const auto& comp : copy->computations())
+    if (comp.get() != &entry)
+      for (const auto& inst : comp->instructions())
+        if (inst->has_sharding() && other_devices(*inst->sharding())) inst->clear_sharding();
 
   // ---- nodes, their strategies, groups --------------------------------------------------------
   Builder b(pod, mesh, *topology);
