@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <queue>
@@ -22,7 +23,13 @@
 namespace shardscope::sim {
 
 std::string_view ScheduleKindName(ScheduleKind k) {
-  return k == ScheduleKind::kCollectivesEarly ? "collectives-early" : "program-order";
+  switch (k) {
+    case ScheduleKind::kCollectivesEarly: return "collectives-early";
+    case ScheduleKind::kMemoryList: return "memory-list";
+    case ScheduleKind::kMemoryLimit: return "memory-limit";
+    case ScheduleKind::kProgramOrder: break;
+  }
+  return "program-order";
 }
 
 Result<ScheduleKind> ScheduleKindFromName(std::string_view name) {
@@ -30,7 +37,10 @@ Result<ScheduleKind> ScheduleKindFromName(std::string_view name) {
   for (char c : name) n += (c == '_' || c == ' ') ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (n == "program-order" || n == "program" || n == "in-order") return ScheduleKind::kProgramOrder;
   if (n == "collectives-early" || n == "list" || n == "early" || n == "list-scheduler") return ScheduleKind::kCollectivesEarly;
-  return Error("unknown schedule '" + std::string(name) + "' (use program-order or collectives-early)");
+  if (n == "memory-list" || n == "list-memory") return ScheduleKind::kMemoryList;
+  if (n == "memory-limit" || n == "memory" || n == "default") return ScheduleKind::kMemoryLimit;
+  return Error("unknown schedule '" + std::string(name) +
+               "' (use memory-limit, program-order, memory-list or collectives-early)");
 }
 
 namespace {
@@ -707,6 +717,139 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
   return plan;
 }
 
+// ---- the memory-aware order of a plan's steps --------------------------------------------------------
+
+// A memory-aware list schedule of a computation's steps (as XLA's list memory scheduler): among the
+// steps whose operands are all computed, the next is the one that frees the most bytes net of what
+// it defines (ties: program order). A step frees a value when it is that value's last reader.
+// Values are followed through aliases (tuple, get-tuple-element, bitcast, reshape, ...; a while
+// loop's state is updated in place, so a while is an alias of its init here; an inlined broadcast
+// reads its operand): an alias defines nothing and its readers read its sources. Parameters,
+// constants and aliases go first whenever they are ready (they cost nothing). The root's values
+// are never freed. Steps are ordered after fusion, so the fused groups (and the compute they
+// cost) are those of program order; only their order changes.
+std::vector<Step> MemoryOrderSteps(const CompPlan& plan, const Computation& comp) {
+  const int n = static_cast<int>(plan.steps.size());
+  std::unordered_map<const Instruction*, int> step_of;
+  std::vector<std::vector<const Instruction*>> members(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    const Step& st = plan.steps[static_cast<size_t>(k)];
+    if (st.kind == Step::Kind::kGroup) {
+      members[static_cast<size_t>(k)] = plan.groups[static_cast<size_t>(st.group)].members;
+    } else {
+      members[static_cast<size_t>(k)] = {st.inst};
+    }
+    for (const Instruction* m : members[static_cast<size_t>(k)]) step_of[m] = k;
+  }
+  enum class Kind : uint8_t { kFree, kAlias, kOwn };
+  std::vector<Kind> kind(static_cast<size_t>(n), Kind::kOwn);
+  std::vector<int64_t> bytes(static_cast<size_t>(n), 0);
+  for (int k = 0; k < n; ++k) {
+    const Step& st = plan.steps[static_cast<size_t>(k)];
+    if (st.kind == Step::Kind::kGroup) {
+      for (const Instruction* m : members[static_cast<size_t>(k)])
+        if (plan.group_outputs.count(m)) bytes[static_cast<size_t>(k)] += m->shape().ByteSize();
+      continue;
+    }
+    const Role r = plan.role.at(st.inst);
+    if (r == Role::kAlias || r == Role::kInline || r == Role::kWhile) {
+      kind[static_cast<size_t>(k)] = Kind::kAlias;
+    } else {
+      if (r == Role::kParameter || r == Role::kConstant) kind[static_cast<size_t>(k)] = Kind::kFree;
+      bytes[static_cast<size_t>(k)] = st.inst->shape().ByteSize();
+    }
+  }
+  // preds and the sources each step's value is (steps are in a valid order: operands come first).
+  std::vector<std::vector<int>> preds(static_cast<size_t>(n)), sources(static_cast<size_t>(n)),
+      reads(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    std::set<int> p, src;
+    for (const Instruction* m : members[static_cast<size_t>(k)]) {
+      // Aliases and inlined ops (broadcast, iota) are values, not work: the expansion takes them
+      // when a consumer reads them, so a step waits for what they read, never for their own step
+      // (which may come after a group that reads through them).
+      std::function<void(const Instruction*, int)> add = [&](const Instruction* o, int depth) {
+        auto r = plan.role.find(o);
+        if (r != plan.role.end() && (r->second == Role::kInline || r->second == Role::kAlias) && depth < 64) {
+          for (const Instruction* x : o->operands()) add(x, depth + 1);
+          return;
+        }
+        auto it = step_of.find(o);
+        if (it == step_of.end() || it->second == k) return;
+        p.insert(it->second);
+        for (int x : sources[static_cast<size_t>(it->second)]) src.insert(x);
+      };
+      for (const Instruction* o : m->operands()) add(o, 0);
+      for (const Instruction* o : m->control_predecessors) add(o, 0);
+    }
+    preds[static_cast<size_t>(k)].assign(p.begin(), p.end());
+    if (kind[static_cast<size_t>(k)] == Kind::kAlias) {
+      sources[static_cast<size_t>(k)].assign(src.begin(), src.end());
+    } else {
+      sources[static_cast<size_t>(k)] = {k};
+      reads[static_cast<size_t>(k)].assign(src.begin(), src.end());
+    }
+  }
+  std::vector<int> readers(static_cast<size_t>(n), 0);
+  for (int k = 0; k < n; ++k)
+    for (int x : reads[static_cast<size_t>(k)]) ++readers[static_cast<size_t>(x)];
+  if (comp.root()) {
+    auto it = step_of.find(comp.root());
+    if (it != step_of.end())
+      for (int x : sources[static_cast<size_t>(it->second)]) ++readers[static_cast<size_t>(x)];
+  }
+  std::vector<int> indeg(static_cast<size_t>(n), 0);
+  std::vector<std::vector<int>> succ(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    for (int q : preds[static_cast<size_t>(k)]) succ[static_cast<size_t>(q)].push_back(k);
+    indeg[static_cast<size_t>(k)] = static_cast<int>(preds[static_cast<size_t>(k)].size());
+  }
+  auto net_freed = [&](int k) {
+    int64_t freed = 0;
+    for (int x : reads[static_cast<size_t>(k)])
+      if (readers[static_cast<size_t>(x)] == 1) freed += bytes[static_cast<size_t>(x)];
+    return freed - bytes[static_cast<size_t>(k)];
+  };
+  // Free steps wait in a queue of their own; the others are scanned each time (their net gain
+  // changes as other readers of what they read are scheduled).
+  std::priority_queue<int, std::vector<int>, std::greater<>> free_ready;
+  std::vector<int> ready;
+  auto make_ready = [&](int k) {
+    if (kind[static_cast<size_t>(k)] == Kind::kOwn) ready.push_back(k);
+    else free_ready.push(k);
+  };
+  for (int k = 0; k < n; ++k)
+    if (indeg[static_cast<size_t>(k)] == 0) make_ready(k);
+  std::vector<Step> out;
+  out.reserve(static_cast<size_t>(n));
+  while (!free_ready.empty() || !ready.empty()) {
+    int k = -1;
+    if (!free_ready.empty()) {
+      k = free_ready.top();
+      free_ready.pop();
+    } else {
+      size_t best = 0;
+      int64_t best_gain = net_freed(ready[0]);
+      for (size_t j = 1; j < ready.size(); ++j) {
+        const int64_t g = net_freed(ready[j]);
+        if (g > best_gain || (g == best_gain && ready[j] < ready[best])) {
+          best = j;
+          best_gain = g;
+        }
+      }
+      k = ready[best];
+      ready[best] = ready.back();
+      ready.pop_back();
+    }
+    out.push_back(plan.steps[static_cast<size_t>(k)]);
+    for (int x : reads[static_cast<size_t>(k)]) --readers[static_cast<size_t>(x)];
+    for (int x : succ[static_cast<size_t>(k)])
+      if (--indeg[static_cast<size_t>(x)] == 0) make_ready(x);
+  }
+  if (static_cast<int>(out.size()) != n) return plan.steps;  // a cycle would be a malformed plan: keep it
+  return out;
+}
+
 // ---- expansion ------------------------------------------------------------------------------------------
 
 using Value = std::vector<int32_t>;  // leaf buffer ids (-1: a leaf without memory, e.g. a token)
@@ -791,7 +934,9 @@ class Expander {
   const CompPlan& PlanOf(const Computation& c) {
     auto it = plans_.find(&c);
     if (it != plans_.end()) return it->second;
-    return plans_.emplace(&c, MakePlan(c, opt_)).first->second;
+    CompPlan plan = MakePlan(c, opt_);
+    if (opt_.schedule == ScheduleKind::kMemoryList) plan.steps = MemoryOrderSteps(plan, c);
+    return plans_.emplace(&c, std::move(plan)).first->second;
   }
 
   Status CheckBudget() {
@@ -1410,10 +1555,41 @@ bool IsRematerialization(const Instruction& i) {
   return false;
 }
 
+int64_t SequentialPeakBytes(const ExecProgram& program) {
+  const size_t n = program.ops.size();
+  std::vector<double> start(n), end(n);
+  for (size_t k = 0; k < n; ++k) {
+    start[k] = static_cast<double>(k);
+    end[k] = static_cast<double>(k + 1);
+  }
+  auto profile = ComputeMemoryProfile(program, start, end, static_cast<double>(n));
+  return profile.ok() ? profile->peak_bytes : std::numeric_limits<int64_t>::max();
+}
+
 Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options) {
   if (options.default_trip_count < 0) return Error("default_trip_count must be >= 0");
   if (options.max_exec_ops < 1) return Error("max_exec_ops must be >= 1");
+  if (options.schedule == ScheduleKind::kMemoryLimit) {
+    // As XLA's scheduler under a memory limit: the program order as long as it fits the device's
+    // HBM (ops run one after another); when it does not, the memory list schedule if that peaks
+    // lower.
+    ExecProgramOptions each = options;
+    each.schedule = ScheduleKind::kProgramOrder;
+    auto in_order = BuildExecProgram(module, chip, each);
+    if (!in_order.ok()) return in_order;
+    in_order->sequential_peak_bytes[0] = SequentialPeakBytes(*in_order);
+    const double limit = chip.device_hbm_bytes();
+    if (limit <= 0 || static_cast<double>(in_order->sequential_peak_bytes[0]) <= limit) return in_order;
+    each.schedule = ScheduleKind::kMemoryList;
+    auto listed = BuildExecProgram(module, chip, each);
+    if (!listed.ok()) return listed;
+    const int64_t peak_listed = SequentialPeakBytes(*listed);
+    ExecProgram chosen = peak_listed < in_order->sequential_peak_bytes[0] ? std::move(*listed) : std::move(*in_order);
+    chosen.sequential_peak_bytes = {in_order->sequential_peak_bytes[0], peak_listed};
+    return chosen;
+  }
   ExecProgram program;
+  program.schedule = options.schedule;
   Expander ex(module, chip, options);
   if (Status s = ex.Run(&program); !s.ok()) return s.error();
   return program;

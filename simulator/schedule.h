@@ -45,6 +45,7 @@
 // operands ready sooner so collectives overlap more compute (and buffers may live longer).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -62,12 +63,14 @@ namespace shardscope::sim {
 enum class ScheduleKind : uint8_t {
   kProgramOrder,      // instructions in the order written
   kCollectivesEarly,  // list schedule: collectives (and what feeds them) as early as possible
+  kMemoryList,        // list schedule: the ready instruction that frees the most bytes net first
+  kMemoryLimit,       // program order while it fits HBM, else the memory list schedule if it peaks lower (default)
 };
-std::string_view ScheduleKindName(ScheduleKind k);  // "program-order" | "collectives-early"
+std::string_view ScheduleKindName(ScheduleKind k);  // "program-order" | "collectives-early" | "memory-list" | "memory-limit"
 Result<ScheduleKind> ScheduleKindFromName(std::string_view name);
 
 struct ExecProgramOptions {
-  ScheduleKind schedule = ScheduleKind::kProgramOrder;
+  ScheduleKind schedule = ScheduleKind::kMemoryLimit;
   bool fuse_elementwise = true;
   // Trip count for while loops whose count cannot be found (a warning names the loop).
   int64_t default_trip_count = 1;
@@ -152,6 +155,10 @@ struct ExecProgram {
   std::vector<std::string> warnings;
   int64_t instructions = 0;  // instructions of the module considered
   double flops = 0;          // per device, one step
+  // The order the ops were built in: the options' schedule, or for kMemoryLimit the one chosen
+  // (kProgramOrder or kMemoryList), with the candidates' peaks when ops run one after another.
+  ScheduleKind schedule = ScheduleKind::kProgramOrder;
+  std::array<int64_t, 2> sequential_peak_bytes{};  // kMemoryLimit: {program order, memory list (0: not tried)}
 };
 
 // Builds the program one device runs. `chip` prices compute ops (roofline).

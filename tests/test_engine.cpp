@@ -282,6 +282,66 @@ ENTRY %main (p: bf16[512,8192], a: bf16[4096,4096], b: bf16[4096,4096], z: bf16[
     QCOMPARE(early.run.summary.exposed_communication_s, 0.0);
   }
 
+  // The memory list schedule (issue 12): four products of p, each reduced to a row. Written as
+  // the partitioner emits a post-order, the program makes every product before the first reduce
+  // (p + four 256 KiB products live); the list schedule reduces each product as soon as it is made
+  // (p, the scaled copy a dot reads, its product, and the rows). Only the order changes: the same fused steps, the same step time
+  // one after another. memory-limit keeps program order while it fits the device's HBM and takes
+  // the list schedule when it does not.
+  void MemoryListScheduleFreesEarly() {
+    std::string text = "HloModule order, num_partitions=1\nENTRY %main (p: f32[256,256]) -> (f32[256], f32[256], f32[256], f32[256]) {\n"
+                       "  %p = f32[256,256] parameter(0)\n  %zero = f32[] constant(0)\n";
+    for (int i = 0; i < 4; ++i) {
+      const std::string k = std::to_string(i);
+      text += "  %c" + k + " = f32[] constant(" + std::to_string(i + 1) + ")\n";
+      text += "  %b" + k + " = f32[256,256] broadcast(%c" + k + "), dimensions={}\n";
+      text += "  %s" + k + " = f32[256,256] multiply(%p, %b" + k + ")\n";
+      text += "  %d" + k + " = f32[256,256] dot(%s" + k + ", %p), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n";
+    }
+    for (int i = 0; i < 4; ++i) {
+      const std::string k = std::to_string(i);
+      text += "  %r" + k + " = f32[256] reduce(%d" + k + ", %zero), dimensions={1}, to_apply=%add\n";
+    }
+    text += "  ROOT %t = (f32[256], f32[256], f32[256], f32[256]) tuple(%r0, %r1, %r2, %r3)\n}\n";
+    text = "HloModule order, num_partitions=1\n%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
+           "  %b = f32[] parameter(1)\n  ROOT %c = f32[] add(%a, %b)\n}\n" + text.substr(text.find('\n') + 1);
+    auto m = Parse(text);
+    Topology topo = TopologyFor("tpu-v4", "X=1");
+    SimulationOptions o;
+    o.program.donate_parameters = false;
+    o.program.schedule = ScheduleKind::kProgramOrder;
+    const Simulation in_order = Run(*m, topo, o);
+    o.program.schedule = ScheduleKind::kMemoryList;
+    const Simulation listed = Run(*m, topo, o);
+    const int64_t matrix = 256 * 256 * 4, row = 256 * 4;
+    QVERIFY2(in_order.run.summary.peak_memory_bytes >= matrix + 4 * matrix,
+             std::to_string(in_order.run.summary.peak_memory_bytes).c_str());
+    QVERIFY2(listed.run.summary.peak_memory_bytes <= 3 * matrix + 4 * row + 64,
+             std::to_string(listed.run.summary.peak_memory_bytes).c_str());
+    QVERIFY(Near(listed.run.summary.step_time_s, in_order.run.summary.step_time_s));
+    QVERIFY(Near(listed.run.summary.compute_time_s, in_order.run.summary.compute_time_s));
+    // The list schedule reduces d0 before it computes d1.
+    QVERIFY(Event(listed, "r0")->start_s < Event(listed, "d1")->start_s);
+    QVERIFY(Event(in_order, "r0")->start_s > Event(in_order, "d3")->start_s);
+
+    // memory-limit: on the real chip (32 GiB) the program order fits and is kept...
+    o.program.schedule = ScheduleKind::kMemoryLimit;
+    auto program = BuildExecProgram(*m, topo.chip(), o.program);
+    QVERIFY(program.ok());
+    QCOMPARE(program->schedule, ScheduleKind::kProgramOrder);
+    QCOMPARE(program->sequential_peak_bytes[1], int64_t{0});  // the list schedule was not needed
+    // ...on a chip with 1 MiB of HBM it does not, and the list schedule is taken.
+    ChipSpec small = topo.chip();
+    small.hbm_bytes = 1 << 20;
+    auto tight = BuildExecProgram(*m, small, o.program);
+    QVERIFY(tight.ok());
+    QCOMPARE(tight->schedule, ScheduleKind::kMemoryList);
+    QVERIFY(tight->sequential_peak_bytes[1] < tight->sequential_peak_bytes[0]);
+    QCOMPARE(ScheduleKindFromName("memory-list").value(), ScheduleKind::kMemoryList);
+    QCOMPARE(ScheduleKindFromName("memory-limit").value(), ScheduleKind::kMemoryLimit);
+    QCOMPARE(ScheduleKindName(ScheduleKind::kMemoryLimit), std::string_view("memory-limit"));
+  }
+
   // Trip counts: the counter pattern (init 0, +1, LT 5), known_trip_count, and an unknown loop
   // (default with a warning). The body runs trip times, the condition trip+1 times.
   void WhileLoopTripCounts() {

@@ -95,6 +95,32 @@ class SpmdPartitionerTest : public QObject {
     QCOMPARE(r.module->entry()->root()->shape().ToString(false), std::string("f32[4,2]"));
   }
 
+  // An optimization barrier keeps the shardings it carries (XLA partitions it as an elementwise op):
+  // no collective, the barrier holds the shards. (It used to fall back to replication: a remat
+  // barrier in the MoE Transformer all-gathered a layer's input.)
+  void optimizationBarrierKeepsShards() {
+    auto m = ParseHloModule(R"(HloModule barrier, num_partitions=4
+ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
+  %p = f32[8,4] parameter(0), sharding={devices=[4,1]0,1,2,3}
+  %q = f32[8,4] parameter(1), sharding={devices=[1,4]0,1,2,3}
+  %t = (f32[8,4], f32[8,4]) tuple(%p, %q)
+  %b = (f32[8,4], f32[8,4]) opt-barrier(%t)
+  %x = f32[8,4] get-tuple-element(%b), index=0
+  %y = f32[8,4] get-tuple-element(%b), index=1
+  ROOT %s = f32[8,4] add(%x, %y), sharding={devices=[4,1]0,1,2,3}
+}
+)", "barrier.hlo");
+    QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(**m, 4, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    auto barriers = Find(*r_opt->module, Opcode::kOptimizationBarrier);
+    QCOMPARE(barriers.size(), size_t{1});
+    QCOMPARE(barriers[0]->shape().ToString(false), std::string("(f32[2,4], f32[8,1])"));
+    // Only the add's resharding of y (columns to rows) communicates; nothing is all-gathered.
+    QCOMPARE(Find(*r_opt->module, Opcode::kAllGather).size(), size_t{0});
+  }
+
   // Case 2: one multiplicand has a sharded contracting dim: A[I, J_X] . B[J, K] -> C[I, K]:
   // all-gather A along J, then a local matmul.
   void case2AllGatherContracting() {

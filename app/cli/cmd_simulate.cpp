@@ -254,7 +254,7 @@ const bool kRegistered = Register(
     {"simulate",
      "FILE.hlo --chip CHIP --mesh X=4,Y=4 [--db FILE] [--trace OUT.json] [--csv OUT.csv] [--csv-kind timeline|summary|memory] "
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
-     "[--schedule program-order|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
+     "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
      "[--no-in-place] [--no-donation] [--no-tile-padding] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
      "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",

@@ -465,7 +465,13 @@ Result<std::unique_ptr<Module>> BuildMoeTransformer(const MoeTransformerConfig& 
     Layer again = L;
     if (c.remat) {
       auto rs = b.Scope("remat");
-      Instruction* mid = AttentionForward(net, ann, again.attention, layer_inputs[static_cast<size_t>(l)]);
+      // As TensorFlow's recompute_grad (GShard's Lingvo): the recomputation waits for the gradient
+      // arriving at this layer (an optimization barrier over the layer's input and that gradient),
+      // so no schedule can run it before the backward pass gets here.
+      Instruction* tied = b.OptimizationBarrier(b.Tuple({layer_inputs[static_cast<size_t>(l)], dh}), "barrier");
+      Instruction* input = b.GetTupleElement(tied, 0, "input");
+      dh = b.GetTupleElement(tied, 1, "dh");
+      Instruction* mid = AttentionForward(net, ann, again.attention, input);
       if (again.moe) moe.Forward(again.experts, mid);
       else FfnForward(net, ann, again.ffn, mid);
     }

@@ -1,4 +1,4 @@
-// Tuples and control flow: tuple, get-tuple-element, custom-calls that annotate or enter/leave
+// Tuples and control flow: tuple, get-tuple-element, opt-barrier, custom-calls that annotate or enter/leave
 // manual regions (Sharding, SPMDFullToShardShape, SPMDShardToFullShape), while (body and condition
 // partitioned with the loop's sharding, so loop-carried values stay consistent), call, conditional.
 #include "partitioner/spmd/context.h"
@@ -24,6 +24,20 @@ Status HandleTuple(SpmdContext& ctx, const Instruction& orig) {
   }
   Instruction* t = ctx.builder().Emit(Opcode::kTuple, Shape::Tuple(shapes), ops);
   ctx.Set(&orig, {t, HloSharding::Tuple(subs), orig.shape()});
+  return Status::Ok();
+}
+
+// An optimization barrier keeps its operand's sharding (XLA partitions it as an elementwise op):
+// the operand is resharded to the barrier's sharding when they differ, never gathered.
+Status HandleOptimizationBarrier(SpmdContext& ctx, const Instruction& orig) {
+  if (orig.operand_count() != 1) return Error(orig.name() + ": opt-barrier takes one operand");
+  const PartitionedHlo& in = ctx.Get(orig.operand(0));
+  if (!in.hlo) return Error(orig.name() + ": opt-barrier of an operand that was not partitioned");
+  const HloSharding target = orig.has_sharding() ? *orig.sharding() : in.sharding;
+  auto r = ctx.resharder().ReshardAny(in, target);
+  if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
+  Instruction* barrier = ctx.builder().Emit(Opcode::kOptimizationBarrier, (*r)->shape(), {*r});
+  ctx.Set(&orig, {barrier, target, orig.shape()});
   return Status::Ok();
 }
 
@@ -140,6 +154,7 @@ Status HandleConditional(SpmdContext& ctx, const Instruction& orig) {
 void RegisterControlFlowHandlers(HandlerTable& table) {
   table.Add({Opcode::kTuple}, HandleTuple);
   table.Add({Opcode::kGetTupleElement}, HandleGetTupleElement);
+  table.Add({Opcode::kOptimizationBarrier}, HandleOptimizationBarrier);
   table.Add({Opcode::kCustomCall}, HandleCustomCall);
   table.Add({Opcode::kWhile}, HandleWhile);
   table.Add({Opcode::kCall}, HandleCall);
