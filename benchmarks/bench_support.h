@@ -41,7 +41,7 @@ inline TransformerConfig BenchTransformer(int layers, AnnotationSet annotations)
 // Profiles one phase of a benchmark with perf, when asked: with SHARDSCOPE_PERF_CTL naming the
 // control FIFO of a `perf record -D -1 --control=fifo:FIFO ...` that started this benchmark, perf
 // samples only while a ProfiledPhase lives. Without the variable it does nothing.
-//   mkfifo /tmp/ctl && SHARDSCOPE_PERF_CTL=/tmp/ctl perf record -D -1 --control=fifo:/tmp/ctl \
+//   mkfifo /tmp/ctl && SHARDSCOPE_PERF_CTL=/tmp/ctl perf record -D -1 --control=fifo:/tmp/ctl
 //     --call-graph dwarf -o jump.data -- build/release/benchmarks/bench_gui_open --one 64
 class ProfiledPhase {
  public:

@@ -831,6 +831,8 @@ Result<Simulation> Simulate(const Module& module, const Topology& topology, cons
   auto sim = SimulateProgram(*program, topology, options);
   if (!sim.ok()) return sim.error();
   sim->stats.build_ms = build_ms;
+  sim->stats.schedule = program->schedule;
+  sim->stats.sequential_peak_bytes = program->sequential_peak_bytes;
   sim->run.inputs.module_name = module.name();
   sim->run.inputs.module_hash = Hex(HashModule(module));
   return sim;
@@ -865,6 +867,14 @@ std::string DescribeSimulation(const Simulation& sim) {
   }
   os << "collectives: " << sim.run.collectives.size() << ", " << FormatBytes(static_cast<double>(s.bytes_communicated))
      << " moved in total\n";
+  if (sim.stats.schedule == ScheduleKind::kMemoryList && sim.stats.sequential_peak_bytes[1] > 0) {
+    os << "schedule: memory-list (program order peaks at "
+       << FormatBytes(static_cast<double>(sim.stats.sequential_peak_bytes[0])) << ", over HBM; the list schedule at "
+       << FormatBytes(static_cast<double>(sim.stats.sequential_peak_bytes[1])) << ")\n";
+  } else if (sim.stats.sequential_peak_bytes[1] > 0) {
+    os << "schedule: program order (over HBM; the memory list schedule peaks no lower: "
+       << FormatBytes(static_cast<double>(sim.stats.sequential_peak_bytes[1])) << ")\n";
+  }
   os << "peak memory per device: " << FormatBytes(static_cast<double>(s.peak_memory_bytes)) << " (" << s.peak_memory_bytes
      << " bytes)\n";
   if (!s.fits()) {

@@ -28,6 +28,7 @@
 // Memory: buffer liveness on the executed timeline of each class (simulator/memory_model.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -66,6 +67,10 @@ struct SimulationStats {
   double collective_cost_ms = 0;
   double engine_ms = 0;
   double memory_ms = 0;
+  // The order the program ran in (ExecProgram::schedule) and, under memory-limit, the candidates'
+  // peaks with ops one after another ({program order, memory list}; 0: not tried).
+  ScheduleKind schedule = ScheduleKind::kProgramOrder;
+  std::array<int64_t, 2> sequential_peak_bytes{};
 };
 
 struct Simulation {

@@ -719,9 +719,11 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
 
 // ---- the memory-aware order of a plan's steps --------------------------------------------------------
 
-// A memory-aware list schedule of a computation's steps (as XLA's list memory scheduler): among the
-// steps whose operands are all computed, the next is the one that frees the most bytes net of what
-// it defines (ties: program order). A step frees a value when it is that value's last reader.
+// A memory-aware list schedule of a computation's steps (after XLA's list memory scheduler): among
+// the steps whose operands are all computed, the next is the one that frees the most bytes net of
+// what it defines (ties: program order); when none frees memory, the first in program order (a
+// greedy "least allocation" pick would hoist far work such as another layer's recomputation, or a
+// weight update before the backward pass has read the old weights). A step frees a value when it is that value's last reader.
 // Values are followed through aliases (tuple, get-tuple-element, bitcast, reshape, ...; a while
 // loop's state is updated in place, so a while is an alias of its init here; an inlined broadcast
 // reads its operand): an alias defines nothing and its readers read its sources. Parameters,
@@ -836,6 +838,11 @@ std::vector<Step> MemoryOrderSteps(const CompPlan& plan, const Computation& comp
           best = j;
           best_gain = g;
         }
+      }
+      if (best_gain <= 0) {  // nothing ready frees memory: program order
+        best = 0;
+        for (size_t j = 1; j < ready.size(); ++j)
+          if (ready[j] < ready[best]) best = j;
       }
       k = ready[best];
       ready[best] = ready.back();
