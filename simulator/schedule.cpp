@@ -1043,6 +1043,13 @@ class Expander {
         return v;
       case Opcode::kGetTupleElement: {
         if (i->operand_count() != 1) return Error(i->name() + ": get-tuple-element needs one operand");
+        // An element of a tuple instruction of this computation is that operand's value: the
+        // tuple's other elements may not be computed yet (a fused group reading one element runs
+        // where the fusion put it; the plan resolves such reads to the element the same way).
+        if (const Instruction* t = i->operand(0); t->opcode() == Opcode::kTuple && i->tuple_index >= 0 &&
+                                                   i->tuple_index < t->operand_count() && f.plan->role.count(t)) {
+          return ValueOf(f, t->operand(i->tuple_index));
+        }
         auto ov = ValueOf(f, i->operand(0));
         if (!ov.ok()) return ov.error();
         const Shape& ts = i->operand(0)->shape();

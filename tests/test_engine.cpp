@@ -342,6 +342,33 @@ ENTRY %main (p: bf16[512,8192], a: bf16[4096,4096], b: bf16[4096,4096], z: bf16[
     QCOMPARE(ScheduleKindName(ScheduleKind::kMemoryLimit), std::string_view("memory-limit"));
   }
 
+  // A fused group that reads one element of a tuple runs before the tuple's other elements are
+  // computed (copy c0 fuses into slice a, at a's place, before b): the element is read alone. Two
+  // XLA conformance modules (variadic reduces, partitioned) failed with "value of b used before it
+  // was computed".
+  void FusedGroupReadsOneTupleElement() {
+    auto m = Parse(R"(HloModule t, num_partitions=1
+ENTRY %main (p: f32[28], q: s32[28], i: s32[]) -> (f32[14], s32[14]) {
+  %p = f32[28] parameter(0)
+  %q = s32[28] parameter(1)
+  %i = s32[] parameter(2)
+  %a = f32[14] dynamic-slice(%p, %i), dynamic_slice_sizes={14}
+  %b = s32[14] dynamic-slice(%q, %i), dynamic_slice_sizes={14}
+  %t = (f32[14], s32[14]) tuple(%a, %b)
+  %g0 = f32[14] get-tuple-element(%t), index=0
+  %c0 = f32[14] copy(%g0)
+  %g1 = s32[14] get-tuple-element(%t), index=1
+  %c1 = s32[14] copy(%g1)
+  ROOT %r = (f32[14], s32[14]) tuple(%c0, %c1)
+}
+)");
+    Topology topo = TopologyFor("tpu-v4", "X=1");
+    auto s = Simulate(*m, topo);
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().message.c_str());
+    // Two ops: a with c0 fused into it, b with c1.
+    QCOMPARE(s->stats.compute_ops, int64_t{2});
+  }
+
   // Trip counts: the counter pattern (init 0, +1, LT 5), known_trip_count, and an unknown loop
   // (default with a warning). The body runs trip times, the condition trip+1 times.
   void WhileLoopTripCounts() {
