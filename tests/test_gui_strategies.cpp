@@ -13,6 +13,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QScatterSeries>
+#include <QSignalSpy>
 #include <QTableView>
 #include <QTextBrowser>
 #include <QtTest>
@@ -25,6 +26,7 @@
 #include "app/search/candidate.h"
 #include "app/search/report.h"
 #include "core/base/units.h"
+#include "core/sharding/mesh.h"
 #include "gui_test_support.h"
 #include "views/analysis_model.h"
 #include "views/document_model.h"
@@ -55,6 +57,7 @@ class TestGuiStrategies : public QObject {
   void searchRankChartOpenCompare();
   void cancelStopsARunningSearch();
   void unsupportedDocumentAndBadSettings();
+  void hloModuleSearchesItsShardings();
 
  private:
   QTemporaryDir runs_;
@@ -268,13 +271,75 @@ void TestGuiStrategies::unsupportedDocumentAndBadSettings() {
   QVERIFY(QTest::qWaitFor([&] { return !w.searchJobs()->busy(); }, 60000));
   QVERIFY2(panel->statusLabel()->text().startsWith("The search failed:"), qPrintable(panel->statusLabel()->text()));
   QVERIFY2(panel->statusLabel()->text().contains("no_such_setting"), qPrintable(panel->statusLabel()->text()));
-  // An HLO module: the panel says what the search covers.
+  // An HLO module: the panel says what the search does for it (method 2; no settings).
   QVERIFY(w.session()->loadHloText(kHandConvModule, "handconv.hlo").ok());
-  QVERIFY(!panel->searchButton()->isEnabled());
+  QVERIFY(panel->searchButton()->isEnabled());
   QVERIFY(w.searchJobs()->documentModel().isEmpty());
+  QVERIFY(w.searchJobs()->searchesModule());
   const QString subject = panel->statusLabel()->text();
-  QVERIFY2(subject.contains("models of the zoo") && subject.contains("HLO module"), qPrintable(subject));
+  QVERIFY2(subject.contains("integer program") && subject.contains("this module"), qPrintable(subject));
   QVERIFY(WaitUntilIdle(*w.session()));
+}
+
+// An HLO module of its own (two matmuls with large weights, a small batch) is searched with method
+// 2 on 8 TPU v4 devices: every mesh's integer program solved, each solution simulated and ranked;
+// the best splits both weights (Megatron-style: W1 on its output dim, W2 on its input dim) instead
+// of replicating them; choosing the row makes its annotated module the document, and searching
+// again still searches the module.
+void TestGuiStrategies::hloModuleSearchesItsShardings() {
+  MainWindow w;
+  w.setBatchMode(true);
+  w.resize(1600, 1000);
+  w.show();
+  const char* kMlp = R"(HloModule mlp, num_partitions=1
+ENTRY %main (x: f32[16,4096], w1: f32[4096,16384], w2: f32[16384,4096]) -> f32[16,4096] {
+  %x = f32[16,4096] parameter(0)
+  %w1 = f32[4096,16384] parameter(1)
+  %w2 = f32[16384,4096] parameter(2)
+  %h = f32[16,16384] dot(%x, %w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %r = f32[16,16384] tanh(%h)
+  ROOT %y = f32[16,4096] dot(%r, %w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+)";
+  QVERIFY(w.session()->loadHloText(kMlp, "mlp.hlo").ok());
+  QVERIFY(WaitUntilIdle(*w.session()));
+  QVERIFY(w.showView("strategies"));
+  views::StrategiesPanel* panel = w.strategiesPanel();
+  SearchJobs* jobs = w.searchJobs();
+  QVERIFY(jobs->searchesModule());
+  panel->setChip("tpu-v4");
+  panel->setDevices(8);
+  QTest::mouseClick(panel->searchButton(), Qt::LeftButton);
+  QVERIFY(jobs->busy());
+  QVERIFY(panel->cancelButton()->isEnabled());
+  QVERIFY(QTest::qWaitFor([&] { return !jobs->busy(); }, 300000));
+  const search::StrategyPanelModel* results = jobs->results();
+  QVERIFY2(results, qPrintable(panel->statusLabel()->text()));
+  // X=8 and the 2-D meshes 2x4, 4x2: one solved program each.
+  QVERIFY2(results->rows.size() >= 3, qPrintable(QString::number(results->rows.size())));
+  QVERIFY2(panel->results().summary.contains("Method 2"), qPrintable(panel->results().summary));
+  for (const search::CandidateResult& r : results->results) QCOMPARE(r.candidate.family, std::string("auto-sharding"));
+  QVERIFY(results->results.front().simulated());
+  // Open the best: its annotations become the document's, both weights split 8 ways or over both axes.
+  const std::string mesh = results->results.front().candidate.mesh;
+  QSignalSpy opened(jobs, &SearchJobs::candidateOpened);
+  panel->selectRows({0});
+  QVERIFY(QTest::qWaitFor([&] { return opened.count() == 1; }, 60000));
+  QVERIFY(WaitUntilIdle(*w.session(), 300000));
+  QCOMPARE(w.session()->document()->mesh().ToString(), DeviceMesh::Parse(mesh)->ToString());
+  QVERIFY(w.session()->document()->module());
+  const search::Settings ann = DocumentAnnotations(*w.session()->document());
+  auto sharding_of = [&](const std::string& name) -> std::string {
+    for (const auto& [k, v] : ann)
+      if (k == name) return v;
+    return "";
+  };
+  const std::string w1 = sharding_of("w1"), w2 = sharding_of("w2");
+  QVERIFY2(!w1.empty() && w1.find("replicated") == std::string::npos, w1.c_str());
+  QVERIFY2(!w2.empty() && w2.find("replicated") == std::string::npos, w2.c_str());
+  QCOMPARE(jobs->chosenRow(), 0);
+  QVERIFY(jobs->searchesModule());
+  QVERIFY(panel->searchButton()->isEnabled());
 }
 
 QTEST_MAIN(TestGuiStrategies)

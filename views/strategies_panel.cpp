@@ -183,14 +183,17 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   rebuildChart();
 }
 
-void StrategiesPanel::setSubject(const QString& model, bool supported, const QString& message) {
+void StrategiesPanel::setSubject(const QString& model, bool supported, const QString& message, bool takes_settings) {
   supported_ = supported;
   subject_->setText(supported ? model : QString("(no zoo model)"));
-  subject_->setToolTip(supported ? QString("The zoo model %1, with the settings beside it").arg(model) : message);
-  settings_->setEnabled(supported);
+  subject_->setToolTip(supported && takes_settings ? QString("The zoo model %1, with the settings beside it").arg(model)
+                                                   : message);
+  settings_->setEnabled(supported && takes_settings);
   search_->setEnabled(supported && !running_);
   if (!supported) setStatus(message, /*wrap=*/true);
-  else if (results_.rows.empty() && !running_) setStatus(QString("Search the strategies of %1: choose the chip and the device count.").arg(model));
+  else if (results_.rows.empty() && !running_)
+    setStatus(takes_settings ? QString("Search the strategies of %1: choose the chip and the device count.").arg(model) : message,
+              /*wrap=*/!takes_settings);
 }
 
 void StrategiesPanel::setChips(const QStringList& chips, const QString& current) {

@@ -80,7 +80,9 @@ class StrategiesPanel : public QWidget {
 
   // What a search would search: the model (with the settings a search starts from), or why the
   // document cannot be searched (`supported` false: Search is disabled and `message` says why).
-  void setSubject(const QString& model, bool supported, const QString& message);
+  // What a search covers: a zoo model with its settings, or (takes_settings false) the document's
+  // own module, described by `message` (the settings field is off).
+  void setSubject(const QString& model, bool supported, const QString& message, bool takes_settings = true);
   void setChips(const QStringList& chips, const QString& current);
   QString chip() const;
   void setChip(const QString& chip);

@@ -8,6 +8,7 @@
 
 #include "app/gui/session.h"
 #include "app/pipeline/sources.h"
+#include "app/search/auto_sharding.h"
 #include "app/search/candidate.h"
 #include "app/search/report.h"
 #include "app/search/search.h"
@@ -98,6 +99,7 @@ struct SearchOutcome {
   std::shared_ptr<const search::StrategyPanelModel> model;
   QString summary;
   QString error;
+  std::vector<std::shared_ptr<const Module>> annotated;  // method 2: per ranked row
 };
 
 struct BuiltCandidate {
@@ -128,25 +130,105 @@ void SearchJobs::onModuleReset() {
     // A chosen candidate: searching it again starts from the settings its search had.
     loading_candidate_ = false;
     model_ = search_model_;
+    module_mode_ = search_module_mode_;
     panel_->setSettingsText(search_settings_text_);
     chosen_row_ = pending_row_;
   } else {
     chosen_row_ = -1;
     const QString kind = doc->sourceKind();
     model_ = doc->hasModule() && (kind == "example" || kind == "zoo") && IsZooModel(doc->source()) ? doc->source() : QString();
+    module_mode_ = doc->hasModule() && model_.isEmpty();
     panel_->setSettingsText(QString());
   }
-  QString why;
   if (!doc->hasModule()) {
-    why = "Open a model of the zoo (File \u25b8 Examples) to search its strategies.";
-  } else if (model_.isEmpty()) {
-    why = "The strategy search covers the models of the zoo (File \u25b8 Examples, or shardscope-cli search MODEL). "
-          "This document is an HLO module: searching its own annotatable parameters is not built yet.";
+    panel_->setSubject(QString(), false, "Open a model of the zoo (File \u25b8 Examples) or an HLO module to search its strategies.");
+  } else if (module_mode_) {
+    panel_->setSubject("this module", true,
+                       "Search this module's shardings: an integer program over its per-instruction sharding choices on "
+                       "every mesh of the pod (method 2, solved with CBC), each solution partitioned and simulated. "
+                       "Choose the chip and the device count.",
+                       /*takes_settings=*/false);
+  } else {
+    panel_->setSubject(model_, true, QString());
   }
-  panel_->setSubject(model_, !model_.isEmpty(), why);
+}
+
+bool SearchJobs::startAutoSharding(const QString& chip, int devices) {
+  std::shared_ptr<const Module> module = session_->document()->sharedModule();
+  if (!module) return false;
+  cancel();
+  panel_->setRunning(true);
+  panel_->setProgress(0, 1, "solving the integer program, mesh by mesh");
+  panel_->setStatus(QString("Solving this module's shardings on %1 %2 devices (method 2)\u2026").arg(devices).arg(chip));
+  auto current = std::make_shared<std::atomic<bool>>(true);
+  const views::JobTracker::Spec spec{
+      .label = "solving shardings", .lane = Lane::kSearch, .key = kSearchKey, .cancellable = true, .context = this};
+  const std::string chip_name = chip.toStdString();
+  search_job_ = session_->jobs()->run<SearchOutcome>(
+      spec,
+      [module, chip_name, devices](const CancellationToken& token) {
+        SearchOutcome out;
+        auto pod = search::MakePod(chip_name, devices);
+        if (!pod.ok()) {
+          out.error = Q(pod.error().message);
+          return out;
+        }
+        search::AutoShardingOptions options;
+        options.keep_modules = true;
+        options.time_limit_s = 60;
+        auto r = search::AutoShard(*module, *pod, options, token);
+        if (!r.ok()) {
+          out.error = Q(r.error().message);
+          return out;
+        }
+        out.annotated.resize(r->ranked.size());
+        for (const auto& [ranked, plan] : r->plan_of_ranked)
+          if (ranked < out.annotated.size()) out.annotated[ranked] = r->plans[plan].annotated;
+        int solved = 0;
+        for (const search::AutoShardingPlan& p : r->plans) solved += p.solved;
+        out.summary = QString("Method 2 (integer program, CBC): %1 of %2 meshes solved in %3.")
+                          .arg(solved)
+                          .arg(r->plans.size())
+                          .arg(Q(FormatSeconds(r->wall_s)));
+        if (!r->ranked.empty() && r->ranked.front().fits())
+          out.summary += QString(" Fastest that fits: %1, %2.")
+                             .arg(Q(r->ranked.front().candidate.Label()), Q(FormatSeconds(r->ranked.front().summary.step_time_s)));
+        else
+          out.summary += " No solution fits in HBM.";
+        out.summary += " Pod: " + Q(r->pod.Describe()) + ".";
+        out.model = std::make_shared<const search::StrategyPanelModel>(search::StrategyPanelModel::FromResults(r->ranked, r->pareto));
+        return out;
+      },
+      [this, current](SearchOutcome out) {
+        current->store(false);
+        search_job_ = 0;
+        panel_->setRunning(false);
+        if (!out.model) {
+          panel_->setError(out.error);
+          return;
+        }
+        results_ = out.model;
+        annotated_ = std::move(out.annotated);
+        search_model_.clear();
+        search_settings_text_.clear();
+        search_module_mode_ = true;
+        search_source_kind_ = session_->document()->sourceKind();
+        search_source_ = session_->document()->source();
+        chosen_row_ = -1;
+        panel_->setResults(ToDisplay(*results_, out.summary));
+      },
+      [this, current] {
+        current->store(false);
+        search_job_ = 0;
+        panel_->setRunning(false);
+        panel_->setProgress(0, 1, QString());
+        panel_->setStatus("Search cancelled.");
+      });
+  return true;
 }
 
 bool SearchJobs::start(const QString& chip, int devices, const QString& settings_text) {
+  if (module_mode_) return startAutoSharding(chip, devices);
   if (model_.isEmpty()) return false;
   ZooOverrides settings;
   QString error;
@@ -202,6 +284,8 @@ bool SearchJobs::start(const QString& chip, int devices, const QString& settings
           return;
         }
         results_ = out.model;
+        annotated_.clear();
+        search_module_mode_ = false;
         search_model_ = model;
         search_settings_text_ = settings_text;
         chosen_row_ = -1;
@@ -227,6 +311,22 @@ bool SearchJobs::busy() const { return search_job_ != 0 && session_->jobs()->isA
 void SearchJobs::choose(int row) {
   if (!results_ || row < 0 || static_cast<size_t>(row) >= results_->results.size() || row == chosen_row_) return;
   const search::Candidate candidate = results_->results[static_cast<size_t>(row)].candidate;
+  if (search_module_mode_) {
+    // Method 2: the row's annotated module (kept by the search) becomes the document.
+    const std::shared_ptr<const Module> annotated =
+        static_cast<size_t>(row) < annotated_.size() ? annotated_[static_cast<size_t>(row)] : nullptr;
+    auto mesh = DeviceMesh::Parse(candidate.mesh);
+    if (!annotated || !mesh.ok()) {
+      panel_->setStatus(QString("Cannot open %1: it has no solution.").arg(Q(candidate.Label())));
+      return;
+    }
+    loading_candidate_ = true;
+    pending_row_ = row;
+    session_->document()->setModule(annotated->Clone(), *mesh, search_source_kind_, search_source_);
+    emit candidateOpened(row, Q(candidate.Label()));
+    session_->analysis()->requestSimulation(Q(candidate.chip));
+    return;
+  }
   const views::JobTracker::Spec spec{
       .label = "opening the candidate", .lane = Lane::kFiles, .key = kLoadKey, .cancellable = true, .context = this};
   session_->jobs()->run<BuiltCandidate>(

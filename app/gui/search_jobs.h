@@ -5,15 +5,23 @@
 // it off the GUI thread the way a zoo example is built (pipeline::BuildZooModel with the
 // candidate's settings, then its annotation rule) and makes it the document — graph, mesh,
 // partitioned program and instruction table follow — and simulates one step of it on its chip
-// (the timeline follows).
+// (the timeline follows). A document that is a module of its own (an HLO file, a project) is
+// searched with method 2 (search::AutoShard: an integer program over its per-instruction
+// shardings, each solution simulated); choosing a row makes that row's annotated module the
+// document.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include <QObject>
 #include <QString>
 
 #include "views/job_tracker.h"
+
+namespace shardscope {
+class Module;
+}
 
 namespace shardscope::search {
 struct StrategyPanelModel;
@@ -36,9 +44,13 @@ class SearchJobs : public QObject {
 
   // The zoo model the document was built from ("" when it was not: an HLO file, a project).
   QString documentModel() const { return model_; }
+  // True when the document is a module of its own (an HLO file, a project): a search solves the
+  // strategy search's method 2, an integer program over its per-instruction shardings.
+  bool searchesModule() const { return module_mode_; }
   // Starts a search of the document's model on `devices` of `chip` with the model settings
-  // `settings` ("k=v k=v"); a running search is cancelled first. False (and the panel says why)
-  // when the document is not a zoo model or the settings do not parse.
+  // `settings` ("k=v k=v"); a running search is cancelled first. For a module of its own, method 2
+  // on every mesh of the pod (settings do not apply). False (and the panel says why) when there
+  // is no document or the settings do not parse.
   bool start(const QString& chip, int devices, const QString& settings);
   void cancel();
   bool busy() const;
@@ -56,6 +68,7 @@ class SearchJobs : public QObject {
 
  private:
   void onModuleReset();
+  bool startAutoSharding(const QString& chip, int devices);
 
   Session* session_;
   views::StrategiesPanel* panel_;
@@ -64,6 +77,12 @@ class SearchJobs : public QObject {
   QString model_;  // the document's zoo model
   QString search_model_, search_settings_text_;  // of the last search (a chosen candidate's origin)
   bool loading_candidate_ = false;  // the next document is the chosen candidate
+  bool module_mode_ = false;         // the document is a module of its own (method 2)
+  bool search_module_mode_ = false;  // the last search was method 2
+  // Method 2's results: the annotated module of each ranked row (null: no solution), and the
+  // document's source it was searched from.
+  std::vector<std::shared_ptr<const Module>> annotated_;
+  QString search_source_kind_, search_source_;
   int chosen_row_ = -1;
   int pending_row_ = -1;
 };

@@ -829,6 +829,7 @@ Result<AutoShardingResult> AutoShard(const Module& module, const Pod& pod, const
     c.slice = pod.SliceText();
     c.mesh = mesh.mesh.ToString();
     c.placement = mesh.order;
+    if (options.keep_modules) plan->annotated = plan->module->Clone();
     auto prepared = PrepareGivenModule(c, pod, mesh, std::move(plan->module));
     r.plans.push_back(std::move(plan).value());
     const AutoShardingPlan& pl = r.plans.back();

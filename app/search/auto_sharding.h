@@ -61,6 +61,7 @@ struct AutoShardingOptions {
   // own (parameters, dots, ...; not an elementwise op that follows its operand): the program
   // chooses the rest. Off: every annotation of the entry computation is dropped and chosen afresh.
   bool keep_annotations = false;
+  bool keep_modules = false;    // each solved plan keeps a copy of its annotated module (annotated)
   // What identifies the candidates (Candidate): a zoo model with its settings, or an HLO file
   // (Candidate::hlo_file, hlo_hash). AutoShard fills family, strategy, chip, slice, mesh.
   Candidate source;
@@ -92,6 +93,9 @@ struct AutoShardingPlan {
   double hbm_bytes = 0;         // its right side
   std::vector<ChosenSharding> parameters;
   std::unique_ptr<Module> module;  // the annotated copy (solved only)
+  // With AutoShardingOptions::keep_modules, a copy of `module` that outlives its evaluation (the
+  // GUI opens a chosen plan from it).
+  std::shared_ptr<const Module> annotated;
 };
 
 // Builds and solves the program for `module` on one placed mesh of `pod`. An error for input it
