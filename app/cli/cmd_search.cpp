@@ -93,6 +93,31 @@ bool IsZooModel(const std::string& name) {
 }
 
 // search FILE.hlo | search MODEL --method ilp: method 2, the integer program (auto_sharding.h).
+// Says where the runs went and writes --csv; false (the error printed) when the CSV cannot be written.
+bool ReportStoreAndCsv(bool have_db, const std::string& db, bool have_csv, const std::string& csv,
+                       const std::vector<search::CandidateResult>& ranked, const std::vector<size_t>& pareto) {
+  if (have_db) std::cout << "runs stored in " << db << "\n";
+  if (!have_csv) return true;
+  if (Status w = search::WriteCsv(csv, ranked, pareto); !w.ok()) {
+    std::cerr << csv << ": error: " << w.error().message << "\n";
+    return false;
+  }
+  std::cout << "csv: " << csv << "\n";
+  return true;
+}
+
+// Opens --db's store into *out when one is given; false (the error printed) when it cannot be.
+bool OpenStore(bool have_db, const std::string& db, std::shared_ptr<pipeline::RunDatabase>* out) {
+  if (!have_db) return true;
+  auto store = pipeline::RunDatabase::Open(db);
+  if (!store.ok()) {
+    std::cerr << db << ": error: " << store.error().message << "\n";
+    return false;
+  }
+  *out = store.value();
+  return true;
+}
+
 int RunAutoShardingCommand(const search::SearchOptions& o, const std::string& db, bool have_db, const std::string& csv,
                            bool have_csv, int64_t top, double time_limit_s, int64_t max_variables, bool annotate_all) {
   search::AutoShardingOptions ao;
@@ -132,14 +157,7 @@ int RunAutoShardingCommand(const search::SearchOptions& o, const std::string& db
     std::cerr << "shardscope-cli search: " << pod.error().message << "\n";
     return 2;
   }
-  if (have_db) {
-    auto store = pipeline::RunDatabase::Open(db);
-    if (!store.ok()) {
-      std::cerr << db << ": error: " << store.error().message << "\n";
-      return 2;
-    }
-    ao.store = store.value();
-  }
+  if (!OpenStore(have_db, db, &ao.store)) return 2;
   auto r = search::AutoShard(*module, pod.value(), ao);
   if (!r.ok()) {
     std::cerr << "shardscope-cli search: " << o.model << ": " << r.error().message << "\n";
@@ -171,14 +189,7 @@ int RunAutoShardingCommand(const search::SearchOptions& o, const std::string& db
               << " of " << FormatBytes(best.hbm_bytes) << " HBM\n";
   }
   std::cout << "search time: " << FormatSeconds(s.wall_s) << " wall\n";
-  if (have_db) std::cout << "runs stored in " << db << "\n";
-  if (have_csv) {
-    if (Status w = search::WriteCsv(csv, s.ranked, s.pareto); !w.ok()) {
-      std::cerr << csv << ": error: " << w.error().message << "\n";
-      return 2;
-    }
-    std::cout << "csv: " << csv << "\n";
-  }
+  if (!ReportStoreAndCsv(have_db, db, have_csv, csv, s.ranked, s.pareto)) return 2;
   return 0;
 }
 
@@ -209,14 +220,7 @@ int RunSearchCommand(std::vector<std::string> args) {
     return UsageError(kName, "'" + o.model + "' is not a model of the zoo: enumeration searches zoo models; --method ilp takes HLO files");
   if (method == "ilp" || !zoo)
     return RunAutoShardingCommand(o, db, have_db, csv, have_csv, top, static_cast<double>(time_limit), max_variables, annotate_all);
-  if (have_db) {
-    auto store = pipeline::RunDatabase::Open(db);
-    if (!store.ok()) {
-      std::cerr << db << ": error: " << store.error().message << "\n";
-      return 2;
-    }
-    o.store = store.value();
-  }
+  if (!OpenStore(have_db, db, &o.store)) return 2;
   auto progress = [&](const search::SearchProgress& p) {
     if (quiet || !p.last) return;
     std::cerr << "\r[" << p.done << "/" << p.total << "] " << p.stage << ": " << p.last->candidate.Label() << "\033[K" << std::flush;
@@ -250,14 +254,7 @@ int RunSearchCommand(std::vector<std::string> args) {
   std::cout << "search time: " << FormatSeconds(st.wall_s) << " wall (" << FormatSeconds(st.cpu_s) << " CPU; prepare "
             << FormatSeconds(st.prepare_s) << ", evaluate " << FormatSeconds(st.evaluate_s) << ", confirm "
             << FormatSeconds(st.confirm_s) << ") on " << o.jobs << " thread" << (o.jobs == 1 ? "" : "s") << "\n";
-  if (have_db) std::cout << "runs stored in " << db << "\n";
-  if (have_csv) {
-    if (Status w = search::WriteCsv(csv, s.ranked, s.pareto); !w.ok()) {
-      std::cerr << csv << ": error: " << w.error().message << "\n";
-      return 2;
-    }
-    std::cout << "csv: " << csv << "\n";
-  }
+  if (!ReportStoreAndCsv(have_db, db, have_csv, csv, s.ranked, s.pareto)) return 2;
   return s.cancelled ? 1 : 0;
 }
 

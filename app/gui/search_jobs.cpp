@@ -95,19 +95,19 @@ views::StrategyResults ToDisplay(const search::StrategyPanelModel& m, const QStr
   return d;
 }
 
-struct SearchOutcome {
-  std::shared_ptr<const search::StrategyPanelModel> model;
-  QString summary;
-  QString error;
-  std::vector<std::shared_ptr<const Module>> annotated;  // method 2: per ranked row
-};
-
 struct BuiltCandidate {
   std::shared_ptr<pipeline::LoadedModel> model;
   QString error;
 };
 
 }  // namespace
+
+struct SearchOutcome {
+  std::shared_ptr<const search::StrategyPanelModel> model;
+  QString summary;
+  QString error;
+  std::vector<std::shared_ptr<const Module>> annotated;  // method 2: per ranked row
+};
 
 SearchJobs::SearchJobs(Session* session, views::StrategiesPanel* panel, QObject* parent)
     : QObject(parent), session_(session), panel_(panel) {
@@ -201,13 +201,7 @@ bool SearchJobs::startAutoSharding(const QString& chip, int devices) {
       },
       [this, current](SearchOutcome out) {
         current->store(false);
-        search_job_ = 0;
-        panel_->setRunning(false);
-        if (!out.model) {
-          panel_->setError(out.error);
-          return;
-        }
-        results_ = out.model;
+        if (!searchFinished(out)) return;
         annotated_ = std::move(out.annotated);
         search_model_.clear();
         search_settings_text_.clear();
@@ -219,10 +213,7 @@ bool SearchJobs::startAutoSharding(const QString& chip, int devices) {
       },
       [this, current] {
         current->store(false);
-        search_job_ = 0;
-        panel_->setRunning(false);
-        panel_->setProgress(0, 1, QString());
-        panel_->setStatus("Search cancelled.");
+        searchCancelled();
       });
   return true;
 }
@@ -277,13 +268,7 @@ bool SearchJobs::start(const QString& chip, int devices, const QString& settings
       },
       [this, current, model, settings_text](SearchOutcome out) {
         current->store(false);
-        search_job_ = 0;
-        panel_->setRunning(false);
-        if (!out.model) {
-          panel_->setError(out.error);
-          return;
-        }
-        results_ = out.model;
+        if (!searchFinished(out)) return;
         annotated_.clear();
         search_module_mode_ = false;
         search_model_ = model;
@@ -293,12 +278,27 @@ bool SearchJobs::start(const QString& chip, int devices, const QString& settings
       },
       [this, current] {
         current->store(false);
-        search_job_ = 0;
-        panel_->setRunning(false);
-        panel_->setProgress(0, 1, QString());
-        panel_->setStatus("Search cancelled.");
+        searchCancelled();
       });
   return true;
+}
+
+bool SearchJobs::searchFinished(const SearchOutcome& out) {
+  search_job_ = 0;
+  panel_->setRunning(false);
+  if (!out.model) {
+    panel_->setError(out.error);
+    return false;
+  }
+  results_ = out.model;
+  return true;
+}
+
+void SearchJobs::searchCancelled() {
+  search_job_ = 0;
+  panel_->setRunning(false);
+  panel_->setProgress(0, 1, QString());
+  panel_->setStatus("Search cancelled.");
 }
 
 void SearchJobs::cancel() {

@@ -34,6 +34,7 @@ class StrategiesPanel;
 namespace shardscope::gui {
 
 class Session;
+struct SearchOutcome;  // a search job's result (search_jobs.cpp)
 
 class SearchJobs : public QObject {
   Q_OBJECT
@@ -69,6 +70,9 @@ class SearchJobs : public QObject {
  private:
   void onModuleReset();
   bool startAutoSharding(const QString& chip, int devices);
+  void searchCancelled();  // a search's job ended cancelled
+  // A search's job ended: true with its results taken, false (the panel shows the error) without.
+  bool searchFinished(const SearchOutcome& out);
 
   Session* session_;
   views::StrategiesPanel* panel_;

@@ -855,15 +855,7 @@ Result<AutoShardingResult> AutoShard(const Module& module, const Pod& pod, const
         s.emplace_back("ilp.status", pl.status);
         s.emplace_back("ilp.solver", MilpSolverName());
       }
-      if (ev.run && options.store) {
-        auto id = options.store->Save(*ev.run, cancel);
-        if (!id.ok()) {
-          ev.result.outcome = Outcome::kFailed;
-          ev.result.message = "storing the run: " + id.error().message;
-        } else {
-          ev.result.run_id = id.value();
-        }
-      }
+      StoreEvaluation(ev, options.store.get(), cancel);
       result = std::move(ev.result);
     }
     r.ranked.push_back(std::move(result));

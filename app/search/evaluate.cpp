@@ -7,6 +7,7 @@
 #include <map>
 
 #include "app/pipeline/pipeline.h"
+#include "app/pipeline/simulate.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/base/units.h"
 #include "simulator/schedule.h"
@@ -213,6 +214,17 @@ Result<PreparedCandidate> PrepareGivenModule(const Candidate& candidate, const P
   p.bounds.step_time_s = rate > 0 ? p.bounds.flops / rate : 0;
   p.modules.push_back(std::move(module));
   return p;
+}
+
+void StoreEvaluation(Evaluation& ev, pipeline::RunDatabase* store, const CancellationToken& cancel) {
+  if (!ev.run || !store) return;
+  auto id = store->Save(*ev.run, cancel);
+  if (!id.ok()) {
+    ev.result.outcome = Outcome::kFailed;
+    ev.result.message = "storing the run: " + id.error().message;
+  } else {
+    ev.result.run_id = id.value();
+  }
 }
 
 Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& options, const CancellationToken& cancel) {

@@ -30,6 +30,10 @@
 #include "simulator/engine.h"
 #include "simulator/run_result.h"
 
+namespace shardscope::pipeline {
+class RunDatabase;
+}
+
 namespace shardscope::search {
 
 struct Bounds {
@@ -111,6 +115,9 @@ struct Evaluation {
 };
 // Consumes the prepared modules.
 Evaluation EvaluateCandidate(PreparedCandidate& prepared, const EvaluationOptions& options, const CancellationToken& cancel = {});
+// Stores the evaluation's run in `store` (when both exist): its id goes to the result, or the
+// result becomes a failure saying why it was not stored.
+void StoreEvaluation(Evaluation& evaluation, pipeline::RunDatabase* store, const CancellationToken& cancel = {});
 
 // The evaluation's outcome as run settings ("result.*": evaluation, bounds, HBM, bubble share,
 // collectives by kind) and back from a stored run's overview: how a merged sweep is reported

@@ -182,15 +182,7 @@ CandidateResult EvaluateAndStore(const Candidate& candidate, const EvaluationOpt
     return r;
   }
   Evaluation ev = EvaluateCandidate(*p, options, cancel);
-  if (ev.run && store) {
-    auto id = store->Save(*ev.run, cancel);
-    if (!id.ok()) {
-      ev.result.outcome = Outcome::kFailed;
-      ev.result.message = "storing the run: " + id.error().message;
-    } else {
-      ev.result.run_id = id.value();
-    }
-  }
+  StoreEvaluation(ev, store.get(), cancel);
   return ev.result;
 }
 
@@ -323,15 +315,7 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
                     FormatSeconds(p.bounds.step_time_s) + " and " + FormatBytes(static_cast<double>(p.bounds.memory_bytes));
       } else {
         Evaluation ev = EvaluateCandidate(p, options.evaluation, cancel);
-        if (ev.run && options.store) {
-          auto id = options.store->Save(*ev.run, cancel);
-          if (!id.ok()) {
-            ev.result.outcome = Outcome::kFailed;
-            ev.result.message = "storing the run: " + id.error().message;
-          } else {
-            ev.result.run_id = id.value();
-          }
-        }
+        StoreEvaluation(ev, options.store.get(), cancel);
         r = std::move(ev.result);
         if (r.fits()) {
           std::lock_guard<std::mutex> lock(evaluated_mutex);
