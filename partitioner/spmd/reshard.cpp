@@ -458,6 +458,9 @@ Result<Instruction*> Resharder::Reshard(const PartitionedHlo& v, const HloShardi
 
 Result<Instruction*> Resharder::ReshardAny(const PartitionedHlo& v, const HloSharding& target) {
   if (!v.base_shape.IsTuple()) return Reshard(v, target);
+  if (!v.hlo || !v.hlo->shape().IsTuple() || v.hlo->shape().tuple.size() != v.base_shape.tuple.size()) {
+    return Error("internal: a partitioned tuple does not match its shape " + v.base_shape.ToString(false));
+  }
   std::vector<Instruction*> leaves;
   bool changed = false;
   for (size_t i = 0; i < v.base_shape.tuple.size(); ++i) {
