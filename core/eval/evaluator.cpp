@@ -1796,6 +1796,10 @@ Result<Tensor> EvalGather(const Instruction& inst, const Tensor& a, const Tensor
   const auto as = RowMajorStrides(a.dims());
   const auto ist = RowMajorStrides(ind.dims());
   if (out.size() == 0) return out;
+  // A collapsed dimension with slice size 0 (allowed, as in XLA) makes every slice empty: nothing
+  // is read and the output keeps its zeros (there is no element to start a slice at).
+  for (int64_t d = 0; d < r; ++d)
+    if (ss[static_cast<size_t>(d)] == 0) return out;
   std::vector<int64_t> oidx(static_cast<size_t>(out.rank()), 0), start(static_cast<size_t>(r)), bidx(batch_out.size());
   int64_t o = 0;
   do {
