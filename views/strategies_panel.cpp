@@ -189,6 +189,8 @@ void StrategiesPanel::setSubject(const QString& model, bool supported, const QSt
   subject_->setToolTip(supported && takes_settings ? QString("The zoo model %1, with the settings beside it").arg(model)
                                                    : message);
   settings_->setEnabled(supported && takes_settings);
+  settings_->setPlaceholderText(takes_settings ? QString("settings: layers=4 batch=64 \u2026")
+                                               : QString("no settings: the module is searched as it is"));
   search_->setEnabled(supported && !running_);
   if (!supported) setStatus(message, /*wrap=*/true);
   else if (results_.rows.empty() && !running_)
