@@ -19,6 +19,7 @@
 #include "core/eval/evaluator.h"
 #include "core/eval/numeric_verify.h"
 #include "core/ir/hlo_text.h"
+#include "core/ir/verifier.h"
 #include "core/zoo/pipelined_transformer.h"
 #include "core/zoo/transformer.h"
 #include "core/zoo/zoo.h"
@@ -296,6 +297,37 @@ class SpmdPipeliningTest : public QObject {
 
     auto ru = ParsePartitionAndVerify(Rotation(6, 2, "{devices=[4,1]0,1,2,3}"), 4, &why);
     QVERIFY2(ru.has_value(), why.c_str());
+  }
+
+  // XLA's rotation custom call "_SPMDInternalOp_RotateRight" (rotate right by `amount`) is the same
+  // collective-permute; a custom call of that name that changes the shape is no rotation (a fuzzing
+  // finding: it was partitioned as one and the SPMD program did not verify).
+  void rotateRightCustomCall() {
+    auto module = [](const std::string& out_shape) {
+      return "HloModule rotate, num_partitions=4\n"
+             "ENTRY main {\n"
+             "  a = f32[8,3] parameter(0), sharding={devices=[4,1]0,1,2,3}\n"
+             "  ROOT r = " + out_shape + " custom-call(a), custom_call_target=\"_SPMDInternalOp_RotateRight\", "
+             "backend_config=\"dimension=0,amount=6\", sharding={devices=[4,1]0,1,2,3}\n"
+             "}\n";
+    };
+    std::string why;
+    auto r = ParsePartitionAndVerify(module("f32[8,3]"), 4, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    auto cps = Find(*r->module, Opcode::kCollectivePermute);
+    QCOMPARE(cps.size(), size_t{1});  // right by 6 of 8 = left by 2, one shard: tile j goes to j - 1
+    QCOMPARE(cps[0]->source_target_pairs, HopPairs({{0, 1, 2, 3}}, -1, true));
+    QVERIFY(r->collectives[0].reason.rfind("rotate: dim 0 by 2 of 8 (RotateRight)", 0) == 0);
+
+    auto m = ParseHloModule(module("f32[4,3]"));
+    QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
+    SpmdOptions o;
+    o.num_partitions = 4;
+    auto p = PartitionModule(**m, o);
+    QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+    QVERIFY(Find(*p->module, Opcode::kCollectivePermute).empty());
+    auto verified = VerifyModule(*p->module);
+    QVERIFY2(verified.ok(), verified.ok() ? "" : verified.error().message.c_str());
   }
 
   // The shift inside a while loop (the shifting buffer): one collective-permute in the body.

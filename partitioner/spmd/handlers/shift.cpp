@@ -154,8 +154,8 @@ std::optional<Rotation> MatchRotation(const Instruction& concat) {
 // "dimension=D,amount=A": a rotation right by A, i.e. left by n - A.
 std::optional<Rotation> MatchRotateCustomCall(const Instruction& cc) {
   if (cc.opcode() != Opcode::kCustomCall || cc.custom_call_target != "_SPMDInternalOp_RotateRight" ||
-      cc.operand_count() != 1 || !cc.shape().IsArray())
-    return std::nullopt;
+      cc.operand_count() != 1 || !cc.shape().IsArray() || !cc.shape().Compatible(cc.operand(0)->shape()))
+    return std::nullopt;  // a rotation keeps the shape; anything else is an opaque custom call
   auto field = [&](const std::string& key) -> std::optional<int64_t> {
     const size_t at = cc.backend_config.find(key + "=");
     if (at == std::string::npos) return std::nullopt;
