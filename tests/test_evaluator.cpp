@@ -635,6 +635,20 @@ ENTRY e {
     EXPECT_VALUES(*p, {6, 7});
   }
 
+  // A collapsed dim of slice size 0 (XLA allows 0 or 1) makes every slice empty: the result is
+  // zeros and nothing is read (a fuzzing finding: the evaluator read past the operand).
+  void gatherCollapsedSliceSizeZero() {
+    auto r = Eval(R"(HloModule m
+ENTRY e {
+  a = f32[2,3] parameter(0)
+  i = s32[2] parameter(1)
+  ROOT g = f32[2,3] gather(a, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={0,3}
+})",
+                  {F32({2, 3}, {1, 2, 3, 4, 5, 6}), S32({2}, {0, 1})});
+    EXPECT_OK(r);
+    EXPECT_VALUES(*r, {0, 0, 0, 0, 0, 0});
+  }
+
   void scatterAddOverwriteAndOutOfBounds() {
     const std::string text = std::string("HloModule m\n") + kAdd + R"(
 ENTRY e {
