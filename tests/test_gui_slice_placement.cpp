@@ -3,6 +3,7 @@
 // override (placement, wraparound, torus shape) re-simulates and gives the same step time as the
 // CLI's --placement/--wraparound/--topology (one pipeline::SliceOptions for both); the override is
 // saved with the project and read back; an override that cannot hold the mesh is a clear message.
+#include <QAction>
 #include <QComboBox>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -12,7 +13,10 @@
 #include <QUndoStack>
 #include <QtTest>
 
+#include "app/gui/main_window.h"
 #include "app/gui/project_file.h"
+#include "app/gui/session.h"
+#include "app/pipeline/reproduce.h"
 #include "cli_test_support.h"
 #include "gui_test_support.h"
 #include "simulator/hardware.h"
@@ -115,6 +119,56 @@ class TestGuiSlicePlacement : public QObject {
     QVERIFY(cli_step > 0);
     QVERIFY2(std::abs(cli_step - step.run->summary.step_time_s) <= 1e-9 * cli_step,
              qPrintable(QString("CLI %1 s, GUI %2 s").arg(cli_step, 0, 'g', 12).arg(step.run->summary.step_time_s, 0, 'g', 12)));
+  }
+
+  // File ▸ Examples ▸ Paper configurations: GSPMD Table 2's 64B on 128 TPU v3 cores opens at the
+  // paper's sizes on its slice (two cores per chip, the override's devices-per-chip control says
+  // so) and simulates one step on tpu-v3: the same step time, peak and slice as `reproduce` gives
+  // that column (validation.md G4), so the GUI and the CLI agree on a published configuration.
+  void paperConfigurationMatchesReproduce() {
+    if (sim::ChipPresetNames().empty()) QSKIP("the simulator is not built in");
+    shardscope::gui::MainWindow w;
+    w.setBatchMode(true);
+    w.resize(1600, 1000);
+    w.show();
+    QAction* entry = nullptr;
+    for (QAction* a : w.findChildren<QAction*>())
+      if (a->text() == "64B, 128 devices" && a->toolTip().contains("reproduce gspmd-table2")) entry = a;
+    QVERIFY2(entry, "File > Examples > Paper configurations > gspmd-table2 > 64B, 128 devices");
+    entry->trigger();
+    shardscope::gui::Session& session = *w.session();
+    QVERIFY(WaitUntilIdle(session, 300000));
+    const DocumentModel* doc = session.document();
+    QCOMPARE(QString::fromStdString(doc->mesh().ToString()), QString("X=8,Y=16"));
+    QCOMPARE(doc->sliceOverride().cores_per_chip, std::optional<int64_t>(2));
+    const SimulatedStep& step = session.analysis()->simulation();
+    QVERIFY2(step.ok(), step.message.c_str());
+    const auto& col = [] {
+      auto c = pipeline::FindReproduceCase("gspmd-table2");
+      for (const pipeline::ReproduceColumn& x : (*c)->columns)
+        if (x.label == "64B, 128 devices") return x;
+      return pipeline::ReproduceColumn{};
+    }();
+    QCOMPARE(QString::fromStdString(col.label), QString("64B, 128 devices"));
+    auto cli = pipeline::SimulateZooConfiguration(col, {});
+    QVERIFY2(cli.ok(), cli.ok() ? "" : cli.error().message.c_str());
+    const double gui_step = step.run->summary.step_time_s, cli_step = cli->summary.step_time_s;
+    QVERIFY2(std::abs(gui_step - cli_step) <= 1e-9 * cli_step,
+             qPrintable(QString("reproduce %1 s, GUI %2 s").arg(cli_step, 0, 'g', 12).arg(gui_step, 0, 'g', 12)));
+    QCOMPARE(step.run->summary.peak_memory_bytes, cli->summary.peak_memory_bytes);
+    QCOMPARE(step.run->inputs.topology_options, cli->inputs.topology_options);
+    // The paper's 5.74 s within the 15% (what `reproduce gspmd-table2` checks too).
+    QVERIFY2(std::abs(gui_step - 5.74) <= 0.15 * 5.74, qPrintable(QString::number(gui_step)));
+    auto* bar = w.findChild<SlicePlacementBar*>();
+    QVERIFY(bar);
+    QCOMPARE(bar->coresCombo()->currentText(), QString("2 per chip"));
+    // Back to the chip's own devices: one device per chip re-simulates on a slice of 128 chips.
+    bar->coresCombo()->setCurrentIndex(0);
+    emit bar->coresCombo()->activated(0);
+    QVERIFY(!doc->sliceOverride().cores_per_chip.has_value());
+    QVERIFY(WaitUntilIdle(session, 300000));
+    QVERIFY(session.analysis()->simulation().ok());
+    QVERIFY(session.analysis()->simulation().run->summary.step_time_s != gui_step);
   }
 
   // An override that cannot hold the mesh: a message that says so, in the status and on the

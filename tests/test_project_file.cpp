@@ -98,6 +98,7 @@ class TestProjectFile : public QObject {
     c.slice.placement = "row-major";
     c.slice.wraparound = false;
     c.slice.shape = {4, 8};
+    c.slice.cores_per_chip = 2;  // TPU v3 cores as devices
     const std::string with_slice = WriteProjectFile(p.module.get(), c);
     QVERIFY(with_slice.find("\"slice\"") != std::string::npos);
     QVERIFY(with_slice.find("\"weight_update_sharding\"") == std::string::npos);
@@ -105,6 +106,8 @@ class TestProjectFile : public QObject {
     QVERIFY2(sliced.ok(), sliced.ok() ? "" : sliced.error().message.c_str());
     QCOMPARE(sliced->contents.slice, c.slice);
     QCOMPARE(sliced->contents.slice.wraparound, std::optional<bool>(false));
+    QCOMPARE(sliced->contents.slice.cores_per_chip, std::optional<int64_t>(2));
+    QVERIFY(with_slice.find("\"cores_per_chip\": 2") != std::string::npos);
     // Only the wraparound given: the rest stays the generation's.
     c.slice = {};
     c.slice.wraparound = true;
@@ -175,6 +178,9 @@ class TestProjectFile : public QObject {
     QTest::newRow("slice shape not numbers")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": {\"shape\": [4, 0]}}, \"format\"")
         << "error: \"shape\" takes whole numbers >= 1";
+    QTest::newRow("slice cores per chip not 1 or 2")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": {\"cores_per_chip\": 3}}, \"format\"")
+        << "error: \"cores_per_chip\" must be 1 or 2";
     QTest::newRow("slice wraparound not a boolean")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": {\"wraparound\": 1}}, \"format\"")
         << "error: \"wraparound\" must be true or false";

@@ -23,6 +23,7 @@ SlicePlacementBar::SlicePlacementBar(QWidget* parent)
       placement_(new QComboBox),
       wraparound_(new QComboBox),
       shape_(new QLineEdit),
+      cores_(new QComboBox),
       reset_(new QToolButton) {
   setObjectName("slicePlacementBar");
   line_->setObjectName("slicePlacement");
@@ -47,6 +48,12 @@ SlicePlacementBar::SlicePlacementBar(QWidget* parent)
   shape_->setMaximumWidth(120);
   shape_->setToolTip("The physical slice (torus) shape in chips, e.g. 8x16 or 4x4x4; empty: the slice the "
                      "generation gives this mesh. It must hold the mesh's devices.");
+  cores_->setObjectName("sliceCoresPerChip");
+  cores_->addItem("chip's", 0);
+  cores_->addItem("1 per chip", 1);
+  cores_->addItem("2 per chip", 2);
+  cores_->setToolTip("Devices per chip: the chip preset's, or each of a TPU v2/v3 chip's cores as a device (2 per "
+                     "chip, as GSPMD's tables count TPU v3 cores; each core has half the chip's FLOPS and HBM)");
   reset_->setObjectName("sliceReset");
   reset_->setText("Default");
   reset_->setToolTip("Back to the generation's slice for this mesh");
@@ -61,6 +68,8 @@ SlicePlacementBar::SlicePlacementBar(QWidget* parent)
   controls->addWidget(wraparound_);
   controls->addWidget(new QLabel("torus:"));
   controls->addWidget(shape_);
+  controls->addWidget(new QLabel("devices:"));
+  controls->addWidget(cores_);
   controls->addWidget(reset_);
   controls->addStretch(1);
   auto* rows = new QVBoxLayout(this);
@@ -72,6 +81,7 @@ SlicePlacementBar::SlicePlacementBar(QWidget* parent)
   connect(placement_, &QComboBox::activated, this, [this] { applyControls(); });
   connect(wraparound_, &QComboBox::activated, this, [this] { applyControls(); });
   connect(shape_, &QLineEdit::editingFinished, this, [this] { applyControls(); });
+  connect(cores_, &QComboBox::activated, this, [this] { applyControls(); });
   connect(reset_, &QToolButton::clicked, this, [this] {
     if (doc_) doc_->setSliceOverride({});
   });
@@ -95,6 +105,7 @@ void SlicePlacementBar::loadFromDocument() {
   wraparound_->setCurrentIndex(!o.wraparound ? 0 : *o.wraparound ? 1 : 2);
   shape_->setText(Q(sim::SliceShapeString(o.shape)));
   shape_->setStyleSheet(QString());
+  cores_->setCurrentIndex(o.cores_per_chip ? static_cast<int>(*o.cores_per_chip) : 0);
   reset_->setEnabled(!o.empty());
   setEnabled(doc_ && doc_->module());
   loading_ = false;
@@ -118,6 +129,7 @@ void SlicePlacementBar::applyControls() {
     o.shape = *shape;
   }
   shape_->setStyleSheet(QString());
+  if (const int cores = cores_->currentData().toInt(); cores > 0) o.cores_per_chip = cores;
   doc_->setSliceOverride(o);
 }
 

@@ -1,8 +1,9 @@
 // The simulation panel's slice row: one line saying how the logical mesh was placed on the
 // physical slice of the run shown (Topology::DescribePlacement, the slice shape and its
 // wraparound, as the run store keeps them), and a compact override of that placement — mesh
-// placement (snake / row-major), wraparound (the generation's rule / every axis / none) and an
-// explicit torus shape — saved with the document (DocumentModel::sliceOverride, undoable). A
+// placement (snake / row-major), wraparound (the generation's rule / every axis / none), an
+// explicit torus shape and the devices per chip (the preset's, or a TPU v2/v3 chip's 1 or 2 cores
+// as devices, as GSPMD's tables count them) — saved with the document (DocumentModel::sliceOverride, undoable). A
 // change asks for a new simulation (the panel re-simulates); an override that cannot hold the mesh
 // is reported on the line, in words, by the simulation that tried it.
 #pragma once
@@ -38,6 +39,7 @@ class SlicePlacementBar : public QWidget {
   QComboBox* placementCombo() const { return placement_; }
   QComboBox* wraparoundCombo() const { return wraparound_; }
   QLineEdit* shapeEdit() const { return shape_; }
+  QComboBox* coresCombo() const { return cores_; }
 
  private:
   void loadFromDocument();
@@ -48,6 +50,7 @@ class SlicePlacementBar : public QWidget {
   QComboBox* placement_;
   QComboBox* wraparound_;
   QLineEdit* shape_;
+  QComboBox* cores_;
   QToolButton* reset_;
   bool loading_ = false;
 };

@@ -36,6 +36,7 @@
 #include "app/gui/project_file.h"
 #include "app/gui/search_jobs.h"
 #include "app/gui/session.h"
+#include "app/pipeline/reproduce.h"
 #include "app/pipeline/sources.h"
 #include "shardscope_version.h"
 #include "simulator/pipeline_shifting_buffer.h"
@@ -711,6 +712,51 @@ void MainWindow::rebuildExamplesMenu() {
       if (!openExample(name, &error)) showError("Cannot open example", error);
     });
   }
+  // The published configurations `shardscope-cli reproduce` checks, at the paper's sizes: a case
+  // per submenu, a column per entry (those built from the zoo).
+  QMenu* papers = examples_menu_->addMenu("Paper configurations");
+  papers->setToolTipsVisible(true);
+  for (const pipeline::ReproduceCase& c : pipeline::ReproduceCases()) {
+    QMenu* sub = nullptr;
+    for (const pipeline::ReproduceColumn& col : c.columns) {
+      if (!col.weight_update_sharding_case.empty() || !col.book_collective_case.empty()) continue;
+      if (!sub) {
+        sub = papers->addMenu(Q(c.name + " \u2014 " + c.title));
+        sub->setToolTipsVisible(true);
+      }
+      QStringList published;
+      for (const pipeline::PublishedFigure& f : col.published)
+        published << Q(std::string(pipeline::ReproduceMetricName(f.metric)));
+      const QString tip = QString("%1 (%2): the zoo's %3 at the paper's sizes on %4, %5 device%6 per %7 chip; the "
+                                  "paper publishes its %8. Opening it simulates one step (real sizes: it may take a "
+                                  "while); `shardscope-cli reproduce %9` prints published vs simulated.")
+                              .arg(Q(col.label), Q(c.source), Q(col.model), Q(col.mesh))
+                              .arg(col.cores_per_chip)
+                              .arg(col.cores_per_chip == 1 ? "" : "s")
+                              .arg(Q(col.chip), published.join(", "), Q(c.name));
+      QAction* a = sub->addAction(Q(col.label));
+      a->setToolTip(tip);
+      a->setStatusTip(tip);
+      const QString case_name = Q(c.name), column = Q(col.label);
+      connect(a, &QAction::triggered, this, [this, case_name, column] {
+        if (!maybeSave()) return;
+        QString error;
+        if (!openPaperConfiguration(case_name, column, &error)) showError("Cannot open the configuration", error);
+      });
+    }
+  }
+}
+
+bool MainWindow::openPaperConfiguration(const QString& case_name, const QString& column, QString* error) {
+  QString chip;
+  Status st = session_->loadPaperConfiguration(case_name, column, &chip);
+  if (!st.ok()) {
+    *error = Q(st.error().message);
+    return false;
+  }
+  showMessage(QString("Opened %1, %2 (the paper's sizes); simulating one step on %3\u2026").arg(case_name, column, chip), 8000);
+  session_->analysis()->requestSimulation(chip);
+  return true;
 }
 
 void MainWindow::rebuildRecentMenu() {

@@ -67,6 +67,9 @@ class MainWindow : public QMainWindow {
   void openInBackground(const QString& path);
   bool openPath(const QString& path, QString* error);
   bool openExample(const QString& name, QString* error);
+  // File ▸ Examples ▸ Paper configurations: a published configuration of `reproduce` (its case and
+  // column label) opened at the paper's sizes on its slice, and one step of it simulated on its chip.
+  bool openPaperConfiguration(const QString& case_name, const QString& column, QString* error);
   // Shows a mode ("graph", "partitioned", "side-by-side", "simulation", "compare", "teaching") or
   // raises a dock ("mesh", "inspector", "instructions", "history", "strategies"). Returns false for an
   // unknown name.

@@ -7,6 +7,7 @@
 #include "app/gui/analysis_jobs.h"
 #include "app/gui/project_file.h"
 #include "app/gui/run_store_jobs.h"
+#include "app/pipeline/reproduce.h"
 #include "app/pipeline/sources.h"
 #include "views/analysis_model.h"
 #include "views/document_model.h"
@@ -59,6 +60,25 @@ Status Session::loadExample(const QString& name) {
   auto built = pipeline::BuildZooModel(name.toStdString());
   if (!built.ok()) return built.error();
   doc_->setModule(std::move(built->module), built->mesh, "example", name);
+  return Status::Ok();
+}
+
+Status Session::loadPaperConfiguration(const QString& case_name, const QString& column, QString* chip) {
+  auto found = pipeline::FindReproduceCase(case_name.toStdString());
+  if (!found.ok()) return found.error();
+  const pipeline::ReproduceColumn* col = nullptr;
+  for (const pipeline::ReproduceColumn& c : (*found)->columns)
+    if (c.label == column.toStdString()) col = &c;
+  if (!col) return Error(case_name.toStdString() + ": no column '" + column.toStdString() + "'");
+  if (!col->weight_update_sharding_case.empty() || !col->book_collective_case.empty())
+    return Error(case_name.toStdString() + " / " + col->label + " is not a zoo configuration");
+  auto built = pipeline::BuildZooModel(col->model, col->settings);
+  if (!built.ok()) return built.error();
+  doc_->setModule(std::move(built->module), built->mesh, "example", Q(col->model));
+  ProjectSliceOverride slice;
+  slice.cores_per_chip = col->cores_per_chip;
+  doc_->applySliceOverride(slice);  // part of opening it, no undo step
+  if (chip) *chip = Q(col->chip);
   return Status::Ok();
 }
 

@@ -48,6 +48,11 @@ class Session : public QObject {
 
   // ---- Loading (each clears the undo history; on an error the document stays as it was) ----
   Status loadExample(const QString& name);
+  // A published configuration of `shardscope-cli reproduce` (app/pipeline/reproduce.h): the case's
+  // column `column` built from the zoo at the paper's sizes, its mesh, and the slice it was
+  // simulated on (devices per chip) as the document's slice override. `chip` (when not null) gets
+  // the column's chip, for the simulation the caller asks for.
+  Status loadPaperConfiguration(const QString& case_name, const QString& column, QString* chip = nullptr);
   Status loadHloText(const QString& text, const QString& filename);
   Status loadHloFile(const QString& path);
   Status loadProject(const QString& path);

@@ -31,6 +31,9 @@ Result<SliceOptions> SliceOptionsFromProject(const ProjectSliceOverride& saved) 
   }
   o.wraparound = saved.wraparound;
   o.shape = saved.shape;
+  if (saved.cores_per_chip && *saved.cores_per_chip != 1 && *saved.cores_per_chip != 2)
+    return Error("slice cores per chip: " + std::to_string(*saved.cores_per_chip) + " (1 or 2)");
+  o.cores_per_chip = saved.cores_per_chip;
   return o;
 }
 
@@ -39,6 +42,7 @@ ProjectSliceOverride ProjectSliceFromOptions(const SliceOptions& options) {
   if (options.placement) p.placement = std::string(MeshPlacementName(*options.placement));
   p.wraparound = options.wraparound;
   p.shape = options.shape;
+  p.cores_per_chip = options.cores_per_chip;
   return p;
 }
 

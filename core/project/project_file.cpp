@@ -103,6 +103,11 @@ class ProjectReader {
             c.slice.shape.push_back(*v);
           }
         }
+        if (const json::Value* cores = slice->Find("cores_per_chip")) {
+          const auto v = cores->AsInt64();
+          if (v != 1 && v != 2) return At(cores->position(), "\"cores_per_chip\" must be 1 or 2");
+          c.slice.cores_per_chip = v;
+        }
       }
     }
     return p;
@@ -227,6 +232,7 @@ std::string WriteProjectFile(const Module* module, const ProjectContents& conten
         for (int64_t n : contents.slice.shape) shape.push_back(json::Value::Integer(n));
         add(slice, "shape", json::Value::Array(std::move(shape)));
       }
+      if (contents.slice.cores_per_chip) add(slice, "cores_per_chip", json::Value::Integer(*contents.slice.cores_per_chip));
       add(analysis, "slice", json::Value::Object(std::move(slice)));
     }
     if (!analysis.empty()) add(root, "analysis", json::Value::Object(std::move(analysis)));
