@@ -609,13 +609,16 @@ Status Emitter::EmitFull(Ctx& c, const Instruction* inst) {
     if (!f.ok()) return f.error();
     ops.push_back(*f);
   }
-  Instruction* n = inst->opcode() == Opcode::kGeneric ? c.out->AddGeneric(inst->opcode_text(), inst->shape(), ops, inst->name())
-                                                       : c.out->AddInstruction(inst->opcode(), inst->shape(), ops, inst->name());
+  Instruction* n = inst->opcode() == Opcode::kGeneric
+                       ? c.out->AddGeneric(inst->opcode_text(), inst->shape(), std::move(ops), inst->name())
+                       : c.out->AddInstruction(inst->opcode(), inst->shape(), std::move(ops), inst->name());
   CopyAttributes(*inst, n);
   if (inst->has_sharding()) n->set_sharding(*inst->sharding());
-  std::vector<Computation*> called;
-  for (Computation* cc : inst->called_computations()) called.push_back(CopyComputation(cc));
-  n->mutable_called_computations() = called;
+  if (!inst->called_computations().empty()) {
+    std::vector<Computation*> called;
+    for (Computation* cc : inst->called_computations()) called.push_back(CopyComputation(cc));
+    n->mutable_called_computations() = std::move(called);
+  }
   F(c, inst).full = n;
   return Status::Ok();
 }
