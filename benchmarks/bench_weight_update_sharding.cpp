@@ -3,15 +3,20 @@
 // over 16 devices), propagated and partitioned once; then the pass (redundancy analysis,
 // clusters, formats, profitability, rewrite, step split, batching) is timed on the SPMD program.
 // Prints the median over several runs. Target (issue 13): under 100 ms on this 2-core machine.
+// Usage: bench_weight_update_sharding [layers] [runs] [OUT]: with OUT, the last run's programs
+// (main, sharding, unsharding), report and inserted formatting are written there, so a change to
+// the pass's speed can be checked to leave its output byte-identical (diff two such files).
 #include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "app/pipeline/pipeline.h"
 #include "benchmarks/bench_support.h"
+#include "core/ir/hlo_text.h"
 #include "core/zoo/model_zoo.h"
 #include "partitioner/weight_update_sharding/weight_update_sharding.h"
 
@@ -61,5 +66,16 @@ int main(int argc, char** argv) {
               bench::Median(times), runs, *std::min_element(times.begin(), times.end()), *std::max_element(times.begin(), times.end()));
   // CPU time: what the pass costs when the machine is shared (wall time counts the waits too).
   std::printf("weight-update sharding CPU time: median %.1f ms\n", bench::Median(cpu));
+  if (argc > 3) {
+    std::ofstream out(argv[3], std::ios::binary);
+    for (const Module* p : {last.module.get(), last.sharding_program.get(), last.unsharding_program.get()})
+      if (p) out << PrintHloModule(*p) << "\n";
+    out << DescribeWeightUpdateSharding(last);
+    for (const auto& f : last.formatting) out << f.instruction << ": " << f.reason << "\n";
+    if (!out) {
+      std::fprintf(stderr, "cannot write %s\n", argv[3]);
+      return 1;
+    }
+  }
   return 0;
 }

@@ -371,41 +371,73 @@ std::unique_ptr<Module> Module::Clone() const {
   return m;
 }
 
+namespace {
+
+// Assigns a container attribute unless both sides are empty (the common case: most attributes are
+// empty on most instructions, and passes copy attributes onto new instructions for every op they
+// rewrite, so skipping the no-op assignments avoids dozens of out-of-line calls per copy).
+template <typename T>
+void AssignAttribute(T& to, const T& from) {
+  if (from.empty() && to.empty()) return;
+  to = from;
+}
+
+// The same for an attribute struct whose operator== compares every field (defaulted).
+template <typename T>
+void AssignDefaultable(T& to, const T& from) {
+  static const T kDefault{};
+  if (from == kDefault && to == kDefault) return;
+  to = from;
+}
+
+}  // namespace
+
 void CopyAttributes(const Instruction& o, Instruction* n) {
   n->parameter_number = o.parameter_number;
   n->tuple_index = o.tuple_index;
   n->iota_dimension = o.iota_dimension;
-  n->dimensions = o.dimensions;
+  AssignAttribute(n->dimensions, o.dimensions);
   n->has_dimensions_attr = o.has_dimensions_attr;
-  n->dynamic_slice_sizes = o.dynamic_slice_sizes;
-  n->slice = o.slice;
-  n->padding = o.padding;
-  n->dot_dims = o.dot_dims;
-  n->window = o.window;
+  AssignAttribute(n->dynamic_slice_sizes, o.dynamic_slice_sizes);
+  AssignAttribute(n->slice.starts, o.slice.starts);
+  AssignAttribute(n->slice.limits, o.slice.limits);
+  AssignAttribute(n->slice.strides, o.slice.strides);
+  AssignAttribute(n->padding, o.padding);
+  AssignAttribute(n->dot_dims.lhs_batch, o.dot_dims.lhs_batch);
+  AssignAttribute(n->dot_dims.rhs_batch, o.dot_dims.rhs_batch);
+  AssignAttribute(n->dot_dims.lhs_contracting, o.dot_dims.lhs_contracting);
+  AssignAttribute(n->dot_dims.rhs_contracting, o.dot_dims.rhs_contracting);
+  AssignAttribute(n->window.dims, o.window.dims);
   n->has_window = o.has_window;
-  n->conv_dims = o.conv_dims;
+  AssignDefaultable(n->conv_dims, o.conv_dims);
   n->feature_group_count = o.feature_group_count;
   n->batch_group_count = o.batch_group_count;
-  n->gather_dims = o.gather_dims;
-  n->gather_slice_sizes = o.gather_slice_sizes;
+  AssignDefaultable(n->gather_dims, o.gather_dims);
+  AssignAttribute(n->gather_slice_sizes, o.gather_slice_sizes);
   n->indices_are_sorted = o.indices_are_sorted;
   n->unique_indices = o.unique_indices;
-  n->scatter_dims = o.scatter_dims;
+  AssignDefaultable(n->scatter_dims, o.scatter_dims);
   n->comparison = o.comparison;
-  n->comparison_type = o.comparison_type;
-  n->replica_groups = o.replica_groups;
+  AssignAttribute(n->comparison_type, o.comparison_type);
+  // (ReplicaGroups' operator== compares the groups only: each field on its own.)
+  AssignAttribute(n->replica_groups.groups, o.replica_groups.groups);
+  n->replica_groups.iota_form = o.replica_groups.iota_form;
+  AssignAttribute(n->replica_groups.iota_dims, o.replica_groups.iota_dims);
+  AssignAttribute(n->replica_groups.iota_reshape, o.replica_groups.iota_reshape);
+  AssignAttribute(n->replica_groups.iota_perm, o.replica_groups.iota_perm);
   n->has_replica_groups = o.has_replica_groups;
-  n->source_target_pairs = o.source_target_pairs;
+  AssignAttribute(n->source_target_pairs, o.source_target_pairs);
   n->channel_id = o.channel_id;
   n->use_global_device_ids = o.use_global_device_ids;
   n->constrain_layout = o.constrain_layout;
-  n->custom_call_target = o.custom_call_target;
+  AssignAttribute(n->custom_call_target, o.custom_call_target);
   n->is_stable = o.is_stable;
-  n->literal = o.literal;
-  n->backend_config = o.backend_config;
-  n->metadata = o.metadata;
-  n->frontend_attributes = o.frontend_attributes;
-  n->raw_attributes = o.raw_attributes;
+  AssignAttribute(n->literal.text, o.literal.text);
+  AssignAttribute(n->literal.values, o.literal.values);
+  AssignAttribute(n->backend_config, o.backend_config);
+  AssignAttribute(n->metadata, o.metadata);
+  AssignAttribute(n->frontend_attributes, o.frontend_attributes);
+  AssignAttribute(n->raw_attributes, o.raw_attributes);
 }
 
 std::string_view ComparisonDirectionName(ComparisonDirection d) {

@@ -2,7 +2,9 @@
 // reduce-scatters, update ops run on shards, and full values are all-gathered where they are
 // needed (sections 2.2, 4 and 5 of the paper). Every inserted instruction records its reason.
 #include <algorithm>
+#include <deque>
 #include <functional>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -114,6 +116,20 @@ class Emitter {
   Instruction* Collective(Ctx& c, Opcode op, Instruction* x, Shape shape, const Groups& groups, Computation* reducer,
                           const std::string& reason);
   Computation* CopyComputation(const Computation* src);
+  // The texts every inserted op of a layout or scheme repeats, made once: a layout's format
+  // (reasons) and a scheme's device groups (collective records).
+  const std::string& DescribeLayout(int32_t layout) {
+    if (layout_text_.size() < p_.layouts.size()) layout_text_.resize(p_.layouts.size());
+    std::optional<std::string>& t = layout_text_[static_cast<size_t>(layout)];
+    if (!t) t = p_.layout(layout).format.Describe();
+    return *t;
+  }
+  const std::string& GroupsText(const Groups& groups) {
+    for (const auto& [g, text] : groups_text_)
+      if (g == groups) return text;
+    groups_text_.emplace_back(groups, ReplicaGroupsText(groups, 200));
+    return groups_text_.back().second;
+  }
   std::string Qualified(const Ctx& c, const Instruction* i) const {
     return c.in == p_.module->entry() ? i->name() : c.in->name() + "/" + i->name();
   }
@@ -136,6 +152,8 @@ class Emitter {
   int64_t next_channel_ = 1;
   std::unordered_map<const Computation*, Computation*> copied_;
   std::unordered_map<const Instruction*, std::string> seed_weight_;
+  std::vector<std::optional<std::string>> layout_text_;
+  std::deque<std::pair<Groups, std::string>> groups_text_;  // a few: one per scheme phase
   size_t id_limit_ = 0;  // input instruction ids are below it
   // Collectives that run once per training run (after a loop, the unsharding program): batching
   // them would only hold more memory at once.
@@ -246,7 +264,7 @@ Instruction* Emitter::Collective(Ctx& c, Opcode op, Instruction* x, Shape shape,
   ic.instruction = i->name();
   ic.kind = op;
   ic.bytes_per_device = x->shape().ByteSize();
-  ic.replica_groups = ReplicaGroupsText(groups, 200);
+  ic.replica_groups = GroupsText(groups);
   ic.reason = kPrefix + reason;
   r_->collectives.push_back(std::move(ic));
   if (once_) once_names_.insert(i->name());
@@ -338,7 +356,7 @@ Instruction* Emitter::SliceShard(Ctx& c, Instruction* full, int32_t layout, cons
   for (size_t d = 1; d < f.FormattedDims().size(); ++d) ops.push_back(ConstS32(c, 0));
   Instruction* ds = Add(c, Opcode::kDynamicSlice, WithDims(x->shape().type, f.ShardDims()), ops, what + ".shard");
   ds->dynamic_slice_sizes = f.ShardDims();
-  return Note(ds, what + " sliced to this replica's shard: " + f.Describe() + " (section 4.1)");
+  return Note(ds, what + " sliced to this replica's shard: " + DescribeLayout(layout) + " (section 4.1)");
 }
 
 Instruction* Emitter::Unshard(Ctx& c, Instruction* shard, int32_t layout, const std::string& what, const std::string& where) {
@@ -444,7 +462,7 @@ Status Emitter::EmitSeed(Ctx& c, const Instruction* inst, const ValuePlan& v) {
     rows /= static_cast<int64_t>(grp.front().size());
     std::vector<int64_t> dims = x->shape().dims;
     dims[0] = rows;
-    std::string why = "gradient of " + w + " reduce-scattered instead of all-reduced (" + f.Describe() + ") (section 4)";
+    std::string why = "gradient of " + w + " reduce-scattered instead of all-reduced (" + DescribeLayout(v.layout) + ") (section 4)";
     if (s.phases.size() > 1)
       why += ", phase " + std::to_string(k + 1) + " of " + std::to_string(s.phases.size()) + (k == 0 ? " (rows)" : " (columns)") +
              " (section 5.1)";
@@ -609,13 +627,16 @@ Status Emitter::EmitFull(Ctx& c, const Instruction* inst) {
     if (!f.ok()) return f.error();
     ops.push_back(*f);
   }
-  Instruction* n = inst->opcode() == Opcode::kGeneric ? c.out->AddGeneric(inst->opcode_text(), inst->shape(), ops, inst->name())
-                                                       : c.out->AddInstruction(inst->opcode(), inst->shape(), ops, inst->name());
+  Instruction* n = inst->opcode() == Opcode::kGeneric
+                       ? c.out->AddGeneric(inst->opcode_text(), inst->shape(), std::move(ops), inst->name())
+                       : c.out->AddInstruction(inst->opcode(), inst->shape(), std::move(ops), inst->name());
   CopyAttributes(*inst, n);
   if (inst->has_sharding()) n->set_sharding(*inst->sharding());
-  std::vector<Computation*> called;
-  for (Computation* cc : inst->called_computations()) called.push_back(CopyComputation(cc));
-  n->mutable_called_computations() = called;
+  if (!inst->called_computations().empty()) {
+    std::vector<Computation*> called;
+    for (Computation* cc : inst->called_computations()) called.push_back(CopyComputation(cc));
+    n->mutable_called_computations() = std::move(called);
+  }
   F(c, inst).full = n;
   return Status::Ok();
 }

@@ -32,6 +32,15 @@ const ValuePlan* Plan::Find(const Instruction* inst) const {
   return it == c->second.values.end() ? nullptr : &it->second;
 }
 
+const std::vector<int64_t>& Plan::SlotsOf(const Instruction* tuple, const Instruction* v) const {
+  auto [it, inserted] = slots_.try_emplace(tuple);
+  if (inserted)
+    for (int64_t i = 0; i < tuple->operand_count(); ++i) it->second[tuple->operand(i)].push_back(i);
+  static const std::vector<int64_t> kNone;
+  auto s = it->second.find(v);
+  return s == it->second.end() ? kNone : s->second;
+}
+
 bool IsScalarOperand(const Instruction& inst, int64_t i) {
   const Instruction* o = inst.operand(i);
   return o->shape().IsArray() && o->shape().rank() == 0 && inst.shape().IsArray() && inst.shape().rank() > 0;
@@ -40,13 +49,10 @@ bool IsScalarOperand(const Instruction& inst, int64_t i) {
 bool ConsumesShard(const Plan& plan, const Instruction* user, const Instruction* v, int32_t layout) {
   // A root (or a tuple handing values to a branch) that keeps the slots holding v sharded.
   auto slots_keep = [&](auto keeps) {
-    bool any = false;
-    for (int64_t i = 0; i < user->operand_count(); ++i) {
-      if (user->operand(i) != v) continue;
+    const std::vector<int64_t>& slots = plan.SlotsOf(user, v);
+    for (int64_t i : slots)
       if (!keeps(i)) return false;
-      any = true;
-    }
-    return any;
+    return !slots.empty();
   };
   if (user->opcode() == Opcode::kTuple) {
     const Computation* c = user->parent();

@@ -109,6 +109,13 @@ struct Plan {
     return schemes[static_cast<size_t>(layouts[static_cast<size_t>(layout_id)].scheme)];
   }
   const ValuePlan* Find(const Instruction* inst) const;
+  // The positions at which `tuple` has `v` as an operand, in order. Indexed once per tuple: a step's
+  // root tuple has an operand per weight and auxiliary (thousands), and asking it per value by
+  // scanning every operand was quadratic.
+  const std::vector<int64_t>& SlotsOf(const Instruction* tuple, const Instruction* v) const;
+
+ private:
+  mutable std::unordered_map<const Instruction*, std::unordered_map<const Instruction*, std::vector<int64_t>>> slots_;
 };
 
 // Whether `user` reads its operand `v` as a shard of layout `layout` (an update op on shards, a root

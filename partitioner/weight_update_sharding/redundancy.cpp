@@ -163,12 +163,18 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Compute(const Instruction* inst) {
     }
     case Opcode::kGetTupleElement: {
       const Instruction* t = inst->operand(0);
-      const Bits tb = Get(t);
-      size_t off = 0;
-      for (int64_t i = 0; i < inst->tuple_index && i < static_cast<int64_t>(t->shape().tuple.size()); ++i)
-        off += static_cast<size_t>(Leaves(t->shape().tuple[static_cast<size_t>(i)]));
+      // The tuple's leaves, read in place (copying them per element was quadratic too).
+      const Bits* tb = nullptr;
+      Bits array_bits;
+      if (auto it = tuple_bits_.find(t); t->shape().IsTuple() && it != tuple_bits_.end()) {
+        tb = &it->second;
+      } else {
+        array_bits = Get(t);
+        tb = &array_bits;
+      }
+      const size_t off = LeafOffset(t, inst->tuple_index);
       Bits b = uniform(false);
-      for (int64_t k = 0; k < n && off + static_cast<size_t>(k) < tb.size(); ++k) b[static_cast<size_t>(k)] = tb[off + static_cast<size_t>(k)];
+      for (int64_t k = 0; k < n && off + static_cast<size_t>(k) < tb->size(); ++k) b[static_cast<size_t>(k)] = (*tb)[off + static_cast<size_t>(k)];
       return b;
     }
     case Opcode::kWhile: {
@@ -222,6 +228,19 @@ RedundancyAnalysis::Bits RedundancyAnalysis::Compute(const Instruction* inst) {
   }
   if (DeviceDependent(*inst)) return uniform(false);
   return uniform(operands_redundant());
+}
+
+size_t RedundancyAnalysis::LeafOffset(const Instruction* tuple, int64_t index) {
+  auto [it, inserted] = leaf_offsets_.try_emplace(tuple);
+  std::vector<size_t>& prefix = it->second;
+  if (inserted) {
+    const std::vector<Shape>& elements = tuple->shape().tuple;
+    prefix.reserve(elements.size() + 1);
+    prefix.push_back(0);
+    for (const Shape& e : elements) prefix.push_back(prefix.back() + static_cast<size_t>(Leaves(e)));
+  }
+  if (index <= 0) return 0;
+  return prefix[std::min(static_cast<size_t>(index), prefix.size() - 1)];
 }
 
 bool RedundancyAnalysis::IsRedundant(const Instruction* inst) const { return AllOf(inst); }

@@ -58,6 +58,10 @@ class RedundancyAnalysis {
   // The leaves of a value (tuples: in order).
   Bits Get(const Instruction* inst) const;
   bool AllOf(const Instruction* inst) const;
+  // Where element `index` of a tuple-shaped value starts among its leaves (prefix sums of the
+  // elements' leaf counts, built once per tuple: a step's output tuple has thousands of elements,
+  // each read by a get-tuple-element, and summing per element was quadratic).
+  size_t LeafOffset(const Instruction* tuple, int64_t index);
   void Set(const Instruction* inst, Bits bits);
 
   int64_t replicas_ = 1, partitions_ = 1, devices_ = 1;
@@ -67,6 +71,7 @@ class RedundancyAnalysis {
   std::unordered_map<const Instruction*, Bits> tuple_bits_;
   std::unordered_map<const Computation*, CompState> comps_;
   std::unordered_map<const Instruction*, bool> full_collective_;
+  std::unordered_map<const Instruction*, std::vector<size_t>> leaf_offsets_;
   Status status_;
 };
 
