@@ -49,6 +49,19 @@ QStringList SeriesNames(const QChart& chart) {
   return names;
 }
 
+// The main window at 1600x1000 with the zoo Transformer example open and the Strategies panel shown.
+bool OpenTransformerStrategies(MainWindow& w) {
+  w.setBatchMode(true);
+  w.resize(1600, 1000);
+  w.show();
+  QString error;
+  if (!w.openExample("transformer", &error)) {
+    qWarning("%s", qPrintable(error));
+    return false;
+  }
+  return WaitUntilIdle(*w.session()) && w.showView("strategies");
+}
+
 }  // namespace
 
 class TestGuiStrategies : public QObject {
@@ -69,13 +82,7 @@ void TestGuiStrategies::initTestCase() { QVERIFY(UseTestRunStore(runs_)); }
 
 void TestGuiStrategies::searchRankChartOpenCompare() {
   MainWindow w;
-  w.setBatchMode(true);
-  w.resize(1600, 1000);
-  w.show();
-  QString error;
-  QVERIFY2(w.openExample("transformer", &error), qPrintable(error));
-  QVERIFY(WaitUntilIdle(*w.session()));
-  QVERIFY(w.showView("strategies"));
+  QVERIFY(OpenTransformerStrategies(w));
   views::StrategiesPanel* panel = w.strategiesPanel();
   SearchJobs* jobs = w.searchJobs();
   QCOMPARE(jobs->documentModel(), QString("transformer"));
@@ -350,13 +357,7 @@ ENTRY %main (x: f32[16,4096], w1: f32[4096,16384], w2: f32[16384,4096]) -> f32[1
 // family cannot be unchecked.
 void TestGuiStrategies::familyFilterLimitsTheSearch() {
   MainWindow w;
-  w.setBatchMode(true);
-  w.resize(1600, 1000);
-  w.show();
-  QString error;
-  QVERIFY2(w.openExample("transformer", &error), qPrintable(error));
-  QVERIFY(WaitUntilIdle(*w.session()));
-  QVERIFY(w.showView("strategies"));
+  QVERIFY(OpenTransformerStrategies(w));
   views::StrategiesPanel* panel = w.strategiesPanel();
   SearchJobs* jobs = w.searchJobs();
   QPushButton* button = panel->familiesButton();
