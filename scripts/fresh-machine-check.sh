@@ -18,6 +18,9 @@
 # Usage: scripts/fresh-machine-check.sh [options]        (as root, or through sudo)
 #   --asan              also build the asan preset and run the suite under it in the root (CI does)
 #   --fuzz SECONDS      also run each fuzz target for SECONDS seconds in the root (CI does)
+#   --slurm             also install Slurm and munge in the root (install-deps.sh --slurm) and run the
+#                       Slurm sweep test on a one-node cluster there (scripts/test-slurm-sweep.sh; not
+#                       in CI: it does not fit CI's 30 minutes)
 #   --ccache-dir DIR    host ccache folder bind-mounted into the root, so repeat runs compile from
 #                       cache. Default: $SHARDSCOPE_CCACHE_DIR, else the cache_dir of
 #                       /etc/ccache.conf, else /var/cache/shardscope-ccache. The project's
@@ -43,13 +46,14 @@ set -euo pipefail
 die() { echo "fresh-machine-check: $*" >&2; exit 2; }
 all_args=("$@")
 
-asan=0 fuzz_seconds=0 keep=0 artifacts="" mirror="" shared="" shared_given=0
+asan=0 fuzz_seconds=0 slurm=0 keep=0 artifacts="" mirror="" shared="" shared_given=0
 ccache_dir=${SHARDSCOPE_CCACHE_DIR:-}
 apt_cache=${SHARDSCOPE_APT_CACHE:-/var/cache/shardscope-fresh-debs}
 workdir=${TMPDIR:-/var/tmp}
 while [ $# -gt 0 ]; do
   case "$1" in
     --asan) asan=1 ;;
+    --slurm) slurm=1 ;;
     --fuzz) fuzz_seconds=${2:?--fuzz needs seconds per target}; shift
             [[ "$fuzz_seconds" =~ ^[0-9]+$ ]] || die "--fuzz needs a whole number of seconds" ;;
     --keep) keep=1 ;;
@@ -274,6 +278,12 @@ fi
 if [ "$fuzz_seconds" -gt 0 ]; then
   begin "fuzz targets, ${fuzz_seconds}s each (clang, libFuzzer, ASan + UBSan): ./scripts/fuzz.sh $fuzz_seconds"
   in_root "$build_root" "cd $clone && ./scripts/fuzz.sh $fuzz_seconds"
+  done_step
+fi
+
+if [ "$slurm" -eq 1 ]; then
+  begin "Slurm sweep on a one-node cluster: ./scripts/install-deps.sh --slurm && ./scripts/test-slurm-sweep.sh"
+  in_root "$build_root" "cd $clone && ./scripts/install-deps.sh --slurm && ./scripts/test-slurm-sweep.sh build/release/app/shardscope-cli"
   done_step
 fi
 

@@ -9,13 +9,16 @@
 #   scripts/install-deps.sh            what the release and asan presets need (build, test, package)
 #   scripts/install-deps.sh --clang    also clang 14 with its sanitizer and libFuzzer runtimes, for the
 #                                      clang and fuzz presets (scripts/fuzz.sh calls it so)
+#   scripts/install-deps.sh --slurm    also Slurm (slurmctld, slurmd, the client commands) and munge, for
+#                                      scripts/test-slurm-sweep.sh's one-node cluster (docs/search.md)
 set -euo pipefail
 
-with_clang=0
+with_clang=0 with_slurm=0
 for arg in "$@"; do
   case "$arg" in
     --clang) with_clang=1 ;;
-    *) echo "install-deps: unknown option $arg (known: --clang)" >&2; exit 2 ;;
+    --slurm) with_slurm=1 ;;
+    *) echo "install-deps: unknown option $arg (known: --clang, --slurm)" >&2; exit 2 ;;
   esac
 done
 
@@ -40,6 +43,11 @@ packages=(
 if [ $with_clang -eq 1 ]; then
   # clang-14's runtimes (ASan, UBSan, libFuzzer) are in libclang-rt-14-dev, named so it is not left to a Recommends.
   packages+=(clang libclang-rt-14-dev)   # clang: the clang++ the presets name
+fi
+if [ $with_slurm -eq 1 ]; then
+  # Debian 12's Slurm 22.05: slurm-wlm pulls slurmctld, slurmd and slurm-client; munge authenticates;
+  # the test counts the merged runs with the sqlite3 shell.
+  packages+=(slurm-wlm slurmctld slurmd slurm-client munge sqlite3)
 fi
 
 # One dpkg-query for all packages: those not installed are listed as missing.

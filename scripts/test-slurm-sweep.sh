@@ -29,8 +29,15 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$work"/*.log; do echo "--- $f"; tail -n 20 "$f"; done; exit 1; }
 
-# Free ports for this cluster.
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Free ports for this cluster: a random one nothing answers on (bash's /dev/tcp; no python needed).
+port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    [[ "$p" != "${ctld_port:-}" ]] || continue
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
 ctld_port=$(port)
 slurmd_port=$(port)
 mkdir -p "$work/state" "$work/spool" "$work/munge" "$work/sweep"

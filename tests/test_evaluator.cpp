@@ -635,6 +635,36 @@ ENTRY e {
     EXPECT_VALUES(*p, {6, 7});
   }
 
+  // A dot with an integer result of float operands converts the operands first and sums in the
+  // result type (as XLA's evaluator does): [1.7, -2.5] . [2.9, 1.0] is 1*2 + (-2)*1 = 0, not
+  // trunc(2.43) = 2. A fuzzing finding: converting only the sum made a dot split along its
+  // contracting dim (partial dots, then an all-reduce) compute something else.
+  void dotWithIntegerResultConvertsOperands() {
+    auto r = Eval(R"(HloModule m
+ENTRY e {
+  a = f32[1,2] parameter(0)
+  b = f32[2,1] parameter(1)
+  ROOT d = s32[1,1] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})",
+                  {F32({1, 2}, {1.7f, -2.5f}), F32({2, 1}, {2.9f, 1.0f})});
+    EXPECT_OK(r);
+    QCOMPARE(r->GetInt(0), int64_t{0});
+  }
+
+  // A collapsed dim of slice size 0 (XLA allows 0 or 1) makes every slice empty: the result is
+  // zeros and nothing is read (a fuzzing finding: the evaluator read past the operand).
+  void gatherCollapsedSliceSizeZero() {
+    auto r = Eval(R"(HloModule m
+ENTRY e {
+  a = f32[2,3] parameter(0)
+  i = s32[2] parameter(1)
+  ROOT g = f32[2,3] gather(a, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={0,3}
+})",
+                  {F32({2, 3}, {1, 2, 3, 4, 5, 6}), S32({2}, {0, 1})});
+    EXPECT_OK(r);
+    EXPECT_VALUES(*r, {0, 0, 0, 0, 0, 0});
+  }
+
   void scatterAddOverwriteAndOutOfBounds() {
     const std::string text = std::string("HloModule m\n") + kAdd + R"(
 ENTRY e {

@@ -185,6 +185,34 @@ class TestGuiPipeline : public QObject {
     QCOMPARE(session.analysis()->simulation().run->summary.pipeline_stages, int64_t{0});
     QVERIFY(fig->isHidden());
     QVERIFY(fig->bubble()->text().isEmpty());
+
+    // Rematerialisation without pipelining (XLA's remat clones are named "<name>.remat"): the
+    // table is titled so, shows the recompute, and has no bubble row.
+    QVERIFY(session
+                .loadHloText("HloModule remat\n"
+                             "ENTRY main {\n"
+                             "  x = f32[256,256] parameter(0)\n"
+                             "  w = f32[256,256] parameter(1)\n"
+                             "  h = f32[256,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                             "  h.remat = f32[256,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                             "  ROOT s = f32[256,256] add(h, h.remat)\n"
+                             "}\n",
+                             "remat.hlo")
+                .ok());
+    QVERIFY(WaitUntilIdle(session, 60000));
+    session.analysis()->requestSimulation("tpu-v4");
+    QVERIFY(WaitUntilIdle(session, 120000));
+    QVERIFY(session.analysis()->simulation().ok());
+    const RunSummary& remat = session.analysis()->simulation().run->summary;
+    QCOMPARE(remat.pipeline_stages, int64_t{0});
+    QVERIFY(remat.recompute_time_s > 0);
+    QVERIFY(!fig->isHidden());
+    QCOMPARE(fig->title(), QString("Rematerialisation"));
+    QVERIFY(fig->bubble()->isHidden());
+    QCOMPARE(fig->recompute()->text(),
+             q(FormatSeconds(remat.recompute_time_s)) + " (" + PipelineFigures::Percent(remat.recompute_share()) + ")");
+    QVERIFY(remat.recompute_share() > 0.2 && remat.recompute_share() < 0.8);  // one of the two dots
+    QVERIFY(remat.raw_flops_utilization > remat.mfu);
   }
 };
 

@@ -10,6 +10,7 @@
 #include <QLabel>
 #include <QChart>
 #include <QLineSeries>
+#include <QMenu>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QScatterSeries>
@@ -58,6 +59,7 @@ class TestGuiStrategies : public QObject {
   void cancelStopsARunningSearch();
   void unsupportedDocumentAndBadSettings();
   void hloModuleSearchesItsShardings();
+  void familyFilterLimitsTheSearch();
 
  private:
   QTemporaryDir runs_;
@@ -340,6 +342,57 @@ ENTRY %main (x: f32[16,4096], w1: f32[4096,16384], w2: f32[16384,4096]) -> f32[1
   QCOMPARE(jobs->chosenRow(), 0);
   QVERIFY(jobs->searchesModule());
   QVERIFY(panel->searchButton()->isEnabled());
+  QVERIFY(!panel->familiesButton()->isEnabled());  // method 2 has no strategy families
+}
+
+// The Families menu: every family of the search, all checked ("Families: all"); with only
+// data-parallel checked the search generates that family's candidates alone; the last checked
+// family cannot be unchecked.
+void TestGuiStrategies::familyFilterLimitsTheSearch() {
+  MainWindow w;
+  w.setBatchMode(true);
+  w.resize(1600, 1000);
+  w.show();
+  QString error;
+  QVERIFY2(w.openExample("transformer", &error), qPrintable(error));
+  QVERIFY(WaitUntilIdle(*w.session()));
+  QVERIFY(w.showView("strategies"));
+  views::StrategiesPanel* panel = w.strategiesPanel();
+  SearchJobs* jobs = w.searchJobs();
+  QPushButton* button = panel->familiesButton();
+  QVERIFY(button->isEnabled());
+  QCOMPARE(button->text(), QString("Families: all"));
+  const QList<QAction*> actions = button->menu()->actions();
+  QStringList names;
+  for (const QAction* a : actions) names << a->text();
+  for (const char* f : {"in-layer", "data-parallel", "weight-update-sharding", "pipelining", "expert-parallel", "spatial"})
+    QVERIFY2(names.contains(f), qPrintable(names.join(", ")));
+  QVERIFY(panel->selectedFamilies().isEmpty());
+  for (QAction* a : actions)
+    if (a->text() != "data-parallel") a->trigger();
+  QCOMPARE(panel->selectedFamilies(), QStringList{"data-parallel"});
+  QCOMPARE(button->text(), QString("data-parallel"));
+  for (QAction* a : actions)
+    if (a->text() == "data-parallel") a->trigger();  // the last one stays checked
+  QCOMPARE(panel->selectedFamilies(), QStringList{"data-parallel"});
+
+  panel->setChip("tpu-v4");
+  panel->setDevices(8);
+  panel->setSettingsText("layers=2");
+  QTest::mouseClick(panel->searchButton(), Qt::LeftButton);
+  QVERIFY(jobs->busy());
+  QVERIFY(!button->isEnabled());  // fixed while the search runs
+  QVERIFY(QTest::qWaitFor([&] { return !jobs->busy(); }, 300000));
+  const search::StrategyPanelModel* results = jobs->results();
+  QVERIFY2(results, qPrintable(panel->statusLabel()->text()));
+  QVERIFY(!results->results.empty());
+  for (const search::CandidateResult& r : results->results) QCOMPARE(r.candidate.family, std::string("data-parallel"));
+  QCOMPARE(panel->results().families, QStringList{"data-parallel"});
+  QVERIFY(button->isEnabled());
+
+  panel->setSelectedFamilies({});
+  QCOMPARE(button->text(), QString("Families: all"));
+  QVERIFY(panel->selectedFamilies().isEmpty());
 }
 
 QTEST_MAIN(TestGuiStrategies)

@@ -56,6 +56,7 @@ PipelineFigures::PipelineFigures(QWidget* parent)
   int r = 1;
   for (const auto& row : rows) {
     auto* key = new QLabel(row.name);
+    if (row.value == bubble_) bubble_key_ = key;
     key->setToolTip(row.tip);
     row.value->setToolTip(row.tip);
     row.value->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
@@ -73,14 +74,23 @@ QString PipelineFigures::Percent(double fraction) {
   return Q(FormatPercent(fraction));
 }
 
+QString PipelineFigures::title() const {
+  QString t = title_->text();
+  return t.remove("<b>").remove("</b>");
+}
+
 void PipelineFigures::setSummary(const sim::RunSummary* s) {
-  if (!s || s->pipeline_stages <= 0) {
+  if (!s || (s->pipeline_stages <= 0 && s->recompute_time_s <= 0)) {
     for (QLabel* l : {bubble_, recompute_, raw_, mfu_}) l->clear();
     hide();
     return;
   }
-  title_->setText(QString("<b>Pipeline</b> (%1 stages)").arg(s->pipeline_stages));
-  bubble_->setText(QString("%1 (%2)").arg(Q(FormatSeconds(s->bubble_time_s)), Percent(s->bubble_share())));
+  const bool pipelined = s->pipeline_stages > 0;
+  title_->setText(pipelined ? QString("<b>Pipeline</b> (%1 stages)").arg(s->pipeline_stages) : QString("<b>Rematerialisation</b>"));
+  bubble_key_->setVisible(pipelined);
+  bubble_->setVisible(pipelined);
+  if (!pipelined) bubble_->clear();
+  else bubble_->setText(QString("%1 (%2)").arg(Q(FormatSeconds(s->bubble_time_s)), Percent(s->bubble_share())));
   recompute_->setText(QString("%1 (%2)").arg(Q(FormatSeconds(s->recompute_time_s)), Percent(s->recompute_share())));
   raw_->setText(Percent(s->raw_flops_utilization));
   mfu_->setText(Percent(s->mfu));

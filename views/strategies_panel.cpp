@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include <QAction>
 #include <QChart>
 #include <QChartView>
 #include <QComboBox>
@@ -15,6 +16,7 @@
 #include <QLineEdit>
 #include <QLineSeries>
 #include <QLogValueAxis>
+#include <QMenu>
 #include <QPainter>
 #include <QProgressBar>
 #include <QPushButton>
@@ -69,6 +71,11 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   settings_->setMinimumWidth(90);
   settings_->setToolTip("The zoo model's settings the search starts from, as the CLI's --set k=v (space separated; "
                         "empty: the model's defaults)");
+  families_ = new QPushButton;  // a push button's menu indicator is inside its size hint
+  families_->setObjectName("strategiesFamilies");
+  families_->setMenu(new QMenu(families_));
+  families_->setEnabled(false);
+  families_->setSizePolicy(QSizePolicy::Minimum, QSizePolicy::Preferred);  // never clipped: the settings field gives way
   chip_ = new QComboBox;
   chip_->setObjectName("strategiesChip");
   chip_->setToolTip("The chip of the pod searched");
@@ -93,6 +100,7 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   progress_->setMinimumWidth(70);
   row->addWidget(subject_);
   row->addWidget(settings_, 3);
+  row->addWidget(families_);
   row->addWidget(chip_);
   row->addWidget(devices_);
   row->addWidget(search_);
@@ -180,7 +188,62 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   connect(settings_, &QLineEdit::returnPressed, this, &StrategiesPanel::startSearch);
   connect(cancel_, &QPushButton::clicked, this, &StrategiesPanel::cancelRequested);
   setSubject(QString(), false, "Open a model of the zoo (File \u25b8 Examples) to search its strategies.");
+  updateFamiliesButton();
   rebuildChart();
+}
+
+void StrategiesPanel::setFamilies(const QStringList& names, const QStringList& summaries) {
+  QMenu* menu = families_->menu();
+  menu->clear();
+  for (int i = 0; i < names.size(); ++i) {
+    QAction* a = menu->addAction(names[i]);
+    a->setCheckable(true);
+    a->setChecked(true);
+    a->setObjectName("family:" + names[i]);
+    if (i < summaries.size()) a->setToolTip(summaries[i]);
+    connect(a, &QAction::toggled, this, [this, a](bool on) {
+      // At least one family stays checked: unchecking the last one checks it again.
+      if (!on) {
+        bool any = false;
+        for (const QAction* b : families_->menu()->actions()) any = any || b->isChecked();
+        if (!any) {
+          a->setChecked(true);  // toggles again, and updates the button then
+          return;
+        }
+      }
+      updateFamiliesButton();
+    });
+  }
+  menu->setToolTipsVisible(true);
+  updateFamiliesButton();
+}
+
+QStringList StrategiesPanel::selectedFamilies() const {
+  QStringList on;
+  const auto actions = families_->menu()->actions();
+  for (const QAction* a : actions)
+    if (a->isChecked()) on << a->text();
+  return on.size() == actions.size() ? QStringList() : on;
+}
+
+void StrategiesPanel::setSelectedFamilies(const QStringList& names) {
+  for (QAction* a : families_->menu()->actions()) {
+    const QSignalBlocker block(a);
+    a->setChecked(names.isEmpty() || names.contains(a->text()));
+  }
+  updateFamiliesButton();
+}
+
+void StrategiesPanel::updateFamiliesButton() {
+  const auto actions = families_->menu()->actions();
+  const QStringList on = selectedFamilies();
+  families_->setText(on.isEmpty() ? QString("Families: all") : on.size() == 1 ? on.front() : QString("Families: %1 of %2").arg(on.size()).arg(actions.size()));
+  families_->setToolTip(takes_settings_ ? QString("The strategy families the search generates candidates from (%1); "
+                                                  "a family that does not apply to the model adds none")
+                                              .arg(on.isEmpty() ? QString("all") : on.join(", "))
+                                        : QString("A module of its own is searched by the integer program (method 2), "
+                                                  "not by strategy families"));
+  families_->setEnabled(supported_ && takes_settings_ && !running_ && !actions.isEmpty());
 }
 
 void StrategiesPanel::setSubject(const QString& model, bool supported, const QString& message, bool takes_settings) {
@@ -189,6 +252,8 @@ void StrategiesPanel::setSubject(const QString& model, bool supported, const QSt
   subject_->setToolTip(supported && takes_settings ? QString("The zoo model %1, with the settings beside it").arg(model)
                                                    : message);
   settings_->setEnabled(supported && takes_settings);
+  takes_settings_ = takes_settings;
+  updateFamiliesButton();
   settings_->setPlaceholderText(takes_settings ? QString("settings: layers=4 batch=64 \u2026")
                                                : QString("no settings: the module is searched as it is"));
   search_->setEnabled(supported && !running_);
@@ -221,7 +286,7 @@ void StrategiesPanel::setSettingsText(const QString& text) { settings_->setText(
 
 void StrategiesPanel::startSearch() {
   if (!supported_ || running_) return;
-  emit searchRequested(chip(), devices(), settingsText());
+  emit searchRequested(chip(), devices(), settingsText(), takes_settings_ ? selectedFamilies() : QStringList());
 }
 
 void StrategiesPanel::setRunning(bool running) {
@@ -230,6 +295,7 @@ void StrategiesPanel::setRunning(bool running) {
   cancel_->setEnabled(running);
   chip_->setEnabled(!running);
   devices_->setEnabled(!running);
+  updateFamiliesButton();
   if (running) {
     progress_->setRange(0, 0);  // busy until the first candidate is counted
     progress_->setFormat("");

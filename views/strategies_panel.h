@@ -91,6 +91,13 @@ class StrategiesPanel : public QWidget {
   // The model's settings "k=v k=v" (the zoo's --set), empty: the defaults.
   QString settingsText() const;
   void setSettingsText(const QString& text);
+  // The strategy families a search may use (names, and a sentence each for the tooltip), all checked;
+  // the Families button's menu checks them on and off. selectedFamilies(): the checked ones, empty
+  // when all are (the search's "every family"). Off while the subject takes no settings (method 2).
+  void setFamilies(const QStringList& names, const QStringList& summaries);
+  QStringList selectedFamilies() const;
+  void setSelectedFamilies(const QStringList& names);  // empty: all
+  QPushButton* familiesButton() const { return families_; }
 
   // ---- Set by the glue ----
   void setRunning(bool running);
@@ -123,7 +130,8 @@ class StrategiesPanel : public QWidget {
   void startSearch();
 
  signals:
-  void searchRequested(const QString& chip, int devices, const QString& settings);
+  // `families`: the families to search, empty for all.
+  void searchRequested(const QString& chip, int devices, const QString& settings, const QStringList& families);
   void cancelRequested();
   void candidateChosen(int row);
   void comparisonRequested(int a, int b);
@@ -138,9 +146,11 @@ class StrategiesPanel : public QWidget {
   void rebuildChart();
   void updateSelectionMarks();
   void applyPalette();
+  void updateFamiliesButton();
 
   QLabel* subject_;
   QLineEdit* settings_;
+  QPushButton* families_;
   QComboBox* chip_;
   QSpinBox* devices_;
   QPushButton* search_;
@@ -159,6 +169,7 @@ class StrategiesPanel : public QWidget {
   std::vector<int> selection_order_;
   bool running_ = false;
   bool supported_ = false;
+  bool takes_settings_ = true;
   double time_scale_ = 1, bytes_scale_ = 1;  // chart units
 };
 

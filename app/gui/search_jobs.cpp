@@ -114,6 +114,12 @@ SearchJobs::SearchJobs(Session* session, views::StrategiesPanel* panel, QObject*
   QStringList chips;
   for (const std::string& c : session_->analysis()->chips()) chips << Q(c);
   panel_->setChips(chips, Q(session_->analysis()->defaultChip()));
+  QStringList families, summaries;
+  for (const search::StrategyFamily* f : search::StrategyFamilies()) {
+    families << Q(std::string(f->name()));
+    summaries << Q(std::string(f->summary()));
+  }
+  panel_->setFamilies(families, summaries);
   connect(panel_, &views::StrategiesPanel::searchRequested, this, &SearchJobs::start);
   connect(panel_, &views::StrategiesPanel::cancelRequested, this, &SearchJobs::cancel);
   connect(panel_, &views::StrategiesPanel::candidateChosen, this, &SearchJobs::choose);
@@ -218,7 +224,7 @@ bool SearchJobs::startAutoSharding(const QString& chip, int devices) {
   return true;
 }
 
-bool SearchJobs::start(const QString& chip, int devices, const QString& settings_text) {
+bool SearchJobs::start(const QString& chip, int devices, const QString& settings_text, const QStringList& families) {
   if (module_mode_) return startAutoSharding(chip, devices);
   if (model_.isEmpty()) return false;
   ZooOverrides settings;
@@ -233,6 +239,7 @@ bool SearchJobs::start(const QString& chip, int devices, const QString& settings
   so.settings = settings;
   so.chip = chip.toStdString();
   so.devices = devices;
+  for (const QString& f : families) so.families.push_back(f.toStdString());
   so.jobs = std::max(1, QThread::idealThreadCount() - 1);
   const QString model = model_;
   panel_->setRunning(true);

@@ -16,6 +16,7 @@
 
 #include <QObject>
 #include <QString>
+#include <QStringList>
 
 #include "views/job_tracker.h"
 
@@ -51,8 +52,9 @@ class SearchJobs : public QObject {
   // Starts a search of the document's model on `devices` of `chip` with the model settings
   // `settings` ("k=v k=v"); a running search is cancelled first. For a module of its own, method 2
   // on every mesh of the pod (settings do not apply). False (and the panel says why) when there
-  // is no document or the settings do not parse.
-  bool start(const QString& chip, int devices, const QString& settings);
+  // is no document or the settings do not parse. `families`: the strategy families to search
+  // (empty: all; an unknown name is the search's error).
+  bool start(const QString& chip, int devices, const QString& settings, const QStringList& families = {});
   void cancel();
   bool busy() const;
   // Makes ranked row `row` the document (in the background).

@@ -627,10 +627,11 @@ Result<AutoShardingPlan> SolveAutoSharding(const Module& module, const Pod& pod,
   int64_t planned = 0;
   for (size_t g = 0; g < groups.size(); ++g)
     if (alive[g]) planned += K(static_cast<int>(g));
-  for (const auto& [ab, m] : es.edges) {
+  for (const auto& edge : es.edges) {
+    const auto& m = edge.second;  // a plain reference: clang 14 cannot capture a structured binding
     Compressed e;
-    e.a = ab.first;
-    e.c = ab.second;
+    e.a = edge.first.first;
+    e.c = edge.first.second;
     const int Ka = K(e.a), Kc = K(e.c);
     auto [rc, rrep] = classes(Ka, [&](int i, int k) {
       for (int j = 0; j < Kc; ++j)

@@ -986,15 +986,28 @@ Result<Tensor> EvalDot(const Instruction& inst, const Tensor& lhs, const Tensor&
   rperm.insert(rperm.end(), dn.rhs_contracting.begin(), dn.rhs_contracting.end());
   rperm.insert(rperm.end(), rhs_free.begin(), rhs_free.end());
   using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using MatI = Eigen::Matrix<int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  if (out.storage() == Storage::kInt && lhs.storage() == Storage::kInt && rhs.storage() == Storage::kInt) {
-    auto l = TransposedInts(lhs, lperm);
-    auto r = TransposedInts(rhs, rperm);
+  using MatU = Eigen::Matrix<uint64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  if (out.storage() == Storage::kInt) {
+    // An integer result: the operands are converted to the result's type first and the products
+    // summed in it (as XLA's evaluator does), so a dot split along its contracting dims and summed
+    // by an all-reduce computes the same (converting each partial sum would not).
+    auto as_result_type = [&](const Tensor& t) -> Tensor {
+      Tensor c(Shape(out.type(), t.dims()));
+      for (int64_t i = 0; i < t.size(); ++i) c.SetDouble(i, t.GetDouble(i));
+      return c;
+    };
+    const Tensor lhs_int = lhs.storage() == Storage::kInt ? Tensor() : as_result_type(lhs);
+    const Tensor rhs_int = rhs.storage() == Storage::kInt ? Tensor() : as_result_type(rhs);
+    auto l = TransposedInts(lhs.storage() == Storage::kInt ? lhs : lhs_int, lperm);
+    auto r = TransposedInts(rhs.storage() == Storage::kInt ? rhs : rhs_int, rperm);
+    // In unsigned 64-bit arithmetic: it wraps (defined), and modulo 2^64 it is the same sum of
+    // products as in signed arithmetic; SetInt then wraps it to the result's width.
+    const std::vector<uint64_t> lu(l.begin(), l.end()), ru(r.begin(), r.end());
     for (int64_t b = 0; b < B; ++b) {
-      Eigen::Map<const MatI> A(l.data() + b * M * K, M, K);
-      Eigen::Map<const MatI> Bm(r.data() + b * K * N, K, N);
-      MatI C = K == 0 ? MatI::Zero(M, N) : MatI(A * Bm);
-      for (int64_t i = 0; i < M * N; ++i) out.SetInt(b * M * N + i, C.data()[i]);
+      Eigen::Map<const MatU> A(lu.data() + b * M * K, M, K);
+      Eigen::Map<const MatU> Bm(ru.data() + b * K * N, K, N);
+      MatU C = K == 0 ? MatU::Zero(M, N) : MatU(A * Bm);
+      for (int64_t i = 0; i < M * N; ++i) out.SetInt(b * M * N + i, static_cast<int64_t>(C.data()[i]));
     }
     return out;
   }
