@@ -534,6 +534,50 @@ ENTRY main {
 
   // A training step from the zoo opens as forward / loss / backward / optimizer, the forward's
   // layers folded; a weight is drawn in its forward layer.
+  // The search index: a small graph's is built on its first search; a large one's (5,000
+  // instructions or more) in the background as soon as the tree or the shardings change, so the
+  // first search finds it ready. Either finds names, opcodes and sharding texts.
+  void searchIndexBuiltAhead() {
+    {
+      Session session;
+      GraphView view;
+      view.setJobTracker(session.jobs());
+      view.setDocument(session.document());
+      QVERIFY(session.loadHloText(kScoped, "scoped.hlo").ok());
+      QVERIFY(WaitUntilIdle(session));
+      QVERIFY(!view.searchIndexCurrent());  // small: built when searched
+      QCOMPARE(view.setSearch("tanh").size(), 2);
+      QVERIFY(view.searchIndexCurrent());
+    }
+    auto built = ZooBuild("transformer", {{"layers", "17"}});
+    QVERIFY(built.ok());
+    QVERIFY((*built)->instruction_count() >= static_cast<int64_t>(GraphView::kSearchIndexInBackgroundAt));
+    Session session;
+    DocumentModel& doc = *session.document();
+    GraphView view;
+    view.setJobTracker(session.jobs());
+    view.setDocument(&doc);
+    QVERIFY(session.loadHloText(QString::fromStdString(PrintHloModule(**built)), "step.hlo").ok());
+    QVERIFY(WaitUntilIdle(session));
+    QVERIFY(view.searchIndexCurrent());  // built on the layout lane after propagation, before any search
+    const int64_t wi = doc.findInstruction("layer11_ffn_wi")->id();
+    const QList<int64_t> hits = view.setSearch("LAYER11_FFN_WI");
+    QVERIFY(hits.contains(wi));
+    for (int64_t id : hits) QVERIFY(doc.instruction(id)->name().find("layer11_ffn_wi") != std::string::npos);
+    // An annotation makes it out of date; it is built again in the background with the new sharding.
+    // Its last dimension split over every device: "{devices=[1,...,1,N]<=[N]}".
+    const std::string n = std::to_string(doc.mesh().num_devices());
+    std::string dims;
+    for (int64_t d = 0; d + 1 < doc.instruction(wi)->shape().rank(); ++d) dims += "1,";
+    const auto columns = HloSharding::Parse("{devices=[" + dims + n + "]<=[" + n + "]}");
+    QVERIFY(columns.ok());
+    QVERIFY(doc.annotate(wi, *columns));
+    QVERIFY(!view.searchIndexCurrent());
+    QVERIFY(WaitUntilIdle(session));
+    QVERIFY(view.searchIndexCurrent());
+    QVERIFY(view.setSearch(QString::fromStdString("devices=[" + dims + n + "]")).contains(wi));
+  }
+
   void trainingStepTree() {
     auto built = ZooBuild("transformer", {{"layers", "4"}});
     QVERIFY(built.ok());

@@ -73,6 +73,18 @@ class TestGuiPartitioned : public QObject {
     QVERIFY(Partition(session, view));
     const PartitionedProgram& p = session.analysis()->partition();
     QVERIFY2(p.ok(), p.message.c_str());
+    // The program's graph shows the analysis's own module (shared, not copied), its shardings as given.
+    const DocumentModel* spmd = view.spmdDocument();
+    QCOMPARE(spmd->module(), p.result->module.get());
+    int sharded = 0;
+    for (const auto& comp : p.result->module->computations()) {
+      for (const auto& inst : comp->instructions()) {
+        if (!inst->has_sharding()) continue;
+        ++sharded;
+        QVERIFY(spmd->sharding(inst->id()) == *inst->sharding());
+      }
+    }
+    QVERIFY(sharded > 0);
 
     // One all-reduce of the 8x32 f32 partial result within {0,2} and {1,3}.
     CollectiveTableModel* model = view.collectives();

@@ -118,16 +118,34 @@ void DocumentModel::clear() { setModule(nullptr, DeviceMesh(), QString(), QStrin
 
 void DocumentModel::setModule(std::unique_ptr<Module> module, const DeviceMesh& mesh, const QString& source_kind,
                               const QString& source, const QString& file_path) {
-  annotations_.clear();
+  std::map<int64_t, HloSharding> annotations;
   for (size_t c = 0; module && c < module->computations().size(); ++c) {
     for (const auto& inst : module->computations()[c]->instructions()) {
       if (inst->has_sharding()) {
-        annotations_.emplace(inst->id(), *inst->sharding());
+        annotations.emplace(inst->id(), *inst->sharding());
         inst->clear_sharding();
       }
     }
   }
-  module_ = std::shared_ptr<const Module>(std::move(module));
+  reset(std::shared_ptr<const Module>(std::move(module)), std::move(annotations), mesh, source_kind, source, file_path);
+}
+
+void DocumentModel::showModule(std::shared_ptr<const Module> module, const DeviceMesh& mesh, const QString& source_kind,
+                               const QString& source) {
+  std::map<int64_t, HloSharding> annotations;
+  for (size_t c = 0; module && c < module->computations().size(); ++c) {
+    for (const auto& inst : module->computations()[c]->instructions()) {
+      if (inst->has_sharding()) annotations.emplace(inst->id(), *inst->sharding());
+    }
+  }
+  reset(std::move(module), std::move(annotations), mesh, source_kind, source, QString());
+}
+
+void DocumentModel::reset(std::shared_ptr<const Module> module, std::map<int64_t, HloSharding> annotations,
+                          const DeviceMesh& mesh, const QString& source_kind, const QString& source,
+                          const QString& file_path) {
+  annotations_ = std::move(annotations);
+  module_ = std::move(module);
   mesh_ = mesh;
   source_kind_ = source_kind;
   source_ = source;

@@ -41,6 +41,10 @@ class DocumentModel : public QObject {
   // module is no module (clear()).
   void setModule(std::unique_ptr<Module> module, const DeviceMesh& mesh, const QString& source_kind,
                  const QString& source, const QString& file_path = QString());
+  // The same for a module shared with its maker and left as it is (the partitioned program, which
+  // the analysis holds: no copy of a 100k-instruction module); its shardings are the annotations.
+  void showModule(std::shared_ptr<const Module> module, const DeviceMesh& mesh, const QString& source_kind,
+                  const QString& source);
   // No module (File ▸ Close): every view shows its empty state.
   void clear();
   const Module* module() const { return module_.get(); }
@@ -149,9 +153,11 @@ class DocumentModel : public QObject {
   void filePathChanged();    // saved under another name
 
  private:
+  void reset(std::shared_ptr<const Module> module, std::map<int64_t, HloSharding> annotations, const DeviceMesh& mesh,
+             const QString& source_kind, const QString& source, const QString& file_path);
   void rebuildIndex();
 
-  std::shared_ptr<const Module> module_;  // shardings stripped: annotations_ holds the user's
+  std::shared_ptr<const Module> module_;  // shardings stripped (setModule) or left (showModule): annotations_ holds them
   DeviceMesh mesh_;
   std::map<int64_t, HloSharding> annotations_;
   std::unordered_map<int64_t, const Instruction*> by_id_;

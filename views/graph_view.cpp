@@ -13,6 +13,7 @@
 #include <QGraphicsScene>
 #include <QGraphicsSceneContextMenuEvent>
 #include <QGraphicsSceneMouseEvent>
+#include <QHelpEvent>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
@@ -542,7 +543,6 @@ void GraphView::onModuleReset() {
 void GraphView::resetTree() {
   const Computation* c = currentComputation();
   tree_ = c ? std::make_shared<const ScopeTree>(ScopeTree::Build(*c, doc_->sharedModule())) : nullptr;
-  search_text_tree_ = nullptr;  // the search text belongs to the old tree
   group_stats_.clear();
   run_differences_.clear();
   state_ = ViewState{};
@@ -558,6 +558,7 @@ void GraphView::resetTree() {
   shown_.reset();
   layout_.reset();
   requestLayout();
+  invalidateSearchIndex();  // after the layout: the first paint comes first on the lane
 }
 
 std::pair<double, double> GraphView::nodeSize(const VisibleTree::Item& item) {
@@ -804,93 +805,64 @@ QStringList GraphView::runDifferences(int run) const {
   return out;
 }
 
-GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* tooltip) const {
+GraphView::GroupSummary GraphView::groupSummary(const GraphNodeItem* item) const {
+  // A collapsed group, or a folded run (all its groups).
+  GroupSummary g;
+  std::vector<int> scopes;
+  if (item->run() >= 0) {
+    const RepeatRun& run = tree_->runs()[static_cast<size_t>(item->run())];
+    scopes = run.members;
+    g.title = Q(run.label);
+    g.path = Q(tree_->scope(run.parent).path);
+  } else {
+    scopes = {item->scope()};
+    g.title = Q(tree_->scope(item->scope()).label);
+    g.path = Q(tree_->scope(item->scope()).path);
+  }
+  g.groups = static_cast<int64_t>(scopes.size());
+  for (int s : scopes) {
+    const GroupStats& stats = groupStats(s);
+    g.count += stats.count;
+    g.sharded += stats.sharded;
+    g.user += stats.user;
+    if (!stats.uniform) g.uniform = false;
+    if (!stats.common) continue;
+    if (!g.common) g.common = &*stats.common;
+    else if (g.uniform && !(*g.common == *stats.common)) g.uniform = false;
+  }
+  return g;
+}
+
+GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item) const {
   GraphNodeItem::Look look;
   const QPalette pal = palette();
-  const DeviceMesh& mesh = doc_->mesh();
   if (item->isGroup()) {
-    // A collapsed group, or a folded run (all its groups).
-    std::vector<int> scopes;
-    QString title, path;
-    const RepeatRun* run = item->run() >= 0 ? &tree_->runs()[static_cast<size_t>(item->run())] : nullptr;
-    if (run) {
-      scopes = run->members;
-      title = Q(run->label);
-      path = Q(tree_->scope(run->parent).path);
-    } else {
-      scopes = {item->scope()};
-      title = Q(tree_->scope(item->scope()).label);
-      path = Q(tree_->scope(item->scope()).path);
-    }
-    std::optional<HloSharding> common;
-    bool uniform = true;
-    int64_t count = 0, sharded = 0, user = 0;
-    for (int s : scopes) {
-      const GroupStats& g = groupStats(s);
-      count += g.count;
-      sharded += g.sharded;
-      user += g.user;
-      if (!g.uniform) uniform = false;
-      if (!g.common) continue;
-      if (!common) common = g.common;
-      else if (uniform && !(*common == *g.common)) uniform = false;
-    }
+    const GroupSummary g = groupSummary(item);
     look.shape = GraphNodeItem::Look::Shape::kGroup;
-    look.sharded = sharded > 0;
+    look.sharded = g.sharded > 0;
     look.user = false;
-    look.fill = (common && uniform) ? ShardingFillColor(*common, pal) : UnshardedFillColor(pal);
-    if (run) {
-      const int64_t each = count / static_cast<int64_t>(scopes.size());
+    look.fill = (g.common && g.uniform) ? ShardingFillColor(*g.common, pal) : UnshardedFillColor(pal);
+    if (item->run() >= 0) {
       const QStringList diffs = runDifferences(item->run());
-      look.repeat = static_cast<int>(scopes.size());
-      look.lines = {QString::fromUtf8("\u25B8 ") + title,
-                    QString::fromUtf8("\u00D7 %1 \u00B7 %2 instructions each").arg(scopes.size()).arg(each)};
+      look.repeat = static_cast<int>(g.groups);
+      look.lines = {QString::fromUtf8("\u25B8 ") + g.title,
+                    QString::fromUtf8("\u00D7 %1 \u00B7 %2 instructions each").arg(g.groups).arg(g.count / g.groups)};
       look.sharding_line = diffs.isEmpty() ? QString("identical") : diffs.size() == 1 ? QString("1 differs") : QString("%1 differ").arg(diffs.size());
-      if (tooltip) {
-        QString t = QString("<b>%1</b> (in %2)<br>%3 groups with the same operations, shapes and wiring, %4 "
-                            "instructions each")
-                        .arg(title.toHtmlEscaped(), path.isEmpty() ? QString("the computation") : path.toHtmlEscaped())
-                        .arg(scopes.size())
-                        .arg(each);
-        if (diffs.isEmpty()) {
-          t += "<br>and the same shardings";
-        } else {
-          t += "<br>Differences:<ul>";
-          for (int i = 0; i < diffs.size() && i < 12; ++i) t += "<li>" + diffs[i].toHtmlEscaped() + "</li>";
-          if (diffs.size() > 12) t += QString("<li>and %1 more</li>").arg(diffs.size() - 12);
-          t += "</ul>";
-        }
-        t += "<i>Double-click to show them one by one</i>";
-        *tooltip = t;
-      }
     } else {
-      const ScopeNode& s = tree_->scope(item->scope());
-      QString kind = "instructions";
-      look.lines = {QString::fromUtf8("\u25B8 ") + title, QString("%1 %2").arg(count).arg(kind)};
-      look.sharding_line = QString("%1 of %2 sharded").arg(sharded).arg(count);
-      if (tooltip) {
-        QString what = "Name scope";
-        if (s.kind == ScopeNode::Kind::kCall) what = "Called computations of";
-        if (s.kind == ScopeNode::Kind::kChunk) what = "Part of the program in order:";
-        *tooltip = QString("%1 <b>%2</b><br>%3 instructions, %4 sharded, %5 annotated by you<br><i>Double-click to "
-                           "expand</i>")
-                       .arg(what, Q(s.path).toHtmlEscaped())
-                       .arg(count)
-                       .arg(sharded)
-                       .arg(user);
-      }
+      look.lines = {QString::fromUtf8("\u25B8 ") + g.title, QString("%1 instructions").arg(g.count)};
+      look.sharding_line = QString("%1 of %2 sharded").arg(g.sharded).arg(g.count);
     }
     return look;
   }
   const Instruction* inst = doc_->instruction(item->instructionId());
   if (!inst) return look;
-  const auto sh = doc_->sharding(inst->id());
+  const HloSharding* sh = doc_->findSharding(inst->id());
   const TensorOrigin origin = doc_->origin(inst->id());
   look.lines = {Q(inst->opcode_text()), Q(inst->name()), ShapeText(inst->shape())};
   look.user = origin == TensorOrigin::kUser;
-  look.sharded = sh.has_value();
+  look.sharded = sh != nullptr;
   look.fill = sh ? ShardingFillColor(*sh, pal) : UnshardedFillColor(pal);
-  look.sharding_line = sh ? NamedAxesText(*sh, inst->shape(), mesh, "") : QString("unsharded");
+  look.sharding_line = sh ? NamedAxesText(*sh, inst->shape(), doc_->mesh(), "") : QString("unsharded");
   if (!doc_->propagationEnabled()) {
     // A displayed program (the SPMD one): shapes are per device, its shardings are information
     // rather than annotations, and the collectives stand out.
@@ -903,46 +875,104 @@ GraphNodeItem::Look GraphView::lookFor(const GraphNodeItem* item, QString* toolt
   else if (inst->opcode() == Opcode::kConstant) look.shape = GraphNodeItem::Look::Shape::kConstant;
   else if (IsCollective(inst->opcode())) look.shape = GraphNodeItem::Look::Shape::kCollective;
   else if (inst->is_root()) look.shape = GraphNodeItem::Look::Shape::kRoot;
-  if (tooltip) {
-    QString t = QString("<b>%1</b> = %2<br>shape %3").arg(Q(inst->name()).toHtmlEscaped(), Q(inst->opcode_text()),
-                                                          ShapeText(inst->shape()).toHtmlEscaped());
-    if (sh) {
-      t += QString("<br><b>%1</b> &nbsp;(%2)")
-               .arg(NamedAxesText(*sh, inst->shape(), mesh, Q(inst->name())).toHtmlEscaped(),
-                    look.user ? "your annotation" : "inferred");
-      t += QString("<br>HLO: <tt>%1</tt>").arg(HloShardingText(*sh).toHtmlEscaped());
-      t += QString("<br>per device: %1 &middot; %2 (whole tensor %3)")
-               .arg(LocalShapeText(inst->shape(), sh).toHtmlEscaped(), Q(FormatBytes(BytesPerDevice(inst->shape(), sh))),
-                    Q(FormatBytes(inst->shape().ByteSize())));
-    } else {
-      t += "<br><i>no sharding yet</i>";
-    }
-    const std::string op_name = inst->op_name();
-    if (!op_name.empty()) t += QString("<br><small>%1</small>").arg(Q(op_name).toHtmlEscaped());
-    *tooltip = t;
-  }
   return look;
+}
+
+QString GraphView::toolTipFor(const GraphNodeItem* item) const {
+  if (!tree_ || !doc_ || !doc_->module()) return {};
+  if (item->isGroup()) {
+    const GroupSummary g = groupSummary(item);
+    if (item->run() >= 0) {
+      const QStringList diffs = runDifferences(item->run());
+      QString t = QString("<b>%1</b> (in %2)<br>%3 groups with the same operations, shapes and wiring, %4 "
+                          "instructions each")
+                      .arg(g.title.toHtmlEscaped(), g.path.isEmpty() ? QString("the computation") : g.path.toHtmlEscaped())
+                      .arg(g.groups)
+                      .arg(g.count / g.groups);
+      if (diffs.isEmpty()) {
+        t += "<br>and the same shardings";
+      } else {
+        t += "<br>Differences:<ul>";
+        for (int i = 0; i < diffs.size() && i < 12; ++i) t += "<li>" + diffs[i].toHtmlEscaped() + "</li>";
+        if (diffs.size() > 12) t += QString("<li>and %1 more</li>").arg(diffs.size() - 12);
+        t += "</ul>";
+      }
+      t += "<i>Double-click to show them one by one</i>";
+      return t;
+    }
+    const ScopeNode& s = tree_->scope(item->scope());
+    QString what = "Name scope";
+    if (s.kind == ScopeNode::Kind::kCall) what = "Called computations of";
+    if (s.kind == ScopeNode::Kind::kChunk) what = "Part of the program in order:";
+    return QString("%1 <b>%2</b><br>%3 instructions, %4 sharded, %5 annotated by you<br><i>Double-click to "
+                   "expand</i>")
+        .arg(what, Q(s.path).toHtmlEscaped())
+        .arg(g.count)
+        .arg(g.sharded)
+        .arg(g.user);
+  }
+  const Instruction* inst = doc_->instruction(item->instructionId());
+  if (!inst) return {};
+  const auto sh = doc_->sharding(inst->id());
+  const bool user = doc_->propagationEnabled() && doc_->origin(inst->id()) == TensorOrigin::kUser;
+  QString t = QString("<b>%1</b> = %2<br>shape %3").arg(Q(inst->name()).toHtmlEscaped(), Q(inst->opcode_text()),
+                                                        ShapeText(inst->shape()).toHtmlEscaped());
+  if (sh) {
+    t += QString("<br><b>%1</b> &nbsp;(%2)")
+             .arg(NamedAxesText(*sh, inst->shape(), doc_->mesh(), Q(inst->name())).toHtmlEscaped(),
+                  user ? "your annotation" : "inferred");
+    t += QString("<br>HLO: <tt>%1</tt>").arg(HloShardingText(*sh).toHtmlEscaped());
+    t += QString("<br>per device: %1 &middot; %2 (whole tensor %3)")
+             .arg(LocalShapeText(inst->shape(), sh).toHtmlEscaped(), Q(FormatBytes(BytesPerDevice(inst->shape(), sh))),
+                  Q(FormatBytes(inst->shape().ByteSize())));
+  } else {
+    t += "<br><i>no sharding yet</i>";
+  }
+  const std::string op_name = inst->op_name();
+  if (!op_name.empty()) t += QString("<br><small>%1</small>").arg(Q(op_name).toHtmlEscaped());
+  return t;
+}
+
+void GraphView::ensureToolTip(GraphNodeItem* item) const {
+  if (item->toolTipCurrent()) return;
+  item->setToolTip(toolTipFor(item));
+  item->setToolTipCurrent(true);
+}
+
+bool GraphView::viewportEvent(QEvent* event) {
+  // Tooltips are written when asked for (the pointer rests on a node), not for every node at every
+  // layout: a node's tooltip costs more than its look (a tuple's per-device shapes, the op_name),
+  // and most nodes are never hovered.
+  if (event->type() == QEvent::ToolTip) {
+    const QPoint at = static_cast<QHelpEvent*>(event)->pos();
+    for (QGraphicsItem* item : items(at)) {
+      if (auto* node = dynamic_cast<GraphNodeItem*>(item)) ensureToolTip(node);
+    }
+  }
+  return QGraphicsView::viewportEvent(event);
 }
 
 const GraphView::GroupStats& GraphView::groupStats(int scope) const {
   auto it = group_stats_.find(scope);
   if (it != group_stats_.end()) return it->second;
   GroupStats g;
+  const HloSharding* common = nullptr;
   for (int32_t p : tree_->positionsUnder(scope)) {
     const int64_t id = tree_->at(p)->id();
     ++g.count;
-    auto sh = doc_->sharding(id);
+    const HloSharding* sh = doc_->findSharding(id);  // no copy: a group may hold 50,000 instructions
     if (doc_->origin(id) == TensorOrigin::kUser) ++g.user;
     if (!sh) continue;
     ++g.sharded;
-    if (!g.common) g.common = std::move(sh);
-    else if (g.uniform && !(*g.common == *sh)) g.uniform = false;
+    if (!common) common = sh;
+    else if (g.uniform && common != sh && !(*common == *sh)) g.uniform = false;
   }
+  if (common) g.common = *common;
   return group_stats_.emplace(scope, std::move(g)).first->second;
 }
 
 void GraphView::recolour() {
-  search_shardings_valid_ = false;  // shardings, annotations or the mesh changed
+  invalidateSearchIndex();  // shardings, annotations or the mesh changed
   group_stats_.clear();
   run_differences_.clear();
   restyle();
@@ -952,9 +982,8 @@ void GraphView::restyle() {
   if (!doc_ || !doc_->module()) return;
   ++recolours_;
   for (auto& [key, item] : nodes_) {
-    QString tip;
-    item->setLook(lookFor(item, &tip));
-    item->setToolTip(tip);
+    item->setLook(lookFor(item));
+    item->setToolTipCurrent(false);  // written again when the pointer rests on it
     item->setSharding(item->isGroup() ? std::nullopt : doc_->sharding(item->instructionId()));
   }
   minimap_->invalidate();
@@ -1151,82 +1180,61 @@ QList<int64_t> GraphView::setSearch(const QString& text) {
   const std::string needle = text.trimmed().toLower().toStdString();
   if (!needle.empty() && tree_ && doc_) {
     const auto& order = tree_->instructions();
-    buildSearchIndex();
-    // Names and opcodes: one find pass over the tree's lower-case text.
-    std::vector<char> hit(order.size(), 0);
-    for (size_t at = search_text_.find(needle); at != std::string::npos; at = search_text_.find(needle, at + 1)) {
-      const auto it = std::upper_bound(search_starts_.begin(), search_starts_.end(), at);
-      hit[static_cast<size_t>(it - search_starts_.begin()) - 1] = 1;
-    }
-    // Shardings: each distinct one's texts searched once.
-    std::vector<char> sharding_hit(search_sharding_texts_.size(), 0);
-    for (size_t k = 0; k < search_sharding_texts_.size(); ++k)
-      sharding_hit[k] = search_sharding_texts_[k].find(needle) != std::string::npos;
-    for (size_t position = 0; position < order.size(); ++position) {
-      const int32_t k = search_sharding_of_[position];
-      if (!hit[position] && !(k >= 0 && sharding_hit[static_cast<size_t>(k)])) continue;
-      found << order[position]->id();
-      matches_.insert(order[position]->id());
+    for (int32_t position : searchIndex().Find(needle)) {
+      found << order[static_cast<size_t>(position)]->id();
+      matches_.insert(order[static_cast<size_t>(position)]->id());
     }
   }
   highlightMatches();
   return found;
 }
 
-void GraphView::buildSearchIndex() {
-  const auto& order = tree_->instructions();
-  // Names and opcodes: one lower-case "name\nopcode\n" text for the whole tree, made once per tree
-  // (a 100k-instruction module: a few MB searched with find, instead of 200k case-folding searches).
-  if (search_text_tree_ != tree_.get()) {
-    search_text_.clear();
-    search_starts_.clear();
-    search_starts_.reserve(order.size());
-    for (const Instruction* inst : order) {
-      search_starts_.push_back(search_text_.size());
-      for (const std::string* part : {&inst->name(), &inst->opcode_text()}) {
-        for (char ch : *part) search_text_.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(ch))));
-        search_text_.push_back('\n');
-      }
-    }
-    search_text_tree_ = tree_.get();
-    search_shardings_valid_ = false;
+const GraphSearchIndex& GraphView::searchIndex() {
+  if (!searchIndexCurrent()) {
+    // Not built yet (a small graph, or the background build has not finished): build it here.
+    const DocumentModel* doc = doc_;
+    search_index_ = GraphSearchIndex::Build(
+        tree_, [doc](int64_t id) { return doc->findSharding(id); }, doc_->mesh(), search_index_.get());
+    search_index_generation_ = search_generation_;
   }
-  if (search_shardings_valid_) return;
-  // Shardings are few and shared by many tensors: each distinct one (per sharding and rank: the
-  // named-axis form depends on both) gets its lower-case texts once, until the shardings change.
-  search_sharding_of_.assign(order.size(), -1);
-  search_sharding_texts_.clear();
-  struct Seen {
-    const HloSharding* sharding;  // the document's own, unchanged while the index is built
-    int64_t rank;
-    int32_t index;
+  return *search_index_;
+}
+
+void GraphView::invalidateSearchIndex() {
+  ++search_generation_;
+  const QString key = QString("search-index:%1").arg(reinterpret_cast<quintptr>(this));
+  if (!tree_ || !doc_ || tree_->instructions().size() < kSearchIndexInBackgroundAt) {
+    jobTracker()->cancelKey(key);
+    return;
+  }
+  // A snapshot of the shardings for the worker: the annotations (few) copied, the propagated
+  // shardings shared (the document replaces them, never changes them).
+  struct Shardings {
+    std::map<int64_t, HloSharding> annotations;
+    std::shared_ptr<const std::unordered_map<int64_t, HloSharding>> propagated;
   };
-  std::unordered_map<uint64_t, std::vector<Seen>> seen;
-  for (size_t position = 0; position < order.size(); ++position) {
-    const Instruction* inst = order[position];
-    const HloSharding* sh = doc_->findSharding(inst->id());
-    if (!sh) continue;
-    const int64_t rank = inst->shape().IsArray() ? inst->shape().rank() : -1;
-    uint64_t h = static_cast<uint64_t>(rank + 2) * 1000003ULL;
-    auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
-    mix(sh->IsTiled() * 4 + sh->IsReplicated() * 2 + sh->IsTuple());
-    for (int64_t d : sh->tile_assignment().dims()) mix(static_cast<uint64_t>(d));
-    const auto& devices = sh->tile_assignment().devices();
-    for (size_t k = 0; k < devices.size() && k < 8; ++k) mix(static_cast<uint64_t>(devices[k]));
-    mix(sh->subgroup_types().size());
-    mix(sh->tuple_elements().size());
-    auto& bucket = seen[h];
-    auto it = std::find_if(bucket.begin(), bucket.end(),
-                           [&](const Seen& s) { return s.rank == rank && *s.sharding == *sh; });
-    if (it == bucket.end()) {
-      const QString texts = HloShardingText(*sh) + "\n" + NamedAxesText(*sh, inst->shape(), doc_->mesh(), "");
-      search_sharding_texts_.push_back(texts.toLower().toStdString());
-      bucket.push_back({sh, rank, static_cast<int32_t>(search_sharding_texts_.size()) - 1});
-      it = bucket.end() - 1;
-    }
-    search_sharding_of_[position] = it->index;
-  }
-  search_shardings_valid_ = true;
+  auto shardings = std::make_shared<Shardings>(Shardings{doc_->annotations(), doc_->propagatedShardings()});
+  const JobTracker::Spec spec{.label = "indexing the graph for search", .lane = Lane::kLayout, .key = key, .context = this};
+  const quint64 generation = search_generation_;
+  jobTracker()->run<std::shared_ptr<const GraphSearchIndex>>(
+      spec,
+      [tree = tree_, shardings, mesh = doc_->mesh(), previous = search_index_](const CancellationToken& token) {
+        return GraphSearchIndex::Build(
+            tree,
+            [&shardings](int64_t id) -> const HloSharding* {
+              if (auto a = shardings->annotations.find(id); a != shardings->annotations.end()) return &a->second;
+              if (shardings->propagated) {
+                if (auto p = shardings->propagated->find(id); p != shardings->propagated->end()) return &p->second;
+              }
+              return nullptr;
+            },
+            mesh, previous.get(), token);
+      },
+      [this, generation](std::shared_ptr<const GraphSearchIndex> index) {
+        if (!index || generation != search_generation_ || index->tree() != tree_.get()) return;  // out of date
+        search_index_ = std::move(index);
+        search_index_generation_ = generation;
+      });
 }
 
 void GraphView::highlightMatches() {

@@ -26,6 +26,7 @@
 #include "core/sharding/sharding.h"
 #include "views/graph_hierarchy.h"
 #include "views/graph_layout.h"
+#include "views/graph_search_index.h"
 #include "views/graph_structure.h"
 
 class QBoxLayout;
@@ -71,6 +72,10 @@ class GraphNodeItem : public QGraphicsItem {
   const Look& look() const { return look_; }
   std::optional<HloSharding> sharding() const { return sharding_; }
   void setSharding(std::optional<HloSharding> s) { sharding_ = std::move(s); }
+  // The tooltip is written when the pointer rests on the node (GraphView::viewportEvent); a
+  // restyle marks it out of date.
+  bool toolTipCurrent() const { return tooltip_current_; }
+  void setToolTipCurrent(bool on) { tooltip_current_ = on; }
   void setSelectedNode(bool on);
   bool isSelectedNode() const { return selected_; }
   void setMatch(bool on);
@@ -92,7 +97,7 @@ class GraphNodeItem : public QGraphicsItem {
   QRectF rect_;
   Look look_;
   std::optional<HloSharding> sharding_;
-  bool selected_ = false, match_ = false, hover_ = false;
+  bool selected_ = false, match_ = false, hover_ = false, tooltip_current_ = false;
 };
 
 // One edge between two visible nodes; `count` data edges when it bundles several (drawn "×N").
@@ -221,6 +226,13 @@ class GraphView : public QGraphicsView {
   // Search by name, opcode or sharding (HLO text or named axes). Highlights matches (and the groups
   // holding them, after every layout); returns them.
   QList<int64_t> setSearch(const QString& text);
+  // True when the search index is built for the tree and the shardings as they are: a graph of
+  // kSearchIndexInBackgroundAt instructions or more has it built in the background as soon as they
+  // change, a smaller one on its first search.
+  static constexpr size_t kSearchIndexInBackgroundAt = 5000;
+  bool searchIndexCurrent() const {
+    return search_index_ && search_index_generation_ == search_generation_ && search_index_->tree() == tree_.get();
+  }
 
  public slots:
   void zoomIn();
@@ -242,6 +254,7 @@ class GraphView : public QGraphicsView {
   void mousePressEvent(QMouseEvent* event) override;
   void changeEvent(QEvent* event) override;
   void drawBackground(QPainter* painter, const QRectF& rect) override;
+  bool viewportEvent(QEvent* event) override;
 
  private:
   void showReadable(GraphNodeItem* node);
@@ -256,10 +269,13 @@ class GraphView : public QGraphicsView {
   void highlightMatches();
   void scaleBy(double factor);
   void updateMiniMapVisibility();
+  // Writes the node's tooltip when it is out of date.
+  void ensureToolTip(GraphNodeItem* item) const;
   // Keeps the node or frame `key` where it is on screen across the next layout.
   void anchorOn(const std::string& key);
   std::pair<double, double> nodeSize(const VisibleTree::Item& item);
-  GraphNodeItem::Look lookFor(const GraphNodeItem* item, QString* tooltip) const;
+  GraphNodeItem::Look lookFor(const GraphNodeItem* item) const;
+  QString toolTipFor(const GraphNodeItem* item) const;
   // The items' looks from the document's shardings as they are (recolour() reads them again).
   void restyle();
   // What a collapsed group's look says of the instructions below it; kept until the shardings,
@@ -270,6 +286,14 @@ class GraphView : public QGraphicsView {
     bool uniform = true;                // every sharded instruction has `common`
   };
   const GroupStats& groupStats(int scope) const;
+  // A collapsed group's or a folded run's stats summed over its groups (pointers into group_stats_).
+  struct GroupSummary {
+    QString title, path;
+    int64_t groups = 1, count = 0, sharded = 0, user = 0;
+    const HloSharding* common = nullptr;
+    bool uniform = true;
+  };
+  GroupSummary groupSummary(const GraphNodeItem* item) const;
   const Computation* currentComputation() const;
 
   JobTracker* jobTracker();
@@ -302,16 +326,14 @@ class GraphView : public QGraphicsView {
   int layouts_cancelled_ = 0;
   int recolours_ = 0;
   std::set<int64_t> matches_;
-  // setSearch's index (buildSearchIndex): the lower-case "name\nopcode\n" text of tree_'s
-  // instructions with each one's start, and the distinct shardings' lower-case texts with each
-  // instruction's (-1: none), rebuilt when the tree or the shardings change.
-  void buildSearchIndex();
-  const ScopeTree* search_text_tree_ = nullptr;
-  std::string search_text_;
-  std::vector<size_t> search_starts_;
-  bool search_shardings_valid_ = false;
-  std::vector<int32_t> search_sharding_of_;
-  std::vector<std::string> search_sharding_texts_;
+  // setSearch's index (graph_search_index.h) of tree_ with the shardings as they are. A tree or a
+  // set of shardings makes it out of date; a graph of kSearchIndexInBackgroundAt instructions or
+  // more has it built again at once on the layout lane, a smaller one when it is searched.
+  void invalidateSearchIndex();
+  const GraphSearchIndex& searchIndex();
+  std::shared_ptr<const GraphSearchIndex> search_index_;
+  quint64 search_generation_ = 1;        // the tree's and the shardings' state
+  quint64 search_index_generation_ = 0;  // the state search_index_ was built for
 };
 
 // The graph view with its toolbar: computation chooser, search (Ctrl+F), fit and zoom, expand and

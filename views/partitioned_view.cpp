@@ -285,7 +285,9 @@ void PartitionedView::onPartitionUpdated() {
   table_->resizeColumnsToContents();
   showVerdict();
   text_->setPlainText(Q(p.text));
-  spmd_doc_->setModule(p.result->module->Clone(), doc_->mesh(), "spmd", Q(p.result->module->name()));
+  // Shared with the analysis (the aliasing pointer keeps the result alive), not copied.
+  spmd_doc_->showModule(std::shared_ptr<const Module>(p.result, p.result->module.get()), doc_->mesh(), "spmd",
+                        Q(p.result->module->name()));
   followSelection();
 }
 

@@ -3,9 +3,11 @@
 #include <memory>
 
 #include <QFile>
+#include <QTimer>
 
 #include "app/gui/analysis_jobs.h"
 #include "app/gui/project_file.h"
+#include "app/gui/release_memory.h"
 #include "app/gui/run_store_jobs.h"
 #include "app/pipeline/reproduce.h"
 #include "app/pipeline/sources.h"
@@ -41,6 +43,14 @@ Session::Session(QObject* parent)
   connect(doc_, &views::DocumentModel::moduleReset, this, [this] {
     // The run history stays (it is the store's); only the document's link to a project store goes.
     store_->setProject(QString(), false);
+    // The old module is gone once the views have let it go: its pages go back to the system.
+    QTimer::singleShot(0, this, &ReleaseFreedMemory);
+  });
+  connect(doc_, &views::DocumentModel::shardingsUpdated, this, [this] {
+    // The first propagation of a module has replaced the old module's propagation session.
+    if (released_after_propagation_ == doc_->moduleGeneration()) return;
+    released_after_propagation_ = doc_->moduleGeneration();
+    QTimer::singleShot(0, this, &ReleaseFreedMemory);
   });
 }
 

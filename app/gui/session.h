@@ -87,6 +87,7 @@ class Session : public QObject {
   views::RunHistory* runs_;
   RunStoreJobs* store_;
   AnalysisJobs* analysis_jobs_;
+  quint64 released_after_propagation_ = 0;  // the module generation whose first propagation freed memory
 };
 
 }  // namespace shardscope::gui
