@@ -283,7 +283,15 @@ fi
 
 if [ "$slurm" -eq 1 ]; then
   begin "Slurm sweep on a one-node cluster: ./scripts/install-deps.sh --slurm && ./scripts/test-slurm-sweep.sh"
-  in_root "$build_root" "cd $clone && ./scripts/install-deps.sh --slurm && ./scripts/test-slurm-sweep.sh build/release/app/shardscope-cli"
+  # slurmd needs the cgroup filesystem (and hwloc the CPU topology) under /sys, which the root
+  # does not mount otherwise; mounted for this step only and unmounted after it.
+  mount --rbind /sys "$build_root/sys"
+  mount --make-rslave "$build_root/sys"
+  slurm_status=0
+  in_root "$build_root" "cd $clone && ./scripts/install-deps.sh --slurm && ./scripts/test-slurm-sweep.sh build/release/app/shardscope-cli" ||
+    slurm_status=$?
+  umount -R "$build_root/sys"
+  [ "$slurm_status" -eq 0 ] || exit "$slurm_status"
   done_step
 fi
 

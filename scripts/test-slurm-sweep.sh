@@ -87,9 +87,12 @@ export SLURM_CONF=$work/slurm.conf
 slurmctld -D -i -f "$SLURM_CONF" >"$work/slurmctld.out.log" 2>&1 &
 pids+=($!)
 slurmd -D -f "$SLURM_CONF" -N localhost >"$work/slurmd.out.log" 2>&1 &
-pids+=($!)
+slurmd_pid=$!
+pids+=($slurmd_pid)
 for _ in $(seq 100); do
-  state=$(sinfo -h -n localhost -o %T 2>/dev/null || true)
+  # slurmd gone (e.g. no cgroup filesystem under /sys in a chroot): say why at once.
+  kill -0 "$slurmd_pid" 2>/dev/null || fail "slurmd exited: $(tail -n 3 "$work/slurmd.out.log" | tr '\n' ' ')"
+  state=$(timeout 5 sinfo -h -n localhost -o %T 2>/dev/null || true)
   [[ "$state" == idle* ]] && break
   sleep 0.2
 done
