@@ -159,6 +159,18 @@ class TestGuiSlicePlacement : public QObject {
     QCOMPARE(step.run->inputs.topology_options, cli->inputs.topology_options);
     // The paper's 5.74 s within the 15% (what `reproduce gspmd-table2` checks too).
     QVERIFY2(std::abs(gui_step - 5.74) <= 0.15 * 5.74, qPrintable(QString::number(gui_step)));
+    // The simulation panel shows the paper's figures beside the simulated ones, as the CLI's table.
+    views::SimulationView* panel = w.simulationView();
+    QVERIFY(panel->publishedComparisonTitle().startsWith("gspmd-table2, 64B, 128 devices; GSPMD paper, Table 2"));
+    const pipeline::ReproducedColumn compared = pipeline::CompareWithPublished(col, *step.run);
+    QCOMPARE(compared.values.size(), size_t{3});
+    QCOMPARE(compared.values[0].simulated, gui_step);
+    const QString summary = panel->summaryText();
+    QVERIFY2(summary.contains("Published"), qPrintable(summary));
+    QVERIFY2(summary.contains("5.74 s"), qPrintable(summary));  // Table 2's step
+    QVERIFY2(summary.contains("62.7%"), qPrintable(summary));   // and MFU
+    QVERIFY2(summary.contains(QString::fromStdString(pipeline::ReproduceDifferenceText(compared.values[0]))),
+             qPrintable(summary));
     auto* bar = w.findChild<SlicePlacementBar*>();
     QVERIFY(bar);
     QCOMPARE(bar->coresCombo()->currentText(), QString("2 per chip"));
@@ -169,6 +181,8 @@ class TestGuiSlicePlacement : public QObject {
     QVERIFY(WaitUntilIdle(session, 300000));
     QVERIFY(session.analysis()->simulation().ok());
     QVERIFY(session.analysis()->simulation().run->summary.step_time_s != gui_step);
+    // That run is not the paper's configuration: no published figures beside it.
+    QVERIFY(!panel->summaryText().contains("Published"));
   }
 
   // An override that cannot hold the mesh: a message that says so, in the status and on the

@@ -245,6 +245,10 @@ int64_t SimulationView::instructionForEvent(int64_t run_id, const QString& spmd_
 void SimulationView::reset() {
   if (doc_) history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
   shown_id_ = wanted_id_ = 0;
+  shown_run_.reset();
+  published_run_ms_ = 0;
+  published_title_.clear();
+  published_rows_.clear();
   queue_.clear();
   compare_after_queue_ = false;
   timeline_->setRun(nullptr);
@@ -513,7 +517,23 @@ void SimulationView::showPipelineBubble(const RunResult& run) {
   timeline_->setRowMarks(std::move(marks));
 }
 
+void SimulationView::setPublishedComparison(int64_t created_unix_ms, const QString& title,
+                                            const QList<PublishedRow>& rows) {
+  published_run_ms_ = created_unix_ms;
+  published_title_ = title;
+  published_rows_ = rows;
+  if (shown_run_) summary_->setHtml(summaryHtml(*shown_run_));
+}
+
+void SimulationView::setChip(const QString& chip) {
+  const int i = chip_->findText(chip);
+  if (i >= 0) chip_->setCurrentIndex(i);
+}
+
+QString SimulationView::summaryText() const { return summary_->toPlainText(); }
+
 void SimulationView::display(std::shared_ptr<const RunResult> run) {
+  shown_run_ = run;
   shown_id_ = run ? run->id : 0;
   timeline_->setRun(run);
   timeline_->setTitle(run ? RunName(run->id) : QString());
@@ -550,6 +570,17 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
   row("device classes", QString::number(run.classes.size()));
   h += "</table>";
   h += MemoryFitWarningHtml(s);
+  if (!published_title_.isEmpty() && run.created_unix_ms == published_run_ms_) {
+    h += QString("<p><b>Published</b> (%1)</p><table cellspacing=2><tr><th align=left>figure</th>"
+                 "<th align=right>paper</th><th align=right>simulated</th><th align=right>difference</th></tr>")
+             .arg(published_title_.toHtmlEscaped());
+    for (const PublishedRow& r : published_rows_) {
+      h += QString("<tr><td>%1</td><td align=right>%2</td><td align=right><b>%3</b></td><td align=right>%4%5</td></tr>")
+               .arg(r.figure.toHtmlEscaped(), r.published.toHtmlEscaped(), r.simulated.toHtmlEscaped(),
+                    r.difference.toHtmlEscaped(), r.within ? QString() : QString(" (outside)"));
+    }
+    h += "</table>";
+  }
   const DeviceClass* peak = PeakClass(run);
   if (peak && !peak->peak_buffers.empty()) {
     auto buffers = peak->peak_buffers;

@@ -99,6 +99,22 @@ class SimulationView : public QWidget {
   // Forgets what was shown (a new module): the run, the status, the queue; the history stays.
   void reset();
 
+  // The chip the Simulate button uses (a name of AnalysisModel::chips(); others are ignored).
+  void setChip(const QString& chip);
+
+  // A paper's published figures beside a run's simulated ones (a paper configuration opened from
+  // File > Examples; the comparison is computed by the application, app/pipeline/reproduce.h):
+  // shown under that run's summary whenever it is the run shown. The run is the one created at
+  // `created_unix_ms` (RunResult::created_unix_ms); a new module forgets it.
+  struct PublishedRow {
+    QString figure, published, simulated, difference;
+    bool within = false;  // within the tolerance the reproduction uses
+  };
+  void setPublishedComparison(int64_t created_unix_ms, const QString& title, const QList<PublishedRow>& rows);
+  // The comparison's title ("" when none) and the summary shown (HTML), for tests.
+  QString publishedComparisonTitle() const { return published_title_; }
+  QString summaryText() const;
+
  signals:
   // Two runs were selected in the history (or a simulateAndCompare finished): show them side by side.
   void compareRequested(qint64 run_a, qint64 run_b);
@@ -145,6 +161,10 @@ class SimulationView : public QWidget {
   SlicePlacementBar* slice_bar_;
   QTimer* tick_;
   std::unique_ptr<QElapsedTimer> elapsed_;
+  std::shared_ptr<const RunResult> shown_run_;  // the run displayed
+  int64_t published_run_ms_ = 0;                // setPublishedComparison
+  QString published_title_;
+  QList<PublishedRow> published_rows_;
   int64_t shown_id_ = 0;    // the run displayed
   int64_t wanted_id_ = 0;   // the run asked for (displayed once loaded)
   bool confirm_deletes_ = true;

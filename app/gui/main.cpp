@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
   parser.addVersionOption();
   QCommandLineOption screenshot("screenshot", "Render the main window to OUT.png and exit.", "OUT.png");
   QCommandLineOption example("example", "Open the model-zoo example NAME.", "NAME");
+  QCommandLineOption paper("paper",
+                           "Open a published configuration (File > Examples > Paper configurations) and simulate "
+                           "it: CASE:COLUMN, e.g. \"gspmd-table2:64B, 128 devices\" (shardscope-cli reproduce --list).",
+                           "CASE:COLUMN");
   QCommandLineOption view("view", "Show a view: graph, partitioned, side-by-side, simulation, compare, teaching, shifting-buffer (a pipelined module's shifting buffer in the teaching panel), mesh, halo, inspector, instructions, history, strategies, strategies-compare (with --screenshot: after a search of the model on 8 devices; the fastest candidate opened, compared with another family's).", "NAME");
   QCommandLineOption state("state", "Keep FILE up to date with the window's state as JSON (for scripted sessions).", "FILE");
   QCommandLineOption select("select", "Select the instruction NAME.", "NAME");
@@ -70,7 +74,7 @@ int main(int argc, char** argv) {
   QCommandLineOption theme("theme", "Colour theme: system, light or dark.", "THEME");
   QCommandLineOption size("size", "Window size for --screenshot (default 1600x1000).", "WxH");
   QCommandLineOption timeout("timeout", "Seconds --screenshot waits for the engines (default 120).", "SECONDS");
-  parser.addOptions({screenshot, example, view, select, collective, theme, size, timeout, state});
+  parser.addOptions({screenshot, example, paper, view, select, collective, theme, size, timeout, state});
   parser.addPositionalArgument("file", "An HLO module (.hlo) or a ShardScope project (.shardscope).", "[FILE]");
   parser.process(app);
 
@@ -110,6 +114,18 @@ int main(int argc, char** argv) {
       QMessageBox box(QMessageBox::Critical, "Cannot open file", error, QMessageBox::Ok, &window);
       box.setTextInteractionFlags(Qt::TextSelectableByMouse);
       box.exec();
+    }
+  } else if (parser.isSet(paper)) {
+    const QString v = parser.value(paper);
+    const qsizetype colon = v.indexOf(':');
+    if (colon <= 0) {
+      error = QString("--paper: expected CASE:COLUMN such as \"gspmd-table2:64B, 128 devices\", got \"%1\"").arg(v);
+    } else {
+      opened = window.openPaperConfiguration(v.left(colon), v.mid(colon + 1), &error);
+    }
+    if (!opened) {
+      if (screenshot_mode) return Fail(2, error);
+      QMessageBox::critical(&window, "Cannot open the configuration", error);
     }
   } else if (parser.isSet(example)) {
     opened = window.openExample(parser.value(example), &error);

@@ -755,7 +755,43 @@ bool MainWindow::openPaperConfiguration(const QString& case_name, const QString&
     return false;
   }
   showMessage(QString("Opened %1, %2 (the paper's sizes); simulating one step on %3\u2026").arg(case_name, column, chip), 8000);
-  session_->analysis()->requestSimulation(chip);
+  // Each step simulated of this configuration as opened (the paper's chip, the document unedited)
+  // shows the paper's figures beside it; an edit or another module ends that.
+  for (const QMetaObject::Connection& c : paper_comparison_) disconnect(c);
+  paper_comparison_.clear();
+  views::AnalysisModel* analysis = session_->analysis();
+  auto stop = [this] {
+    for (const QMetaObject::Connection& c : paper_comparison_) disconnect(c);
+    paper_comparison_.clear();
+  };
+  for (auto signal : {&views::DocumentModel::moduleReset, &views::DocumentModel::meshChanged,
+                      &views::DocumentModel::annotationsChanged, &views::DocumentModel::sliceOverrideChanged})
+    paper_comparison_.push_back(connect(doc_, signal, this, stop));
+  paper_comparison_.push_back(connect(doc_, &views::DocumentModel::weightUpdateShardingChanged, this, stop));
+  paper_comparison_.push_back(connect(analysis, &views::AnalysisModel::simulationUpdated, this, [this, analysis, case_name, column] {
+    const views::SimulatedStep& step = analysis->simulation();
+    if (!step.ok()) return;
+    auto found = pipeline::FindReproduceCase(case_name.toStdString());
+    if (!found.ok()) return;
+    for (const pipeline::ReproduceColumn& col : (*found)->columns) {
+      if (col.label != column.toStdString() || step.run->inputs.chip_preset != col.chip) continue;
+      const pipeline::ReproducedColumn r = pipeline::CompareWithPublished(col, *step.run);
+      QList<views::SimulationView::PublishedRow> rows;
+      for (const pipeline::ReproducedValue& v : r.values) {
+        views::SimulationView::PublishedRow row;
+        row.figure = Q(std::string(pipeline::ReproduceMetricName(v.published.metric)));
+        row.published = Q(pipeline::ReproduceFigureText(v.published.metric, v.published.value));
+        row.simulated = Q(pipeline::ReproduceFigureText(v.published.metric, v.simulated));
+        row.difference = Q(pipeline::ReproduceDifferenceText(v));
+        row.within = v.within_tolerance;
+        rows.push_back(row);
+      }
+      simulation_->setPublishedComparison(step.run->created_unix_ms,
+                                          QString("%1, %2; %3").arg(case_name, column, Q((*found)->source)), rows);
+    }
+  }));
+  simulation_->setChip(chip);
+  analysis->requestSimulation(chip);
   return true;
 }
 

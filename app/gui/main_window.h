@@ -191,6 +191,7 @@ class MainWindow : public QMainWindow {
   QTableView* table_;
   views::PartitionedView* partitioned_;
   views::SimulationView* simulation_;
+  std::vector<QMetaObject::Connection> paper_comparison_;  // openPaperConfiguration's watch on its steps
   views::ComparisonView* comparison_;
   views::CollectiveStepper* teaching_ = nullptr;
   views::ShiftingBufferView* shifting_buffer_ = nullptr;

@@ -417,6 +417,23 @@ Result<Topology> ColumnSlice(const ReproduceColumn& col, DeviceMesh* mesh_out) {
   return Topology::ForMesh(spec.value(), mesh.value());
 }
 
+// The figures of a zoo configuration's simulated step; `all_to_all` gets its all-to-all seconds.
+void FillFromRun(const RunResult& run, ReproducedColumn* out, double* all_to_all) {
+  out->step_time_s = run.summary.step_time_s;
+  out->mfu_percent = 100 * run.summary.mfu;
+  out->raw_utilization_percent = 100 * run.summary.raw_flops_utilization;
+  out->bubble_percent = 100 * run.summary.bubble_share();
+  out->recompute_percent = 100 * run.summary.recompute_share();
+  out->peak_memory_bytes = run.summary.peak_memory_bytes;
+  out->device_hbm_bytes = static_cast<double>(run.summary.device_hbm_bytes);
+  out->fits = run.summary.fits();
+  for (const CollectiveRecord& c : run.collectives) {
+    if (c.kind.rfind("all-to-all", 0) == 0) *all_to_all += c.time_s;
+  }
+}
+
+void SetValues(const ReproduceColumn& col, double all_to_all, double book_figure, ReproducedColumn* out);
+
 ReproducedColumn RunColumn(const ReproduceColumn& col, const CancellationToken& cancel) {
   ReproducedColumn out;
   out.column = &col;
@@ -447,19 +464,15 @@ ReproducedColumn RunColumn(const ReproduceColumn& col, const CancellationToken& 
       out.status = simulated.error();
       return out;
     }
-    const RunResult& run = simulated.value();
-    out.step_time_s = run.summary.step_time_s;
-    out.mfu_percent = 100 * run.summary.mfu;
-    out.raw_utilization_percent = 100 * run.summary.raw_flops_utilization;
-    out.bubble_percent = 100 * run.summary.bubble_share();
-    out.recompute_percent = 100 * run.summary.recompute_share();
-    out.peak_memory_bytes = run.summary.peak_memory_bytes;
-    out.device_hbm_bytes = static_cast<double>(run.summary.device_hbm_bytes);
-    out.fits = run.summary.fits();
-    for (const CollectiveRecord& c : run.collectives) {
-      if (c.kind.rfind("all-to-all", 0) == 0) all_to_all += c.time_s;
-    }
+    FillFromRun(simulated.value(), &out, &all_to_all);
   }
+  SetValues(col, all_to_all, book_figure, &out);
+  return out;
+}
+
+// Each published figure of `col` beside the simulated one.
+void SetValues(const ReproduceColumn& col, double all_to_all, double book_figure, ReproducedColumn* out_ptr) {
+  ReproducedColumn& out = *out_ptr;
   const double before = out.step_before_pass_s, after = out.step_time_s;
   for (const PublishedFigure& p : col.published) {
     ReproducedValue v;
@@ -484,10 +497,27 @@ ReproducedColumn RunColumn(const ReproduceColumn& col, const CancellationToken& 
     Compare(&v);
     out.values.push_back(v);
   }
-  return out;
 }
 
 }  // namespace
+
+ReproducedColumn CompareWithPublished(const ReproduceColumn& configuration, const sim::RunResult& run) {
+  ReproducedColumn out;
+  out.column = &configuration;
+  double all_to_all = 0;
+  FillFromRun(run, &out, &all_to_all);
+  SetValues(configuration, all_to_all, 0, &out);
+  return out;
+}
+
+std::string ReproduceFigureText(ReproduceMetric metric, double value) { return FigureText(metric, value); }
+
+std::string ReproduceDifferenceText(const ReproducedValue& v) {
+  const bool points = IsPercentage(v.published.metric);
+  char text[48];
+  std::snprintf(text, sizeof text, "%+.1f%s", points ? v.difference_points : v.difference_percent, points ? " pts" : "%");
+  return text;
+}
 
 Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& col, const CancellationToken& cancel) {
   DeviceMesh mesh;
@@ -642,10 +672,7 @@ std::string ReproduceTableText(const ReproducedCase& r) {
     }
     for (const ReproducedValue& v : c.values) {
       const ReproduceMetric m = v.published.metric;
-      const double d = IsPercentage(m) ? v.difference_points : v.difference_percent;
-      char diff_text[48];
-      std::snprintf(diff_text, sizeof diff_text, "%+.1f%s", d, IsPercentage(m) ? " pts" : "%");
-      const std::string diff = diff_text;
+      const std::string diff = ReproduceDifferenceText(v);
       const double t = IsPercentage(m) ? v.published.tolerance : 100 * v.published.tolerance;
       const std::string tol = Fixed(t, t == std::floor(t) ? 0 : 1) + (IsPercentage(m) ? " pts" : "%");
       std::snprintf(line, sizeof line, "%-22s %-17s %12s %12s %10s  %s %s\n", c.column->label.c_str(),

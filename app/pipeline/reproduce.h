@@ -109,6 +109,15 @@ struct ReproducedColumn {
   bool fits = true;             // peak_memory_bytes <= device_hbm_bytes
 };
 
+// A zoo configuration's step simulated elsewhere (the GUI's simulation of a paper configuration it
+// opened) beside the column's published figures, as RunReproduceCase compares them. Only the
+// figures a simulated step gives (step time, MFU, peak memory, all-to-all share, bubbles,
+// recompute, raw utilisation); `configuration` must outlive the result (ReproducedColumn::column).
+ReproducedColumn CompareWithPublished(const ReproduceColumn& configuration, const sim::RunResult& run);
+// A figure in the unit the tables use ("5.74 s", "62.7%", "15.30 GB").
+std::string ReproduceFigureText(ReproduceMetric metric, double value);
+// The difference as the tables print it: "+5.3%" (times, bytes) or "-4.1 pts" (percentages).
+std::string ReproduceDifferenceText(const ReproducedValue& v);
 struct ReproducedCase {
   const ReproduceCase* spec = nullptr;
   std::vector<ReproducedColumn> columns;
