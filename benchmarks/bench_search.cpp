@@ -109,6 +109,16 @@ int main(int argc, char** argv) {
     std::printf("  time in the pipeline's stages (last run, 2 threads, summed over candidates):");
     for (const auto& [k, v] : stages) std::printf(" %s %.0f ms;", k.c_str(), v);
     std::printf(" prepare (build + bounds) %.0f ms wall\n", st.prepare_s * 1e3);
+    // Where the evaluation time goes, by family: simulated candidates and their summed wall time.
+    std::map<std::string, std::pair<int, double>> by_family;
+    for (const auto& r : last.ranked)
+      if (r.simulated()) {
+        by_family[r.candidate.family].first += 1;
+        by_family[r.candidate.family].second += r.millis;
+      }
+    std::printf("  evaluation by family (last run):");
+    for (const auto& [f, cm] : by_family) std::printf(" %s %d in %.0f ms;", f.c_str(), cm.first, cm.second);
+    std::printf("\n");
     if (!last.ranked.empty() && last.ranked.front().simulated()) {
       const auto& b = last.ranked.front();
       std::printf("  best: %s: %s per step, MFU %s, peak %s of %s (%s)\n", b.candidate.Label().c_str(),

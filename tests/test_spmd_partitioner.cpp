@@ -9,6 +9,7 @@
 #include "core/ir/builder.h"
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
+#include "partitioner/spmd/partition_memo.h"
 #include "partitioner/spmd/spmd_partitioner.h"
 
 using namespace shardscope;
@@ -82,6 +83,46 @@ std::unique_ptr<Module> Matmul(int64_t I, int64_t J, int64_t K, const char* a, c
 class SpmdPartitionerTest : public QObject {
   Q_OBJECT
  private slots:
+  // A memo kept across runs (SpmdOptions::memo, what the strategy search shares between the depths
+  // of a candidate) changes no program: the same modules partitioned with one memo, in turn and
+  // again, print exactly as partitioned alone, and the memo's tables are kept per device count.
+  void memoAcrossRunsChangesNothing() {
+    std::vector<std::unique_ptr<Module>> modules;
+    modules.push_back(Matmul(8, 6, 4, "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+                             "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}", "{devices=[2,2]0,1,2,3}"));
+    modules.push_back(Matmul(8, 8, 8, "{devices=[1,4]0,1,2,3}", "{devices=[4,1]0,1,2,3}", "{devices=[4,1]0,1,2,3}"));
+    modules.push_back(Matmul(16, 8, 8, "{devices=[1,4]0,1,2,3}", "{devices=[4,1]0,1,2,3}", "{devices=[4,1]0,1,2,3}"));
+    modules.push_back(Matmul(8, 8, 8, "{devices=[2,1]0,1}", "{replicated}", "{devices=[1,2]0,1}"));
+    const std::vector<int64_t> devices = {4, 4, 4, 2};
+    std::vector<std::string> alone;
+    for (size_t k = 0; k < modules.size(); ++k) {
+      QVERIFY(modules[k]);
+      SpmdOptions o;
+      o.num_partitions = devices[k];
+      auto r = PartitionModule(*modules[k], o);
+      QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
+      alone.push_back(PrintHloModule(*r->module));
+    }
+    SpmdOptions o;
+    o.memo = std::make_shared<spmd::PartitionMemo>();
+    for (int round = 0; round < 2; ++round) {
+      for (size_t k = 0; k < modules.size(); ++k) {
+        o.num_partitions = devices[k];
+        auto r = PartitionModule(*modules[k], o);
+        QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
+        QCOMPARE(PrintHloModule(*r->module), alone[k]);
+      }
+    }
+    QCOMPARE(o.memo->runs(), int64_t{8});
+    // The numbers still hold with the memo's answers.
+    std::string why;
+    o.num_partitions = 4;
+    auto r = PartitionModule(*modules[1], o);
+    QVERIFY(r.ok());
+    auto v = VerifyPartitioned(*modules[1], *r->module, 4, 42);
+    QVERIFY(v.ok() && v->match);
+  }
+
   // Case 1 (book): neither multiplicand has a sharded contracting dim: A[I_X, J] . B[J, K_Y] ->
   // C[I_X, K_Y] needs no communication.
   void case1NoCommunication() {

@@ -9,6 +9,7 @@
 #include "app/pipeline/pipeline.h"
 #include "app/pipeline/simulate.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
+#include "partitioner/spmd/partition_memo.h"
 #include "core/base/units.h"
 #include "simulator/schedule.h"
 
@@ -248,6 +249,9 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
   }
   std::vector<Simulation> sims;
   Settings annotations;
+  // One memo for the candidate's depths, dropped with it: kept across candidates, the memo's tile
+  // maps (per-device tables at thousands of devices) grew the heap faster than they saved time.
+  const auto partition_memo = std::make_shared<spmd::PartitionMemo>();
   for (size_t i = 0; i < p.depths.size(); ++i) {
     if (!p.modules[i]) {
       r.outcome = Outcome::kFailed;
@@ -259,6 +263,9 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
     o.propagation = pipeline::StandardPropagationOptions(pipeline::EntryIo::kShard);
     o.partitioning = pipeline::Partitioning::kAlways;
     o.spmd.num_partitions = p.pod.devices;
+    // The second depth's partitioning starts with the first one's answers (a memo answer depends
+    // only on its key, the device count and the options).
+    o.spmd.memo = partition_memo;
     o.topology = topology.value();
     if (p.candidate.OptionOn("weight_update_sharding")) {
       // The pass with the simulated chip's figures and the pod's replica mesh, as `simulate

@@ -34,6 +34,7 @@ namespace shardscope::pipeline {
 class RunDatabase;
 }
 
+
 namespace shardscope::search {
 
 struct Bounds {
@@ -113,7 +114,9 @@ struct Evaluation {
   CandidateResult result;
   std::optional<RunResult> run;  // what to store (key, settings, annotations); none unless simulated
 };
-// Consumes the prepared modules.
+// Consumes the prepared modules. The depths of an extrapolated candidate are partitioned with one
+// memo (partitioner/spmd/partition_memo.h): they carry the same shardings, so the second run reuses
+// the first one's tile maps, reshard plans and dot decisions.
 Evaluation EvaluateCandidate(PreparedCandidate& prepared, const EvaluationOptions& options, const CancellationToken& cancel = {});
 // Stores the evaluation's run in `store` (when both exist): its id goes to the result, or the
 // result becomes a failure saying why it was not stored.

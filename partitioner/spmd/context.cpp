@@ -2,13 +2,44 @@
 
 namespace shardscope::spmd {
 
+namespace {
+// What a memoised answer depends on among the options (the memo key with the device count).
+std::string OptionsKey(const SpmdOptions& o) {
+  std::string key;
+  key += o.prefer_reduce_scatter ? 'r' : '-';
+  key += o.conv_halo_exchange_always_on_lhs ? 'l' : '-';
+  return key;
+}
+}  // namespace
+
 SpmdContext::SpmdContext(Module* out, int64_t num_devices, const SpmdOptions& options, PartitionResult* result,
                          const HandlerTable& handlers)
     : options_(options),
       handlers_(handlers),
       builder_(out, num_devices, result),
-      maps_(num_devices),
-      resharder_(builder_, maps_) {}
+      own_tables_(options.memo ? nullptr : std::make_unique<PartitionTables>(num_devices)),
+      tables_(options.memo ? options.memo->TablesFor(num_devices, OptionsKey(options)) : *own_tables_),
+      maps_(tables_.maps),
+      resharder_(builder_, maps_, &tables_.plans),
+      decisions_(tables_.decisions) {}
+
+std::optional<TileMap> SpmdContext::JointTiling(const std::vector<JointSource>& sources, int64_t num_labels) {
+  std::string key;
+  key.append(reinterpret_cast<const char*>(&num_labels), sizeof num_labels);
+  for (const JointSource& s : sources) {
+    const void* id = s.map->identity();
+    key.append(reinterpret_cast<const char*>(&id), sizeof id);
+    const int64_t k = static_cast<int64_t>(s.label_of_dim.size());
+    key.append(reinterpret_cast<const char*>(&k), sizeof k);
+    key.append(reinterpret_cast<const char*>(s.label_of_dim.data()), s.label_of_dim.size() * sizeof(int64_t));
+  }
+  auto it = tables_.joints.find(key);
+  if (it != tables_.joints.end()) return it->second.joint;
+  PartitionTables::Joint entry;
+  for (const JointSource& s : sources) entry.sources.push_back(*s.map);
+  entry.joint = BuildJointTiling(sources, num_labels, num_devices());
+  return tables_.joints.emplace(std::move(key), std::move(entry)).first->second.joint;
+}
 
 const PartitionedHlo& SpmdContext::Get(const Instruction* orig) const {
   static const PartitionedHlo kMissing;

@@ -22,6 +22,7 @@
 #include "core/ir/ir.h"
 #include "partitioner/spmd/halo.h"
 #include "partitioner/spmd/joint_tiling.h"
+#include "partitioner/spmd/partition_memo.h"
 #include "partitioner/spmd/reshard.h"
 #include "partitioner/spmd/spmd_builder.h"
 #include "partitioner/spmd/spmd_partitioner.h"
@@ -60,6 +61,10 @@ class SpmdContext {
     return *static_cast<std::unordered_map<std::string, T>*>(slot.get());
   }
 
+  // BuildJointTiling (joint_tiling.h) over the run's devices, memoised: the same operand maps meet
+  // in the same dots on every layer.
+  std::optional<TileMap> JointTiling(const std::vector<JointSource>& sources, int64_t num_labels);
+
   // ---- the driver (spmd_partitioner.cpp) ----
   // Runs the handlers over one computation's instructions, in post order, emitting into `out`.
   Status PartitionComputation(const Computation* orig, Computation* out);
@@ -79,12 +84,15 @@ class SpmdContext {
   SpmdOptions options_;
   const HandlerTable& handlers_;
   SpmdBuilder builder_;
-  TileMapCache maps_;
+  // The memo tables: the run's own, or those of options.memo for this device count and options.
+  std::unique_ptr<PartitionTables> own_tables_;
+  PartitionTables& tables_;
+  TileMapCache& maps_;
   Resharder resharder_;
   std::unordered_map<const Instruction*, PartitionedHlo> values_;
   std::unordered_map<const Computation*, Computation*> partitioned_;
   std::unordered_set<const Instruction*> absorbed_;  // inner parts of patterns, no value of their own
-  std::unordered_map<std::type_index, std::shared_ptr<void>> decisions_;
+  std::unordered_map<std::type_index, std::shared_ptr<void>>& decisions_;
 };
 
 // Masks the padding of v's shards along `dims` with `identity` (SpmdBuilder::MaskPadding on v's

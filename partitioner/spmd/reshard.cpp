@@ -18,7 +18,11 @@ int64_t AllToAllBytes(const TileMap& m, const Shape& base, int64_t b, int64_t k)
 }  // namespace
 
 Resharder::Resharder(SpmdBuilder& builder, const TileMapCache& maps)
-    : b_(builder), maps_(maps), n_(maps.num_devices()) {}
+    : b_(builder), maps_(maps), n_(maps.num_devices()), plans_(own_plans_) {}
+
+Resharder::Resharder(SpmdBuilder& builder, const TileMapCache& maps,
+                     std::unordered_map<std::string, Result<ReshardPlan>>* plans)
+    : b_(builder), maps_(maps), n_(maps.num_devices()), plans_(plans ? *plans : own_plans_) {}
 
 Result<ReshardPlan> Resharder::Plan(const HloSharding& from, const HloSharding& to, const Shape& base) const {
   {

@@ -48,6 +48,9 @@ class Resharder {
  public:
   // Plans over the run's tile maps (and so its devices); emits through `builder`.
   Resharder(SpmdBuilder& builder, const TileMapCache& maps);
+  // With the plans memoised in `plans` (a PartitionMemo's table, kept across runs) instead of its
+  // own table.
+  Resharder(SpmdBuilder& builder, const TileMapCache& maps, std::unordered_map<std::string, Result<ReshardPlan>>* plans);
 
   // Cheapest plan by bytes received per device; an error only for unsupported shardings. Plans
   // are memoised by (from, to, shape): the same pairs recur on every layer of a model (the device
@@ -66,7 +69,8 @@ class Resharder {
   SpmdBuilder& b_;
   const TileMapCache& maps_;
   int64_t n_;
-  mutable std::unordered_map<std::string, Result<ReshardPlan>> plans_;
+  mutable std::unordered_map<std::string, Result<ReshardPlan>> own_plans_;
+  std::unordered_map<std::string, Result<ReshardPlan>>& plans_;
   mutable std::string key_buf_;  // scratch for the memo keys
 };
 

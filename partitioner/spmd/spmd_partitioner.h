@@ -16,6 +16,10 @@
 
 namespace shardscope {
 
+namespace spmd {
+class PartitionMemo;
+}
+
 struct SpmdOptions {
   int64_t num_partitions = 0;       // 0: the module's num_partitions
   bool prefer_reduce_scatter = true;  // fuse all-reduce + dynamic-slice into reduce-scatter
@@ -24,6 +28,9 @@ struct SpmdOptions {
   // each device keeps its input rows and fetches the kernel taps that read them; XLA's
   // conv_halo_exchange_always_on_lhs=false).
   bool conv_halo_exchange_always_on_lhs = true;
+  // Memo tables kept across runs (partition_memo.h): null, each run starts afresh. A memo serves
+  // one thread at a time.
+  std::shared_ptr<spmd::PartitionMemo> memo;
 };
 
 // One collective (or halo exchange) the partitioner inserted, linked to the op that caused it.

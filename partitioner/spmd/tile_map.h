@@ -66,6 +66,9 @@ class TileMap {
   TileMap Permuted(const std::vector<int64_t>& perm) const;
 
   bool SameAs(const TileMap& o) const;
+  // The identity of the per-device data (shared between copies of one map): a memo key while a
+  // copy of the map is kept alive beside it.
+  const void* identity() const { return rep_.get(); }
 
   // The map of an operand whose dim d carries label label_of_dim[d] (-1: whole) of this joint
   // tiling (joint_tiling.h): labels it does not carry become replication.
@@ -121,6 +124,7 @@ class TileMapCache {
  public:
   explicit TileMapCache(int64_t num_devices);
   int64_t num_devices() const { return n_; }
+  int64_t size() const { return static_cast<int64_t>(maps_.size()); }
   Result<TileMap> Get(const HloSharding& sharding, int64_t rank) const;
   // Local (per-device) shape of a value of shape `base` with this sharding (tuples leaf by leaf).
   Result<Shape> ShardShape(const Shape& base, const HloSharding& sharding) const;

@@ -67,7 +67,6 @@ struct DotPlan {
 
 Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   if (!dot.shape().IsArray() || dot.operand_count() != 2) return Error(dot.name() + ": malformed dot");
-  const int64_t n = ctx.num_devices();
   const DotLabels L = MakeLabels(dot);
   const PartitionedHlo& lv = ctx.Get(dot.operand(0));
   const PartitionedHlo& rv = ctx.Get(dot.operand(1));
@@ -104,7 +103,7 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     if (mask & 1) srcs.push_back(ls);
     if (mask & 2) srcs.push_back(rs);
     if (mask & 4) srcs.push_back(os);
-    auto joint = BuildJointTiling(srcs, L.num_labels(), n);
+    auto joint = ctx.JointTiling(srcs, L.num_labels());
     if (!joint) continue;
     DotPlan p{*joint, {}, {}, {}, false, -1, {}, 0, static_cast<int64_t>(srcs.size())};
     auto lsh = joint->Projected(L.lhs_label).ToSharding();

@@ -67,7 +67,7 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
     std::vector<JointSource> srcs;
     for (int64_t i = 0; i < ns; ++i)
       if (mask & (int64_t{1} << i)) srcs.push_back(sources[static_cast<size_t>(i)]);
-    auto joint = BuildJointTiling(srcs, L.num, ctx.num_devices());
+    auto joint = ctx.JointTiling(srcs, L.num);
     if (!joint) continue;
     Plan p{*joint, {}, {}, {}, 0, static_cast<int64_t>(srcs.size())};
     bool ok = true;

@@ -478,7 +478,7 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       if (mask & 1) srcs.push_back(ls);
       if (mask & 2) srcs.push_back(rs);
       if (mask & 4) srcs.push_back(os);
-      auto joint = BuildJointTiling(srcs, L.num(), n);
+      auto joint = ctx.JointTiling(srcs, L.num());
       if (!joint) continue;
       TileMap j = fix(*joint);
       if (!seen.insert(MapKey(j)).second) continue;
