@@ -71,6 +71,10 @@ struct SimulationStats {
   // peaks with ops one after another ({program order, memory list}; 0: not tried).
   ScheduleKind schedule = ScheduleKind::kProgramOrder;
   std::array<int64_t, 2> sequential_peak_bytes{};
+  // Rematerialisation under the memory limit (ExecProgram's fields of the same names).
+  int64_t rematerialized_values = 0;
+  int64_t rematerialized_bytes = 0;
+  int64_t rematerialized_peak_bytes = 0;
 };
 
 struct Simulation {

@@ -1,4 +1,5 @@
 #include "simulator/schedule.h"
+#include "simulator/rematerialize.h"
 
 #include "simulator/buffer_layout.h"
 
@@ -1583,29 +1584,47 @@ int64_t SequentialPeakBytes(const ExecProgram& program) {
 Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options) {
   if (options.default_trip_count < 0) return Error("default_trip_count must be >= 0");
   if (options.max_exec_ops < 1) return Error("max_exec_ops must be >= 1");
+  const double limit = chip.device_hbm_bytes();
+  const double remat_limit =
+      options.rematerialize_limit_bytes > 0 ? static_cast<double>(options.rematerialize_limit_bytes) : limit;
+  // Rematerialisation comes last, on the order chosen (XLA runs it after scheduling).
+  auto rematerialize = [&](ExecProgram* p, int64_t sequential_peak) {
+    if (!options.rematerialize || remat_limit <= 0 || static_cast<double>(sequential_peak) <= remat_limit) return;
+    const RematerializationResult r = RematerializeToFit(p, static_cast<int64_t>(remat_limit));
+    p->rematerialized_values = r.values;
+    p->rematerialized_bytes = r.bytes;
+    p->rematerialized_peak_bytes = r.peak_after;
+  };
   if (options.schedule == ScheduleKind::kMemoryLimit) {
     // As XLA's scheduler under a memory limit: the program order as long as it fits the device's
     // HBM (ops run one after another); when it does not, the memory list schedule if that peaks
     // lower.
     ExecProgramOptions each = options;
     each.schedule = ScheduleKind::kProgramOrder;
+    each.rematerialize = false;
     auto in_order = BuildExecProgram(module, chip, each);
     if (!in_order.ok()) return in_order;
     in_order->sequential_peak_bytes[0] = SequentialPeakBytes(*in_order);
-    const double limit = chip.device_hbm_bytes();
-    if (limit <= 0 || static_cast<double>(in_order->sequential_peak_bytes[0]) <= limit) return in_order;
+    if (limit <= 0 || static_cast<double>(in_order->sequential_peak_bytes[0]) <= limit) {
+      rematerialize(&*in_order, in_order->sequential_peak_bytes[0]);
+      return in_order;
+    }
     each.schedule = ScheduleKind::kMemoryList;
+    // (The memory list schedule is tried against HBM; rematerialisation below against its own target.)
     auto listed = BuildExecProgram(module, chip, each);
     if (!listed.ok()) return listed;
     const int64_t peak_listed = SequentialPeakBytes(*listed);
-    ExecProgram chosen = peak_listed < in_order->sequential_peak_bytes[0] ? std::move(*listed) : std::move(*in_order);
+    const bool take_listed = peak_listed < in_order->sequential_peak_bytes[0];
+    ExecProgram chosen = take_listed ? std::move(*listed) : std::move(*in_order);
     chosen.sequential_peak_bytes = {in_order->sequential_peak_bytes[0], peak_listed};
+    rematerialize(&chosen, std::min(chosen.sequential_peak_bytes[0], peak_listed));
     return chosen;
   }
   ExecProgram program;
   program.schedule = options.schedule;
   Expander ex(module, chip, options);
   if (Status s = ex.Run(&program); !s.ok()) return s.error();
+  if (options.rematerialize && remat_limit > 0) rematerialize(&program, SequentialPeakBytes(program));
   return program;
 }
 

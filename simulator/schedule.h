@@ -88,6 +88,13 @@ struct ExecProgramOptions {
   // small minor dimensions). Off: logical sizes (elements x element bytes). Bytes an op moves stay
   // logical either way (the compute model's traffic).
   bool pad_to_layout_tiles = true;
+  // When the program peaks above the device's HBM (ops one after another), recompute values live
+  // across the peak instead of keeping them, as XLA's rematerialization pass does under the memory
+  // limit (simulator/rematerialize.h).
+  bool rematerialize = true;
+  // The target of rematerialisation (0: the device's HBM); Simulate lowers it when the run's
+  // overlapped peak exceeds the sequential one.
+  int64_t rematerialize_limit_bytes = 0;
 };
 
 enum class ExecKind : uint8_t { kCompute, kCollective };
@@ -159,10 +166,19 @@ struct ExecProgram {
   // (kProgramOrder or kMemoryList), with the candidates' peaks when ops run one after another.
   ScheduleKind schedule = ScheduleKind::kProgramOrder;
   std::array<int64_t, 2> sequential_peak_bytes{};  // kMemoryLimit: {program order, memory list (0: not tried)}
+  // Rematerialisation under the memory limit (ExecProgramOptions::rematerialize): values recomputed,
+  // their bytes, and the sequential peak after it (0: the program fitted, nothing was tried).
+  int64_t rematerialized_values = 0;
+  int64_t rematerialized_bytes = 0;
+  int64_t rematerialized_peak_bytes = 0;
 };
 
 // Builds the program one device runs. `chip` prices compute ops (roofline).
 Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options = {});
+
+// The peak of `program` with its ops run one after another in issue order (memory_model.h): what
+// the memory-limit schedule and rematerialisation (simulator/rematerialize.h) compare with HBM.
+int64_t SequentialPeakBytes(const ExecProgram& program);
 
 // Whether `i` is forward work recomputed in the backward pass (rematerialisation), by the markers
 // the tools leave: XLA's rematerialization pass names its clones "<name>.remat" (".remat2", ...);

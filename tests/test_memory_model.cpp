@@ -4,6 +4,7 @@
 // 000_7bf40aea6196c6f5, section 4.2) reproduced exactly on a synthetic training loop.
 #include <QtTest/QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -434,6 +435,89 @@ ENTRY %main (x: f32[4,100]) -> f32[4,100] {
     const Simulation logical = Run(*m, topo, o);
     QCOMPARE(logical.run.summary.peak_memory_bytes, int64_t{2 * 4 * 100 * 4});
     QCOMPARE(padded.run.summary.step_time_s, logical.run.summary.step_time_s);
+  }
+  // Rematerialisation under the memory limit (simulator/rematerialize.h), on a hand-computed
+  // program (no fusion, no in-place reuse; K = one f32[256,256] buffer, 256 KiB). In order:
+  // wn = -w, d1 = wn + x, h1 = exp(d1), h2 = exp(h1), h3 = h1 + h2, e = wn + h3, u = w - e.
+  // Ops one after another: 3K, 4K, 4K, 4K, 5K (h3 runs: w, wn, h1, h2, h3), 4K, 3K. With 4.5K of
+  // HBM the pass frees wn after d1 and computes it again just before e (w is kept for u anyway):
+  // the peak is 4K, one op more runs (wn.remat, counted as recompute), and the result is the same.
+  void rematerializationFitsTheLimit() {
+    const std::string text = R"(HloModule remat, num_partitions=1
+ENTRY %main (w: f32[256,256], x: f32[256,256]) -> f32[256,256] {
+  %w = f32[256,256] parameter(0)
+  %x = f32[256,256] parameter(1)
+  %wn = f32[256,256] negate(%w)
+  %d1 = f32[256,256] add(%wn, %x)
+  %h1 = f32[256,256] exponential(%d1)
+  %h2 = f32[256,256] exponential(%h1)
+  %h3 = f32[256,256] add(%h1, %h2)
+  %e = f32[256,256] add(%wn, %h3)
+  ROOT %u = f32[256,256] subtract(%w, %e)
+}
+)";
+    auto m = Parse(text);
+    const int64_t K = 256 * 256 * 4;
+    auto chip = ChipPreset("tpu-v4");
+    QVERIFY(chip.ok());
+    ChipSpec small = chip.value();
+    small.hbm_bytes = static_cast<double>(K * 9 / 2 * small.cores_per_chip);
+    auto mesh = DeviceMesh::Parse("X=1");
+    QVERIFY(mesh.ok());
+    auto topo = Topology::ForMesh(small, mesh.value());
+    QVERIFY(topo.ok());
+    SimulationOptions o;
+    o.program.fuse_elementwise = false;
+    o.program.in_place_reuse = false;
+    o.program.rematerialize = false;
+    const Simulation kept = Run(*m, topo.value(), o);
+    QCOMPARE(kept.run.summary.peak_memory_bytes, 5 * K);
+    QVERIFY(!kept.run.summary.fits());
+    QCOMPARE(kept.stats.rematerialized_values, int64_t{0});
+
+    o.program.rematerialize = true;
+    const Simulation remat = Run(*m, topo.value(), o);
+    QCOMPARE(remat.run.summary.peak_memory_bytes, 4 * K);
+    QVERIFY(remat.run.summary.fits());
+    QCOMPARE(remat.stats.rematerialized_values, int64_t{1});
+    QCOMPARE(remat.stats.rematerialized_bytes, K);
+    QCOMPARE(remat.stats.rematerialized_peak_bytes, 4 * K);
+    QCOMPARE(remat.stats.exec_ops, kept.stats.exec_ops + 1);
+    // The clone runs once more the negate's time, as recompute.
+    const double negate_s = kept.run.classes[0].events[0].duration_s;
+    QVERIFY(negate_s > 0);
+    QCOMPARE(remat.run.summary.recompute_time_s, negate_s);
+    QCOMPARE(remat.run.summary.step_time_s, kept.run.summary.step_time_s + negate_s);
+    const std::string text_out = DescribeSimulation(remat);
+    QVERIFY2(text_out.find("rematerialisation") != std::string::npos, text_out.c_str());
+
+    // The program: wn.remat right before e, reading w; e reads the clone's buffer.
+    auto prog = BuildExecProgram(*m, small, o.program);
+    QVERIFY(prog.ok());
+    int clone = -1, e = -1;
+    for (size_t k = 0; k < prog->ops.size(); ++k) {
+      if (prog->ops[k].name == "wn.remat") clone = static_cast<int>(k);
+      if (prog->ops[k].name == "e") e = static_cast<int>(k);
+    }
+    std::string names;
+    for (const ExecOp& op : prog->ops) names += op.name + " ";
+    QVERIFY2(clone >= 0 && e == clone + 1, names.c_str());
+    QVERIFY(prog->ops[static_cast<size_t>(clone)].recompute);
+    const int32_t clone_buffer = prog->ops[static_cast<size_t>(clone)].defs.at(0);
+    QCOMPARE(prog->buffers[static_cast<size_t>(clone_buffer)].name, std::string("wn.remat"));
+    QCOMPARE(prog->buffers[static_cast<size_t>(clone_buffer)].def_op, clone);
+    QVERIFY(std::find(prog->ops[static_cast<size_t>(e)].uses.begin(), prog->ops[static_cast<size_t>(e)].uses.end(),
+                      clone_buffer) != prog->ops[static_cast<size_t>(e)].uses.end());
+    QVERIFY(std::find(prog->ops[static_cast<size_t>(e)].deps.begin(), prog->ops[static_cast<size_t>(e)].deps.end(),
+                      clone) != prog->ops[static_cast<size_t>(e)].deps.end());
+
+    // Nothing to recompute when the limit is below what must be live anyway: the pass gives up.
+    small.hbm_bytes = static_cast<double>(K * 2 * small.cores_per_chip);
+    auto tiny = Topology::ForMesh(small, mesh.value());
+    QVERIFY(tiny.ok());
+    const Simulation over = Run(*m, tiny.value(), o);
+    QVERIFY(!over.run.summary.fits());
+    QVERIFY(over.run.summary.peak_memory_bytes <= 5 * K);
   }
 };
 

@@ -125,9 +125,11 @@ ENTRY e {
     QVERIFY(ReproduceCsv(r).find("gspmd-table2,\"64B, 128 devices\",step time,5.74,") != std::string::npos);
   }
 
-  // The whole-model issue's max-batch: Table 2's 64B model on 128 v3 cores. The paper ran batch 64;
-  // the simulated peak is 14% above the paper's (docs/reproduce.md), so 64 does not fit here and the
-  // largest multiple of the data-parallel axis (8) that does is 56.
+  // The whole-model issue's max-batch: Table 2's 64B model on 128 v3 cores. The paper ran batch 64.
+  // In program order the simulated peak is 17.51 GB, over a v3 core's 16 GiB; rematerialisation
+  // under the memory limit (docs/simulator-engine.md) recomputes some weight converts and 64 fits
+  // (17.17 GB), as it did for the paper; the next multiple of the data-parallel axis (8), 72, does
+  // not (18.2 GB: its extra activations are not cheap to recompute).
   void maxBatchOfTable2() {
     auto spec = FindReproduceCase("gspmd-table2");
     QVERIFY(spec.ok());
@@ -135,7 +137,7 @@ ENTRY e {
     auto r = FindMaxBatch(c, 8, 128);
     QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
     QCOMPARE(r->batch % 8, int64_t{0});
-    QVERIFY2(r->batch >= 48 && r->batch < 64, std::to_string(r->batch).c_str());
+    QVERIFY2(r->batch == 64, std::to_string(r->batch).c_str());
     QVERIFY(r->peak_memory_bytes <= r->device_hbm_bytes);
     QCOMPARE(r->next_batch, r->batch + 8);
     QVERIFY(r->next_peak_bytes > r->device_hbm_bytes);

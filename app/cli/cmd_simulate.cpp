@@ -95,6 +95,7 @@ int Run(const std::vector<std::string>& in) {
   const bool no_in_place = TakeFlag(args, "no-in-place");
   const bool no_donate = TakeFlag(args, "no-donation");
   const bool no_tile_padding = TakeFlag(args, "no-tile-padding");
+  const bool no_remat = TakeFlag(args, "no-remat");
   const bool force_partition = TakeFlag(args, "partition");
   const bool force_no_partition = TakeFlag(args, "no-partition");
   const bool trace_all = TakeFlag(args, "trace-all-devices");
@@ -127,6 +128,7 @@ int Run(const std::vector<std::string>& in) {
   options.program.in_place_reuse = !no_in_place;
   options.program.donate_parameters = !no_donate;
   options.program.pad_to_layout_tiles = !no_tile_padding;
+  options.program.rematerialize = !no_remat;
   options.collectives = resolved->collectives;
   if (have_schedule) {
     auto s = ScheduleKindFromName(schedule_text);
@@ -255,7 +257,7 @@ const bool kRegistered = Register(
      "FILE.hlo --chip CHIP --mesh X=4,Y=4 [--db FILE] [--trace OUT.json] [--csv OUT.csv] [--csv-kind timeline|summary|memory] "
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
      "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
-     "[--no-in-place] [--no-donation] [--no-tile-padding] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
+     "[--no-in-place] [--no-donation] [--no-tile-padding] [--no-remat] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
      "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
