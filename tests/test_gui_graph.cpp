@@ -363,6 +363,54 @@ ENTRY main {
     QCOMPARE(view.transform().m11(), 1.25);
   }
 
+  // Edges are drawn under the clip the view sets for Qt's fast one-pixel strokes (the device,
+  // not the edge's bounds): at 100% every edge 40 pixels long or more is darker than both its
+  // sides somewhere along it.
+  void edgesDrawnWhole() {
+    Session session;
+    DocumentModel& doc = *session.document();
+    GraphView view;
+    view.resize(900, 700);
+    view.setJobTracker(session.jobs());
+    view.setDocument(&doc);
+    view.setPalette(QPalette(Qt::white));  // light: an edge is darker than what it crosses
+    QVERIFY(session.loadHloText(kScoped, "scoped.hlo").ok());
+    QVERIFY(WaitForLayout(view));
+    for (double scale : {1.0}) {
+      view.resetTransform();
+      view.scale(scale, scale);
+      view.centerOn(view.scene()->sceneRect().center());
+      const QImage image = view.viewport()->grab().toImage();
+      int edges = 0;
+      for (QGraphicsItem* item : view.scene()->items()) {
+        auto* edge = dynamic_cast<GraphEdgeItem*>(item);
+        if (!edge || edge->path().length() * scale < 40) continue;  // short ones lie mostly under their nodes
+        ++edges;
+        // Somewhere along it (a node may lie over part of it) the line is darker than both sides.
+        bool seen = false;
+        QString where;
+        for (double f = 0.2; f < 0.85 && !seen; f += 0.1) {
+          const QPointF mid = edge->path().pointAtPercent(f);
+          const double angle = edge->path().angleAtPercent(f) * M_PI / 180;
+          const QPointF normal = QPointF(std::sin(angle), std::cos(angle)) * (6 / scale);  // 6 px aside
+          const QPoint at = view.mapFromScene(mid), left = view.mapFromScene(mid + normal),
+                       right = view.mapFromScene(mid - normal);
+          if (!image.rect().contains(left) || !image.rect().contains(right)) continue;
+          const int line = qGray(image.pixel(at));
+          seen = line < std::min(qGray(image.pixel(left)), qGray(image.pixel(right))) - 12;
+          where += QString(" %1").arg(line);
+        }
+        if (!seen) {
+          QFAIL(qPrintable(QString("edge %1 -> %2 not seen at %3%:%4")
+                               .arg(QString::fromStdString(edge->tail()), QString::fromStdString(edge->head()))
+                               .arg(scale * 100)
+                               .arg(where)));
+        }
+      }
+      QVERIFY(edges >= 1);
+    }
+  }
+
   // The graph toolbar never overlaps itself: in a narrow pane (the partitioned mode at 1024x700,
   // side by side) its buttons go below the search row; in a wide one they stay beside it.
   void toolbarStacksWhenNarrow() {
