@@ -55,7 +55,7 @@ for _ in $(seq 50); do [[ -S "$work/munge/socket" ]] && break; sleep 0.1; done
 cpus=$(nproc)
 cat >"$work/slurm.conf" <<EOF
 ClusterName=shardscope-test
-SlurmctldHost=localhost
+SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -79,7 +79,7 @@ SelectTypeParameters=CR_CPU
 MpiDefault=none
 ReturnToService=2
 SlurmdTimeout=30
-NodeName=localhost CPUs=$cpus State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=$cpus State=UNKNOWN
 PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF=$work/slurm.conf
@@ -92,6 +92,9 @@ pids+=($slurmd_pid)
 for _ in $(seq 100); do
   # slurmd gone (e.g. no cgroup filesystem under /sys in a chroot): say why at once.
   kill -0 "$slurmd_pid" 2>/dev/null || fail "slurmd exited: $(tail -n 3 "$work/slurmd.out.log" | tr '\n' ' ')"
+  # slurmd alive but unable to reach the controller: it retries for ever; say why at once.
+  grep -q "Unable to register" "$work/slurmd.out.log" 2>/dev/null &&
+    fail "slurmd cannot register: $(tail -n 3 "$work/slurmd.out.log" | tr '\n' ' ')"
   state=$(timeout 5 sinfo -h -n localhost -o %T 2>/dev/null || true)
   [[ "$state" == idle* ]] && break
   sleep 0.2
