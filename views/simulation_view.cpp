@@ -557,6 +557,18 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
   QString h = QString("<h4>%1</h4><p><small>%2<br>%3</small></p>")
                   .arg(RunName(run.id).toHtmlEscaped(), Q(run.label).toHtmlEscaped(),
                        QDateTime::fromMSecsSinceEpoch(run.created_unix_ms).toString("yyyy-MM-dd hh:mm:ss"));
+  // A paper configuration's published figures first: what the user opened it to compare.
+  if (!published_title_.isEmpty() && run.created_unix_ms == published_run_ms_) {
+    h += QString("<p><b>Published</b> (%1)</p><table cellspacing=2><tr><th align=left>figure</th>"
+                 "<th align=right>paper</th><th align=right>simulated</th><th align=right>difference</th></tr>")
+             .arg(published_title_.toHtmlEscaped());
+    for (const PublishedRow& r : published_rows_) {
+      h += QString("<tr><td>%1</td><td align=right>%2</td><td align=right><b>%3</b></td><td align=right>%4%5</td></tr>")
+               .arg(r.figure.toHtmlEscaped(), r.published.toHtmlEscaped(), r.simulated.toHtmlEscaped(),
+                    r.difference.toHtmlEscaped(), r.within ? QString() : QString(" (outside)"));
+    }
+    h += "</table>";
+  }
   h += "<table cellspacing=2>";
   auto row = [&](const QString& k, const QString& v) { h += QString("<tr><td>%1</td><td align=right><b>%2</b></td></tr>").arg(k, v); };
   row("step time", Q(FormatSeconds(s.step_time_s)));
@@ -570,17 +582,7 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
   row("device classes", QString::number(run.classes.size()));
   h += "</table>";
   h += MemoryFitWarningHtml(s);
-  if (!published_title_.isEmpty() && run.created_unix_ms == published_run_ms_) {
-    h += QString("<p><b>Published</b> (%1)</p><table cellspacing=2><tr><th align=left>figure</th>"
-                 "<th align=right>paper</th><th align=right>simulated</th><th align=right>difference</th></tr>")
-             .arg(published_title_.toHtmlEscaped());
-    for (const PublishedRow& r : published_rows_) {
-      h += QString("<tr><td>%1</td><td align=right>%2</td><td align=right><b>%3</b></td><td align=right>%4%5</td></tr>")
-               .arg(r.figure.toHtmlEscaped(), r.published.toHtmlEscaped(), r.simulated.toHtmlEscaped(),
-                    r.difference.toHtmlEscaped(), r.within ? QString() : QString(" (outside)"));
-    }
-    h += "</table>";
-  }
+
   const DeviceClass* peak = PeakClass(run);
   if (peak && !peak->peak_buffers.empty()) {
     auto buffers = peak->peak_buffers;
