@@ -134,12 +134,12 @@ class TestGuiPartitioned : public QObject {
     auto* tabs = view.findChild<QTabWidget*>();
     QVERIFY(tabs);
     tabs->setCurrentWidget(hlo);
-    QCOMPARE(hlo->toPlainText(), QString::fromStdString(p.text));
+    QCOMPARE(hlo->toPlainText(), QString::fromStdString(p.Text()));
     QVERIFY(hlo->toPlainText().contains("all-reduce("));
     QVERIFY(hlo->toPlainText().contains("replica_groups={{0,2},{1,3}}"));
     // A new partitioning while the tab is shown replaces the text at once.
     QVERIFY(Partition(session, view));
-    QCOMPARE(hlo->toPlainText(), QString::fromStdString(session.analysis()->partition().text));
+    QCOMPARE(hlo->toPlainText(), QString::fromStdString(session.analysis()->partition().Text()));
   }
 
   void verificationIsSkippedForLargeModules() {

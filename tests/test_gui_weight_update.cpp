@@ -105,7 +105,7 @@ class TestGuiWeightUpdate : public QObject {
       QVERIFY(CountKind(p, Opcode::kReduceScatter) > 0);
       QVERIFY(CountKind(p, Opcode::kAllGather) > 0);
       QVERIFY(CountKind(p, Opcode::kAllReduce) < all_reduces_before);
-      QVERIFY(p.text.find("reduce-scatter(") != std::string::npos);
+      QVERIFY(p.Text().find("reduce-scatter(") != std::string::npos);
       // Each inserted collective says why, citing the paper's section.
       bool reasoned = false;
       for (const InsertedCollective& c : p.result->collectives)

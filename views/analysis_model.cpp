@@ -1,5 +1,7 @@
 #include "views/analysis_model.h"
 
+#include "core/ir/hlo_text.h"
+
 namespace shardscope::views {
 
 using namespace ::shardscope::sim;
@@ -16,6 +18,8 @@ void AnalysisModel::setPartitionBusy(bool busy) {
   partition_busy_ = busy;
   emit busyChanged();
 }
+
+std::string PartitionedProgram::Text() const { return result ? PrintHloModule(*result->module) : std::string(); }
 
 void AnalysisModel::setPartition(PartitionedProgram program) {
   partition_ = std::move(program);

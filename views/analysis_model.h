@@ -44,7 +44,6 @@ struct WeightUpdateComparison {
 // The partitioned program of the document's shardings.
 struct PartitionedProgram {
   std::shared_ptr<const PartitionResult> result;         // null when partitioning failed
-  std::string text;                                      // the program as HLO text (printed off the GUI thread)
   std::vector<std::optional<CollectiveCost>> estimates;  // per result->collectives, on `chip`
   std::string chip;                                      // the estimates' chip
   VerificationVerdict verification;
@@ -59,6 +58,9 @@ struct PartitionedProgram {
   std::vector<WeightUpdateDecision> weight_update_decisions;  // per gradient all-reduce
 
   bool ok() const { return result != nullptr; }
+  // The program as HLO text, printed when asked for (the HLO tab shown, an export): kept, a
+  // 100k-instruction program's text would hold ~30 MB for a tab the user may never open.
+  std::string Text() const;
 };
 
 // One simulated step.

@@ -210,7 +210,7 @@ void PartitionedView::fillHloTextIfShown() {
   if (!text_stale_ || tabs_->currentWidget() != text_ || !analysis_) return;
   text_stale_ = false;
   const PartitionedProgram& p = analysis_->partition();
-  if (p.ok()) text_->setPlainText(Q(p.text));
+  if (p.ok()) text_->setPlainText(Q(p.Text()));
 }
 
 void PartitionedView::showCollectives() { tabs_->setCurrentWidget(table_); }

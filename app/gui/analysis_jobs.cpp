@@ -272,7 +272,6 @@ void AnalysisJobs::requestPartition() {
         out.verification = r.verification;
         out.estimates = std::move(r.estimates);
         out.result = std::make_shared<const PartitionResult>(std::move(*r.partition));
-        out.text = PrintHloModule(*out.result->module);
         out.message = "partitioned into " + std::to_string(out.devices) + " devices with " +
                       std::to_string(out.result->collectives.size()) + " collectives";
         return out;

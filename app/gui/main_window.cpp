@@ -944,7 +944,7 @@ void MainWindow::exportPartitionedHlo(const QString& path, std::function<void(co
       done(QString("The module could not be partitioned: %1").arg(Q(p.message)));
       return;
     }
-    Status st = WriteFileAtomically(path, QByteArray::fromStdString(p.text));
+    Status st = WriteFileAtomically(path, QByteArray::fromStdString(p.Text()));
     done(st.ok() ? QString() : Q(st.error().message));
   };
   if (analysis->partition().ok() && analysis->partition().edit_generation == doc_->editGeneration()) {

@@ -14,7 +14,8 @@ bool IsCsePreventionSharding(const HloSharding& s) {
   return s.metadata().size() == 1 && s.metadata()[0].text.find("_sharding_propagation_cse_prevention") != std::string::npos;
 }
 
-bool SameOptional(const std::optional<HloSharding>& a, const std::optional<HloSharding>& b) {
+template <typename A, typename B>
+bool SameOptional(const A& a, const B& b) {  // std::optional<HloSharding> or ShardingSlot
   if (a.has_value() != b.has_value()) return false;
   if (!a) return true;
   return *a == *b && a->kind() == b->kind();
@@ -274,7 +275,7 @@ std::vector<Instruction*> PropagationEngine::Related(Instruction* inst) const {
   }
 }
 
-PropagationEngine::Setup PropagationEngine::BuildSetup(const std::vector<std::optional<HloSharding>>& ann) const {
+PropagationEngine::Setup PropagationEngine::BuildSetup(const std::vector<ShardingSlot>& ann) const {
   Setup s;
   const size_t n = by_id.size();
   s.initial.assign(n, std::nullopt);

@@ -32,6 +32,41 @@
 
 namespace shardscope::prop {
 
+// An optional sharding held on the heap: 8 bytes when empty where std::optional<HloSharding> takes
+// 288. The engine keeps two per instruction (the user's annotations and the setup's initial
+// shardings), nearly all empty: for a 100k-instruction module 1.6 MB instead of 58 MB. A value
+// type (copies copy the sharding), read like a std::optional.
+class ShardingSlot {
+ public:
+  ShardingSlot() = default;
+  ShardingSlot(std::nullopt_t) {}  // NOLINT: converts like std::optional
+  ShardingSlot(const HloSharding& s) : p_(std::make_unique<HloSharding>(s)) {}  // NOLINT
+  ShardingSlot(HloSharding&& s) : p_(std::make_unique<HloSharding>(std::move(s))) {}  // NOLINT
+  ShardingSlot(const std::optional<HloSharding>& s) : p_(s ? std::make_unique<HloSharding>(*s) : nullptr) {}  // NOLINT
+  ShardingSlot(const ShardingSlot& o) : p_(o.p_ ? std::make_unique<HloSharding>(*o.p_) : nullptr) {}
+  ShardingSlot(ShardingSlot&&) noexcept = default;
+  ShardingSlot& operator=(const ShardingSlot& o) {
+    if (this != &o) p_ = o.p_ ? std::make_unique<HloSharding>(*o.p_) : nullptr;
+    return *this;
+  }
+  ShardingSlot& operator=(ShardingSlot&&) noexcept = default;
+  ~ShardingSlot() = default;
+
+  bool has_value() const { return p_ != nullptr; }
+  explicit operator bool() const { return p_ != nullptr; }
+  HloSharding& operator*() { return *p_; }
+  const HloSharding& operator*() const { return *p_; }
+  HloSharding* operator->() { return p_.get(); }
+  const HloSharding* operator->() const { return p_.get(); }
+  void reset() { p_.reset(); }
+  operator std::optional<HloSharding>() const {  // NOLINT: where a std::optional is wanted
+    return p_ ? std::optional<HloSharding>(*p_) : std::nullopt;
+  }
+
+ private:
+  std::unique_ptr<HloSharding> p_;
+};
+
 class PropagationEngine final : public RuleContext {
  public:
   explicit PropagationEngine(PropagationOptions options);
@@ -88,7 +123,7 @@ class PropagationEngine final : public RuleContext {
     std::vector<Instruction*> members;
   };
   struct Setup {
-    std::vector<std::optional<HloSharding>> initial;
+    std::vector<ShardingSlot> initial;
     std::vector<ShardingOrigin> origin;
     std::vector<uint8_t> provided;
     std::unordered_map<int64_t, std::vector<int64_t>> unspecified;
@@ -98,7 +133,7 @@ class PropagationEngine final : public RuleContext {
     std::unordered_map<int64_t, HloSharding> saved_params;
     bool root_is_while = false;
   };
-  std::vector<std::optional<HloSharding>> annotation;  // by id: user input
+  std::vector<ShardingSlot> annotation;  // by id: user input
   Setup setup;
 
   // ---- propagation state ----
@@ -151,7 +186,7 @@ class PropagationEngine final : public RuleContext {
   // Related instructions across computation boundaries (XLA GetRelatedInstructions).
   std::vector<Instruction*> Related(Instruction* inst) const;
   // XLA ProcessShardingInstruction + loop consistency + the provided (kept) set.
-  Setup BuildSetup(const std::vector<std::optional<HloSharding>>& ann) const;
+  Setup BuildSetup(const std::vector<ShardingSlot>& ann) const;
   // Nodes whose sharding cannot change during propagation: they bound an incremental region.
   bool IsFixed(const Setup& s, const Instruction* inst) const;
   // Instructions whose shardings can depend on the seeds: connected through operands, users,
