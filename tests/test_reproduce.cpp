@@ -256,8 +256,19 @@ ENTRY e {
     QVERIFY2(std::abs(r.columns[0].values[1].difference_points) <= 5.0, "(1,2) MFU within 5 points");
     const double speedup = r.columns[0].step_time_s / r.columns[3].step_time_s;
     QVERIFY2(speedup > 6.5 && speedup < 8.2, std::to_string(speedup).c_str());
-    // Memory halves with the partitions (paper: 14.8 -> 7.9 -> 4.5 -> 2.7 GB).
-    QVERIFY(r.columns[1].peak_memory_bytes < 0.55 * static_cast<double>(r.columns[0].peak_memory_bytes));
+    // Memory about halves with each doubling of the partitions (paper: 14.8 -> 7.9 -> 4.5 -> 2.7 GB,
+    // 0.53x to 0.60x a step; simulated 18.66 -> 10.52 -> 5.38 -> 2.81 GB, 0.51x to 0.56x).
+    for (size_t k = 1; k < r.columns.size(); ++k) {
+      const double ratio = static_cast<double>(r.columns[k].peak_memory_bytes) / static_cast<double>(r.columns[k - 1].peak_memory_bytes);
+      QVERIFY2(ratio > 0.45 && ratio < 0.62, std::to_string(ratio).c_str());
+    }
+    // With the activations laid out as XLA's layout assignment may (simulator/buffer_layout.h: the
+    // channel dims of 32 and 64 not padded to 128 lanes when a spatial dim can take the lanes) the
+    // (1,16) peak is within 10% of the paper's 2.7 GB (2.81 GB; 4.98 GB with the shapes' default
+    // layouts).
+    const ReproducedValue& peak16 = r.columns[3].values[2];
+    QCOMPARE(peak16.published.metric, ReproduceMetric::kPeakMemory);
+    QVERIFY2(peak16.within_tolerance, std::to_string(peak16.simulated).c_str());
   }
 };
 
