@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <vector>
 
 namespace shardscope::sim {
 
@@ -28,6 +27,24 @@ int64_t SecondMinorTile(const ChipSpec& chip, PrimitiveType type, int64_t rows) 
   return std::min(tile, full);
 }
 
+namespace {
+
+// Bytes of `shape` tiled with `minor` as its minor dimension and `second` (-1: none) as its
+// second-minor one. Saturating, like Shape::ByteSize: a nonsense shape must not wrap around.
+int64_t TiledBytes(const Shape& shape, const ChipSpec& chip, int64_t minor, int64_t second) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  int64_t bytes = PrimitiveTypeBytes(shape.type);
+  for (int64_t k = 0; k < shape.rank(); ++k) {
+    int64_t d = shape.dims[static_cast<size_t>(k)];
+    if (k == minor) d = RoundUp(d, chip.layout_lanes);
+    else if (k == second) d = RoundUp(d, SecondMinorTile(chip, shape.type, d));
+    bytes = d != 0 && bytes > kMax / d ? kMax : bytes * d;
+  }
+  return bytes;
+}
+
+}  // namespace
+
 int64_t PaddedByteSize(const Shape& shape, const ChipSpec& chip) {
   if (shape.IsTuple()) {
     int64_t sum = 0;
@@ -36,23 +53,25 @@ int64_t PaddedByteSize(const Shape& shape, const ChipSpec& chip) {
   }
   if (!shape.IsArray()) return shape.ByteSize();
   if (chip.layout_lanes <= 0 || shape.rank() == 0) return shape.ByteSize();
-  std::vector<int64_t> dims = shape.dims;
   const int64_t rank = shape.rank();
-  const bool layout = shape.has_layout && static_cast<int64_t>(shape.minor_to_major.size()) == rank;
-  const int64_t minor = layout ? shape.minor_to_major[0] : rank - 1;
-  if (minor < 0 || minor >= rank) return shape.ByteSize();
-  dims[static_cast<size_t>(minor)] = RoundUp(dims[static_cast<size_t>(minor)], chip.layout_lanes);
-  if (rank >= 2) {
-    const int64_t second = layout ? shape.minor_to_major[1] : rank - 2;
-    if (second >= 0 && second < rank) {
-      dims[static_cast<size_t>(second)] = RoundUp(dims[static_cast<size_t>(second)], SecondMinorTile(chip, shape.type, dims[static_cast<size_t>(second)]));
+  if (shape.has_layout && static_cast<int64_t>(shape.minor_to_major.size()) == rank) {
+    // A layout the module fixed (a dump from XLA): its own minor dimensions.
+    const int64_t minor = shape.minor_to_major[0];
+    if (minor < 0 || minor >= rank) return shape.ByteSize();
+    int64_t second = rank >= 2 ? shape.minor_to_major[1] : -1;
+    if (second >= rank) second = -1;
+    return TiledBytes(shape, chip, minor, second);
+  }
+  if (rank == 1) return TiledBytes(shape, chip, 0, -1);
+  // No layout yet: the one layout assignment would choose, modelled as the least padded choice of
+  // minor and second-minor dimension; XLA's default (the last two) when nothing pads less.
+  int64_t best = TiledBytes(shape, chip, rank - 1, rank - 2);
+  for (int64_t minor = 0; minor < rank; ++minor) {
+    for (int64_t second = 0; second < rank; ++second) {
+      if (second != minor) best = std::min(best, TiledBytes(shape, chip, minor, second));
     }
   }
-  // Saturating, like Shape::ByteSize: a nonsense shape must not wrap around to a small size.
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  int64_t bytes = PrimitiveTypeBytes(shape.type);
-  for (int64_t d : dims) bytes = d != 0 && bytes > kMax / d ? kMax : bytes * d;
-  return bytes;
+  return best;
 }
 
 }  // namespace shardscope::sim

@@ -17,9 +17,17 @@
 // TPU presets' calibration files); a chip without tiling (GPU, CPU, 0/0) keeps the logical size.
 //
 // A second-minor dimension smaller than the tile takes a smaller tile (SecondMinorTile below).
-// Which dimensions: the shape's layout when it has one (minor_to_major[0] is the minor dimension),
-// else the last two (XLA's default {rank-1, ..., 0}). Rank 1 pads its only dimension to the lanes;
-// scalars are not padded. Tuples are sums of their leaves.
+// Which dimensions: the shape's layout when it has one (minor_to_major[0] is the minor dimension:
+// a module dumped by XLA after layout assignment). A shape without one (a zoo model, a module
+// before layout assignment) gets the layout XLA's TPU layout assignment would be free to choose:
+// modelled as the pair of minor and second-minor dimensions that pads least, the default (the last
+// two, {rank-1, ..., 0}) when no other pads less. Source: Cloud TPU performance guide, "Consequences
+// of tiling" (cloud.google.com/tpu/docs/performance-guide): arrays are tiled, padding one
+// dimension to a multiple of 8 and a different one to a multiple of 128, and "XLA performs data
+// layout transformations" so that data is arranged for the hardware, driven by heuristics. A
+// GShard dispatch mask [G,S,E,C] with capacity C = 4 (2048 experts) is thus laid out with S or E
+// minor, not padded 32x; a [G,S,E] gating tensor with E = 32 puts S minor. Rank 1 pads its only
+// dimension to the lanes; scalars are not padded. Tuples are sums of their leaves.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +48,8 @@ int64_t SublaneTile(const ChipSpec& chip, PrimitiveType type);
 // f32[1,6144]{1,0:T(1,128)} and bf16[1,6144]{1,0:T(2,128)(2,1)}: XLA does not pad a single row to 8.
 int64_t SecondMinorTile(const ChipSpec& chip, PrimitiveType type, int64_t rows);
 
-// Bytes `shape` occupies in device memory on `chip` (== shape.ByteSize() on a chip without tiling).
+// Bytes `shape` occupies in device memory on `chip` (== shape.ByteSize() on a chip without tiling):
+// tiled in its own layout, or, without one, in the least padded choice of its two minor dimensions.
 int64_t PaddedByteSize(const Shape& shape, const ChipSpec& chip);
 
 }  // namespace shardscope::sim

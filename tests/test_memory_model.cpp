@@ -399,8 +399,9 @@ ENTRY %main (x: f32[4], layer0_wi: f32[4], layer0_wi_m: f32[4], layer0_wi_v: f32
     QCOMPARE(SecondMinorTile(v3, PrimitiveType::kF32, 1), int64_t{1});
     QCOMPARE(PaddedByteSize(shape("bf16[1,1000]"), v5e), int64_t{2 * 1024 * 2});
     QCOMPARE(PaddedByteSize(shape("bf16[1,1000]"), h100), int64_t{2000});
-    // Full tiles once there are enough rows: f32 rows to 8, bf16 rows to 16.
-    QCOMPARE(PaddedByteSize(shape("f32[9,5]"), v3), int64_t{16 * 128 * 4});
+    // Full tiles once there are enough rows: f32 rows to 8, bf16 rows to 16 (a fixed layout: a
+    // shape without one gets the least padded layout, below).
+    QCOMPARE(PaddedByteSize(shape("f32[9,5]{1,0}"), v3), int64_t{16 * 128 * 4});
     QCOMPARE(PaddedByteSize(shape("bf16[17,130]"), v3), int64_t{32 * 256 * 2});
     // Tile-aligned shapes are unchanged.
     QCOMPARE(PaddedByteSize(shape("f32[4096,4096]"), v3), int64_t{4096} * 4096 * 4);
@@ -410,8 +411,31 @@ ENTRY %main (x: f32[4], layer0_wi: f32[4], layer0_wi_m: f32[4], layer0_wi_v: f32
     QCOMPARE(PaddedByteSize(shape("f32[1000]"), v3), int64_t{1024 * 4});
     QCOMPARE(PaddedByteSize(shape("f32[]"), v3), int64_t{4});
     QCOMPARE(PaddedByteSize(shape("f32[5,3]{0,1}"), v3), int64_t{128 * 4 * 4});  // dim 0 is minor
-    QCOMPARE(PaddedByteSize(shape("f32[2,3,5]"), v3), int64_t{2 * 4 * 128 * 4});  // leading dims kept
+    QCOMPARE(PaddedByteSize(shape("f32[2,3,5]{2,1,0}"), v3), int64_t{2 * 4 * 128 * 4});  // leading dims kept
     QCOMPARE(PaddedByteSize(shape("(f32[3,5], bf16[1,1000])"), v3), int64_t{2048 + 4096});
+  }
+
+  // A shape without a layout (a zoo model; a module before XLA's layout assignment) is laid out the
+  // way layout assignment is free to: the minor and second-minor dimensions that pad least (Cloud
+  // TPU performance guide, "Consequences of tiling"), XLA's default (the last two) when no other
+  // pads less. A layout the module gives (a dump after layout assignment) is kept.
+  void tpuLayoutChoiceAvoidsPadding() {
+    const ChipSpec v3 = ChipPreset("tpu-v3").value();
+    auto shape = [](const char* text) { return ParseShape(text).value(); };
+    // f32[9,5]: 9 in the lanes (-> 128), 5 rows (-> 8): 4 kB instead of 8 kB in the default layout.
+    QCOMPARE(PaddedByteSize(shape("f32[9,5]"), v3), int64_t{8 * 128 * 4});
+    // f32[2,3,5]: 5 in the lanes, the 2 as the second-minor (a T(2,128) tile), 3 major: 3x2x128.
+    QCOMPARE(PaddedByteSize(shape("f32[2,3,5]"), v3), int64_t{3 * 2 * 128 * 4});
+    // Where the default pads least it stays: f32[3,5] and bf16[17,130] as above.
+    QCOMPARE(PaddedByteSize(shape("f32[3,5]"), v3), int64_t{4 * 128 * 4});
+    QCOMPARE(PaddedByteSize(shape("bf16[17,130]"), v3), int64_t{32 * 256 * 2});
+    // GSPMD Table 6 (validation.md G5), 2048 experts, one group of S = 4096 tokens per device:
+    // capacity C = 2S/E = 4. The dispatch mask [G,S,E,C] per device takes its logical 64 MiB with S
+    // or E in the tiles, not 32x that with C padded to 128 lanes (2 GiB per MoE layer and mask).
+    QCOMPARE(PaddedByteSize(shape("bf16[1,4096,2048,4]"), v3), int64_t{4096} * 2048 * 4 * 2);
+    QCOMPARE(PaddedByteSize(shape("bf16[1,4096,2048,4]{3,2,1,0}"), v3), int64_t{4096} * 2048 * 128 * 2);
+    // The gating tensors [G,S,E] with 32 experts: S in the lanes, not E padded 4x.
+    QCOMPARE(PaddedByteSize(shape("f32[1,4096,32]"), v3), int64_t{4096} * 32 * 4);
   }
 
   // The memory profile counts the padded sizes on a TPU (a [4,100] f32 activation takes a

@@ -179,6 +179,33 @@ ENTRY e {
     QVERIFY2(hi / lo < 1.10, (std::to_string(lo) + " .. " + std::to_string(hi)).c_str());
   }
 
+  // GSPMD Table 6 (validation.md G5), the 32-device column: GShard's MoE Transformer on a v3-32
+  // slice (16 chips, 4x4). The paper's all-to-all takes 2% of the step; on the 4x4 slice the
+  // simulated one takes 1.9% (7.0% when the 1-D mesh was laid on a 16x1 line of chips, whose one
+  // middle link carried half of every all-to-all). The peak fits HBM by rematerialising (17.18 GB;
+  // 18.17 GB and "does not fit" before the layout choice, simulator/buffer_layout.h, stopped padding
+  // the [G,S,E] gating tensors' E = 32 to 128 lanes); the paper's 10.8 GB and the step's +32%
+  // (1.29 s against 0.98 s) are left: docs/reproduce.md, gspmd-table6.
+  void gspmdTable6Small() {
+    auto spec = FindReproduceCase("gspmd-table6");
+    QVERIFY(spec.ok());
+    ReproduceOptions o;
+    o.small_only = true;
+    const ReproducedCase r = RunReproduceCase(*spec.value(), o);
+    QCOMPARE(r.columns.size(), size_t{1});
+    const ReproducedColumn& c = r.columns[0];
+    QVERIFY2(c.status.ok(), c.status.ok() ? "" : c.status.error().message.c_str());
+    QCOMPARE(c.column->slice, (std::vector<int64_t>{4, 4}));
+    QVERIFY(c.fits);
+    for (const ReproducedValue& v : c.values) {
+      const std::string what = std::string(ReproduceMetricName(v.published.metric)) + ": " + std::to_string(v.simulated);
+      if (v.published.metric == ReproduceMetric::kAllToAllShare) QVERIFY2(v.within_tolerance, what.c_str());
+      if (v.published.metric == ReproduceMetric::kStepTime) {
+        QVERIFY2(v.difference_percent > 20.0 && v.difference_percent < 40.0, what.c_str());
+      }
+    }
+  }
+
   // validation.md C1-C8 through the registry (`reproduce book-collectives`): every collective within
   // 10% of the book's figure — for C1 with wraparound, C3, C4 and C6 the book's V / W times
   // (N - 1) / N, the exact ring over 4 devices validation.md asks for (the label says so); C8's
@@ -229,8 +256,19 @@ ENTRY e {
     QVERIFY2(std::abs(r.columns[0].values[1].difference_points) <= 5.0, "(1,2) MFU within 5 points");
     const double speedup = r.columns[0].step_time_s / r.columns[3].step_time_s;
     QVERIFY2(speedup > 6.5 && speedup < 8.2, std::to_string(speedup).c_str());
-    // Memory halves with the partitions (paper: 14.8 -> 7.9 -> 4.5 -> 2.7 GB).
-    QVERIFY(r.columns[1].peak_memory_bytes < 0.55 * static_cast<double>(r.columns[0].peak_memory_bytes));
+    // Memory about halves with each doubling of the partitions (paper: 14.8 -> 7.9 -> 4.5 -> 2.7 GB,
+    // 0.53x to 0.60x a step; simulated 18.66 -> 10.52 -> 5.38 -> 2.81 GB, 0.51x to 0.56x).
+    for (size_t k = 1; k < r.columns.size(); ++k) {
+      const double ratio = static_cast<double>(r.columns[k].peak_memory_bytes) / static_cast<double>(r.columns[k - 1].peak_memory_bytes);
+      QVERIFY2(ratio > 0.45 && ratio < 0.62, std::to_string(ratio).c_str());
+    }
+    // With the activations laid out as XLA's layout assignment may (simulator/buffer_layout.h: the
+    // channel dims of 32 and 64 not padded to 128 lanes when a spatial dim can take the lanes) the
+    // (1,16) peak is within 10% of the paper's 2.7 GB (2.81 GB; 4.98 GB with the shapes' default
+    // layouts).
+    const ReproducedValue& peak16 = r.columns[3].values[2];
+    QCOMPARE(peak16.published.metric, ReproduceMetric::kPeakMemory);
+    QVERIFY2(peak16.within_tolerance, std::to_string(peak16.simulated).c_str());
   }
 };
 

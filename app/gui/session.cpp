@@ -87,6 +87,7 @@ Status Session::loadPaperConfiguration(const QString& case_name, const QString& 
   doc_->setModule(std::move(built->module), built->mesh, "example", Q(col->model));
   ProjectSliceOverride slice;
   slice.cores_per_chip = col->cores_per_chip;
+  slice.shape = col->slice;
   doc_->applySliceOverride(slice);  // part of opening it, no undo step
   if (chip) *chip = Q(col->chip);
   return Status::Ok();

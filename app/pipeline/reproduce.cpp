@@ -71,7 +71,8 @@ PublishedFigure AllToAll(double percent) { return {ReproduceMetric::kAllToAllSha
 // 1-D mesh, batch 4 per device (docs/zoo.md lists the settings); SGD stands in for Adafactor as in
 // Table 2. Without rematerialisation (the paper does not say; docs/reproduce.md gives the figures
 // with remat=1, which halve the peak and lengthen the step by a forward pass).
-ReproduceColumn Table6Column(int64_t devices, double step, double mfu, double memory_gb, double all_to_all, bool small) {
+ReproduceColumn Table6Column(int64_t devices, std::vector<int64_t> slice, double step, double mfu, double memory_gb,
+                             double all_to_all, bool small) {
   ReproduceColumn c;
   c.label = std::to_string(devices) + " experts/devices";
   c.model = "moe-transformer";
@@ -82,6 +83,10 @@ ReproduceColumn Table6Column(int64_t devices, double step, double mfu, double me
                 {"optimizer", "sgd"}};
   c.mesh = "X=" + n + ",Y=1";
   c.published = {Step(step), Mfu(mfu), Memory(memory_gb), AllToAll(all_to_all)};
+  // The v3 slice of that many cores (`slice`: 32 cores are 4x4 chips, ... 2048 the 32x32 pod).
+  // ForMesh gives the three larger ones itself; a 1-D mesh of 16 chips it would lay on a 16x1
+  // line, whose one link across the middle carries half the all-to-all (docs/reproduce.md).
+  c.slice = std::move(slice);
   c.small = small;
   return c;
 }
@@ -306,8 +311,9 @@ std::vector<ReproduceCase> BuildCases() {
     c.name = "gspmd-table6";
     c.title = "Sparse MoE Transformer (GShard), one expert per device, 1-D mesh, TPU v3";
     c.source = "GSPMD paper, Table 6 (validation.md G5)";
-    c.columns = {Table6Column(32, 0.98, 58.2, 10.8, 2, true), Table6Column(128, 1.01, 49.8, 11.2, 6, false),
-                 Table6Column(512, 1.10, 49.8, 11.2, 9, false), Table6Column(2048, 1.51, 46.8, 11.6, 11, false)};
+    c.columns = {Table6Column(32, {4, 4}, 0.98, 58.2, 10.8, 2, true), Table6Column(128, {8, 8}, 1.01, 49.8, 11.2, 6, false),
+                 Table6Column(512, {16, 16}, 1.10, 49.8, 11.2, 9, false),
+                 Table6Column(2048, {32, 32}, 1.51, 46.8, 11.6, 11, false)};
     cases.push_back(std::move(c));
   }
   {
@@ -414,7 +420,7 @@ Result<Topology> ColumnSlice(const ReproduceColumn& col, DeviceMesh* mesh_out) {
   auto mesh = DeviceMesh::Parse(col.mesh);
   if (!mesh.ok()) return Error("mesh '" + col.mesh + "': " + mesh.error().message);
   *mesh_out = mesh.value();
-  return Topology::ForMesh(spec.value(), mesh.value());
+  return Topology::ForMesh(spec.value(), mesh.value(), col.slice);
 }
 
 // The figures of a zoo configuration's simulated step; `all_to_all` gets its all-to-all seconds.

@@ -55,6 +55,9 @@ struct ReproduceColumn {
   std::string chip = "tpu-v3";  // preset name or chip .json file
   int64_t cores_per_chip = 2;   // the papers count TPU v3 cores as devices
   std::string mesh;             // "X=8,Y=16"
+  // The physical slice in chips per axis when the paper's differs from the one ForMesh picks for
+  // the mesh (empty: Topology::ForMesh's choice, the mesh's own shape when it is a slice of the pod).
+  std::vector<int64_t> slice;
   std::vector<PublishedFigure> published;
   bool small = false;  // simulates in a few seconds (the test runs these)
   // When set, a weight-update-sharding paper case (WeightUpdateShardingPaperCases, e.g.
