@@ -2,7 +2,9 @@
 // default chip, the program as one chosen device sees it, the numerical verification badge,
 // cancelling a partitioning, and newer requests superseding queued ones in the job tracker.
 #include <QLabel>
+#include <QPlainTextEdit>
 #include <QPushButton>
+#include <QTabWidget>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTableView>
@@ -124,6 +126,20 @@ class TestGuiPartitioned : public QObject {
     QVERIFY(!badge->isHidden());
     QVERIFY(badge->text().contains("verified"));
     QCOMPARE(badge->property("verdict").toInt(), static_cast<int>(VerificationVerdict::State::kMatch));
+
+    // The HLO tab is filled when it is shown (not before: a large program's text is costly), with
+    // the program the analysis printed: the all-reduce within {0,2} and {1,3}.
+    QPlainTextEdit* hlo = view.hloText();
+    QVERIFY(hlo->toPlainText().isEmpty());
+    auto* tabs = view.findChild<QTabWidget*>();
+    QVERIFY(tabs);
+    tabs->setCurrentWidget(hlo);
+    QCOMPARE(hlo->toPlainText(), QString::fromStdString(p.text));
+    QVERIFY(hlo->toPlainText().contains("all-reduce("));
+    QVERIFY(hlo->toPlainText().contains("replica_groups={{0,2},{1,3}}"));
+    // A new partitioning while the tab is shown replaces the text at once.
+    QVERIFY(Partition(session, view));
+    QCOMPARE(hlo->toPlainText(), QString::fromStdString(session.analysis()->partition().text));
   }
 
   void verificationIsSkippedForLargeModules() {

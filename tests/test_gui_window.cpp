@@ -203,6 +203,9 @@ class TestGuiWindow : public QObject {
     QVERIFY(w.document()->selected() >= 0);
     QVERIFY(w.showView("partitioned"));
     QVERIFY(WaitReady(w));
+    // The HLO tab is filled when shown.
+    QVERIFY(w.partitionedView()->hloText()->toPlainText().isEmpty());
+    w.partitionedView()->findChild<QTabWidget*>()->setCurrentWidget(w.partitionedView()->hloText());
     QVERIFY(!w.partitionedView()->hloText()->toPlainText().isEmpty());
     QVERIFY(w.showView("simulation"));
     QVERIFY(WaitReady(w));

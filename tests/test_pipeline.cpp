@@ -304,8 +304,28 @@ ENTRY main {
     QCOMPARE(snap.annotated, static_cast<int64_t>(edited.size()));
     QVERIFY(snap.inferred > 0);
     QCOMPARE(static_cast<int64_t>(snap.shardings.size()), snap.annotated + snap.inferred);
-    QCOMPARE(static_cast<int64_t>(snap.why.size()), snap.inferred);
-    for (const auto& [id, chain] : snap.why) {
+    // One step per instruction with a sharding (the annotations' too), not a chain each.
+    QCOMPARE(static_cast<int64_t>(snap.why.size()), snap.annotated + snap.inferred);
+    int64_t chains = 0, longest = 0;
+    for (const auto& [id, one] : snap.why) {
+      QCOMPARE(one.instruction->id(), id);
+      if (edited.count(id)) continue;
+      ++chains;
+      const std::vector<ExplainStep> chain = ExplainChain(snap.why, id);
+      // The chain rebuilt from the steps is the engine's own chain, step by step.
+      const Instruction* in_session = nullptr;
+      for (const auto& c : session.module().computations())
+        for (const auto& i : c->instructions())
+          if (i->id() == id) in_session = i.get();
+      QVERIFY(in_session);
+      const std::vector<ExplainStep> engine_chain = session.engine()->Explain(*in_session);
+      QCOMPARE(chain.size(), engine_chain.size());
+      for (size_t k = 0; k < chain.size(); ++k) {
+        QCOMPARE(chain[k].instruction->id(), engine_chain[k].instruction->id());
+        QCOMPARE(chain[k].text, engine_chain[k].text);
+        QCOMPARE(chain[k].sharding, engine_chain[k].sharding);
+      }
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(chain.size()));
       QVERIFY(!chain.empty());
       QVERIFY(chain.front().instruction);
       QCOMPARE(chain.front().instruction->id(), id);
@@ -318,6 +338,8 @@ ENTRY main {
       QVERIFY(chain.back().origin.direction == prop::Direction::kAnnotation);
       QVERIFY(chain.back().instruction && edited.count(chain.back().instruction->id()));
     }
+    QCOMPARE(chains, snap.inferred);
+    QVERIFY2(longest >= 3, "some chain goes through more than one inferred instruction");
   }
 
   void guessedMesh() {

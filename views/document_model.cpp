@@ -356,7 +356,7 @@ void DocumentModel::applyMeshState(const DeviceMesh& mesh, const std::map<int64_
 
 void DocumentModel::setPropagation(quint64 module_generation, quint64 edit_generation,
                                    std::unordered_map<int64_t, HloSharding> shardings,
-                                   std::unordered_map<int64_t, std::vector<ExplainStep>> why, const QString& summary) {
+                                   ExplainSteps why, const QString& summary) {
   if (module_generation != module_generation_) return;
   propagated_ = std::make_shared<const std::unordered_map<int64_t, HloSharding>>(std::move(shardings));
   why_ = std::move(why);
@@ -402,9 +402,7 @@ std::vector<ExplainStep> DocumentModel::why(int64_t id) const {
     step.text = "annotated by you";
     return {step};
   }
-  auto t = why_.find(id);
-  if (t != why_.end()) return t->second;
-  return {};
+  return ExplainChain(why_, id);
 }
 
 // ---- Selection -------------------------------------------------------------------------------------

@@ -113,11 +113,12 @@ class DocumentModel : public QObject {
 
   // ---- Propagated shardings ----
   // The shardings propagation completed for the annotations of edit `edit_generation` (every
-  // instruction that has one) and why each inferred one is what it is; the chains' instructions are
-  // this document's. Results for an older module are ignored.
+  // instruction that has one) and each one's own reason (ShardingPropagation::ExplainOne; why()
+  // follows them into a chain); the steps' instructions are this document's. Results for an older
+  // module are ignored.
   void setPropagation(quint64 module_generation, quint64 edit_generation,
                       std::unordered_map<int64_t, HloSharding> shardings,
-                      std::unordered_map<int64_t, std::vector<ExplainStep>> why, const QString& summary);
+                      ExplainSteps why, const QString& summary);
   // Propagation failed: the annotations stay the only shardings known.
   void setPropagationFailed(quint64 module_generation, quint64 edit_generation, const QString& message);
   // The sharding every tensor ends up with: the user's, else the propagated one, else nullopt.
@@ -171,7 +172,7 @@ class DocumentModel : public QObject {
   ProjectSliceOverride slice_override_;
 
   std::shared_ptr<const std::unordered_map<int64_t, HloSharding>> propagated_;
-  std::unordered_map<int64_t, std::vector<ExplainStep>> why_;
+  ExplainSteps why_;  // each instruction's own step; why() follows them (ExplainChain)
   QString propagation_summary_;
   quint64 result_generation_ = 0;
   quint64 propagated_edit_ = 0;

@@ -59,6 +59,7 @@ PartitionedView::PartitionedView(QWidget* parent)
   tabs_->addTab(graph_, "SPMD graph");
   tabs_->addTab(table_, "Collectives");
   tabs_->addTab(text_, "HLO");
+  connect(tabs_, &QTabWidget::currentChanged, this, [this] { fillHloTextIfShown(); });
   button_->setToolTip("Run the SPMD partitioner on the current shardings");
   status_->setWordWrap(true);
   status_->setObjectName("partitionStatus");
@@ -168,6 +169,7 @@ void PartitionedView::onAnalysisReset() {
   button_->setToolTip("Run the SPMD partitioner on the current shardings");
   collectives_->clear();
   text_->clear();
+  text_stale_ = false;
   badge_->hide();
   device_->setMaximum(0);
   device_->setValue(-1);
@@ -203,6 +205,13 @@ void PartitionedView::setAutoUpdate(bool on) { auto_update_ = on; }
 
 void PartitionedView::setDevice(int64_t device) { device_->setValue(static_cast<int>(device)); }
 int64_t PartitionedView::device() const { return device_->value(); }
+
+void PartitionedView::fillHloTextIfShown() {
+  if (!text_stale_ || tabs_->currentWidget() != text_ || !analysis_) return;
+  text_stale_ = false;
+  const PartitionedProgram& p = analysis_->partition();
+  if (p.ok()) text_->setPlainText(Q(p.text));
+}
 
 void PartitionedView::showCollectives() { tabs_->setCurrentWidget(table_); }
 
@@ -261,6 +270,7 @@ void PartitionedView::onPartitionUpdated() {
     status_->setText(Q(p.message));
     collectives_->clear();
     text_->clear();
+    text_stale_ = false;
     badge_->hide();
     return;
   }
@@ -284,7 +294,9 @@ void PartitionedView::onPartitionUpdated() {
   device_->setMaximum(static_cast<int>(p.devices) - 1);
   table_->resizeColumnsToContents();
   showVerdict();
-  text_->setPlainText(Q(p.text));
+  text_->clear();
+  text_stale_ = true;
+  fillHloTextIfShown();
   // Shared with the analysis (the aliasing pointer keeps the result alive), not copied.
   spmd_doc_->showModule(std::shared_ptr<const Module>(p.result, p.result->module.get()), doc_->mesh(), "spmd",
                         Q(p.result->module->name()));

@@ -71,6 +71,9 @@ class PartitionedView : public QWidget {
   void onAnalysisReset();
   void followSelection();
   void showVerdict();
+  // Fills the HLO tab from the analysis's text when it is shown (a 100k-instruction program's text
+  // in a QPlainTextEdit takes over a hundred megabytes: only a user who looks at it pays for it).
+  void fillHloTextIfShown();
 
   QPointer<DocumentModel> doc_;
   QPointer<AnalysisModel> analysis_;
@@ -87,6 +90,7 @@ class PartitionedView : public QWidget {
   QCheckBox* wus_;
   QTimer* debounce_;
   bool auto_update_ = false;
+  bool text_stale_ = false;  // the HLO tab does not show the current program's text yet
 };
 
 }  // namespace shardscope::views

@@ -146,18 +146,13 @@ PropagatedShardings PropagationSession::Snapshot(const Module& display) const {
       continue;
     }
     out.shardings.emplace(id, *inst->sharding());
-    if (annotations_.count(id)) {
-      ++out.annotated;
-      continue;
-    }
-    ++out.inferred;
-    std::vector<ExplainStep> chain = engine_->Explain(*inst);
-    for (ExplainStep& step : chain) {
-      step.instruction = bind(step.instruction);
-      step.origin.source = bind(step.origin.source);
-      step.origin.second_source = bind(step.origin.second_source);
-    }
-    out.why.emplace(id, std::move(chain));
+    ++(annotations_.count(id) ? out.annotated : out.inferred);
+    std::optional<ExplainStep> step = engine_->ExplainOne(*inst);
+    if (!step) continue;
+    step->instruction = bind(step->instruction);
+    step->origin.source = bind(step->origin.source);
+    step->origin.second_source = bind(step->origin.second_source);
+    out.why.emplace(id, std::move(*step));
   }
   return out;
 }

@@ -47,9 +47,11 @@ std::map<int64_t, HloSharding> AnnotationsOf(const Module& module);
 // Every sharding after a propagation, as plain values that outlive the session's next run.
 struct PropagatedShardings {
   std::unordered_map<int64_t, HloSharding> shardings;  // by instruction id: every instruction with one
-  // Why each inferred sharding is what it is (ShardingPropagation::Explain, nearest cause first).
-  // The chains' instruction pointers point into the module given to Snapshot(), not the session's.
-  std::unordered_map<int64_t, std::vector<ExplainStep>> why;
+  // Why each sharding is what it is: every instruction's own step (ShardingPropagation::ExplainOne),
+  // the annotations' included; ExplainChain(why, id) gives an instruction's chain, nearest cause
+  // first. The steps' instruction pointers point into the module given to Snapshot(), not the
+  // session's.
+  ExplainSteps why;
   PropagationReport report;
   int64_t annotated = 0, inferred = 0, unsharded = 0;
   double millis = 0;  // the propagation itself

@@ -99,23 +99,44 @@ std::string OriginLine(const Instruction& inst, const ShardingOrigin& o) {
 }
 }  // namespace
 
+std::optional<ExplainStep> ShardingPropagation::ExplainOne(const Instruction& inst) const {
+  const ShardingOrigin* o = engine_ ? engine_->OriginOf(inst) : nullptr;
+  if (o == nullptr) return std::nullopt;
+  ExplainStep step;
+  step.instruction = &inst;
+  step.sharding = inst.has_sharding() ? inst.sharding()->ToString() : "none";
+  step.origin = *o;
+  step.text = OriginLine(inst, *o);
+  return step;
+}
+
 std::vector<ExplainStep> ShardingPropagation::Explain(const Instruction& inst) const {
   std::vector<ExplainStep> steps;
-  if (!engine_) return steps;
   std::unordered_set<const Instruction*> seen;
   const Instruction* cur = &inst;
-  while (cur != nullptr && engine_->OriginOf(*cur) != nullptr && seen.insert(cur).second) {
-    const ShardingOrigin& o = *engine_->OriginOf(*cur);
-    ExplainStep step;
-    step.instruction = cur;
-    step.sharding = cur->has_sharding() ? cur->sharding()->ToString() : "none";
-    step.origin = o;
-    step.text = OriginLine(*cur, o);
-    steps.push_back(std::move(step));
-    if (o.direction == Direction::kAnnotation) break;
-    cur = o.source;
+  while (cur != nullptr && seen.insert(cur).second) {
+    std::optional<ExplainStep> step = ExplainOne(*cur);
+    if (!step) break;
+    const bool annotation = step->origin.direction == Direction::kAnnotation;
+    cur = step->origin.source;
+    steps.push_back(std::move(*step));
+    if (annotation) break;
   }
   return steps;
+}
+
+std::vector<ExplainStep> ExplainChain(const ExplainSteps& steps, int64_t id) {
+  std::vector<ExplainStep> chain;
+  std::unordered_set<int64_t> seen;
+  while (seen.insert(id).second) {
+    auto it = steps.find(id);
+    if (it == steps.end()) break;
+    chain.push_back(it->second);
+    const ShardingOrigin& o = it->second.origin;
+    if (o.direction == Direction::kAnnotation || o.source == nullptr) break;
+    id = o.source->id();
+  }
+  return chain;
 }
 
 std::string ShardingPropagation::ExplainText(const Instruction& inst) const {

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -105,6 +106,9 @@ class ShardingPropagation {
 
   // Why `inst` has its sharding: the chain of reasons back to user annotations (first step: inst).
   std::vector<ExplainStep> Explain(const Instruction& inst) const;
+  // The chain's first step alone (`inst`'s own reason), nullopt when it has no recorded origin. A
+  // step per instruction is all a chain needs: ExplainChain() follows them as Explain() does.
+  std::optional<ExplainStep> ExplainOne(const Instruction& inst) const;
   std::string ExplainText(const Instruction& inst) const;
   // The recorded origin of `inst`'s sharding, nullptr if it has none / unknown instruction.
   const ShardingOrigin* OriginOf(const Instruction& inst) const;
@@ -118,6 +122,15 @@ class ShardingPropagation {
   PropagationOptions options_;
   std::unique_ptr<prop::PropagationEngine> engine_;  // the last run's state (engine.h)
 };
+
+// Each instruction's own step (ExplainOne) by instruction id; a chain is rebuilt from them on
+// demand. Keeping one step per instruction instead of every instruction's whole chain keeps the
+// reasons of a 100k-instruction module in tens of megabytes instead of half a gigabyte.
+using ExplainSteps = std::unordered_map<int64_t, ExplainStep>;
+// The chain from `id` back to a user annotation, nearest cause first: what Explain() gives when
+// `steps` holds ExplainOne() of every instruction with an origin. It follows each step's source by
+// id, stops at an annotation, a step it has seen (a cycle), or an instruction without a step.
+std::vector<ExplainStep> ExplainChain(const ExplainSteps& steps, int64_t id);
 
 // Convenience: one full propagation with default bookkeeping.
 Result<PropagationReport> PropagateShardings(Module& module, const PropagationOptions& options = {});
