@@ -101,6 +101,7 @@ int Run(const std::vector<std::string>& in) {
   TakeOption(args, "label", &label);
   const bool json = TakeFlag(args, "json");
   const bool no_fusion = TakeFlag(args, "no-fusion");
+  const bool no_producer_fusion = TakeFlag(args, "no-producer-fusion");
   const bool no_in_place = TakeFlag(args, "no-in-place");
   const bool no_donate = TakeFlag(args, "no-donation");
   const bool no_tile_padding = TakeFlag(args, "no-tile-padding");
@@ -135,6 +136,7 @@ int Run(const std::vector<std::string>& in) {
   options.mesh_text = mesh.ToString();
   options.label = label;
   options.program.fuse_elementwise = !no_fusion;
+  options.program.fuse_producers_into_dots = !no_producer_fusion;
   options.program.in_place_reuse = !no_in_place;
   options.program.donate_parameters = !no_donate;
   options.program.pad_to_layout_tiles = !no_tile_padding;
@@ -273,7 +275,7 @@ const bool kRegistered = Register(
     {"simulate",
      "FILE.hlo --chip CHIP --mesh X=4,Y=4 [--db FILE] [--trace OUT.json] [--csv OUT.csv] [--csv-kind timeline|summary|memory] "
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
-     "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
+     "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] [--no-producer-fusion] "
      "[--no-in-place] [--no-donation] [--no-tile-padding] [--no-remat] [--peak-buffers] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
      "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
