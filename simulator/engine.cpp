@@ -1,5 +1,6 @@
 #include "simulator/engine.h"
 
+#include "simulator/peak_breakdown.h"
 #include "simulator/pipeline_accounting.h"
 
 #include "core/base/units.h"
@@ -928,11 +929,8 @@ std::string DescribeSimulation(const Simulation& sim) {
       os << "  " << MemoryCategoryName(static_cast<MemoryCategory>(k)) << ": "
          << FormatBytes(static_cast<double>(by[static_cast<size_t>(k)])) << "\n";
     }
-    os << "  at " << FormatSeconds(top->peak_memory_time_s) << "; largest live buffers:";
-    for (size_t k = 0; k < top->peak_buffers.size() && k < 5; ++k) {
-      os << (k ? ", " : " ") << top->peak_buffers[k].name << " (" << FormatBytes(static_cast<double>(top->peak_buffers[k].bytes)) << ")";
-    }
-    os << "\n";
+    os << "  at " << FormatSeconds(top->peak_memory_time_s) << "; what is live, by kind (digits as #):\n";
+    os << DescribePeakBufferGroups(GroupPeakBuffers(top->peak_buffers), 8);
   }
   for (const std::string& w : sim.warnings) os << "warning: " << w << "\n";
   return os.str();

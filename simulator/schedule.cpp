@@ -116,6 +116,22 @@ bool IsHeavy(const Instruction& i) {
   return i.opcode() == Opcode::kDot || i.opcode() == Opcode::kConvolution || IsGenericNamed(i, "fusion");
 }
 
+// Elementwise ops cheap enough that XLA's instruction fusion duplicates them into every consumer
+// (InstructionFusion::IsExpensive: transcendental functions are not duplicated; nor are copies,
+// which exist to change a layout, or maps, which call a computation).
+bool IsCheapElementwise(Opcode op) {
+  if (!IsElementwise(op)) return false;
+  switch (op) {
+    case Opcode::kAtan2: case Opcode::kCbrt: case Opcode::kCos: case Opcode::kErf: case Opcode::kExp:
+    case Opcode::kExpm1: case Opcode::kLog: case Opcode::kLog1p: case Opcode::kLogistic: case Opcode::kPower:
+    case Opcode::kRemainder: case Opcode::kRsqrt: case Opcode::kSin: case Opcode::kSqrt: case Opcode::kTan:
+    case Opcode::kTanh: case Opcode::kCopy: case Opcode::kMap:
+      return false;
+    default:
+      return true;
+  }
+}
+
 bool IsSliceLike(Opcode op) { return op == Opcode::kSlice || op == Opcode::kDynamicSlice || op == Opcode::kGather; }
 
 // An update in place of operand 0: dynamic-update-slice, and a scatter of one operand (XLA runs both
@@ -442,6 +458,55 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
         if (r == plan.role.end() || (r->second != Role::kCompute && r->second != Role::kInline)) all_compute = false;
       }
       if (all_compute) plan.role[i] = Role::kInline;
+    }
+    // Producer fusion into dots: a cheap elementwise value read only by dots and convolutions (or
+    // by other such values) is computed inside each reader, as XLA's TPU fusion puts elementwise
+    // producers into a convolution fusion's operands and duplicates a cheap producer into every
+    // consumer; the value is then never materialised. Only when it reads no more memory than it
+    // writes (XLA's rule for duplicating: operands no larger than the output; what it reads
+    // through a broadcast or iota, and constants, do not count): relu(h) kept for the backward pass
+    // beside h, or LayerNorm's scaled output beside its normalised input, are one array, not two.
+    if (opt.fuse_producers_into_dots) {
+      std::unordered_set<const Instruction*> duplicated;
+      // Bytes the consumers read instead of the value: distinct non-inlined sources.
+      auto source_bytes = [&](const Instruction* i) {
+        std::vector<const Instruction*> work(i->operands().begin(), i->operands().end()), seen;
+        int64_t bytes = 0;
+        while (!work.empty()) {
+          const Instruction* o = work.back();
+          work.pop_back();
+          if (std::find(seen.begin(), seen.end(), o) != seen.end()) continue;
+          seen.push_back(o);
+          if (duplicated.count(o)) {
+            work.insert(work.end(), o->operands().begin(), o->operands().end());
+            continue;
+          }
+          auto r = plan.role.find(o);
+          if (r != plan.role.end() && r->second == Role::kInline) continue;  // a broadcast, iota, ...
+          if (o->opcode() == Opcode::kConstant || !o->shape().IsArray()) continue;
+          bytes += o->shape().ByteSize();
+        }
+        return bytes;
+      };
+      for (auto it = plan.order.rbegin(); it != plan.order.rend(); ++it) {
+        const Instruction* i = *it;
+        if (plan.role[i] != Role::kCompute || !IsCheapElementwise(i->opcode()) || i == comp.root()) continue;
+        if (i->users().empty() || !i->shape().IsArray()) continue;
+        bool into_dots = true;
+        for (const Instruction* u : i->users()) {
+          auto r = plan.role.find(u);
+          if (r == plan.role.end()) into_dots = false;
+          else if (r->second == Role::kCompute) into_dots = into_dots && IsHeavy(*u);
+          else into_dots = into_dots && duplicated.count(u);
+        }
+        if (!into_dots) continue;
+        // Decided before its operands (reverse order): count the sources as they are now, with
+        // this value's own elementwise operands not yet duplicated (their operands would only be
+        // smaller when they are).
+        if (source_bytes(i) > i->shape().ByteSize()) continue;
+        duplicated.insert(i);
+        plan.role[i] = Role::kInline;
+      }
     }
   }
   // Effective sources: the instructions that produce the memory an instruction reads — through

@@ -72,6 +72,10 @@ Result<ScheduleKind> ScheduleKindFromName(std::string_view name);
 struct ExecProgramOptions {
   ScheduleKind schedule = ScheduleKind::kMemoryLimit;
   bool fuse_elementwise = true;
+  // With fuse_elementwise: a cheap elementwise value read only by dots and convolutions is computed
+  // inside each of them (XLA's producer fusion, duplicated into every consumer) instead of being
+  // materialised, when it reads no more memory than it writes (schedule.cpp, MakePlan).
+  bool fuse_producers_into_dots = true;
   // Trip count for while loops whose count cannot be found (a warning names the loop).
   int64_t default_trip_count = 1;
   // Guard against huge unrolls: an error when the expanded program would exceed this many ops.

@@ -17,6 +17,7 @@
 #include "simulator/engine.h"
 #include "simulator/hardware.h"
 #include "simulator/memory_model.h"
+#include "simulator/peak_breakdown.h"
 #include "simulator/schedule.h"
 #include "simulator/topology.h"
 
@@ -460,6 +461,107 @@ ENTRY %main (x: f32[4,100]) -> f32[4,100] {
     QCOMPARE(logical.run.summary.peak_memory_bytes, int64_t{2 * 4 * 100 * 4});
     QCOMPARE(padded.run.summary.step_time_s, logical.run.summary.step_time_s);
   }
+  // The peak breakdown by kind (simulator/peak_breakdown.h): digit runs as '#', remat clones as
+  // the value they recompute, one group per pattern and category, largest total first.
+  void peakBuffersGroupedByKind() {
+    QCOMPARE(PeakBufferPattern("layer17_attention_softmax_probs"), std::string("layer#_attention_softmax_probs"));
+    QCOMPARE(PeakBufferPattern("body/y[3]"), std::string("body/y[#]"));
+    QCOMPARE(PeakBufferPattern("layer2_cast_wi.remat2"), std::string("layer#_cast_wi"));
+    QCOMPARE(PeakBufferPattern("x.rematerialized"), std::string("x.rematerialized"));
+    const std::vector<PeakBuffer> buffers = {{"layer0_probs", 100, MemoryCategory::kActivations},
+                                             {"layer1_probs", 100, MemoryCategory::kActivations},
+                                             {"layer0_wi", 150, MemoryCategory::kParameters},
+                                             {"layer1_wi", 60, MemoryCategory::kParameters},
+                                             {"layer1_wi", 5, MemoryCategory::kGradients}};
+    const std::vector<PeakBufferGroup> g = GroupPeakBuffers(buffers);
+    QCOMPARE(g.size(), size_t(3));
+    QCOMPARE(g[0], (PeakBufferGroup{"layer#_wi", MemoryCategory::kParameters, 2, 210, 150}));
+    QCOMPARE(g[1], (PeakBufferGroup{"layer#_probs", MemoryCategory::kActivations, 2, 200, 100}));
+    QCOMPARE(g[2], (PeakBufferGroup{"layer#_wi", MemoryCategory::kGradients, 1, 5, 5}));
+    const std::string text = DescribePeakBufferGroups(g, 2);
+    QVERIFY2(text.find("2 x layer#_wi (parameters): 210 B") != std::string::npos, text.c_str());
+    QVERIFY2(text.find("1 other buffers in 1 groups: 5 B") != std::string::npos, text.c_str());
+  }
+
+  // Producer fusion into dots (ExecProgramOptions::fuse_producers_into_dots): a feed-forward block
+  // whose backward runs dw2 last, so relu r = max(h, 0) is kept from the forward to the end, as
+  // each layer's relu is kept across the other layers of a Transformer. r is read only by the dots
+  // y and dw2 and reads no more than it writes (h): XLA fuses max(h, 0) into both dots, so only h
+  // is held. K = one f32[256,256] buffer; parameters neither donated nor reused in place (4K all
+  // step; so are the two f32 constants, C = 8 bytes). Ops: {h, r} (the dot and its output fusion),
+  // y, dr, {pos, dh}, dw1, dw2.
+  //   kept:  h+r 6K, y 7K, dr 8K, {pos,dh} starts: x w1 w2 dy h r y dr dh = 9K + C   <- peak
+  //   fused: h 5K,   y 6K, dr 7K, {pos,dh} starts: x w1 w2 dy h y dr dh   = 8K + C   <- peak
+  // (h then lives to dw2, which reads it instead of r; dw2 ends at x w1 w2 dy h y dw1 dw2 = 8K.)
+  // dh = select(pos, dr, 0), read only by dw1, stays: it reads pos and dr, more than it writes.
+  void producerFusedIntoDotsIsNotKept() {
+    const std::string text = R"(HloModule ffn, num_partitions=1
+ENTRY %main (x: f32[256,256], w1: f32[256,256], w2: f32[256,256], dy: f32[256,256]) -> (f32[256,256], f32[256,256], f32[256,256]) {
+  %x = f32[256,256] parameter(0)
+  %w1 = f32[256,256] parameter(1)
+  %w2 = f32[256,256] parameter(2)
+  %dy = f32[256,256] parameter(3)
+  %zero = f32[] constant(0)
+  %zeros = f32[256,256] broadcast(%zero), dimensions={}
+  %h = f32[256,256] dot(%x, %w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %r = f32[256,256] maximum(%h, %zeros)
+  %y = f32[256,256] dot(%r, %w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %dr = f32[256,256] dot(%dy, %w2), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  %zero_b = f32[] constant(0)
+  %zeros_b = f32[256,256] broadcast(%zero_b), dimensions={}
+  %pos = pred[256,256] compare(%h, %zeros_b), direction=GT
+  %dh = f32[256,256] select(%pos, %dr, %zeros_b)
+  %dw1 = f32[256,256] dot(%x, %dh), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  %dw2 = f32[256,256] dot(%r, %dy), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ROOT %out = (f32[256,256], f32[256,256], f32[256,256]) tuple(%y, %dw1, %dw2)
+}
+)";
+    auto m = Parse(text);
+    Topology topo = TopologyFor("tpu-v4", "X=1");
+    const int64_t K = 256 * 256 * 4, C = 2 * 4;
+    SimulationOptions o;
+    o.program.in_place_reuse = false;
+    o.program.donate_parameters = false;
+    o.program.fuse_producers_into_dots = false;
+    const Simulation kept = Run(*m, topo, o);
+    QCOMPARE(kept.run.summary.peak_memory_bytes, 9 * K + C);
+    auto live = [](const Simulation& s, const std::string& name) {
+      for (const PeakBuffer& b : s.run.classes[0].peak_buffers)
+        if (b.name == name) return true;
+      return false;
+    };
+    QVERIFY(live(kept, "r") && live(kept, "h") && live(kept, "dh"));
+
+    o.program.fuse_producers_into_dots = true;
+    const Simulation fused = Run(*m, topo, o);
+    QCOMPARE(fused.run.summary.peak_memory_bytes, 8 * K + C);
+    QVERIFY(!live(fused, "r"));
+    QVERIFY(live(fused, "h") && live(fused, "dh"));
+    // The same six ops; the dots that read r read h instead (as many bytes), and r is no longer
+    // written: the FLOPs are the same and the step no longer.
+    QCOMPARE(fused.run.classes[0].events.size(), kept.run.classes[0].events.size());
+    QCOMPARE(fused.run.summary.total_flops, kept.run.summary.total_flops);
+    QVERIFY(fused.run.summary.step_time_s <= kept.run.summary.step_time_s);
+    auto prog = BuildExecProgram(*m, topo.chip(), o.program);
+    QVERIFY(prog.ok());
+    int32_t h = -1;
+    for (size_t b = 0; b < prog->buffers.size(); ++b) {
+      QVERIFY(prog->buffers[b].name != "r");
+      if (prog->buffers[b].name == "h") h = static_cast<int32_t>(b);
+    }
+    QVERIFY(h >= 0);
+    for (const ExecOp& op : prog->ops) {
+      if (op.name != "y" && op.name != "dw2") continue;
+      QVERIFY2(std::find(op.uses.begin(), op.uses.end(), h) != op.uses.end(), op.name.c_str());
+    }
+
+    // An expensive producer (exp instead of max) is kept, as XLA does not duplicate it.
+    std::string expensive = text;
+    expensive.replace(expensive.find("maximum(%h, %zeros)"), std::string("maximum(%h, %zeros)").size(), "exponential(%h)");
+    auto me = Parse(expensive);
+    QCOMPARE(Run(*me, topo, o).run.summary.peak_memory_bytes, 9 * K + C);
+  }
+
   // Rematerialisation under the memory limit (simulator/rematerialize.h), on a hand-computed
   // program (no fusion, no in-place reuse; K = one f32[256,256] buffer, 256 KiB). In order:
   // wn = -w, d1 = wn + x, h1 = exp(d1), h2 = exp(h1), h3 = h1 + h2, e = wn + h3, u = w - e.

@@ -21,6 +21,7 @@
 #include "core/ir/hlo_text.h"
 #include "core/ir/spmd_program.h"
 #include "core/sharding/mesh.h"
+#include "simulator/peak_breakdown.h"
 #include "simulator/trace_export.h"
 
 namespace shardscope::cli {
@@ -61,7 +62,15 @@ std::string SummaryJson(const Simulation& sim, int64_t run_id, bool partitioned)
     for (int k = 0; k < kNumMemoryCategories; ++k) {
       os << (k ? "," : "") << json::Quote(MemoryCategoryName(static_cast<MemoryCategory>(k))) << ":" << by[static_cast<size_t>(k)];
     }
-    os << "}";
+    os << "},\"peak_buffer_groups\":[";
+    const std::vector<PeakBufferGroup> groups = GroupPeakBuffers(top->peak_buffers);
+    for (size_t k = 0; k < groups.size(); ++k) {
+      const PeakBufferGroup& g = groups[k];
+      os << (k ? "," : "") << "{\"pattern\":" << json::Quote(g.pattern) << ",\"category\":"
+         << json::Quote(MemoryCategoryName(g.category)) << ",\"count\":" << g.count << ",\"bytes\":" << g.bytes
+         << ",\"largest\":" << g.largest << "}";
+    }
+    os << "]";
   }
   os << ",\"collectives\":[";
   for (size_t k = 0; k < sim.run.collectives.size(); ++k) {
@@ -92,10 +101,12 @@ int Run(const std::vector<std::string>& in) {
   TakeOption(args, "label", &label);
   const bool json = TakeFlag(args, "json");
   const bool no_fusion = TakeFlag(args, "no-fusion");
+  const bool no_producer_fusion = TakeFlag(args, "no-producer-fusion");
   const bool no_in_place = TakeFlag(args, "no-in-place");
   const bool no_donate = TakeFlag(args, "no-donation");
   const bool no_tile_padding = TakeFlag(args, "no-tile-padding");
   const bool no_remat = TakeFlag(args, "no-remat");
+  const bool all_peak_buffers = TakeFlag(args, "peak-buffers");
   const bool force_partition = TakeFlag(args, "partition");
   const bool force_no_partition = TakeFlag(args, "no-partition");
   const bool trace_all = TakeFlag(args, "trace-all-devices");
@@ -125,6 +136,7 @@ int Run(const std::vector<std::string>& in) {
   options.mesh_text = mesh.ToString();
   options.label = label;
   options.program.fuse_elementwise = !no_fusion;
+  options.program.fuse_producers_into_dots = !no_producer_fusion;
   options.program.in_place_reuse = !no_in_place;
   options.program.donate_parameters = !no_donate;
   options.program.pad_to_layout_tiles = !no_tile_padding;
@@ -241,6 +253,13 @@ int Run(const std::vector<std::string>& in) {
     std::cout << "chip: " << topology.chip().name << ", " << topology.Describe() << ", mesh " << mesh.ToString() << "\n";
     std::cout << "placement: " << topology.DescribePlacement() << "\n";
     std::cout << DescribeSimulation(*sim);
+    if (all_peak_buffers) {
+      // Every buffer live at the peak of the class with the highest peak, grouped by kind.
+      const DeviceClass* top = nullptr;
+      for (const DeviceClass& c : sim->run.classes)
+        if (!top || c.peak_memory_bytes > top->peak_memory_bytes) top = &c;
+      if (top) std::cout << "every buffer live at the peak, by kind:\n" << DescribePeakBufferGroups(GroupPeakBuffers(top->peak_buffers), 0);
+    }
     if (run_id > 0) std::cout << "stored run " << run_id << " in " << db_path << "\n";
     if (have_trace) std::cout << "trace: " << trace_path << (selection.one_device_per_class ? " (one device per class)" : "") << "\n";
     if (have_csv) std::cout << csv_kind << " csv: " << csv_path << "\n";
@@ -256,8 +275,8 @@ const bool kRegistered = Register(
     {"simulate",
      "FILE.hlo --chip CHIP --mesh X=4,Y=4 [--db FILE] [--trace OUT.json] [--csv OUT.csv] [--csv-kind timeline|summary|memory] "
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
-     "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] "
-     "[--no-in-place] [--no-donation] [--no-tile-padding] [--no-remat] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
+     "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] [--no-producer-fusion] "
+     "[--no-in-place] [--no-donation] [--no-tile-padding] [--no-remat] [--peak-buffers] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
      "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
