@@ -101,6 +101,7 @@ class TestSearch : public QObject {
   void depthExtrapolationMatchesFullDepth();
   void searchRanksStoresAndReopens();
   void paretoFrontIsNonDominated();
+  void overHbmCandidatesConfirmedWithRemat();
   void explanationNamesTheCollectives();
   void sideBySideComparison();
   void panelModel();
@@ -512,6 +513,64 @@ void TestSearch::paretoFrontIsNonDominated() {
   QCOMPARE(points, (std::vector<std::pair<double, int64_t>>{{6, 5}, {5, 10}, {4, 20}}));
   QCOMPARE(results.front().summary.step_time_s, 4.0);  // the fastest that fits ranks first
   QCOMPARE(results.back().summary.step_time_s, 3.0);   // the one over HBM after every one that fits
+}
+
+// Step 4: the shallow depths never reach the memory limit, so an extrapolated peak has no
+// rematerialisation in it; a candidate over the HBM by extrapolation but faster than the best one
+// that fits is simulated at full depth too, where the simulator recomputes values to fit.
+void TestSearch::overHbmCandidatesConfirmedWithRemat() {
+  std::vector<CandidateResult> results;
+  auto add = [&](double t, int64_t mem, bool extrapolated) {
+    CandidateResult r;
+    r.candidate.strategy = "s" + std::to_string(results.size());
+    r.candidate.mesh = "X=1";
+    r.summary.step_time_s = t;
+    r.summary.peak_memory_bytes = mem;
+    r.hbm_bytes = 100;
+    r.extrapolated = extrapolated;
+    results.push_back(r);
+  };
+  add(10, 50, true);   // 0: the best that fits
+  add(12, 60, true);   // 1: fits, slower
+  add(8, 120, true);   // 2: over the HBM, faster than 0
+  add(9, 110, false);  // 3: over, faster, but simulated at full depth already
+  add(7, 130, true);   // 4: over, the fastest
+  add(11, 105, true);  // 5: over, slower than 0: cannot win even if it fits
+  QCOMPARE(ConfirmationOrder(results, 1), (std::vector<size_t>{0, 4}));
+  QCOMPARE(ConfirmationOrder(results, 2), (std::vector<size_t>{0, 1, 4, 2}));
+  QCOMPARE(ConfirmationOrder(results, 0), std::vector<size_t>{});
+  results[0].summary.peak_memory_bytes = 101;  // nothing fits: the fastest, then the next over one
+  results[1].summary.peak_memory_bytes = 101;
+  QCOMPARE(ConfirmationOrder(results, 1), (std::vector<size_t>{4, 2}));
+
+  // GSPMD Table 2's model at 33 layers and batch 72 on 128 v3 cores (SGD): 2D finalized
+  // extrapolates to a peak over the 17.2 GB of HBM; at full depth it fits by recomputing.
+  SearchOptions so;
+  so.model = "transformer";
+  so.settings = Table2Transformer(72);
+  so.settings["layers"] = "33";
+  so.settings["optimizer"] = "sgd";
+  so.chip = "tpu-v3";
+  so.devices = 128;
+  so.families = {"in-layer"};
+  so.meshes = {"X=8,Y=16"};
+  so.confirm = 0;
+  auto shallow = RunSearch(so);
+  QVERIFY2(shallow.ok(), shallow.ok() ? "" : shallow.error().message.c_str());
+  const CandidateResult* e = Find(shallow->ranked, "2D finalized", "X=8,Y=16");
+  QVERIFY(e && e->simulated() && e->extrapolated);
+  QVERIFY2(!e->fits(), std::to_string(e->summary.peak_memory_bytes).c_str());
+  so.confirm = 1;
+  auto confirmed = RunSearch(so);
+  QVERIFY(confirmed.ok());
+  const CandidateResult* f = Find(confirmed->ranked, "2D finalized", "X=8,Y=16");
+  QVERIFY(f && f->simulated() && !f->extrapolated);
+  QVERIFY2(f->fits(), std::to_string(f->summary.peak_memory_bytes).c_str());
+  QVERIFY2(Contains(f->message, "without rematerialisation"), f->message.c_str());
+  QVERIFY(f->summary.recompute_time_s > 0);
+  // The recompute costs little: within 2% of the extrapolated step.
+  QVERIFY(std::fabs(f->summary.step_time_s / e->summary.step_time_s - 1) < 0.02);
+  QCOMPARE(confirmed->ranked.front().candidate.strategy, std::string("2D finalized"));
 }
 
 void TestSearch::explanationNamesTheCollectives() {

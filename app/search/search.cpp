@@ -334,20 +334,7 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
 
   // 4. Confirm the best extrapolated candidates at full depth.
   t = Now();
-  std::vector<size_t> by_time;  // the ones that fit by step time, then the others
-  for (size_t i = 0; i < prep.results.size(); ++i)
-    if (prep.results[i].simulated()) by_time.push_back(i);
-  std::stable_sort(by_time.begin(), by_time.end(), [&](size_t a, size_t b) {
-    const CandidateResult& x = prep.results[a];
-    const CandidateResult& y = prep.results[b];
-    if (x.fits() != y.fits()) return x.fits();
-    return x.summary.step_time_s < y.summary.step_time_s;
-  });
-  std::vector<size_t> confirm;
-  for (size_t i : by_time) {
-    if (static_cast<int>(confirm.size()) >= options.confirm) break;
-    if (prep.results[i].extrapolated) confirm.push_back(i);
-  }
+  const std::vector<size_t> confirm = ConfirmationOrder(prep.results, options.confirm);
   EvaluationOptions exact = options.evaluation;
   exact.extrapolate = false;
   ParallelFor(confirm.size(), options.jobs, [&](size_t k) {
@@ -355,7 +342,12 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
     if (cancel.cancelled()) return;
     CandidateResult r = EvaluateAndStore(prep.results[i].candidate, exact, options.store, cancel);
     if (r.simulated()) {
-      r.message = "confirmed at full depth (extrapolated step time was " + FormatSeconds(prep.results[i].summary.step_time_s) + ")";
+      const CandidateResult& before = prep.results[i];
+      r.message = "confirmed at full depth (extrapolated step time was " + FormatSeconds(before.summary.step_time_s) +
+                  (before.fits() ? std::string()
+                                 : ", peak " + FormatBytes(static_cast<double>(before.summary.peak_memory_bytes)) +
+                                       " without rematerialisation") +
+                  ")";
       prep.results[i] = std::move(r);
     }
     const int64_t d = done.load();
@@ -383,6 +375,43 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
   result.stats.wall_s = Now() - wall0;
   result.stats.cpu_s = ProcessCpuSeconds() - cpu0;
   return result;
+}
+
+std::vector<size_t> ConfirmationOrder(const std::vector<CandidateResult>& results, int confirm) {
+  std::vector<size_t> by_time;  // the ones that fit by step time, then the others
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].simulated()) by_time.push_back(i);
+  std::stable_sort(by_time.begin(), by_time.end(), [&](size_t a, size_t b) {
+    const CandidateResult& x = results[a];
+    const CandidateResult& y = results[b];
+    if (x.fits() != y.fits()) return x.fits();
+    return x.summary.step_time_s < y.summary.step_time_s;
+  });
+  std::vector<size_t> out;
+  for (size_t i : by_time) {
+    if (static_cast<int>(out.size()) >= confirm) break;
+    if (results[i].extrapolated) out.push_back(i);
+  }
+  // Over the HBM by extrapolation, faster than the best that fits (or nothing fits): at full depth
+  // rematerialisation may make them fit, at the cost of some recompute.
+  const CandidateResult* best_fit = nullptr;
+  for (size_t i : by_time)
+    if (results[i].fits()) {
+      best_fit = &results[i];
+      break;
+    }
+  int over = 0;
+  for (size_t i : by_time) {
+    const CandidateResult& r = results[i];
+    if (over >= confirm) break;
+    if (r.fits() || !r.extrapolated) continue;
+    if (best_fit && r.summary.step_time_s >= best_fit->summary.step_time_s) break;  // by time from here
+    if (std::find(out.begin(), out.end(), i) == out.end()) {
+      out.push_back(i);
+      ++over;
+    }
+  }
+  return out;
 }
 
 }  // namespace shardscope::search

@@ -11,7 +11,11 @@
 //      memory bound (it cannot be better on either axis, so it can neither win nor join the Pareto
 //      front of step time vs memory);
 //   4. confirm: the best `confirm` candidates whose figures were extrapolated (the ones that fit
-//      first) are simulated at full depth (their stored runs then carry the full timeline);
+//      first) are simulated at full depth (their stored runs then carry the full timeline); so
+//      are up to `confirm` extrapolated ones whose extrapolated peak is over the HBM but that are
+//      faster than the best one that fits (the fastest such, when none fits): the shallow depths never reach the memory limit, so
+//      their extrapolation has no rematerialisation in it, and at full depth the simulator
+//      recomputes values to fit the HBM as XLA does (ConfirmationOrder);
 //   5. rank: the candidates that fit by step time, then those that do not fit, then the pruned,
 //      invalid and failed ones; the Pareto front over the ones that fit.
 // Every simulated candidate is stored as a run (key: Candidate::Key) when a store is given.
@@ -94,6 +98,9 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
 // Ranks results (the order described above) and returns the Pareto front of step time vs peak
 // memory over those that fit, as indices into the ranked vector, by ascending memory.
 std::vector<size_t> RankResults(std::vector<CandidateResult>& results);
+
+// Step 4's choice: the indices of `results` to simulate again at full depth (see above).
+std::vector<size_t> ConfirmationOrder(const std::vector<CandidateResult>& results, int confirm);
 
 // Evaluates one candidate (a sweep task): prepare, evaluate, store with its key. The result says
 // what happened (pruned by memory, invalid, failed, simulated).
