@@ -35,6 +35,13 @@ inline bool WaitUntilIdle(Session& session, int timeout_ms = 60000) {
 }
 
 // Processes events until `view` has shown its layout or `timeout_ms` passes.
+// A 900x700 graph view of the session's document, laid out on the session's job tracker.
+inline void ShowDocument(views::GraphView& view, Session& session) {
+  view.resize(900, 700);
+  view.setJobTracker(session.jobs());
+  view.setDocument(session.document());
+}
+
 inline bool WaitForLayout(views::GraphView& view, int timeout_ms = 60000) {
   return QTest::qWaitFor([&view] { return !view.isLayoutPending(); }, timeout_ms);
 }

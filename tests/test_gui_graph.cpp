@@ -247,9 +247,7 @@ ENTRY main {
     Session session;
     DocumentModel& doc = *session.document();
     GraphView view;
-    view.resize(900, 700);
-    view.setJobTracker(session.jobs());
-    view.setDocument(&doc);
+    ShowDocument(view, session);
     QVERIFY(session.loadHloText(kScoped, "scoped.hlo").ok());
     QVERIFY(WaitForLayout(view));
     QCOMPARE(view.nodes().size(), 7);  // small graphs start fully expanded
@@ -297,12 +295,9 @@ ENTRY main {
   // and offers one level instead; a small graph expands at once without asking.
   void expandAllOnALargeGraphAsksFirst() {
     Session session;
-    DocumentModel& doc = *session.document();
     QVERIFY(session.loadHloText(QString::fromStdString(Stack(1300)), "big.hlo").ok());
     GraphView view;
-    view.resize(900, 700);
-    view.setJobTracker(session.jobs());
-    view.setDocument(&doc);
+    ShowDocument(view, session);
     QVERIFY(WaitForLayout(view));
     std::vector<int64_t> asked;
     GraphView::ExpandAllChoice answer = GraphView::ExpandAllChoice::kCancel;
@@ -345,9 +340,7 @@ ENTRY main {
     DocumentModel& doc = *session.document();
     QVERIFY(session.loadHloText(QString::fromStdString(Stack(5)), "stack.hlo").ok());
     GraphView view;
-    view.resize(900, 700);
-    view.setJobTracker(session.jobs());
-    view.setDocument(&doc);
+    ShowDocument(view, session);
     QVERIFY(WaitForLayout(view));
     for (int i = 0; i < 12; ++i) view.zoomOut();
     QVERIFY(view.transform().m11() < GraphView::kReadableScale);
@@ -368,11 +361,8 @@ ENTRY main {
   // sides somewhere along it.
   void edgesDrawnWhole() {
     Session session;
-    DocumentModel& doc = *session.document();
     GraphView view;
-    view.resize(900, 700);
-    view.setJobTracker(session.jobs());
-    view.setDocument(&doc);
+    ShowDocument(view, session);
     view.setPalette(QPalette(Qt::white));  // light: an edge is darker than what it crosses
     QVERIFY(session.loadHloText(kScoped, "scoped.hlo").ok());
     QVERIFY(WaitForLayout(view));
@@ -440,9 +430,7 @@ ENTRY main {
     QCOMPARE(tree.scope(tree.scopeOf(doc.findInstruction("w3")->id())).path, std::string("layer3/ffn"));
 
     GraphView view;
-    view.resize(900, 700);
-    view.setJobTracker(session.jobs());
-    view.setDocument(&doc);
+    ShowDocument(view, session);
     QVERIFY(WaitForLayout(view));
     QVERIFY(WaitUntilIdle(session));  // propagation: the shardings runDifferences compares
     QCOMPARE(view.nodes().size(), 2);  // x and "layer0 … layer4 × 5"
@@ -564,9 +552,7 @@ ENTRY main {
 
     // Laid out whole: every node inside the frames of every group holding it.
     GraphView view;
-    view.resize(900, 700);
-    view.setJobTracker(session.jobs());
-    view.setDocument(&doc);
+    ShowDocument(view, session);
     QVERIFY(WaitForLayout(view));
     view.expandAll();
     QVERIFY(WaitForLayout(view));
