@@ -26,6 +26,30 @@ int64_t Product(const std::vector<int64_t>& v) {
 
 }  // namespace
 
+// Which axes of a slice of `shape` wrap: the options' override, else the generation's rule; never on
+// a switch or an axis of fewer than 3 chips when forced.
+static Result<std::vector<bool>> SliceWraparound(const ChipSpec& chip, const std::vector<int64_t>& shape,
+                                          const TopologyOptions& options) {
+  std::vector<bool> wraps;
+  if (options.wraparound_per_axis) {
+    if (options.wraparound_per_axis->size() != shape.size()) {
+      return Error("wraparound override has " + std::to_string(options.wraparound_per_axis->size()) +
+                   " flag(s) but the slice " + DimsText(shape) + " has " + std::to_string(shape.size()) + " axes");
+    }
+    wraps = *options.wraparound_per_axis;
+    for (size_t i = 0; i < shape.size(); ++i) wraps[i] = wraps[i] && shape[i] >= 3;
+  } else if (options.wraparound == TopologyOptions::Wraparound::kAll) {
+    wraps.assign(shape.size(), false);
+    for (size_t i = 0; i < shape.size(); ++i) wraps[i] = shape[i] >= 3;
+  } else if (options.wraparound == TopologyOptions::Wraparound::kNone) {
+    wraps.assign(shape.size(), false);
+  } else {
+    wraps = Topology::GenerationWraparound(chip, shape);
+  }
+  if (chip.interconnect == InterconnectKind::kSwitch) wraps.assign(shape.size(), false);
+  return wraps;
+}
+
 std::vector<bool> Topology::GenerationWraparound(const ChipSpec& chip, const std::vector<int64_t>& shape) {
   std::vector<bool> w(shape.size(), false);
   if (chip.interconnect == InterconnectKind::kSwitch) return w;
@@ -89,22 +113,9 @@ Result<Topology> Topology::Create(const ChipSpec& chip, std::vector<int64_t> sha
   }
 
   // Wraparound.
-  if (options.wraparound_per_axis) {
-    if (options.wraparound_per_axis->size() != shape.size()) {
-      return Error("wraparound override has " + std::to_string(options.wraparound_per_axis->size()) +
-                   " flag(s) but the slice " + DimsText(shape) + " has " + std::to_string(shape.size()) + " axes");
-    }
-    t.wraps_ = *options.wraparound_per_axis;
-    for (size_t i = 0; i < shape.size(); ++i) t.wraps_[i] = t.wraps_[i] && shape[i] >= 3;
-  } else if (options.wraparound == TopologyOptions::Wraparound::kAll) {
-    t.wraps_.assign(shape.size(), false);
-    for (size_t i = 0; i < shape.size(); ++i) t.wraps_[i] = shape[i] >= 3;
-  } else if (options.wraparound == TopologyOptions::Wraparound::kNone) {
-    t.wraps_.assign(shape.size(), false);
-  } else {
-    t.wraps_ = GenerationWraparound(chip, shape);
-  }
-  if (t.is_switch()) t.wraps_.assign(shape.size(), false);
+  auto wraps = SliceWraparound(chip, shape, options);
+  if (!wraps.ok()) return wraps.error();
+  t.wraps_ = std::move(wraps).value();
 
   // Links.
   const int64_t axes = t.num_axes();
@@ -239,23 +250,14 @@ struct MeshOnSlice {
   int64_t core_axis = -1;                        // the mesh axis whose innermost devices share a chip
 };
 
-Result<MeshOnSlice> LayMesh(const DeviceMesh& mesh, const std::vector<int64_t>& shape, int64_t cores,
-                            MeshPlacement placement) {
+// Lays the mesh with the cores of a chip on mesh axis `core_axis` (-1: one core per chip): the
+// factors of every axis, inner physical axes first.
+Result<MeshOnSlice> LayAxes(const DeviceMesh& mesh, const std::vector<int64_t>& shape, int64_t cores, int64_t core_axis) {
   MeshOnSlice out;
+  out.core_axis = core_axis;
   const size_t m = static_cast<size_t>(mesh.num_axes());
-  std::vector<int64_t> sizes;
-  for (const auto& a : mesh.axes()) sizes.push_back(a.size);
-  // The cores of a chip are the minor-most devices: the last axis that is not 1 (divisible).
-  if (cores > 1) {
-    for (size_t i = m; i-- > 0;) {
-      if (sizes[i] == 1) continue;
-      if (sizes[i] % cores != 0) break;
-      out.core_axis = static_cast<int64_t>(i);
-      break;
-    }
-    if (out.core_axis < 0) return Error("its last axis is not divisible by " + std::to_string(cores));
-  }
-  std::vector<int64_t> chip_sizes = sizes;
+  std::vector<int64_t> chip_sizes;
+  for (const auto& a : mesh.axes()) chip_sizes.push_back(a.size);
   if (out.core_axis >= 0) chip_sizes[static_cast<size_t>(out.core_axis)] /= cores;
   // Later mesh axes take the inner factors of the later physical axes.
   std::vector<int64_t> cap = shape, next_stride(shape.size(), 1);
@@ -279,6 +281,58 @@ Result<MeshOnSlice> LayMesh(const DeviceMesh& mesh, const std::vector<int64_t>& 
       s /= take;
     }
   }
+  return out;
+}
+
+// Mesh axes of a layout that are closed rings of chips: every factor a whole physical axis that
+// wraps (one such axis, a ring; an axis laid over several, a snake that closes when they wrap).
+int64_t ClosedRings(const MeshOnSlice& laid, const std::vector<int64_t>& shape, const std::vector<bool>& wraps) {
+  int64_t rings = 0;
+  for (const auto& f : laid.factors) {
+    if (f.empty()) continue;
+    bool closed = true;
+    for (const AxisFactor& x : f) {
+      const size_t a = static_cast<size_t>(x.axis);
+      closed = closed && x.size == shape[a] && a < wraps.size() && wraps[a];
+    }
+    if (closed) ++rings;
+  }
+  return rings;
+}
+
+Result<MeshOnSlice> LayMesh(const DeviceMesh& mesh, const std::vector<int64_t>& shape, int64_t cores,
+                            MeshPlacement placement, const std::vector<bool>& wraps) {
+  const size_t m = static_cast<size_t>(mesh.num_axes());
+  std::vector<int64_t> sizes;
+  for (const auto& a : mesh.axes()) sizes.push_back(a.size);
+  // The cores of a chip are the minor-most devices by default: the last axis that is not 1
+  // (divisible). Another divisible axis takes them when that leaves more mesh axes as closed
+  // rings of chips (X=64,Y=32 on the 32x32 v3 pod: the cores on X make both axes whole wrapped
+  // physical axes, where cores on Y lay Y on half an axis, an open line).
+  Result<MeshOnSlice> best = LayAxes(mesh, shape, cores, -1);
+  if (cores > 1) {
+    int64_t last = -1;
+    for (size_t i = m; i-- > 0;) {
+      if (sizes[i] == 1) continue;
+      if (sizes[i] % cores == 0) last = static_cast<int64_t>(i);
+      break;
+    }
+    if (last < 0) return Error("its last axis is not divisible by " + std::to_string(cores));
+    best = LayAxes(mesh, shape, cores, last);
+    int64_t best_rings = best.ok() ? ClosedRings(best.value(), shape, wraps) : -1;
+    for (size_t i = m; i-- > 0;) {
+      if (static_cast<int64_t>(i) == last || sizes[i] == 1 || sizes[i] % cores != 0) continue;
+      auto other = LayAxes(mesh, shape, cores, static_cast<int64_t>(i));
+      if (!other.ok()) continue;
+      const int64_t rings = ClosedRings(other.value(), shape, wraps);
+      if (rings > best_rings) {
+        best = std::move(other);
+        best_rings = rings;
+      }
+    }
+  }
+  if (!best.ok()) return best.error();
+  MeshOnSlice out = std::move(best).value();
   // Every mesh position's chip.
   const int64_t n = mesh.num_devices();
   out.chip_of_position.resize(static_cast<size_t>(n));
@@ -437,7 +491,9 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
   if (o.device_to_chip.empty() && chip.interconnect != InterconnectKind::kSwitch && (iota || !own_shape)) {
     std::vector<int64_t> shape = chip_shape;
     if (chip.interconnect == InterconnectKind::kGrid) shape = ToDims(shape, std::max<int64_t>(chip.physical_dims, 1));
-    auto l = LayMesh(mesh, shape, cores, o.placement);
+    auto wraps = SliceWraparound(chip, shape, o);
+    if (!wraps.ok()) return wraps.error();
+    auto l = LayMesh(mesh, shape, cores, o.placement, wraps.value());
     if (!l.ok() && !own_shape) {
       return Error("cannot place mesh " + mesh.ToString() + " on a " + DimsText(chip_shape) + " " + chip.name + " slice: " +
                    l.error().message + " (give the slice shape with the topology option)");

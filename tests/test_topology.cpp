@@ -325,6 +325,21 @@ class TestTopology : public QObject {
     QVERIFY(tc.ok());
     QCOMPARE(tc->shape(), (std::vector<int64_t>{8, 2}));
     QCOMPARE(tc->ChipOfDevice(mesh->DeviceAt({1, 3})), tc->ChipAt({1, 1}));
+    // The cores of a chip go on the mesh axis that leaves more axes as closed rings: X=64,Y=32 on
+    // the 32x32 v3 pod (GSPMD Table 7's (64,32)) puts the two cores on X, so X is 32 chips along
+    // physical axis 0 and Y 32 chips along axis 1, both wrapped (cores on Y laid Y on 16 chips of
+    // axis 1, an open line, and X as a snake over both axes).
+    auto wide = DeviceMesh::Parse("X=64,Y=32");
+    QVERIFY(wide.ok());
+    auto tw = Topology::ForMesh(v3.value(), wide.value());
+    QVERIFY2(tw.ok(), tw.ok() ? "" : tw.error().message.c_str());
+    QCOMPARE(tw->shape(), (std::vector<int64_t>{32, 32}));
+    QCOMPARE(tw->wraparound(), (std::vector<bool>{true, true}));
+    QCOMPARE(tw->ChipOfDevice(wide->DeviceAt({0, 5})), tw->ChipOfDevice(wide->DeviceAt({1, 5})));  // one chip
+    QCOMPARE(tw->ChipOfDevice(wide->DeviceAt({2, 5})), tw->ChipAt({1, 5}));
+    QCOMPARE(tw->ChipOfDevice(wide->DeviceAt({0, 31})), tw->ChipAt({0, 31}));
+    QCOMPARE(tw->HopDistance(tw->ChipOfDevice(wide->DeviceAt({0, 0})), tw->ChipOfDevice(wide->DeviceAt({0, 31}))), int64_t{1});
+    QVERIFY2(tw->DescribePlacement().find("Y=32 along physical axis 1") != std::string::npos, tw->DescribePlacement().c_str());
     // One device on a two-core chip (GSPMD Table 8's (1,1)): one TensorCore, with one core's
     // FLOP/s, HBM and bandwidth; the preset's name is kept.
     auto one = DeviceMesh::Parse("X=1,Y=1");
