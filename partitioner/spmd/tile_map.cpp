@@ -184,8 +184,10 @@ Result<HloSharding> TileMap::ToShardingUncached() const {
   const int64_t n = num_devices();
   if (total_tiles <= 0 || n % total_tiles != 0) return Error("tile map is not a full grid");
   const int64_t rep = n / total_tiles;
-  // Bucket devices by linear tile index; within a bucket sort ascending (XLA's canonical order).
-  std::vector<std::vector<int64_t>> buckets(static_cast<size_t>(total_tiles));
+  // Devices by linear tile index, ascending within a tile (XLA's canonical order): a counting sort
+  // over the devices in id order.
+  std::vector<int64_t> lin_of(static_cast<size_t>(n));
+  std::vector<int64_t> count(static_cast<size_t>(total_tiles), 0);
   for (int64_t dev = 0; dev < n; ++dev) {
     const auto& idx = devices_[static_cast<size_t>(dev)].index;
     int64_t lin = 0;
@@ -193,14 +195,16 @@ Result<HloSharding> TileMap::ToShardingUncached() const {
       if (idx[k] < 0 || idx[k] >= tiles_[k]) return Error("tile index out of range");
       lin = lin * tiles_[k] + idx[k];
     }
-    buckets[static_cast<size_t>(lin)].push_back(dev);
+    lin_of[static_cast<size_t>(dev)] = lin;
+    ++count[static_cast<size_t>(lin)];
   }
-  std::vector<int64_t> flat;
-  flat.reserve(static_cast<size_t>(n));
-  for (auto& b : buckets) {
-    if (static_cast<int64_t>(b.size()) != rep) return Error("tile map is not a full grid");
-    std::sort(b.begin(), b.end());
-    flat.insert(flat.end(), b.begin(), b.end());
+  for (int64_t c : count)
+    if (c != rep) return Error("tile map is not a full grid");
+  std::vector<int64_t> flat(static_cast<size_t>(n));
+  std::fill(count.begin(), count.end(), 0);
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const int64_t lin = lin_of[static_cast<size_t>(dev)];
+    flat[static_cast<size_t>(lin * rep + count[static_cast<size_t>(lin)]++)] = dev;
   }
   std::vector<int64_t> dims = tiles_;
   if (rep == 1) return HloSharding::Tile(TileAssignment::Explicit(std::move(dims), std::move(flat)));
