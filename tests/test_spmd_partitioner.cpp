@@ -107,6 +107,13 @@ class SpmdPartitionerTest : public QObject {
       QVERIFY(small == m->device(dev).index);
       small.resize(3);
       QCOMPARE(small.ToVector(), std::vector<int64_t>(want.begin(), want.begin() + 3));
+      spmd::TileIndex self = m->device(dev).index;  // assigned from its own storage, heap then inline
+      self.assign(self.begin() + 1, self.end());
+      QCOMPARE(self.ToVector(), std::vector<int64_t>(want.begin() + 1, want.end()));
+      self.assign(self.begin() + 2, self.end());
+      QCOMPARE(self.ToVector(), std::vector<int64_t>(want.begin() + 3, want.end()));
+      self.assign(self.begin(), self.begin() + 2);
+      QCOMPARE(self.ToVector(), std::vector<int64_t>(want.begin() + 3, want.begin() + 5));
     }
     auto back = m->ToSharding();
     QVERIFY(back.ok());

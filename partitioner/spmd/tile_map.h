@@ -84,12 +84,23 @@ class TileIndex {
     size_ = 0;
     resize(n, value);
   }
+  // [first, last) may lie in this index's own storage.
   template <typename It>
   void assign(It first, It last) {
     const size_t n = static_cast<size_t>(std::distance(first, last));
-    size_ = 0;
-    resize(n);
-    std::copy(first, last, data());
+    if (n <= kInline) {
+      int64_t buf[kInline];
+      std::copy(first, last, buf);
+      heap_.reset();
+      heap_capacity_ = 0;
+      std::copy(buf, buf + n, inline_);
+    } else {
+      auto h = std::make_unique<int64_t[]>(n);
+      std::copy(first, last, h.get());
+      heap_ = std::move(h);
+      heap_capacity_ = n;
+    }
+    size_ = n;
   }
   std::vector<int64_t> ToVector() const { return std::vector<int64_t>(begin(), end()); }
 
