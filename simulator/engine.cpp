@@ -1,5 +1,7 @@
 #include "simulator/engine.h"
 
+#include "simulator/collective_timing.h"
+
 #include "simulator/peak_breakdown.h"
 #include "simulator/pipeline_accounting.h"
 
@@ -30,16 +32,7 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 
 // ---- collective timing per distinct collective ------------------------------------------------------------
 
-struct SpecTiming {
-  std::vector<int32_t> group_of;     // device -> group (-1: not a member)
-  std::vector<int32_t> group_size;
-  std::vector<double> group_time;    // seconds, per group
-  double max_time = 0;
-  double alone_time = 0;             // the whole collective alone on the network
-  CollectiveCost cost;               // over all groups
-  int64_t members = 0;
-  CollectiveRequest request;
-};
+using SpecTiming = CollectiveTiming;  // simulator/collective_timing.h
 
 // True when every group is a translate of the first on the physical grid: same size, and member i
 // sits at the same chip-coordinate offset from member 0 (and on the same core of its chip) in
@@ -607,9 +600,20 @@ Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& t
   auto t0 = std::chrono::steady_clock::now();
   std::vector<SpecTiming> timing;
   timing.reserve(program.collectives.size());
+  CollectiveTimingMemo* memo = options.collective_memo.get();
+  const std::string context = memo ? CollectiveTimingMemo::ContextKey(topology, options.collectives) : std::string();
   for (const CollectiveSpec& spec : program.collectives) {
+    std::string key;
+    if (memo) {
+      key = CollectiveTimingMemo::CollectiveKey(spec.kind, spec.operand_bytes, spec.groups, spec.pairs);
+      if (auto known = memo->Find(context, key)) {
+        timing.push_back(*known);
+        continue;
+      }
+    }
     auto t = TimeCollective(spec, topology, options.collectives);
     if (!t.ok()) return t.error();
+    if (memo) memo->Store(context, key, *t);
     timing.push_back(std::move(t).value());
   }
   sim.stats.collective_cost_ms = MsSince(t0);

@@ -30,11 +30,13 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/ir/ir.h"
 #include "core/base/status.h"
+#include "simulator/collective_timing.h"
 #include "simulator/collectives/cost.h"
 #include "simulator/memory_model.h"
 #include "simulator/run_result.h"
@@ -54,6 +56,9 @@ struct SimulationOptions {
   MemoryProfileOptions memory;
   std::string mesh_text;  // recorded in RunInputs (e.g. "X=4,Y=4")
   std::string label;      // RunResult::label
+  // Timings of collectives shared between simulations (collective_timing.h; null: none). The
+  // results are the same with or without it.
+  std::shared_ptr<CollectiveTimingMemo> collective_memo;
 };
 
 struct SimulationStats {

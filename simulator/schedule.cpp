@@ -1399,7 +1399,17 @@ class Expander {
       }
       if (!rc.inputs.empty()) reuse_.push_back(std::move(rc));
     }
-    // The distinct collective.
+    // The distinct collective. An instruction met again (a loop body's, once per unrolled
+    // iteration) is the same collective: its participants and operand bytes depend on the
+    // instruction alone.
+    if (auto known = collective_of_instruction_.find(&i);
+        known != collective_of_instruction_.end() && known->second.first == operand_bytes) {
+      op.collective = known->second.second;
+      AddControlDeps(f, {&i}, op);
+      FinalizeDeps(op);
+      prog_->ops.push_back(std::move(op));
+      return CheckBudget();
+    }
     // Who takes part: XLA's group modes (core/collectives/participants.h), so an empty
     // replica_groups without a channel_id on one replica is every device alone (no traffic).
     CollectiveKey key;
@@ -1434,6 +1444,7 @@ class Expander {
       prog_->collectives.push_back(std::move(spec));
     }
     op.collective = it->second;
+    collective_of_instruction_[&i] = {operand_bytes, it->second};
     AddControlDeps(f, {&i}, op);
     FinalizeDeps(op);
     prog_->ops.push_back(std::move(op));
@@ -1613,6 +1624,7 @@ class Expander {
   std::unordered_map<const Computation*, double> flops_memo_;
   std::unordered_map<const Instruction*, Value> constants_;
   std::map<CollectiveKey, int32_t> collective_index_;
+  std::unordered_map<const Instruction*, std::pair<double, int32_t>> collective_of_instruction_;  // -> (operand bytes, index)
   std::vector<ReuseCandidate> reuse_;
   int32_t cur_loop_ = -1;       // the innermost loop being unrolled (ExecProgram::loops)
   int64_t cur_iteration_ = 0;   // and its iteration

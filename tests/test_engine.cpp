@@ -860,6 +860,47 @@ ENTRY %main (p: f32[8]) -> f32[32] {
     QCOMPARE(e.run.collectives.size(), s.run.collectives.size());
   }
 
+  // CollectiveTimingMemo (simulator/collective_timing.h): simulations sharing one give exactly
+  // the figures they give alone, on several topologies (its keys hold the topology), and the
+  // second simulation of a program finds every collective in it.
+  void CollectiveMemoChangesNothing() {
+    auto m = ZooBuild("transformer", {{"layers", "2"}, {"mesh_x", "4"}, {"mesh_y", "4"}, {"batch", "16"}});
+    QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
+    PropagationOptions po;
+    po.propagate_to_output = {true};
+    po.propagate_to_parameters = {true};
+    QVERIFY(PropagateShardings(**m, po).ok());
+    SpmdOptions so;
+    so.num_partitions = 16;
+    auto p = PartitionModule(**m, so);
+    QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+    const std::vector<Topology> topologies = {TopologyFor("tpu-v4", "X=4,Y=4"), TopologyFor("tpu-v4", "X=16"),
+                                              TopologyFor("tpu-v3", "X=4,Y=4")};
+    std::vector<Simulation> alone;
+    for (const Topology& topo : topologies) alone.push_back(Run(*p->module, topo));
+    // The topologies time the program differently (else the keys would not need them).
+    QVERIFY(alone[0].run.summary.step_time_s != alone[1].run.summary.step_time_s);
+    SimulationOptions o;
+    o.collective_memo = std::make_shared<CollectiveTimingMemo>();
+    for (int round = 0; round < 2; ++round) {
+      for (size_t k = 0; k < topologies.size(); ++k) {
+        const int64_t misses = o.collective_memo->misses();
+        Simulation s = Run(*p->module, topologies[k], o);
+        QCOMPARE(s.run.summary.step_time_s, alone[k].run.summary.step_time_s);
+        QCOMPARE(s.run.summary.peak_memory_bytes, alone[k].run.summary.peak_memory_bytes);
+        QCOMPARE(s.run.summary.exposed_communication_s, alone[k].run.summary.exposed_communication_s);
+        QVERIFY(s.run.collectives == alone[k].run.collectives);
+        if (round == 1) QCOMPARE(o.collective_memo->misses(), misses);  // every collective found
+      }
+    }
+    QVERIFY(o.collective_memo->hits() >= static_cast<int64_t>(alone[0].stats.distinct_collectives));
+    // A memo over its byte budget empties itself and still gives the same figures.
+    o.collective_memo = std::make_shared<CollectiveTimingMemo>(1);
+    Simulation tiny = Run(*p->module, topologies[0], o);
+    QCOMPARE(tiny.run.summary.step_time_s, alone[0].run.summary.step_time_s);
+    QVERIFY(o.collective_memo->bytes() > 1 || alone[0].stats.distinct_collectives <= 1);
+  }
+
   void CliSimulate() {
     QTemporaryDir dir;
     QVERIFY(dir.isValid());

@@ -11,6 +11,7 @@
 #include "core/eval/numeric_verify.h"
 #include "partitioner/spmd/partition_memo.h"
 #include "partitioner/spmd/spmd_partitioner.h"
+#include "partitioner/spmd/tile_map.h"
 
 using namespace shardscope;
 
@@ -86,6 +87,57 @@ class SpmdPartitionerTest : public QObject {
   // A memo kept across runs (SpmdOptions::memo, what the strategy search shares between the depths
   // of a candidate) changes no program: the same modules partitioned with one memo, in turn and
   // again, print exactly as partitioned alone, and the memo's tables are kept per device count.
+  // Tile indices are stored in place up to TileIndex::kInline dims and on the heap beyond: a
+  // rank-8 map (two dims past the inline storage) keeps every device's index through copies,
+  // moves, gathering, permuting and projecting, and projecting in one pass gives the map of
+  // gathering the dropped labels first.
+  void tileMapsBeyondTheInlineRank() {
+    const HloSharding s = S("{devices=[2,1,2,1,1,2,1,2]0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}");
+    auto m = spmd::TileMap::FromSharding(s, 8, 16);
+    QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
+    QVERIFY(spmd::TileIndex::kInline < 8);
+    for (int64_t dev = 0; dev < 16; ++dev) {
+      const std::vector<int64_t> want = s.tile_assignment().IndexOfDevice(dev);
+      QCOMPARE(m->device(dev).index.ToVector(), want);
+      spmd::TileIndex copy = m->device(dev).index;
+      spmd::TileIndex moved = std::move(copy);
+      QCOMPARE(moved.ToVector(), want);
+      spmd::TileIndex small = std::vector<int64_t>{1, 2};
+      small = moved;  // an inline index takes a heap-sized one
+      QVERIFY(small == m->device(dev).index);
+      small.resize(3);
+      QCOMPARE(small.ToVector(), std::vector<int64_t>(want.begin(), want.begin() + 3));
+      spmd::TileIndex self = m->device(dev).index;  // assigned from its own storage, heap then inline
+      self.assign(self.begin() + 1, self.end());
+      QCOMPARE(self.ToVector(), std::vector<int64_t>(want.begin() + 1, want.end()));
+      self.assign(self.begin() + 2, self.end());
+      QCOMPARE(self.ToVector(), std::vector<int64_t>(want.begin() + 3, want.end()));
+      self.assign(self.begin(), self.begin() + 2);
+      QCOMPARE(self.ToVector(), std::vector<int64_t>(want.begin() + 3, want.begin() + 5));
+    }
+    auto back = m->ToSharding();
+    QVERIFY(back.ok());
+    QCOMPARE(back->ToString(), s.ToString());
+    // Gathering dims 0 and 7: device 15 (index 1,0,1,0,0,1,0,1) becomes replica 1 * 2 + 1 of tile 0,0,1,0,0,1,0,0.
+    const spmd::TileMap g = m->Gathered({0, 7});
+    QCOMPARE(g.device(15).index.ToVector(), (std::vector<int64_t>{0, 0, 1, 0, 0, 1, 0, 0}));
+    QCOMPARE(g.device(15).replica, int64_t{3});
+    const spmd::TileMap p = m->Permuted({7, 6, 5, 4, 3, 2, 1, 0});
+    for (int64_t dev = 0; dev < 16; ++dev)
+      for (int64_t d = 0; d < 8; ++d) QCOMPARE(p.device(dev).index[static_cast<size_t>(d)], m->device(dev).index[static_cast<size_t>(7 - d)]);
+    // Projected on labels (5, -1, 2): the gathered map over the other labels (0, 1, 3, 4, 6, 7), read.
+    const std::vector<int64_t> labels = {5, -1, 2};
+    const spmd::TileMap proj = m->Projected(labels);
+    const spmd::TileMap gathered = m->Gathered({0, 1, 3, 4, 6, 7});
+    QCOMPARE(proj.tiles(), (std::vector<int64_t>{2, 1, 2}));
+    for (int64_t dev = 0; dev < 16; ++dev) {
+      QCOMPARE(proj.device(dev).index.ToVector(),
+               (std::vector<int64_t>{gathered.device(dev).index[5], 0, gathered.device(dev).index[2]}));
+      QCOMPARE(proj.device(dev).replica, gathered.device(dev).replica);
+    }
+    QCOMPARE(proj.replication(), int64_t{4});
+  }
+
   void memoAcrossRunsChangesNothing() {
     std::vector<std::unique_ptr<Module>> modules;
     modules.push_back(Matmul(8, 6, 4, "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",

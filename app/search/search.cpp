@@ -276,7 +276,12 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
   Prepared prep = PrepareAll(*candidates, options, /*keep_modules=*/true, on_progress, progress_mutex, done, total, cancel);
   result.stats.prepare_s = Now() - t;
 
-  // 3. Evaluate the survivors by ascending step-time bound.
+  // 3. Evaluate the survivors by ascending step-time bound. The candidates share one memo of
+  // collective timings (simulator/collective_timing.h): they run on one pod, and many of their
+  // collectives recur (every depth of a candidate, every microbatch count on a mesh).
+  EvaluationOptions evaluation = options.evaluation;
+  if (!evaluation.simulation.collective_memo)
+    evaluation.simulation.collective_memo = std::make_shared<sim::CollectiveTimingMemo>();
   t = Now();
   std::vector<size_t> order;
   for (size_t i = 0; i < prep.prepared.size(); ++i)
@@ -314,7 +319,7 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
                     FormatBytes(static_cast<double>(dominated_by->memory)) + "): its bounds are " +
                     FormatSeconds(p.bounds.step_time_s) + " and " + FormatBytes(static_cast<double>(p.bounds.memory_bytes));
       } else {
-        Evaluation ev = EvaluateCandidate(p, options.evaluation, cancel);
+        Evaluation ev = EvaluateCandidate(p, evaluation, cancel);
         StoreEvaluation(ev, options.store.get(), cancel);
         r = std::move(ev.result);
         if (r.fits()) {
@@ -335,7 +340,7 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
   // 4. Confirm the best extrapolated candidates at full depth.
   t = Now();
   const std::vector<size_t> confirm = ConfirmationOrder(prep.results, options.confirm);
-  EvaluationOptions exact = options.evaluation;
+  EvaluationOptions exact = evaluation;
   exact.extrapolate = false;
   ParallelFor(confirm.size(), options.jobs, [&](size_t k) {
     const size_t i = confirm[k];

@@ -35,12 +35,17 @@ std::optional<TileMap> BuildJointTiling(const std::vector<JointSource>& sources,
   // A full grid: every tile held by the same number of devices (replicas numbered in device order).
   const int64_t total = ElementsOf(tiles);
   if (total <= 0 || num_devices % total != 0) return std::nullopt;
-  std::map<std::vector<int64_t>, int64_t> count;
-  for (auto& dt : devs) dt.replica = count[dt.index]++;
-  if (static_cast<int64_t>(count.size()) != total) return std::nullopt;
-  for (const auto& [k, c] : count)
+  // Devices per tile, by the tile's row-major number (every index is below its label's tile count:
+  // a source's index along a dim is below that dim's tiles, which the label took).
+  std::vector<int64_t> count(static_cast<size_t>(total), 0);
+  for (auto& dt : devs) {
+    int64_t lin = 0;
+    for (size_t l = 0; l < tiles.size(); ++l) lin = lin * tiles[l] + dt.index[l];
+    dt.replica = count[static_cast<size_t>(lin)]++;
+  }
+  for (int64_t c : count)
     if (c != num_devices / total) return std::nullopt;
-  return TileMap(tiles, devs);
+  return TileMap(std::move(tiles), std::move(devs));
 }
 
 }  // namespace shardscope::spmd

@@ -271,7 +271,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     }
     if (ok) {
       TileMap mid(F.tiles(), devs);
-      std::map<std::vector<int64_t>, int64_t> count;
+      std::map<TileIndex, int64_t> count;
       for (auto& dt : devs) ++count[dt.index];
       bool grid = true;
       for (auto& [k, c] : count) grid &= c == F.replication();
@@ -423,7 +423,7 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
       }
       case ReshardStep::Kind::kCollectivePermute: {
         // Match the k-th holder of each tile under `before` to the k-th wanter under `after`.
-        std::map<std::vector<int64_t>, std::vector<int64_t>> holders, wanters;
+        std::map<TileIndex, std::vector<int64_t>> holders, wanters;
         for (int64_t dev = 0; dev < n_; ++dev) {
           holders[st.before.device(dev).index].push_back(dev);
           wanters[st.after.device(dev).index].push_back(dev);

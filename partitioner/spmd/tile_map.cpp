@@ -184,8 +184,10 @@ Result<HloSharding> TileMap::ToShardingUncached() const {
   const int64_t n = num_devices();
   if (total_tiles <= 0 || n % total_tiles != 0) return Error("tile map is not a full grid");
   const int64_t rep = n / total_tiles;
-  // Bucket devices by linear tile index; within a bucket sort ascending (XLA's canonical order).
-  std::vector<std::vector<int64_t>> buckets(static_cast<size_t>(total_tiles));
+  // Devices by linear tile index, ascending within a tile (XLA's canonical order): a counting sort
+  // over the devices in id order.
+  std::vector<int64_t> lin_of(static_cast<size_t>(n));
+  std::vector<int64_t> count(static_cast<size_t>(total_tiles), 0);
   for (int64_t dev = 0; dev < n; ++dev) {
     const auto& idx = devices_[static_cast<size_t>(dev)].index;
     int64_t lin = 0;
@@ -193,14 +195,16 @@ Result<HloSharding> TileMap::ToShardingUncached() const {
       if (idx[k] < 0 || idx[k] >= tiles_[k]) return Error("tile index out of range");
       lin = lin * tiles_[k] + idx[k];
     }
-    buckets[static_cast<size_t>(lin)].push_back(dev);
+    lin_of[static_cast<size_t>(dev)] = lin;
+    ++count[static_cast<size_t>(lin)];
   }
-  std::vector<int64_t> flat;
-  flat.reserve(static_cast<size_t>(n));
-  for (auto& b : buckets) {
-    if (static_cast<int64_t>(b.size()) != rep) return Error("tile map is not a full grid");
-    std::sort(b.begin(), b.end());
-    flat.insert(flat.end(), b.begin(), b.end());
+  for (int64_t c : count)
+    if (c != rep) return Error("tile map is not a full grid");
+  std::vector<int64_t> flat(static_cast<size_t>(n));
+  std::fill(count.begin(), count.end(), 0);
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const int64_t lin = lin_of[static_cast<size_t>(dev)];
+    flat[static_cast<size_t>(lin * rep + count[static_cast<size_t>(lin)]++)] = dev;
   }
   std::vector<int64_t> dims = tiles_;
   if (rep == 1) return HloSharding::Tile(TileAssignment::Explicit(std::move(dims), std::move(flat)));
@@ -276,7 +280,7 @@ std::vector<std::vector<int64_t>> TileMap::GroupsGatheringByUncached(int64_t d, 
   std::map<std::vector<int64_t>, std::vector<std::pair<int64_t, int64_t>>> groups;
   for (int64_t dev = 0; dev < num_devices(); ++dev) {
     const auto& dt = devices_[static_cast<size_t>(dev)];
-    std::vector<int64_t> key = dt.index;
+    std::vector<int64_t> key = dt.index.ToVector();
     key[static_cast<size_t>(d)] /= k;
     key.push_back(dt.replica);
     groups[key].emplace_back(dt.index[static_cast<size_t>(d)] % k, dev);
@@ -342,20 +346,29 @@ TileMap TileMap::PermutedUncached(const std::vector<int64_t>& perm) const {
 }
 
 TileMap TileMap::ProjectedUncached(const std::vector<int64_t>& label_of_dim) const {
+  // The map gathered over the labels the operand does not carry (Gathered(dropped): their tile
+  // indices, row-major in label order, become the minor part of the replica index), read through
+  // label_of_dim — computed in one pass, without building the gathered map.
+  const auto& tiles_ = rep_->tiles;
+  const auto& devices_ = rep_->devices;
   std::vector<int64_t> dropped;
   for (int64_t l = 0; l < rank(); ++l)
     if (std::find(label_of_dim.begin(), label_of_dim.end(), l) == label_of_dim.end()) dropped.push_back(l);
-  const TileMap g = Gathered(dropped);
+  int64_t gathered_tiles = 1;
+  for (int64_t k : dropped) gathered_tiles *= tiles_[static_cast<size_t>(k)];
   std::vector<int64_t> tiles(label_of_dim.size(), 1);
   for (size_t d = 0; d < label_of_dim.size(); ++d)
-    if (label_of_dim[d] >= 0) tiles[d] = g.tiles(label_of_dim[d]);
-  std::vector<DeviceTile> devs(static_cast<size_t>(g.num_devices()));
-  for (int64_t dev = 0; dev < g.num_devices(); ++dev) {
-    DeviceTile& dt = devs[static_cast<size_t>(dev)];
+    if (label_of_dim[d] >= 0) tiles[d] = tiles_[static_cast<size_t>(label_of_dim[d])];
+  std::vector<DeviceTile> devs(devices_.size());
+  for (size_t dev = 0; dev < devices_.size(); ++dev) {
+    const DeviceTile& from = devices_[dev];
+    DeviceTile& dt = devs[dev];
     dt.index.assign(label_of_dim.size(), 0);
     for (size_t d = 0; d < label_of_dim.size(); ++d)
-      if (label_of_dim[d] >= 0) dt.index[d] = g.device(dev).index[static_cast<size_t>(label_of_dim[d])];
-    dt.replica = g.device(dev).replica;
+      if (label_of_dim[d] >= 0) dt.index[d] = from.index[static_cast<size_t>(label_of_dim[d])];
+    int64_t g = 0;
+    for (int64_t k : dropped) g = g * tiles_[static_cast<size_t>(k)] + from.index[static_cast<size_t>(k)];
+    dt.replica = from.replica * gathered_tiles + g;
   }
   return TileMap(std::move(tiles), std::move(devs));
 }

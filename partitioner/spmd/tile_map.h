@@ -4,7 +4,9 @@
 // replication, named mesh), so handlers never reason about tile-assignment layouts directly.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,9 +18,110 @@
 
 namespace shardscope::spmd {
 
+// A device's tile index, one entry per data dim. A map holds one per device (2048 at 2048 devices,
+// and the partitioner builds thousands of maps per module), so up to kInline dims are stored in place
+// and only higher ranks allocate: with a std::vector here, allocating and freeing these indices was
+// most of the partitioner's time at thousands of devices. The interface is the vector's subset the
+// partitioner uses.
+class TileIndex {
+ public:
+  static constexpr size_t kInline = 6;
+  TileIndex() = default;
+  TileIndex(const std::vector<int64_t>& v) { assign(v.begin(), v.end()); }  // NOLINT: a vector converts
+  TileIndex(const TileIndex& o) { assign(o.begin(), o.end()); }
+  TileIndex(TileIndex&& o) noexcept : size_(o.size_), heap_capacity_(o.heap_capacity_), heap_(std::move(o.heap_)) {
+    if (!heap_) std::copy(o.inline_, o.inline_ + size_, inline_);
+    o.size_ = 0;
+    o.heap_capacity_ = 0;
+  }
+  TileIndex& operator=(const TileIndex& o) {
+    if (this != &o) assign(o.begin(), o.end());
+    return *this;
+  }
+  TileIndex& operator=(TileIndex&& o) noexcept {
+    if (this == &o) return *this;
+    size_ = o.size_;
+    heap_capacity_ = o.heap_capacity_;
+    heap_ = std::move(o.heap_);
+    if (!heap_) std::copy(o.inline_, o.inline_ + size_, inline_);
+    o.size_ = 0;
+    o.heap_capacity_ = 0;
+    return *this;
+  }
+  TileIndex& operator=(const std::vector<int64_t>& v) {
+    assign(v.begin(), v.end());
+    return *this;
+  }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int64_t* data() { return heap_ ? heap_.get() : inline_; }
+  const int64_t* data() const { return heap_ ? heap_.get() : inline_; }
+  int64_t& operator[](size_t i) { return data()[i]; }
+  const int64_t& operator[](size_t i) const { return data()[i]; }
+  int64_t* begin() { return data(); }
+  int64_t* end() { return data() + size_; }
+  const int64_t* begin() const { return data(); }
+  const int64_t* end() const { return data() + size_; }
+
+  // Sizes to n; the first min(size, n) entries are kept, new ones are `value`.
+  void resize(size_t n, int64_t value = 0) {
+    const size_t keep = std::min(n, size_);
+    if (n > kInline && !heap_) {
+      auto h = std::make_unique<int64_t[]>(n);
+      std::copy(inline_, inline_ + keep, h.get());
+      heap_ = std::move(h);
+    } else if (heap_ && n > heap_capacity_) {
+      auto h = std::make_unique<int64_t[]>(n);
+      std::copy(heap_.get(), heap_.get() + keep, h.get());
+      heap_ = std::move(h);
+    }
+    if (heap_ && n > heap_capacity_) heap_capacity_ = n;
+    std::fill(data() + keep, data() + n, value);
+    size_ = n;
+  }
+  void assign(size_t n, int64_t value) {
+    size_ = 0;
+    resize(n, value);
+  }
+  // [first, last) may lie in this index's own storage.
+  template <typename It>
+  void assign(It first, It last) {
+    const size_t n = static_cast<size_t>(std::distance(first, last));
+    if (n <= kInline) {
+      int64_t buf[kInline];
+      std::copy(first, last, buf);
+      heap_.reset();
+      heap_capacity_ = 0;
+      std::copy(buf, buf + n, inline_);
+    } else {
+      auto h = std::make_unique<int64_t[]>(n);
+      std::copy(first, last, h.get());
+      heap_ = std::move(h);
+      heap_capacity_ = n;
+    }
+    size_ = n;
+  }
+  std::vector<int64_t> ToVector() const { return std::vector<int64_t>(begin(), end()); }
+
+  friend bool operator==(const TileIndex& a, const TileIndex& b) {
+    return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+  friend bool operator!=(const TileIndex& a, const TileIndex& b) { return !(a == b); }
+  friend bool operator<(const TileIndex& a, const TileIndex& b) {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  size_t size_ = 0;
+  size_t heap_capacity_ = 0;
+  int64_t inline_[kInline] = {};
+  std::unique_ptr<int64_t[]> heap_;  // set when the index has had more than kInline entries
+};
+
 struct DeviceTile {
-  std::vector<int64_t> index;  // tile index per data dim (size == rank)
-  int64_t replica = 0;         // which copy of that tile (0 .. replication-1)
+  TileIndex index;      // tile index per data dim (size == rank)
+  int64_t replica = 0;  // which copy of that tile (0 .. replication-1)
 };
 
 class TileMap {

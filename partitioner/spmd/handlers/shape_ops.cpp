@@ -106,7 +106,7 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
     }
     return devs;
   };
-  const TileMap in_map(in_tiles, device_tiles([&](const std::vector<int64_t>& oi) {
+  const TileMap in_map(in_tiles, device_tiles([&](const TileIndex& oi) {
     std::vector<int64_t> idx(static_cast<size_t>(in.rank()), 0);
     for (int64_t d = 0; d < out.rank(); ++d)
       if (m->tiles(d) > 1) idx[static_cast<size_t>(groups[static_cast<size_t>(group_of_out[static_cast<size_t>(d)])].i0)] = oi[static_cast<size_t>(d)];

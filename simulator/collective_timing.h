@@ -1,0 +1,68 @@
+// The timing of one distinct collective of a simulated program on a topology (what the engine
+// needs of it: who takes part in which group, each group's time alone and beside the others, the
+// cost breakdown), and a memo of timings shared between simulations.
+//
+// A timing is a pure function of the collective (kind, operand bytes, replica groups or
+// source-target pairs), the topology (its chip figures, slice, links and device placement) and the
+// CollectiveOptions. Programs simulated one after another on one pod — the strategy search's
+// candidates, each at two depths — meet the same collectives again (a weight's gradient
+// reduce-scatter is the same at every depth and microbatch count), and estimating them (routing
+// every hop of every group over 2048 devices) was a quarter of the search's time at 2048 devices.
+// CollectiveTimingMemo keeps the timings keyed by all of the above, so a simulation that uses it
+// computes exactly what it would without it. Thread-safe; bounded by an approximate byte budget
+// (when a new timing would exceed it, the memo is emptied first).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "simulator/collectives/cost.h"
+
+namespace shardscope::sim {
+
+class Topology;
+
+struct CollectiveTiming {
+  std::vector<int32_t> group_of;     // device -> group (-1: not a member)
+  std::vector<int32_t> group_size;
+  std::vector<double> group_time;    // seconds, per group
+  double max_time = 0;
+  double alone_time = 0;             // the whole collective alone on the network
+  CollectiveCost cost;               // over all groups
+  int64_t members = 0;
+  CollectiveRequest request;
+};
+
+class CollectiveTimingMemo {
+ public:
+  explicit CollectiveTimingMemo(int64_t max_bytes = int64_t{256} << 20) : max_bytes_(max_bytes) {}
+
+  // The key of everything a timing depends on besides the collective itself: the topology and
+  // the options (built once per simulation).
+  static std::string ContextKey(const Topology& topology, const CollectiveOptions& options);
+  // The key of one collective.
+  static std::string CollectiveKey(CollectiveKind kind, double operand_bytes, const std::vector<std::vector<int64_t>>& groups,
+                                   const std::vector<std::pair<int64_t, int64_t>>& pairs);
+
+  // The timing stored under (context, collective), or null.
+  std::shared_ptr<const CollectiveTiming> Find(const std::string& context, const std::string& collective) const;
+  void Store(const std::string& context, const std::string& collective, CollectiveTiming timing);
+
+  int64_t hits() const;
+  int64_t misses() const;
+  int64_t bytes() const;
+
+ private:
+  int64_t max_bytes_;
+  mutable std::mutex mu_;
+  // Per context (few: one per placement of the pod), per collective.
+  std::unordered_map<std::string, std::unordered_map<std::string, std::shared_ptr<const CollectiveTiming>>> tables_;
+  int64_t bytes_ = 0;
+  mutable int64_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace shardscope::sim
