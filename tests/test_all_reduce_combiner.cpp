@@ -6,6 +6,8 @@
 // data-parallel MLP training step through the pipeline, with its numerical verification.
 #include <QtTest>
 
+#include <QTemporaryDir>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -18,6 +20,7 @@
 #include "core/ir/replica_groups.h"
 #include "core/ir/verifier.h"
 #include "partitioner/all_reduce_combiner.h"
+#include "tests/cli_test_support.h"
 
 using namespace shardscope;
 
@@ -229,7 +232,38 @@ class TestAllReduceCombiner : public QObject {
       QCOMPARE(records, want.all_reduces);
     }
   }
+
+  // The CLI: off unless asked (--all-reduce-combiner, or a threshold), the stage's summary in
+  // `simulate` and `partition --summary`, contradictory flags refused.
+  void cliFlags() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString mlp = dir.filePath("mlp.hlo");
+    auto b = testing::RunCli({"zoo", "build", "mlp", "--set", "annotations=data-parallel", "--set", "mesh_x=2", "--set", "mesh_y=2",
+                              "-o", mlp});
+    QVERIFY2(b.code == 0, qPrintable(b.err));
+    const QStringList sim = {"simulate", mlp, "--chip", "tpu-v3", "--mesh", "X=2,Y=2"};
+    auto off = testing::RunCli(sim);
+    QVERIFY2(off.code == 0, qPrintable(off.err));
+    QVERIFY2(!off.out.contains("all-reduce-combiner"), qPrintable(off.out));
+    auto on = testing::RunCli(sim + QStringList{"--all-reduce-combiner"});
+    QVERIFY2(on.code == 0, qPrintable(on.err));
+    QVERIFY2(on.out.contains("all-reduce-combiner: combined 5 of 5 all-reduce(s) into 1;"), qPrintable(on.out));
+    auto low = testing::RunCli(sim + QStringList{"--all-reduce-combine-threshold-bytes", "2048"});
+    QVERIFY2(low.code == 0, qPrintable(low.err));
+    QVERIFY2(low.out.contains("all-reduce-combiner: combined 5 of 5 all-reduce(s) into 2;"), qPrintable(low.out));
+    auto part = testing::RunCli({"partition", mlp, "--summary", "--all-reduce-combiner"});
+    QVERIFY2(part.code == 0, qPrintable(part.err));
+    QVERIFY2(part.err.contains("all-reduce.combined = all-reduce (2564 bytes/device"), qPrintable(part.err));
+    QVERIFY2(part.err.contains("all-reduce-combiner: 5 independent all-reduces"), qPrintable(part.err));
+    auto both = testing::RunCli(sim + QStringList{"--no-all-reduce-combiner", "--all-reduce-combiner"});
+    QCOMPARE(both.code, 2);
+    QVERIFY2(both.err.contains("contradicts"), qPrintable(both.err));
+    auto bad = testing::RunCli(sim + QStringList{"--all-reduce-combine-threshold-bytes", "-5"});
+    QCOMPARE(bad.code, 2);
+    QVERIFY2(bad.err.contains("non-negative integer"), qPrintable(bad.err));
+  }
 };
 
-QTEST_APPLESS_MAIN(TestAllReduceCombiner)
+QTEST_GUILESS_MAIN(TestAllReduceCombiner)
 #include "test_all_reduce_combiner.moc"
