@@ -542,12 +542,24 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
     }
     sources[i] = std::move(s);
   }
-  auto joinable = [&](int g, const Instruction* i) {
+  // Constants and parameters exist before any step runs (their steps go first, below).
+  auto exists_first = [&](const Instruction* s) {
+    const Role r = plan.role[s];
+    return r == Role::kConstant || r == Role::kParameter;
+  };
+  // `sole_reader`: `i` joins through a value only it reads (XLA's output fusion: the group then
+  // writes i's result instead of that value, nothing is computed earlier than it would be). Then
+  // where the text declares a constant or parameter `i` reads does not keep it out of the group:
+  // `scores * broadcast(c)` with `c` written after the dot is still the dot's output fusion.
+  // Otherwise (a consumer joining the group of a value others read too, which moves it to the
+  // group's place) every other operand must be written before the group's first member.
+  auto joinable = [&](int g, const Instruction* i, bool sole_reader) {
     const Group& G = plan.groups[static_cast<size_t>(g)];
     for (const Instruction* o : i->operands()) {
       for (const Instruction* s : src_of(o)) {
         auto gi = plan.group_of.find(s);
         if (gi != plan.group_of.end() && gi->second == g) continue;
+        if (sole_reader && exists_first(s)) continue;
         if (plan.pos[s] >= G.first_pos) return false;
       }
     }
@@ -593,7 +605,7 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
         for (const Instruction* s : src_of(o)) {
           auto gi = plan.group_of.find(s);
           if (gi == plan.group_of.end()) continue;
-          if (joinable(gi->second, i)) {
+          if (joinable(gi->second, i, o == s && s->users().size() == 1)) {
             target = gi->second;
             break;
           }
@@ -605,7 +617,7 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
         auto gi = plan.group_of.find(s);
         if (gi == plan.group_of.end()) continue;
         const Group& G = plan.groups[static_cast<size_t>(gi->second)];
-        if (!G.heavy && !G.has_reduce && joinable(gi->second, i)) {
+        if (!G.heavy && !G.has_reduce && joinable(gi->second, i, i->operand(0) == s && s->users().size() == 1)) {
           target = gi->second;
           break;
         }
@@ -778,8 +790,16 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
       if (UsedOutside(plan, comp, m, mg, 0)) plan.group_outputs.insert(m);
     }
   }
-  for (int k : seq)
-    if (k >= 0) plan.steps.push_back(nodes[static_cast<size_t>(k)]);
+  // Constants and parameters first (they cost nothing and exist from the start), then the rest in
+  // sequence order.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int k : seq) {
+      if (k < 0) continue;
+      const Step& st = nodes[static_cast<size_t>(k)];
+      const bool first = st.kind == Step::Kind::kInstruction && exists_first(st.inst);
+      if (first == (pass == 0)) plan.steps.push_back(st);
+    }
+  }
   return plan;
 }
 

@@ -471,6 +471,41 @@ ENTRY %main (a: f32[1024,1024], b: f32[1024,1024], c: f32[1024]) -> f32[1024,102
     QVERIFY(Near(unfused.run.summary.step_time_s, t, 1e-9));
   }
 
+  // A dot's result scaled by a constant the text declares after the dot (the zoo's attention:
+  // `scores`, then `c`, then `scores * broadcast(c)`) is still the dot's output fusion: constants
+  // exist before any op runs (`s` is returned too, so it is not a cheap producer fused into the
+  // dot `e` instead). Only when the scaled op is the dot's one reader: `n`, a second reader of `e`
+  // whose constant comes after `e`, stays an op of its own, which reads `e` from HBM.
+  void OutputFusionReadsALaterConstant() {
+    auto m = Parse(R"(HloModule scale, num_partitions=1
+ENTRY %main (a: f32[1024,1024], b: f32[1024,1024]) -> (f32[1024,1024], f32[1024,1024], f32[1024,1024]) {
+  %a = f32[1024,1024] parameter(0)
+  %b = f32[1024,1024] parameter(1)
+  %d = f32[1024,1024] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %c = f32[] constant(0.125)
+  %cb = f32[1024,1024] broadcast(%c), dimensions={}
+  %s = f32[1024,1024] multiply(%d, %cb)
+  %e = f32[1024,1024] dot(%s, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %c2 = f32[] constant(2)
+  %cb2 = f32[1024,1024] broadcast(%c2), dimensions={}
+  %n = f32[1024,1024] multiply(%e, %cb2)
+  ROOT %out = (f32[1024,1024], f32[1024,1024], f32[1024,1024]) tuple(%s, %e, %n)
+}
+)");
+    Topology topo = TopologyFor("tpu-v5e", "X=1");
+    const double mat = 1024.0 * 1024 * 4;
+    Simulation sim = Run(*m, topo);
+    const auto& events = sim.run.classes[0].events;
+    QCOMPARE(events.size(), size_t(3));
+    QCOMPARE(events[0].instruction, std::string("d"));
+    QCOMPARE(events[0].kind, std::string("dot-fusion"));  // d and s: reads a, b and the scalar, writes s
+    QCOMPARE(events[0].bytes, static_cast<int64_t>(3 * mat + 4));
+    QCOMPARE(events[1].instruction, std::string("e"));
+    QCOMPARE(events[1].kind, std::string("dot"));  // e is read by the root too: written as it is
+    QCOMPARE(events[2].instruction, std::string("n"));
+    QCOMPARE(events[2].bytes, static_cast<int64_t>(2 * mat + 4));
+  }
+
   // Multi-input loop fusion (docs/simulator-engine.md): Adam's update of one weight — m' and v'
   // from the gradient, w' from both — is one compute op that reads w, g, m, v once and writes w',
   // m', v' once (7 arrays and the scalar constants the inlined broadcasts read), where the

@@ -7,7 +7,7 @@
 namespace shardscope::sim {
 
 namespace {
-constexpr double kTpuV3FlopsEfficiency = 0.72;
+constexpr double kTpuV3FlopsEfficiency = 0.70;
 constexpr double kTpuV3HbmEfficiency = 0.72;
 constexpr double kTpuV3OpOverhead = 2e-6;
 }  // namespace
@@ -24,8 +24,9 @@ void CalibrateTpuV3(ChipSpec& c) {
   // represent (vector-unit work inside matmul fusions, transposes and layout changes, MXU pipeline
   // fill at tile boundaries).
   c.flops_efficiency = kTpuV3FlopsEfficiency;
-  // Memory-bound ops: HBM2's sustained bandwidth for streaming reads and writes. Assumed: the same
-  // share as the matrix units' (no published per-op figure for v3).
+  // Memory-bound ops: HBM2's sustained bandwidth for streaming reads and writes. Assumed: about the
+  // matrix units' share (no published per-op figure for v3): set to it when both were 0.72, and not
+  // refitted when the matrix units' share was (docs/reproduce.md, "Compute calibration").
   c.hbm_efficiency = kTpuV3HbmEfficiency;
   // A fixed cost per kernel (launch, prologue, pipeline drain). Assumed: a few microseconds (no
   // published figure in the reference); it matters only for programs of many small ops (the
