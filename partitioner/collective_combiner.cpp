@@ -99,6 +99,7 @@ std::vector<CombinedCollective> CombineCollectives(Module& module, const Collect
     std::vector<const Instruction*> original;
     for (const auto& i : list) original.push_back(i.get());
     std::vector<Instruction*> dead;
+    std::unordered_map<const Instruction*, Instruction*> combined_into;  // member -> combined op
     for (Bucket& b : buckets) {
       Instruction* first = b.members.front();
       std::vector<Instruction*> operands;
@@ -133,7 +134,32 @@ std::vector<CombinedCollective> CombineCollectives(Module& module, const Collect
         dead.push_back(m);
         rec.members.push_back(m->name());
       }
+      // Control edges move to the combined op: it runs after what each member ran after, and what
+      // ran after a member runs after it (no cycle: a member ordered after another by a control
+      // edge depends on it, and so is never in its bucket).
+      for (Instruction* m : b.members)
+        for (Instruction* p : m->control_predecessors)
+          if (std::find(b.members.begin(), b.members.end(), p) == b.members.end() &&
+              std::find(c->control_predecessors.begin(), c->control_predecessors.end(), p) == c->control_predecessors.end())
+            c->control_predecessors.push_back(p);
+      for (Instruction* m : b.members) combined_into[m] = c;
       out.push_back(std::move(rec));
+    }
+    for (const auto& other : comp->instructions()) {
+      auto& cp = other->control_predecessors;
+      if (cp.empty() || combined_into.count(other.get())) continue;
+      bool moved = false;
+      for (Instruction*& p : cp)
+        if (auto it = combined_into.find(p); it != combined_into.end()) {
+          p = it->second;
+          moved = true;
+        }
+      if (moved) {  // each combined op once, where its first member was
+        std::vector<Instruction*> kept;
+        for (Instruction* p : cp)
+          if (std::find(kept.begin(), kept.end(), p) == kept.end() && p != other.get()) kept.push_back(p);
+        cp = std::move(kept);
+      }
     }
     (void)comp->RemoveInstructions(dead);
     comp->SortInstructionsTopologically();

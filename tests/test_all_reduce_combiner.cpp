@@ -179,6 +179,59 @@ class TestAllReduceCombiner : public QObject {
     QVERIFY(!CombineAllReduces(*again, o).ok());
   }
 
+  // Control edges: an all-reduce ordered after another through a control edge depends on it and is
+  // not combined with it; a control edge from a combined all-reduce moves to the combined op.
+  void controlEdges() {
+    constexpr const char* kText = R"(HloModule ctl, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  ar_a = f32[4] all-reduce(x), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  n = f32[4] negate(y), control-predecessors={ar_a}
+  ar_b = f32[4] all-reduce(y), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add, control-predecessors={n}
+  ar_c = f32[4] all-reduce(n), channel_id=3, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  ROOT out = (f32[4], f32[4], f32[4]) tuple(ar_a, ar_b, ar_c)
+}
+)";
+    auto parsed = ParseHloModule(kText, "ctl");
+    QVERIFY2(parsed.ok(), parsed.ok() ? "" : parsed.error().message.c_str());
+    const std::vector<Tensor> expected = Run(**parsed);
+    auto r = CombineAllReduces(**parsed);
+    QVERIFY(r.ok());
+    // ar_b runs after n, which runs after ar_a: ar_b and ar_c (which reads n) open a second bucket.
+    QCOMPARE(r->combined.size(), size_t{1});
+    QCOMPARE(r->combined[0].members, (std::vector<std::string>{"ar_b", "ar_c"}));
+    QVERIFY(VerifyModule(**parsed).ok());
+    const Instruction* combined = (*parsed)->FindInstruction(r->combined[0].instruction);
+    QVERIFY(combined);
+    // ar_b's control predecessor n is the combined op's; n still runs after ar_a.
+    QCOMPARE(combined->control_predecessors.size(), size_t{1});
+    QCOMPARE(combined->control_predecessors[0]->name(), std::string("n"));
+    QCOMPARE((*parsed)->FindInstruction("n")->control_predecessors[0]->name(), std::string("ar_a"));
+    QCOMPARE(MaxDifference(expected, Run(**parsed)), 0.0);
+
+    // Without the edge n -> ar_b, ar_a and ar_b are combined and n's edge from ar_a moves to the combined op.
+    std::string text = kText;
+    text.replace(text.find(", control-predecessors={n}"), std::string(", control-predecessors={n}").size(), "");
+    auto free = ParseHloModule(text, "ctl2");
+    QVERIFY(free.ok());
+    auto r2 = CombineAllReduces(**free);
+    QVERIFY(r2.ok());
+    QCOMPARE(r2->combined.size(), size_t{1});
+    QCOMPARE(r2->combined[0].members, (std::vector<std::string>{"ar_a", "ar_b"}));
+    QVERIFY(VerifyModule(**free).ok());
+    const Instruction* n = (*free)->FindInstruction("n");
+    QCOMPARE(n->control_predecessors.size(), size_t{1});
+    QCOMPARE(n->control_predecessors[0]->name(), r2->combined[0].instruction);
+  }
+
   // The zoo's data-parallel MLP training step (2 layers, SGD, 4 devices): the loss and the four
   // bias gradients are all-reduced (the weight gradients are reduce-scattered and gathered). The
   // pipeline's combiner makes them one all-reduce under XLA's threshold, two under a threshold of
