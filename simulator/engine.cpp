@@ -680,7 +680,7 @@ Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& t
     for (size_t d = 0; d < run.device_class.size(); ++d) members[static_cast<size_t>(run.device_class[d])].push_back(static_cast<int64_t>(d));
     for (size_t k = 0; k < run.classes.size(); ++k) {
       const auto& m = members[k];
-      std::string label = run.classes.size() == 1 ? "all " + std::to_string(m.size()) + " devices"
+      std::string label = run.classes.size() == 1 ? (m.size() == 1 ? std::string("1 device") : "all " + std::to_string(m.size()) + " devices")
                                                   : std::to_string(m.size()) + (m.size() == 1 ? " device: " : " devices: ");
       if (run.classes.size() > 1) {
         for (size_t j = 0; j < m.size() && j < 8; ++j) label += (j ? "," : "") + std::to_string(m[j]);

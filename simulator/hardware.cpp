@@ -248,6 +248,22 @@ Result<ChipSpec> WithCoresPerChip(ChipSpec chip, int64_t cores_per_chip) {
   return chip;
 }
 
+Result<ChipSpec> WithCoresInUse(ChipSpec chip, int64_t devices) {
+  const int64_t cores = chip.cores_per_chip;
+  if (devices < 1 || devices >= cores || cores % devices != 0) {
+    return Error("chip " + chip.name + " with " + std::to_string(cores) + " devices per chip cannot run " +
+                 std::to_string(devices) + " of them alone");
+  }
+  const double share = static_cast<double>(devices) / static_cast<double>(cores);
+  chip.peak_flops *= share;
+  chip.hbm_bytes *= share;
+  chip.hbm_bandwidth *= share;
+  chip.description += " (" + std::to_string(devices) + " of its " + std::to_string(cores) + " cores in use)";
+  chip.cores_per_chip = devices;
+  chip.max_cores_per_chip = devices;
+  return chip;
+}
+
 ChipSpec IdealRoofline(ChipSpec chip) {
   chip.flops_efficiency = 1.0;
   chip.hbm_efficiency = 1.0;

@@ -81,6 +81,13 @@ Result<ChipSpec> ChipPreset(std::string_view name);
 // Runs a v2/v3 chip as two devices per chip (halves per-device FLOP/s, HBM and HBM bandwidth; both
 // devices share the chip's links). Error on a chip whose max_cores_per_chip is smaller.
 Result<ChipSpec> WithCoresPerChip(ChipSpec chip, int64_t cores_per_chip);
+// A mesh smaller than one chip: `devices` of its cores_per_chip cores used as devices, the others
+// idle (a 1-device mesh on a two-core v3 chip is one TensorCore: half the chip's FLOP/s, HBM and
+// HBM bandwidth, as with two devices per chip). The result describes one chip of that many cores,
+// the per-chip figures scaled to them (device_* figures unchanged); the name stays the preset's,
+// the description says "(1 of its 2 cores in use)". Error unless 1 <= devices < cores_per_chip
+// and devices divides it.
+Result<ChipSpec> WithCoresInUse(ChipSpec chip, int64_t devices);
 // The chip with its compute calibration switched off: full peak FLOP/s and HBM bandwidth, no tile
 // padding, no per-op overhead (the theoretical roofline the book's arithmetic uses).
 ChipSpec IdealRoofline(ChipSpec chip);

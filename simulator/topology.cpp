@@ -362,6 +362,13 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
   const int64_t n = mesh.num_devices();
   if (n < 1) return Error("the mesh has no devices");
   const int64_t cores = chip.cores_per_chip;
+  if (n < cores && cores % n == 0 && (chip_shape.empty() || Product(chip_shape) == 1)) {
+    // Fewer devices than one chip has cores (one core of a two-core v3 chip): that chip with the
+    // cores the mesh uses.
+    auto part = WithCoresInUse(chip, n);
+    if (!part.ok()) return part.error();
+    return ForMesh(part.value(), mesh, std::move(chip_shape), options);
+  }
   if (n % cores != 0) {
     return Error("mesh " + mesh.ToString() + " has " + std::to_string(n) + " devices, not a multiple of the " +
                  std::to_string(cores) + " devices per chip");

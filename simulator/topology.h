@@ -91,7 +91,9 @@ class Topology {
   // when fewer; with 2 cores per chip the last axis is halved), else the generation's slice for
   // that many chips (SliceShapeFor: 1024 TPU v3 chips are the 32x32 pod, a torus). The mesh is then
   // laid on the slice axis by axis (options.placement; DescribePlacement says how). The mesh's
-  // device ids must be 0..N-1 where N = chips x cores_per_chip.
+  // device ids must be 0..N-1 where N = chips x cores_per_chip. A mesh of fewer devices than one
+  // chip has cores (one device of a two-core v3 chip) runs on one chip with those cores in use
+  // (WithCoresInUse: one TensorCore's FLOP/s, HBM and bandwidth).
   static Result<Topology> ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
                                   std::vector<int64_t> chip_shape = {}, const TopologyOptions& options = {});
   // The slice shape a generation gives `chips` chips: powers of two spread over its physical

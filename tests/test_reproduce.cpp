@@ -235,46 +235,55 @@ ENTRY e {
   }
 
   // GSPMD Table 8 (validation.md G6), spatial partitioning of the 3-D U-Net at image 128: the same
-  // calibration gives the paper's utilisation (43.5-43.8%) within 5 points at every partition count
-  // (within 4 at 16 since the multi-input loop fusion); the step time is 28-36% short because the
-  // zoo's U-Net has fewer FLOPs than the paper's (docs/reproduce.md), so the test holds that honest
-  // bound (-15% to -40%; -23% to -32% before the loop fusion fused BatchNorm's backward). Scaling
-  // (1,2) -> (1,16): paper 8.2x, simulated 7.2x.
+  // calibration gives the paper's utilisation (47.9% on one core, 43.5-43.8% partitioned) within 5
+  // points at every partition count, the drop from one core to two included (47.2% -> 44.6%); the
+  // step time is 30-38% short because the zoo's U-Net has fewer FLOPs than the paper's
+  // (docs/reproduce.md), so the test holds that honest bound (-15% to -40%). Section 5.6's "15.7x
+  // step time reduction on 16 partitions", issue 15's measure: 13.8x, within 15%.
   void gspmdTable8Small() {
     auto spec = FindReproduceCase("gspmd-table8");
     QVERIFY(spec.ok());
     ReproduceOptions o;
     o.small_only = true;
     const ReproducedCase r = RunReproduceCase(*spec.value(), o);
-    QCOMPARE(r.columns.size(), size_t{4});
+    QCOMPARE(r.columns.size(), size_t{5});
+    QCOMPARE(r.columns[0].column->label, std::string("(1,1) image 128"));
     for (const ReproducedColumn& c : r.columns) {
       QVERIFY2(c.status.ok(), c.status.ok() ? "" : c.status.error().message.c_str());
       for (const ReproducedValue& v : c.values) {
         const std::string what = c.column->label + " " + std::string(ReproduceMetricName(v.published.metric)) + ": " +
                                  std::to_string(v.simulated);
-        if (v.published.metric == ReproduceMetric::kMfu) QVERIFY2(std::abs(v.difference_points) <= 7.0, what.c_str());
+        if (v.published.metric == ReproduceMetric::kMfu) QVERIFY2(std::abs(v.difference_points) <= 5.0, what.c_str());
         if (v.published.metric == ReproduceMetric::kStepTime) {
           QVERIFY2(v.difference_percent < -15.0 && v.difference_percent > -40.0, what.c_str());
         }
       }
     }
-    QVERIFY2(std::abs(r.columns[0].values[1].difference_points) <= 5.0, "(1,2) MFU within 5 points");
-    const double speedup = r.columns[0].step_time_s / r.columns[3].step_time_s;
-    QVERIFY2(speedup > 6.5 && speedup < 8.2, std::to_string(speedup).c_str());
+    // One device is one TensorCore of a v3 chip (Topology::ForMesh, WithCoresInUse): its MFU is
+    // against one core's peak, and partitioning costs utilisation as in the paper.
+    QVERIFY2(r.columns[0].mfu_percent > r.columns[1].mfu_percent + 1.0, std::to_string(r.columns[0].mfu_percent).c_str());
+    const ReproducedColumn& sixteen = r.columns[4];
+    QCOMPARE(sixteen.column->baseline, r.columns[0].column->label);
+    const ReproducedValue& speedup = sixteen.values.back();
+    QCOMPARE(speedup.published.metric, ReproduceMetric::kSpeedup);
+    QVERIFY(std::abs(speedup.published.value - 2.99 / 0.19) < 1e-9);
+    QVERIFY(std::abs(speedup.simulated - r.columns[0].step_time_s / sixteen.step_time_s) < 1e-9);
+    QVERIFY2(speedup.within_tolerance, std::to_string(speedup.simulated).c_str());
     // Memory about halves with each doubling of the partitions (paper: 14.8 -> 7.9 -> 4.5 -> 2.7 GB,
-    // 0.53x to 0.60x a step; simulated 14.65 -> 7.45 -> 3.85 -> 2.05 GB, 0.51x to 0.53x).
-    for (size_t k = 1; k < r.columns.size(); ++k) {
+    // 0.53x to 0.60x a step; simulated 14.65 -> 7.45 -> 3.85 -> 2.05 GB, 0.51x to 0.53x). One core
+    // peaks at 20.0 GB (over its 16 GiB: rematerialisation under the limit stops there), the
+    // paper's at 14.3 GB, below its two-core figure.
+    for (size_t k = 2; k < r.columns.size(); ++k) {
       const double ratio = static_cast<double>(r.columns[k].peak_memory_bytes) / static_cast<double>(r.columns[k - 1].peak_memory_bytes);
       QVERIFY2(ratio > 0.45 && ratio < 0.62, std::to_string(ratio).c_str());
     }
     // With the activations laid out as XLA's layout assignment may (simulator/buffer_layout.h: the
     // channel dims of 32 and 64 not padded to 128 lanes when a spatial dim can take the lanes) and
-    // BatchNorm's scale-and-shift fused as XLA fuses it (a dot's or reduce's output fusion reads
-    // its constants wherever the text declares them), the (1,2) and (1,4) peaks are within 10% of
-    // the paper's 14.8 and 7.9 GB (14.65 and 7.45 GB; 18.66 and 10.52 GB before that fusion). The
-    // paper's smaller peaks shrink less than ours ("TPU-specific padding ... does not scale
-    // linearly"): (1,16) 2.05 GB against 2.7 GB.
-    for (size_t k = 0; k < 2; ++k) {
+    // a dot's or reduce's output fusion reading constants declared after it (docs/simulator-engine.md,
+    // "Fusion"), the (1,2) and (1,4) peaks are within 10% of the paper's 14.8 and 7.9 GB (14.65 and
+    // 7.45 GB; 18.66 and 10.52 GB before that fusion). The paper's smaller peaks shrink less than
+    // ours ("TPU-specific padding ... does not scale linearly"): (1,16) 2.05 GB against 2.7 GB.
+    for (size_t k = 1; k < 3; ++k) {
       const ReproducedValue& peak = r.columns[k].values[2];
       QCOMPARE(peak.published.metric, ReproduceMetric::kPeakMemory);
       QVERIFY2(peak.within_tolerance, (r.columns[k].column->label + ": " + std::to_string(peak.simulated)).c_str());

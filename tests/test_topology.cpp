@@ -325,6 +325,20 @@ class TestTopology : public QObject {
     QVERIFY(tc.ok());
     QCOMPARE(tc->shape(), (std::vector<int64_t>{8, 2}));
     QCOMPARE(tc->ChipOfDevice(mesh->DeviceAt({1, 3})), tc->ChipAt({1, 1}));
+    // One device on a two-core chip (GSPMD Table 8's (1,1)): one TensorCore, with one core's
+    // FLOP/s, HBM and bandwidth; the preset's name is kept.
+    auto one = DeviceMesh::Parse("X=1,Y=1");
+    QVERIFY(one.ok());
+    auto t1 = Topology::ForMesh(v3.value(), one.value());
+    QVERIFY2(t1.ok(), t1.ok() ? "" : t1.error().message.c_str());
+    QCOMPARE(t1->num_chips(), int64_t{1});
+    QCOMPARE(t1->chip().name, std::string("tpu-v3"));
+    QCOMPARE(t1->chip().cores_per_chip, int64_t{1});
+    QCOMPARE(t1->chip().device_peak_flops(), v3->device_peak_flops());
+    QCOMPARE(t1->chip().device_hbm_bytes(), v3->device_hbm_bytes());
+    QCOMPARE(t1->chip().device_hbm_bandwidth(), v3->device_hbm_bandwidth());
+    QVERIFY(t1->chip().description.find("1 of its 2 cores in use") != std::string::npos);
+    QVERIFY(!Topology::ForMesh(v3.value(), one.value(), {2}).ok());  // two chips for one device
     // Explicit slice shape.
     auto te = Topology::ForMesh(Preset("tpu-v4"), mesh.value(), {4, 4, 2});
     QVERIFY(te.ok());

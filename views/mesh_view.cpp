@@ -637,7 +637,8 @@ void MeshView::rebuildTensor() {
     tensor_state_->clear();
     named_->clear();
     grid_->setState(mesh, std::nullopt, {}, 0);
-    grid_info_->setText(QString("%1 devices. Select a tensor to see which shard each device holds.").arg(mesh.num_devices()) +
+    grid_info_->setText((mesh.num_devices() == 1 ? QString("1 device.") : QString("%1 devices.").arg(mesh.num_devices())) +
+                        " Select a tensor to see which shard each device holds." +
                         StagesNote(grid_->pipelineStages()));
     return;
   }

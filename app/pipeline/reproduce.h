@@ -30,7 +30,7 @@ enum class ReproduceMetric : uint8_t {
   // Weight-update sharding (a column naming a section 6.1 case): the step without and with the pass.
   kStepBeforePass,  // seconds per step without the pass
   kStepAfterPass,   // seconds per step with it
-  kSpeedup,         // before / after
+  kSpeedup,         // before / after; with ReproduceColumn::baseline: the baseline's step / step
   kStepReduction,   // 1 - after / before, percent; with ReproduceColumn::baseline: 1 - step / baseline's step
   // Pipelining (GSPMD Tables 4 and 5; RunSummary's bubble and recompute accounting).
   kBubbleShare,     // compute on padded microbatches, percent of the step
@@ -69,7 +69,8 @@ struct ReproduceColumn {
   // by the simulator's collective model replaces the zoo configuration.
   std::string book_collective_case;
   // When set, the label of another column of the case: kStepReduction is this column's step-time
-  // gain over that one's (the circular schedule against GPipe at the same batch).
+  // gain over that one's (the circular schedule against GPipe at the same batch), kSpeedup that
+  // column's step over this one's (GSPMD Table 8: 16 spatial partitions against one device).
   std::string baseline;
 };
 
