@@ -88,13 +88,15 @@ class TestPipeline : public QObject {
     o.topology = *topology;
     o.estimate_collectives = true;
     o.simulation = SimulationOptions{};
+    o.all_reduce_combiner = AllReduceCombinerOptions{};
     std::vector<pipeline::Stage> stages;
     o.on_stage = [&stages](pipeline::Stage s) { stages.push_back(s); };
     const double flops = CountModuleFlops(*model->module);
     auto r = pipeline::RunPipeline(std::move(model->module), o);
     QVERIFY2(r.ok(), r.FailureText().c_str());
     QCOMPARE(stages, (std::vector<pipeline::Stage>{pipeline::Stage::kPropagate, pipeline::Stage::kPartition,
-                                                   pipeline::Stage::kPostPartition, pipeline::Stage::kVerify, pipeline::Stage::kEstimate,
+                                                   pipeline::Stage::kPostPartition, pipeline::Stage::kAllReduceCombiner,
+                                                   pipeline::Stage::kVerify, pipeline::Stage::kEstimate,
                                                    pipeline::Stage::kSimulate}));
 
     // Propagation and partitioning as the engines do them.
@@ -104,6 +106,7 @@ class TestPipeline : public QObject {
     so.num_partitions = 4;
     auto partitioned = PartitionModule(*direct, so);
     QVERIFY(partitioned.ok());
+    QVERIFY(CombineAllReducesOf(*partitioned).ok());  // the post-partitioning all-reduce combiner
     QVERIFY(r.partition.has_value());
     QCOMPARE(PrintHloModule(*r.partition->module), PrintHloModule(*partitioned->module));
     QCOMPARE(r.partition->collectives.size(), partitioned->collectives.size());

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "app/cli/cli.h"
+#include "app/cli/all_reduce_combiner_options.h"
 #include "app/cli/wus_options.h"
 #include "app/pipeline/pipeline.h"
 #include "core/ir/hlo_text.h"
@@ -22,6 +23,8 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::o
   bool wus = false;
   WeightUpdateShardingOptions wus_options;
   if (std::string e = TakeWeightUpdateShardingOptions(args, &wus, &wus_options); !e.empty()) return UsageError(cmd, e);
+  std::optional<AllReduceCombinerOptions> combiner;
+  if (std::string e = TakeAllReduceCombinerOptions(args, &combiner); !e.empty()) return UsageError(cmd, e);
   std::string np_text;
   const bool has_np = TakeOption(args, "num-partitions", &np_text);
   if (args.size() != 1) return UsageError(cmd, "expected exactly one FILE.hlo (see --help)");
@@ -51,11 +54,13 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::o
     if (options.spmd.num_partitions < 1) return UsageError(cmd, "--num-partitions takes a positive integer");
   }
   options.verify = verify;
+  options.all_reduce_combiner = combiner;
   if (wus) options.weight_update_sharding = wus_options;
   *out = pipeline::RunPipeline(std::move(m).value(), options);
   if (!out->ok()) {
     const std::string what = out->failed == pipeline::Stage::kPropagate ? "sharding propagation failed"
                              : out->failed == pipeline::Stage::kWeightUpdateSharding ? "weight-update sharding failed"
+                             : out->failed == pipeline::Stage::kAllReduceCombiner    ? "all-reduce combiner failed"
                                                                                       : "partitioning failed";
     std::cerr << args[0] << ": error: " << what << ": " << out->status.error().message << "\n";
     return 2;
@@ -118,6 +123,8 @@ int RunPartition(const std::vector<std::string>& argv) {
     } else {
       PrintCollectives(report, *p.partition);
     }
+    if (p.all_reduce_combiner && p.all_reduce_combiner->changed())
+      report << kAllReduceCombinerName << ": " << p.all_reduce_combiner->Summary() << "\n";
     if (p.code_motion && (!p.code_motion->sunk.empty() || !p.code_motion->kept.empty())) {
       report << kWhileLoopAllReduceCodeMotionName << ": " << p.code_motion->Summary() << "\n";
       if (summary)
@@ -163,12 +170,12 @@ int RunVerify(const std::vector<std::string>& argv) {
 
 const bool kPartition = Register({"partition",
                                   "FILE.hlo [-o OUT.hlo] [--no-propagate] [--keep-io-shardings] [--num-partitions N] [--summary] "
-                                  "[--weight-update-sharding [" WUS_OPTION_USAGE "]]",
+                                  ALL_REDUCE_COMBINER_OPTION_USAGE " [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
                                   "Propagate shardings, then partition into the SPMD program every device runs",
                                   &RunPartition});
 const bool kVerify = Register({"verify",
                                "FILE.hlo [--seed N] [--no-propagate] [--keep-io-shardings] [--num-partitions N] "
-                               "[--weight-update-sharding [" WUS_OPTION_USAGE "]]",
+                               ALL_REDUCE_COMBINER_OPTION_USAGE " [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
                                "Run the module unpartitioned and partitioned on virtual devices and compare",
                                &RunVerify});
 

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "app/cli/all_reduce_combiner_options.h"
 #include "app/cli/cli.h"
 #include "app/pipeline/reproduce.h"
 
@@ -18,6 +19,8 @@ int Run(const std::vector<std::string>& arguments) {
   TakeOption(args, "column", &column);
   const bool small = TakeFlag(args, "small");
   const bool list = TakeFlag(args, "list");
+  std::optional<AllReduceCombinerOptions> combiner;
+  if (std::string e = TakeAllReduceCombinerOptions(args, &combiner); !e.empty()) return UsageError(kName, e);
   if (list) {
     for (const auto& c : pipeline::ReproduceCases()) {
       std::cout << c.name << ": " << c.title << " (" << c.source << ")\n";
@@ -31,6 +34,7 @@ int Run(const std::vector<std::string>& arguments) {
   pipeline::ReproduceOptions options;
   options.small_only = small;
   options.only_column = column;
+  options.all_reduce_combiner = combiner;
   options.on_column = [](const pipeline::ReproduceColumn& c) {
     std::cerr << "simulating " << c.label << " (" << (c.model.empty() ? "" : c.model + " ") << "on " << c.chip
               << ", mesh " << c.mesh << ")\n";
@@ -46,7 +50,7 @@ int Run(const std::vector<std::string>& arguments) {
 }
 
 const bool registered = Register(
-    {kName, "NAME [--small] [--column LABEL] [--csv OUT.csv] | --list",
+    {kName, "NAME [--small] [--column LABEL] [--csv OUT.csv] " ALL_REDUCE_COMBINER_OPTION_USAGE " | --list",
      "Build a published configuration from the zoo, partition and simulate it, and print published vs simulated "
      "(last line: worst: P%)",
      &Run});

@@ -15,6 +15,7 @@
 #include "app/cli/cli.h"
 #include "core/base/json.h"
 #include "app/cli/slice_options.h"
+#include "app/cli/all_reduce_combiner_options.h"
 #include "app/cli/wus_options.h"
 #include "app/pipeline/pipeline.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
@@ -115,6 +116,8 @@ int Run(const std::vector<std::string>& in) {
   bool wus = false;
   WeightUpdateShardingOptions wus_options;
   if (std::string e = TakeWeightUpdateShardingOptions(args, &wus, &wus_options); !e.empty()) return UsageError(kName, e);
+  pipeline::PipelineOptions run;
+  if (std::string e = TakeAllReduceCombinerOptions(args, &run.all_reduce_combiner); !e.empty()) return UsageError(kName, e);
 
   for (const auto& a : args) {
     if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
@@ -164,7 +167,6 @@ int Run(const std::vector<std::string>& in) {
   // A module XLA's backend already fused runs its own kernels: no second fusion.
   if (IsBackendOptimized(**parsed)) options.program.fuse_elementwise = false;
   const int64_t devices = topology.num_devices();
-  pipeline::PipelineOptions run;
   // The step's inputs and outputs may take the shardings propagation infers (XLA's
   // allow_spmd_sharding_propagation_to_output/parameters): unannotated optimizer state and
   // updated weights then stay sharded instead of being gathered. --keep-io-shardings: off.
@@ -189,6 +191,7 @@ int Run(const std::vector<std::string>& in) {
     if (r.failed == pipeline::Stage::kPropagate) std::cerr << "sharding propagation failed: ";
     else if (r.failed == pipeline::Stage::kPartition) std::cerr << "partitioning for " << devices << " devices failed: ";
     else if (r.failed == pipeline::Stage::kWeightUpdateSharding) std::cerr << "weight-update sharding failed: ";
+    else if (r.failed == pipeline::Stage::kAllReduceCombiner) std::cerr << "all-reduce combiner failed: ";
     std::cerr << r.status.error().message << "\n";
     return 2;
   }
@@ -250,6 +253,8 @@ int Run(const std::vector<std::string>& in) {
   if (json) {
     std::cout << SummaryJson(*sim, run_id, partition) << "\n";
   } else {
+    if (r.all_reduce_combiner && r.all_reduce_combiner->changed())
+      std::cout << kAllReduceCombinerName << ": " << r.all_reduce_combiner->Summary() << "\n";
     std::cout << "chip: " << topology.chip().name << ", " << topology.Describe() << ", mesh " << mesh.ToString() << "\n";
     std::cout << "placement: " << topology.DescribePlacement() << "\n";
     std::cout << DescribeSimulation(*sim);
@@ -277,7 +282,7 @@ const bool kRegistered = Register(
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
      "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] [--no-producer-fusion] "
      "[--no-in-place] [--no-donation] [--no-tile-padding] [--no-remat] [--peak-buffers] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
-     "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
+     "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] " ALL_REDUCE_COMBINER_OPTION_USAGE " [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
 

@@ -13,6 +13,7 @@ std::string_view StageName(Stage stage) {
     case Stage::kPartition: return "SPMD partitioning";
     case Stage::kPostPartition: return "post-partitioning passes";
     case Stage::kWeightUpdateSharding: return "weight-update sharding";
+    case Stage::kAllReduceCombiner: return "all-reduce combiner";
     case Stage::kVerify: return "numerical verification";
     case Stage::kEstimate: return "collective estimates";
     case Stage::kSimulate: return "simulation";
@@ -128,6 +129,27 @@ PipelineResult RunPipeline(std::unique_ptr<Module> module, const PipelineOptions
       r.weight_update_sharding = std::move(w).value();
       r.weight_update_sharding->input = std::move(r.module);
       r.module = std::move(r.weight_update_sharding->module);
+    }
+  }
+  // 3d. The all-reduce combiner (after weight-update sharding, whose clusters start at single
+  //     all-reduces), on the program and on the program before the pass.
+  if (r.partition && options.all_reduce_combiner) {
+    if (Stopped(r, Stage::kAllReduceCombiner, cancel)) return r;
+    StageClock clock(r, Stage::kAllReduceCombiner, options);
+    auto c = CombineAllReducesOf(*r.partition, *options.all_reduce_combiner);
+    if (!c.ok()) return std::move(Fail(r, Stage::kAllReduceCombiner, c.error(), cancel));
+    r.all_reduce_combiner = std::move(c).value();
+    if (r.weight_update_sharding && r.weight_update_sharding->input) {
+      auto b = CombineAllReduces(*r.weight_update_sharding->input, *options.all_reduce_combiner);
+      if (!b.ok()) return std::move(Fail(r, Stage::kAllReduceCombiner, b.error(), cancel));
+      const int64_t threshold = options.all_reduce_combiner->threshold_bytes;
+      RecordCombinedCollectives(
+          b->combined,
+          [&](const CombinedCollective& x, const std::vector<const InsertedCollective*>&) {
+            return CombinedAllReduceReason(x, threshold);
+          },
+          &r.collectives_before_weight_update_sharding);
+      r.all_reduce_combiner_before_weight_update_sharding = std::move(b).value();
     }
   }
   // 4. Verification (of the step programs composed, when weight-update sharding split the step).

@@ -16,9 +16,12 @@
 // program right after the partitioner (Stage::kPostPartition): XLA's WhileLoopAllReduceCodeMotion
 // (partitioner/while_loop_all_reduce_code_motion.h) sinks all-reduces that a loop only accumulates,
 // such as the pipelined model's weight gradients. Weight-update sharding, which rewrites the
-// data-parallel SPMD program, runs after them (options.weight_update_sharding). A job is cancelled
-// through its
-// CancellationToken, checked between stages (the engines finish the stage they are in).
+// data-parallel SPMD program, runs after them (options.weight_update_sharding). Last, XLA's
+// all-reduce combiner (partitioner/all_reduce_combiner.h) merges small independent all-reduces into
+// one per threshold on the program partitioned here, and on the program before weight-update
+// sharding too, so both sides of that comparison are batched as XLA batches them. A job is
+// cancelled through its CancellationToken, checked between stages (the engines finish the stage
+// they are in).
 #pragma once
 
 #include <cstdint>
@@ -37,14 +40,26 @@
 #include "core/base/status.h"
 #include "core/eval/numeric_verify.h"
 #include "core/ir/ir.h"
+#include "partitioner/all_reduce_combiner.h"
 #include "partitioner/weight_update_sharding/weight_update_sharding.h"
 #include "partitioner/while_loop_all_reduce_code_motion.h"
 
 namespace shardscope::pipeline {
 
-enum class Stage { kPropagate, kPass, kPartition, kPostPartition, kWeightUpdateSharding, kVerify, kEstimate, kSimulate, kStore };
+enum class Stage {
+  kPropagate,
+  kPass,
+  kPartition,
+  kPostPartition,
+  kWeightUpdateSharding,
+  kAllReduceCombiner,
+  kVerify,
+  kEstimate,
+  kSimulate,
+  kStore
+};
 // "sharding propagation", "strategy pass", "SPMD partitioning", "post-partitioning passes",
-// "weight-update sharding",
+// "weight-update sharding", "all-reduce combiner",
 // "numerical verification", "collective estimates", "simulation", "storing the run".
 std::string_view StageName(Stage stage);
 
@@ -84,6 +99,11 @@ struct PipelineOptions {
   // Whether the program before the pass is simulated too (a search that only ranks the result
   // turns it off: half the simulation).
   bool simulate_before_weight_update_sharding = true;
+  // 3d. XLA's all-reduce combiner on the program partitioned here (after weight-update sharding;
+  //     with it, on the program before the pass as well); nullopt: not run. Off by default: with it
+  //     on, the reproductions meet one published figure fewer (docs/weight-update-sharding.md, "The
+  //     all-reduce combiner", has the measurements).
+  std::optional<AllReduceCombinerOptions> all_reduce_combiner;
   // 4. Numerical verification of a program partitioned here; nullopt: not run.
   std::optional<VerifyOptions> verify;
   // 5. The slice the estimates and the simulation are for.
@@ -113,6 +133,10 @@ struct PipelineResult {
   // partitioner's collectives before it.
   std::optional<WeightUpdateShardingResult> weight_update_sharding;
   std::vector<InsertedCollective> collectives_before_weight_update_sharding;
+  // When the all-reduce combiner ran: what it combined in the program, and in the program before
+  // weight-update sharding (weight_update_sharding->input).
+  std::optional<AllReduceCombinerResult> all_reduce_combiner;
+  std::optional<AllReduceCombinerResult> all_reduce_combiner_before_weight_update_sharding;
   VerificationVerdict verification;
   std::vector<std::optional<CollectiveCost>> estimates;  // per partition->collectives
   std::optional<Simulation> simulation;

@@ -401,13 +401,14 @@ void Compare(ReproducedValue* v) {
 }
 
 // A weight-update-sharding column: the paper case simulated before and after the pass.
-Status RunWeightUpdateShardingColumn(const ReproduceColumn& col, ReproducedColumn* out) {
+Status RunWeightUpdateShardingColumn(const ReproduceColumn& col, const std::optional<AllReduceCombinerOptions>& combiner,
+                                     ReproducedColumn* out) {
   const WeightUpdateShardingPaperCase* found = nullptr;
   static const std::vector<WeightUpdateShardingPaperCase> cases = WeightUpdateShardingPaperCases();
   for (const auto& c : cases)
     if (c.id == col.weight_update_sharding_case) found = &c;
   if (!found) return Error("no weight-update-sharding case '" + col.weight_update_sharding_case + "'");
-  auto r = RunWeightUpdateShardingPaperCase(*found);
+  auto r = RunWeightUpdateShardingPaperCase(*found, {}, combiner);
   if (!r.ok()) return r.error();
   out->step_before_pass_s = r->before_s;
   out->step_time_s = r->after_s;
@@ -445,7 +446,7 @@ void FillFromRun(const RunResult& run, ReproducedColumn* out, double* all_to_all
 
 void SetValues(const ReproduceColumn& col, double all_to_all, double book_figure, ReproducedColumn* out);
 
-ReproducedColumn RunColumn(const ReproduceColumn& col, const CancellationToken& cancel) {
+ReproducedColumn RunColumn(const ReproduceColumn& col, const ReproduceOptions& options, const CancellationToken& cancel) {
   ReproducedColumn out;
   out.column = &col;
   double all_to_all = 0, book_figure = 0;
@@ -465,12 +466,12 @@ ReproducedColumn RunColumn(const ReproduceColumn& col, const CancellationToken& 
     }
     book_figure = *figure;
   } else if (!col.weight_update_sharding_case.empty()) {
-    if (Status st = RunWeightUpdateShardingColumn(col, &out); !st.ok()) {
+    if (Status st = RunWeightUpdateShardingColumn(col, options.all_reduce_combiner, &out); !st.ok()) {
       out.status = st;
       return out;
     }
   } else {
-    auto simulated = SimulateZooConfiguration(col, cancel);
+    auto simulated = SimulateZooConfiguration(col, cancel, options.all_reduce_combiner);
     if (!simulated.ok()) {
       out.status = simulated.error();
       return out;
@@ -530,7 +531,8 @@ std::string ReproduceDifferenceText(const ReproducedValue& v) {
   return text;
 }
 
-Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& col, const CancellationToken& cancel) {
+Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& col, const CancellationToken& cancel,
+                                                const std::optional<AllReduceCombinerOptions>& combiner) {
   DeviceMesh mesh;
   auto topology = ColumnSlice(col, &mesh);
   if (!topology.ok()) return topology.error();
@@ -539,6 +541,7 @@ Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& col, cons
   PipelineOptions o;
   o.propagation = StandardPropagationOptions(EntryIo::kShard);
   o.partitioning = Partitioning::kAlways;
+  o.all_reduce_combiner = combiner;
   o.topology = topology.value();
   SimulationOptions so;
   so.mesh_text = mesh.ToString();
@@ -622,7 +625,7 @@ ReproducedCase RunReproduceCase(const ReproduceCase& spec, const ReproduceOption
     if (!options.only_column.empty() && col.label != options.only_column) continue;
     if (cancel.cancelled()) break;
     if (options.on_column) options.on_column(col);
-    ReproducedColumn c = RunColumn(col, cancel);
+    ReproducedColumn c = RunColumn(col, options, cancel);
     // A gain over another column: that column's step (run here when it was not run above).
     if (!col.baseline.empty() && c.status.ok()) {
       double base = 0;
@@ -632,7 +635,7 @@ ReproducedCase RunReproduceCase(const ReproduceCase& spec, const ReproduceOption
       for (const ReproduceColumn& other : spec.columns)
         if (base <= 0 && other.label == col.baseline && !cancel.cancelled()) {
           if (options.on_column) options.on_column(other);
-          ReproducedColumn b = RunColumn(other, cancel);
+          ReproducedColumn b = RunColumn(other, options, cancel);
           if (b.status.ok()) base = baseline_steps[col.baseline] = b.step_time_s;
         }
       for (ReproducedValue& v : c.values) {

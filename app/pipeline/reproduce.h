@@ -16,6 +16,7 @@
 #include "core/base/cancellation.h"
 #include "core/base/status.h"
 #include "core/zoo/zoo.h"
+#include "partitioner/all_reduce_combiner.h"
 #include "simulator/run_result.h"
 
 namespace shardscope::pipeline {
@@ -137,6 +138,9 @@ struct ReproduceOptions {
   bool small_only = false;       // only the columns marked small
   std::string only_column;       // when set, only the column with this label
   std::function<void(const ReproduceColumn&)> on_column;  // called as each column starts
+  // The pipeline's all-reduce combiner for every simulated program (nullopt: the pipeline's
+  // default, off).
+  std::optional<AllReduceCombinerOptions> all_reduce_combiner;
 };
 
 ReproducedCase RunReproduceCase(const ReproduceCase& spec, const ReproduceOptions& options = {},
@@ -144,7 +148,9 @@ ReproducedCase RunReproduceCase(const ReproduceCase& spec, const ReproduceOption
 
 // One zoo configuration simulated on its slice, as each column runs: the zoo build, propagation
 // (entry inputs and outputs may take inferred shardings), partitioning and one simulated step.
-Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& configuration, const CancellationToken& cancel = {});
+// `combiner`: the pipeline's all-reduce combiner (nullopt: off, the pipeline's default).
+Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& configuration, const CancellationToken& cancel = {},
+                                                const std::optional<AllReduceCombinerOptions>& combiner = std::nullopt);
 
 struct MaxBatchResult {
   int64_t batch = 0;              // the largest global batch that fits (0: not even one step)

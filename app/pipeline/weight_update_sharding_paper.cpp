@@ -71,7 +71,8 @@ std::vector<WeightUpdateShardingPaperCase> WeightUpdateShardingPaperCases() {
 }
 
 Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const WeightUpdateShardingPaperCase& c,
-                                                                      const WeightUpdateShardingOptions& pass) {
+                                                                      const WeightUpdateShardingOptions& pass,
+                                                                      const std::optional<AllReduceCombinerOptions>& combiner) {
   auto module = ZooBuild(c.model, c.settings);
   if (!module.ok()) return Error(c.id + ": " + module.error().message);
   auto chip = sim::ChipPreset("tpu-v3");
@@ -84,6 +85,7 @@ Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const Weig
   PipelineOptions run;
   run.propagation = StandardPropagationOptions(EntryIo::kShard);  // as `simulate` does
   run.partitioning = Partitioning::kAlways;
+  run.all_reduce_combiner = combiner;
   WeightUpdateShardingOptions wus = pass;
   wus.replica_mesh = c.replica_mesh;
   run.weight_update_sharding = WeightUpdateShardingOptionsFor(*topology, c.mesh, wus);

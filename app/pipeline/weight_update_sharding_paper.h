@@ -7,12 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/base/status.h"
 #include "core/sharding/mesh.h"
 #include "core/zoo/zoo.h"
+#include "partitioner/all_reduce_combiner.h"
 #include "partitioner/weight_update_sharding/weight_update_sharding.h"
 #include "simulator/topology.h"
 
@@ -59,7 +61,9 @@ struct WeightUpdateShardingPaperRun {
 // Builds, partitions, shards the weight update and simulates a case before and after the pass.
 // `pass`: the pass's options besides the case's replica mesh and the chip's figures (defaults
 // unless given; the batched profitability of section 5.2 is measured this way).
-Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(const WeightUpdateShardingPaperCase& c,
-                                                                      const WeightUpdateShardingOptions& pass = {});
+// `combiner`: the all-reduce combiner on both programs, or nullopt (the pipeline's default): off.
+Result<WeightUpdateShardingPaperRun> RunWeightUpdateShardingPaperCase(
+    const WeightUpdateShardingPaperCase& c, const WeightUpdateShardingOptions& pass = {},
+    const std::optional<AllReduceCombinerOptions>& combiner = std::nullopt);
 
 }  // namespace shardscope::pipeline
