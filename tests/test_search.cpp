@@ -99,6 +99,7 @@ class TestSearch : public QObject {
   void familiesGenerate();
   void boundsAndInvalidCandidates();
   void depthExtrapolationMatchesFullDepth();
+  void extrapolationNeverBelowTheDeeperSample();
   void searchRanksStoresAndReopens();
   void paretoFrontIsNonDominated();
   void overHbmCandidatesConfirmedWithRemat();
@@ -355,6 +356,31 @@ void TestSearch::boundsAndInvalidCandidates() {
 
 // Extrapolating from depths 2 and 3 gives the step time of the full-depth simulation, and its
 // peak memory (closely: the memory of async collectives' buffers depends on how they overlap).
+// Two shallow runs whose peak falls with depth (a different schedule or rematerialisation at each)
+// put the line through them below zero at 32 layers; the extrapolated peak stays at the larger
+// sample's, so such a candidate is not ranked as fitting in 0 bytes. Figures that grow with depth
+// are on the line.
+void TestSearch::extrapolationNeverBelowTheDeeperSample() {
+  sim::RunSummary a, b;
+  a.step_time_s = 2.0;
+  b.step_time_s = 3.0;
+  a.peak_memory_bytes = 9'000'000'000;
+  b.peak_memory_bytes = 8'000'000'000;
+  a.total_flops = 1e15;
+  b.total_flops = 1.5e15;
+  const double k = (32.0 - 2.0) / (3.0 - 2.0);
+  const sim::RunSummary s = search::ExtrapolateSummary(a, b, k);
+  QCOMPARE(s.peak_memory_bytes, int64_t{9'000'000'000});  // the line: 9 GB - 30 x 1 GB, clamped at 0 before
+  QVERIFY(std::abs(s.step_time_s - 32.0) < 1e-9);        // 2 + 30 x 1
+  QVERIFY(std::abs(s.total_flops - 1.6e16) < 1e3);
+  // A step that falls between the samples stays at the slower one.
+  b.step_time_s = 1.5;
+  QVERIFY(std::abs(search::ExtrapolateSummary(a, b, k).step_time_s - 2.0) < 1e-9);
+  // Growing peaks are extrapolated.
+  b.peak_memory_bytes = 9'500'000'000;
+  QCOMPARE(search::ExtrapolateSummary(a, b, k).peak_memory_bytes, int64_t{24'000'000'000});
+}
+
 void TestSearch::depthExtrapolationMatchesFullDepth() {
   SearchOptions so;
   so.model = "transformer";

@@ -296,31 +296,8 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
     stored.annotations = std::move(annotations);
   } else {
     const double k = static_cast<double>(p.full_depth - p.depths[0]) / static_cast<double>(p.depths[1] - p.depths[0]);
-    const RunSummary& a = sims[0].run.summary;
-    const RunSummary& b = sims[1].run.summary;
-    RunSummary& s = r.summary;
-    s.num_devices = b.num_devices;
-    s.step_time_s = Lin(a.step_time_s, b.step_time_s, k);
-    s.compute_time_s = Lin(a.compute_time_s, b.compute_time_s, k);
-    s.communication_time_s = Lin(a.communication_time_s, b.communication_time_s, k);
-    s.idle_time_s = Lin(a.idle_time_s, b.idle_time_s, k);
-    s.exposed_communication_s = Lin(a.exposed_communication_s, b.exposed_communication_s, k);
-    s.peak_memory_bytes = static_cast<int64_t>(std::llround(Lin(static_cast<double>(a.peak_memory_bytes),
-                                                                static_cast<double>(b.peak_memory_bytes), k)));
-    s.bytes_communicated = static_cast<int64_t>(std::llround(Lin(static_cast<double>(a.bytes_communicated),
-                                                                 static_cast<double>(b.bytes_communicated), k)));
-    s.total_flops = Lin(a.total_flops, b.total_flops, k);
-    // MFU x step time is proportional to the useful FLOPs, which grow linearly with depth.
-    s.mfu = s.step_time_s > 0 ? Lin(a.mfu * a.step_time_s, b.mfu * b.step_time_s, k) / s.step_time_s : 0;
-    s.raw_flops_utilization = s.step_time_s > 0 ? Lin(a.raw_flops_utilization * a.step_time_s,
-                                                      b.raw_flops_utilization * b.step_time_s, k) / s.step_time_s
-                                                : 0;
-    // Pipeline bubbles and recompute grow with the layers per stage, like the rest of the step.
-    s.pipeline_stages = b.pipeline_stages;
-    s.bubble_time_s = std::max(0.0, Lin(a.bubble_time_s, b.bubble_time_s, k));
-    s.recompute_time_s = std::max(0.0, Lin(a.recompute_time_s, b.recompute_time_s, k));
-    s.bubble_flops = std::max(0.0, Lin(a.bubble_flops, b.bubble_flops, k));
-    s.recompute_flops = std::max(0.0, Lin(a.recompute_flops, b.recompute_flops, k));
+    r.summary = ExtrapolateSummary(sims[0].run.summary, sims[1].run.summary, k);
+    const RunSummary& s = r.summary;
     std::map<std::string, std::pair<CollectiveTotal, CollectiveTotal>> kinds;
     for (const CollectiveTotal& t : TotalsByKind(sims[0].run)) kinds[t.kind].first = t;
     for (const CollectiveTotal& t : TotalsByKind(sims[1].run)) kinds[t.kind].second = t;
@@ -345,6 +322,38 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
   for (auto& kv : ResultSettings(r)) stored.inputs.settings.push_back(std::move(kv));
   ev.run = std::move(stored);
   return finish();
+}
+
+RunSummary ExtrapolateSummary(const RunSummary& a, const RunSummary& b, double k) {
+  RunSummary s;
+  s.num_devices = b.num_devices;
+  // A deeper model neither runs faster nor peaks lower than the deeper of the two it is
+  // extrapolated from: when the two samples fall with depth (a schedule or rematerialisation
+  // that differs between them), the line would go below that, even below zero ("2D Attempt 2"
+  // on X=16,Y=128 at 2048 cores extrapolated to a peak of 0 bytes and ranked as fitting).
+  s.step_time_s = std::max(Lin(a.step_time_s, b.step_time_s, k), std::max(a.step_time_s, b.step_time_s));
+  s.compute_time_s = Lin(a.compute_time_s, b.compute_time_s, k);
+  s.communication_time_s = Lin(a.communication_time_s, b.communication_time_s, k);
+  s.idle_time_s = Lin(a.idle_time_s, b.idle_time_s, k);
+  s.exposed_communication_s = Lin(a.exposed_communication_s, b.exposed_communication_s, k);
+  s.peak_memory_bytes = std::max(static_cast<int64_t>(std::llround(Lin(static_cast<double>(a.peak_memory_bytes),
+                                                                       static_cast<double>(b.peak_memory_bytes), k))),
+                                 std::max(a.peak_memory_bytes, b.peak_memory_bytes));
+  s.bytes_communicated = static_cast<int64_t>(std::llround(Lin(static_cast<double>(a.bytes_communicated),
+                                                               static_cast<double>(b.bytes_communicated), k)));
+  s.total_flops = Lin(a.total_flops, b.total_flops, k);
+  // MFU x step time is proportional to the useful FLOPs, which grow linearly with depth.
+  s.mfu = s.step_time_s > 0 ? Lin(a.mfu * a.step_time_s, b.mfu * b.step_time_s, k) / s.step_time_s : 0;
+  s.raw_flops_utilization = s.step_time_s > 0 ? Lin(a.raw_flops_utilization * a.step_time_s,
+                                                    b.raw_flops_utilization * b.step_time_s, k) / s.step_time_s
+                                              : 0;
+  // Pipeline bubbles and recompute grow with the layers per stage, like the rest of the step.
+  s.pipeline_stages = b.pipeline_stages;
+  s.bubble_time_s = std::max(0.0, Lin(a.bubble_time_s, b.bubble_time_s, k));
+  s.recompute_time_s = std::max(0.0, Lin(a.recompute_time_s, b.recompute_time_s, k));
+  s.bubble_flops = std::max(0.0, Lin(a.bubble_flops, b.bubble_flops, k));
+  s.recompute_flops = std::max(0.0, Lin(a.recompute_flops, b.recompute_flops, k));
+  return s;
 }
 
 // ---- results as run settings ----------------------------------------------------------------------

@@ -125,6 +125,10 @@ void StoreEvaluation(Evaluation& evaluation, pipeline::RunDatabase* store, const
 // The evaluation's outcome as run settings ("result.*": evaluation, bounds, HBM, bubble share,
 // collectives by kind) and back from a stored run's overview: how a merged sweep is reported
 // without re-running anything. Error for a run that no search made.
+// The full-depth summary extrapolated from two shallow runs `a` and `b` (b the deeper), `k` =
+// (full depth - a's) / (b's - a's): every figure on the line through them, but the step time and
+// the peak never below the larger of the two samples'.
+sim::RunSummary ExtrapolateSummary(const sim::RunSummary& a, const sim::RunSummary& b, double k);
 Settings ResultSettings(const CandidateResult& result);
 Result<CandidateResult> ResultFromRun(const RunOverview& run);
 
