@@ -16,6 +16,7 @@
 #include "app/pipeline/pipeline.h"
 #include "app/pipeline/sources.h"
 #include "core/eval/virtual_cluster.h"
+#include "tests/spmd_test_support.h"
 #include "core/ir/hlo_text.h"
 #include "core/ir/replica_groups.h"
 #include "core/ir/verifier.h"
@@ -36,33 +37,8 @@ std::vector<const Instruction*> AllReduces(const Module& m) {
   return out;
 }
 
-// Runs `m` on 4 virtual devices, each with its own random arguments (seeded by device).
-std::vector<Tensor> Run(const Module& m) {
-  std::vector<std::vector<Tensor>> args;
-  for (int64_t d = 0; d < kDevices; ++d) args.push_back(MakeRandomArguments(*m.entry(), 5 + static_cast<uint64_t>(d)));
-  auto r = RunSpmd(m, kDevices, args);
-  if (!r.ok()) qWarning("%s", r.error().message.c_str());
-  return r.ok() ? std::move(r).value() : std::vector<Tensor>{};
-}
-
-// The largest difference between two runs' outputs, relative to the values (at least 1).
-double MaxDifference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  if (a.size() != b.size() || a.empty()) return INFINITY;
-  double worst = 0;
-  for (size_t d = 0; d < a.size(); ++d) {
-    const std::vector<Tensor> xs = a[d].IsTuple() ? a[d].elements() : std::vector<Tensor>{a[d]};
-    const std::vector<Tensor> ys = b[d].IsTuple() ? b[d].elements() : std::vector<Tensor>{b[d]};
-    if (xs.size() != ys.size()) return INFINITY;
-    for (size_t e = 0; e < xs.size(); ++e) {
-      if (xs[e].size() != ys[e].size()) return INFINITY;
-      for (int64_t i = 0; i < xs[e].size(); ++i) {
-        const double p = xs[e].GetDouble(i), q = ys[e].GetDouble(i);
-        worst = std::max(worst, std::abs(p - q) / std::max({1.0, std::abs(p), std::abs(q)}));
-      }
-    }
-  }
-  return worst;
-}
+std::vector<Tensor> Run(const Module& m) { return testing::RunOnVirtualDevices(m, kDevices, 5); }
+double MaxDifference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) { return testing::MaxRelativeDifference(a, b); }
 
 // Six all-reduces over 4 partitions:
 //   s1, s2, s4: sums over {0,1,2,3} of f32 arrays (24, 32 and 16 bytes), independent;

@@ -809,21 +809,28 @@ ENTRY %main (p: f32[8]) -> f32[32] {
     QVERIFY(!Simulate(*g, two, o).ok());
   }
 
-  // A zoo training step (2 layers, Adam, 2D finalized) partitioned for 4x4 and simulated on v4:
-  // one timeline for all 16 devices, every memory category present, figures consistent.
-  void ZooTrainingStep() {
+  // The zoo's 2-layer Transformer training step (Adam, 2D finalized, batch 16) propagated and
+  // partitioned for a 4x4 mesh; `model_flops` gets the unpartitioned module's FLOPs.
+  static Result<PartitionResult> PartitionedZooStep(double* model_flops = nullptr) {
     auto m = ZooBuild("transformer", {{"layers", "2"}, {"mesh_x", "4"}, {"mesh_y", "4"}, {"batch", "16"}});
-    QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
-    const double model_flops = CountModuleFlops(**m);
-    QVERIFY(model_flops > 0);
+    if (!m.ok()) return m.error();
+    if (model_flops) *model_flops = CountModuleFlops(**m);
     PropagationOptions po;
     po.propagate_to_output = {true};
     po.propagate_to_parameters = {true};
-    QVERIFY(PropagateShardings(**m, po).ok());
+    if (auto st = PropagateShardings(**m, po); !st.ok()) return st.error();
     SpmdOptions so;
     so.num_partitions = 16;
-    auto p = PartitionModule(**m, so);
+    return PartitionModule(**m, so);
+  }
+
+  // A zoo training step (2 layers, Adam, 2D finalized) partitioned for 4x4 and simulated on v4:
+  // one timeline for all 16 devices, every memory category present, figures consistent.
+  void ZooTrainingStep() {
+    double model_flops = 0;
+    auto p = PartitionedZooStep(&model_flops);
     QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+    QVERIFY(model_flops > 0);
     Topology topo = TopologyFor("tpu-v4", "X=4,Y=4");
     SimulationOptions o;
     o.model_flops = model_flops;
@@ -864,15 +871,7 @@ ENTRY %main (p: f32[8]) -> f32[32] {
   // the figures they give alone, on several topologies (its keys hold the topology), and the
   // second simulation of a program finds every collective in it.
   void CollectiveMemoChangesNothing() {
-    auto m = ZooBuild("transformer", {{"layers", "2"}, {"mesh_x", "4"}, {"mesh_y", "4"}, {"batch", "16"}});
-    QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
-    PropagationOptions po;
-    po.propagate_to_output = {true};
-    po.propagate_to_parameters = {true};
-    QVERIFY(PropagateShardings(**m, po).ok());
-    SpmdOptions so;
-    so.num_partitions = 16;
-    auto p = PartitionModule(**m, so);
+    auto p = PartitionedZooStep();
     QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
     const std::vector<Topology> topologies = {TopologyFor("tpu-v4", "X=4,Y=4"), TopologyFor("tpu-v4", "X=16"),
                                               TopologyFor("tpu-v3", "X=4,Y=4")};

@@ -14,6 +14,7 @@
 
 #include "core/eval/numeric_verify.h"
 #include "core/eval/virtual_cluster.h"
+#include "tests/spmd_test_support.h"
 #include "core/ir/hlo_text.h"
 #include "core/ir/verifier.h"
 #include "partitioner/while_loop_all_reduce_code_motion.h"
@@ -30,35 +31,8 @@ int64_t Count(const Computation& c, Opcode op) {
   return n;
 }
 
-// Runs `m` on 4 virtual devices with the same random arguments per device (seeded by device).
-std::vector<Tensor> Run(const Module& m) {
-  std::vector<std::vector<Tensor>> args;
-  for (int64_t d = 0; d < kDevices; ++d) args.push_back(MakeRandomArguments(*m.entry(), 11 + static_cast<uint64_t>(d)));
-  auto r = RunSpmd(m, kDevices, args);
-  if (!r.ok()) qWarning("%s", r.error().message.c_str());
-  return r.ok() ? std::move(r).value() : std::vector<Tensor>{};
-}
-
-// The largest difference between the devices' outputs, relative to the values (at least 1).
-double MaxDifference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  if (a.size() != b.size() || a.empty()) return INFINITY;
-  double worst = 0;
-  for (size_t d = 0; d < a.size(); ++d) {
-    const Tensor& x = a[d];
-    const Tensor& y = b[d];
-    const std::vector<Tensor> xs = x.IsTuple() ? x.elements() : std::vector<Tensor>{x};
-    const std::vector<Tensor> ys = y.IsTuple() ? y.elements() : std::vector<Tensor>{y};
-    if (xs.size() != ys.size()) return INFINITY;
-    for (size_t e = 0; e < xs.size(); ++e) {
-      if (xs[e].size() != ys[e].size()) return INFINITY;
-      for (int64_t i = 0; i < xs[e].size(); ++i) {
-        const double p = xs[e].GetDouble(i), q = ys[e].GetDouble(i);
-        worst = std::max(worst, std::abs(p - q) / std::max({1.0, std::abs(p), std::abs(q)}));
-      }
-    }
-  }
-  return worst;
-}
+std::vector<Tensor> Run(const Module& m) { return testing::RunOnVirtualDevices(m, kDevices, 11); }
+double MaxDifference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) { return testing::MaxRelativeDifference(a, b); }
 
 // A loop of 5 iterations carrying (i, x, acc, acc2, w): acc accumulates the all-reduce of x*x
 // (reshaped twice and concatenated with a second all-reduce), acc2 by scatter-add at row
