@@ -89,7 +89,8 @@ if [ $shared_given -eq 0 ]; then
 fi
 [ -z "$shared" ] || [ -d "$shared" ] || die "--shared $shared is not a folder"
 if [ -z "$ccache_dir" ]; then
-  ccache_dir=$(sed -n 's/^[[:space:]]*cache_dir[[:space:]]*=[[:space:]]*//p' /etc/ccache.conf 2>/dev/null | tail -n1)
+  # A machine without /etc/ccache.conf (a fresh one) has no cache_dir there: not an error.
+  ccache_dir=$( { sed -n 's/^[[:space:]]*cache_dir[[:space:]]*=[[:space:]]*//p' /etc/ccache.conf 2>/dev/null || true; } | tail -n1)
   ccache_dir=${ccache_dir:-/var/cache/shardscope-ccache}
 fi
 # ccache inside the root reads no /etc/ccache.conf of the host: keep the host's size limit, so a
