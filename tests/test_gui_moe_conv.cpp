@@ -2,8 +2,10 @@
 // dispatch all-to-all of the zoo's moe-transformer (the paper's expert annotations, E over a 1-D
 // mesh of 4) shows who sends which expert's tokens to whom; in the mesh view, a spatially
 // partitioned U-Net convolution (the zoo's unet3d, only the input's depth annotated) shows the
-// selected device's slab and the halo rows each neighbour sends. Both through the main window, as
-// a user gets there, and the screenshots a person looks at.
+// selected device's slab and the halo rows each neighbour sends — the forward conv and the
+// backward pass's filter-gradient conv (its kernel's spatial dim split, partial sums
+// all-reduced). Both through the main window, as a user gets there, and the screenshots a person
+// looks at.
 #include <QFileInfo>
 #include <QImage>
 #include <QLabel>
@@ -55,6 +57,18 @@ QSize Screenshot(const QStringList& args, const QString& png, QString* why) {
     return {};
   }
   return QImage(png).size();
+}
+
+// Clicks the grid's tile of `device` (found by scanning for the point whose click shows its halo).
+bool ClickDevice(MeshView* mesh, int64_t device) {
+  DeviceGridWidget* grid = mesh->grid();
+  for (int y = 4; y < grid->height(); y += 6) {
+    for (int x = 4; x < grid->width(); x += 6) {
+      QTest::mouseClick(grid, Qt::LeftButton, {}, QPoint(x, y));
+      if (mesh->haloView()->halo() && mesh->haloView()->halo()->device == device) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -174,15 +188,7 @@ class TestGuiMoeConv : public QObject {
     for (size_t i = 0; i < grid->tiles().size(); ++i)
       if (grid->tiles()[i].device == edge) tile_index = static_cast<int>(i);
     QVERIFY(tile_index >= 0);
-    // Find the tile on screen: scan for the point whose click selects it.
-    bool clicked = false;
-    for (int y = 4; y < grid->height() && !clicked; y += 6) {
-      for (int x = 4; x < grid->width() && !clicked; x += 6) {
-        QTest::mouseClick(grid, Qt::LeftButton, {}, QPoint(x, y));
-        clicked = mesh->haloView()->halo() && mesh->haloView()->halo()->device == edge;
-      }
-    }
-    QVERIFY(clicked);
+    QVERIFY(ClickDevice(mesh, edge));
     const HaloDim& e = mesh->haloView()->halo()->dims[0];
     QCOMPARE(e.tile, int64_t{0});
     QCOMPARE(e.left, int64_t{0});
@@ -215,7 +221,109 @@ class TestGuiMoeConv : public QObject {
     QCOMPARE(mesh->haloView()->halo()->dims.at(0).tiles, int64_t{4});
   }
 
-  // The screenshots a person reads: the teaching panel on the dispatch, the mesh view on the conv.
+  // unet3d's backward pass: the filter gradient of down0_conva_conv (dW = conv(x, dy), its kernel
+  // dy and its input x split along the depth 4 ways like the forward conv, its result the kernel's
+  // shape, replicated). Selecting it shows the selected device's slab of x and the 1-row halos its
+  // neighbours send, captioned as a partial filter gradient whose partial sums are all-reduced;
+  // clicking a device at the edge shows its one-sided halo. The mesh view is grabbed to a PNG for
+  // a person to look at.
+  void meshViewShowsTheFilterGradientHalo() {
+    MainWindow w;
+    w.setBatchMode(true);
+    w.resize(1600, 1000);
+    w.show();
+    QString error;
+    QVERIFY2(w.openExample("unet3d", &error), qPrintable(error));
+    QVERIFY(WaitReady(w));
+    const std::string name = "backward_down0_conva_dconv_kernel";
+    const Instruction* conv = w.document()->findInstruction(QString::fromStdString(name));
+    QVERIFY(conv);
+    QCOMPARE(conv->opcode(), Opcode::kConvolution);
+    QVERIFY(w.selectInstruction(QString::fromStdString(name)));
+    QVERIFY(w.showView("mesh"));
+    MeshView* mesh = w.meshView();
+    QTRY_VERIFY(mesh->haloShown());
+    const auto& halo = mesh->haloView()->halo();
+    QVERIFY(halo);
+    QCOMPARE(halo->conv, name);
+    QCOMPARE(halo->input, conv->operand(0)->name());
+    QCOMPARE(halo->kernel, conv->operand(1)->name());
+    QVERIFY(halo->partial_sums());
+    QCOMPARE(halo->dims.size(), size_t{1});
+    const HaloDim& d = halo->dims[0];
+    QCOMPARE(d.split, HaloSplit::kKernel);
+    QCOMPARE(d.input_dim, int64_t{1});  // the depth
+    QCOMPARE(d.tiles, int64_t{4});
+    QCOMPARE(d.full, int64_t{128});
+    QCOMPARE(d.shard, int64_t{32});
+    QCOMPARE(d.window, int64_t{128});  // the output gradient's depth: every tap
+    QCOMPARE(d.tile, int64_t{1});      // the default: neighbours on both sides
+    QCOMPARE(d.kernel_begin, int64_t{32});
+    QCOMPARE(d.kernel_end, int64_t{64});
+    const int64_t device = halo->device;
+    QCOMPARE(mesh->grid()->selectedDevice(), device);
+    QCOMPARE(d.slabs.size(), size_t{3});
+    QCOMPARE(d.slabs[0].begin, int64_t{31});
+    QCOMPARE(d.slabs[0].width(), int64_t{1});
+    QCOMPARE(d.slabs[1].from_device, device);
+    QCOMPARE(d.slabs[1].begin, int64_t{32});
+    QCOMPARE(d.slabs[1].end, int64_t{64});
+    QCOMPARE(d.slabs[2].begin, int64_t{64});
+    QCOMPARE(d.slabs[2].width(), int64_t{1});
+    // The neighbours hold tiles 0 and 2 of the input's depth (the handler exchanges along x).
+    const auto xs = w.document()->sharding(conv->operand(0)->id());
+    QVERIFY(xs);
+    QCOMPARE(xs->TileIndexForDevice(device).at(1), int64_t{1});
+    QCOMPARE(xs->TileIndexForDevice(d.slabs[0].from_device).at(1), int64_t{0});
+    QCOMPARE(xs->TileIndexForDevice(d.slabs[2].from_device).at(1), int64_t{2});
+    const QStringList labels = mesh->haloView()->slabLabels();
+    QCOMPARE(labels.size(), 3);
+    QCOMPARE(labels[0], QString("1 row from device %1").arg(d.slabs[0].from_device));
+    QCOMPARE(labels[1], QString("rows 32\u201363: device %1's own").arg(device));
+    QCOMPARE(labels[2], QString("1 row from device %1").arg(d.slabs[2].from_device));
+    QCOMPARE(DimCaption(*halo, d), QString("dim 1 of x: tile 1 of 4, 32 rows each; kernel split: taps 32\u201363 of 128"));
+    // The caption says what the device computes and that the partial sums are all-reduced.
+    auto* info = mesh->findChild<QLabel*>("haloInfo");
+    QVERIFY(info);
+    const QString text = info->text();
+    QVERIFY2(text.contains(QString("Device <b>%1</b> computes a partial filter gradient").arg(device)), qPrintable(text));
+    QVERIFY2(text.contains(QString("1 row from device %1").arg(d.slabs[0].from_device)), qPrintable(text));
+    QVERIFY2(text.contains("all-reduced"), qPrintable(text));
+
+    // What a person sees: the mesh view, grabbed (kept in the build's tests folder).
+    DeviceGridWidget* grid = mesh->grid();
+    QTRY_VERIFY(grid->isVisible() && grid->width() > 0);
+    const QString out_dir = qEnvironmentVariable("SHARDSCOPE_REPORT_DIR", dir_.path());
+    const QString png = out_dir + "/mesh-filter-gradient-halo.png";
+    QTest::qWait(300);  // the dock's layout settles (the halo box was just shown)
+    // The dock's whole scrolled content (the device grid and the halo box under it), not only
+    // the part in view.
+    auto* box = mesh->findChild<QWidget*>("haloBox");
+    QVERIFY(box && box->parentWidget());
+    QVERIFY(box->parentWidget()->grab().save(png));
+    QVERIFY(QImage(png).width() > 0);
+
+    // A click on the device holding tile 3 of the depth: a left halo only.
+    int64_t edge = -1;
+    for (int64_t dev = 0; dev < xs->NumDevices() && edge < 0; ++dev)
+      if (xs->TileIndexForDevice(dev).at(1) == 3) edge = dev;
+    QVERIFY(edge >= 0);
+    QVERIFY(ClickDevice(mesh, edge));
+    const HaloDim& e = mesh->haloView()->halo()->dims.at(0);
+    QCOMPARE(e.split, HaloSplit::kKernel);
+    QCOMPARE(e.tile, int64_t{3});
+    QCOMPARE(e.left, int64_t{1});
+    QCOMPARE(e.right, int64_t{0});
+    QCOMPARE(e.slabs.size(), size_t{2});
+    QCOMPARE(e.slabs[0].begin, int64_t{95});
+    QCOMPARE(e.slabs[1].begin, int64_t{96});
+    QCOMPARE(e.kernel_begin, int64_t{96});
+    QCOMPARE(grid->selectedDevice(), edge);
+    QVERIFY2(info->text().contains("none from the right (the array's edge)"), qPrintable(info->text()));
+  }
+
+  // The screenshots a person reads: the teaching panel on the dispatch, the mesh view on the conv
+  // and on its filter gradient.
   void screenshots_data() {
     QTest::addColumn<QString>("size");
     QTest::newRow("1600x1000") << "1600x1000";
@@ -237,11 +345,18 @@ class TestGuiMoeConv : public QObject {
     QCOMPARE(Screenshot({"--example", "unet3d", "--select", "down0_conva_conv", "--view", "halo", "--size", size}, unet, &why),
              want);
     QVERIFY2(why.isEmpty(), qPrintable(why));
+    const QString wgrad = dir_.filePath("unet-wgrad-" + size + ".png");
+    QCOMPARE(Screenshot({"--example", "unet3d", "--select", "backward_down0_conva_dconv_kernel", "--view", "halo", "--size",
+                         size},
+                        wgrad, &why),
+             want);
+    QVERIFY2(why.isEmpty(), qPrintable(why));
     // Kept for a person to look at when SHARDSCOPE_KEEP_SCREENSHOTS names a folder.
     const QString keep = qEnvironmentVariable("SHARDSCOPE_KEEP_SCREENSHOTS");
     if (!keep.isEmpty()) {
       QFile::copy(moe, keep + "/moe-" + size + ".png");
       QFile::copy(unet, keep + "/unet-" + size + ".png");
+      QFile::copy(wgrad, keep + "/unet-wgrad-" + size + ".png");
     }
   }
 };

@@ -21,6 +21,17 @@ QString SlabLabel(const HaloSlab& s) {
 
 }  // namespace
 
+QString DimCaption(const ConvHalo& h, const HaloDim& d) {
+  const QString head = QString("dim %1 of %2: tile %3 of %4, %5 rows each; ")
+                           .arg(d.input_dim).arg(QString::fromStdString(h.input)).arg(d.tile).arg(d.tiles).arg(d.shard);
+  if (d.split == HaloSplit::kKernel) {
+    // The filter gradient: the window is the kernel operand, split alike; this tile's taps (the
+    // kernel's name is in the dock's text above: it is long).
+    return head + QString("kernel split: taps %1\u2013%2 of %3").arg(d.kernel_begin).arg(d.kernel_end - 1).arg(d.window);
+  }
+  return head + QString("window %1").arg(d.window);
+}
+
 HaloSlabsWidget::HaloSlabsWidget(QWidget* parent) : QWidget(parent) {
   setObjectName("haloSlabs");
   setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
@@ -62,9 +73,7 @@ void HaloSlabsWidget::paintEvent(QPaintEvent*) {
   for (const HaloDim& d : halo_->dims) {
     p.setFont(bold);
     p.setPen(pal.color(QPalette::WindowText));
-    p.drawText(QRectF(left, y, avail, kCaption), Qt::AlignLeft | Qt::AlignVCenter,
-               QString("dim %1 of %2: tile %3 of %4, %5 rows each; window %6")
-                   .arg(d.input_dim).arg(QString::fromStdString(halo_->input)).arg(d.tile).arg(d.tiles).arg(d.shard).arg(d.window));
+    p.drawText(QRectF(left, y, avail, kCaption), Qt::AlignLeft | Qt::AlignVCenter, DimCaption(*halo_, d));
     y += kCaption;
     // Widths: halo slabs proportional to their rows but wide enough for their label; the own
     // slab takes the rest.

@@ -2,7 +2,9 @@
 // dim a bar along the dim with the device's own slab of input rows in the middle and, on each
 // side, the slab each neighbour sends, labelled with its width and the sending device ("2 rows
 // from device 1"); nothing at an edge of the array (the padding). Drawn from ConvHaloForDevice
-// (partitioner/spmd/conv_halo_slabs.h): no arithmetic here.
+// (partitioner/spmd/conv_halo_slabs.h): no arithmetic here. A filter-gradient conv (its kernel's
+// spatial dim split, partial sums all-reduced) is drawn alike, its caption naming the kernel taps
+// the device's tile holds.
 #pragma once
 
 #include <optional>
@@ -12,6 +14,10 @@
 #include "partitioner/spmd/conv_halo_slabs.h"
 
 namespace shardscope::views {
+
+// The caption over a dim's bar: the tile, the shard and the window ("window 3"), or for a
+// filter gradient the kernel taps this tile holds ("kernel split: taps 32–63 of 128").
+QString DimCaption(const ConvHalo& halo, const HaloDim& dim);
 
 class HaloSlabsWidget : public QWidget {
   Q_OBJECT

@@ -767,30 +767,31 @@ void MeshView::setHaloDevice(int64_t device) {
 void MeshView::refreshHalo() {
   const Instruction* inst = selectedTensor();
   std::optional<HloSharding> sh = inst ? doc_->sharding(inst->id()) : std::nullopt;
-  if (!inst || inst->opcode() != Opcode::kConvolution || !sh || !sh->IsTiled()) {
+  if (!inst || inst->opcode() != Opcode::kConvolution || inst->operand_count() < 2 || !sh) {
+    halo_->setHalo(std::nullopt);
+    halo_box_->hide();
+    grid_->setSelectedDevice(-1);
+    return;
+  }
+  // The shardings the partitioner starts from: the conv's own (forward: its output's spatial dim
+  // split) and its operands' (filter gradient: the kernel's spatial dim split, the input alike).
+  const ConvShardings shardings{doc_->sharding(inst->operand(0)->id()), doc_->sharding(inst->operand(1)->id()), *sh};
+  bool kernel_split = false;
+  if (shardings.rhs && shardings.rhs->IsTiled())
+    for (int64_t d : inst->conv_dims.kernel_spatial) kernel_split |= shardings.rhs->DimensionTiles(d) > 1;
+  if (!sh->IsTiled() && !kernel_split) {
     halo_->setHalo(std::nullopt);
     halo_box_->hide();
     grid_->setSelectedDevice(-1);
     return;
   }
   int64_t device = halo_device_;
-  auto halo = device >= 0 ? ConvHaloForDevice(*inst, *sh, device) : Result<ConvHalo>(Error("no device"));
+  auto halo = device >= 0 ? ConvHaloForDevice(*inst, shardings, device) : Result<ConvHalo>(Error("no device"));
   if (!halo.ok()) {
-    // The default: the first device whose tile has neighbours on both sides (else device 0).
-    auto first = ConvHaloForDevice(*inst, *sh, 0);
-    device = 0;
-    if (first.ok()) {
-      const HaloDim& d0 = first->dims.front();
-      for (int64_t d = 0; d < sh->NumDevices(); ++d) {
-        auto idx = sh->TileIndexForDevice(d);
-        const size_t od = static_cast<size_t>(inst->conv_dims.output_spatial[static_cast<size_t>(d0.spatial)]);
-        if (idx.size() > od && idx[od] == std::min<int64_t>(1, d0.tiles - 1)) {
-          device = d;
-          break;
-        }
-      }
-    }
-    halo = ConvHaloForDevice(*inst, *sh, device);
+    // The default: the first device whose tile has neighbours on both sides (else the first
+    // with a halo, else device 0 for the message).
+    device = std::max<int64_t>(0, ConvHaloDefaultDevice(*inst, shardings));
+    halo = ConvHaloForDevice(*inst, shardings, device);
   }
   if (!halo.ok()) {
     halo_->setHalo(std::nullopt);
@@ -799,15 +800,38 @@ void MeshView::refreshHalo() {
     grid_->setSelectedDevice(-1);
     return;
   }
+  // "N rows from device 0" per side, per dim.
+  auto from = [](const HaloDim& d, bool left) {
+    QStringList senders;
+    for (const HaloSlab& s : d.slabs)
+      if (left ? s.hop < 0 : s.hop > 0) senders << QString::number(s.from_device);
+    const int64_t rows = left ? d.left : d.right;
+    if (rows == 0) {
+      const bool edge = left ? d.tile == 0 : d.tile == d.tiles - 1;
+      return QString("none from the %1 (%2)").arg(left ? "left" : "right", edge ? "the array's edge" : "not needed");
+    }
+    return QString("%1 row%2 from device %3").arg(rows).arg(rows == 1 ? "" : "s").arg(senders.join("/"));
+  };
   QStringList parts;
-  for (const HaloDim& d : halo->dims) {
-    parts << QString("dim %1: %2 row%3 from the left, %4 from the right")
-                 .arg(d.input_dim).arg(d.left).arg(d.left == 1 ? "" : "s").arg(d.right);
+  for (const HaloDim& d : halo->dims) parts << QString("dim %1: %2, %3").arg(d.input_dim).arg(from(d, true), from(d, false));
+  const QString conv = Q(halo->conv).toHtmlEscaped(), input = Q(halo->input).toHtmlEscaped();
+  QString text;
+  if (halo->partial_sums()) {
+    QStringList taps;
+    for (const HaloDim& d : halo->dims)
+      if (d.split == HaloSplit::kKernel) taps << QString("rows %1\u2013%2").arg(d.kernel_begin).arg(d.kernel_end - 1);
+    text = QString("Device <b>%1</b> computes a partial filter gradient <b>%2</b> from its slab of <b>%3</b> and of "
+                   "<b>%4</b> (kernel split: %5) plus the rows of <b>%3</b> its neighbours send (collective-permutes): "
+                   "%6; the partial sums are all-reduced. Click a device above to see its halo.")
+               .arg(device)
+               .arg(conv, input, Q(halo->kernel).toHtmlEscaped(), taps.join(", "), parts.join("; "));
+  } else {
+    text = QString("Device <b>%1</b> runs its part of <b>%2</b> on its slab of <b>%3</b> plus the rows its "
+                   "neighbours send (collective-permutes): %4. Click a device above to see its halo.")
+               .arg(device)
+               .arg(conv, input, parts.join("; "));
   }
-  halo_info_->setText(QString("Device <b>%1</b> runs its part of <b>%2</b> on its slab of <b>%3</b> plus the rows its "
-                              "neighbours send (collective-permutes): %4. Click a device above to see its halo.")
-                          .arg(device)
-                          .arg(Q(halo->conv).toHtmlEscaped(), Q(halo->input).toHtmlEscaped(), parts.join("; ")));
+  halo_info_->setText(text);
   grid_->setSelectedDevice(device);
   halo_->setHalo(std::move(halo).value());
   halo_box_->show();
