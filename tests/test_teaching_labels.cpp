@@ -443,7 +443,7 @@ class TestTeachingLabels : public QObject {
       QCOMPARE(d.kernel_end, 2 * device + 2);
       QCOMPARE(d.right, int64_t{0});
       QCOMPARE(d.left, device > 0 ? int64_t{1} : int64_t{0});
-      QCOMPARE(d.slabs.size(), size_t{device > 0 ? 2 : 1});
+      QCOMPARE(d.slabs.size(), device > 0 ? size_t{2} : size_t{1});
       if (device > 0) {
         QCOMPARE(d.slabs[0].from_device, device - 1);
         QCOMPARE(d.slabs[0].begin, 4 * device - 1);
