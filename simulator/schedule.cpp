@@ -1399,16 +1399,22 @@ class Expander {
       }
       if (!rc.inputs.empty()) reuse_.push_back(std::move(rc));
     }
-    // The distinct collective. An instruction met again (a loop body's, once per unrolled
-    // iteration) is the same collective: its participants and operand bytes depend on the
-    // instruction alone.
+    auto index = DistinctCollective(f, i, kind, operand_bytes);
+    if (!index.ok()) return index.error();
+    op.collective = *index;
+    AddControlDeps(f, {&i}, op);
+    FinalizeDeps(op);
+    prog_->ops.push_back(std::move(op));
+    return CheckBudget();
+  }
+
+  // The index of the distinct collective instruction `i` runs in prog_->collectives (added when new).
+  // An instruction met again (a loop body's, once per unrolled iteration) is the same collective:
+  // its participants and operand bytes depend on the instruction alone.
+  Result<int32_t> DistinctCollective(const Frame& f, const Instruction& i, CollectiveKind kind, double operand_bytes) {
     if (auto known = collective_of_instruction_.find(&i);
         known != collective_of_instruction_.end() && known->second.first == operand_bytes) {
-      op.collective = known->second.second;
-      AddControlDeps(f, {&i}, op);
-      FinalizeDeps(op);
-      prog_->ops.push_back(std::move(op));
-      return CheckBudget();
+      return known->second.second;
     }
     // Who takes part: XLA's group modes (core/collectives/participants.h), so an empty
     // replica_groups without a channel_id on one replica is every device alone (no traffic).
@@ -1443,12 +1449,8 @@ class Expander {
       it = collective_index_.emplace(key, static_cast<int32_t>(prog_->collectives.size())).first;
       prog_->collectives.push_back(std::move(spec));
     }
-    op.collective = it->second;
     collective_of_instruction_[&i] = {operand_bytes, it->second};
-    AddControlDeps(f, {&i}, op);
-    FinalizeDeps(op);
-    prog_->ops.push_back(std::move(op));
-    return CheckBudget();
+    return it->second;
   }
 
   Status RunConstant(Frame& f, const Instruction& i) {
@@ -1465,7 +1467,7 @@ class Expander {
         Buffer b;
         b.name = Qualified(*f.comp, i, "");
         b.logical_bytes = LeafBytes(*leaves[k]);
-      b.bytes = BufferBytes(*leaves[k]);
+        b.bytes = BufferBytes(*leaves[k]);
         b.category = MemoryCategory::kTemporaries;
         b.is_constant = true;
         v.push_back(AddBuffer(std::move(b)));
