@@ -6,10 +6,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/eval/numeric_verify.h"
 #include "core/eval/virtual_cluster.h"
+#include "core/ir/hlo_text.h"
+#include "partitioner/spmd/spmd_partitioner.h"
 
 namespace shardscope::testing {
 
@@ -41,6 +46,46 @@ inline double MaxRelativeDifference(const std::vector<Tensor>& a, const std::vec
     }
   }
   return worst;
+}
+
+// How PartitionAndVerify partitions and checks: the partitioner's options (num_partitions is set
+// from `devices`) and one numerical comparison per seed.
+struct PartitionVerifyOptions {
+  SpmdOptions spmd;
+  std::vector<uint64_t> seeds = {7};
+  NumericVerifyOptions verify;
+};
+
+// Parses `hlo`, partitions it over `devices` and runs both programs on virtual devices with the
+// same random inputs (one run per seed), comparing the results. nullopt with the reason in *why
+// (parse, partition, or the mismatch, with the partitioned program's text) on failure; the parsed
+// module (which the partition result's records point into) goes to *original when given.
+inline std::optional<PartitionResult> PartitionAndVerify(const std::string& hlo, int64_t devices, std::string* why,
+                                                         const PartitionVerifyOptions& options = {},
+                                                         std::unique_ptr<Module>* original = nullptr) {
+  auto m = ParseHloModule(hlo);
+  if (!m.ok()) {
+    *why = "parse: " + m.error().message;
+    return std::nullopt;
+  }
+  SpmdOptions o = options.spmd;
+  o.num_partitions = devices;
+  auto r = PartitionModule(**m, o);
+  if (!r.ok()) {
+    *why = "partition: " + r.error().message;
+    return std::nullopt;
+  }
+  for (uint64_t seed : options.seeds) {
+    auto v = VerifyPartitioned(**m, *r->module, devices, seed, options.verify);
+    if (!v.ok() || !v->match) {
+      *why = (v.ok() ? "numerical mismatch (max_abs_error " + std::to_string(v->max_abs_error) + "): " + v->detail
+                     : "verify: " + v.error().message) +
+             "\n" + PrintHloModule(*r->module);
+      return std::nullopt;
+    }
+  }
+  if (original) *original = std::move(m).value();
+  return std::move(r).value();
 }
 
 }  // namespace shardscope::testing

@@ -11,6 +11,7 @@
 
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
+#include "tests/spmd_test_support.h"
 #include "partitioner/spmd/spmd_partitioner.h"
 #include "tests/built_paths.h"
 
@@ -40,35 +41,11 @@ using Groups = std::vector<std::vector<int64_t>>;
 // drawn from [int_min, int_max] — beyond the operand's extent, so out-of-range indices occur.
 std::optional<PartitionResult> Run(const std::string& hlo, int64_t devices, int64_t int_min, int64_t int_max,
                                    std::string* why, std::unique_ptr<Module>* original = nullptr) {
-  auto m = ParseHloModule(hlo);
-  if (!m.ok()) {
-    *why = "parse: " + m.error().message;
-    return std::nullopt;
-  }
-  SpmdOptions o;
-  o.num_partitions = devices;
-  auto r = PartitionModule(**m, o);
-  if (!r.ok()) {
-    *why = "partition failed: " + r.error().message;
-    return std::nullopt;
-  }
-  NumericVerifyOptions vo;
-  vo.int_min = int_min;
-  vo.int_max = int_max;
-  for (uint64_t seed : {42u, 7u, 1234u}) {
-    auto v = VerifyPartitioned(**m, *r->module, devices, seed, vo);
-    if (!v.ok()) {
-      *why = "verify failed to run: " + v.error().message + "\n" + PrintHloModule(*r->module);
-      return std::nullopt;
-    }
-    if (!v->match) {
-      *why = "numerical mismatch (max_abs_error " + std::to_string(v->max_abs_error) + "): " + v->detail + "\n" +
-             PrintHloModule(*r->module);
-      return std::nullopt;
-    }
-  }
-  if (original) *original = std::move(*m);
-  return std::move(r).value();
+  testing::PartitionVerifyOptions o;
+  o.seeds = {42u, 7u, 1234u};
+  o.verify.int_min = int_min;
+  o.verify.int_max = int_max;
+  return testing::PartitionAndVerify(hlo, devices, why, o, original);
 }
 
 const char* kAdd = R"(

@@ -15,6 +15,7 @@
 
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
+#include "tests/spmd_test_support.h"
 #include "partitioner/spmd/halo.h"
 #include "partitioner/spmd/spmd_partitioner.h"
 
@@ -30,27 +31,9 @@ std::vector<const Instruction*> Find(const Module& m, Opcode op) {
   return out;
 }
 
-// Parses, partitions and verifies numerically; nullopt with the reason in *why on failure.
+// Parses, partitions and verifies numerically (seed 7); nullopt with the reason in *why on failure.
 std::optional<PartitionResult> PartitionAndVerify(const std::string& hlo, int64_t devices, std::string* why) {
-  auto m = ParseHloModule(hlo);
-  if (!m.ok()) {
-    *why = "parse: " + m.error().message;
-    return std::nullopt;
-  }
-  SpmdOptions o;
-  o.num_partitions = devices;
-  auto r = PartitionModule(**m, o);
-  if (!r.ok()) {
-    *why = "partition: " + r.error().message;
-    return std::nullopt;
-  }
-  auto v = VerifyPartitioned(**m, *r->module, devices, 7);
-  if (!v.ok() || !v->match) {
-    *why = (v.ok() ? "numerical mismatch: " + v->detail : "verify: " + v.error().message) + "\n" +
-           PrintHloModule(*r->module);
-    return std::nullopt;
-  }
-  return std::move(r).value();
+  return testing::PartitionAndVerify(hlo, devices, why);
 }
 
 std::string Pairs(const std::vector<std::pair<int64_t, int64_t>>& p) {

@@ -12,6 +12,7 @@
 
 #include "core/ir/hlo_text.h"
 #include "core/eval/numeric_verify.h"
+#include "tests/spmd_test_support.h"
 #include "partitioner/spmd/spmd_partitioner.h"
 
 using namespace shardscope;
@@ -28,26 +29,10 @@ std::vector<const Instruction*> Find(const Module& m, Opcode op) {
 
 std::optional<PartitionResult> PartitionAndVerify(const std::string& hlo, int64_t devices, std::string* why,
                                                   bool halo_on_lhs = true) {
-  auto m = ParseHloModule(hlo);
-  if (!m.ok()) {
-    *why = "parse: " + m.error().message;
-    return std::nullopt;
-  }
-  SpmdOptions o;
-  o.num_partitions = devices;
-  o.conv_halo_exchange_always_on_lhs = halo_on_lhs;
-  auto r = PartitionModule(**m, o);
-  if (!r.ok()) {
-    *why = "partition: " + r.error().message;
-    return std::nullopt;
-  }
-  auto v = VerifyPartitioned(**m, *r->module, devices, 11);
-  if (!v.ok() || !v->match) {
-    *why = (v.ok() ? "numerical mismatch: " + v->detail : "verify: " + v.error().message) + "\n" +
-           PrintHloModule(*r->module);
-    return std::nullopt;
-  }
-  return std::move(r).value();
+  testing::PartitionVerifyOptions o;
+  o.spmd.conv_halo_exchange_always_on_lhs = halo_on_lhs;
+  o.seeds = {11};
+  return testing::PartitionAndVerify(hlo, devices, why, o);
 }
 
 bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/eval/numeric_verify.h"
+#include "tests/spmd_test_support.h"
 #include "core/ir/hlo_text.h"
 #include "core/sharding/mesh.h"
 #include "partitioner/spmd/all_to_all_pieces.h"
@@ -115,25 +116,9 @@ int CheckHaloAgainstPermutes(const Instruction& conv, const ConvShardings& sh, c
 // Parses, partitions with the defaults and verifies numerically on `devices` devices.
 std::optional<PartitionResult> PartitionHlo(const std::string& hlo, int64_t devices, std::unique_ptr<Module>* module,
                                             std::string* why) {
-  auto m = ParseHloModule(hlo);
-  if (!m.ok()) {
-    *why = "parse: " + m.error().message;
-    return std::nullopt;
-  }
-  SpmdOptions o;
-  o.num_partitions = devices;
-  auto r = PartitionModule(**m, o);
-  if (!r.ok()) {
-    *why = "partition: " + r.error().message;
-    return std::nullopt;
-  }
-  auto v = VerifyPartitioned(**m, *r->module, devices, 5);
-  if (!v.ok() || !v->match) {
-    *why = v.ok() ? "numerical mismatch: " + v->detail : "verify: " + v.error().message;
-    return std::nullopt;
-  }
-  *module = std::move(m).value();
-  return std::move(r).value();
+  testing::PartitionVerifyOptions o;
+  o.seeds = {5};
+  return testing::PartitionAndVerify(hlo, devices, why, o, module);
 }
 
 // The filter gradient of a 3x3 "same" conv on NHWC activations: x [N=2, H=16, W=6, C=3] and the
