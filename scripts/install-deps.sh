@@ -32,6 +32,7 @@ packages=(
   libgl-dev
   libgraphviz-dev graphviz libeigen3-dev libsqlite3-dev
   coinor-libcbc-dev              # the MILP solver of the auto-sharding integer program (app/search)
+  libjemalloc-dev                # the executables' allocator (CMakeLists.txt, SHARDSCOPE_JEMALLOC)
   # fonts for the GUI, the Graphviz layout (pango) and the offscreen screenshots
   fontconfig fonts-dejavu-core
   # a display for the GUI on a machine without one, and a look at the screenshots
