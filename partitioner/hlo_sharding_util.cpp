@@ -46,6 +46,15 @@ void Unflatten(int64_t flat, const std::vector<int64_t>& dims, std::vector<int64
   }
 }
 
+// The row-major successor of `index` within `dims` (an odometer): what Unflatten(flat + 1) gives
+// after Unflatten(flat), without the divisions, for loops over every element in order.
+void NextIndex(const std::vector<int64_t>& dims, std::vector<int64_t>* index) {
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (++(*index)[i] < dims[i]) return;
+    (*index)[i] = 0;
+  }
+}
+
 }  // namespace
 
 bool CompatibleIgnoringElementType(const Shape& a, const Shape& b) {
@@ -298,9 +307,8 @@ GroupKeys ComputeGroupKeys(const HloSharding& s, int64_t manual_dim, int64_t max
   if (manual_dim >= 0) num_groups *= dims[static_cast<size_t>(manual_dim)];
   g.members.resize(static_cast<size_t>(num_groups));
   g.key_of_device.assign(static_cast<size_t>(max_device + 1), -1);
-  std::vector<int64_t> idx;
-  for (size_t f = 0; f < devices.size(); ++f) {
-    Unflatten(static_cast<int64_t>(f), dims, &idx);
+  std::vector<int64_t> idx(dims.size(), 0);
+  for (size_t f = 0; f < devices.size(); ++f, NextIndex(dims, &idx)) {
     int64_t key = 0;
     for (int64_t i = 0; i < data_rank; ++i) key = key * dims[static_cast<size_t>(i)] + idx[static_cast<size_t>(i)];
     if (manual_dim >= 0) key = key * dims[static_cast<size_t>(manual_dim)] + idx[static_cast<size_t>(manual_dim)];
@@ -365,9 +373,8 @@ bool MergeShardingIfCompatible(const HloSharding& to_merge, int64_t minimum_tile
   const int64_t num_cells = Product(cell_dims);
   std::vector<int64_t> devices;
   devices.reserve(static_cast<size_t>(num_devices));
-  std::vector<int64_t> idx, bucket;
-  for (int64_t c = 0; c < num_cells; ++c) {
-    Unflatten(c, cell_dims, &idx);
+  std::vector<int64_t> idx(cell_dims.size(), 0), bucket;
+  for (int64_t c = 0; c < num_cells; ++c, NextIndex(cell_dims, &idx)) {
     int64_t mkey = 0, dkey = 0;
     for (int64_t i = 0; i < data_rank; ++i) {
       const size_t ui = static_cast<size_t>(i);
