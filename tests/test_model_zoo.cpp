@@ -14,10 +14,12 @@
 #include <string>
 
 #include "core/eval/evaluator.h"
+#include "core/eval/virtual_cluster.h"
 #include "core/ir/hlo_text.h"
 #include "core/zoo/model_zoo.h"
 #include "core/ir/verifier.h"
 #include "tests/built_paths.h"
+#include "tests/zoo_partitioning.h"
 
 using namespace shardscope;
 
@@ -51,16 +53,19 @@ std::string ShapeOf(const Module& m, const char* name) {
   return i ? i->shape().ToString(false) : std::string("<missing ") + name + ">";
 }
 
-// Random arguments for the entry parameters (LayerNorm scales near 1, Adam second moments >= 0).
-std::vector<Tensor> RandomArgs(const Module& m, uint64_t seed) {
+// Random arguments for the entry parameters (LayerNorm scales near 1, Adam second moments >= 0;
+// integers, e.g. token ids, uniform in [0, classes)).
+std::vector<Tensor> RandomArgs(const Module& m, uint64_t seed, int64_t classes = 1) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(-1, 1);
   std::vector<Tensor> args;
   for (Instruction* p : m.entry()->parameters()) {
     std::vector<double> v(static_cast<size_t>(p->shape().ElementCount()));
     const std::string& n = p->name();
+    const bool integer = !IsFloatingPoint(p->shape().type);
     for (auto& x : v) {
       x = u(rng);
+      if (integer) x = std::floor((x + 1) / 2 * static_cast<double>(classes));
       if (n.find("scale") != std::string::npos) x = 1 + 0.3 * x;
       if (n.size() > 2 && n.compare(n.size() - 2, 2, "_v") == 0) x = std::abs(x);
     }
@@ -75,8 +80,9 @@ std::vector<Tensor> RandomArgs(const Module& m, uint64_t seed) {
 // weight parameter (entry parameters from `first_weight`), `probes` random elements. Returns the
 // worst relative error (relative to at least `floor`: the finite differences' own noise is about
 // 1e-10 where the loss is of order 1).
-double WorstGradientError(const Module& m, int64_t first_weight, int probes, std::string* where, double floor = 1e-6) {
-  std::vector<Tensor> args = RandomArgs(m, 7);
+double WorstGradientError(const Module& m, int64_t first_weight, int probes, std::string* where, double floor = 1e-6,
+                          int64_t classes = 1) {
+  std::vector<Tensor> args = RandomArgs(m, 7, classes);
   auto out = Evaluate(m, args);
   if (!out.ok()) qFatal("evaluate: %s", out.error().message.c_str());
   std::mt19937_64 rng(99);
@@ -565,6 +571,220 @@ class TestModelZoo : public QObject {
     worst = WorstGradientError(*moe, 2, 3, &where, 1e-4);
     qInfo("moe-transformer (dense + MoE layer): worst relative gradient error %.3g", worst);
     QVERIFY2(worst < 1e-5, where.c_str());
+  }
+
+  // The paper's language model (GSPMD §5.1, "the vocabulary size is 32000"): vocab > 0 takes token
+  // ids and labels, adds the embedding table E [V,M] (a one-hot matmul) and the softmax weight W_s
+  // [M,V] as weights, annotated as Figure 2's caption says (Y partitions the vocabulary, X is data
+  // parallelism) with the weights also split over X like Table 1's.
+  void vocabularyLayers() {
+    ZooOverrides o = kSmallTransformer;
+    o["vocab"] = "32";
+    o["layers"] = "2";
+    o["mesh_x"] = "2";
+    o["mesh_y"] = "2";
+    o["optimizer"] = "none";
+    auto m = Build("transformer", o);
+    QVERIFY(m);
+    QVERIFY(VerifyModule(*m).ok());
+    const auto& params = m->entry()->parameters();
+    QCOMPARE(params.size(), size_t(2 + 1 + 2 * 6 + 1));
+    QCOMPARE(params[0]->name(), std::string("ids"));
+    QCOMPARE(params[1]->name(), std::string("labels"));
+    QCOMPARE(params[2]->name(), std::string("embedding_table"));
+    QCOMPARE(params.back()->name(), std::string("softmax_weight"));
+    QCOMPARE(ShapeOf(*m, "ids"), std::string("s32[2,4]"));
+    QCOMPARE(ShapeOf(*m, "labels"), std::string("s32[2,4]"));
+    QCOMPARE(ShapeOf(*m, "embedding_table"), std::string("f64[32,8]"));   // V, M
+    QCOMPARE(ShapeOf(*m, "softmax_weight"), std::string("f64[8,32]"));    // M, V
+    QCOMPARE(ShapeOf(*m, "embedding_one_hot"), std::string("f64[2,4,32]"));
+    QCOMPARE(ShapeOf(*m, "embedding_lookup"), std::string("f64[2,4,8]"));
+    QCOMPARE(ShapeOf(*m, "softmax_logits"), std::string("f64[2,4,32]"));
+    QVERIFY(!m->FindInstruction("x") && !m->FindInstruction("target"));
+    // Outputs: the loss, then a gradient per weight in parameter order (dE first, dW_s last).
+    const Shape& root = m->entry()->root()->shape();
+    QCOMPARE(root.tuple.size(), size_t(1 + 1 + 2 * 6 + 1));
+    QCOMPARE(root.tuple[1].ToString(false), std::string("f64[32,8]"));
+    QCOMPARE(root.tuple.back().ToString(false), std::string("f64[8,32]"));
+    // Annotations: 7 per layer + E, W_s, the tokens' and the labels' one-hots and the logits.
+    QCOMPARE(CountAnnotated(*m), 2 * 7 + 5);
+    auto sharding_of = [&](const Module& mod, const char* name) {
+      Instruction* i = mod.FindInstruction(name);
+      if (!i || !i->has_sharding()) qFatal("%s has no sharding", name);
+      return *i->sharding();
+    };
+    QCOMPARE(sharding_of(*m, "embedding_table"), Parse("{devices=[2,2]<=[2,2]T(1,0)}"));  // V on Y, M on X
+    QCOMPARE(sharding_of(*m, "softmax_weight"), Parse("{devices=[2,2]<=[4]}"));           // M on X, V on Y
+    for (const char* bsv : {"embedding_one_hot", "softmax_logits", "loss_label_one_hot"})
+      QCOMPARE(sharding_of(*m, bsv), Parse("{devices=[2,1,2]<=[4]}"));                   // B on X, V on Y
+    QCOMPARE(sharding_of(*m, "embedding_lookup"), Parse("{devices=[2,1,2]<=[4]}"));      // the layer input: BSM
+    QCOMPARE(VocabularyDimsMapping(AnnotationSet::kFinalized, VocabularyTensor::kEmbedding), (std::vector<int64_t>{1, 0}));
+    QVERIFY(VocabularyDimsMapping(AnnotationSet::kNone, VocabularyTensor::kBSV).empty());
+
+    // Data parallelism: the vocabulary weights replicated, the batch over every device.
+    o["annotations"] = "data-parallel";
+    auto dp = Build("transformer", o);
+    QVERIFY(dp);
+    QCOMPARE(sharding_of(*dp, "embedding_table"), HloSharding::Replicate());
+    QCOMPARE(sharding_of(*dp, "softmax_weight"), HloSharding::Replicate());
+    QCOMPARE(sharding_of(*dp, "softmax_logits"), Parse("{devices=[4,1,1]<=[4]}"));
+
+    // Mixed precision: the one-hot and the logits dot in the activation type, the softmax and its
+    // cross-entropy in f32, the logits' gradient back in the activation type.
+    auto bf = Build("transformer", {{"act_dtype", "bf16"}, {"layers", "1"}, {"optimizer", "sgd"}, {"vocab", "100"}});
+    QVERIFY(bf);
+    QCOMPARE(ShapeOf(*bf, "embedding_table"), std::string("f32[100,64]"));
+    QCOMPARE(ShapeOf(*bf, "embedding_one_hot"), std::string("bf16[8,16,100]"));
+    QCOMPARE(ShapeOf(*bf, "softmax_logits"), std::string("bf16[8,16,100]"));
+    QCOMPARE(ShapeOf(*bf, "softmax_logits_f32"), std::string("f32[8,16,100]"));
+    QCOMPARE(ShapeOf(*bf, "backward_softmax_dlogits"), std::string("bf16[8,16,100]"));
+    QCOMPARE(ShapeOf(*bf, "backward_embedding_dtable"), std::string("bf16[100,64]"));
+    QCOMPARE(bf->entry()->root()->shape().tuple[0].ToString(false), std::string("f32[]"));
+    QCOMPARE(bf->entry()->root()->shape().tuple[1].ToString(false), std::string("f32[100,64]"));  // E updated, f32
+
+    // Forward only: embedding, layers and the f32 logits as the root; no labels.
+    auto fwd = Build("transformer-layer", {{"vocab", "100"}, {"act_dtype", "bf16"}});
+    QVERIFY(fwd);
+    QCOMPARE(fwd->entry()->parameters().size(), size_t(1 + 1 + 6 + 1));
+    QVERIFY(!fwd->FindInstruction("labels"));
+    QCOMPARE(fwd->entry()->root()->shape().ToString(false), std::string("f32[8,16,100]"));
+
+    auto bad = ZooBuild("transformer", {{"vocab", "-1"}});
+    QVERIFY(!bad.ok());
+    QCOMPARE(bad.error().message, std::string("transformer: vocab must be 0 (no vocabulary layers) or between 1 and 16777216, found -1"));
+  }
+
+  // The loss is the softmax cross-entropy of the logits against the labels, averaged over the B*S
+  // tokens (recomputed here from the forward-only module's logits), and its gradients, E's and
+  // W_s's included, match finite differences.
+  void vocabularyLossAndGradients() {
+    ZooOverrides o = kSmallTransformer;
+    o["vocab"] = "11";
+    o["layers"] = "2";
+    o["optimizer"] = "none";
+    auto train = Build("transformer", o);
+    o["backward"] = "0";
+    auto fwd = Build("transformer", o);
+    QVERIFY(train && fwd);
+    const std::vector<Tensor> args = RandomArgs(*train, 5, 11);
+    std::vector<Tensor> fwd_args = args;
+    fwd_args.erase(fwd_args.begin() + 1);  // no labels
+    auto t = Evaluate(*train, args);
+    auto f = Evaluate(*fwd, fwd_args);
+    QVERIFY(t.ok() && f.ok());
+    const Tensor& logits = *f;  // the root: the logits alone
+    QCOMPARE(logits.shape().ToString(false), std::string("f64[2,4,11]"));
+    const Tensor& labels = args[1];
+    std::set<int64_t> seen;
+    double expect = 0;
+    for (int64_t tok = 0; tok < 2 * 4; ++tok) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t v = 0; v < 11; ++v) mx = std::max(mx, logits.GetDouble(tok * 11 + v));
+      for (int64_t v = 0; v < 11; ++v) sum += std::exp(logits.GetDouble(tok * 11 + v) - mx);
+      const int64_t label = static_cast<int64_t>(labels.GetDouble(tok));
+      QVERIFY(label >= 0 && label < 11);
+      seen.insert(label);
+      expect += mx + std::log(sum) - logits.GetDouble(tok * 11 + label);
+    }
+    expect /= 2 * 4;
+    QVERIFY(seen.size() > 3);  // the labels are spread over the vocabulary
+    const double loss = t->element(0).GetDouble(0);
+    qInfo("vocabulary 11: loss %.12g, by hand %.12g", loss, expect);
+    QVERIFY(loss > 0);
+    QVERIFY2(std::abs(loss - expect) < 1e-9 * std::max(1.0, std::abs(expect)), std::to_string(loss - expect).c_str());
+
+    std::string where;
+    const double worst = WorstGradientError(*train, 2, 3, &where, 1e-6, 11);
+    qInfo("transformer with vocabulary (2 layers): worst relative gradient error %.3g", worst);
+    QVERIFY2(worst < 1e-5, where.c_str());
+  }
+
+  // The partitioned language model on virtual devices equals the unpartitioned one (token ids
+  // drawn within the vocabulary), and its vocabulary dims are reduced, never gathered: the
+  // softmax's max and sum over V (split on Y) are all-reduces of [B/X, S] over Y, and no device
+  // holds logits over the whole vocabulary.
+  void vocabularyPartitions_data() {
+    QTest::addColumn<QString>("set");
+    QTest::addColumn<int>("mx");
+    QTest::addColumn<int>("my");
+    QTest::newRow("finalized 2x2") << "finalized" << 2 << 2;
+    QTest::newRow("finalized 2x4") << "finalized" << 2 << 4;
+    QTest::newRow("attempt2 2x2") << "attempt2" << 2 << 2;
+    QTest::newRow("data-parallel 2x2") << "data-parallel" << 2 << 2;
+  }
+  void vocabularyPartitions() {
+    QFETCH(QString, set);
+    QFETCH(int, mx);
+    QFETCH(int, my);
+    const int64_t B = 4, S = 4, V = 32;
+    const ZooOverrides o = {{"batch", "4"}, {"seq", "4"}, {"model", "8"}, {"heads", "4"}, {"head_dim", "2"},
+                            {"hidden", "16"}, {"layers", "1"}, {"vocab", "32"}, {"optimizer", "sgd"},
+                            {"learning_rate", "0.5"}, {"annotations", set.toStdString()},
+                            {"mesh_x", std::to_string(mx)}, {"mesh_y", std::to_string(my)}};
+    NumericVerifyOptions vo;
+    vo.int_min = 0;
+    vo.int_max = V - 1;
+    vo.int_full_range_share = 0;
+    std::string why;
+    auto r = testing::PartitionZooModel("transformer", o, &why, nullptr, 17, vo);
+    QVERIFY2(r, why.c_str());
+    qInfo("%s: max |error| %.3g", qPrintable(set), r->max_abs_error);
+
+    // The loss itself: the unpartitioned one against device 0's (replicated) loss.
+    const Module& orig = *r->annotated;
+    const int64_t n = mx * my;
+    const std::vector<Tensor> args = MakeRandomArguments(*orig.entry(), 17, vo);
+    auto ref = Evaluate(orig, args);
+    QVERIFY(ref.ok());
+    std::vector<std::vector<Tensor>> per_device(static_cast<size_t>(n));
+    for (int64_t d = 0; d < n; ++d)
+      for (size_t i = 0; i < args.size(); ++i) {
+        const Instruction* p = orig.entry()->parameter(static_cast<int64_t>(i));
+        auto shard = ShardForDevice(args[i], p->has_sharding() ? *p->sharding() : HloSharding::Replicate(), d);
+        QVERIFY(shard.ok());
+        per_device[static_cast<size_t>(d)].push_back(std::move(shard).value());
+      }
+    auto spmd = RunSpmd(*r->spmd.module, n, per_device);
+    QVERIFY2(spmd.ok(), spmd.ok() ? "" : spmd.error().message.c_str());
+    const double loss = ref->element(0).GetDouble(0);
+    qInfo("%s %dx%d: loss %.9g unpartitioned, %.9g partitioned", qPrintable(set), mx, my, loss,
+          (*spmd)[0].element(0).GetDouble(0));
+    QVERIFY(loss > 0);
+    for (int64_t d = 0; d < n; ++d)
+      QVERIFY(std::abs((*spmd)[static_cast<size_t>(d)].element(0).GetDouble(0) - loss) < 1e-4 * std::max(1.0, loss));
+
+    const std::string collectives = testing::DescribeCollectives(r->spmd);
+    if (set == "data-parallel") {
+      // Everything is whole per device but the batch: only reductions (the gradients, the loss).
+      for (const auto& c : r->spmd.collectives)
+        QVERIFY2(c.kind == Opcode::kAllReduce, collectives.c_str());
+      return;
+    }
+    // Groups along Y of an X x Y mesh (device = x * Y + y).
+    std::string along_y = "{";
+    for (int x = 0; x < mx; ++x) {
+      along_y += x ? ",{" : "{";
+      for (int y = 0; y < my; ++y) along_y += (y ? "," : "") + std::to_string(x * my + y);
+      along_y += "}";
+    }
+    along_y += "}";
+    int softmax_reductions = 0;
+    for (const auto& c : r->spmd.collectives) {
+      if (c.origin != "loss_max" && c.origin != "loss_sum") continue;
+      ++softmax_reductions;
+      QCOMPARE(c.kind, Opcode::kAllReduce);
+      QCOMPARE(c.bytes_per_device, int64_t(B / mx * S * 4));  // f32 [B/X, S]
+      QCOMPARE(c.replica_groups, along_y);
+    }
+    QVERIFY2(softmax_reductions == 2, collectives.c_str());
+    for (const auto& c : r->spmd.collectives)
+      QVERIFY2(!(c.kind == Opcode::kAllGather && (c.origin.rfind("loss_", 0) == 0 || c.origin == "softmax_logits_f32")),
+               collectives.c_str());
+    // No instruction of the partitioned program spans the whole vocabulary of a batch shard.
+    for (const auto& inst : r->spmd.module->entry()->instructions()) {
+      const Shape& sh = inst->shape();
+      QVERIFY2(!(sh.rank() == 3 && sh.dim(1) == S && sh.dim(2) == V), inst->name().c_str());
+    }
   }
 
   void resnetGradientsAndLars() {

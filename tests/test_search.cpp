@@ -289,6 +289,17 @@ void TestSearch::familiesGenerate() {
     QCOMPARE(only.size(), size_t{1});
     auto bad = GenerateCandidates(space, {"pipelining-ish"});
     QVERIFY(!bad.ok() && Contains(bad.error().message, "in-layer"));
+    // With the vocabulary layers (vocab > 0) the pipelined Transformer, which has none, is no
+    // candidate: the other families still are.
+    auto settings = SmallTransformer();
+    settings["vocab"] = "64";
+    SearchSpace lm("transformer", settings, MakePod("tpu-v4", 16).value());
+    std::vector<std::string> lm_notes;
+    auto v = GenerateCandidates(lm, {}, &lm_notes).value();
+    QCOMPARE(count(v, "pipelining"), 0);
+    QCOMPARE(count(v, "in-layer"), 3 * 5);
+    QCOMPARE(count(v, "data-parallel"), 1);
+    QVERIFY(std::any_of(lm_notes.begin(), lm_notes.end(), [](const std::string& n) { return Contains(n, "no vocabulary layers (vocab=64)"); }));
   }
   {
     // 16 experts on 16 devices: GShard's 1-D sharding, and the hybrid on X in {2, 4, 8, 16}.

@@ -21,11 +21,13 @@ struct PartitionedZooModel {
 };
 
 // Empty on failure (a build, propagation or partitioning error, or a numerical mismatch) with the
-// reason in *why. `edit` may change the built module first (e.g. add outputs).
+// reason in *why. `edit` may change the built module first (e.g. add outputs); `options` draw the
+// random inputs (e.g. token ids within the vocabulary).
 inline std::optional<PartitionedZooModel> PartitionZooModel(const std::string& model, const ZooOverrides& overrides,
                                                             std::string* why,
                                                             const std::function<void(Module&)>& edit = nullptr,
-                                                            uint64_t seed = 17) {
+                                                            uint64_t seed = 17,
+                                                            const NumericVerifyOptions& options = {}) {
   auto m = ZooBuild(model, overrides);
   if (!m.ok()) { *why = m.error().message; return std::nullopt; }
   if (edit) edit(**m);
@@ -35,7 +37,7 @@ inline std::optional<PartitionedZooModel> PartitionZooModel(const std::string& m
   if (!p.ok()) { *why = "propagation: " + p.error().message; return std::nullopt; }
   auto r = PartitionModule(**m);
   if (!r.ok()) { *why = "partition: " + r.error().message; return std::nullopt; }
-  auto v = VerifyPartitioned(**m, *r->module, (*m)->num_partitions, seed);
+  auto v = VerifyPartitioned(**m, *r->module, (*m)->num_partitions, seed, options);
   if (!v.ok()) { *why = "verify: " + v.error().message; return std::nullopt; }
   if (!v->match) { *why = "numerical mismatch: " + v->detail; return std::nullopt; }
   return PartitionedZooModel{std::move(m).value(), std::move(r).value(), v->max_abs_error};

@@ -35,6 +35,12 @@ class Pipelining final : public StrategyFamily {
   void Generate(const SearchSpace& space, std::vector<Candidate>& out, std::vector<std::string>& notes) const override {
     const bool pipelined = space.model() == "pipelined-transformer";
     if (!pipelined && space.model() != "transformer") return;
+    if (!pipelined && space.IntSetting("vocab") > 0) {
+      // Its candidates would drop the embedding and softmax: a different model to compare.
+      notes.push_back("pipelining: the pipelined Transformer has no vocabulary layers (vocab=" + space.Setting("vocab") +
+                      "); no pipelined candidates");
+      return;
+    }
     const int64_t layers = space.IntSetting("layers");
     int64_t batch = 0, fixed_n = 0;
     if (pipelined) {

@@ -78,6 +78,21 @@ std::vector<int64_t> Table1DimsMapping(AnnotationSet set, Table1Tensor tensor) {
   return {};
 }
 
+std::vector<int64_t> VocabularyDimsMapping(AnnotationSet set, VocabularyTensor tensor) {
+  constexpr int64_t X = 0, Y = 1, _ = -1, B = kEveryMeshAxis;
+  if (set == AnnotationSet::kNone) return {};
+  if (set == AnnotationSet::kDataParallel) {
+    if (tensor == VocabularyTensor::kBSV) return {B, _, _};
+    return {_, _};
+  }
+  switch (tensor) {
+    case VocabularyTensor::kEmbedding: return {Y, X};
+    case VocabularyTensor::kSoftmaxWeight: return {X, Y};
+    case VocabularyTensor::kBSV: return {X, _, Y};
+  }
+  return {};
+}
+
 AnnotationSet ReadAnnotationSet(ZooParams& p) {
   auto s = AnnotationSetFromName(p.Str("annotations"));
   if (!s)

@@ -37,6 +37,19 @@ std::vector<int64_t> Table1DimsMapping(AnnotationSet set, Table1Tensor tensor);
 // The "annotations" setting of a zoo model.
 AnnotationSet ReadAnnotationSet(ZooParams& p);
 
+// The vocabulary layers of a language model (GSPMD §5.1's 32000-word token embedding and softmax;
+// not in Table 1, which annotates the Transformer layers only). Paper Figure 2's caption: "Y
+// partitions the vocabulary, X is data parallelism in the embedding and softmax layers"; like Table
+// 1's weights, the two vocabulary weights are also split over X (weight-update sharding). Tensors:
+// the embedding table E [V,M], the softmax weight W_s [M,V], and the [B,S,V] one-hots (tokens and
+// labels) and logits.
+enum class VocabularyTensor : uint8_t { kEmbedding, kSoftmaxWeight, kBSV };
+// The dims mapping of a vocabulary tensor (over VM, MV, BSV) under `set`:
+//   attempt1 / attempt2 / finalized   E: Y,X   W_s: X,Y   BSV: X,_,Y
+//   data-parallel                     E: _,_   W_s: _,_   BSV: B over every axis,_,_
+// Empty for AnnotationSet::kNone.
+std::vector<int64_t> VocabularyDimsMapping(AnnotationSet set, VocabularyTensor tensor);
+
 // The annotation sets of the image models (resnet.h, unet3d.h): none; data (the batch split over
 // mesh axis X); spatial (the batch on X and the first spatial dim on Y: GSPMD §5.6). Only the
 // model's inputs are annotated.
@@ -58,7 +71,7 @@ class Annotator {
  public:
   // Table 1's rows for `set` (kNone annotates nothing).
   Annotator(Builder& b, AnnotationSet set, const DeviceMesh& mesh)
-      : b_(b), mesh_(mesh), enabled_(set != AnnotationSet::kNone), replicate_weights_(set == AnnotationSet::kDataParallel) {
+      : b_(b), mesh_(mesh), set_(set), enabled_(set != AnnotationSet::kNone), replicate_weights_(set == AnnotationSet::kDataParallel) {
     if (enabled_) policy_ = [set](Table1Tensor t) { return Table1DimsMapping(set, t); };
   }
   // A model's own policy (an empty policy annotates nothing).
@@ -86,6 +99,11 @@ class Annotator {
     if (expand) m = expand(m);
     m.insert(m.begin(), prefix_.begin(), prefix_.end());
     Apply(inst, m);
+  }
+  // The set's mapping of vocabulary tensor `t` (VocabularyDimsMapping; nothing for an Annotator
+  // built from a model's own policy).
+  void Vocabulary(Instruction* inst, VocabularyTensor t) {
+    if (enabled_ && set_ != AnnotationSet::kNone) Apply(inst, VocabularyDimsMapping(set_, t));
   }
   // Mesh axes of leading dims in front of every Table 1 tensor (layers stacked and vectorised
   // along them: the pipelined Transformer's stage dim on its mesh axis L).
@@ -115,6 +133,7 @@ class Annotator {
 
   Builder& b_;
   const DeviceMesh& mesh_;
+  AnnotationSet set_ = AnnotationSet::kNone;  // kNone when built from a policy
   Table1Policy policy_;
   std::vector<int64_t> prefix_;
   bool enabled_ = false;

@@ -348,6 +348,17 @@ std::pair<Instruction*, Instruction*> SoftmaxCrossEntropy(Net& net, Instruction*
   return {loss, dlogits};
 }
 
+Instruction* OneHot(Net& net, Instruction* ids, int64_t classes, PrimitiveType t, const std::string& name) {
+  Builder& b = net.b();
+  if (!ids) return nullptr;
+  Dims dims = ids->shape().dims, kept;
+  for (int64_t i = 0; i < ids->shape().rank(); ++i) kept.push_back(i);
+  dims.push_back(classes);
+  Instruction* index = b.Iota(Shape(ids->shape().type, dims), ids->shape().rank(), name.empty() ? "" : name + "_index");
+  Instruction* hit = b.Compare(index, b.Broadcast(ids, dims, kept), ComparisonDirection::kEq);
+  return b.Convert(hit, t, name);
+}
+
 void AccumulateGrad(Builder& b, Instruction** acc, Instruction* g) {
   if (!*acc) *acc = g;
   else *acc = b.Add(*acc, g);

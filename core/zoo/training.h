@@ -192,6 +192,11 @@ Result<std::unique_ptr<Module>> WrapInTrainingLoop(const Module& step, int64_t s
 // one-hot), averaged over the rows: -mean(sum(labels * log_softmax(logits))). Returns the loss and
 // its gradient with respect to the logits ((softmax - labels) / rows for a distribution).
 std::pair<Instruction*, Instruction*> SoftmaxCrossEntropy(Net& net, Instruction* logits, Instruction* labels);
+// One-hot encoding of integer ids [...] over `classes`: [..., classes] of type `t`, 1 where the
+// last index equals the id (iota == broadcast(ids)), so an id outside [0, classes) gives a zero
+// row. A dot of the one-hot with a table [classes, F] is the table lookup TPU models of the
+// GSPMD paper's time used for embeddings (a matmul on the matrix units instead of a gather).
+Instruction* OneHot(Net& net, Instruction* ids, int64_t classes, PrimitiveType t, const std::string& name = "");
 // Adds the optimizer's state parameters: Adam m for every weight, then v for every weight; LARS
 // the momentum for every weight (named "<weight>_m"); Adafactor "<weight>_adafactor_row" (or
 // "_adafactor_v" for a vector) for every weight, then "<weight>_adafactor_col" for every weight of

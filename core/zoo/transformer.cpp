@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 namespace shardscope {
 
@@ -229,14 +230,20 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
       !s.ok())
     return s.error();
   if (c.layers > 4096) return Error("layers = " + std::to_string(c.layers) + " is too many (limit 4096)");
+  if (c.vocab < 0 || c.vocab > (int64_t{1} << 24))
+    return Error("vocab must be 0 (no vocabulary layers) or between 1 and 16777216, found " + std::to_string(c.vocab));
+  if (c.vocab > 0)
+    if (Status s = CheckElementCount({{c.batch, c.seq, c.vocab}, {c.vocab, c.model}}); !s.ok()) return s.error();
   if (Status s = CheckElementCount({{c.batch, c.heads, c.seq, c.seq}, {c.batch, c.seq, c.hidden},
                                     {3, c.model, c.heads, c.head_dim}, {c.batch, c.seq, 3, c.heads, c.head_dim}});
       !s.ok())
     return s.error();
   if (Status s = CheckTrainingParameters(c); !s.ok()) return s.error();
 
-  const int64_t B = c.batch, S = c.seq, M = c.model, N = c.heads, D = c.head_dim, H = c.hidden;
+  const int64_t B = c.batch, S = c.seq, M = c.model, N = c.heads, D = c.head_dim, H = c.hidden, V = c.vocab;
   const PrimitiveType P = c.param_type, A = c.act_type;
+  // The softmax and its cross-entropy run in f32 (or the activation type when that is wider).
+  const PrimitiveType loss_type = PrimitiveTypeBitWidth(A) >= 32 ? A : PrimitiveType::kF32;
   const DeviceMesh mesh({{"X", c.mesh_x}, {"Y", c.mesh_y}});
 
   auto module = std::make_unique<Module>(c.layers == 1 ? "transformer_layer" : "transformer");
@@ -245,6 +252,10 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
   // Reducers first, so the module lists callees before their callers (as XLA's text does).
   ScalarAdd(m, A);
   ScalarMax(m, A);
+  if (V > 0) {
+    ScalarAdd(m, loss_type);
+    ScalarMax(m, loss_type);
+  }
   Builder b(m.AddComputation("main", /*is_entry=*/true));
   b.set_scoped_names(true);
   Net net(m, b, A);
@@ -252,15 +263,26 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
 
   // Parameters.
   int64_t pn = 0;
-  Instruction* x = b.Parameter(pn++, Shape(A, {B, S, M}), "x");
-  Instruction* target = c.backward ? b.Parameter(pn++, Shape(A, {B, S, M}), "target") : nullptr;
+  Instruction *x = nullptr, *target = nullptr, *ids = nullptr, *labels = nullptr;
+  if (V > 0) {
+    ids = b.Parameter(pn++, Shape(PrimitiveType::kS32, {B, S}), "ids");
+    labels = c.backward ? b.Parameter(pn++, Shape(PrimitiveType::kS32, {B, S}), "labels") : nullptr;
+  } else {
+    x = b.Parameter(pn++, Shape(A, {B, S, M}), "x");
+    target = c.backward ? b.Parameter(pn++, Shape(A, {B, S, M}), "target") : nullptr;
+  }
   struct Layer {
     AttentionBlock attention;
     FfnBlock ffn;
   };
   std::vector<Weight> weights;
-  weights.reserve(static_cast<size_t>(c.layers) * 6);
+  weights.reserve(static_cast<size_t>(c.layers) * 6 + 2);
   std::vector<Layer> layers(static_cast<size_t>(c.layers));
+  Weight *embedding = nullptr, *softmax = nullptr;
+  if (V > 0) {
+    embedding = MakeWeightAdder(b, weights, "embedding", &pn)("table", "", Shape(P, {V, M}));
+    ann.Vocabulary(embedding->param, VocabularyTensor::kEmbedding);
+  }
   for (int64_t l = 0; l < c.layers; ++l) {
     const WeightAdder add = MakeWeightAdder(b, weights, "layer" + std::to_string(l), &pn);
     Layer& L = layers[static_cast<size_t>(l)];
@@ -268,6 +290,10 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
     AddFfnWeights(add, P, M, H, c.layernorm, &L.ffn);
     AnnotateAttentionWeights(ann, L.attention);
     AnnotateFfnWeights(ann, L.ffn);
+  }
+  if (V > 0) {
+    softmax = MakeWeightAdder(b, weights, "softmax", &pn)("weight", "", Shape(P, {M, V}));
+    ann.Vocabulary(softmax->param, VocabularyTensor::kSoftmaxWeight);
   }
   for (Weight& w : weights) ann.WeightParameter(w.param);
   AddOptimizerState(b, weights, c.optimizer, &pn);
@@ -280,28 +306,61 @@ Result<std::unique_ptr<Module>> BuildTransformer(const TransformerConfig& c) {
   // Forward, keeping what backward needs. Its ops are scoped forward/layer<l>/... (op_name only:
   // names stay "layer<l>_..."), beside loss/, backward/layer<l>/... and optimizer/layer<l>/...
   Instruction* h = x;
+  Instruction *tokens = nullptr, *logits = nullptr;  // vocab: the ids' one-hot [B,S,V], the f32 logits
   {
     auto forward = b.OpNameScope("forward");
     CastWeights(net, weights);
+    if (V > 0) {
+      auto s = b.Scope("embedding");
+      tokens = OneHot(net, ids, V, A, "one_hot");
+      ann.Vocabulary(tokens, VocabularyTensor::kBSV);
+      h = net.Dot(tokens, embedding->value, {}, {}, {2}, {0}, "lookup");  // [B,S,M]
+    }
     for (int64_t l = 0; l < c.layers; ++l) {
       Layer& L = layers[static_cast<size_t>(l)];
       auto layer_scope = b.Scope("layer" + std::to_string(l));
       ann.Table1(h, Table1Tensor::kBSM);  // the layer input activation
       h = FfnForward(net, ann, L.ffn, AttentionForward(net, ann, L.attention, h));
     }
+    if (V > 0) {
+      auto s = b.Scope("softmax");
+      Instruction* dot = net.Dot(h, softmax->value, {}, {}, {2}, {0}, "logits");  // [B,S,V]
+      ann.Vocabulary(dot, VocabularyTensor::kBSV);
+      logits = net.ToType(dot, loss_type, "logits_" + std::string(PrimitiveTypeName(loss_type)));
+    }
   }
 
   if (!c.backward) {
-    b.SetRoot(h);
+    b.SetRoot(V > 0 ? logits : h);
     if (!b.ok()) return b.status().error();
     return module;
   }
 
-  auto [loss, dh] = MseLoss(net, h, target);
+  Instruction *loss = nullptr, *dh = nullptr;
+  if (V > 0) {
+    Instruction* label_one_hot = nullptr;
+    {
+      auto s = b.Scope("loss");
+      label_one_hot = OneHot(net, labels, V, loss_type, "label_one_hot");
+      ann.Vocabulary(label_one_hot, VocabularyTensor::kBSV);
+    }
+    Instruction* dlogits = nullptr;
+    std::tie(loss, dlogits) = SoftmaxCrossEntropy(net, logits, label_one_hot);
+    auto bwd = b.Scope("backward/softmax");
+    Instruction* g = net.ToType(dlogits, A, "dlogits");
+    AccumulateGrad(b, &softmax->grad, net.Dot(h, g, {}, {}, {0, 1}, {0, 1}, "dweight"));  // [M,V]
+    dh = net.Dot(g, softmax->value, {}, {}, {2}, {1}, "dh");                                // [B,S,M]
+  } else {
+    std::tie(loss, dh) = MseLoss(net, h, target);
+  }
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     Layer& L = layers[static_cast<size_t>(l)];
     auto bwd = b.Scope("backward/layer" + std::to_string(l));
     dh = AttentionBackward(net, L.attention, FfnBackward(net, L.ffn, dh));
+  }
+  if (V > 0) {
+    auto bwd = b.Scope("backward/embedding");
+    AccumulateGrad(b, &embedding->grad, net.Dot(tokens, dh, {}, {}, {0, 1}, {0, 1}, "dtable"));  // [V,M]
   }
   FinishGradients(net, weights, P);
   Instruction* root = MakeRoot(net, loss, weights, c.optimizer, c.learning_rate);
@@ -323,6 +382,7 @@ std::vector<ZooParameter> TransformerParameters(int64_t layers, bool backward, c
       {"head_dim", "16", "D: dimension per head"},
       {"hidden", "256", "H: feed-forward hidden dimension"},
       {"layers", std::to_string(layers), "number of stacked Transformer layers"},
+      {"vocab", "0", "V: vocabulary size; > 0: token ids in, a one-hot embedding [V,M] and a softmax layer [M,V] with cross-entropy (GSPMD §5.1: 32000); 0: MSE on [B,S,M] inputs"},
       {"layernorm", "1", "pre-norm LayerNorm before attention and feed-forward (0 | 1)"},
       {"backward", backward ? "1" : "0", "add the loss and the backward pass (0 | 1)"},
       {"steps", "0", "0: one training step; K: a training loop of K steps (a while loop over K batches, inputs [K,...])"},
@@ -339,6 +399,7 @@ Result<std::unique_ptr<Module>> BuildFromParams(ZooParams& p) {
   c.heads = p.Int("heads");
   c.head_dim = p.Int("head_dim");
   c.layernorm = p.Bool("layernorm");
+  c.vocab = p.Int("vocab");
   if (!p.ok()) return Error(p.error());
   const int64_t steps = p.Int("steps");
   if (!p.ok()) return Error(p.error());

@@ -20,7 +20,18 @@
 // The loss is 0.5 * mean((out - target)^2); backward gives the exact gradient of that loss for
 // every weight (LayerNorm scales included); an optimizer step returns the updated weights.
 //
-// Names: parameters are "x", "target", "layer<i>_<weight>" ("layer0_wqkv", "layer0_wi", ...);
+// With a vocabulary (vocab = V > 0; GSPMD §5.1: "the vocabulary size is 32000") the model is the
+// paper's language model: token ids and labels [B,S] s32 instead of x and target, and
+//   onehot = (iota over V == ids)            [B,S,V]  act type   (annotated: VocabularyTensor BSV)
+//   x      = einsum(onehot, E)               E: [V,M] (annotated: kEmbedding; a weight like the others)
+//   h      = the layers above
+//   logits = f32(einsum(h, W_s))             W_s: [M,V] (annotated: kSoftmaxWeight), logits BSV
+//   loss   = softmax cross-entropy against onehot(labels), mean over the B*S tokens (f32)
+// and backward from dlogits = (softmax - onehot(labels)) / (B*S), in the activation type: dW_s,
+// dh, the layers, and dE = onehot^T . dx. Without backward the root is the f32 logits.
+//
+// Names: parameters are "x", "target" (vocab: "ids", "labels", "embedding_table" first and
+// "softmax_weight" after the layers), "layer<i>_<weight>" ("layer0_wqkv", "layer0_wi", ...);
 // instructions carry metadata op_name scopes ("layer0/attention/qkv", "layer0/ffn/wi",
 // "backward/layer0/ffn/wi", "optimizer/layer0/wi", "loss/...") and are named after them
 // ("layer0_ffn_wi").
@@ -46,6 +57,7 @@ struct TransformerConfig {
   int64_t head_dim = 16;  // D
   int64_t hidden = 256;   // H
   int64_t layers = 1;
+  int64_t vocab = 0;      // V: 0 = MSE on [B,S,M] inputs; > 0 = embedding, softmax, cross-entropy
   bool layernorm = true;
   bool backward = false;
   Optimizer optimizer = Optimizer::kNone;  // needs backward
