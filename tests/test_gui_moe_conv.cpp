@@ -41,6 +41,20 @@ bool WaitReady(MainWindow& w, int timeout_ms = 300000) {
   return ok;
 }
 
+// Shows `w` at 1600x1000 in batch mode and opens the zoo example `name`, waiting until its
+// propagation is done; the reason in *why when it fails.
+bool OpenExample(MainWindow& w, const QString& name, QString* why) {
+  w.setBatchMode(true);
+  w.resize(1600, 1000);
+  w.show();
+  if (!w.openExample(name, why)) return false;
+  if (!WaitReady(w)) {
+    *why = name + ": not ready";
+    return false;
+  }
+  return true;
+}
+
 // Runs the GUI binary for a screenshot; the PNG's size, or an empty size with the reason in *why.
 QSize Screenshot(const QStringList& args, const QString& png, QString* why) {
   QProcess p;
@@ -87,12 +101,8 @@ class TestGuiMoeConv : public QObject {
   // every piece by its group and expert.
   void teachingPanelNamesTheDispatchPieces() {
     MainWindow w;
-    w.setBatchMode(true);
-    w.resize(1600, 1000);
-    w.show();
     QString error;
-    QVERIFY2(w.openExample("moe-transformer", &error), qPrintable(error));
-    QVERIFY(WaitReady(w));
+    QVERIFY2(OpenExample(w, "moe-transformer", &error), qPrintable(error));
     QCOMPARE(w.document()->mesh().num_devices(), int64_t{4});
     QVERIFY(w.teachCollective("layer1_moe_dispatched"));
     QVERIFY(WaitReady(w));
@@ -136,12 +146,8 @@ class TestGuiMoeConv : public QObject {
   // array's edge a device gets one halo only. Clicking a device in the grid selects it.
   void meshViewShowsTheConvHalo() {
     MainWindow w;
-    w.setBatchMode(true);
-    w.resize(1600, 1000);
-    w.show();
     QString error;
-    QVERIFY2(w.openExample("unet3d", &error), qPrintable(error));
-    QVERIFY(WaitReady(w));
+    QVERIFY2(OpenExample(w, "unet3d", &error), qPrintable(error));
     QVERIFY(w.selectInstruction("down0_conva_conv"));
     QVERIFY(w.showView("mesh"));
     MeshView* mesh = w.meshView();
@@ -229,12 +235,8 @@ class TestGuiMoeConv : public QObject {
   // a person to look at.
   void meshViewShowsTheFilterGradientHalo() {
     MainWindow w;
-    w.setBatchMode(true);
-    w.resize(1600, 1000);
-    w.show();
     QString error;
-    QVERIFY2(w.openExample("unet3d", &error), qPrintable(error));
-    QVERIFY(WaitReady(w));
+    QVERIFY2(OpenExample(w, "unet3d", &error), qPrintable(error));
     const std::string name = "backward_down0_conva_dconv_kernel";
     const Instruction* conv = w.document()->findInstruction(QString::fromStdString(name));
     QVERIFY(conv);
