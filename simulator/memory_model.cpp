@@ -98,6 +98,83 @@ MemoryCategory ClassifyValue(const Instruction& inst, bool is_entry_parameter,
   return MemoryCategory::kTemporaries;
 }
 
+namespace {
+
+// When each buffer is allocated and freed, given each op's start and end (the rules of the header).
+template <class StartOf, class EndOf>
+std::vector<BufferLifetime> Lifetimes(const ExecProgram& program, StartOf op_start, EndOf op_end) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const size_t nops = program.ops.size();
+  const size_t nb = program.buffers.size();
+  std::vector<BufferLifetime> lifetimes(nb);
+  std::vector<double> last_use(nb, -1.0);
+  std::vector<int32_t> taken_by(nb, -1);
+  for (size_t o = 0; o < nops; ++o) {
+    const ExecOp& op = program.ops[o];
+    for (int32_t b : op.uses) {
+      double& lu = last_use[static_cast<size_t>(b)];
+      lu = std::max(lu, op_end(o));
+    }
+    for (const auto& [out, in] : op.in_place) taken_by[static_cast<size_t>(in)] = static_cast<int32_t>(o);
+  }
+  // Uses other than the in-place taker (the taker frees the buffer when it starts).
+  std::vector<double> other_use(nb, -1.0);
+  for (size_t o = 0; o < nops; ++o) {
+    for (int32_t b : program.ops[o].uses) {
+      if (taken_by[static_cast<size_t>(b)] == static_cast<int32_t>(o)) continue;
+      double& u = other_use[static_cast<size_t>(b)];
+      u = std::max(u, op_end(o));
+    }
+  }
+  for (size_t b = 0; b < nb; ++b) {
+    const Buffer& buf = program.buffers[b];
+    BufferLifetime& lt = lifetimes[b];
+    lt.alloc_s = buf.def_op >= 0 ? op_start(static_cast<size_t>(buf.def_op)) : 0.0;
+    if (buf.is_output || buf.is_constant || (buf.is_parameter && !buf.donated)) {
+      lt.free_s = kInf;
+    } else if (taken_by[b] >= 0) {
+      lt.free_s = std::max(op_start(static_cast<size_t>(taken_by[b])), other_use[b]);
+    } else if (last_use[b] >= 0) {
+      lt.free_s = last_use[b];
+    } else {
+      lt.free_s = buf.def_op >= 0 ? op_end(static_cast<size_t>(buf.def_op)) : lt.alloc_s;
+    }
+    if (lt.free_s < lt.alloc_s) lt.free_s = lt.alloc_s;
+  }
+  return lifetimes;
+}
+
+}  // namespace
+
+SequentialPeak ComputeSequentialPeak(const ExecProgram& program) {
+  const size_t n = program.ops.size();
+  SequentialPeak out;
+  out.lifetimes = Lifetimes(
+      program, [](size_t k) { return static_cast<double>(k); }, [](size_t k) { return static_cast<double>(k + 1); });
+  // Every instant is an op index in [0, n]: the level changes by delta[t] at instant t. As in
+  // ComputeMemoryProfile, the first sample is the state before anything runs (parameters and
+  // constants), and a later instant is the peak only when strictly higher.
+  std::vector<int64_t> delta(n + 2, 0);
+  for (size_t b = 0; b < program.buffers.size(); ++b) {
+    const Buffer& buf = program.buffers[b];
+    if (buf.def_op < 0) out.peak_bytes += buf.bytes;
+    if (buf.bytes == 0) continue;
+    const BufferLifetime& lt = out.lifetimes[b];
+    if (!(lt.free_s > lt.alloc_s)) continue;
+    delta[static_cast<size_t>(lt.alloc_s)] += buf.bytes;
+    if (std::isfinite(lt.free_s)) delta[static_cast<size_t>(lt.free_s)] -= buf.bytes;
+  }
+  int64_t level = 0;
+  for (size_t t = 0; t < delta.size(); ++t) {
+    level += delta[t];
+    if (level > out.peak_bytes) {
+      out.peak_bytes = level;
+      out.peak_time_s = static_cast<double>(t);
+    }
+  }
+  return out;
+}
+
 Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std::vector<double>& op_start,
                                            const std::vector<double>& op_end, double step_end_s,
                                            const MemoryProfileOptions& options) {
@@ -109,41 +186,8 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const size_t nb = program.buffers.size();
   MemoryProfile prof;
-  prof.lifetimes.assign(nb, {});
-  std::vector<double> last_use(nb, -1.0);
-  std::vector<int32_t> taken_by(nb, -1);
-  for (size_t o = 0; o < nops; ++o) {
-    const ExecOp& op = program.ops[o];
-    for (int32_t b : op.uses) {
-      double& lu = last_use[static_cast<size_t>(b)];
-      lu = std::max(lu, op_end[o]);
-    }
-    for (const auto& [out, in] : op.in_place) taken_by[static_cast<size_t>(in)] = static_cast<int32_t>(o);
-  }
-  // Uses other than the in-place taker (the taker frees the buffer when it starts).
-  std::vector<double> other_use(nb, -1.0);
-  for (size_t o = 0; o < nops; ++o) {
-    for (int32_t b : program.ops[o].uses) {
-      if (taken_by[static_cast<size_t>(b)] == static_cast<int32_t>(o)) continue;
-      double& u = other_use[static_cast<size_t>(b)];
-      u = std::max(u, op_end[o]);
-    }
-  }
-  for (size_t b = 0; b < nb; ++b) {
-    const Buffer& buf = program.buffers[b];
-    BufferLifetime& lt = prof.lifetimes[b];
-    lt.alloc_s = buf.def_op >= 0 ? op_start[static_cast<size_t>(buf.def_op)] : 0.0;
-    if (buf.is_output || buf.is_constant || (buf.is_parameter && !buf.donated)) {
-      lt.free_s = kInf;
-    } else if (taken_by[b] >= 0) {
-      lt.free_s = std::max(op_start[static_cast<size_t>(taken_by[b])], other_use[b]);
-    } else if (last_use[b] >= 0) {
-      lt.free_s = last_use[b];
-    } else {
-      lt.free_s = buf.def_op >= 0 ? op_end[static_cast<size_t>(buf.def_op)] : lt.alloc_s;
-    }
-    if (lt.free_s < lt.alloc_s) lt.free_s = lt.alloc_s;
-  }
+  prof.lifetimes = Lifetimes(
+      program, [&](size_t k) { return op_start[k]; }, [&](size_t k) { return op_end[k]; });
   // Events: (time, buffer, +1 alloc / -1 free). The level after all events at one instant counts.
   struct Ev {
     double t;

@@ -79,4 +79,14 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
                                            const std::vector<double>& op_end, double step_end_s,
                                            const MemoryProfileOptions& options = {});
 
+// The peak of the program run with its ops one after another (op k from k to k+1: the order the
+// scheduler and rematerialisation reason about). Equal to ComputeMemoryProfile's peak on those times,
+// found in linear time (integer instants need no sort) and without samples or peak buffers.
+struct SequentialPeak {
+  int64_t peak_bytes = 0;
+  double peak_time_s = 0;  // the instant (an op index) of the peak's first moment
+  std::vector<BufferLifetime> lifetimes;  // by buffer id, in op-index units
+};
+SequentialPeak ComputeSequentialPeak(const ExecProgram& program);
+
 }  // namespace shardscope::sim

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <string_view>
 #include <unordered_set>
@@ -56,55 +57,67 @@ void Apply(ExecProgram* p, std::vector<Pick> picks, RematerializationResult* out
       remap[i] = static_cast<int32_t>(i) + shift;
     }
   }
-  std::vector<ExecOp> ops;
+  // Ops before the first clone keep their places and their dependencies (always earlier ops): only
+  // the tail from there on is rebuilt.
+  const size_t first = picks.empty() ? n : static_cast<size_t>(picks.front().next_use);
+  std::vector<ExecOp> tail(std::make_move_iterator(p->ops.begin() + static_cast<std::ptrdiff_t>(first)),
+                           std::make_move_iterator(p->ops.end()));
+  std::vector<ExecOp>& ops = p->ops;
+  ops.resize(first);
   ops.reserve(n + picks.size());
   size_t k = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = first; i < n; ++i) {
+    ExecOp& original = tail[i - first];
     for (; k < picks.size() && picks[k].next_use == static_cast<int32_t>(i); ++k) {
-      // The defining op is before its next use, so it has been moved to `ops` (deps renumbered).
+      // The defining op is before its next use, so it is in `ops` already (deps renumbered).
       ExecOp c = ops[static_cast<size_t>(remap[static_cast<size_t>(picks[k].def_op)])];
       c.name += ".remat";
       c.defs = {new_buffer[k]};
       c.in_place.clear();
       c.recompute = true;
-      c.loop = p->ops[i].loop;
-      c.iteration = p->ops[i].iteration;
+      c.loop = original.loop;
+      c.iteration = original.iteration;
       p->buffers[static_cast<size_t>(new_buffer[k])].def_op = clone_index[k];
       out->added_time_s += c.duration_s;
       ops.push_back(std::move(c));
     }
-    ExecOp op = std::move(p->ops[i]);
-    for (int32_t& d : op.deps) d = remap[static_cast<size_t>(d)];
-    ops.push_back(std::move(op));
+    for (int32_t& d : original.deps) d = remap[static_cast<size_t>(d)];
+    ops.push_back(std::move(original));
   }
-  // Readers at or after each pick's next use read the clone (and wait for it).
-  for (size_t j = 0; j < picks.size(); ++j) {
-    const int32_t from = clone_index[j] + 1;
-    const int32_t old_b = picks[j].buffer, new_b = new_buffer[j];
-    for (size_t o = static_cast<size_t>(from); o < ops.size(); ++o) {
-      ExecOp& op = ops[o];
-      bool reads = false;
-      for (int32_t& u : op.uses)
-        if (u == old_b) {
-          u = new_b;
-          reads = true;
-        }
-      for (auto& [dst, src] : op.in_place)
-        if (src == old_b) src = new_b;
-      if (reads) {
-        op.deps.push_back(clone_index[j]);
-        std::sort(op.deps.begin(), op.deps.end());
-        op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
-      }
+  // Readers after each pick's clone read the clone (and wait for it). One pass over the ops: a
+  // buffer is picked at most once a round.
+  const size_t old_buffers = p->buffers.size() - picks.size();
+  std::vector<int32_t> pick_of(old_buffers, -1);
+  for (size_t j = 0; j < picks.size(); ++j) pick_of[static_cast<size_t>(picks[j].buffer)] = static_cast<int32_t>(j);
+  auto picked = [&](int32_t b, size_t o) -> int32_t {  // the pick redirecting buffer b at op o, or -1
+    if (b < 0 || static_cast<size_t>(b) >= old_buffers) return -1;
+    const int32_t j = pick_of[static_cast<size_t>(b)];
+    return j >= 0 && o > static_cast<size_t>(clone_index[static_cast<size_t>(j)]) ? j : -1;
+  };
+  for (size_t o = first; o < ops.size(); ++o) {
+    ExecOp& op = ops[o];
+    bool added = false;
+    for (int32_t& u : op.uses) {
+      const int32_t j = picked(u, o);
+      if (j < 0) continue;
+      u = new_buffer[static_cast<size_t>(j)];
+      op.deps.push_back(clone_index[static_cast<size_t>(j)]);
+      added = true;
+    }
+    for (auto& [dst, src] : op.in_place) {
+      const int32_t j = picked(src, o);
+      if (j >= 0) src = new_buffer[static_cast<size_t>(j)];
+    }
+    if (added) {
+      std::sort(op.deps.begin(), op.deps.end());
+      op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
     }
   }
   // Buffers defined by the original ops move with them.
-  const size_t old_buffers = p->buffers.size() - picks.size();
   for (size_t b = 0; b < old_buffers; ++b) {
     int32_t& d = p->buffers[b].def_op;
     if (d >= 0) d = remap[static_cast<size_t>(d)];
   }
-  p->ops = std::move(ops);
 }
 
 }  // namespace
@@ -112,24 +125,14 @@ void Apply(ExecProgram* p, std::vector<Pick> picks, RematerializationResult* out
 RematerializationResult RematerializeToFit(ExecProgram* program, int64_t limit_bytes, int64_t max_values) {
   RematerializationResult out;
   if (!program) return out;
-  auto sequential_profile = [&]() {
-    const size_t n = program->ops.size();
-    std::vector<double> start(n), end(n);
-    for (size_t k = 0; k < n; ++k) {
-      start[k] = static_cast<double>(k);
-      end[k] = static_cast<double>(k + 1);
-    }
-    return ComputeMemoryProfile(*program, start, end, static_cast<double>(n));
-  };
-  auto prof = sequential_profile();
-  if (!prof.ok()) return out;
-  out.peak_before = out.peak_after = prof->peak_bytes;
+  SequentialPeak prof = ComputeSequentialPeak(*program);
+  out.peak_before = out.peak_after = prof.peak_bytes;
   if (limit_bytes <= 0) return out;
   // A round may only move the peak to another instant of the same height (a plateau); give up when
   // many rounds in a row do not lower it.
   int stalled = 0;
-  while (prof->peak_bytes > limit_bytes && out.values < max_values && stalled < 64) {
-    const double t = prof->peak_time_s;
+  while (prof.peak_bytes > limit_bytes && out.values < max_values && stalled < 64) {
+    const double t = prof.peak_time_s;
     const size_t n = program->ops.size();
     const int32_t at = static_cast<int32_t>(std::llround(t));
     if (at <= 0 || static_cast<size_t>(at) >= n) break;  // the peak is the parameters before anything runs
@@ -141,7 +144,7 @@ RematerializationResult RematerializeToFit(ExecProgram* program, int64_t limit_b
     std::vector<Pick> candidates;
     for (size_t b = 0; b < nb; ++b) {
       const Buffer& buf = program->buffers[b];
-      const BufferLifetime& lt = prof->lifetimes[b];
+      const BufferLifetime& lt = prof.lifetimes[b];
       if (buf.bytes <= 0 || buf.def_op < 0 || buf.is_output || buf.is_constant) continue;
       if (!(lt.alloc_s <= t && lt.free_s > t) || std::isinf(lt.free_s)) continue;
       const int32_t q = next_use[b];
@@ -150,7 +153,7 @@ RematerializationResult RematerializeToFit(ExecProgram* program, int64_t limit_b
       if (def.kind != ExecKind::kCompute || HasSideEffects(def.kind_name)) continue;
       bool operands_live = true;
       for (int32_t u : def.uses) {
-        const BufferLifetime& ul = prof->lifetimes[static_cast<size_t>(u)];
+        const BufferLifetime& ul = prof.lifetimes[static_cast<size_t>(u)];
         if (!(ul.alloc_s <= q && ul.free_s > q)) {
           operands_live = false;
           break;
@@ -161,7 +164,7 @@ RematerializationResult RematerializeToFit(ExecProgram* program, int64_t limit_b
     }
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const Pick& a, const Pick& b) { return a.cost_per_byte < b.cost_per_byte; });
-    const int64_t excess = prof->peak_bytes - limit_bytes;
+    const int64_t excess = prof.peak_bytes - limit_bytes;
     int64_t freed = 0;
     std::vector<Pick> picks;
     std::unordered_set<int32_t> picked, read_by_picked;
@@ -181,10 +184,9 @@ RematerializationResult RematerializeToFit(ExecProgram* program, int64_t limit_b
     for (const Pick& c : picks) out.bytes += program->buffers[static_cast<size_t>(c.buffer)].bytes;
     out.values += static_cast<int64_t>(picks.size());
     Apply(program, std::move(picks), &out);
-    prof = sequential_profile();
-    if (!prof.ok()) break;
-    stalled = prof->peak_bytes < out.peak_after ? 0 : stalled + 1;
-    out.peak_after = std::min(out.peak_after, prof->peak_bytes);
+    prof = ComputeSequentialPeak(*program);
+    stalled = prof.peak_bytes < out.peak_after ? 0 : stalled + 1;
+    out.peak_after = std::min(out.peak_after, prof.peak_bytes);
   }
   return out;
 }

@@ -1669,16 +1669,7 @@ bool IsRematerialization(const Instruction& i) {
   return false;
 }
 
-int64_t SequentialPeakBytes(const ExecProgram& program) {
-  const size_t n = program.ops.size();
-  std::vector<double> start(n), end(n);
-  for (size_t k = 0; k < n; ++k) {
-    start[k] = static_cast<double>(k);
-    end[k] = static_cast<double>(k + 1);
-  }
-  auto profile = ComputeMemoryProfile(program, start, end, static_cast<double>(n));
-  return profile.ok() ? profile->peak_bytes : std::numeric_limits<int64_t>::max();
-}
+int64_t SequentialPeakBytes(const ExecProgram& program) { return ComputeSequentialPeak(program).peak_bytes; }
 
 Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options) {
   if (options.default_trip_count < 0) return Error("default_trip_count must be >= 0");

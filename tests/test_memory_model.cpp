@@ -11,6 +11,7 @@
 
 #include "core/ir/hlo_text.h"
 #include "core/ir/ir.h"
+#include "core/zoo/zoo.h"
 #include "core/sharding/mesh.h"
 #include "simulator/buffer_layout.h"
 #include "simulator/compute_cost.h"
@@ -18,6 +19,7 @@
 #include "simulator/hardware.h"
 #include "simulator/memory_model.h"
 #include "simulator/peak_breakdown.h"
+#include "simulator/rematerialize.h"
 #include "simulator/schedule.h"
 #include "simulator/topology.h"
 
@@ -644,6 +646,70 @@ ENTRY %main (w: f32[256,256], x: f32[256,256]) -> f32[256,256] {
     const Simulation over = Run(*m, tiny.value(), o);
     QVERIFY(!over.run.summary.fits());
     QVERIFY(over.run.summary.peak_memory_bytes <= 5 * K);
+  }
+
+  // ComputeSequentialPeak (the scheduler's and rematerialisation's peak, computed without a sort)
+  // equals ComputeMemoryProfile on ops run one after another: the same peak, its instant and every
+  // buffer's lifetime, on programs with unrolled loops, in-place updates, collectives and donated
+  // parameters. Then rematerialisation rewrites each program to a lower limit and the program stays
+  // well formed: dependencies point back, every read buffer is defined earlier, each buffer's
+  // defining op writes it.
+  void sequentialPeakEqualsTheProfile() {
+    const ChipSpec chip = ChipPreset("tpu-v3").value();
+    const std::vector<std::pair<const char*, ZooOverrides>> models = {
+        {"pipelined-transformer", {{"remat", "1"}}},
+        {"pipelined-transformer", {{"schedule", "circular"}, {"microbatches", "8"}}},
+        {"transformer", {{"layers", "3"}, {"optimizer", "adam"}}},
+        {"moe-layer", {}},  // no value its peak could recompute: the pass gives up
+    };
+    for (const auto& [name, settings] : models) {
+      auto m = ZooBuild(name, settings);
+      QVERIFY2(m.ok(), name);
+      ExecProgramOptions o;
+      o.rematerialize = false;
+      auto prog = BuildExecProgram(**m, chip, o);
+      QVERIFY2(prog.ok(), name);
+      const size_t n = prog->ops.size();
+      std::vector<double> start(n), end(n);
+      for (size_t k = 0; k < n; ++k) {
+        start[k] = static_cast<double>(k);
+        end[k] = static_cast<double>(k + 1);
+      }
+      auto prof = ComputeMemoryProfile(*prog, start, end, static_cast<double>(n));
+      QVERIFY(prof.ok());
+      const SequentialPeak seq = ComputeSequentialPeak(*prog);
+      QCOMPARE(seq.peak_bytes, prof->peak_bytes);
+      QCOMPARE(seq.peak_time_s, prof->peak_time_s);
+      QCOMPARE(seq.lifetimes.size(), prof->lifetimes.size());
+      for (size_t b = 0; b < seq.lifetimes.size(); ++b) {
+        QCOMPARE(seq.lifetimes[b].alloc_s, prof->lifetimes[b].alloc_s);
+        QCOMPARE(seq.lifetimes[b].free_s, prof->lifetimes[b].free_s);
+      }
+      QVERIFY2(prof->peak_time_s > 0, name);  // a peak inside the step, not the parameters alone
+
+      const int64_t limit = seq.peak_bytes * 9 / 10;
+      ExecProgram rewritten = *prog;
+      const RematerializationResult r = RematerializeToFit(&rewritten, limit, 200);
+      QCOMPARE(r.peak_before, seq.peak_bytes);
+      if (std::string_view(name) == "moe-layer") {
+        QCOMPARE(r.values, int64_t{0});
+        QCOMPARE(r.peak_after, r.peak_before);
+      } else {
+        QVERIFY2(r.values > 0 && r.peak_after < r.peak_before, name);
+      }
+      QCOMPARE(rewritten.ops.size(), n + static_cast<size_t>(r.values));
+      QVERIFY(ComputeSequentialPeak(rewritten).peak_bytes >= r.peak_after);
+      for (size_t k = 0; k < rewritten.ops.size(); ++k) {
+        const ExecOp& op = rewritten.ops[k];
+        QVERIFY(std::is_sorted(op.deps.begin(), op.deps.end()));
+        for (int32_t d : op.deps) QVERIFY2(d >= 0 && static_cast<size_t>(d) < k, qPrintable(QString::fromStdString(op.name)));
+        for (int32_t u : op.uses) {
+          const int32_t def = rewritten.buffers[static_cast<size_t>(u)].def_op;
+          QVERIFY2(def < static_cast<int32_t>(k), qPrintable(QString::fromStdString(op.name)));
+        }
+        for (int32_t d : op.defs) QCOMPARE(rewritten.buffers[static_cast<size_t>(d)].def_op, static_cast<int32_t>(k));
+      }
+    }
   }
 };
 
