@@ -32,6 +32,7 @@
 #include "views/analysis_model.h"
 #include "views/document_model.h"
 #include "views/halo_slabs_view.h"
+#include "views/narrow_layout.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
@@ -422,8 +423,10 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   tensor_state_ = new QLabel;
   tensor_state_->setWordWrap(true);
   tcol->addWidget(tensor_state_);
+  // The rows below wrap rather than widen the dock: the chips onto a further line, the labels
+  // onto two, long tensor names at their underscores.
   chips_row_ = new QWidget;
-  new QHBoxLayout(chips_row_);
+  new FlowLayout(chips_row_);
   chips_row_->layout()->setContentsMargins(0, 0, 0, 0);
   tcol->addWidget(chips_row_);
   dims_box_ = new QWidget;
@@ -449,7 +452,7 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   named_error_->hide();
   tcol->addWidget(named_error_);
   connect(named_, &QLineEdit::textEdited, this, [this] { markNamedAxes(QString()); });
-  auto* buttons = new QHBoxLayout;
+  auto* buttons = new FlowLayout;
   replicate_ = new QPushButton("Replicate");
   replicate_->setObjectName("replicateButton");
   replicate_->setToolTip("Annotate the tensor as replicated on every device");
@@ -457,7 +460,6 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   clear_->setToolTip("Remove your annotation: propagation decides this tensor's sharding");
   buttons->addWidget(replicate_);
   buttons->addWidget(clear_);
-  buttons->addStretch();
   tcol->addLayout(buttons);
   col->addWidget(tensor_box);
   connect(apply_named_, &QPushButton::clicked, this, [this] { applyNamedAxes(named_->text()); });
@@ -644,7 +646,7 @@ void MeshView::rebuildTensor() {
   }
   const Shape& shape = inst->shape();
   tensor_title_->setText(QString("<b>%1</b> = %2 &nbsp; <tt>%3</tt>")
-                             .arg(Q(inst->name()).toHtmlEscaped(), Q(inst->opcode_text()), ShapeText(shape).toHtmlEscaped()));
+                             .arg(WithNameBreaks(Q(inst->name()).toHtmlEscaped()), Q(inst->opcode_text()), ShapeText(shape).toHtmlEscaped()));
   const auto sh = doc_->sharding(inst->id());
   const TensorOrigin origin = doc_->origin(inst->id());
   if (!array) {
@@ -658,7 +660,7 @@ void MeshView::rebuildTensor() {
   if (!sh) state = "No sharding yet: assign its dimensions to mesh axes below.";
   else {
     state = QString("<b>%1</b> &mdash; %2")
-                .arg(NamedAxesText(*sh, shape, mesh, Q(inst->name())).toHtmlEscaped(),
+                .arg(WithNameBreaks(NamedAxesText(*sh, shape, mesh, Q(inst->name())).toHtmlEscaped()),
                      origin == TensorOrigin::kUser ? "your annotation" : "inferred by propagation");
   }
   tensor_state_->setText(state);
@@ -667,14 +669,13 @@ void MeshView::rebuildTensor() {
   }
 
   // Axis chips to drag.
-  auto* chips = static_cast<QHBoxLayout*>(chips_row_->layout());
-  chips->addWidget(new QLabel("<small>Drag an axis onto a dimension, or click:</small>"));
+  QLayout* chips = chips_row_->layout();
+  chips->addWidget(new WrapLabel("<small>Drag an axis onto a dimension, or click:</small>"));
   for (int64_t a = 0; a < mesh.num_axes(); ++a) {
     auto* chip = new AxisChip(static_cast<int>(a), mesh.axes()[static_cast<size_t>(a)], chips_row_);
     chip->setObjectName(QString("axisChip%1").arg(a));
     chips->addWidget(chip);
   }
-  chips->addStretch();
 
   // One row per tensor dimension.
   const auto assignment = currentAssignment();
@@ -688,12 +689,12 @@ void MeshView::rebuildTensor() {
     for (int64_t a : on) axes_text += Q(mesh.axes()[static_cast<size_t>(a)].name);
     int64_t ways = 1;
     for (int64_t a : on) ways *= mesh.axis_size(a);
-    auto* label = new QLabel(QString("<b>%1%2</b> &nbsp;dim %3 &middot; %4%5")
+    auto* label = new WrapLabel(QString("<b>%1%2</b> &nbsp;dim %3 &middot; %4%5")
                                  .arg(DimLetter(d), axes_text.isEmpty() ? QString() : "<sub>" + axes_text.toHtmlEscaped() + "</sub>")
                                  .arg(d)
                                  .arg(shape.dim(d))
                                  .arg(ways > 1 ? QString(" &rarr; %1 per device").arg((shape.dim(d) + ways - 1) / ways) : QString()));
-    label->setMinimumWidth(150);
+    label->setPreferredWidthAtLeast(150);  // the axis buttons of the rows line up while there is room
     h->addWidget(label);
     for (int64_t a = 0; a < mesh.num_axes(); ++a) {
       auto* b = new QToolButton;
@@ -712,7 +713,7 @@ void MeshView::rebuildTensor() {
   rep_row->setObjectName("dropReplicate");
   auto* rh = new QHBoxLayout(rep_row);
   rh->setContentsMargins(2, 1, 2, 1);
-  rh->addWidget(new QLabel("<small><i>drop an axis here to stop splitting along it (replicate)</i></small>"));
+  rh->addWidget(new WrapLabel("<small><i>drop an axis here to stop splitting along it (replicate)</i></small>"));
   dims_layout_->addWidget(rep_row);
 
   refreshGrid();
@@ -814,7 +815,7 @@ void MeshView::refreshHalo() {
   };
   QStringList parts;
   for (const HaloDim& d : halo->dims) parts << QString("dim %1: %2, %3").arg(d.input_dim).arg(from(d, true), from(d, false));
-  const QString conv = Q(halo->conv).toHtmlEscaped(), input = Q(halo->input).toHtmlEscaped();
+  const QString conv = WithNameBreaks(Q(halo->conv).toHtmlEscaped()), input = WithNameBreaks(Q(halo->input).toHtmlEscaped());
   QString text;
   if (halo->partial_sums()) {
     QStringList taps;
@@ -824,7 +825,7 @@ void MeshView::refreshHalo() {
                    "<b>%4</b> (kernel split: %5) plus the rows of <b>%3</b> its neighbours send (collective-permutes): "
                    "%6; the partial sums are all-reduced. Click a device above to see its halo.")
                .arg(device)
-               .arg(conv, input, Q(halo->kernel).toHtmlEscaped(), taps.join(", "), parts.join("; "));
+               .arg(conv, input, WithNameBreaks(Q(halo->kernel).toHtmlEscaped()), taps.join(", "), parts.join("; "));
   } else {
     text = QString("Device <b>%1</b> runs its part of <b>%2</b> on its slab of <b>%3</b> plus the rows its "
                    "neighbours send (collective-permutes): %4. Click a device above to see its halo.")
