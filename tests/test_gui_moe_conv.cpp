@@ -402,6 +402,33 @@ class TestGuiMoeConv : public QObject {
       QVERIFY2(b->mapTo(viewport, QPoint(b->width(), 0)).x() <= viewport->width(), qPrintable(b->objectName()));
     }
     QVERIFY(scroll->widget()->grab().save(out_dir + "/mesh-dock-1024x700-tensor.png"));
+
+    // The device grid inside the dock: a 4x16 mesh (16 tiles a row) and a 1-D mesh of 16 (which
+    // wraps into rows) keep every tile inside the grid's width.
+    auto grid_fits = [&](int devices) {
+      DeviceGridWidget* grid = mesh->grid();
+      if (static_cast<int>(grid->tiles().size()) != devices) return QString("%1 tiles, not %2").arg(grid->tiles().size()).arg(devices);
+      for (int i = 0; i < devices; ++i)
+        if (grid->tileRect(i).right() > grid->width()) return QString("tile %1 ends at %2 of %3").arg(i).arg(grid->tileRect(i).right()).arg(grid->width());
+      if (grid->height() < grid->heightForWidth(grid->width())) return QString("grid cut at the bottom");
+      if (scroll->widget()->minimumSizeHint().width() > viewport->width()) return QString("content needs %1 px").arg(scroll->widget()->minimumSizeHint().width());
+      return QString();
+    };
+    QVERIFY(mesh->setAxisSize(1, 16));
+    QVERIFY(WaitReady(w));
+    QTRY_COMPARE(static_cast<int>(mesh->grid()->tiles().size()), 64);
+    QTest::qWait(200);
+    QVERIFY2(grid_fits(64).isEmpty(), qPrintable(grid_fits(64)));
+    QVERIFY(mesh->grid()->grab().save(out_dir + "/mesh-dock-1024x700-grid-4x16.png"));
+    QVERIFY(mesh->removeAxis(0));
+    QVERIFY(WaitReady(w));
+    QTRY_COMPARE(static_cast<int>(mesh->grid()->tiles().size()), 16);
+    QTest::qWait(200);
+    QVERIFY2(grid_fits(16).isEmpty(), qPrintable(grid_fits(16)));
+    QVERIFY(mesh->grid()->tileRect(15).top() > mesh->grid()->tileRect(0).bottom());  // wrapped into rows
+    QVERIFY(mesh->grid()->tileRect(0).width() >= 18);
+    QVERIFY(mesh->grid()->grab().save(out_dir + "/mesh-dock-1024x700-grid-16.png"));
+    QVERIFY(!scroll->horizontalScrollBar()->isVisible());
   }
 
   // The screenshots a person reads: the teaching panel on the dispatch, the mesh view on the conv

@@ -230,8 +230,13 @@ void DeviceGridWidget::setState(const DeviceMesh& mesh, const std::optional<HloS
 }
 
 MeshGrid DeviceGridWidget::geometryFor(int width) const {
-  MeshGrid g = MeshGrid::Shape(mesh_, 16);
   const double avail = std::max(100, width - 36);
+  MeshGrid g = MeshGrid::Shape(mesh_, 16);
+  // A 1-D mesh wraps after fewer devices when 16 in a row would be narrower than 18 px each.
+  if (mesh_.num_axes() <= 1) {
+    const int fit = std::max(1, static_cast<int>(avail / (18 + g.gap)));
+    if (fit < g.cols) g = MeshGrid::Shape(mesh_, fit);
+  }
   auto tile_for = [&](int slice_cols) {
     return (avail - (slice_cols - 1) * g.slice_gap) / (slice_cols * g.cols) - g.gap;
   };
@@ -242,7 +247,9 @@ MeshGrid DeviceGridWidget::geometryFor(int width) const {
       break;
     }
   }
-  g.tile = std::clamp(tile_for(g.slice_cols), 18.0, 86.0);
+  // Tiles shrink below 18 px rather than run past the widget's right edge (a wide 2-D mesh in a
+  // narrow dock; the device numbers are then in the tooltips).
+  g.tile = std::clamp(tile_for(g.slice_cols), 4.0, 86.0);
   if (g.slices == 1) g.label_h = 0;
   return g;
 }
@@ -253,6 +260,8 @@ QSize DeviceGridWidget::sizeHint() const { return QSize(360, heightForWidth(360)
 QSize DeviceGridWidget::minimumSizeHint() const { return QSize(160, heightForWidth(std::max(160, width()))); }
 
 int DeviceGridWidget::tileAt(const QPointF& p) const { return geometryFor(width()).TileAt(p, tiles_.size()); }
+
+QRectF DeviceGridWidget::tileRect(int index) const { return geometryFor(width()).TileRect(static_cast<size_t>(index)); }
 
 void DeviceGridWidget::paintEvent(QPaintEvent*) {
   QPainter p(this);
@@ -271,16 +280,17 @@ void DeviceGridWidget::paintEvent(QPaintEvent*) {
     if (!sharding_) fill = pal.color(QPalette::Button);
     p.setPen(QPen(pal.color(QPalette::Mid), 1));
     p.setBrush(fill);
-    p.drawRoundedRect(r, 4, 4);
+    const double radius = std::min(4.0, g.tile / 5);  // small tiles stay squares
+    p.drawRoundedRect(r, radius, radius);
     if (t.device == selected_device_ && selected_device_ >= 0) {
       p.setPen(QPen(pal.color(QPalette::Highlight), 3));
       p.setBrush(Qt::NoBrush);
-      p.drawRoundedRect(r.adjusted(1.5, 1.5, -1.5, -1.5), 4, 4);
+      p.drawRoundedRect(r.adjusted(1.5, 1.5, -1.5, -1.5), radius, radius);
     }
     const QColor text = TextColorOn(fill);
     p.setPen(text);
     p.setFont(small);
-    p.drawText(r.adjusted(3, 1, -2, 0), Qt::AlignLeft | Qt::AlignTop, QString::number(t.device));
+    if (g.tile >= 14) p.drawText(r.adjusted(3, 1, -2, 0), Qt::AlignLeft | Qt::AlignTop, QString::number(t.device));
     if (g.tile >= 40 && sharding_) {
       QString center;
       if (!t.tile_index.empty()) {

@@ -63,6 +63,8 @@ class DeviceGridWidget : public QWidget {
   void setState(const DeviceMesh& mesh, const std::optional<HloSharding>& sharding, const std::vector<int64_t>& dims,
                 int64_t element_bytes);
   const std::vector<DeviceTile>& tiles() const { return tiles_; }
+  // Where the tile at `index` (mesh order, as tiles()) is painted at the widget's width.
+  QRectF tileRect(int index) const;
   int distinctShards() const { return distinct_; }
   // The pipeline stage each device holds (and its layers), painted at the foot of each tile;
   // nullopt: the module is not pipelined (pipeline_stages.h).
