@@ -293,6 +293,8 @@ class TestGuiMoeConv : public QObject {
     QVERIFY2(text.contains(QString("Device <b>%1</b> computes a partial filter gradient").arg(device)), qPrintable(text));
     QVERIFY2(text.contains(QString("1 row from device %1").arg(d.slabs[0].from_device)), qPrintable(text));
     QVERIFY2(text.contains("all-reduced"), qPrintable(text));
+    // At 1600x1000 the names fit on a line: the text as given, not broken at underscores.
+    QVERIFY2(!text.contains(QChar(0x200B)), qPrintable(text));
 
     // What a person sees: the mesh view, grabbed (kept in the build's tests folder).
     DeviceGridWidget* grid = mesh->grid();
@@ -363,6 +365,8 @@ class TestGuiMoeConv : public QObject {
     // The text over the bar: inside the viewport, word-wrapped.
     auto* info = mesh->findChild<QLabel*>("haloInfo");
     QVERIFY(info && info->isVisible() && info->wordWrap());
+    // The conv's name is wider than the box: it breaks at its underscores (zero-width breaks).
+    QVERIFY2(info->text().contains(QString("backward_") + QChar(0x200B) + "down0_"), qPrintable(info->text()));
     QVERIFY2(info->mapTo(viewport, QPoint(info->width(), 0)).x() <= viewport->width(),
              qPrintable(QString("haloInfo ends at %1 px of %2").arg(info->mapTo(viewport, QPoint(info->width(), 0)).x()).arg(viewport->width())));
     // The caption over the bar: all of its text, in lines that each fit the widget.

@@ -425,13 +425,10 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   // The selected tensor.
   auto* tensor_box = new QGroupBox("Selected tensor");
   auto* tcol = new QVBoxLayout(tensor_box);
-  tensor_title_ = new QLabel;
-  tensor_title_->setTextFormat(Qt::RichText);
-  tensor_title_->setWordWrap(true);
+  tensor_title_ = new NameWrapLabel;  // long names break at their underscores when the dock is narrow
   tensor_title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   tcol->addWidget(tensor_title_);
-  tensor_state_ = new QLabel;
-  tensor_state_->setWordWrap(true);
+  tensor_state_ = new NameWrapLabel;
   tcol->addWidget(tensor_state_);
   // The rows below wrap rather than widen the dock: the chips onto a further line, the labels
   // onto two, long tensor names at their underscores.
@@ -491,8 +488,7 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   auto* halo_box = new QGroupBox("Halo exchange (selected device)");
   halo_box->setObjectName("haloBox");
   auto* hcol = new QVBoxLayout(halo_box);
-  halo_info_ = new QLabel;
-  halo_info_->setWordWrap(true);
+  halo_info_ = new NameWrapLabel;
   halo_info_->setObjectName("haloInfo");
   hcol->addWidget(halo_info_);
   halo_ = new HaloSlabsWidget;
@@ -637,16 +633,16 @@ void MeshView::rebuildTensor() {
   replicate_->setEnabled(array);
   clear_->setEnabled(inst && doc_->origin(inst->id()) == TensorOrigin::kUser);
   if (!doc_->hasModule()) {
-    tensor_title_->setText("<i>Open a module (File \u25B8 Open) to annotate its tensors.</i>");
-    tensor_state_->clear();
+    tensor_title_->setBreakableText("<i>Open a module (File \u25B8 Open) to annotate its tensors.</i>");
+    tensor_state_->clearText();
     named_->clear();
     grid_->setState(DeviceMesh(), std::nullopt, {}, 0);
     grid_info_->clear();
     return;
   }
   if (!inst) {
-    tensor_title_->setText("<i>Select a tensor in the graph to shard it.</i>");
-    tensor_state_->clear();
+    tensor_title_->setBreakableText("<i>Select a tensor in the graph to shard it.</i>");
+    tensor_state_->clearText();
     named_->clear();
     grid_->setState(mesh, std::nullopt, {}, 0);
     grid_info_->setText((mesh.num_devices() == 1 ? QString("1 device.") : QString("%1 devices.").arg(mesh.num_devices())) +
@@ -655,12 +651,12 @@ void MeshView::rebuildTensor() {
     return;
   }
   const Shape& shape = inst->shape();
-  tensor_title_->setText(QString("<b>%1</b> = %2 &nbsp; <tt>%3</tt>")
-                             .arg(WithNameBreaks(Q(inst->name()).toHtmlEscaped()), Q(inst->opcode_text()), ShapeText(shape).toHtmlEscaped()));
+  tensor_title_->setBreakableText(QString("<b>%1</b> = %2 &nbsp; <tt>%3</tt>")
+                             .arg(Q(inst->name()).toHtmlEscaped(), Q(inst->opcode_text()), ShapeText(shape).toHtmlEscaped()));
   const auto sh = doc_->sharding(inst->id());
   const TensorOrigin origin = doc_->origin(inst->id());
   if (!array) {
-    tensor_state_->setText("This value is a tuple (or token): annotate its elements instead (get-tuple-element).");
+    tensor_state_->setBreakableText("This value is a tuple (or token): annotate its elements instead (get-tuple-element).");
     named_->clear();
     grid_->setState(mesh, std::nullopt, {}, 0);
     grid_info_->clear();
@@ -670,10 +666,10 @@ void MeshView::rebuildTensor() {
   if (!sh) state = "No sharding yet: assign its dimensions to mesh axes below.";
   else {
     state = QString("<b>%1</b> &mdash; %2")
-                .arg(WithNameBreaks(NamedAxesText(*sh, shape, mesh, Q(inst->name())).toHtmlEscaped()),
+                .arg(NamedAxesText(*sh, shape, mesh, Q(inst->name())).toHtmlEscaped(),
                      origin == TensorOrigin::kUser ? "your annotation" : "inferred by propagation");
   }
-  tensor_state_->setText(state);
+  tensor_state_->setBreakableText(state);
   if (!named_->hasFocus()) {
     named_->setText(sh ? NamedAxesText(*sh, shape, mesh, "") : QString());
   }
@@ -806,7 +802,7 @@ void MeshView::refreshHalo() {
   }
   if (!halo.ok()) {
     halo_->setHalo(std::nullopt);
-    halo_info_->setText(Q(halo.error().message).toHtmlEscaped());
+    halo_info_->setBreakableText(Q(halo.error().message).toHtmlEscaped());
     halo_box_->setVisible(inst->shape().IsArray());
     grid_->setSelectedDevice(-1);
     return;
@@ -825,7 +821,7 @@ void MeshView::refreshHalo() {
   };
   QStringList parts;
   for (const HaloDim& d : halo->dims) parts << QString("dim %1: %2, %3").arg(d.input_dim).arg(from(d, true), from(d, false));
-  const QString conv = WithNameBreaks(Q(halo->conv).toHtmlEscaped()), input = WithNameBreaks(Q(halo->input).toHtmlEscaped());
+  const QString conv = Q(halo->conv).toHtmlEscaped(), input = Q(halo->input).toHtmlEscaped();
   QString text;
   if (halo->partial_sums()) {
     QStringList taps;
@@ -835,14 +831,14 @@ void MeshView::refreshHalo() {
                    "<b>%4</b> (kernel split: %5) plus the rows of <b>%3</b> its neighbours send (collective-permutes): "
                    "%6; the partial sums are all-reduced. Click a device above to see its halo.")
                .arg(device)
-               .arg(conv, input, WithNameBreaks(Q(halo->kernel).toHtmlEscaped()), taps.join(", "), parts.join("; "));
+               .arg(conv, input, Q(halo->kernel).toHtmlEscaped(), taps.join(", "), parts.join("; "));
   } else {
     text = QString("Device <b>%1</b> runs its part of <b>%2</b> on its slab of <b>%3</b> plus the rows its "
                    "neighbours send (collective-permutes): %4. Click a device above to see its halo.")
                .arg(device)
                .arg(conv, input, parts.join("; "));
   }
-  halo_info_->setText(text);
+  halo_info_->setBreakableText(text);
   grid_->setSelectedDevice(device);
   halo_->setHalo(std::move(halo).value());
   halo_box_->show();

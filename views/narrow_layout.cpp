@@ -112,6 +112,8 @@ WrapLabel::WrapLabel(const QString& text, QWidget* parent) : QLabel(text, parent
 }
 
 QSize WrapLabel::sizeHint() const {
+  const QString key = QString("%1|%2|%3|%4|%5").arg(font().toString()).arg(preferred_at_least_).arg(minimumWidth()).arg(margin()).arg(text());
+  if (key == hint_key_) return hint_;
   // The text's width on one line (as QLabel lays it out: no document margin), then the label's
   // frame, margin and indent; grown while the label would still break it (rounding).
   QTextDocument doc;
@@ -126,7 +128,60 @@ QSize WrapLabel::sizeHint() const {
   const int one_line = heightForWidth(QWIDGETSIZE_MAX / 4);
   for (int i = 0; i < 8 && heightForWidth(w) > one_line; ++i) w += 2;
   w = std::max({w, minimumWidth(), preferred_at_least_});
-  return QSize(w, heightForWidth(w));
+  hint_key_ = key;
+  hint_ = QSize(w, heightForWidth(w));
+  return hint_;
+}
+
+// ---- NameWrapLabel --------------------------------------------------------------------------------
+
+NameWrapLabel::NameWrapLabel(QWidget* parent) : QLabel(parent) {
+  setTextFormat(Qt::RichText);
+  setWordWrap(true);
+}
+
+int NameWrapLabel::longestPiece(const QString& html) const {
+  QTextDocument doc;
+  doc.setDefaultFont(font());
+  doc.setDocumentMargin(0);
+  doc.setHtml(html);
+  doc.setTextWidth(0);  // every piece on a line of its own
+  return static_cast<int>(std::ceil(doc.idealWidth()));
+}
+
+void NameWrapLabel::setBreakableText(const QString& html) {
+  if (html == html_ && !text().isEmpty()) return;
+  html_ = html;
+  broken_ = WithNameBreaks(html);
+  unbroken_min_ = longestPiece(html_);
+  broken_min_ = longestPiece(broken_);
+  setText(QString());  // chosen below for the current width
+  choose(contentsRect().width());
+}
+
+void NameWrapLabel::clearText() {
+  html_.clear();
+  broken_.clear();
+  unbroken_min_ = broken_min_ = 0;
+  clear();
+}
+
+void NameWrapLabel::choose(int width) {
+  const QString& want = unbroken_min_ + 2 * margin() <= width ? html_ : broken_;
+  if (text() != want) setText(want);  // QLabel::setText updates the geometry
+}
+
+QSize NameWrapLabel::minimumSizeHint() const {
+  QSize s = QLabel::minimumSizeHint();
+  if (html_.isEmpty()) return s;
+  const QMargins cm = contentsMargins();
+  s.setWidth(broken_min_ + 2 * margin() + cm.left() + cm.right());
+  return s;
+}
+
+void NameWrapLabel::resizeEvent(QResizeEvent* event) {
+  QLabel::resizeEvent(event);
+  if (!html_.isEmpty()) choose(contentsRect().width());
 }
 
 // ---- Text ------------------------------------------------------------------------------------------

@@ -50,11 +50,41 @@ class WrapLabel : public QLabel {
   explicit WrapLabel(const QString& text = QString(), QWidget* parent = nullptr);
   // The preferred width is at least `width` (so labels of rows line up while there is room);
   // the minimum stays the longest unbreakable piece.
-  void setPreferredWidthAtLeast(int width) { preferred_at_least_ = width; }
+  void setPreferredWidthAtLeast(int width) {
+    preferred_at_least_ = width;
+    updateGeometry();
+  }
   QSize sizeHint() const override;
 
  private:
   int preferred_at_least_ = 0;
+  // The last hint and what it was computed from (layouts ask often; the text rarely changes).
+  mutable QString hint_key_;
+  mutable QSize hint_;
+};
+
+// A word-wrapped rich-text label for text with long tensor names: at widths where a name does
+// not fit on a line it shows the text with the names breakable at their underscores
+// (WithNameBreaks); otherwise the text as given (so it reads, and copies, unchanged). Its minimum
+// width is the longest piece of the breakable text.
+class NameWrapLabel : public QLabel {
+ public:
+  explicit NameWrapLabel(QWidget* parent = nullptr);
+  // `html`: the text as given; underscores in it are where it may break.
+  void setBreakableText(const QString& html);
+  void clearText();
+  QSize minimumSizeHint() const override;
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
+ private:
+  // The width of the longest unbreakable piece of `html` in this label's font.
+  int longestPiece(const QString& html) const;
+  void choose(int width);
+
+  QString html_, broken_;
+  int unbroken_min_ = 0, broken_min_ = 0;
 };
 
 // `escaped` (HTML-escaped text, e.g. a tensor name) with a zero-width break opportunity after
