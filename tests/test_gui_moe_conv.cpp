@@ -10,6 +10,8 @@
 #include <QImage>
 #include <QLabel>
 #include <QProcess>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -41,11 +43,11 @@ bool WaitReady(MainWindow& w, int timeout_ms = 300000) {
   return ok;
 }
 
-// Shows `w` at 1600x1000 in batch mode and opens the zoo example `name`, waiting until its
-// propagation is done; the reason in *why when it fails.
-bool OpenExample(MainWindow& w, const QString& name, QString* why) {
+// Shows `w` at `size` (1600x1000 by default) in batch mode and opens the zoo example `name`,
+// waiting until its propagation is done; the reason in *why when it fails.
+bool OpenExample(MainWindow& w, const QString& name, QString* why, QSize size = QSize(1600, 1000)) {
   w.setBatchMode(true);
-  w.resize(1600, 1000);
+  w.resize(size);
   w.show();
   if (!w.openExample(name, why)) return false;
   if (!WaitReady(w)) {
@@ -291,6 +293,8 @@ class TestGuiMoeConv : public QObject {
     QVERIFY2(text.contains(QString("Device <b>%1</b> computes a partial filter gradient").arg(device)), qPrintable(text));
     QVERIFY2(text.contains(QString("1 row from device %1").arg(d.slabs[0].from_device)), qPrintable(text));
     QVERIFY2(text.contains("all-reduced"), qPrintable(text));
+    // At 1600x1000 the names fit on a line: the text as given, not broken at underscores.
+    QVERIFY2(!text.contains(QChar(0x200B)), qPrintable(text));
 
     // What a person sees: the mesh view, grabbed (kept in the build's tests folder).
     DeviceGridWidget* grid = mesh->grid();
@@ -322,6 +326,113 @@ class TestGuiMoeConv : public QObject {
     QCOMPARE(e.kernel_begin, int64_t{96});
     QCOMPARE(grid->selectedDevice(), edge);
     QVERIFY2(info->text().contains("none from the right (the array's edge)"), qPrintable(info->text()));
+  }
+
+  // At 1024x700 the mesh dock is about 300 px wide: its content follows the dock's width (rows
+  // wrap, captions word-wrap) so the dock's scroll area needs no horizontal scroll bar and the halo
+  // box's texts are whole — the caption over the halo's bar broken into lines that each fit, the
+  // word-wrapped text above it inside the viewport. The filter-gradient conv's halo (the longest
+  // caption) and a transformer tensor's per-dimension rows over the 4x4 mesh.
+  void meshDockFitsItsWidthAt1024x700() {
+    MainWindow w;
+    QString error;
+    QVERIFY2(OpenExample(w, "unet3d", &error, QSize(1024, 700)), qPrintable(error));
+    QVERIFY(w.selectInstruction("backward_down0_conva_dconv_kernel"));
+    QVERIFY(w.showView("halo"));
+    MeshView* mesh = w.meshView();
+    QTRY_VERIFY(mesh->haloShown());
+    QTest::qWait(300);  // the default dock sizes are applied after the first show; the layout settles
+    QCOMPARE(w.size(), QSize(1024, 700));
+    auto* scroll = mesh->findChild<QScrollArea*>();
+    QVERIFY(scroll && scroll->widget());
+    QWidget* viewport = scroll->viewport();
+    QVERIFY2(viewport->width() < 400, qPrintable(QString("viewport %1 px: not the narrow dock").arg(viewport->width())));
+    // Every widget in the dock whose minimum is wider than the viewport, named when it fails.
+    auto too_wide = [&] {
+      QStringList out;
+      for (QWidget* c : scroll->widget()->findChildren<QWidget*>())
+        if (c->isVisibleTo(scroll->widget()) && c->minimumSizeHint().width() > viewport->width())
+          out << QString("%1 (%2): %3").arg(c->objectName(), c->metaObject()->className()).arg(c->minimumSizeHint().width());
+      return out.join("; ");
+    };
+    QVERIFY2(scroll->widget()->minimumSizeHint().width() <= viewport->width(),
+             qPrintable(QString("content needs %1 px, viewport %2 px: %3")
+                            .arg(scroll->widget()->minimumSizeHint().width())
+                            .arg(viewport->width())
+                            .arg(too_wide())));
+    QVERIFY(!scroll->horizontalScrollBar()->isVisible());
+    QVERIFY(scroll->widget()->width() <= viewport->width());
+    // The text over the bar: inside the viewport, word-wrapped.
+    auto* info = mesh->findChild<QLabel*>("haloInfo");
+    QVERIFY(info && info->isVisible() && info->wordWrap());
+    // The conv's name is wider than the box: it breaks at its underscores (zero-width breaks).
+    QVERIFY2(info->text().contains(QString("backward_") + QChar(0x200B) + "down0_"), qPrintable(info->text()));
+    QVERIFY2(info->mapTo(viewport, QPoint(info->width(), 0)).x() <= viewport->width(),
+             qPrintable(QString("haloInfo ends at %1 px of %2").arg(info->mapTo(viewport, QPoint(info->width(), 0)).x()).arg(viewport->width())));
+    // The caption over the bar: all of its text, in lines that each fit the widget.
+    HaloSlabsWidget* halo = mesh->haloView();
+    QVERIFY(halo->mapTo(viewport, QPoint(halo->width(), 0)).x() <= viewport->width());
+    const QString caption = DimCaption(*halo->halo(), halo->halo()->dims.at(0));
+    const QStringList lines = halo->captionLines(0);
+    QVERIFY2(lines.size() >= 2, qPrintable(lines.join(" | ")));  // ~420 px of caption in ~270
+    QCOMPARE(lines.join(' '), caption);
+    const QFontMetrics fm(halo->captionFont());
+    for (const QString& line : lines)
+      QVERIFY2(fm.horizontalAdvance(line) <= halo->width() - 8, qPrintable(QString("%1: %2 px in %3").arg(line).arg(fm.horizontalAdvance(line)).arg(halo->width())));
+    // What a person sees: the dock's whole scrolled content (kept in the build's tests folder).
+    const QString out_dir = qEnvironmentVariable("SHARDSCOPE_REPORT_DIR", dir_.path());
+    QVERIFY(scroll->widget()->grab().save(out_dir + "/mesh-dock-1024x700-halo.png"));
+    QVERIFY2(halo->height() >= halo->heightForWidth(halo->width()),
+             qPrintable(QString("%1 px high, needs %2").arg(halo->height()).arg(halo->heightForWidth(halo->width()))));
+
+    // A tensor's per-dimension rows: the transformer's 4x4 mesh, a rank-4 activation split on two dims.
+    QVERIFY2(w.openExample("transformer", &error), qPrintable(error));
+    QVERIFY(WaitReady(w));
+    QVERIFY(w.selectInstruction("layer0_residual1"));
+    QVERIFY(w.showView("mesh"));
+    QTRY_VERIFY(mesh->findChild<QWidget*>("dropDim0") != nullptr);
+    QTest::qWait(300);
+    QCOMPARE(w.document()->mesh().num_axes(), int64_t{2});
+    QVERIFY2(scroll->widget()->minimumSizeHint().width() <= viewport->width(),
+             qPrintable(QString("content needs %1 px, viewport %2 px: %3")
+                            .arg(scroll->widget()->minimumSizeHint().width())
+                            .arg(viewport->width())
+                            .arg(too_wide())));
+    QVERIFY(!scroll->horizontalScrollBar()->isVisible());
+    // Each dimension's row inside the viewport, its axis buttons included.
+    for (int d = 0; d < 3; ++d) {
+      auto* b = mesh->findChild<QWidget*>(QString("dim%1axis1").arg(d));
+      QVERIFY(b && b->isVisible());
+      QVERIFY2(b->mapTo(viewport, QPoint(b->width(), 0)).x() <= viewport->width(), qPrintable(b->objectName()));
+    }
+    QVERIFY(scroll->widget()->grab().save(out_dir + "/mesh-dock-1024x700-tensor.png"));
+
+    // The device grid inside the dock: a 4x16 mesh (16 tiles a row) and a 1-D mesh of 16 (which
+    // wraps into rows) keep every tile inside the grid's width.
+    auto grid_fits = [&](int devices) {
+      DeviceGridWidget* grid = mesh->grid();
+      if (static_cast<int>(grid->tiles().size()) != devices) return QString("%1 tiles, not %2").arg(grid->tiles().size()).arg(devices);
+      for (int i = 0; i < devices; ++i)
+        if (grid->tileRect(i).right() > grid->width()) return QString("tile %1 ends at %2 of %3").arg(i).arg(grid->tileRect(i).right()).arg(grid->width());
+      if (grid->height() < grid->heightForWidth(grid->width())) return QString("grid cut at the bottom");
+      if (scroll->widget()->minimumSizeHint().width() > viewport->width()) return QString("content needs %1 px").arg(scroll->widget()->minimumSizeHint().width());
+      return QString();
+    };
+    QVERIFY(mesh->setAxisSize(1, 16));
+    QVERIFY(WaitReady(w));
+    QTRY_COMPARE(static_cast<int>(mesh->grid()->tiles().size()), 64);
+    QTest::qWait(200);
+    QVERIFY2(grid_fits(64).isEmpty(), qPrintable(grid_fits(64)));
+    QVERIFY(mesh->grid()->grab().save(out_dir + "/mesh-dock-1024x700-grid-4x16.png"));
+    QVERIFY(mesh->removeAxis(0));
+    QVERIFY(WaitReady(w));
+    QTRY_COMPARE(static_cast<int>(mesh->grid()->tiles().size()), 16);
+    QTest::qWait(200);
+    QVERIFY2(grid_fits(16).isEmpty(), qPrintable(grid_fits(16)));
+    QVERIFY(mesh->grid()->tileRect(15).top() > mesh->grid()->tileRect(0).bottom());  // wrapped into rows
+    QVERIFY(mesh->grid()->tileRect(0).width() >= 18);
+    QVERIFY(mesh->grid()->grab().save(out_dir + "/mesh-dock-1024x700-grid-16.png"));
+    QVERIFY(!scroll->horizontalScrollBar()->isVisible());
   }
 
   // The screenshots a person reads: the teaching panel on the dispatch, the mesh view on the conv

@@ -1,16 +1,25 @@
 #include "views/halo_slabs_view.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include <QPainter>
 
+#include "views/narrow_layout.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
 namespace {
 
 constexpr double kCaption = 18, kBar = 40, kAxis = 16, kGapAfter = 8;
+constexpr double kLeft = 4, kRightMargin = 4;
+
+// The width the captions and bars are drawn in.
+double Avail(int width) { return std::max(120.0, width - kLeft - kRightMargin); }
+
+// The height of a caption of `lines` lines (one line: as before the captions wrapped).
+double CaptionHeight(int lines, const QFontMetrics& fm) { return std::max(kCaption, lines * fm.lineSpacing() + 4.0); }
 
 QString SlabLabel(const HaloSlab& s) {
   if (s.hop == 0) {
@@ -34,7 +43,33 @@ QString DimCaption(const ConvHalo& h, const HaloDim& d) {
 
 HaloSlabsWidget::HaloSlabsWidget(QWidget* parent) : QWidget(parent) {
   setObjectName("haloSlabs");
-  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+  QSizePolicy sp(QSizePolicy::Expanding, QSizePolicy::Preferred);
+  sp.setHeightForWidth(true);
+  setSizePolicy(sp);
+}
+
+QFont HaloSlabsWidget::captionFont() const {
+  QFont f = font();
+  f.setPointSizeF(std::max(6.5, font().pointSizeF() * 0.85));
+  f.setBold(true);
+  return f;
+}
+
+QStringList HaloSlabsWidget::captionLines(size_t index) const {
+  if (!halo_ || index >= halo_->dims.size()) return {};
+  return WrapToWidth(DimCaption(*halo_, halo_->dims[index]), QFontMetrics(captionFont()),
+                     static_cast<int>(Avail(width())));
+}
+
+int HaloSlabsWidget::heightForWidth(int width) const {
+  if (!halo_) return 0;
+  const QFontMetrics fm(captionFont());
+  double h = 0;
+  for (const HaloDim& d : halo_->dims) {
+    const auto lines = WrapToWidth(DimCaption(*halo_, d), fm, static_cast<int>(Avail(width))).size();
+    h += CaptionHeight(static_cast<int>(lines), fm) + kBar + kAxis + kGapAfter;
+  }
+  return static_cast<int>(std::ceil(h));
 }
 
 void HaloSlabsWidget::setHalo(std::optional<ConvHalo> halo) {
@@ -51,12 +86,9 @@ QStringList HaloSlabsWidget::slabLabels() const {
   return out;
 }
 
-QSize HaloSlabsWidget::sizeHint() const {
-  const int dims = halo_ ? static_cast<int>(halo_->dims.size()) : 0;
-  return QSize(320, static_cast<int>(dims * (kCaption + kBar + kAxis + kGapAfter)));
-}
+QSize HaloSlabsWidget::sizeHint() const { return QSize(320, heightForWidth(320)); }
 
-QSize HaloSlabsWidget::minimumSizeHint() const { return QSize(200, sizeHint().height()); }
+QSize HaloSlabsWidget::minimumSizeHint() const { return QSize(200, heightForWidth(std::max(200, width()))); }
 
 void HaloSlabsWidget::paintEvent(QPaintEvent*) {
   if (!halo_) return;
@@ -65,16 +97,20 @@ void HaloSlabsWidget::paintEvent(QPaintEvent*) {
   const QPalette pal = palette();
   QFont small = font();
   small.setPointSizeF(std::max(6.5, font().pointSizeF() * 0.85));
-  QFont bold = small;
-  bold.setBold(true);
+  const QFont bold = captionFont();
   const QFontMetricsF fm(small);
+  const QFontMetrics cfm(bold);
   double y = 0;
-  const double left = 4, avail = std::max(120.0, width() - 8.0);
-  for (const HaloDim& d : halo_->dims) {
+  const double left = kLeft, avail = Avail(width());
+  for (size_t k = 0; k < halo_->dims.size(); ++k) {
+    const HaloDim& d = halo_->dims[k];
     p.setFont(bold);
     p.setPen(pal.color(QPalette::WindowText));
-    p.drawText(QRectF(left, y, avail, kCaption), Qt::AlignLeft | Qt::AlignVCenter, DimCaption(*halo_, d));
-    y += kCaption;
+    // The caption's lines, centred as a block in its height.
+    const QStringList lines = captionLines(k);
+    const double caption_h = CaptionHeight(static_cast<int>(lines.size()), cfm);
+    p.drawText(QRectF(left, y, avail, caption_h), Qt::AlignLeft | Qt::AlignVCenter, lines.join('\n'));
+    y += caption_h;
     // Widths: halo slabs proportional to their rows but wide enough for their label; the own
     // slab takes the rest.
     std::vector<double> w(d.slabs.size(), 0);

@@ -4,7 +4,8 @@
 // from device 1"); nothing at an edge of the array (the padding). Drawn from ConvHaloForDevice
 // (partitioner/spmd/conv_halo_slabs.h): no arithmetic here. A filter-gradient conv (its kernel's
 // spatial dim split, partial sums all-reduced) is drawn alike, its caption naming the kernel taps
-// the device's tile holds.
+// the device's tile holds. The captions are broken into lines that fit the widget's width (the
+// widget's height follows: height for width), so a narrow dock shows them whole.
 #pragma once
 
 #include <optional>
@@ -27,9 +28,16 @@ class HaloSlabsWidget : public QWidget {
   const std::optional<ConvHalo>& halo() const { return halo_; }
   // Every label drawn, left to right per dim ("2 rows from device 1", "rows 8–15: device 2's own").
   QStringList slabLabels() const;
+  // The caption over the bar of dim `index` of the halo, as painted at the widget's width: its
+  // words in lines that each fit (a single word wider than the widget gets a line of its own).
+  QStringList captionLines(size_t index) const;
+  // The font the captions are painted in.
+  QFont captionFont() const;
 
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
+  bool hasHeightForWidth() const override { return true; }
+  int heightForWidth(int width) const override;
 
  protected:
   void paintEvent(QPaintEvent* event) override;

@@ -32,6 +32,7 @@
 #include "views/analysis_model.h"
 #include "views/document_model.h"
 #include "views/halo_slabs_view.h"
+#include "views/narrow_layout.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
@@ -229,8 +230,13 @@ void DeviceGridWidget::setState(const DeviceMesh& mesh, const std::optional<HloS
 }
 
 MeshGrid DeviceGridWidget::geometryFor(int width) const {
-  MeshGrid g = MeshGrid::Shape(mesh_, 16);
   const double avail = std::max(100, width - 36);
+  MeshGrid g = MeshGrid::Shape(mesh_, 16);
+  // A 1-D mesh wraps after fewer devices when 16 in a row would be narrower than 18 px each.
+  if (mesh_.num_axes() <= 1) {
+    const int fit = std::max(1, static_cast<int>(avail / (18 + g.gap)));
+    if (fit < g.cols) g = MeshGrid::Shape(mesh_, fit);
+  }
   auto tile_for = [&](int slice_cols) {
     return (avail - (slice_cols - 1) * g.slice_gap) / (slice_cols * g.cols) - g.gap;
   };
@@ -241,7 +247,9 @@ MeshGrid DeviceGridWidget::geometryFor(int width) const {
       break;
     }
   }
-  g.tile = std::clamp(tile_for(g.slice_cols), 18.0, 86.0);
+  // Tiles shrink below 18 px rather than run past the widget's right edge (a wide 2-D mesh in a
+  // narrow dock; the device numbers are then in the tooltips).
+  g.tile = std::clamp(tile_for(g.slice_cols), 4.0, 86.0);
   if (g.slices == 1) g.label_h = 0;
   return g;
 }
@@ -252,6 +260,8 @@ QSize DeviceGridWidget::sizeHint() const { return QSize(360, heightForWidth(360)
 QSize DeviceGridWidget::minimumSizeHint() const { return QSize(160, heightForWidth(std::max(160, width()))); }
 
 int DeviceGridWidget::tileAt(const QPointF& p) const { return geometryFor(width()).TileAt(p, tiles_.size()); }
+
+QRectF DeviceGridWidget::tileRect(int index) const { return geometryFor(width()).TileRect(static_cast<size_t>(index)); }
 
 void DeviceGridWidget::paintEvent(QPaintEvent*) {
   QPainter p(this);
@@ -270,16 +280,17 @@ void DeviceGridWidget::paintEvent(QPaintEvent*) {
     if (!sharding_) fill = pal.color(QPalette::Button);
     p.setPen(QPen(pal.color(QPalette::Mid), 1));
     p.setBrush(fill);
-    p.drawRoundedRect(r, 4, 4);
+    const double radius = std::min(4.0, g.tile / 5);  // small tiles stay squares
+    p.drawRoundedRect(r, radius, radius);
     if (t.device == selected_device_ && selected_device_ >= 0) {
       p.setPen(QPen(pal.color(QPalette::Highlight), 3));
       p.setBrush(Qt::NoBrush);
-      p.drawRoundedRect(r.adjusted(1.5, 1.5, -1.5, -1.5), 4, 4);
+      p.drawRoundedRect(r.adjusted(1.5, 1.5, -1.5, -1.5), radius, radius);
     }
     const QColor text = TextColorOn(fill);
     p.setPen(text);
     p.setFont(small);
-    p.drawText(r.adjusted(3, 1, -2, 0), Qt::AlignLeft | Qt::AlignTop, QString::number(t.device));
+    if (g.tile >= 14) p.drawText(r.adjusted(3, 1, -2, 0), Qt::AlignLeft | Qt::AlignTop, QString::number(t.device));
     if (g.tile >= 40 && sharding_) {
       QString center;
       if (!t.tile_index.empty()) {
@@ -414,16 +425,15 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   // The selected tensor.
   auto* tensor_box = new QGroupBox("Selected tensor");
   auto* tcol = new QVBoxLayout(tensor_box);
-  tensor_title_ = new QLabel;
-  tensor_title_->setTextFormat(Qt::RichText);
-  tensor_title_->setWordWrap(true);
+  tensor_title_ = new NameWrapLabel;  // long names break at their underscores when the dock is narrow
   tensor_title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   tcol->addWidget(tensor_title_);
-  tensor_state_ = new QLabel;
-  tensor_state_->setWordWrap(true);
+  tensor_state_ = new NameWrapLabel;
   tcol->addWidget(tensor_state_);
+  // The rows below wrap rather than widen the dock: the chips onto a further line, the labels
+  // onto two, long tensor names at their underscores.
   chips_row_ = new QWidget;
-  new QHBoxLayout(chips_row_);
+  new FlowLayout(chips_row_);
   chips_row_->layout()->setContentsMargins(0, 0, 0, 0);
   tcol->addWidget(chips_row_);
   dims_box_ = new QWidget;
@@ -449,7 +459,7 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   named_error_->hide();
   tcol->addWidget(named_error_);
   connect(named_, &QLineEdit::textEdited, this, [this] { markNamedAxes(QString()); });
-  auto* buttons = new QHBoxLayout;
+  auto* buttons = new FlowLayout;
   replicate_ = new QPushButton("Replicate");
   replicate_->setObjectName("replicateButton");
   replicate_->setToolTip("Annotate the tensor as replicated on every device");
@@ -457,7 +467,6 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   clear_->setToolTip("Remove your annotation: propagation decides this tensor's sharding");
   buttons->addWidget(replicate_);
   buttons->addWidget(clear_);
-  buttons->addStretch();
   tcol->addLayout(buttons);
   col->addWidget(tensor_box);
   connect(apply_named_, &QPushButton::clicked, this, [this] { applyNamedAxes(named_->text()); });
@@ -479,8 +488,7 @@ MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   auto* halo_box = new QGroupBox("Halo exchange (selected device)");
   halo_box->setObjectName("haloBox");
   auto* hcol = new QVBoxLayout(halo_box);
-  halo_info_ = new QLabel;
-  halo_info_->setWordWrap(true);
+  halo_info_ = new NameWrapLabel;
   halo_info_->setObjectName("haloInfo");
   hcol->addWidget(halo_info_);
   halo_ = new HaloSlabsWidget;
@@ -625,16 +633,16 @@ void MeshView::rebuildTensor() {
   replicate_->setEnabled(array);
   clear_->setEnabled(inst && doc_->origin(inst->id()) == TensorOrigin::kUser);
   if (!doc_->hasModule()) {
-    tensor_title_->setText("<i>Open a module (File \u25B8 Open) to annotate its tensors.</i>");
-    tensor_state_->clear();
+    tensor_title_->setBreakableText("<i>Open a module (File \u25B8 Open) to annotate its tensors.</i>");
+    tensor_state_->clearText();
     named_->clear();
     grid_->setState(DeviceMesh(), std::nullopt, {}, 0);
     grid_info_->clear();
     return;
   }
   if (!inst) {
-    tensor_title_->setText("<i>Select a tensor in the graph to shard it.</i>");
-    tensor_state_->clear();
+    tensor_title_->setBreakableText("<i>Select a tensor in the graph to shard it.</i>");
+    tensor_state_->clearText();
     named_->clear();
     grid_->setState(mesh, std::nullopt, {}, 0);
     grid_info_->setText((mesh.num_devices() == 1 ? QString("1 device.") : QString("%1 devices.").arg(mesh.num_devices())) +
@@ -643,12 +651,12 @@ void MeshView::rebuildTensor() {
     return;
   }
   const Shape& shape = inst->shape();
-  tensor_title_->setText(QString("<b>%1</b> = %2 &nbsp; <tt>%3</tt>")
+  tensor_title_->setBreakableText(QString("<b>%1</b> = %2 &nbsp; <tt>%3</tt>")
                              .arg(Q(inst->name()).toHtmlEscaped(), Q(inst->opcode_text()), ShapeText(shape).toHtmlEscaped()));
   const auto sh = doc_->sharding(inst->id());
   const TensorOrigin origin = doc_->origin(inst->id());
   if (!array) {
-    tensor_state_->setText("This value is a tuple (or token): annotate its elements instead (get-tuple-element).");
+    tensor_state_->setBreakableText("This value is a tuple (or token): annotate its elements instead (get-tuple-element).");
     named_->clear();
     grid_->setState(mesh, std::nullopt, {}, 0);
     grid_info_->clear();
@@ -661,20 +669,19 @@ void MeshView::rebuildTensor() {
                 .arg(NamedAxesText(*sh, shape, mesh, Q(inst->name())).toHtmlEscaped(),
                      origin == TensorOrigin::kUser ? "your annotation" : "inferred by propagation");
   }
-  tensor_state_->setText(state);
+  tensor_state_->setBreakableText(state);
   if (!named_->hasFocus()) {
     named_->setText(sh ? NamedAxesText(*sh, shape, mesh, "") : QString());
   }
 
   // Axis chips to drag.
-  auto* chips = static_cast<QHBoxLayout*>(chips_row_->layout());
-  chips->addWidget(new QLabel("<small>Drag an axis onto a dimension, or click:</small>"));
+  QLayout* chips = chips_row_->layout();
+  chips->addWidget(new WrapLabel("<small>Drag an axis onto a dimension, or click:</small>"));
   for (int64_t a = 0; a < mesh.num_axes(); ++a) {
     auto* chip = new AxisChip(static_cast<int>(a), mesh.axes()[static_cast<size_t>(a)], chips_row_);
     chip->setObjectName(QString("axisChip%1").arg(a));
     chips->addWidget(chip);
   }
-  chips->addStretch();
 
   // One row per tensor dimension.
   const auto assignment = currentAssignment();
@@ -688,12 +695,12 @@ void MeshView::rebuildTensor() {
     for (int64_t a : on) axes_text += Q(mesh.axes()[static_cast<size_t>(a)].name);
     int64_t ways = 1;
     for (int64_t a : on) ways *= mesh.axis_size(a);
-    auto* label = new QLabel(QString("<b>%1%2</b> &nbsp;dim %3 &middot; %4%5")
+    auto* label = new WrapLabel(QString("<b>%1%2</b> &nbsp;dim %3 &middot; %4%5")
                                  .arg(DimLetter(d), axes_text.isEmpty() ? QString() : "<sub>" + axes_text.toHtmlEscaped() + "</sub>")
                                  .arg(d)
                                  .arg(shape.dim(d))
                                  .arg(ways > 1 ? QString(" &rarr; %1 per device").arg((shape.dim(d) + ways - 1) / ways) : QString()));
-    label->setMinimumWidth(150);
+    label->setPreferredWidthAtLeast(150);  // the axis buttons of the rows line up while there is room
     h->addWidget(label);
     for (int64_t a = 0; a < mesh.num_axes(); ++a) {
       auto* b = new QToolButton;
@@ -712,7 +719,7 @@ void MeshView::rebuildTensor() {
   rep_row->setObjectName("dropReplicate");
   auto* rh = new QHBoxLayout(rep_row);
   rh->setContentsMargins(2, 1, 2, 1);
-  rh->addWidget(new QLabel("<small><i>drop an axis here to stop splitting along it (replicate)</i></small>"));
+  rh->addWidget(new WrapLabel("<small><i>drop an axis here to stop splitting along it (replicate)</i></small>"));
   dims_layout_->addWidget(rep_row);
 
   refreshGrid();
@@ -795,7 +802,7 @@ void MeshView::refreshHalo() {
   }
   if (!halo.ok()) {
     halo_->setHalo(std::nullopt);
-    halo_info_->setText(Q(halo.error().message).toHtmlEscaped());
+    halo_info_->setBreakableText(Q(halo.error().message).toHtmlEscaped());
     halo_box_->setVisible(inst->shape().IsArray());
     grid_->setSelectedDevice(-1);
     return;
@@ -831,7 +838,7 @@ void MeshView::refreshHalo() {
                .arg(device)
                .arg(conv, input, parts.join("; "));
   }
-  halo_info_->setText(text);
+  halo_info_->setBreakableText(text);
   grid_->setSelectedDevice(device);
   halo_->setHalo(std::move(halo).value());
   halo_box_->show();

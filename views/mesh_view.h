@@ -63,6 +63,8 @@ class DeviceGridWidget : public QWidget {
   void setState(const DeviceMesh& mesh, const std::optional<HloSharding>& sharding, const std::vector<int64_t>& dims,
                 int64_t element_bytes);
   const std::vector<DeviceTile>& tiles() const { return tiles_; }
+  // Where the tile at `index` (mesh order, as tiles()) is painted at the widget's width.
+  QRectF tileRect(int index) const;
   int distinctShards() const { return distinct_; }
   // The pipeline stage each device holds (and its layers), painted at the foot of each tile;
   // nullopt: the module is not pipelined (pipeline_stages.h).
@@ -101,6 +103,7 @@ class DeviceGridWidget : public QWidget {
 };
 
 class HaloSlabsWidget;
+class NameWrapLabel;
 
 class MeshView : public QWidget {
   Q_OBJECT
@@ -167,8 +170,8 @@ class MeshView : public QWidget {
   QWidget* axes_box_;
   QGridLayout* axes_grid_;
   QLabel* mesh_summary_;
-  QLabel* tensor_title_;
-  QLabel* tensor_state_;
+  NameWrapLabel* tensor_title_;
+  NameWrapLabel* tensor_state_;
   QWidget* chips_row_;
   QWidget* dims_box_;
   QVBoxLayout* dims_layout_;
@@ -181,7 +184,7 @@ class MeshView : public QWidget {
   DeviceGridWidget* grid_;
   QLabel* grid_info_;
   QWidget* halo_box_;
-  QLabel* halo_info_;
+  NameWrapLabel* halo_info_;
   HaloSlabsWidget* halo_;
   int64_t halo_device_ = -1;
   bool reveal_halo_ = false;
