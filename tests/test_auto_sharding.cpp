@@ -313,7 +313,14 @@ ENTRY %main () -> f32[8,16] {
     QVERIFY(bad.err.contains("junk.hlo"));
     auto missing = RunCli({"search", dir.filePath("none.hlo"), "--chip", "tpu-v4", "--devices", "8"});
     QVERIFY(missing.code != 0);
-    QVERIFY(!missing.err.isEmpty());
+    QVERIFY2(missing.err.contains("is neither a model of the zoo (mlp,") && missing.err.contains("nor an HLO file"),
+             qPrintable(missing.err));
+    // A zoo setting no candidate can build with: an error naming it, not an empty ranking.
+    auto invalid = RunCli({"search", "mlp", "--chip", "tpu-v4", "--devices", "8", "--set", "layers=-1"});
+    QCOMPARE(invalid.code, 2);
+    QVERIFY2(invalid.err.contains("every candidate is invalid; the first: layers = '-1' is not a positive integer"),
+             qPrintable(invalid.err));
+    QVERIFY2(invalid.out.contains("(no candidate was simulated"), qPrintable(invalid.out));
     QVERIFY(RunCli({"search", hlo, "--chip", "tpu-v4", "--devices", "0"}).code != 0);
     const QString odd = dir.filePath("odd.hlo");
     std::ofstream(odd.toStdString()) << "HloModule odd\nENTRY %main (a: f32[3,5]) -> f32[3,5] {\n  ROOT %a = f32[3,5] parameter(0)\n}\n";

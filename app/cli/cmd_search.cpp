@@ -216,6 +216,13 @@ int RunSearchCommand(std::vector<std::string> args) {
   if (int rc = CheckRest(args, 1, "one MODEL of the zoo or an HLO file")) return rc;
   o.model = args[0];
   const bool zoo = IsZooModel(o.model);
+  if (!zoo && !std::filesystem::exists(o.model)) {
+    std::string models;
+    for (const ZooModel& m : ZooList()) models += (models.empty() ? "" : ", ") + m.name;
+    std::cerr << "shardscope-cli search: '" << o.model << "' is neither a model of the zoo (" << models
+              << ") nor an HLO file\n";
+    return 2;
+  }
   if (method == "enumerate" && !zoo)
     return UsageError(kName, "'" + o.model + "' is not a model of the zoo: enumeration searches zoo models; --method ilp takes HLO files");
   if (method == "ilp" || !zoo)
@@ -255,6 +262,11 @@ int RunSearchCommand(std::vector<std::string> args) {
             << FormatSeconds(st.prepare_s) << ", evaluate " << FormatSeconds(st.evaluate_s) << ", confirm "
             << FormatSeconds(st.confirm_s) << ") on " << o.jobs << " thread" << (o.jobs == 1 ? "" : "s") << "\n";
   if (!ReportStoreAndCsv(have_db, db, have_csv, csv, s.ranked, s.pareto)) return 2;
+  if (st.generated > 0 && st.invalid == st.generated && !s.ranked.empty()) {
+    // Nothing could be built (a setting out of range for every candidate): an error, not an empty result.
+    std::cerr << "shardscope-cli search: every candidate is invalid; the first: " << s.ranked.front().message << "\n";
+    return 2;
+  }
   return s.cancelled ? 1 : 0;
 }
 

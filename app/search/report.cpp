@@ -113,7 +113,10 @@ std::string ParetoText(const std::vector<CandidateResult>& ranked, const std::ve
     out += std::to_string(++k) + ". " + r.candidate.Label() + ": " + FormatSeconds(r.summary.step_time_s) + ", " +
            FormatBytes(static_cast<double>(r.summary.peak_memory_bytes)) + " peak per device\n";
   }
-  if (out.empty()) out = "(no candidate fits in HBM)\n";
+  if (out.empty()) {
+    const bool any = std::any_of(ranked.begin(), ranked.end(), [](const CandidateResult& r) { return r.simulated(); });
+    out = any ? "(no candidate fits in HBM)\n" : "(no candidate was simulated: the reasons are in the table)\n";
+  }
   return out;
 }
 
