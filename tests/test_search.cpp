@@ -315,6 +315,25 @@ void TestSearch::familiesGenerate() {
     QVERIFY(!notes.empty() && Contains(notes.front(), "multiples of the devices"));
   }
   {
+    // The pipelined Transformer searched directly: on a mesh without a stage axis its in-layer and
+    // data-parallel candidates run it as one stage (the model's default 4 stages would need 4x the
+    // devices), and they build; the pipelining family sets its own stages. A user's stages stay.
+    SearchSpace space("pipelined-transformer", {}, MakePod("tpu-v4", 16).value());
+    auto c = GenerateCandidates(space, {}).value();
+    QVERIFY(count(c, "in-layer") > 0 && count(c, "pipelining") > 0);
+    for (const Candidate& p : c) {
+      if (p.family == "pipelining") {
+        QVERIFY(std::stoll(p.settings.at("stages")) >= 2);
+        continue;
+      }
+      QCOMPARE(p.settings.at("stages"), std::string("1"));
+      auto built = BuildCandidateModule(p);
+      QVERIFY2(built.ok(), built.ok() ? "" : (p.Label() + ": " + built.error().message).c_str());
+    }
+    SearchSpace fixed("pipelined-transformer", {{"stages", "2"}}, MakePod("tpu-v4", 16).value());
+    for (const Candidate& p : GenerateCandidates(fixed, {"in-layer"}).value()) QCOMPARE(p.settings.at("stages"), std::string("2"));
+  }
+  {
     SearchSpace space("unet3d", {}, MakePod("tpu-v4", 16).value());
     auto c = GenerateCandidates(space, {}).value();
     QCOMPARE(count(c, "spatial"), 4);  // Y in {2, 4, 8, 16}

@@ -84,6 +84,9 @@ Candidate SearchSpace::Base(std::string family, std::string strategy, const Mesh
   c.slice = pod_.SliceText();
   c.mesh = mesh.mesh.ToString();
   c.placement = mesh.order;
+  // A pipelined model on a mesh without a stage axis runs as one stage (its in-layer and data-parallel
+  // strategies), unless the user fixed the stages; the pipelining family sets them per mesh.
+  if (HasParameter("stages") && mesh.mesh.AxisIndex("L") < 0 && !settings_.count("stages")) c.settings["stages"] = "1";
   return c;
 }
 
