@@ -382,6 +382,17 @@ void TestSearch::boundsAndInvalidCandidates() {
   QVERIFY2(r->stats.pruned_memory == 1, (r->ranked.front().message + " " + std::to_string(r->ranked.front().bounds.memory_bytes)).c_str());
   QCOMPARE(r->stats.simulated, int64_t{0});
   QVERIFY(Contains(r->ranked.front().message, "HBM holds 17.2 GB"));
+  // Settings the model refuses (an optimizer without the backward pass): the search says why no
+  // family has a candidate, not only that none has.
+  SearchOptions refused;
+  refused.model = "transformer-layer";
+  refused.settings = {{"backward", "0"}, {"optimizer", "adam"}};
+  refused.chip = "tpu-v4";
+  refused.devices = 16;
+  auto e = RunSearch(refused);
+  QVERIFY(!e.ok());
+  QVERIFY2(Contains(e.error().message, "transformer-layer: an optimizer step needs backward=1 (so no strategy family has a candidate)"),
+           e.error().message.c_str());
 }
 
 // Extrapolating from depths 2 and 3 gives the step time of the full-depth simulation, and its

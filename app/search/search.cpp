@@ -232,6 +232,9 @@ Result<std::vector<Candidate>> Generate(const SearchOptions& options, Pod& pod_o
     *candidates = std::move(kept);
   }
   if (candidates->empty()) {
+    // Settings the model itself refuses leave every family without a candidate: say why.
+    auto built = ZooBuild(options.model, options.settings);
+    if (!built.ok()) return Error(built.error().message + " (so no strategy family has a candidate)");
     std::string names;
     for (const StrategyFamily* f : StrategyFamilies()) names += (names.empty() ? "" : ", ") + std::string(f->name());
     std::string why;
