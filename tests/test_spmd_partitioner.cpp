@@ -316,6 +316,12 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
                                                                   << "collective-permute";
     QTest::newRow("partial -> finer is a dynamic-slice") << "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"
                                                          << "{devices=[2,2]0,1,2,3}" << "none";
+    // Part of a dim's split moving to another dim (plan 2b: an all-to-all within pairs), where an
+    // all-gather and a slice would receive twice the bytes.
+    QTest::newRow("half of dim 1's split to dim 0 is one all-to-all") << "{devices=[1,4]0,1,2,3}" << "{devices=[2,2]0,2,1,3}"
+                                                                       << "all-to-all";
+    QTest::newRow("dim 1 merged into split dim 0 is one all-to-all") << "{devices=[2,2]0,1,2,3}" << "{devices=[4,1]0,1,2,3}"
+                                                                      << "all-to-all";
   }
   void reshardStrategies() {
     QFETCH(QString, from);
@@ -338,6 +344,12 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     } else {
       QCOMPARE(CountCollectives(*r.module), 1);
       QCOMPARE(QString::fromStdString(std::string(OpcodeName(r.collectives.at(0).kind))), expected);
+    }
+    if (QString(QTest::currentDataTag()).contains("all-to-all") && !QString(QTest::currentDataTag()).startsWith("dim 0")) {
+      // The pairs that exchange: devices differing only in the part of the split that moves.
+      auto a2a = Find(*r.module, Opcode::kAllToAll);
+      QCOMPARE(a2a.size(), size_t{1});
+      QCOMPARE(a2a[0]->replica_groups.groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
     }
   }
 

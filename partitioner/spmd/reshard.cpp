@@ -146,6 +146,59 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       candidates.push_back(p);
     }
   }
+  // 2b. Partial all-to-all (XLA's resharding by all-to-all over subgroups): a factor k of dim a's
+  //     tiles moves to dim b — the minor part of a's tile index becomes the minor part of b's — by
+  //     an all-to-all within the groups of k devices that differ only in that part. Covers moving a
+  //     whole dim into one that is already split ([1,4,1,2] -> [1,8,1,1]) and splitting part of a
+  //     dim off to another ([1,8] -> [2,4]). The tiles must line up: k source tiles of a make one
+  //     target tile, one source tile of b makes k target tiles (padding included). Then, as in 5,
+  //     a local refinement or a collective-permute may finish it.
+  for (int64_t a = 0; a < base.rank(); ++a) {
+    const int64_t ta = F.tiles(a);
+    if (ta <= 1) continue;
+    const int64_t A = full[static_cast<size_t>(a)];
+    for (int64_t b = 0; b < base.rank(); ++b) {
+      if (a == b) continue;
+      const int64_t tb = F.tiles(b);
+      const int64_t B = full[static_cast<size_t>(b)];
+      for (int64_t k = 2; k <= ta; ++k) {
+        if (ta % k != 0) continue;
+        if (k == ta && tb == 1) continue;  // the whole move into a whole dim: candidates 2 and 5
+        if (k * ((A + ta - 1) / ta) != (A + ta / k - 1) / (ta / k)) continue;
+        // (A whole b is padded to k chunks of the target's shard size, as in 2.)
+        if (tb > 1 && (B + tb - 1) / tb != k * ((B + tb * k - 1) / (tb * k))) continue;
+        std::vector<int64_t> tiles = F.tiles();
+        tiles[static_cast<size_t>(a)] = ta / k;
+        tiles[static_cast<size_t>(b)] = tb * k;
+        std::vector<DeviceTile> devs;
+        devs.reserve(static_cast<size_t>(n_));
+        for (int64_t dev = 0; dev < n_; ++dev) {
+          DeviceTile dt = F.device(dev);
+          const int64_t ia = dt.index[static_cast<size_t>(a)];
+          dt.index[static_cast<size_t>(b)] = dt.index[static_cast<size_t>(b)] * k + ia % k;
+          dt.index[static_cast<size_t>(a)] = ia / k;
+          devs.push_back(dt);
+        }
+        TileMap mid(tiles, devs);
+        std::vector<int64_t> shard = F.ShardShape(full);
+        shard[static_cast<size_t>(b)] = (shard[static_cast<size_t>(b)] + k - 1) / k * k;
+        const int64_t a2a = ElementsOf(shard) * PrimitiveTypeBytes(base.type) * (k - 1) / k;
+        ReshardPlan p;
+        p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b, k}, F, mid, a2a});
+        p.bytes = a2a;
+        if (mid.SameAs(T)) {
+          candidates.push_back(p);
+        } else if (IsLocalRefinement(mid, T, full)) {
+          p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
+          candidates.push_back(p);
+        } else if (mid.tiles() == T.tiles()) {
+          p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base)});
+          p.bytes += ShardBytes(mid, base);
+          candidates.push_back(p);
+        }
+      }
+    }
+  }
   // 3. Collective-permute: same tiling, different devices.
   if (F.tiles() == T.tiles()) {
     ReshardPlan p;
@@ -361,8 +414,11 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
         // the received pieces are concatenated along a in source order and a's padding (all at
         // its end: tile i held [i*ceil(A/k), ...)) is sliced off. The padding of b stays as the
         // target's uneven-shard padding (which consumers mask where it could leak into a result).
+        // dims {a, b, k}: only a factor k of a's tiles moves (the minor part of its index), within
+        // the groups of k devices differing in it (plan 2b); {a, b}: all of them.
         const int64_t a = st.dims[0], b = st.dims[1];
-        const int64_t k = st.before.tiles(a);
+        const bool partial = st.dims.size() > 2;
+        const int64_t k = partial ? st.dims[2] : st.before.tiles(a);
         {
           std::vector<int64_t> high(x->shape().dims.size(), 0);
           const int64_t bd = x->shape().dim(b);
@@ -380,7 +436,7 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
           }
         }
         x = b_.Reshape(x, split);
-        x = b_.AllToAll(x, b, st.before.GroupsAlong({a}), reason);
+        x = b_.AllToAll(x, b, partial ? st.before.GroupsGatheringBy(a, k) : st.before.GroupsAlong({a}), reason);
         // Move the source-index dim (at b) to just before a, then merge it into a.
         const int64_t a_pos = a < b ? a : a + 1;
         std::vector<int64_t> perm;
