@@ -353,6 +353,46 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     }
   }
 
+  // A small window cut out of a sharded dim into a replicated result (the first token of a
+  // sequence-sharded activation): each device's masked part placed into a zero buffer of the
+  // window, one all-reduce over the devices of the dim (XLA's partitioning), no all-gather of the
+  // whole sequence. Uneven (15 positions over 4) and a window crossing two shards; a window of
+  // half the dim or more still gathers.
+  void smallSliceIsAMaskedAllReduce_data() {
+    QTest::addColumn<int>("start");
+    QTest::addColumn<int>("limit");
+    QTest::addColumn<QString>("collective");
+    QTest::newRow("first position") << 0 << 1 << "all-reduce";
+    QTest::newRow("across two shards") << 3 << 6 << "all-reduce";
+    QTest::newRow("the last, in the padded shard") << 14 << 15 << "all-reduce";
+    QTest::newRow("half of the dim gathers") << 2 << 10 << "all-gather";
+  }
+  void smallSliceIsAMaskedAllReduce() {
+    QFETCH(int, start);
+    QFETCH(int, limit);
+    QFETCH(QString, collective);
+    Module m("first_token");
+    Builder b(m.AddComputation("main", true));
+    auto* p = b.Parameter(0, Shape(PrimitiveType::kF32, {2, 15, 4}), "p");
+    auto* e = b.Exp(p, "e");
+    auto* sl = b.Slice(e, {0, start, 0}, {2, limit, 4}, {1, 1, 1}, "window");
+    b.SetRoot(sl);
+    p->set_sharding(S("{devices=[1,4,1,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate}"));
+    e->set_sharding(S("{devices=[1,4,1,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate}"));
+    sl->set_sharding(S("{replicated}"));
+    std::string why;
+    auto r_opt = TryPartitionAndVerify(m, 8, &why);
+    QVERIFY2(r_opt.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*r_opt->module), 1);
+    QCOMPARE(QString::fromStdString(std::string(OpcodeName(r_opt->collectives.at(0).kind))), collective);
+    if (collective == "all-reduce") {
+      auto ar = Find(*r_opt->module, Opcode::kAllReduce);
+      QCOMPARE(ar[0]->shape().ToString(false), QString("f32[2,%1,4]").arg(limit - start).toStdString());
+      // The four shards of dim 1, once per replica: {0,2,4,6} and {1,3,5,7}.
+      QCOMPARE(ar[0]->replica_groups.groups, (std::vector<std::vector<int64_t>>{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+    }
+  }
+
   // Uneven shards (GSPMD §4.1): f32[10] over 4 devices pads to 3 per device; a reduce over the
   // sharded dim masks the padding with the reducer's identity before the all-reduce.
   void unevenReduceMasksPadding() {

@@ -736,11 +736,124 @@ Status HandlePad(SpmdContext& ctx, const Instruction& pad) {
                          [&]() { return PartitionWithFallback(ctx, pad); });
 }
 
+// A small window cut out of sharded dims into a replicated result, as XLA partitions it: each
+// device masks its shard to the window, places it into a zero buffer of the window's extent at its
+// offset, and an all-reduce over the devices of the sharded dims sums the parts (replicas of a tile
+// do not take part). The all-reduce moves the window (about twice); gathering the operand first
+// moves all of it along the sharded dims. Taken when that is cheaper; false when it does not apply
+// (a stride on a sharded dim, a result that is not replicated).
+bool SliceByMaskedAllReduce(SpmdContext& ctx, const Instruction& slice) {
+  const int64_t rank = slice.shape().rank();
+  if (!SpmdContext::ShardingOf(slice).IsReplicated()) return false;
+  const PartitionedHlo& v = ctx.Get(slice.operand(0));
+  if (!v.base_shape.IsArray() || v.base_shape.rank() != rank || !v.hlo) return false;
+  auto fm = ctx.maps().Get(v.sharding, rank);
+  if (!fm.ok()) return false;
+  const TileMap& F = *fm;
+  const SliceSpec& spec = slice.slice;
+  std::vector<int64_t> sharded;
+  int64_t window = 1, gathered = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    const auto i = static_cast<size_t>(d);
+    window *= slice.shape().dim(d);
+    if (F.tiles(d) > 1) {
+      if (spec.strides[i] != 1) return false;
+      sharded.push_back(d);
+      gathered *= v.base_shape.dim(d);
+    } else {
+      gathered *= slice.shape().dim(d);
+    }
+  }
+  if (sharded.empty() || 2 * window >= gathered) return false;
+  SpmdBuilder& b = ctx.builder();
+  Instruction* x = v.hlo;
+  const Shape local = x->shape();
+  // The unsharded dims are cut locally; the sharded ones keep the whole shard.
+  {
+    SliceSpec cut = spec;
+    bool identity = true;
+    for (int64_t d = 0; d < rank; ++d) {
+      const auto i = static_cast<size_t>(d);
+      if (F.tiles(d) > 1) {
+        cut.starts[i] = 0;
+        cut.limits[i] = local.dim(d);
+        cut.strides[i] = 1;
+      }
+      identity &= cut.starts[i] == 0 && cut.limits[i] == local.dim(d) && cut.strides[i] == 1;
+    }
+    if (!identity) {
+      std::vector<int64_t> dims;
+      for (int64_t d = 0; d < rank; ++d) {
+        const auto i = static_cast<size_t>(d);
+        dims.push_back((cut.limits[i] - cut.starts[i] + cut.strides[i] - 1) / cut.strides[i]);
+      }
+      Instruction* c = b.Emit(Opcode::kSlice, Shape(local.type, dims), {x});
+      c->slice = std::move(cut);
+      x = c;
+    }
+  }
+  const Shape part = x->shape();
+  // Mask what lies outside the window (the shard's padding included) with zeros.
+  Instruction* mask = nullptr;
+  for (int64_t d : sharded) {
+    const auto i = static_cast<size_t>(d);
+    const Shape idx(PrimitiveType::kS32, part.dims);
+    Instruction* iota = b.Emit(Opcode::kIota, idx, {});
+    iota->iota_dimension = d;
+    Instruction* pos = b.Emit(Opcode::kAdd, idx, {iota, b.Broadcast(b.TableLookup(F.OffsetTable(d, v.base_shape.dim(d))), idx)});
+    Instruction* ge = b.Emit(Opcode::kCompare, Shape(PrimitiveType::kPred, part.dims),
+                             {pos, b.Broadcast(b.ConstantScalar(PrimitiveType::kS32, static_cast<double>(spec.starts[i])), idx)});
+    ge->comparison = ComparisonDirection::kGe;
+    Instruction* lt = b.Emit(Opcode::kCompare, Shape(PrimitiveType::kPred, part.dims),
+                             {pos, b.Broadcast(b.ConstantScalar(PrimitiveType::kS32, static_cast<double>(spec.limits[i])), idx)});
+    lt->comparison = ComparisonDirection::kLt;
+    Instruction* in = b.Emit(Opcode::kAnd, Shape(PrimitiveType::kPred, part.dims), {ge, lt});
+    mask = mask ? b.Emit(Opcode::kAnd, Shape(PrimitiveType::kPred, part.dims), {mask, in}) : in;
+  }
+  x = b.Emit(Opcode::kSelect, part, {mask, x, b.Broadcast(b.ConstantScalar(part.type, 0.0), part)});
+  // Into a zero buffer of the window's extent with a shard's margin on both sides of each sharded
+  // dim, at the shard's offset from the window (clamped: a shard wholly outside is all zeros).
+  std::vector<int64_t> buffer_dims = part.dims, window_limits = part.dims;
+  std::vector<Instruction*> at;
+  for (int64_t d = 0; d < rank; ++d) {
+    const auto i = static_cast<size_t>(d);
+    if (F.tiles(d) <= 1) {
+      at.push_back(b.ConstantScalar(PrimitiveType::kS32, 0));
+      continue;
+    }
+    const int64_t s = part.dim(d), len = slice.shape().dim(d);
+    buffer_dims[i] = len + 2 * s;
+    std::vector<int64_t> table = F.OffsetTable(d, v.base_shape.dim(d));
+    for (int64_t& o : table) o = std::clamp<int64_t>(o - spec.starts[i] + s, 0, len + s);
+    at.push_back(b.TableLookup(table));
+  }
+  const Shape buffer_shape(part.type, buffer_dims);
+  std::vector<Instruction*> dus_operands = {b.Broadcast(b.ConstantScalar(part.type, 0.0), buffer_shape), x};
+  dus_operands.insert(dus_operands.end(), at.begin(), at.end());
+  Instruction* placed = b.Emit(Opcode::kDynamicUpdateSlice, buffer_shape, std::move(dus_operands));
+  SliceSpec inner;
+  for (int64_t d = 0; d < rank; ++d) {
+    const bool sh = F.tiles(d) > 1;
+    const int64_t s = part.dim(d);
+    inner.starts.push_back(sh ? s : 0);
+    inner.limits.push_back(sh ? s + slice.shape().dim(d) : part.dim(d));
+    inner.strides.push_back(1);
+  }
+  Instruction* w = b.Emit(Opcode::kSlice, Shape(part.type, slice.shape().dims), {placed});
+  w->slice = std::move(inner);
+  const PrimitiveType t = part.type;
+  Instruction* r = b.AllReduce(w, b.ScalarReducer(t == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd, t),
+                               F.GroupsAlong(sharded), "slice: each device's part of the window, summed");
+  ctx.Set(&slice, PartitionedHlo{r, HloSharding::Replicate(), slice.shape()});
+  return true;
+}
+
 Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
   const int64_t rank = slice.shape().rank();
   const Shape& in = slice.operand(0)->shape();
   if (slice.operand_count() != 1 || !slice.shape().IsArray() || static_cast<int64_t>(slice.slice.starts.size()) != rank)
     return PartitionWithFallback(ctx, slice);
+  if (SliceByMaskedAllReduce(ctx, slice)) return Status::Ok();
   WindowedOp w;
   w.operand = slice.operand(0);
   w.window.resize(static_cast<size_t>(rank));
