@@ -353,6 +353,35 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     }
   }
 
+  // More tiles than elements (f32[1,3] over a 2x2 mesh: dim 0's second tile is all padding):
+  // replicated by one masked all-reduce over the four tiles, as XLA does, not by two all-gathers
+  // of mostly padding. An ordinary split (f32[8,12]) still gathers.
+  void mostlyPaddingReplicatesByAllReduce() {
+    for (const bool padded : {true, false}) {
+      Module m("pad_rep");
+      Builder b(m.AddComputation("main", true));
+      auto* p = b.Parameter(0, Shape(PrimitiveType::kF32, padded ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{8, 12}), "p");
+      auto* e = b.Exp(p, "e");
+      auto* c = b.Copy(e, "c");
+      b.SetRoot(c);
+      p->set_sharding(S("{devices=[2,2]0,1,2,3}"));
+      e->set_sharding(S("{devices=[2,2]0,1,2,3}"));
+      c->set_sharding(S("{replicated}"));
+      std::string why;
+      auto r = TryPartitionAndVerify(m, 4, &why);
+      QVERIFY2(r.has_value(), why.c_str());
+      if (padded) {
+        QCOMPARE(CountCollectives(*r->module), 1);
+        auto ar = Find(*r->module, Opcode::kAllReduce);
+        QCOMPARE(ar.size(), size_t{1});
+        QCOMPARE(ar[0]->replica_groups.groups, (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}}));
+      } else {
+        QVERIFY(Find(*r->module, Opcode::kAllReduce).empty());
+        QVERIFY(!Find(*r->module, Opcode::kAllGather).empty());
+      }
+    }
+  }
+
   // A small window cut out of a sharded dim into a replicated result (the first token of a
   // sequence-sharded activation): each device's masked part placed into a zero buffer of the
   // window, one all-reduce over the devices of the dim (XLA's partitioning), no all-gather of the

@@ -337,6 +337,25 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       }
     }
   }
+  // 8. Replicate by a masked all-reduce: each device writes its shard (padding masked to zero) at
+  //    its offset in a zero array of the whole extent and an all-reduce over the tiles sums them
+  //    (XLA's replication of an array with more tiles than elements). About twice the array's
+  //    bytes, so it is offered only for a replicated target where a dim has more tiles than
+  //    elements ([1,1] over a 2x2 mesh: most shards are padding).
+  const bool mostly_padding = std::any_of(all_tiled.begin(), all_tiled.end(),
+                                          [&](int64_t d) { return F.tiles(d) > full[static_cast<size_t>(d)]; });
+  if (mostly_padding) {
+    auto rep = TileMap::FromSharding(HloSharding::Replicate(), base.rank(), n_);
+    if (rep.ok() && rep->SameAs(T)) {
+      int64_t g = 1;
+      for (int64_t d : all_tiled) g *= F.tiles(d);
+      const int64_t bytes = base.ByteSize() * 2 * (g - 1) / g;
+      ReshardPlan p;
+      p.steps.push_back({ReshardStep::Kind::kMaskedAllReduce, all_tiled, F, *rep, bytes});
+      p.bytes = bytes;
+      candidates.push_back(p);
+    }
+  }
   if (candidates.empty()) return Error("no resharding plan from " + from.ToString() + " to " + to.ToString());
   for (auto& c : candidates)
     for (const auto& st : c.steps)
@@ -461,6 +480,33 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
         x = b_.Reshape(x, out);
         std::vector<int64_t> limits = x->shape().dims;
         limits[static_cast<size_t>(a)] = std::min(limits[static_cast<size_t>(a)], full[static_cast<size_t>(a)]);
+        x = b_.Slice(x, limits);
+        break;
+      }
+      case ReshardStep::Kind::kMaskedAllReduce: {
+        // Shards with their padding zeroed, each at its offset in a zero array of the padded
+        // whole (so no offset is clamped), summed over the tiles, then cut to the whole.
+        x = b_.MaskPadding(x, st.before, v.base_shape, st.dims, 0.0);
+        std::vector<int64_t> padded = x->shape().dims;
+        std::vector<Instruction*> at;
+        for (size_t d = 0; d < full.size(); ++d) {
+          const bool tiled = std::find(st.dims.begin(), st.dims.end(), static_cast<int64_t>(d)) != st.dims.end();
+          if (!tiled) {
+            at.push_back(b_.ConstantScalar(PrimitiveType::kS32, 0));
+            continue;
+          }
+          padded[d] *= st.before.tiles(static_cast<int64_t>(d));
+          at.push_back(b_.TableLookup(st.before.OffsetTable(static_cast<int64_t>(d), full[d])));
+        }
+        const Shape whole(x->shape().type, padded);
+        std::vector<Instruction*> ops = {b_.Broadcast(b_.ConstantScalar(whole.type, 0.0), whole), x};
+        ops.insert(ops.end(), at.begin(), at.end());
+        x = b_.Emit(Opcode::kDynamicUpdateSlice, whole, std::move(ops));
+        const PrimitiveType t = whole.type;
+        x = b_.AllReduce(x, b_.ScalarReducer(t == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd, t),
+                         st.before.GroupsAlong(st.dims), reason);
+        std::vector<int64_t> limits = x->shape().dims;
+        for (int64_t d : st.dims) limits[static_cast<size_t>(d)] = full[static_cast<size_t>(d)];
         x = b_.Slice(x, limits);
         break;
       }

@@ -32,9 +32,10 @@ struct PartitionedHlo {
 // One step of a resharding plan.
 struct ReshardStep {
   enum class Kind { kDynamicSlice, kAllGather, kAllToAll, kCollectivePermute, kBroadcastFromDevice, kReduceUnreduced,
-                    kMakeUnreduced } kind;
+                    kMakeUnreduced, kMaskedAllReduce } kind;
   std::vector<int64_t> dims;        // all-gather: gathered dim; all-to-all: {from_dim, to_dim};
-                                    // broadcast-from-device: {device}
+                                    // broadcast-from-device: {device}; masked all-reduce: the
+                                    // tiled dims made whole
   TileMap before, after;            // maps before/after the step
   int64_t bytes = 0;                // bytes received per device
 };
