@@ -116,6 +116,20 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   }
   const std::vector<int64_t>& full = base.dims;
   std::vector<ReshardPlan> candidates;
+  // A plan that has reached `mid` is a candidate when mid is the target (unless `same_covered`: an
+  // earlier candidate is that plan), or when a local slice or a collective-permute finishes it.
+  auto finish = [&](ReshardPlan p, const TileMap& mid, bool same_covered) {
+    if (mid.SameAs(T)) {
+      if (!same_covered) candidates.push_back(std::move(p));
+    } else if (IsLocalRefinement(mid, T, full)) {
+      p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
+      candidates.push_back(std::move(p));
+    } else if (mid.tiles() == T.tiles()) {
+      p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base)});
+      p.bytes += ShardBytes(mid, base);
+      candidates.push_back(std::move(p));
+    }
+  };
 
   // 1. Local refinement: dynamic-slice only (replicated -> sharded, partial -> finer).
   if (IsLocalRefinement(F, T, full)) {
@@ -170,6 +184,12 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
         std::vector<int64_t> tiles = F.tiles();
         tiles[static_cast<size_t>(a)] = ta / k;
         tiles[static_cast<size_t>(b)] = tb * k;
+        // Only a tiling the target refines (or equals) can be finished: skip the others before
+        // building the per-device map (2048 devices on the large pods).
+        bool refinable = true;
+        for (int64_t d = 0; d < base.rank() && refinable; ++d)
+          refinable = T.tiles(d) % tiles[static_cast<size_t>(d)] == 0;
+        if (!refinable) continue;
         std::vector<DeviceTile> devs;
         devs.reserve(static_cast<size_t>(n_));
         for (int64_t dev = 0; dev < n_; ++dev) {
@@ -186,16 +206,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
         ReshardPlan p;
         p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b, k}, F, mid, a2a});
         p.bytes = a2a;
-        if (mid.SameAs(T)) {
-          candidates.push_back(p);
-        } else if (IsLocalRefinement(mid, T, full)) {
-          p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
-          candidates.push_back(p);
-        } else if (mid.tiles() == T.tiles()) {
-          p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base)});
-          p.bytes += ShardBytes(mid, base);
-          candidates.push_back(p);
-        }
+        finish(std::move(p), mid, false);
       }
     }
   }
@@ -243,18 +254,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       p.bytes += bytes;
       cur = next;
     }
-    if (ok && !needed.empty()) {
-      if (cur.SameAs(T)) {
-        candidates.push_back(p);
-      } else if (IsLocalRefinement(cur, T, full)) {
-        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, cur, T, 0});
-        candidates.push_back(p);
-      } else if (cur.tiles() == T.tiles()) {
-        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, cur, T, ShardBytes(cur, base)});
-        p.bytes += ShardBytes(cur, base);
-        candidates.push_back(p);
-      }
-    }
+    if (ok && !needed.empty()) finish(std::move(p), cur, false);
   }
   for (const auto& gather : {needed, all_tiled}) {
     if (gather.empty()) continue;
@@ -294,16 +294,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       ReshardPlan p;
       p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, mid, a2a});
       p.bytes = a2a;
-      if (mid.SameAs(T)) {
-        // already covered by candidate 2
-      } else if (IsLocalRefinement(mid, T, full)) {
-        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
-        candidates.push_back(p);
-      } else if (mid.tiles() == T.tiles()) {
-        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base)});
-        p.bytes += ShardBytes(mid, base);
-        candidates.push_back(p);
-      }
+      finish(std::move(p), mid, true);  // mid == T: candidate 2
     }
   }
   // 6. Reorder devices first (collective-permute into a layout from which the target is a local
