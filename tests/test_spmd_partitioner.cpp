@@ -353,6 +353,28 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     }
   }
 
+  // A reshape whose result is split on a minor dim of its group (12 -> 2 x 6, split on the 6): no
+  // operand sharding gives that by a local reshape, so the partitioner reshapes in the operand's
+  // own sharding (dim 0 split, a major dim of its group) and reshards the result: one all-to-all,
+  // where it used to gather the whole operand.
+  void reshapeToAMinorDimIsAnAllToAll() {
+    Module m("reshape_minor");
+    Builder b(m.AddComputation("main", true));
+    auto* p = b.Parameter(0, Shape(PrimitiveType::kF32, {4, 6, 12}), "p");
+    auto* e = b.Exp(p, "e");
+    auto* r = b.Reshape(e, {4, 6, 2, 6}, "r");
+    b.SetRoot(r);
+    p->set_sharding(S("{devices=[2,1,1]0,1}"));
+    e->set_sharding(S("{devices=[2,1,1]0,1}"));
+    r->set_sharding(S("{devices=[1,1,1,2]0,1}"));
+    std::string why;
+    auto res = TryPartitionAndVerify(m, 2, &why);
+    QVERIFY2(res.has_value(), why.c_str());
+    QCOMPARE(CountCollectives(*res->module), 1);
+    QCOMPARE(Find(*res->module, Opcode::kAllToAll).size(), size_t{1});
+    QVERIFY(Find(*res->module, Opcode::kAllGather).empty());
+  }
+
   // More tiles than elements (f32[1,3] over a 2x2 mesh: dim 0's second tile is all padding):
   // replicated by one masked all-reduce over the four tiles, as XLA does, not by two all-gathers
   // of mostly padding. An ordinary split (f32[8,12]) still gathers.

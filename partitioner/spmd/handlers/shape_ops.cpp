@@ -2,6 +2,7 @@
 // of the dims it keeps), transpose (the permuted tiling), reshape (sharded dims must be the major
 // part of a split/merge group, uneven ones by halo exchange; otherwise the replicated fallback).
 #include <algorithm>
+#include <optional>
 
 #include "partitioner/spmd/context.h"
 #include "partitioner/spmd/halo.h"
@@ -56,6 +57,55 @@ Status HandleTranspose(SpmdContext& ctx, const Instruction& orig) {
 // the shards' element ranges differ on the two sides) each such group is flattened locally and a
 // halo exchange gives every device the elements of its result shard (GSPMD §4.3), which a local
 // reshape puts in shape. Other layouts take the replicated fallback.
+// A reshape's dim groups: operand dims [i0, i1) hold the same elements as result dims [o0, o1).
+struct ReshapeGroup {
+  int64_t i0, i1, o0, o1;
+};
+
+// When the result is sharded on a minor dim of its group (324 -> 2 x 162, split on the 162), no
+// operand sharding gives it by a local reshape. As XLA does, reshape in the operand's own sharding
+// when that splits only major dims of groups, evenly — each shard is then a contiguous block of its
+// group — and reshard the result (an all-to-all where the fallback gathered the whole operand).
+// nullopt when the operand's sharding does not allow it.
+std::optional<Status> ReshapeInOperandSharding(SpmdContext& ctx, const Instruction& orig, const HloSharding& target,
+                                               const std::vector<ReshapeGroup>& groups) {
+  const Shape& out = orig.shape();
+  const Shape& in = orig.operand(0)->shape();
+  const PartitionedHlo& v = ctx.Get(orig.operand(0));
+  if (!v.hlo) return std::nullopt;
+  auto fm = ctx.maps().Get(v.sharding, in.rank());
+  if (!fm.ok()) return std::nullopt;
+  std::vector<int64_t> out_tiles(static_cast<size_t>(out.rank()), 1);
+  std::vector<std::pair<int64_t, int64_t>> moved;  // (operand dim, result dim)
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    const int64_t t = fm->tiles(d);
+    if (t == 1) continue;
+    const ReshapeGroup* g = nullptr;
+    for (const ReshapeGroup& c : groups)
+      if (c.i0 == d) g = &c;
+    if (!g || in.dim(d) % t != 0 || out.dim(g->o0) % t != 0) return std::nullopt;
+    out_tiles[static_cast<size_t>(g->o0)] = t;
+    moved.emplace_back(d, g->o0);
+  }
+  if (moved.empty()) return std::nullopt;
+  std::vector<DeviceTile> devs;
+  for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
+    DeviceTile dt;
+    dt.replica = fm->device(dev).replica;
+    dt.index.assign(static_cast<size_t>(out.rank()), 0);
+    for (const auto& [d, o] : moved) dt.index[static_cast<size_t>(o)] = fm->device(dev).index[static_cast<size_t>(d)];
+    devs.push_back(std::move(dt));
+  }
+  const TileMap omap(out_tiles, std::move(devs));
+  auto os = omap.ToSharding();
+  if (!os.ok()) return std::nullopt;
+  Instruction* y = ctx.builder().Reshape(v.hlo, omap.ShardShape(out.dims));
+  auto r = ctx.resharder().Reshard(PartitionedHlo{y, *os, out}, target);
+  if (!r.ok()) return std::nullopt;
+  ctx.Set(&orig, {*r, target, out});
+  return Status::Ok();
+}
+
 Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
   const HloSharding s = SpmdContext::ShardingOf(orig);
   const Shape& out = orig.shape();
@@ -63,9 +113,7 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
   auto m = ctx.maps().Get(s, out.rank());
   if (!m.ok()) return PartitionWithFallback(ctx, orig);
   // Group dims: walk both dim lists accumulating products until they match.
-  struct Group {
-    int64_t i0, i1, o0, o1;  // operand dims [i0, i1), result dims [o0, o1)
-  };
+  using Group = ReshapeGroup;
   std::vector<Group> groups;
   std::vector<int64_t> group_of_out(static_cast<size_t>(out.rank()), -1);
   size_t i = 0, o = 0;
@@ -91,7 +139,10 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
     const int64_t t = m->tiles(d);
     if (t == 1) continue;
     const int64_t g = group_of_out[static_cast<size_t>(d)];
-    if (g < 0) return PartitionWithFallback(ctx, orig);  // a minor dim of a group is sharded
+    if (g < 0) {  // a minor dim of a group is sharded
+      if (auto done = ReshapeInOperandSharding(ctx, orig, s, groups)) return *done;
+      return PartitionWithFallback(ctx, orig);
+    }
     const int64_t src = groups[static_cast<size_t>(g)].i0;
     if (out.dim(d) % t != 0 || in.dim(src) % t != 0) uneven.push_back(g);
     in_tiles[static_cast<size_t>(src)] = t;
