@@ -27,6 +27,8 @@
 #include <QStyle>
 #include <QStyleFactory>
 #include <QTableView>
+#include <QGuiApplication>
+#include <QScreen>
 #include <QTimer>
 #include <QUndoStack>
 #include <QUndoView>
@@ -160,7 +162,12 @@ MainWindow::MainWindow(QWidget* parent)
   dock_shares_timer_->setSingleShot(true);
   dock_shares_timer_->setInterval(60);
   connect(dock_shares_timer_, &QTimer::timeout, this, &MainWindow::applyDockShares);
-  resize(1500, 940);
+  // 1500x940, or what the screen has room for (a 1024x768 laptop): a larger window would leave its
+  // docks off the screen.
+  QSize initial(1500, 940);
+  if (const QScreen* screen = QGuiApplication::primaryScreen())
+    initial = initial.boundedTo(screen->availableGeometry().size());
+  resize(initial);
   updateTitle();
   updateStatus();
 }
