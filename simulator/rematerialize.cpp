@@ -5,7 +5,6 @@
 #include <iterator>
 #include <limits>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include "simulator/memory_model.h"
@@ -84,34 +83,33 @@ void Apply(ExecProgram* p, std::vector<Pick> picks, RematerializationResult* out
     for (int32_t& d : original.deps) d = remap[static_cast<size_t>(d)];
     ops.push_back(std::move(original));
   }
-  // Readers after each pick's clone read the clone (and wait for it). One pass over the ops: a
-  // buffer is picked at most once a round.
+  // Readers after a pick's clone read the clone (and wait for it): a buffer picked several times is
+  // read, after each clone, from the latest one.
   const size_t old_buffers = p->buffers.size() - picks.size();
-  std::vector<int32_t> pick_of(old_buffers, -1);
-  for (size_t j = 0; j < picks.size(); ++j) pick_of[static_cast<size_t>(picks[j].buffer)] = static_cast<int32_t>(j);
-  auto picked = [&](int32_t b, size_t o) -> int32_t {  // the pick redirecting buffer b at op o, or -1
-    if (b < 0 || static_cast<size_t>(b) >= old_buffers) return -1;
-    const int32_t j = pick_of[static_cast<size_t>(b)];
-    return j >= 0 && o > static_cast<size_t>(clone_index[static_cast<size_t>(j)]) ? j : -1;
-  };
+  std::vector<int32_t> current(old_buffers, -1);  // buffer -> the pick whose clone ran last
+  std::vector<int32_t> pick_at(ops.size() - first, -1);  // op index - first -> the pick it clones
+  for (size_t j = 0; j < picks.size(); ++j) pick_at[static_cast<size_t>(clone_index[j]) - first] = static_cast<int32_t>(j);
   for (size_t o = first; o < ops.size(); ++o) {
     ExecOp& op = ops[o];
     bool added = false;
     for (int32_t& u : op.uses) {
-      const int32_t j = picked(u, o);
+      if (u < 0 || static_cast<size_t>(u) >= old_buffers) continue;
+      const int32_t j = current[static_cast<size_t>(u)];
       if (j < 0) continue;
       u = new_buffer[static_cast<size_t>(j)];
       op.deps.push_back(clone_index[static_cast<size_t>(j)]);
       added = true;
     }
     for (auto& [dst, src] : op.in_place) {
-      const int32_t j = picked(src, o);
+      if (src < 0 || static_cast<size_t>(src) >= old_buffers) continue;
+      const int32_t j = current[static_cast<size_t>(src)];
       if (j >= 0) src = new_buffer[static_cast<size_t>(j)];
     }
     if (added) {
       std::sort(op.deps.begin(), op.deps.end());
       op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
     }
+    if (const int32_t j = pick_at[o - first]; j >= 0) current[static_cast<size_t>(picks[static_cast<size_t>(j)].buffer)] = j;
   }
   // Buffers defined by the original ops move with them.
   for (size_t b = 0; b < old_buffers; ++b) {
@@ -120,7 +118,142 @@ void Apply(ExecProgram* p, std::vector<Pick> picks, RematerializationResult* out
   }
 }
 
+// One pass in program order, as XLA's HloRematerialization walks a scheduled computation: at each
+// instant whose level (ops one after another, buffers as `prof` has them, less what earlier picks
+// of the pass freed) exceeds the limit, the buffers live there that the op running then does not
+// read are the candidates (the rules of the header), taken cheapest first until the level fits.
+// A pick frees its buffer from that instant until its next use, where the clone defines it again;
+// later instants see the lower level. After its clone the value may be picked again (freed until
+// its next reader after that), as XLA's clone per remaining use frees it between uses; a clone
+// reads only what is live at its place (a buffer a clone will read is not freed before the clone).
+std::vector<Pick> SweepPicks(const ExecProgram& program, const SequentialPeak& prof, int64_t limit, int64_t max_picks) {
+  std::vector<Pick> picks;
+  const size_t n = program.ops.size();
+  const size_t nb = program.buffers.size();
+  if (n == 0 || max_picks <= 0) return picks;
+  // Level changes per instant and the buffers allocated and freed at each (CSR lists).
+  std::vector<int64_t> delta(n + 2, 0);
+  std::vector<int32_t> alloc_count(n + 2, 0), free_count(n + 2, 0);
+  for (size_t b = 0; b < nb; ++b) {
+    const int64_t bytes = program.buffers[b].bytes;
+    const BufferLifetime& lt = prof.lifetimes[b];
+    if (bytes == 0 || !(lt.free_s > lt.alloc_s)) continue;
+    const size_t a = static_cast<size_t>(lt.alloc_s);
+    delta[a] += bytes;
+    ++alloc_count[a];
+    if (std::isfinite(lt.free_s)) {
+      const size_t f = static_cast<size_t>(lt.free_s);
+      delta[f] -= bytes;
+      ++free_count[f];
+    }
+  }
+  auto offsets = [](const std::vector<int32_t>& count) {
+    std::vector<int32_t> off(count.size() + 1, 0);
+    for (size_t i = 0; i < count.size(); ++i) off[i + 1] = off[i] + count[i];
+    return off;
+  };
+  const std::vector<int32_t> alloc_off = offsets(alloc_count), free_off = offsets(free_count);
+  std::vector<int32_t> alloc_list(static_cast<size_t>(alloc_off.back())), free_list(static_cast<size_t>(free_off.back()));
+  {
+    std::vector<int32_t> ai(alloc_off.begin(), alloc_off.end() - 1), fi(free_off.begin(), free_off.end() - 1);
+    for (size_t b = 0; b < nb; ++b) {
+      const BufferLifetime& lt = prof.lifetimes[b];
+      if (program.buffers[b].bytes == 0 || !(lt.free_s > lt.alloc_s)) continue;
+      alloc_list[static_cast<size_t>(ai[static_cast<size_t>(lt.alloc_s)]++)] = static_cast<int32_t>(b);
+      if (std::isfinite(lt.free_s)) free_list[static_cast<size_t>(fi[static_cast<size_t>(lt.free_s)]++)] = static_cast<int32_t>(b);
+    }
+  }
+  // The readers of each buffer in op order (CSR).
+  std::vector<int32_t> reader_off(nb + 1, 0);
+  for (const ExecOp& op : program.ops)
+    for (int32_t u : op.uses) ++reader_off[static_cast<size_t>(u) + 1];
+  for (size_t b = 0; b < nb; ++b) reader_off[b + 1] += reader_off[b];
+  std::vector<int32_t> readers(static_cast<size_t>(reader_off.back()));
+  {
+    std::vector<int32_t> ri(reader_off.begin(), reader_off.end() - 1);
+    for (size_t o = 0; o < n; ++o)
+      for (int32_t u : program.ops[o].uses) readers[static_cast<size_t>(ri[static_cast<size_t>(u)]++)] = static_cast<int32_t>(o);
+  }
+  auto next_use = [&](size_t b, int32_t t) -> int32_t {  // the first reader at or after t, or -1
+    const auto first = readers.begin() + reader_off[b], last = readers.begin() + reader_off[b + 1];
+    const auto it = std::lower_bound(first, last, t);
+    return it == last ? -1 : *it;
+  };
+  auto live_at = [&](int32_t u, int32_t q) {
+    const BufferLifetime& l = prof.lifetimes[static_cast<size_t>(u)];
+    return l.alloc_s <= q && l.free_s > q;
+  };
+  std::vector<int32_t> live, live_pos(nb, -1);
+  std::vector<int64_t> restore(n + 2, 0);  // bytes a pick's clone defines again at an instant
+  // A picked buffer is freed until its clone (freed_until); a buffer a clone reads must not be
+  // freed before that clone runs (blocked_until).
+  std::vector<int32_t> freed_until(nb, 0), blocked_until(nb, 0);
+  std::vector<Pick> candidates;
+  int64_t level = 0, freed_now = 0;
+  for (size_t t = 0; t < n; ++t) {
+    for (int32_t k = free_off[t]; k < free_off[t + 1]; ++k) {
+      const int32_t b = free_list[static_cast<size_t>(k)];
+      const int32_t at = live_pos[static_cast<size_t>(b)];
+      if (at < 0) continue;
+      live_pos[static_cast<size_t>(live.back())] = at;
+      live[static_cast<size_t>(at)] = live.back();
+      live.pop_back();
+      live_pos[static_cast<size_t>(b)] = -1;
+    }
+    for (int32_t k = alloc_off[t]; k < alloc_off[t + 1]; ++k) {
+      const int32_t b = alloc_list[static_cast<size_t>(k)];
+      live_pos[static_cast<size_t>(b)] = static_cast<int32_t>(live.size());
+      live.push_back(b);
+    }
+    level += delta[t];
+    freed_now -= restore[t];
+    const int64_t excess = level - freed_now - limit;
+    if (t == 0 || excess <= 0) continue;  // instant 0: the parameters before anything runs
+    const int32_t at = static_cast<int32_t>(t);
+    candidates.clear();
+    for (int32_t b : live) {
+      const Buffer& buf = program.buffers[static_cast<size_t>(b)];
+      if (freed_until[static_cast<size_t>(b)] > at || blocked_until[static_cast<size_t>(b)] > at) continue;
+      if (buf.bytes <= 0 || buf.def_op < 0 || buf.is_output || buf.is_constant) continue;
+      if (std::isinf(prof.lifetimes[static_cast<size_t>(b)].free_s)) continue;
+      const int32_t q = next_use(static_cast<size_t>(b), at);
+      if (q <= at) continue;  // read at this instant (or never again)
+      const ExecOp& def = program.ops[static_cast<size_t>(buf.def_op)];
+      if (def.kind != ExecKind::kCompute || HasSideEffects(def.kind_name)) continue;
+      bool ok = true;
+      for (int32_t u : def.uses) ok = ok && freed_until[static_cast<size_t>(u)] < q && live_at(u, q);
+      if (!ok) continue;
+      candidates.push_back({b, buf.def_op, q, def.duration_s / static_cast<double>(buf.bytes)});
+    }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Pick& a, const Pick& b) { return a.cost_per_byte < b.cost_per_byte; });
+    int64_t freed = 0;
+    for (const Pick& c : candidates) {
+      if (freed >= excess || static_cast<int64_t>(picks.size()) >= max_picks) break;
+      const ExecOp& def = program.ops[static_cast<size_t>(c.def_op)];
+      if (blocked_until[static_cast<size_t>(c.buffer)] > at) continue;  // an earlier pick of this instant reads it
+      bool ok = true;
+      for (int32_t u : def.uses) ok = ok && freed_until[static_cast<size_t>(u)] < c.next_use;
+      if (!ok) continue;
+      picks.push_back(c);
+      freed_until[static_cast<size_t>(c.buffer)] = c.next_use;
+      for (int32_t u : def.uses) blocked_until[static_cast<size_t>(u)] = std::max(blocked_until[static_cast<size_t>(u)], c.next_use);
+      const int64_t bytes = program.buffers[static_cast<size_t>(c.buffer)].bytes;
+      freed += bytes;
+      freed_now += bytes;
+      restore[static_cast<size_t>(c.next_use)] += bytes;
+    }
+    if (static_cast<int64_t>(picks.size()) >= max_picks) break;
+  }
+  return picks;
+}
+
 }  // namespace
+
+// Passes after the first recompute what the first one's clones still hold: a clone is shared by
+// every later reader of its value (XLA clones once per remaining use instead), so it can be live
+// across a later instant above the limit.
+constexpr int kMaxPasses = 8;
 
 RematerializationResult RematerializeToFit(ExecProgram* program, int64_t limit_bytes, int64_t max_values) {
   RematerializationResult out;
@@ -128,65 +261,26 @@ RematerializationResult RematerializeToFit(ExecProgram* program, int64_t limit_b
   SequentialPeak prof = ComputeSequentialPeak(*program);
   out.peak_before = out.peak_after = prof.peak_bytes;
   if (limit_bytes <= 0) return out;
-  // A round may only move the peak to another instant of the same height (a plateau); give up when
-  // many rounds in a row do not lower it.
-  int stalled = 0;
-  while (prof.peak_bytes > limit_bytes && out.values < max_values && stalled < 64) {
-    const double t = prof.peak_time_s;
-    const size_t n = program->ops.size();
-    const int32_t at = static_cast<int32_t>(std::llround(t));
-    if (at <= 0 || static_cast<size_t>(at) >= n) break;  // the peak is the parameters before anything runs
-    // The next reader of each buffer at or after the peak's op.
-    const size_t nb = program->buffers.size();
-    std::vector<int32_t> next_use(nb, -1);
-    for (size_t o = n; o-- > static_cast<size_t>(at);)
-      for (int32_t u : program->ops[o].uses) next_use[static_cast<size_t>(u)] = static_cast<int32_t>(o);
-    std::vector<Pick> candidates;
-    for (size_t b = 0; b < nb; ++b) {
-      const Buffer& buf = program->buffers[b];
-      const BufferLifetime& lt = prof.lifetimes[b];
-      if (buf.bytes <= 0 || buf.def_op < 0 || buf.is_output || buf.is_constant) continue;
-      if (!(lt.alloc_s <= t && lt.free_s > t) || std::isinf(lt.free_s)) continue;
-      const int32_t q = next_use[b];
-      if (q <= at) continue;  // read at the peak itself (or never again)
-      const ExecOp& def = program->ops[static_cast<size_t>(buf.def_op)];
-      if (def.kind != ExecKind::kCompute || HasSideEffects(def.kind_name)) continue;
-      bool operands_live = true;
-      for (int32_t u : def.uses) {
-        const BufferLifetime& ul = prof.lifetimes[static_cast<size_t>(u)];
-        if (!(ul.alloc_s <= q && ul.free_s > q)) {
-          operands_live = false;
-          break;
-        }
-      }
-      if (!operands_live) continue;
-      candidates.push_back({static_cast<int32_t>(b), buf.def_op, q, def.duration_s / static_cast<double>(buf.bytes)});
-    }
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const Pick& a, const Pick& b) { return a.cost_per_byte < b.cost_per_byte; });
-    const int64_t excess = prof.peak_bytes - limit_bytes;
-    int64_t freed = 0;
-    std::vector<Pick> picks;
-    std::unordered_set<int32_t> picked, read_by_picked;
-    for (const Pick& c : candidates) {
-      if (freed >= excess || out.values + static_cast<int64_t>(picks.size()) >= max_values) break;
-      const ExecOp& def = program->ops[static_cast<size_t>(c.def_op)];
-      if (read_by_picked.count(c.buffer)) continue;
-      bool reads_picked = false;
-      for (int32_t u : def.uses) reads_picked = reads_picked || picked.count(u) > 0;
-      if (reads_picked) continue;
-      picks.push_back(c);
-      picked.insert(c.buffer);
-      for (int32_t u : def.uses) read_by_picked.insert(u);
-      freed += program->buffers[static_cast<size_t>(c.buffer)].bytes;
-    }
+  // A pass rewrites every instant above the limit; the next one measures the program it wrote (a
+  // clone may be defined where the level was already high, and clones are candidates of the next
+  // pass). A pass that does not lower the peak is undone: its recomputation would buy nothing.
+  for (int round = 0; round < kMaxPasses && prof.peak_bytes > limit_bytes && out.values < max_values; ++round) {
+    std::vector<Pick> picks = SweepPicks(*program, prof, limit_bytes, max_values - out.values);
     if (picks.empty()) break;
-    for (const Pick& c : picks) out.bytes += program->buffers[static_cast<size_t>(c.buffer)].bytes;
-    out.values += static_cast<int64_t>(picks.size());
-    Apply(program, std::move(picks), &out);
-    prof = ComputeSequentialPeak(*program);
-    stalled = prof.peak_bytes < out.peak_after ? 0 : stalled + 1;
-    out.peak_after = std::min(out.peak_after, prof.peak_bytes);
+    RematerializationResult pass = out;
+    for (const Pick& c : picks) pass.bytes += program->buffers[static_cast<size_t>(c.buffer)].bytes;
+    pass.values += static_cast<int64_t>(picks.size());
+    ExecProgram before = *program;
+    Apply(program, std::move(picks), &pass);
+    SequentialPeak after = ComputeSequentialPeak(*program);
+    if (after.peak_bytes >= prof.peak_bytes) {
+      *program = std::move(before);
+      break;
+    }
+    out = pass;
+    ++out.passes;
+    prof = std::move(after);
+    out.peak_after = prof.peak_bytes;
   }
   return out;
 }

@@ -648,6 +648,65 @@ ENTRY %main (w: f32[256,256], x: f32[256,256]) -> f32[256,256] {
     QVERIFY(over.run.summary.peak_memory_bytes <= 5 * K);
   }
 
+  // Rematerialisation walks the program once, as XLA's does, freeing every instant above the
+  // limit on the way: two peaks of 5K (h3, then g3; same K and rules as above), each needing wn
+  // gone, with 4.5K of HBM. One walk frees wn after d1 until e1 (a clone right before e1), then the
+  // value again after e1 until e2 (a second clone of the negate right before e2): two values, one
+  // pass, the peak 4K. (The peak-first pass took two rounds and cloned the first clone,
+  // "wn.remat.remat".)
+  void rematerializationWalksEveryPeakOnce() {
+    const std::string text = R"(HloModule remat2, num_partitions=1
+ENTRY %main (w: f32[256,256], x: f32[256,256]) -> f32[256,256] {
+  %w = f32[256,256] parameter(0)
+  %x = f32[256,256] parameter(1)
+  %wn = f32[256,256] negate(%w)
+  %d1 = f32[256,256] add(%wn, %x)
+  %h1 = f32[256,256] exponential(%d1)
+  %h2 = f32[256,256] exponential(%h1)
+  %h3 = f32[256,256] add(%h1, %h2)
+  %e1 = f32[256,256] add(%wn, %h3)
+  %g1 = f32[256,256] exponential(%e1)
+  %g2 = f32[256,256] exponential(%g1)
+  %g3 = f32[256,256] add(%g1, %g2)
+  %e2 = f32[256,256] add(%wn, %g3)
+  ROOT %u = f32[256,256] subtract(%w, %e2)
+}
+)";
+    auto m = Parse(text);
+    const int64_t K = 256 * 256 * 4;
+    ChipSpec chip = ChipPreset("tpu-v4").value();
+    ExecProgramOptions o;
+    o.fuse_elementwise = false;
+    o.in_place_reuse = false;
+    o.rematerialize = false;
+    auto prog = BuildExecProgram(*m, chip, o);
+    QVERIFY(prog.ok());
+    QCOMPARE(ComputeSequentialPeak(*prog).peak_bytes, 5 * K);
+    const size_t n = prog->ops.size();
+    const RematerializationResult r = RematerializeToFit(&*prog, K * 9 / 2);
+    QCOMPARE(r.peak_before, 5 * K);
+    QCOMPARE(r.peak_after, 4 * K);
+    QCOMPARE(ComputeSequentialPeak(*prog).peak_bytes, 4 * K);
+    QCOMPARE(r.values, int64_t{2});
+    QCOMPARE(r.bytes, 2 * K);
+    QCOMPARE(r.passes, 1);
+    QCOMPARE(prog->ops.size(), n + 2);
+    std::string names;
+    for (const ExecOp& op : prog->ops) names += op.name + " ";
+    for (const char* reader : {"e1", "e2"}) {
+      // Each reader of wn after a peak reads its own clone, defined right before it from w.
+      size_t at = 0;
+      while (at < prog->ops.size() && prog->ops[at].name != reader) ++at;
+      QVERIFY2(at > 0 && at < prog->ops.size(), names.c_str());
+      const ExecOp& clone = prog->ops[at - 1];
+      QVERIFY2(clone.name == "wn.remat" && clone.recompute, names.c_str());
+      const int32_t def = clone.defs.at(0);
+      const auto& uses = prog->ops[at].uses;
+      QVERIFY2(std::find(uses.begin(), uses.end(), def) != uses.end(), reader);
+      QCOMPARE(prog->buffers[static_cast<size_t>(clone.uses.at(0))].name, std::string("w"));
+    }
+  }
+
   // ComputeSequentialPeak (the scheduler's and rematerialisation's peak, computed without a sort)
   // equals ComputeMemoryProfile on ops run one after another: the same peak, its instant and every
   // buffer's lifetime, on programs with unrolled loops, in-place updates, collectives and donated
