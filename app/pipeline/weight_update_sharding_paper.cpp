@@ -59,7 +59,7 @@ std::vector<WeightUpdateShardingPaperCase> WeightUpdateShardingPaperCases() {
     WeightUpdateShardingPaperCase c;
     c.id = "wus-6.1-resnet50-1024";
     c.model = "resnet50";
-    c.settings = {{"batch", "32768"}, {"mesh_x", "2048"}, {"mesh_y", "1"}, {"optimizer", "lars"}};
+    c.settings = {{"batch", "32768"}, {"mesh_x", "2048"}, {"mesh_y", "1"}, {"optimizer", "lars"}, {"act_dtype", "bf16"}};
     c.mesh = DeviceMesh({{"X", 2048}});
     c.chips = {32, 32};
     c.replica_mesh = {32, 64};
