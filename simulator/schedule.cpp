@@ -975,9 +975,27 @@ class Expander {
 
   // The bytes a buffer of `leaf` takes in device memory: padded to the chip's layout tiles
   // (simulator/buffer_layout.h) unless the option is off.
-  int64_t BufferBytes(const Shape& leaf) const {
+  // Memoised by shape: an unrolled loop asks for the same body shapes once per iteration.
+  int64_t BufferBytes(const Shape& leaf) {
     if (!leaf.IsArray()) return 0;
-    return opt_.pad_to_layout_tiles ? PaddedByteSize(leaf, chip_) : leaf.ByteSize();
+    if (!opt_.pad_to_layout_tiles) return leaf.ByteSize();
+    auto [it, added] = padded_bytes_.try_emplace(&leaf, 0);
+    if (added) it->second = PaddedByteSize(leaf, chip_);
+    return it->second;
+  }
+
+  // ClassifyValue and IsRematerialization of a non-parameter instruction, memoised likewise (the
+  // category depends only on the instruction and its operand's category).
+  MemoryCategory CategoryOf(const Instruction& inst, std::optional<MemoryCategory> operand_category) {
+    const int key = operand_category ? static_cast<int>(*operand_category) + 1 : 0;
+    auto [it, added] = categories_.try_emplace(std::make_pair(&inst, key), MemoryCategory{});
+    if (added) it->second = ClassifyValue(inst, false, param_names_, operand_category);
+    return it->second;
+  }
+  bool Recomputed(const Instruction& inst) {
+    auto [it, added] = recomputed_.try_emplace(&inst, false);
+    if (added) it->second = IsRematerialization(inst);
+    return it->second;
   }
 
   Status Run(ExecProgram* out) {
@@ -1233,7 +1251,7 @@ class Expander {
     op.members = static_cast<int32_t>(g.members.size());
     op.loop = cur_loop_;
     op.iteration = cur_iteration_;
-    for (const Instruction* m : g.members) op.recompute = op.recompute || IsRematerialization(*m);
+    for (const Instruction* m : g.members) op.recompute = op.recompute || Recomputed(*m);
     if (g.members.size() == 1) {
       if (g.main->opcode() == Opcode::kCustomCall) op.kind_name = "custom-call";
       else if (g.main->opcode() == Opcode::kGeneric) op.kind_name = g.main->opcode_text();
@@ -1249,7 +1267,7 @@ class Expander {
     for (const Instruction* m : g.members) {
       std::optional<MemoryCategory> oc;
       if (m->operand_count() > 0) oc = OperandCategory(f, m->operand(0), member_cat);
-      member_cat[m] = ClassifyValue(*m, false, param_names_, oc);
+      member_cat[m] = CategoryOf(*m, oc);
     }
     // 2. Values: new buffers for members read outside the group, nothing for the others.
     std::vector<ReuseCandidate> reuse;
@@ -1365,7 +1383,7 @@ class Expander {
     AddBuffers(operand_value, &op.uses);
     op.bytes = operand_bytes;
     // Result value: a -start with a tuple shape holds (operands, results, context...).
-    const MemoryCategory cat = ClassifyValue(i, false, param_names_, CategoryOfValue(operand_value));
+    const MemoryCategory cat = CategoryOf(i, CategoryOfValue(operand_value));
     Value v;
     const Shape& s = i.shape();
     const bool start_tuple = (i.opcode() == Opcode::kAllGatherStart || i.opcode() == Opcode::kCollectivePermuteStart ||
@@ -1625,6 +1643,9 @@ class Expander {
   std::unordered_map<const Computation*, CompPlan> plans_;
   std::unordered_map<const Computation*, double> flops_memo_;
   std::unordered_map<const Instruction*, Value> constants_;
+  std::unordered_map<const Shape*, int64_t> padded_bytes_;
+  std::map<std::pair<const Instruction*, int>, MemoryCategory> categories_;
+  std::unordered_map<const Instruction*, bool> recomputed_;
   std::map<CollectiveKey, int32_t> collective_index_;
   std::unordered_map<const Instruction*, std::pair<double, int32_t>> collective_of_instruction_;  // -> (operand bytes, index)
   std::vector<ReuseCandidate> reuse_;
