@@ -53,19 +53,32 @@ PublishedFigure Memory(double gb) { return {ReproduceMetric::kPeakMemory, gb * k
 // column's MFU is 0.3 points past the tolerance (docs/reproduce.md, "gspmd-table2", with the fusion
 // rules that were tried).
 ReproduceColumn Table2Column(std::string label, int64_t layers, int64_t model, int64_t hidden, int64_t heads,
-                             int64_t batch, int64_t x, int64_t y, double step, double mfu, double memory_gb,
-                             bool small) {
+                             int64_t head_dim, int64_t batch, int64_t x, int64_t y, double step, double mfu,
+                             double memory_gb, bool small) {
   ReproduceColumn c;
   c.label = std::move(label);
   c.model = "transformer";
   c.settings = {{"batch", std::to_string(batch)}, {"seq", "1024"},          {"model", std::to_string(model)},
-                {"hidden", std::to_string(hidden)}, {"heads", std::to_string(heads)}, {"head_dim", "256"},
+                {"hidden", std::to_string(hidden)}, {"heads", std::to_string(heads)}, {"head_dim", std::to_string(head_dim)},
                 {"layers", std::to_string(layers)}, {"vocab", "32000"},     {"optimizer", "sgd"},   {"dtype", "f32"},
                 {"act_dtype", "bf16"},              {"annotations", "finalized"}, {"mesh_x", std::to_string(x)},
                 {"mesh_y", std::to_string(y)}};
   c.mesh = "X=" + std::to_string(x) + ",Y=" + std::to_string(y);
   c.published = {Step(step), Mfu(mfu), Memory(memory_gb)};
   c.small = small;
+  return c;
+}
+
+// GSPMD Table 3: the narrower dense Transformer of section 5.1 (M=4096, H=16384, N=64, D=128, 64
+// layers, 16B weights), 2D finalized on meshes of 64, 128 and 256 cores, built as Table 2's
+// columns. Each runs on the v3 slice of its core count (`slice`: 64 cores are 4x8 chips, 128 are
+// 8x8, 256 are 8x16); ForMesh would shape a slice after the mesh (16x2 chips for (16,4)), which no
+// v3 pod offers.
+ReproduceColumn Table3Column(int64_t x, int64_t y, int64_t batch, std::vector<int64_t> slice, double memory_gb,
+                             double step, double mfu, bool small) {
+  ReproduceColumn c = Table2Column("(" + std::to_string(x) + "," + std::to_string(y) + ") " + std::to_string(x * y) + " devices",
+                                   64, 4096, 16384, 64, 128, batch, x, y, step, mfu, memory_gb, small);
+  c.slice = std::move(slice);
   return c;
 }
 
@@ -282,14 +295,25 @@ std::vector<ReproduceCase> BuildCases() {
     c.title = "Dense Transformer with wide layers (M=8192, H=65536, N=128, D=256), 2D finalized sharding, TPU v3";
     c.source = "GSPMD paper, Table 2 (validation.md G4)";
     c.columns = {
-        Table2Column("64B, 128 devices", 32, 8192, 65536, 128, 64, 8, 16, 5.74, 62.7, 15.3, true),
-        Table2Column("64B, 512 devices", 32, 8192, 65536, 128, 256, 16, 32, 6.25, 57.1, 13.3, true),
-        Table2Column("64B, 2048 devices", 32, 8192, 65536, 128, 1024, 32, 64, 6.30, 56.9, 15.56, false),
-        Table2Column("128B, 2048 devices", 64, 8192, 65536, 128, 512, 32, 64, 6.31, 56.5, 14.0, false),
-        Table2Column("256B, 2048 devices", 128, 8192, 65536, 128, 256, 32, 64, 6.71, 54.1, 12.9, false),
-        Table2Column("512B, 2048 devices", 256, 8192, 65536, 128, 128, 32, 64, 7.64, 47.5, 13.6, false),
-        Table2Column("1T, 2048 devices", 128, 16384, 131072, 256, 128, 32, 64, 12.66, 55.6, 15.8, false),
+        Table2Column("64B, 128 devices", 32, 8192, 65536, 128, 256, 64, 8, 16, 5.74, 62.7, 15.3, true),
+        Table2Column("64B, 512 devices", 32, 8192, 65536, 128, 256, 256, 16, 32, 6.25, 57.1, 13.3, true),
+        Table2Column("64B, 2048 devices", 32, 8192, 65536, 128, 256, 1024, 32, 64, 6.30, 56.9, 15.56, false),
+        Table2Column("128B, 2048 devices", 64, 8192, 65536, 128, 256, 512, 32, 64, 6.31, 56.5, 14.0, false),
+        Table2Column("256B, 2048 devices", 128, 8192, 65536, 128, 256, 256, 32, 64, 6.71, 54.1, 12.9, false),
+        Table2Column("512B, 2048 devices", 256, 8192, 65536, 128, 256, 128, 32, 64, 7.64, 47.5, 13.6, false),
+        Table2Column("1T, 2048 devices", 128, 16384, 131072, 256, 256, 128, 32, 64, 12.66, 55.6, 15.8, false),
     };
+    cases.push_back(std::move(c));
+  }
+  {
+    ReproduceCase c;
+    c.name = "gspmd-table3";
+    c.title = "Narrower dense Transformer (M=4096, H=16384, N=64, D=128, 64 layers), 2D finalized sharding, TPU v3";
+    c.source = "GSPMD paper, Table 3 and section 5.1";
+    // Published: peak memory, step time, FLOPS utilisation; batch 48, 96, 192 on 64, 128, 256 cores.
+    c.columns = {Table3Column(4, 16, 48, {4, 8}, 12.4, 3.56, 39.4, true),   Table3Column(8, 16, 96, {8, 8}, 14.6, 3.43, 40.5, true),
+                 Table3Column(8, 32, 192, {8, 16}, 14.8, 5.71, 27.1, true), Table3Column(16, 4, 48, {4, 8}, 13.8, 3.10, 45.7, true),
+                 Table3Column(16, 8, 96, {8, 8}, 12.7, 3.37, 41.7, true),   Table3Column(32, 8, 192, {8, 16}, 14.1, 3.36, 41.3, true)};
     cases.push_back(std::move(c));
   }
   {
