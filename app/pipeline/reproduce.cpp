@@ -241,14 +241,17 @@ ReproduceColumn PipelinedColumn(const PipelineShape& m, const std::string& sched
 }
 
 // GSPMD Table 4: the 16B narrower model of Table 3 (M=4096, H=16384, N=64, D=128, 64 layers)
-// pipelined on 256 TPU v3 cores, GPipe schedule.
+// pipelined on 256 TPU v3 cores, GPipe schedule, on the v3 slice of 256 cores (8x16 chips; ForMesh
+// alone would give (2,16,8) a 32x4 slice).
 std::vector<ReproduceColumn> Table4Columns() {
   const PipelineShape m{64, 4096, 16384, 64, 128};
   auto col = [&](int64_t l, int64_t x, int64_t y, int64_t n, int64_t mb, double memory_gb, double step, double raw,
                  double bubbles, double recompute) {
-    return PipelinedColumn(m, "gpipe", l, x, y, n, mb,
-                           {Step(step), Memory(memory_gb), RawUtil(raw), Bubbles(bubbles), Recompute(recompute)},
-                           /*small=*/true);  // about 2 s each
+    ReproduceColumn c = PipelinedColumn(m, "gpipe", l, x, y, n, mb,
+                                        {Step(step), Memory(memory_gb), RawUtil(raw), Bubbles(bubbles), Recompute(recompute)},
+                                        /*small=*/true);  // about 2 s each
+    c.slice = {8, 16};
+    return c;
   };
   return {col(2, 16, 8, 16, 64, 14.9, 24.0, 46.2, 5.6, 22.3), col(4, 16, 4, 16, 64, 13.3, 22.3, 58.0, 14.8, 21.3),
           col(4, 16, 4, 32, 32, 13.1, 22.2, 51.8, 8.0, 21.7),  col(8, 16, 2, 32, 32, 15.0, 23.4, 54.8, 16.5, 22.2),
