@@ -34,6 +34,31 @@ std::unique_ptr<Module> Parse(const std::string& text) {
   return std::move(m).value();
 }
 
+// The hand-computed programs of the rematerialisation tests (K = one f32[256,256] buffer): w, x;
+// wn = -w, d1 = wn + x; then `peaks` chains, each peaking at 5K where it needs wn no more until its
+// end: h1 = exp(previous), h2 = exp(h1), h3 = h1 + h2, e<k> = wn + h3 (the second chain's values
+// are g1, g2, g3, e2); u = w - e<peaks>.
+std::unique_ptr<Module> RematProgram(int peaks) {
+  std::string text = "HloModule remat, num_partitions=1\nENTRY %main (w: f32[256,256], x: f32[256,256]) -> f32[256,256] {\n"
+                     "  %w = f32[256,256] parameter(0)\n  %x = f32[256,256] parameter(1)\n"
+                     "  %wn = f32[256,256] negate(%w)\n  %d1 = f32[256,256] add(%wn, %x)\n";
+  std::string previous = "d1";
+  auto line = [&text](std::initializer_list<std::string_view> parts) {
+    for (std::string_view p : parts) text.append(p);
+    text.push_back('\n');
+  };
+  for (int k = 1; k <= peaks; ++k) {
+    const std::string c = k == 1 ? "h" : "g", e = std::string("e") + std::to_string(k);
+    line({"  %", c, "1 = f32[256,256] exponential(%", previous, ")"});
+    line({"  %", c, "2 = f32[256,256] exponential(%", c, "1)"});
+    line({"  %", c, "3 = f32[256,256] add(%", c, "1, %", c, "2)"});
+    line({"  %", e, " = f32[256,256] add(%wn, %", c, "3)"});
+    previous = e;
+  }
+  line({"  ROOT %u = f32[256,256] subtract(%w, %", previous, ")", "\n}"});
+  return Parse(text);
+}
+
 Topology TopologyFor(const char* chip_name, const char* mesh_text) {
   auto chip = ChipPreset(chip_name);
   if (!chip.ok()) qFatal("chip: %s", chip.error().message.c_str());
@@ -566,25 +591,12 @@ ENTRY %main (x: f32[256,256], w1: f32[256,256], w2: f32[256,256], dy: f32[256,25
 
   // Rematerialisation under the memory limit (simulator/rematerialize.h), on a hand-computed
   // program (no fusion, no in-place reuse; K = one f32[256,256] buffer, 256 KiB). In order:
-  // wn = -w, d1 = wn + x, h1 = exp(d1), h2 = exp(h1), h3 = h1 + h2, e = wn + h3, u = w - e.
+  // wn = -w, d1 = wn + x, h1 = exp(d1), h2 = exp(h1), h3 = h1 + h2, e1 = wn + h3, u = w - e1 (RematProgram(1)).
   // Ops one after another: 3K, 4K, 4K, 4K, 5K (h3 runs: w, wn, h1, h2, h3), 4K, 3K. With 4.5K of
-  // HBM the pass frees wn after d1 and computes it again just before e (w is kept for u anyway):
+  // HBM the pass frees wn after d1 and computes it again just before e1 (w is kept for u anyway):
   // the peak is 4K, one op more runs (wn.remat, counted as recompute), and the result is the same.
   void rematerializationFitsTheLimit() {
-    const std::string text = R"(HloModule remat, num_partitions=1
-ENTRY %main (w: f32[256,256], x: f32[256,256]) -> f32[256,256] {
-  %w = f32[256,256] parameter(0)
-  %x = f32[256,256] parameter(1)
-  %wn = f32[256,256] negate(%w)
-  %d1 = f32[256,256] add(%wn, %x)
-  %h1 = f32[256,256] exponential(%d1)
-  %h2 = f32[256,256] exponential(%h1)
-  %h3 = f32[256,256] add(%h1, %h2)
-  %e = f32[256,256] add(%wn, %h3)
-  ROOT %u = f32[256,256] subtract(%w, %e)
-}
-)";
-    auto m = Parse(text);
+    auto m = RematProgram(1);
     const int64_t K = 256 * 256 * 4;
     auto chip = ChipPreset("tpu-v4");
     QVERIFY(chip.ok());
@@ -619,13 +631,13 @@ ENTRY %main (w: f32[256,256], x: f32[256,256]) -> f32[256,256] {
     const std::string text_out = DescribeSimulation(remat);
     QVERIFY2(text_out.find("rematerialisation") != std::string::npos, text_out.c_str());
 
-    // The program: wn.remat right before e, reading w; e reads the clone's buffer.
+    // The program: wn.remat right before e1, reading w; e1 reads the clone's buffer.
     auto prog = BuildExecProgram(*m, small, o.program);
     QVERIFY(prog.ok());
     int clone = -1, e = -1;
     for (size_t k = 0; k < prog->ops.size(); ++k) {
       if (prog->ops[k].name == "wn.remat") clone = static_cast<int>(k);
-      if (prog->ops[k].name == "e") e = static_cast<int>(k);
+      if (prog->ops[k].name == "e1") e = static_cast<int>(k);
     }
     std::string names;
     for (const ExecOp& op : prog->ops) names += op.name + " ";
@@ -655,24 +667,7 @@ ENTRY %main (w: f32[256,256], x: f32[256,256]) -> f32[256,256] {
   // pass, the peak 4K. (The peak-first pass took two rounds and cloned the first clone,
   // "wn.remat.remat".)
   void rematerializationWalksEveryPeakOnce() {
-    const std::string text = R"(HloModule remat2, num_partitions=1
-ENTRY %main (w: f32[256,256], x: f32[256,256]) -> f32[256,256] {
-  %w = f32[256,256] parameter(0)
-  %x = f32[256,256] parameter(1)
-  %wn = f32[256,256] negate(%w)
-  %d1 = f32[256,256] add(%wn, %x)
-  %h1 = f32[256,256] exponential(%d1)
-  %h2 = f32[256,256] exponential(%h1)
-  %h3 = f32[256,256] add(%h1, %h2)
-  %e1 = f32[256,256] add(%wn, %h3)
-  %g1 = f32[256,256] exponential(%e1)
-  %g2 = f32[256,256] exponential(%g1)
-  %g3 = f32[256,256] add(%g1, %g2)
-  %e2 = f32[256,256] add(%wn, %g3)
-  ROOT %u = f32[256,256] subtract(%w, %e2)
-}
-)";
-    auto m = Parse(text);
+    auto m = RematProgram(2);
     const int64_t K = 256 * 256 * 4;
     ChipSpec chip = ChipPreset("tpu-v4").value();
     ExecProgramOptions o;
