@@ -798,6 +798,17 @@ class TestModelZoo : public QObject {
     const double worst = WorstGradientError(*grads_m, 2, 2, &where, 1e-4);
     qInfo("resnet (2 stages): worst relative gradient error %.3g", worst);
     QVERIFY2(worst < 1e-5, where.c_str());
+    {
+      // BatchNorm over groups of one example (bn_batch = 1): the backward pass through the grouped
+      // statistics is right too.
+      ZooOverrides grouped = o;
+      grouped["bn_batch"] = "1";
+      auto grouped_m = Build("resnet50", grouped);
+      QVERIFY(grouped_m);
+      const double worst_grouped = WorstGradientError(*grouped_m, 2, 2, &where, 1e-4);
+      qInfo("resnet, per-example BatchNorm: worst relative gradient error %.3g", worst_grouped);
+      QVERIFY2(worst_grouped < 1e-5, where.c_str());
+    }
 
     // LARS: for a matrix, trust = eta |w| / (|g| + wd |w|), m' = mu m + lr trust (g + wd w),
     // w' = w - m'; for a vector plain momentum.

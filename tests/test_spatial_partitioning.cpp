@@ -140,6 +140,43 @@ class SpatialPartitioningTest : public QObject {
     }
     QCOMPARE(forward, 2 * (1 + 4 + 4));  // mean and variance of every BatchNorm: stem, 3 + projection per stage
   }
+
+  // bn_batch = each replica's examples (the reference TPU ResNet's distributed_group_size = 1):
+  // BatchNorm's statistics need no communication, forward or backward; what remains is the
+  // gradients' all-reduces, one per weight, and the loss's. Verified numerically against the unpartitioned step.
+  void resnetPerReplicaBatchNorm() {
+    std::string why;
+    const ZooOverrides small = {{"batch", "8"},   {"image", "32"}, {"width", "4"},      {"blocks", "1,1"},
+                                {"classes", "10"}, {"mesh_x", "4"}, {"optimizer", "sgd"}, {"bn_batch", "2"}};
+    auto p = PartitionZooModel("resnet50", small, &why);
+    QVERIFY2(p, why.c_str());
+    int64_t weights = 0, grouped = 0;
+    for (const auto& i : p->annotated->entry()->instructions()) {
+      if (i->opcode() == Opcode::kParameter && i->name() != "x" && i->name() != "labels") ++weights;
+      if (i->opcode() == Opcode::kReshape && i->name().find("_bn_groups") != std::string::npos) {
+        ++grouped;
+        QCOMPARE(i->shape().dim(0), int64_t{4});  // [groups, 2 examples, ...]
+        QCOMPARE(i->shape().dim(1), int64_t{2});
+      }
+    }
+    QCOMPARE(weights, int64_t{3 + 2 * 4 * 3 + 2});  // sgd, no state: stem, 4 layers per stage, fc w and b
+    QCOMPARE(grouped, int64_t{1 + 2 * 4});          // every BatchNorm
+    int64_t all_reduces = 0;
+    for (const auto& c : p->spmd.collectives) {
+      QVERIFY2(c.kind == Opcode::kAllReduce, DescribeCollectives(p->spmd).c_str());
+      QVERIFY2(!Forward(c.origin), c.origin.c_str());
+      QVERIFY2(c.origin.find("_bn_mean") == std::string::npos && c.origin.find("_bn_reduce") == std::string::npos &&
+                   c.origin.find("mean_dnormalized") == std::string::npos,
+               c.origin.c_str());
+      ++all_reduces;
+    }
+    qInfo("resnet, per-replica BatchNorm on 4 devices: %lld all-reduces, %lld weights", static_cast<long long>(all_reduces), static_cast<long long>(weights));
+    QCOMPARE(all_reduces, weights + 1);  // one per weight's gradient, and the loss
+
+    auto bad = PartitionZooModel("resnet50", With(small, {{"bn_batch", "3"}}), &why);
+    QVERIFY(!bad);
+    QVERIFY2(why.find("bn_batch = 3 must divide the batch (8)") != std::string::npos, why.c_str());
+  }
 };
 
 QTEST_APPLESS_MAIN(SpatialPartitioningTest)

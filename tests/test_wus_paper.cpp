@@ -191,41 +191,42 @@ class TestWusPaper : public QObject {
     const auto& c = Case("wus-6.1-resnet50-1024");
     const auto r = Run(c.id);
     // The largest LARS weights (3x3x512x512 and 1x1 with 2048 channels: row shards of 64 KiB and
-    // more) are sharded over rows of 64 replicas; the step gets shorter (0.8%: the fused LARS update
-    // of four weights is little to save in a 72 ms step).
+    // more) are sharded over rows of 64 replicas; the step gets shorter (0.9%: the fused LARS update
+    // of four weights is little to save in a 58 ms step). BatchNorm normalises each core's 16
+    // examples (bn_batch, as the reference TPU ResNet does): the only all-reduces are the 161
+    // gradients' and the loss's.
+    QCOMPARE(r.all_reduces, int64_t{161});
     QVERIFY2(r.sharded >= 4, std::to_string(r.sharded).c_str());
     QVERIFY2(r.reduction() > 0.0, std::to_string(r.reduction()).c_str());
     // With the batched profitability of section 5.2 (batch_small_updates) the small LARS weights
-    // are decided in batches: 161 of 373 all-reduces sharded, 20.8% shorter. Most of that gain is
-    // latency the baseline pays for 373 separate all-reduces, which XLA's all-reduce combiner
+    // are decided in batches: all 161 all-reduces sharded, 24.5% shorter. Most of that gain is
+    // latency the baseline pays for 161 separate all-reduces, which XLA's all-reduce combiner
     // batches in the paper's baseline as well.
     WeightUpdateShardingOptions batched;
     batched.batch_small_updates = true;
     const auto b = Run(c.id, batched);
-    QVERIFY2(b.sharded > 100, std::to_string(b.sharded).c_str());  // the small updates, batch by batch
-    QVERIFY2(b.sharded < b.all_reduces, std::to_string(b.sharded).c_str());  // not the forward BatchNorm statistics
+    QCOMPARE(b.sharded, b.all_reduces);  // the small updates too, batch by batch
     QVERIFY(b.after_s < r.after_s);
     QVERIFY(b.after_peak <= r.after_peak);
     // With the all-reduce combiner (partitioner/all_reduce_combiner.h, 30 MiB) on both programs:
-    // the baseline's 373 all-reduces become a few, 71.8 -> 57.9 ms (its exposed communication
-    // 23.9 -> 9.9 ms); the pass then saves 0.6% (per-tensor rule) and 8.4% (batched rule: the
-    // sharded updates of 161 weights, compute 48.0 -> 42.4 ms). The latter is the paper's
-    // configuration (XLA combines the baseline's all-reduces; section 5.2 batches the small
-    // updates), 2.4 points above its 6%; it is not the default because on the Transformer of W1
-    // it takes the step times out of their 25% (docs/weight-update-sharding.md, "The all-reduce
-    // combiner").
+    // the baseline's 162 all-reduces become 2, 57.7 -> 47.6 ms; the pass then saves 0.7%
+    // (per-tensor rule) and 8.4% (batched rule: the sharded updates of 161 weights, compute 47.4 ->
+    // 42.6 ms). The latter is the paper's configuration (XLA combines the baseline's all-reduces;
+    // section 5.2 batches the small updates), 2.4 points above its 6%; it is not the default
+    // because on the Transformer of W1 it takes the step times out of their 25%
+    // (docs/weight-update-sharding.md, "The all-reduce combiner").
     const auto rc = Run(c.id, {}, AllReduceCombinerOptions{});
     const auto bc = Run(c.id, batched, AllReduceCombinerOptions{});
-    QVERIFY2(rc.before_s < 0.95 * r.before_s, std::to_string(rc.before_s).c_str());
+    QVERIFY2(rc.before_s < 0.9 * r.before_s, std::to_string(rc.before_s).c_str());
     QVERIFY(rc.before_exposed_s < r.before_exposed_s / 2);
     QCOMPARE(rc.sharded, r.sharded);  // the pass decides before the combiner runs
     QCOMPARE(bc.sharded, b.sharded);
     QVERIFY2(rc.reduction() > 0.0, std::to_string(rc.reduction()).c_str());
     QVERIFY2(bc.reduction() < b.reduction() / 2, std::to_string(bc.reduction()).c_str());
     QVERIFY2(bc.reduction() > rc.reduction() + 0.05, std::to_string(bc.reduction()).c_str());
-    QEXPECT_FAIL("", "0.8% shorter (20.8% with the batched rule; with the all-reduce combiner on both programs 0.6% "
-                     "and 8.4%), not 6% within 1.5 points: the per-tensor rule keeps 369 small weights replicated, and "
-                     "the batched rule's 20.8% is mostly the baseline's uncombined all-reduces; "
+    QEXPECT_FAIL("", "0.9% shorter (24.5% with the batched rule; with the all-reduce combiner on both programs 0.7% "
+                     "and 8.4%), not 6% within 1.5 points: the per-tensor rule keeps 157 small weights replicated, and "
+                     "the batched rule's 24.5% is mostly the baseline's uncombined all-reduces; "
                      "docs/weight-update-sharding.md",
                  Continue);
     QVERIFY(std::abs(r.reduction() - c.paper_reduction) <= 0.015);

@@ -187,6 +187,25 @@ void AddConvLayer(const WeightAdder& add, PrimitiveType P, const std::string& na
   }
 }
 
+namespace {
+
+// The BatchNorm input as [groups, examples per group, ...] when the layer normalises groups of its
+// batch, else itself.
+Instruction* BatchNormGroups(Builder& b, const ConvLayer& L, Instruction* x, const std::string& name) {
+  if (!x || L.bn_batch <= 0 || L.bn_batch >= x->shape().dim(0)) return x;
+  std::vector<int64_t> dims = x->shape().dims;
+  dims[0] = x->shape().dim(0) / L.bn_batch;
+  dims.insert(dims.begin() + 1, L.bn_batch);
+  return b.Reshape(x, dims, name);
+}
+
+Instruction* Ungrouped(Builder& b, Instruction* grouped, const Instruction* like, const std::string& name) {
+  if (!grouped || grouped->shape().rank() == like->shape().rank()) return grouped;
+  return b.Reshape(grouped, like->shape().dims, name);
+}
+
+}  // namespace
+
 Instruction* ConvLayerForward(Net& net, ConvLayer& L, Instruction* x) {
   Builder& b = net.b();
   if (!x || !L.w) return nullptr;
@@ -195,8 +214,9 @@ Instruction* ConvLayerForward(Net& net, ConvLayer& L, Instruction* x) {
   L.pre = L.conv;
   if (L.gamma) {
     auto s = b.Scope("bn");
-    L.norm = BatchNormForward(net, L.conv, L.gamma->value, L.beta->value);
-    L.pre = L.norm.y;
+    Instruction* in = BatchNormGroups(b, L, L.conv, "groups");
+    L.norm = BatchNormForward(net, in, L.gamma->value, L.beta->value, /*group_dims=*/in->shape().rank() - L.conv->shape().rank());
+    L.pre = Ungrouped(b, L.norm.y, L.conv, "ungrouped");
   }
   L.y = L.relu ? net.Relu(L.pre, "relu") : L.pre;
   return L.y;
@@ -209,7 +229,8 @@ Instruction* ConvLayerBackward(Net& net, ConvLayer& L, Instruction* dy, bool nee
   if (L.gamma) {
     auto s = b.Scope("bn");
     Instruction *dg = nullptr, *db = nullptr;
-    d = NormalizeBackward(net, L.norm, L.gamma->value, d, &dg, &db);
+    d = Ungrouped(b, NormalizeBackward(net, L.norm, L.gamma->value, BatchNormGroups(b, L, d, "dgroups"), &dg, &db),
+                  L.conv, "dungrouped");
     AccumulateGrad(b, &L.gamma->grad, dg);
     AccumulateGrad(b, &L.beta->grad, db);
   }

@@ -65,6 +65,10 @@ struct ConvLayer {
   Weight* beta = nullptr;
   ConvSpec spec;
   bool relu = true;
+  // BatchNorm statistics over groups of this many examples of dim 0 (0: the whole batch). A group
+  // per device's examples is what data-parallel TPU training does by default (the reference
+  // ResNet's distributed_group_size = 1): the statistics need no communication.
+  int64_t bn_batch = 0;
   // Saved by the forward pass.
   Instruction *x = nullptr, *conv = nullptr, *pre = nullptr, *y = nullptr;
   NormSaved norm;

@@ -33,6 +33,9 @@ Result<std::unique_ptr<Module>> BuildResNet(const ResNetConfig& c) {
       !s.ok())
     return s.error();
   if (Status s = CheckTrainingParameters(c); !s.ok()) return s.error();
+  if (c.bn_batch < 0 || (c.bn_batch > 0 && c.batch % c.bn_batch != 0))
+    return Error("bn_batch = " + std::to_string(c.bn_batch) + " must divide the batch (" + std::to_string(c.batch) +
+                 "), or be 0 for statistics over the whole batch");
 
   const int64_t B = c.batch, I = c.image, K = c.classes;
   const PrimitiveType P = c.param_type, A = c.act_type;
@@ -81,6 +84,9 @@ Result<std::unique_ptr<Module>> BuildResNet(const ResNetConfig& c) {
       cin = out;
     }
   }
+  stem.bn_batch = c.bn_batch;
+  for (Bottleneck& blk : blocks)
+    for (ConvLayer* l : {&blk.conv1, &blk.conv2, &blk.conv3, &blk.proj}) l->bn_batch = c.bn_batch;
   const WeightAdder add_head = MakeWeightAdder(b, weights, "head", &pn);
   Weight* fc_w = add_head("fc_w", "", Shape(P, {cin, K}));
   Weight* fc_b = add_head("fc_b", "", Shape(P, {K}));
@@ -193,6 +199,9 @@ std::vector<ZooParameter> ResNetParameters() {
       {"backward", "1", "add the loss and the backward pass (0 | 1)"},
       {"optimizer", "lars", "weight update after backward: none | sgd | adam | lars"},
       {"learning_rate", "0.1", "optimizer step size"},
+      {"bn_batch", "0",
+       "BatchNorm statistics over groups of this many examples; 0: the whole batch (set batch / mesh_x for each "
+       "replica's own, as data-parallel TPU training does)"},
       {"annotations", "data", "none | data (batch on X) | spatial (batch on X, image height on Y)"},
       {"mesh_x", "8", "mesh axis X size (data parallel replicas)"},
       {"mesh_y", "1", "mesh axis Y size (spatial partitions)"},
@@ -203,6 +212,7 @@ Result<std::unique_ptr<Module>> BuildFromParams(ZooParams& p) {
   ResNetConfig c;
   ReadImageParameters(p, c);
   c.blocks = p.IntList("blocks");
+  c.bn_batch = p.Int("bn_batch");
   if (!p.ok()) return Error(p.error());
   return BuildResNet(c);
 }

@@ -48,6 +48,11 @@ struct ResNetConfig {
   PrimitiveType act_type = PrimitiveType::kF32;
   ImageAnnotations annotations = ImageAnnotations::kData;
   int64_t mesh_x = 8, mesh_y = 1;
+  // BatchNorm statistics over groups of this many examples (0: the whole batch). The reference
+  // TPU ResNet normalises each core's examples (its distributed_group_size defaults to 1): with
+  // bn_batch = batch / replicas the statistics stay on the device; over the whole batch, data
+  // parallelism all-reduces them in every BatchNorm, forward and backward.
+  int64_t bn_batch = 0;
 };
 Result<std::unique_ptr<Module>> BuildResNet(const ResNetConfig& config);
 

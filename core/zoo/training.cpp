@@ -154,11 +154,11 @@ Instruction* LayerNormBackward(Net& net, const NormSaved& s, Instruction* gamma,
   return NormalizeBackward(net, s, gamma, dy, dgamma);
 }
 
-NormSaved BatchNormForward(Net& net, Instruction* x, Instruction* gamma, Instruction* beta) {
+NormSaved BatchNormForward(Net& net, Instruction* x, Instruction* gamma, Instruction* beta, int64_t group_dims) {
   if (!x) return {};
   const int64_t f = x->shape().rank() - 1;
   Dims stats;
-  for (int64_t i = 0; i < f; ++i) stats.push_back(i);
+  for (int64_t i = group_dims; i < f; ++i) stats.push_back(i);
   return NormalizeForward(net, x, stats, gamma, beta, {f}, kBatchNormEps);
 }
 

@@ -150,8 +150,10 @@ Instruction* NormalizeBackward(Net& net, const NormSaved& s, Instruction* gamma,
 NormSaved LayerNormForward(Net& net, Instruction* x, Instruction* gamma);
 Instruction* LayerNormBackward(Net& net, const NormSaved& s, Instruction* gamma, Instruction* dy, Instruction** dgamma);
 
-// BatchNorm over every dim but the last (features), training mode (batch statistics).
-NormSaved BatchNormForward(Net& net, Instruction* x, Instruction* gamma, Instruction* beta);
+// BatchNorm over every dim but the last (features), training mode (batch statistics). With
+// `group_dims` = k, x's first k dims index groups normalised separately (statistics over the other
+// dims but the last; gamma and beta shared).
+NormSaved BatchNormForward(Net& net, Instruction* x, Instruction* gamma, Instruction* beta, int64_t group_dims = 0);
 
 // ---- optimizer -----------------------------------------------------------------------------------------
 
