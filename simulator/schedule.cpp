@@ -1243,25 +1243,64 @@ class Expander {
     return std::nullopt;
   }
 
+  // What a group's op is regardless of the iteration it runs in, computed once per group: an
+  // unrolled loop runs the same body groups once per iteration.
+  struct GroupStatic {
+    std::string kind_name;
+    bool recompute = false;
+    double flops = 0, mxu_flops = 0;  // mxu: operands padded to the matrix unit's tiles
+    std::vector<bool> output;         // per member: its value is read outside the group
+    // Per member, its operands outside the group: (operand index, operand).
+    std::vector<std::vector<std::pair<int64_t, const Instruction*>>> external;
+    std::vector<std::string> prefix;  // per member: its qualified name without the iteration
+    std::string main_prefix;
+  };
+  const GroupStatic& StaticOf(const Computation& comp, const CompPlan& plan, const Group& g) {
+    auto [it, added] = group_static_.try_emplace(&g);
+    GroupStatic& gs = it->second;
+    if (!added) return gs;
+    gs.main_prefix = Qualified(comp, *g.main, "");
+    if (g.members.size() == 1) {
+      if (g.main->opcode() == Opcode::kCustomCall) gs.kind_name = "custom-call";
+      else if (g.main->opcode() == Opcode::kGeneric) gs.kind_name = g.main->opcode_text();
+      else gs.kind_name = std::string(OpcodeName(g.main->opcode()));
+    } else if (IsGenericNamed(*g.main, "fusion") || !g.heavy) {
+      gs.kind_name = "fusion";
+    } else {
+      gs.kind_name = std::string(OpcodeName(g.main->opcode())) + "-fusion";
+    }
+    const std::unordered_set<const Instruction*> member_set(g.members.begin(), g.members.end());
+    for (const Instruction* m : g.members) {
+      gs.recompute = gs.recompute || Recomputed(*m);
+      const double flops = InstructionFlops(*m, &flops_memo_);
+      gs.flops += flops;
+      if (m->opcode() == Opcode::kDot || m->opcode() == Opcode::kConvolution) {
+        auto padded = CountMxuFlops(*m, chip_);
+        gs.mxu_flops += padded.ok() ? *padded : flops;
+      } else {
+        gs.mxu_flops += flops;
+      }
+      gs.output.push_back(plan.group_outputs.count(m) > 0);
+      gs.prefix.push_back(gs.output.back() ? Qualified(comp, *m, "") : std::string());
+      auto& ext = gs.external.emplace_back();
+      for (int64_t k = 0; k < m->operand_count(); ++k)
+        if (!member_set.count(m->operand(k))) ext.emplace_back(k, m->operand(k));
+    }
+    return gs;
+  }
+
   Status RunGroup(Frame& f, const Group& g) {
     const int32_t op_id = static_cast<int32_t>(prog_->ops.size());
+    const GroupStatic& gs = StaticOf(*f.comp, *f.plan, g);
     ExecOp op;
     op.kind = ExecKind::kCompute;
-    op.name = Qualified(*f.comp, *g.main, f.iter);
+    op.name = gs.main_prefix + f.iter;
     op.members = static_cast<int32_t>(g.members.size());
     op.loop = cur_loop_;
     op.iteration = cur_iteration_;
-    for (const Instruction* m : g.members) op.recompute = op.recompute || Recomputed(*m);
-    if (g.members.size() == 1) {
-      if (g.main->opcode() == Opcode::kCustomCall) op.kind_name = "custom-call";
-      else if (g.main->opcode() == Opcode::kGeneric) op.kind_name = g.main->opcode_text();
-      else op.kind_name = std::string(OpcodeName(g.main->opcode()));
-    } else if (IsGenericNamed(*g.main, "fusion") || !g.heavy) {
-      op.kind_name = "fusion";
-    } else {
-      op.kind_name = std::string(OpcodeName(g.main->opcode())) + "-fusion";
-    }
-    std::unordered_set<const Instruction*> member_set(g.members.begin(), g.members.end());
+    op.recompute = gs.recompute;
+    op.kind_name = gs.kind_name;
+    op.flops = gs.flops;
     // 1. Categories of every member, in order (internal ones too, for inheritance).
     std::unordered_map<const Instruction*, MemoryCategory> member_cat;
     for (const Instruction* m : g.members) {
@@ -1272,13 +1311,14 @@ class Expander {
     // 2. Values: new buffers for members read outside the group, nothing for the others.
     std::vector<ReuseCandidate> reuse;
     double write_bytes = 0;
-    for (const Instruction* m : g.members) {
-      if (!f.plan->group_outputs.count(m)) {
+    for (size_t mi = 0; mi < g.members.size(); ++mi) {
+      const Instruction* m = g.members[mi];
+      if (!gs.output[mi]) {
         f.values[m] = Value(static_cast<size_t>(LeafCount(m->shape())), -1);  // never materialised
         f.op_of[m] = op_id;
         continue;
       }
-      Value v = NewValue(*m, m->shape(), Qualified(*f.comp, *m, f.iter), op_id, member_cat[m]);
+      Value v = NewValue(*m, m->shape(), gs.prefix[mi] + f.iter, op_id, member_cat[m]);
       f.values[m] = v;
       f.op_of[m] = op_id;
       for (int32_t b : v) {
@@ -1294,19 +1334,9 @@ class Expander {
     // 3. External reads: buffer -> bytes read (slices read only what they keep; a
     //    dynamic-update-slice reads only its update).
     std::map<int32_t, double> reads;
-    double mxu_flops = 0;  // what the matrix unit performs, operands padded to its tiles
-    for (const Instruction* m : g.members) {
-      const double flops = InstructionFlops(*m, &flops_memo_);
-      op.flops += flops;
-      if (m->opcode() == Opcode::kDot || m->opcode() == Opcode::kConvolution) {
-        auto padded = CountMxuFlops(*m, chip_);
-        mxu_flops += padded.ok() ? *padded : flops;
-      } else {
-        mxu_flops += flops;
-      }
-      for (int64_t k = 0; k < m->operand_count(); ++k) {
-        const Instruction* o = m->operand(k);
-        if (member_set.count(o)) continue;
+    for (size_t mi = 0; mi < g.members.size(); ++mi) {
+      const Instruction* m = g.members[mi];
+      for (const auto& [k, o] : gs.external[mi]) {
         auto ov = ValueOf(f, o);
         if (!ov.ok()) return ov.error();
         for (int32_t b : *ov) {
@@ -1325,15 +1355,16 @@ class Expander {
     }
     // 4. In-place candidates for single-buffer outputs.
     if (opt_.in_place_reuse) {
-      for (const Instruction* m : g.members) {
-        if (!f.plan->group_outputs.count(m)) continue;
+      for (size_t mi = 0; mi < g.members.size(); ++mi) {
+        const Instruction* m = g.members[mi];
+        if (!gs.output[mi]) continue;
         const Value& v = f.values[m];
         if (v.size() != 1 || v[0] < 0) continue;
         ReuseCandidate rc;
         rc.op = op_id;
         rc.out = v[0];
         if (IsSliceLike(m->opcode()) || InPlaceUpdate(*m)) {
-          if (m->operand_count() > 0 && !member_set.count(m->operand(0))) {
+          if (m->operand_count() > 0 && !gs.external[mi].empty() && gs.external[mi].front().first == 0) {
             auto ov = ValueOf(f, m->operand(0));
             if (ov.ok()) AddBuffers(*ov, &rc.inputs);
             rc.same_size_only = false;
@@ -1347,7 +1378,7 @@ class Expander {
     double read_bytes = 0;
     for (const auto& [b, bytes] : reads) read_bytes += bytes;
     op.bytes = read_bytes + write_bytes;
-    op.duration_s = ComputeCost(mxu_flops, op.bytes, chip_);
+    op.duration_s = ComputeCost(gs.mxu_flops, op.bytes, chip_);
     AddControlDeps(f, g.members, op);
     FinalizeDeps(op);
     prog_->ops.push_back(std::move(op));
@@ -1646,6 +1677,7 @@ class Expander {
   std::unordered_map<const Shape*, int64_t> padded_bytes_;
   std::map<std::pair<const Instruction*, int>, MemoryCategory> categories_;
   std::unordered_map<const Instruction*, bool> recomputed_;
+  std::unordered_map<const Group*, GroupStatic> group_static_;
   std::map<CollectiveKey, int32_t> collective_index_;
   std::unordered_map<const Instruction*, std::pair<double, int32_t>> collective_of_instruction_;  // -> (operand bytes, index)
   std::vector<ReuseCandidate> reuse_;
