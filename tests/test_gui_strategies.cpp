@@ -6,6 +6,7 @@
 // settings are said so.
 #include <QAbstractItemModel>
 #include <QCheckBox>
+#include <QDir>
 #include <QUndoStack>
 #include <QLabel>
 #include <QChart>
@@ -73,6 +74,7 @@ class TestGuiStrategies : public QObject {
   void unsupportedDocumentAndBadSettings();
   void hloModuleSearchesItsShardings();
   void familyFilterLimitsTheSearch();
+  void tooSmallModelSaysWhereItSplits();
 
  private:
   QTemporaryDir runs_;
@@ -394,6 +396,33 @@ void TestGuiStrategies::familyFilterLimitsTheSearch() {
   panel->setSelectedFamilies({});
   QCOMPARE(button->text(), QString("Families: all"));
   QVERIFY(panel->selectedFamilies().isEmpty());
+}
+
+// NCF at its default sizes (batch 64) on 256 TPU v4 chips: every candidate is invalid; the summary
+// says why (not "no candidate fits") and at which device count the model splits (64).
+void TestGuiStrategies::tooSmallModelSaysWhereItSplits() {
+  MainWindow w;
+  w.setBatchMode(true);
+  w.resize(1024, 700);
+  w.show();
+  QString error;
+  QVERIFY2(w.openExample("ncf", &error), qPrintable(error));
+  QVERIFY(WaitUntilIdle(*w.session()));
+  QVERIFY(w.showView("strategies"));
+  views::StrategiesPanel* panel = w.strategiesPanel();
+  SearchJobs* jobs = w.searchJobs();
+  panel->setChip("tpu-v4");
+  panel->setDevices(256);
+  panel->startSearch();
+  QVERIFY(QTest::qWaitFor([&] { return !jobs->busy(); }, 120000));
+  const QString summary = panel->results().summary;
+  QVERIFY2(summary.contains("No candidate is valid: the annotation of input_users splits its dim 0 (64) 256 ways"),
+           qPrintable(summary));
+  QVERIFY2(summary.contains("On 64 devices 2 of 2 candidates are valid"), qPrintable(summary));
+  QVERIFY2(!summary.contains("fits in HBM"), qPrintable(summary));
+  QVERIFY(panel->statusLabel()->wordWrap());  // nothing simulated: the summary is the message, read whole
+  QCOMPARE(panel->chart()->title(), QString("Step time vs peak memory (no candidate simulated)"));
+  panel->grab().save(QDir(QCoreApplication::applicationDirPath()).filePath("strategies_too_small.png"));
 }
 
 QTEST_MAIN(TestGuiStrategies)

@@ -395,6 +395,26 @@ void TestSearch::boundsAndInvalidCandidates() {
   QVERIFY(!e.ok());
   QVERIFY2(Contains(e.error().message, "transformer-layer: an optimizer step needs backward=1 (so no strategy family has a candidate)"),
            e.error().message.c_str());
+  // A model too small for the pod (NCF's default batch of 64 over 256 TPU v4 chips): every
+  // candidate is invalid, and the search says at which smaller device count some are valid
+  // (halving: 128 still splits the batch of 64 too far, 64 does not).
+  SearchOptions small;
+  small.model = "ncf";
+  small.chip = "tpu-v4";
+  small.devices = 256;
+  auto s = RunSearch(small);
+  QVERIFY2(s.ok(), s.ok() ? "" : s.error().message.c_str());
+  QCOMPARE(s->stats.invalid, s->stats.generated);
+  QVERIFY(s->valid_at_fewer_devices.has_value());
+  QCOMPARE(s->valid_at_fewer_devices->devices, int64_t{64});
+  QCOMPARE(s->valid_at_fewer_devices->valid, s->stats.generated);  // both data-parallel candidates
+  QVERIFY(std::any_of(s->notes.begin(), s->notes.end(), [](const std::string& n) {
+    return Contains(n, "no candidate can split this model's dimensions over 256 devices; on 64 devices 2 of 2 candidates are valid");
+  }));
+  // A search with valid candidates has no such note.
+  small.devices = 64;
+  auto fits = RunSearch(small);
+  QVERIFY(fits.ok() && !fits->valid_at_fewer_devices && fits->stats.invalid == 0);
 }
 
 // Extrapolating from depths 2 and 3 gives the step time of the full-depth simulation, and its

@@ -379,7 +379,11 @@ void StrategiesPanel::setResults(StrategyResults results) {
   table_->resizeColumnsToContents();
   // The strategy column may take the room; the collectives stretch (the last section).
   table_->setColumnWidth(kStrategy, std::min(table_->columnWidth(kStrategy), 240));
-  setStatus(results_.summary);
+  // One line when there are results to read; when nothing was simulated the summary is the
+  // message (why every candidate was left out), so it wraps.
+  const bool any_simulated =
+      std::any_of(results_.rows.begin(), results_.rows.end(), [](const StrategyEntry& e) { return e.simulated; });
+  setStatus(results_.summary, /*wrap=*/!any_simulated);
   progress_->setRange(0, 1);
   progress_->setValue(1);
   progress_->setFormat(QString("%1 candidates").arg(results_.rows.size()));
@@ -506,7 +510,9 @@ void StrategiesPanel::rebuildChart() {
   legend_->setText(entries.join(" &nbsp; "));
   legend_->setToolTip(entries.join("<br>"));
   legend_->setVisible(!results_.points.empty());
-  chart_->setTitle(results_.points.empty() ? QString("Step time vs peak memory (no search yet)") : QString());
+  chart_->setTitle(!results_.points.empty() ? QString()
+                   : results_.rows.empty() ? QString("Step time vs peak memory (no search yet)")
+                                           : QString("Step time vs peak memory (no candidate simulated)"));
   applyPalette();
   updateSelectionMarks();
 }

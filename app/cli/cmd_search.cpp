@@ -265,6 +265,8 @@ int RunSearchCommand(std::vector<std::string> args) {
   if (st.generated > 0 && st.invalid == st.generated && !s.ranked.empty()) {
     // Nothing could be built (a setting out of range for every candidate): an error, not an empty result.
     std::cerr << "shardscope-cli search: every candidate is invalid; the first: " << s.ranked.front().message << "\n";
+    if (s.valid_at_fewer_devices)
+      std::cerr << "shardscope-cli search: " << search::ValidAtFewerDevicesNote(o, *s.valid_at_fewer_devices) << "\n";
     return 2;
   }
   return s.cancelled ? 1 : 0;

@@ -60,8 +60,17 @@ QString StatsText(const search::SearchResult& r) {
   text += ".";
   if (!r.ranked.empty() && r.ranked.front().fits())
     text += QString(" Fastest that fits: %1, %2.").arg(Q(r.ranked.front().candidate.Label()), Q(FormatSeconds(r.ranked.front().summary.step_time_s)));
+  else if (s.generated > 0 && s.invalid == s.generated && !r.ranked.empty())
+    text += QString(" No candidate is valid: %1.").arg(Q(r.ranked.front().message));
   else
     text += " No candidate fits in HBM.";
+  if (r.valid_at_fewer_devices) {
+    const search::ValidAtFewerDevices& v = *r.valid_at_fewer_devices;
+    text += QString(" On %1 devices %2 of %3 candidates are valid: search a larger model or fewer devices.")
+                .arg(v.devices)
+                .arg(v.valid)
+                .arg(v.generated);
+  }
   text += " Pod: " + Q(r.pod.Describe()) + ".";
   return text;
 }

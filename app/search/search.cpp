@@ -379,10 +379,37 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
     }
   }
   result.cancelled = result.cancelled || cancel.cancelled();
+  if (!result.cancelled && result.stats.generated > 0 && result.stats.invalid == result.stats.generated) {
+    result.valid_at_fewer_devices = LargestValidDeviceCount(options, cancel);
+    if (result.valid_at_fewer_devices) result.notes.push_back(ValidAtFewerDevicesNote(options, *result.valid_at_fewer_devices));
+  }
   result.pareto = RankResults(result.ranked);
   result.stats.wall_s = Now() - wall0;
   result.stats.cpu_s = ProcessCpuSeconds() - cpu0;
   return result;
+}
+
+std::optional<ValidAtFewerDevices> LargestValidDeviceCount(const SearchOptions& options, const CancellationToken& cancel) {
+  for (int64_t d = options.devices / 2; d >= 1 && !cancel.cancelled(); d /= 2) {
+    SearchOptions o = options;
+    o.devices = d;
+    o.slice.clear();  // the pod's default shape at d devices
+    o.meshes.clear();
+    o.store = nullptr;
+    auto plan = PlanSearch(o, cancel);
+    if (!plan.ok()) continue;  // no pod of d devices of this chip, or no family has a candidate
+    int64_t valid = static_cast<int64_t>(plan->candidates.size());
+    for (const CandidateResult& r : plan->left_out) valid += r.outcome == Outcome::kInvalid ? 0 : 1;
+    if (valid > 0) return ValidAtFewerDevices{d, valid, plan->generated};
+  }
+  return std::nullopt;
+}
+
+std::string ValidAtFewerDevicesNote(const SearchOptions& options, const ValidAtFewerDevices& v) {
+  return "no candidate can split this model's dimensions over " + std::to_string(options.devices) +
+         " devices; on " + std::to_string(v.devices) + " devices " + std::to_string(v.valid) + " of " +
+         std::to_string(v.generated) + " candidates are valid: search a larger model (the sizes in --set: batch, "
+         "widths, heads, experts) or fewer devices";
 }
 
 std::vector<size_t> ConfirmationOrder(const std::vector<CandidateResult>& results, int confirm) {

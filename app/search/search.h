@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,11 +67,20 @@ struct SearchStats {
   double prepare_s = 0, evaluate_s = 0, confirm_s = 0;  // wall time per step
 };
 
+// When no candidate on the pod is valid (the model's dimensions are too small to split that many
+// ways), the largest device count below it, halving, at which some candidate is: prepared only
+// (ms), nothing simulated. RunSearch adds it to the result's notes in that case.
+struct ValidAtFewerDevices {
+  int64_t devices = 0;
+  int64_t valid = 0;  // candidates that build and split every dimension evenly
+  int64_t generated = 0;
+};
 struct SearchResult {
   Pod pod;
   std::vector<CandidateResult> ranked;
   std::vector<size_t> pareto;  // indices into `ranked`, by ascending peak memory
   std::vector<std::string> notes;  // what the families left out
+  std::optional<ValidAtFewerDevices> valid_at_fewer_devices;  // set when every candidate is invalid
   SearchStats stats;
   bool cancelled = false;
 };
@@ -90,6 +100,11 @@ struct SearchPlan {
   int64_t generated = 0;
 };
 Result<SearchPlan> PlanSearch(const SearchOptions& options, const CancellationToken& cancel = {});
+
+// When no candidate on the pod is valid: see ValidAtFewerDevices above.
+std::optional<ValidAtFewerDevices> LargestValidDeviceCount(const SearchOptions& options,
+                                                          const CancellationToken& cancel = {});
+std::string ValidAtFewerDevicesNote(const SearchOptions& options, const ValidAtFewerDevices& v);
 
 // `on_progress` is called from the worker threads (one call at a time).
 Result<SearchResult> RunSearch(const SearchOptions& options, const std::function<void(const SearchProgress&)>& on_progress = {},
