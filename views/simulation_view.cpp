@@ -559,15 +559,14 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
                        QDateTime::fromMSecsSinceEpoch(run.created_unix_ms).toString("yyyy-MM-dd hh:mm:ss"));
   // A paper configuration's published figures first: what the user opened it to compare.
   if (!published_title_.isEmpty() && run.created_unix_ms == published_run_ms_) {
-    h += QString("<p><b>Published</b> (%1)</p><table cellspacing=2><tr><th align=left>figure</th>"
-                 "<th align=right>paper</th><th align=right>simulated</th><th align=right>difference</th></tr>")
-             .arg(published_title_.toHtmlEscaped());
+    // One line per figure, not a four-column table: the panel is often narrow (a 1024x700
+    // window gives it under 200 px), where a table broke its headers and numbers mid-word.
+    h += QString("<p><b>Published</b> (%1)</p>").arg(published_title_.toHtmlEscaped());
     for (const PublishedRow& r : published_rows_) {
-      h += QString("<tr><td>%1</td><td align=right>%2</td><td align=right><b>%3</b></td><td align=right>%4%5</td></tr>")
+      h += QString("<p style=\"margin-top:0; margin-bottom:2px\">%1: paper %2, simulated <b>%3</b> (%4%5)</p>")
                .arg(r.figure.toHtmlEscaped(), r.published.toHtmlEscaped(), r.simulated.toHtmlEscaped(),
-                    r.difference.toHtmlEscaped(), r.within ? QString() : QString(" (outside)"));
+                    r.difference.toHtmlEscaped(), r.within ? QString(", within") : QString(", <b>outside</b>"));
     }
-    h += "</table>";
   }
   h += "<table cellspacing=2>";
   auto row = [&](const QString& k, const QString& v) { h += QString("<tr><td>%1</td><td align=right><b>%2</b></td></tr>").arg(k, v); };
