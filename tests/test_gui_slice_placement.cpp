@@ -10,6 +10,10 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QTemporaryDir>
+#include <QTextBlock>
+#include <QTextBrowser>
+#include <QTextDocument>
+#include <QTextLayout>
 #include <QUndoStack>
 #include <QtTest>
 
@@ -171,6 +175,30 @@ class TestGuiSlicePlacement : public QObject {
     QVERIFY2(summary.contains("62.7%"), qPrintable(summary));   // and MFU
     QVERIFY2(summary.contains(QString::fromStdString(pipeline::ReproduceDifferenceText(compared.values[0]))),
              qPrintable(summary));
+    // In a narrow panel (a 1024x700 window gives it under 200 px) no figure's name is broken
+    // mid-word: the step's figures are lines, not a table that squeezed its first column.
+    QTextBrowser* browser = nullptr;
+    for (QTextBrowser* b : panel->findChildren<QTextBrowser*>())
+      if (b->toPlainText() == summary) browser = b;
+    QVERIFY(browser);
+    for (const int width : {170, 240, 600}) {
+      std::unique_ptr<QTextDocument> narrow(browser->document()->clone());
+      narrow->setTextWidth(width);
+      (void)narrow->size();  // lays the document out
+      QStringList lines;
+      for (QTextBlock b = narrow->begin(); b.isValid(); b = b.next()) {
+        QTextLayout* layout = b.layout();
+        for (int i = 0; i < layout->lineCount(); ++i)
+          lines << b.text().mid(layout->lineAt(i).textStart(), layout->lineAt(i).textLength()).trimmed();
+      }
+      for (const QString figure : {"step time", "communication", "exposed communication", "peak memory / device",
+                                   "bytes communicated", "device classes"}) {
+        const QString word = figure.split(' ').last();
+        bool whole = false;
+        for (const QString& line : lines) whole = whole || line.contains(word);
+        QVERIFY2(whole, qPrintable(QString("at %1 px \"%2\" is broken: %3").arg(width).arg(figure, lines.join(" | "))));
+      }
+    }
     auto* bar = w.findChild<SlicePlacementBar*>();
     QVERIFY(bar);
     QCOMPARE(bar->coresCombo()->currentText(), QString("2 per chip"));

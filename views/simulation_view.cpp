@@ -568,8 +568,11 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
                     r.difference.toHtmlEscaped(), r.within ? QString(", within") : QString(", <b>outside</b>"));
     }
   }
-  h += "<table cellspacing=2>";
-  auto row = [&](const QString& k, const QString& v) { h += QString("<tr><td>%1</td><td align=right><b>%2</b></td></tr>").arg(k, v); };
+  // The step's figures one per line ("communication: 1.2 s"), not a two-column table, for the same
+  // reason as the published figures: in a narrow panel the table squeezed its first column and
+  // broke "communication" mid-word.
+  h += "<p>";
+  auto row = [&](const QString& k, const QString& v) { h += QString("%1: <b>%2</b><br>").arg(k, v); };
   row("step time", Q(FormatSeconds(s.step_time_s)));
   row("compute", Q(FormatSeconds(s.compute_time_s)));
   row("communication", Q(FormatSeconds(s.communication_time_s)));
@@ -579,7 +582,7 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
   row("peak memory / device", PeakMemoryText(s));
   row("bytes communicated", Q(FormatBytes(s.bytes_communicated)));
   row("device classes", QString::number(run.classes.size()));
-  h += "</table>";
+  h += "</p>";
   h += MemoryFitWarningHtml(s);
 
   const DeviceClass* peak = PeakClass(run);
@@ -588,24 +591,25 @@ QString SimulationView::summaryHtml(const RunResult& run) const {
     std::sort(buffers.begin(), buffers.end(), [](const PeakBuffer& a, const PeakBuffer& b) { return a.bytes > b.bytes; });
     int64_t total = 0;
     for (const auto& b : buffers) total += b.bytes;
-    h += QString("<p><b>Live at the peak</b> (%1, %2 buffers, at %3)</p><table cellspacing=2>")
+    // Lines, not a table (narrow panels; see the figures above).
+    h += QString("<p><b>Live at the peak</b> (%1, %2 buffers, at %3)<br>")
              .arg(Q(FormatBytes(total))).arg(buffers.size()).arg(Q(FormatSeconds(peak->peak_memory_time_s)));
     for (size_t i = 0; i < buffers.size() && i < 12; ++i) {
-      h += QString("<tr><td>%1</td><td align=right>%2</td><td><small>%3</small></td></tr>")
+      h += QString("%1: <b>%2</b> <small>%3</small><br>")
                .arg(Q(buffers[i].name).toHtmlEscaped(), Q(FormatBytes(buffers[i].bytes)),
                     Q(std::string(MemoryCategoryName(buffers[i].category))));
     }
-    if (buffers.size() > 12) h += QString("<tr><td colspan=3><small>and %1 more</small></td></tr>").arg(buffers.size() - 12);
-    h += "</table>";
+    if (buffers.size() > 12) h += QString("<small>and %1 more</small>").arg(buffers.size() - 12);
+    h += "</p>";
   }
   if (!run.collectives.empty()) {
-    h += "<p><b>Collectives</b></p><table cellspacing=2>";
+    h += "<p><b>Collectives</b><br>";
     for (const auto& c : run.collectives) {
-      h += QString("<tr><td>%1</td><td>%2</td><td align=right>%3</td><td align=right>%4</td><td><small>%5</small></td></tr>")
+      h += QString("%1 %2: <b>%3</b>, %4 <small>%5</small><br>")
                .arg(Q(c.kind).toHtmlEscaped(), Q(c.instruction).toHtmlEscaped(), Q(FormatBytes(c.bytes)), Q(FormatSeconds(c.time_s)),
                     Q(c.regime).toHtmlEscaped());
     }
-    h += "</table>";
+    h += "</p>";
   }
   const SimulatedStep& sim = analysis_->simulation();
   if (sim.run && sim.run->id == run.id && !sim.warnings.empty()) {
