@@ -65,9 +65,13 @@ std::vector<std::map<std::string, std::string>> ParseRunOptions(const std::strin
       continue;
     }
     const std::string t = Trim(line);
-    static const std::string kKey = "SpmdPartitionerOptions:";
-    if (runs.empty() || t.rfind(kKey, 0) != 0) continue;
-    std::istringstream items(t.substr(kKey.size()));
+    static const std::string kKey = "SpmdPartitionerOptions:", kArgs = "extra PartitionComputation args:";
+    if (runs.empty()) continue;
+    size_t skip = 0;
+    if (t.rfind(kKey, 0) == 0) skip = kKey.size();
+    else if (t.rfind(kArgs, 0) == 0) skip = kArgs.size();
+    else continue;
+    std::istringstream items(t.substr(skip));
     std::string item;
     while (std::getline(items, item, ',')) {
       item = Trim(item);
@@ -78,11 +82,19 @@ std::vector<std::map<std::string, std::string>> ParseRunOptions(const std::strin
   return runs;
 }
 
-// Applies the options SpmdOptions models. The others (windowed einsum thresholds and loops,
-// gather/scatter method preferences, ...) choose between strategies the partitioner does not have;
-// they are ignored, and the cases' expectations show what that costs.
+// Applies the options SpmdOptions models. The others (unrolled and bidirectional windowed einsum
+// loops, gather/scatter method preferences, ...) choose between strategies the partitioner does not
+// have; they are ignored, and the cases' expectations show what that costs.
 Status ApplyRunOptions(const std::map<std::string, std::string>& opts, SpmdOptions* so) {
   for (const auto& [name, value] : opts) {
+    if (name == "threshold_for_windowed_einsum_mib") {
+      try {
+        so->windowed_einsum_threshold_mib = std::stoll(value);
+      } catch (...) {
+        return Error("partitioner option " + name + "=" + value + " is not an integer");
+      }
+      continue;
+    }
     if (name != "conv_halo_exchange_always_on_lhs") continue;
     if (value != "true" && value != "false")
       return Error("partitioner option " + name + "=" + value + " is not a boolean");
@@ -261,6 +273,9 @@ void RunCase(const CaseFiles& files, const ConformanceOptions& options, CaseResu
     }
     SpmdOptions so;
     so.num_partitions = run.num_partitions;
+    // The windowed einsum threshold of the tests' partitioner: SpmdPartitionerOptions' default
+    // (256 MiB); StatefulRngSpmdPartitioner's constructor default is 100000 MiB.
+    so.windowed_einsum_threshold_mib = notes.find("StatefulRngSpmdPartitioner") != std::string::npos ? 100000 : 256;
     if (ri < run_options.size()) {
       Status os = ApplyRunOptions(run_options[ri], &so);
       if (!os.ok()) {

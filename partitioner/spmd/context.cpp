@@ -8,6 +8,7 @@ std::string OptionsKey(const SpmdOptions& o) {
   std::string key;
   key += o.prefer_reduce_scatter ? 'r' : '-';
   key += o.conv_halo_exchange_always_on_lhs ? 'l' : '-';
+  key += std::to_string(o.windowed_einsum_threshold_mib);
   return key;
 }
 }  // namespace

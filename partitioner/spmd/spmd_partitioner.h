@@ -28,6 +28,12 @@ struct SpmdOptions {
   // each device keeps its input rows and fetches the kernel taps that read them; XLA's
   // conv_halo_exchange_always_on_lhs=false).
   bool conv_halo_exchange_always_on_lhs = true;
+  // Windowed einsum (spmd/windowed_einsum.h; XLA's threshold_for_windowed_einsum_mib): a dot whose
+  // plan all-gathers one operand along one dimension to at least this many MiB per device runs as
+  // a loop that multiplies one window at a time and passes windows round the ring with
+  // collective-permutes, overlapping the transfers with the products. < 0: never, ShardScope's
+  // default (the papers' programs all-gather; XLA's option default is 256, its GPU flag 100000).
+  int64_t windowed_einsum_threshold_mib = -1;
   // Memo tables kept across runs (partition_memo.h): null, each run starts afresh. A memo serves
   // one thread at a time.
   std::shared_ptr<spmd::PartitionMemo> memo;

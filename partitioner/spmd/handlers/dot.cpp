@@ -15,6 +15,7 @@
 
 #include "partitioner/spmd/context.h"
 #include "partitioner/spmd/handler_table.h"
+#include "partitioner/spmd/windowed_einsum.h"
 
 namespace shardscope::spmd {
 
@@ -175,12 +176,6 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   if (!best) {
     return PartitionWithFallback(ctx, dot);
   }
-  auto lhs = ctx.resharder().Reshard(lv, best->lhs);
-  if (!lhs.ok()) return Error(dot.name() + ": " + lhs.error().message);
-  auto rhs = ctx.resharder().Reshard(rv, best->rhs);
-  if (!rhs.ok()) return Error(dot.name() + ": " + rhs.error().message);
-  Instruction* lx = *lhs;
-  Instruction* rx = *rhs;
   // Padding on a sharded contracting dim must not leak into the sums: zero it on both sides.
   std::vector<int64_t> lpad, rpad;
   for (size_t i = 0; i < dot.dot_dims.lhs_contracting.size(); ++i) {
@@ -190,15 +185,33 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
       rpad.push_back(dot.dot_dims.rhs_contracting[i]);
     }
   }
-  if (!lpad.empty()) {
-    lx = MaskPadding(ctx, {lx, best->lhs, lv.base_shape}, lpad, 0.0);
-    rx = MaskPadding(ctx, {rx, best->rhs, rv.base_shape}, rpad, 0.0);
-  }
   TileMap partial = best->joint.Projected(out_labels);
   Shape local(dot.shape().type, partial.ShardShape(dot.shape().dims));
-  Instruction* d = ctx.builder().Emit(Opcode::kDot, local, {lx, rx});
-  d->dot_dims = dot.dot_dims;
-  d->raw_attributes = dot.raw_attributes;
+  Instruction* d = nullptr;
+  // An operand the plan all-gathers may instead travel round the ring window by window
+  // (windowed_einsum.h; off unless SpmdOptions::windowed_einsum_threshold_mib >= 0).
+  if (lpad.empty()) {
+    auto windowed = TryWindowedDot(ctx, dot, {lv, rv, best->lhs, best->rhs, L.lhs_label, L.rhs_label, L.out_rank(), local});
+    if (windowed) {
+      if (!windowed->ok()) return Error(dot.name() + ": " + windowed->error().message);
+      d = **windowed;
+    }
+  }
+  if (!d) {
+    auto lhs = ctx.resharder().Reshard(lv, best->lhs);
+    if (!lhs.ok()) return Error(dot.name() + ": " + lhs.error().message);
+    auto rhs = ctx.resharder().Reshard(rv, best->rhs);
+    if (!rhs.ok()) return Error(dot.name() + ": " + rhs.error().message);
+    Instruction* lx = *lhs;
+    Instruction* rx = *rhs;
+    if (!lpad.empty()) {
+      lx = MaskPadding(ctx, {lx, best->lhs, lv.base_shape}, lpad, 0.0);
+      rx = MaskPadding(ctx, {rx, best->rhs, rv.base_shape}, rpad, 0.0);
+    }
+    d = ctx.builder().Emit(Opcode::kDot, local, {lx, rx});
+    d->dot_dims = dot.dot_dims;
+    d->raw_attributes = dot.raw_attributes;
+  }
   HloSharding have = best->partial_out;
   if (!best->reduce_groups.empty()) {
     Computation* add = ctx.builder().ScalarReducer(Opcode::kAdd, dot.shape().type);
