@@ -322,6 +322,11 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
                                                                        << "all-to-all";
     QTest::newRow("dim 1 merged into split dim 0 is one all-to-all") << "{devices=[2,2]0,1,2,3}" << "{devices=[4,1]0,1,2,3}"
                                                                       << "all-to-all";
+    // Plan 3b (XLA's PartialReplicateToPartialReplicateReshardCollectivePermute1): devices 1 and 2
+    // want a tile the other holds; each slices the other's tile out of its half and they swap
+    // one [4,6] shard (an all-to-all would move more).
+    QTest::newRow("partial replication to another device order is a slice and a collective-permute")
+        << "{devices=[1,2,2]0,1,2,3 last_tile_dim_replicate}" << "{devices=[2,2]0,1,2,3}" << "collective-permute";
   }
   void reshardStrategies() {
     QFETCH(QString, from);
@@ -344,6 +349,13 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     } else {
       QCOMPARE(CountCollectives(*r.module), 1);
       QCOMPARE(QString::fromStdString(std::string(OpcodeName(r.collectives.at(0).kind))), expected);
+    }
+    if (QString(QTest::currentDataTag()).startsWith("partial replication")) {
+      auto cp = Find(*r.module, Opcode::kCollectivePermute);
+      QCOMPARE(cp.size(), size_t{1});
+      QCOMPARE(cp[0]->shape().ToString(false), std::string("f32[4,6]"));
+      QCOMPARE(cp[0]->source_target_pairs, (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 2}, {2, 1}, {3, 3}}));
+      QVERIFY(!Find(*r.module, Opcode::kDynamicSlice).empty());
     }
     if (QString(QTest::currentDataTag()).contains("all-to-all") && !QString(QTest::currentDataTag()).startsWith("dim 0")) {
       // The pairs that exchange: devices differing only in the part of the split that moves.

@@ -1,8 +1,11 @@
 #include "partitioner/spmd/reshard.h"
 
+#include "partitioner/hlo_sharding_util.h"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 
 namespace shardscope::spmd {
 
@@ -14,6 +17,80 @@ int64_t AllToAllBytes(const TileMap& m, const Shape& base, int64_t b, int64_t k)
   std::vector<int64_t> shard = m.ShardShape(base.dims);
   shard[static_cast<size_t>(b)] = (base.dim(b) + k - 1) / k * k;
   return ElementsOf(shard) * PrimitiveTypeBytes(base.type) * (k - 1) / k;
+}
+
+// Plan 3b's intermediate map: T's tiles, each device holding one that lies within its shard under
+// F — its own target tile when it holds it, else a tile some device wants and no one else is
+// serving. nullopt when no device needs to move (a local refinement) or some target tile cannot be
+// served that way.
+std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
+  const int64_t n = F.num_devices(), rank = F.rank();
+  if (T.num_devices() != n || T.rank() != rank) return std::nullopt;
+  auto within = [&](int64_t dev, const TileIndex& t) {
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t len = full[static_cast<size_t>(d)], ts = T.ShardSize(d, len);
+      if (!hlo_sharding_util::ShardWithin(len, t[static_cast<size_t>(d)] * ts, ts, F.Offset(dev, d, len), F.ShardSize(d, len)))
+        return false;
+    }
+    return true;
+  };
+  std::map<TileIndex, int64_t> need;  // target tile -> devices wanting it that do not hold it
+  std::vector<TileIndex> held(static_cast<size_t>(n));
+  std::vector<int64_t> open;
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const TileIndex& t = T.device(dev).index;
+    if (within(dev, t)) {
+      held[static_cast<size_t>(dev)] = t;
+    } else {
+      ++need[t];
+      open.push_back(dev);
+    }
+  }
+  if (open.empty()) return std::nullopt;
+  for (int64_t dev : open) {
+    // The target tiles inside this device's shard: a box of tile indices, one range per dim.
+    std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank));
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t len = full[static_cast<size_t>(d)], ts = T.ShardSize(d, len);
+      const int64_t fo = F.Offset(dev, d, len), fs = F.ShardSize(d, len);
+      lo[static_cast<size_t>(d)] = T.tiles(d);
+      hi[static_cast<size_t>(d)] = -1;
+      for (int64_t i = 0; i < T.tiles(d); ++i) {
+        if (!hlo_sharding_util::ShardWithin(len, i * ts, ts, fo, fs)) continue;
+        lo[static_cast<size_t>(d)] = std::min(lo[static_cast<size_t>(d)], i);
+        hi[static_cast<size_t>(d)] = i;
+      }
+      if (hi[static_cast<size_t>(d)] < 0) return std::nullopt;
+    }
+    bool served = false;
+    TileIndex t(lo);
+    while (!served) {
+      auto it = need.find(t);
+      // (A tile entirely in the padding lies within anything, so the box may hold tiles that are
+      // not within the shard: check each.)
+      if (it != need.end() && it->second > 0 && within(dev, t)) {
+        --it->second;
+        held[static_cast<size_t>(dev)] = t;
+        served = true;
+        break;
+      }
+      int64_t d = rank - 1;  // next index of the box, row-major
+      while (d >= 0 && t[static_cast<size_t>(d)] == hi[static_cast<size_t>(d)]) {
+        t[static_cast<size_t>(d)] = lo[static_cast<size_t>(d)];
+        --d;
+      }
+      if (d < 0) break;
+      ++t[static_cast<size_t>(d)];
+    }
+    if (!served) return std::nullopt;
+  }
+  std::map<TileIndex, int64_t> copies;
+  std::vector<DeviceTile> devices(static_cast<size_t>(n));
+  for (int64_t dev = 0; dev < n; ++dev) {
+    devices[static_cast<size_t>(dev)].index = held[static_cast<size_t>(dev)];
+    devices[static_cast<size_t>(dev)].replica = copies[held[static_cast<size_t>(dev)]]++;
+  }
+  return TileMap(T.tiles(), std::move(devices));
 }
 }  // namespace
 
@@ -216,6 +293,20 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, T, ShardBytes(F, base)});
     p.bytes = p.steps.back().bytes;
     candidates.push_back(p);
+  }
+  // 3b. Slice, then one collective-permute: every target shard lies within some device's source
+  //     shard, but not always the device that wants it (partial replication over another device
+  //     order: [1,2,4] with 4 copies -> [2,2,2] with 2). Each device keeps its target shard when it
+  //     holds it; the others are served by devices holding theirs that slice it out and send it.
+  //     One target shard per device moves, where an all-to-all or all-gather moves more.
+  if (F.replication() > 1) {
+    if (auto mid = SliceThenPermuteMap(F, T, full)) {
+      ReshardPlan p;
+      p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, *mid, 0});
+      p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, *mid, T, ShardBytes(*mid, base)});
+      p.bytes = p.steps.back().bytes;
+      candidates.push_back(p);
+    }
   }
   // 4. All-gather the dims that must be gathered, then refine locally. Try the minimal set and
   //    gathering everything (always valid).
