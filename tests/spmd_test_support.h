@@ -18,6 +18,15 @@
 
 namespace shardscope::testing {
 
+// Every instruction of `m` (all computations) with opcode `op`, in order.
+inline std::vector<const Instruction*> Find(const Module& m, Opcode op) {
+  std::vector<const Instruction*> out;
+  for (const auto& c : m.computations())
+    for (const auto& i : c->instructions())
+      if (i->opcode() == op) out.push_back(i.get());
+  return out;
+}
+
 // Runs `m` on `devices` virtual devices, device d with its own random arguments (seed `seed + d`).
 // Empty (with a warning) when the run fails.
 inline std::vector<Tensor> RunOnVirtualDevices(const Module& m, int64_t devices, uint64_t seed) {

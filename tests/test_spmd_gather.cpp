@@ -19,13 +19,7 @@ using namespace shardscope;
 
 namespace {
 
-std::vector<const Instruction*> Find(const Module& m, Opcode op) {
-  std::vector<const Instruction*> out;
-  for (const auto& c : m.computations())
-    for (const auto& i : c->instructions())
-      if (i->opcode() == op) out.push_back(i.get());
-  return out;
-}
+using testing::Find;
 
 int CountCollectives(const Module& m) {
   int n = 0;

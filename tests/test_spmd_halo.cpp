@@ -23,13 +23,7 @@ using namespace shardscope;
 
 namespace {
 
-std::vector<const Instruction*> Find(const Module& m, Opcode op) {
-  std::vector<const Instruction*> out;
-  for (const auto& c : m.computations())
-    for (const auto& i : c->instructions())
-      if (i->opcode() == op) out.push_back(i.get());
-  return out;
-}
+using testing::Find;
 
 // Parses, partitions and verifies numerically (seed 7); nullopt with the reason in *why on failure.
 std::optional<PartitionResult> PartitionAndVerify(const std::string& hlo, int64_t devices, std::string* why) {

@@ -19,13 +19,7 @@ using namespace shardscope;
 
 namespace {
 
-std::vector<const Instruction*> Find(const Module& m, Opcode op) {
-  std::vector<const Instruction*> out;
-  for (const auto& c : m.computations())
-    for (const auto& i : c->instructions())
-      if (i->opcode() == op) out.push_back(i.get());
-  return out;
-}
+using testing::Find;
 
 std::optional<PartitionResult> PartitionAndVerify(const std::string& hlo, int64_t devices, std::string* why,
                                                   bool halo_on_lhs = true) {

@@ -17,13 +17,7 @@ using namespace shardscope;
 
 namespace {
 
-std::vector<const Instruction*> Find(const Module& m, Opcode op) {
-  std::vector<const Instruction*> out;
-  for (const auto& c : m.computations())
-    for (const auto& i : c->instructions())
-      if (i->opcode() == op) out.push_back(i.get());
-  return out;
-}
+using testing::Find;
 
 // x [8,16] by rows, w [16,N] by columns over 4 devices, the result by rows: the plan all-gathers w.
 std::string NonContracting(int64_t n_cols) {
