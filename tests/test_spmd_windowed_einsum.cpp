@@ -111,6 +111,80 @@ class TestSpmdWindowedEinsum : public QObject {
     QCOMPARE(r.module->entry()->root()->shape().ToString(false), std::string("f32[6,2,32]"));
   }
 
+  // XLA's order: with windowed einsum on, a loop that keeps one operand and the output as they
+  // are comes before a plan that moves fewer bytes. x [128,128] by rows, w [128,1024] by columns,
+  // the result by rows (x's): off, the plan gathers x (12288 elements per device) and moves the
+  // result from column to row shards (24576), fewer than w's windows (98304). On, w travels window
+  // by window, x and the result stay, and nothing else moves.
+  void windowedLoopComesBeforeCheaperPlans() {
+    const std::string hlo =
+        "HloModule pref, num_partitions=4\n\nENTRY main {\n"
+        "  x = f32[128,128] parameter(0), sharding={devices=[4,1]<=[4]}\n"
+        "  w = f32[128,1024] parameter(1), sharding={devices=[1,4]<=[4]}\n"
+        "  ROOT d = f32[128,1024] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1]<=[4]}\n}\n";
+    const PartitionResult off = Windowed(hlo, -1);
+    QVERIFY(Find(*off.module, Opcode::kWhile).empty());
+    bool gathers_x = false;
+    for (const Instruction* ag : Find(*off.module, Opcode::kAllGather)) gathers_x |= ag->shape().ToString(false) == "f32[128,128]";
+    QVERIFY2(gathers_x, "without the loop the cheaper plan gathers x");
+    const PartitionResult on = Windowed(hlo, 0);
+    QCOMPARE(Find(*on.module, Opcode::kWhile).size(), size_t{1});
+    QCOMPARE(on.collectives.size(), size_t{1});
+    QCOMPARE(Find(*on.module, Opcode::kCollectivePermute)[0]->shape().ToString(false), std::string("f32[128,256]"));
+    QVERIFY(Find(*on.module, Opcode::kAllGather).empty());
+    QVERIFY(Find(*on.module, Opcode::kAllToAll).empty());
+  }
+
+  // The windowed reduce-scatter: x and w both split along the contracted dim (over 4), the
+  // result's columns over the same devices. Instead of the local product and a reduce-scatter,
+  // each step multiplies x by w's columns of one output window, adds the partial sums received
+  // from the ring successor and passes them on; after 4 steps a device holds its own columns,
+  // summed. Even (64 columns: windows of 16) and uneven (62: w padded to 64, windows of 16).
+  void windowedReduceScatterPassesPartialSums() {
+    for (const int64_t cols : {int64_t{64}, int64_t{62}}) {
+      const std::string hlo =
+          "HloModule rs, num_partitions=4\n\nENTRY main {\n"
+          "  x = f32[8,32] parameter(0), sharding={devices=[1,4]<=[4]}\n"
+          "  w = f32[32," + std::to_string(cols) + "] parameter(1), sharding={devices=[4,1]<=[4]}\n"
+          "  ROOT d = f32[8," + std::to_string(cols) + "] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
+          "sharding={devices=[1,4]<=[4]}\n}\n";
+      const PartitionResult off = Windowed(hlo, -1);
+      QCOMPARE(Find(*off.module, Opcode::kWhile).size(), size_t{0});
+      if (cols == 64) QCOMPARE(Find(*off.module, Opcode::kReduceScatter).size(), size_t{1});
+      const PartitionResult r = Windowed(hlo, 0);
+      const auto loops = Find(*r.module, Opcode::kWhile);
+      QCOMPARE(loops.size(), size_t{1});
+      QVERIFY2(loops[0]->backend_config.find("\"n\":\"3\"") != std::string::npos, loops[0]->backend_config.c_str());
+      QVERIFY(Find(*r.module, Opcode::kReduceScatter).empty());
+      QVERIFY(Find(*r.module, Opcode::kAllReduce).empty());
+      QVERIFY(Find(*r.module, Opcode::kAllGather).empty());
+      const auto permutes = Find(*r.module, Opcode::kCollectivePermute);
+      QCOMPARE(permutes.size(), size_t{1});
+      QCOMPARE(permutes[0]->parent(), loops[0]->while_body());
+      QCOMPARE(permutes[0]->shape().ToString(false), std::string("f32[8,16]"));  // the partial sums of one window
+      const std::vector<std::pair<int64_t, int64_t>> ring = {{1, 0}, {2, 1}, {3, 2}, {0, 3}};
+      QCOMPARE(permutes[0]->source_target_pairs, ring);
+      QVERIFY2(r.collectives[0].reason.find("windowed einsum: partial sums of 4 output windows") == 0,
+               r.collectives[0].reason.c_str());
+      QCOMPARE(r.module->entry()->root()->shape().ToString(false), std::string("f32[8,16]"));
+    }
+  }
+
+  // XLA's max_windowed_einsum_iteration: a loop over more windows than the cap is not built.
+  void iterationCapKeepsTheAllGather() {
+    const std::string hlo = NonContracting(32);
+    for (const int64_t cap : {int64_t{3}, int64_t{4}}) {
+      testing::PartitionVerifyOptions o;
+      o.spmd.windowed_einsum_threshold_mib = 0;
+      o.spmd.windowed_einsum_max_iterations = cap;
+      std::string why;
+      auto r = testing::PartitionAndVerify(hlo, 4, &why, o);
+      QVERIFY2(r, why.c_str());
+      QCOMPARE(Find(*r->module, Opcode::kWhile).size(), size_t{cap >= 4 ? 1u : 0u});
+      QCOMPARE(Find(*r->module, Opcode::kAllGather).size(), size_t{cap >= 4 ? 0u : 1u});
+    }
+  }
+
   // On a 2-D mesh the ring runs within each group of the gathered axis: w's columns over Y (4),
   // x's rows over X (2); the windows travel among the 4 devices of each row.
   void ringStaysWithinTheGatheredAxis() {
@@ -132,13 +206,14 @@ class TestSpmdWindowedEinsum : public QObject {
   }
 
   // Simulated: the transfers run beside the products, so less communication is exposed than with
-  // the all-gather before the dot; the same bytes move (n - 1 windows).
+  // the all-gather of w before the dot (the plan without the loop too); the same bytes move (n - 1
+  // windows).
   void simulatedTransfersOverlapTheProducts() {
     const std::string hlo =
         "HloModule big, num_partitions=4\n\nENTRY main {\n"
-        "  x = bf16[4096,8192] parameter(0), sharding={devices=[4,1]<=[4]}\n"
-        "  w = bf16[8192,16384] parameter(1), sharding={devices=[1,4]<=[4]}\n"
-        "  ROOT d = bf16[4096,16384] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
+        "  x = bf16[16384,8192] parameter(0), sharding={devices=[4,1]<=[4]}\n"
+        "  w = bf16[8192,4096] parameter(1), sharding={devices=[1,4]<=[4]}\n"
+        "  ROOT d = bf16[16384,4096] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
         "sharding={devices=[4,1]<=[4]}\n}\n";
     auto m = ParseHloModule(hlo);
     QVERIFY(m.ok());
@@ -161,7 +236,7 @@ class TestSpmdWindowedEinsum : public QObject {
       step[k] = s->run.summary.step_time_s;
       moved[k] = s->run.summary.bytes_communicated;
     }
-    QCOMPARE(moved[1], moved[0]);  // 3 windows of 64 MiB against an all-gather receiving 3 shards
+    QCOMPARE(moved[1], moved[0]);  // 3 windows of 16 MiB against an all-gather receiving 3 shards
     QVERIFY2(exposed[1] < 0.5 * exposed[0], qPrintable(QString("exposed %1 s windowed, %2 s gathered").arg(exposed[1]).arg(exposed[0])));
     QVERIFY2(step[1] < step[0], qPrintable(QString("step %1 s windowed, %2 s gathered").arg(step[1]).arg(step[0])));
   }

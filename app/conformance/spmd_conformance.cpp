@@ -95,6 +95,18 @@ Status ApplyRunOptions(const std::map<std::string, std::string>& opts, SpmdOptio
       }
       continue;
     }
+    if (name == "max_windowed_einsum_iteration") {
+      if (value == "INT64_MAX") {
+        so->windowed_einsum_max_iterations = std::numeric_limits<int64_t>::max();
+        continue;
+      }
+      try {
+        so->windowed_einsum_max_iterations = std::stoll(value);
+      } catch (...) {
+        return Error("partitioner option " + name + "=" + value + " is not an integer");
+      }
+      continue;
+    }
     if (name != "conv_halo_exchange_always_on_lhs") continue;
     if (value != "true" && value != "false")
       return Error("partitioner option " + name + "=" + value + " is not a boolean");

@@ -9,6 +9,8 @@ std::string OptionsKey(const SpmdOptions& o) {
   key += o.prefer_reduce_scatter ? 'r' : '-';
   key += o.conv_halo_exchange_always_on_lhs ? 'l' : '-';
   key += std::to_string(o.windowed_einsum_threshold_mib);
+  key += '/';
+  key += std::to_string(o.windowed_einsum_max_iterations);
   return key;
 }
 }  // namespace

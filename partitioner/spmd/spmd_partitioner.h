@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,9 @@ struct SpmdOptions {
   // collective-permutes, overlapping the transfers with the products. < 0: never, ShardScope's
   // default (the papers' programs all-gather; XLA's option default is 256, its GPU flag 100000).
   int64_t windowed_einsum_threshold_mib = -1;
+  // A windowed loop over more windows than this is not built (XLA's max_windowed_einsum_iteration):
+  // the plan all-gathers instead.
+  int64_t windowed_einsum_max_iterations = std::numeric_limits<int64_t>::max();
   // Memo tables kept across runs (partition_memo.h): null, each run starts afresh. A memo serves
   // one thread at a time.
   std::shared_ptr<spmd::PartitionMemo> memo;

@@ -38,10 +38,41 @@ struct WindowedDotInput {
   Shape local;  // the per-device dot result of the plan (before any reduction of sharded contracting dims)
 };
 
+// The loop TryWindowedDot would build for this plan: which operand travels, in how many windows,
+// and its all-gathered size per device. nullopt when it would not build one.
+struct WindowedChoice {
+  bool is_rhs = false;
+  int64_t windows = 0;
+  int64_t gathered_bytes = 0;
+};
+std::optional<WindowedChoice> PlanWindowedDot(SpmdContext& ctx, const WindowedDotInput& in);
+
 // The per-device dot result (shape `in.local`) computed as a windowed loop, or nullopt when the
 // windowed form does not apply: windowed einsum off (threshold < 0), neither operand's plan is one
-// all-gather of one whole dimension, or the gathered operand is under the threshold. Errors are
+// all-gather of one whole dimension, the gathered operand is under the threshold, or its windows
+// are more than SpmdOptions::windowed_einsum_max_iterations. Errors are
 // reshard failures of the other operand.
 std::optional<Result<Instruction*>> TryWindowedDot(SpmdContext& ctx, const Instruction& dot, const WindowedDotInput& in);
+
+// The windowed reduce-scatter (XLA's windowed einsum over the output): a dot whose plan
+// reduce-scatters its partial sums (both operands sharded along the contracting dims over the
+// groups that then split one output dim) runs as a ring loop over the output's windows. At step
+// t a device multiplies the operands' slices for window (position + t + 1) mod n, adds the
+// product to the partial sums it received, and passes them on to its ring predecessor; after n
+// steps it holds its own window, summed over the group. The transfers overlap the next products.
+// Applies when windowed einsum is on, the groups have 2..max_iterations devices and the partial
+// result is at least the threshold.
+bool WindowedReduceScatterApplies(const SpmdContext& ctx, int64_t partial_bytes, int64_t windows);
+
+struct WindowedReduceScatterInput {
+  Instruction* lhs = nullptr;  // the operands as the plan multiplies them
+  Instruction* rhs = nullptr;
+  int64_t lhs_dim = -1, rhs_dim = -1;  // the operands' dims of the scattered output dim (-1: none)
+  int64_t out_dim = 0;                 // the scattered output dim
+  std::vector<std::vector<int64_t>> groups;  // the reduce-scatter's groups, device k ending with piece k
+  Shape local;                         // the per-device partial result (whole along out_dim)
+};
+// The per-device result after the scatter: `local` with out_dim divided by the group size.
+Instruction* WindowedReduceScatterDot(SpmdContext& ctx, const Instruction& dot, const WindowedReduceScatterInput& in);
 
 }  // namespace shardscope::spmd

@@ -64,6 +64,7 @@ struct DotPlan {
   std::vector<std::vector<int64_t>> reduce_groups;
   int64_t cost = 0;
   int64_t sources = 0;
+  bool windowed = false;  // runs as a windowed einsum loop (windowed_einsum.h)
 };
 
 Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
@@ -136,7 +137,11 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
             if (d != k && om->tiles(d) != partial.tiles(d)) ok = false;
           const int64_t full = dot.shape().dim(k);
           const int64_t s = partial.ShardSize(k, full);
-          if (!ok || s % g != 0 || om->ShardSize(k, full) * g != s) continue;
+          if (!ok) continue;
+          // Uneven pieces only through the windowed loop, which pads the scattered dim.
+          const bool even = s % g == 0 && om->ShardSize(k, full) * g == s;
+          const bool windowed = c1->bytes == 0 && c2->bytes == 0 && WindowedReduceScatterApplies(ctx, partial_bytes, g);
+          if (!even && !(windowed && partial.tiles(k) == 1 && om->ShardSize(k, full) == (s + g - 1) / g)) continue;
           std::vector<std::vector<int64_t>> groups = p.reduce_groups;
           for (auto& grp : groups) {
             std::vector<std::pair<int64_t, int64_t>> keyed;
@@ -162,6 +167,9 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
           p.reduce_groups = groups;
           after = target;
           p.cost += partial_bytes * (g - 1) / g + kCollectiveOverheadBytes;
+          // XLA's windowed einsum over the output, taken before the other plans as the
+          // operand-windowed loops are (below).
+          p.windowed = windowed;
         }
       }
       if (!rs_ok) p.cost += 2 * partial_bytes * (g - 1) / g + kCollectiveOverheadBytes;
@@ -169,7 +177,20 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     auto c3 = ctx.resharder().Plan(after, target, dot.shape());
     if (!c3.ok()) continue;
     p.cost += c3->bytes;
-    if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
+    // With windowed einsum on, XLA's dot handler takes a windowed loop before weighing the other
+    // plans: one that keeps one operand and the output as they are and passes the other operand
+    // round the ring wins whatever the bytes (its transfers overlap the products, and no device
+    // holds the gathered operand). docs/partitioner.md, "Windowed einsum".
+    if (p.reduce_scatter && c3->bytes != 0) p.windowed = false;
+    if (ctx.options().windowed_einsum_threshold_mib >= 0 && p.reduce_groups.empty() && c3->bytes == 0) {
+      const Shape plan_local(dot.shape().type, partial.ShardShape(dot.shape().dims));
+      auto w = PlanWindowedDot(ctx, {lv, rv, p.lhs, p.rhs, L.lhs_label, L.rhs_label, L.out_rank(), plan_local});
+      p.windowed = w && (w->is_rhs ? c1->bytes : c2->bytes) == 0;
+    }
+    const bool better = !best || (p.windowed != best->windowed
+                                      ? p.windowed
+                                      : p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources));
+    if (better) best = p;
   }
   cache.emplace(key, best);
   }
@@ -208,12 +229,24 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
       lx = MaskPadding(ctx, {lx, best->lhs, lv.base_shape}, lpad, 0.0);
       rx = MaskPadding(ctx, {rx, best->rhs, rv.base_shape}, rpad, 0.0);
     }
-    d = ctx.builder().Emit(Opcode::kDot, local, {lx, rx});
-    d->dot_dims = dot.dot_dims;
-    d->raw_attributes = dot.raw_attributes;
+    if (best->windowed && best->reduce_scatter) {
+      const int64_t k = best->rs_dim;
+      const auto lk = std::find(L.lhs_label.begin(), L.lhs_label.end(), k);
+      const auto rk = std::find(L.rhs_label.begin(), L.rhs_label.end(), k);
+      d = WindowedReduceScatterDot(
+          ctx, dot,
+          {lx, rx, lk == L.lhs_label.end() ? -1 : static_cast<int64_t>(lk - L.lhs_label.begin()),
+           rk == L.rhs_label.end() ? -1 : static_cast<int64_t>(rk - L.rhs_label.begin()), k, best->reduce_groups, local});
+    } else {
+      d = ctx.builder().Emit(Opcode::kDot, local, {lx, rx});
+      d->dot_dims = dot.dot_dims;
+      d->raw_attributes = dot.raw_attributes;
+    }
   }
   HloSharding have = best->partial_out;
-  if (!best->reduce_groups.empty()) {
+  if (best->windowed && best->reduce_scatter) {
+    have = target;
+  } else if (!best->reduce_groups.empty()) {
     Computation* add = ctx.builder().ScalarReducer(Opcode::kAdd, dot.shape().type);
     if (best->reduce_scatter) {
       d = ctx.builder().ReduceScatter(d, add, best->rs_dim, best->reduce_groups, "dot: contracting dimension sharded");
