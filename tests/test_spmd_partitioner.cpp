@@ -12,6 +12,7 @@
 #include "partitioner/spmd/partition_memo.h"
 #include "partitioner/spmd/spmd_partitioner.h"
 #include "partitioner/spmd/tile_map.h"
+#include "spmd_test_support.h"
 
 using namespace shardscope;
 
@@ -23,13 +24,7 @@ HloSharding S(const char* text) {
   return *r;
 }
 
-std::vector<const Instruction*> Find(const Module& m, Opcode op) {
-  std::vector<const Instruction*> out;
-  for (const auto& c : m.computations())
-    for (const auto& i : c->instructions())
-      if (i->opcode() == op) out.push_back(i.get());
-  return out;
-}
+using testing::Find;
 
 int CountCollectives(const Module& m) {
   int n = 0;
@@ -557,6 +552,40 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(CountCollectives(*res.module), 0);
     QCOMPARE(res.module->entry()->root()->shape().ToString(false), std::string("f32[6,1,4]"));
     QVERIFY(res.origin_map.count("t"));
+  }
+
+  // An all-reduce written in the program (XLA's HandleAllReduce): across replicas (no channel id)
+  // it reduces each partition's own shard, so a sharded one stays sharded and moves nothing more
+  // (XLA's TiledAllReduce: f32[3,3] over 2, the all-reduce on the [2,3] shard). Across partitions
+  // under a manual subgroup, a group that spans two subgroups is refused (XLA's
+  // SubgroupIllegalManualAllReduce): devices 0 and 1 hold different data tiles.
+  void programAllReduce() {
+    const std::string sum = "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT add = f32[] add(a, b)\n}\n\n";
+    const std::string tiled = "HloModule t, num_partitions=2\n\n" + sum +
+                              "ENTRY e {\n  p = f32[3,3] parameter(0), sharding={devices=[2,1]<=[2]}\n"
+                              "  ROOT ar = f32[3,3] all-reduce(p), to_apply=sum, replica_groups={}, sharding={devices=[2,1]<=[2]}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(tiled, 2, &why);
+    QVERIFY2(r, why.c_str());
+    const auto ars = Find(*r->module, Opcode::kAllReduce);
+    QCOMPARE(ars.size(), size_t{1});
+    QCOMPARE(ars[0]->shape().ToString(false), std::string("f32[2,3]"));
+    QCOMPARE(r->collectives.size(), size_t{0});  // the program's own all-reduce; nothing inserted
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+
+    const std::string manual = "HloModule m, num_partitions=4\n\n" + sum +
+                               "ENTRY e {\n  p = f32[2,2] parameter(0), sharding={devices=[2,1,2]<=[2,2]T(1,0) last_tile_dims={manual}}\n"
+                               "  ROOT ar = f32[2,2] all-reduce(p), to_apply=sum, replica_groups={{1,0},{2,3}}, "
+                               "use_global_device_ids=true, channel_id=1, sharding={devices=[2,1,2]<=[2,2]T(1,0) last_tile_dims={manual}}\n}\n";
+    auto m = ParseHloModule(manual);
+    QVERIFY(m.ok());
+    SpmdOptions o;
+    o.num_partitions = 4;
+    auto p = PartitionModule(**m, o);
+    QVERIFY(!p.ok());
+    QVERIFY2(p.error().message.find("Manual all-reduce across devices that belong to different manual subgroups (1 and 0") !=
+                 std::string::npos,
+             p.error().message.c_str());
   }
 
   // A while loop carries its sharding through body and condition.

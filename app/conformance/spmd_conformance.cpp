@@ -297,6 +297,28 @@ void RunCase(const CaseFiles& files, const ConformanceOptions& options, CaseResu
       }
     }
     auto part = pipeline::Partition(*m, so);
+    // A run that expects the partitioner to refuse the module (its status message containing a
+    // text): the refusal is the result checked.
+    std::optional<std::string> expected_error;
+    for (const std::string& line : run.lines) {
+      const std::string marker = "status().ToString() matches: HasSubstr(\"";
+      const size_t at = line.find(marker);
+      if (at == std::string::npos) continue;
+      const size_t from = at + marker.size();
+      const size_t to = line.find("\")", from);
+      if (to != std::string::npos) expected_error = line.substr(from, to - from);
+    }
+    if (expected_error) {
+      CheckResult c;
+      c.case_name = name;
+      c.subject = "partitioning";
+      c.op_kind = "error";
+      c.expected = "fails with \"" + *expected_error + "\"";
+      c.got = part.ok() ? "partitioned" : "fails: " + part.error().message;
+      c.passed = !part.ok() && part.error().message.find(*expected_error) != std::string::npos;
+      checks->push_back(std::move(c));
+      continue;
+    }
     if (!part.ok()) {
       r->errors.push_back("partition: " + part.error().message);
       all_partitioned = false;

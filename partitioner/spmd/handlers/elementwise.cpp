@@ -116,6 +116,42 @@ Status HandleElementwise(SpmdContext& ctx, const Instruction& orig) {
   return Status::Ok();
 }
 
+// An all-reduce written in the input program (XLA's HandleAllReduce). One across replicas (no
+// channel id) combines the same element of every replica's copy, so each partition reduces its own
+// shard: elementwise. One across partitions (a channel id) is manually partitioned code: when its
+// operand's sharding has a manual subgroup, each of its groups must lie within one manual subgroup
+// (the devices that differ only in the manual dimension); otherwise it runs as written on the
+// replicated operand.
+Status HandleAllReduce(SpmdContext& ctx, const Instruction& orig) {
+  if (!orig.channel_id && orig.operand_count() == 1 && orig.shape().IsArray()) return HandleElementwise(ctx, orig);
+  const Instruction* operand = orig.operand_count() == 1 ? orig.operand(0) : nullptr;
+  if (operand && operand->has_sharding() && operand->sharding()->HasManualSubgroup()) {
+    const HloSharding& s = *operand->sharding();
+    const TileAssignment& tiles = s.tile_assignment();
+    const int64_t data_rank = tiles.num_dimensions() - static_cast<int64_t>(s.subgroup_types().size());
+    std::vector<int64_t> manual_dims;
+    for (size_t k = 0; k < s.subgroup_types().size(); ++k)
+      if (s.subgroup_types()[k] == HloSharding::SubgroupType::kManual) manual_dims.push_back(data_rank + static_cast<int64_t>(k));
+    auto subgroup = [&](int64_t device) {
+      std::vector<int64_t> index = tiles.IndexOfDevice(device);
+      for (int64_t d : manual_dims)
+        if (d < static_cast<int64_t>(index.size())) index[static_cast<size_t>(d)] = 0;
+      return index;
+    };
+    for (const auto& group : orig.replica_groups.groups) {
+      for (int64_t device : group) {
+        if (device < 0 || device >= ctx.num_devices() || tiles.IndexOfDevice(device).empty())
+          return Error(orig.name() + ": replica group device " + std::to_string(device) + " is not among the " +
+                       std::to_string(ctx.num_devices()) + " partitions");
+        if (subgroup(device) != subgroup(group.front()))
+          return Error(orig.name() + ": Manual all-reduce across devices that belong to different manual subgroups (" +
+                       std::to_string(group.front()) + " and " + std::to_string(device) + " under " + s.ToString() + ")");
+      }
+    }
+  }
+  return HandleFallback(ctx, orig);
+}
+
 }  // namespace
 
 // The handler used when no dedicated one is registered (handler_table.h).
@@ -125,6 +161,7 @@ void RegisterElementwiseHandlers(HandlerTable& table) {
   table.Add({Opcode::kParameter}, HandleParameter);
   table.Add({Opcode::kConstant}, HandleConstant);
   table.Add({Opcode::kIota}, HandleIota);
+  table.Add({Opcode::kAllReduce}, HandleAllReduce);
   table.Add(
       {Opcode::kAbs, Opcode::kAdd, Opcode::kAnd, Opcode::kAtan2, Opcode::kCbrt, Opcode::kCeil, Opcode::kClamp,
        Opcode::kClz, Opcode::kCompare, Opcode::kConvert, Opcode::kCopy, Opcode::kCos, Opcode::kDivide, Opcode::kErf,
