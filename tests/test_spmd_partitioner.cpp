@@ -554,6 +554,46 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QVERIFY(res.origin_map.count("t"));
   }
 
+  // Plan 2c: factors of several dims' tile counts change places in one all-to-all (XLA's
+  // MultipleSourceTargetDimsInOneAllToAll), where gathering the source dims and slicing receives
+  // several times the bytes. Even (the XLA cases' meshes in small), uneven, and partially
+  // replicated (the two copies of each tile in different groups); each verified numerically.
+  void severalDimsInOneAllToAll_data() {
+    QTest::addColumn<int>("devices");
+    QTest::addColumn<QString>("shape");
+    QTest::addColumn<QString>("from");
+    QTest::addColumn<QString>("to");
+    QTest::addColumn<QString>("a2a");     // the all-to-all's per-device shape
+    QTest::addColumn<int>("groups");
+    QTest::newRow("dims 1,2 -> 0,3 over 8") << 8 << "4,8,4,8" << "devices=[1,4,2,1]<=[8]" << "devices=[2,1,1,4]<=[4,2]T(1,0)"
+                                            << "f32[8,2,2,2,2]" << 1;
+    QTest::newRow("four dims over 64 (XLA's ...AllToAll3)") << 64 << "8,8,16,16" << "devices=[2,4,8,1]<=[64]"
+                                                            << "devices=[4,2,1,8]<=[2,2,2,8]T(0,2,1,3)" << "f32[16,2,2,2,2]" << 4;
+    QTest::newRow("uneven over 8") << 8 << "5,7,6,3" << "devices=[1,4,2,1]<=[8]" << "devices=[2,1,1,4]<=[4,2]T(1,0)"
+                                   << "f32[8,3,2,3,1]" << 1;
+    QTest::newRow("partially replicated over 8") << 8 << "6,8,4,10" << "devices=[1,2,2,1,2]<=[8] last_tile_dim_replicate"
+                                                 << "devices=[2,1,1,2,2]<=[8] last_tile_dim_replicate" << "f32[4,3,4,2,5]" << 2;
+  }
+  void severalDimsInOneAllToAll() {
+    QFETCH(int, devices);
+    QFETCH(QString, shape);
+    QFETCH(QString, from);
+    QFETCH(QString, to);
+    QFETCH(QString, a2a);
+    QFETCH(int, groups);
+    const std::string hlo = "HloModule m, num_partitions=" + std::to_string(devices) + "\n\nENTRY e {\n  p = f32[" +
+                            shape.toStdString() + "] parameter(0), sharding={" + from.toStdString() + "}\n  ROOT c = f32[" +
+                            shape.toStdString() + "] copy(p), sharding={" + to.toStdString() + "}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(hlo, devices, &why);
+    QVERIFY2(r, why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 1);
+    const auto all = Find(*r->module, Opcode::kAllToAll);
+    QCOMPARE(all.size(), size_t{1});
+    QCOMPARE(QString::fromStdString(all[0]->shape().ToString(false)), a2a);
+    QCOMPARE(static_cast<int>(all[0]->replica_groups.groups.size()), groups);
+  }
+
   // An all-reduce written in the program (XLA's HandleAllReduce): across replicas (no channel id)
   // it reduces each partition's own shard, so a sharded one stays sharded and moves nothing more
   // (XLA's TiledAllReduce: f32[3,3] over 2, the all-reduce on the [2,3] shard). Across partitions

@@ -19,6 +19,93 @@ int64_t AllToAllBytes(const TileMap& m, const Shape& base, int64_t b, int64_t k)
   return ElementsOf(shard) * PrimitiveTypeBytes(base.type) * (k - 1) / k;
 }
 
+// Plan 2c (XLA's all-to-all over several source and target dims at once): every dim d keeps the
+// major part c of its tile index, common to F and T (c_d = gcd of the two tile counts), and either
+// gives away a minor factor s_d = F_d / c_d or takes one t_d = T_d / c_d. The devices sharing
+// every c index (and one copy of each tile when partially replicated) form a group of
+// k = prod s = prod t devices; one all-to-all within each group moves every factor at once: a
+// device splits its shard by the t factors and sends piece q to the group's q-th device, and puts
+// what it receives together by the s factors. That needs, for some order of the s dims, each
+// device's position among the t factors (major first, dims in order) to equal its position among
+// the s factors; the slots of a group are then its devices by that position.
+struct DimsAllToAll {
+  std::vector<int64_t> s, t;                 // per dim
+  std::vector<int64_t> out_dims, in_dims;    // dims with t > 1 (ascending), s > 1 (position order)
+  std::vector<std::vector<int64_t>> groups;  // slot q: the device at position q
+  int64_t k = 1;
+};
+
+std::optional<DimsAllToAll> PlanDimsAllToAll(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
+  const int64_t n = F.num_devices(), rank = F.rank();
+  if (T.num_devices() != n || T.rank() != rank || F.replication() != T.replication()) return std::nullopt;
+  DimsAllToAll a;
+  a.s.assign(static_cast<size_t>(rank), 1);
+  a.t.assign(static_cast<size_t>(rank), 1);
+  int64_t ks = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t fd = F.tiles(d), td = T.tiles(d), c = std::gcd(fd, td), len = full[static_cast<size_t>(d)];
+    const int64_t sd = fd / c, tdf = td / c;
+    if (sd > 1 && tdf > 1) return std::nullopt;
+    // The factor's pieces must line up with the common part's blocks (padding only at the end).
+    if (tdf > 1 && c > 1 && (len + c - 1) / c != tdf * T.ShardSize(d, len)) return std::nullopt;
+    if (sd > 1 && c > 1 && (len + c - 1) / c != sd * F.ShardSize(d, len)) return std::nullopt;
+    if (tdf > 1 && tdf * T.ShardSize(d, len) < F.ShardSize(d, len)) return std::nullopt;
+    a.s[static_cast<size_t>(d)] = sd;
+    a.t[static_cast<size_t>(d)] = tdf;
+    if (sd > 1) a.in_dims.push_back(d);
+    if (tdf > 1) a.out_dims.push_back(d);
+    a.k *= tdf;
+    ks *= sd;
+  }
+  if (a.k < 2 || a.k != ks || a.in_dims.size() > 4) return std::nullopt;
+  // A single dim each way is plans 2 and 2b.
+  if (a.in_dims.size() == 1 && a.out_dims.size() == 1) return std::nullopt;
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const TileIndex& fi = F.device(dev).index;
+    const TileIndex& ti = T.device(dev).index;
+    for (int64_t d = 0; d < rank; ++d)
+      if (fi[static_cast<size_t>(d)] / a.s[static_cast<size_t>(d)] != ti[static_cast<size_t>(d)] / a.t[static_cast<size_t>(d)])
+        return std::nullopt;
+  }
+  auto position = [&](const TileIndex& idx, const std::vector<int64_t>& dims, const std::vector<int64_t>& factor) {
+    int64_t p = 0;
+    for (int64_t d : dims) p = p * factor[static_cast<size_t>(d)] + idx[static_cast<size_t>(d)] % factor[static_cast<size_t>(d)];
+    return p;
+  };
+  std::vector<int64_t> order = a.in_dims;
+  std::sort(order.begin(), order.end());
+  bool found = false;
+  do {
+    found = true;
+    for (int64_t dev = 0; dev < n && found; ++dev)
+      found = position(T.device(dev).index, a.out_dims, a.t) == position(F.device(dev).index, order, a.s);
+  } while (!found && std::next_permutation(order.begin(), order.end()));
+  if (!found) return std::nullopt;
+  a.in_dims = order;
+  // Groups: the devices sharing the common parts, one per position (the copies of a tile spread
+  // over as many groups).
+  std::map<std::vector<int64_t>, std::vector<std::vector<int64_t>>> classes;
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const TileIndex& ti = T.device(dev).index;
+    std::vector<int64_t> key(static_cast<size_t>(rank));
+    for (int64_t d = 0; d < rank; ++d) key[static_cast<size_t>(d)] = ti[static_cast<size_t>(d)] / a.t[static_cast<size_t>(d)];
+    auto& by_position = classes[key];
+    if (by_position.empty()) by_position.resize(static_cast<size_t>(a.k));
+    by_position[static_cast<size_t>(position(ti, a.out_dims, a.t))].push_back(dev);
+  }
+  for (auto& [key, by_position] : classes) {
+    const size_t copies = by_position[0].size();
+    for (const auto& devs : by_position)
+      if (devs.size() != copies) return std::nullopt;
+    for (size_t i = 0; i < copies; ++i) {
+      std::vector<int64_t> group;
+      for (const auto& devs : by_position) group.push_back(devs[i]);
+      a.groups.push_back(std::move(group));
+    }
+  }
+  return a;
+}
+
 // Plan 3b's intermediate map: T's tiles, each device holding one that lies within its shard under
 // F — its own target tile when it holds it, else a tile some device wants and no one else is
 // serving. nullopt when no device needs to move (a local refinement) or some target tile cannot be
@@ -286,6 +373,17 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
         finish(std::move(p), mid, false);
       }
     }
+  }
+  // 2c. One all-to-all moving factors of several dims at once (PlanDimsAllToAll).
+  if (auto many = PlanDimsAllToAll(F, T, full)) {
+    std::vector<int64_t> shard = F.ShardShape(full);
+    for (int64_t d : many->out_dims)
+      shard[static_cast<size_t>(d)] = many->t[static_cast<size_t>(d)] * T.ShardSize(d, full[static_cast<size_t>(d)]);
+    const int64_t a2a = ElementsOf(shard) * PrimitiveTypeBytes(base.type) * (many->k - 1) / many->k;
+    ReshardPlan p;
+    p.steps.push_back({ReshardStep::Kind::kAllToAllDims, many->in_dims, F, T, a2a});
+    p.bytes = a2a;
+    candidates.push_back(p);
   }
   // 3. Collective-permute: same tiling, different devices.
   if (F.tiles() == T.tiles()) {
@@ -563,6 +661,64 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
         std::vector<int64_t> limits = x->shape().dims;
         limits[static_cast<size_t>(a)] = std::min(limits[static_cast<size_t>(a)], full[static_cast<size_t>(a)]);
         x = b_.Slice(x, limits);
+        break;
+      }
+      case ReshardStep::Kind::kAllToAllDims: {
+        auto many = PlanDimsAllToAll(st.before, st.after, full);
+        if (!many) return Error("internal: the all-to-all of several dims no longer applies (" + reason + ")");
+        const int64_t rank = static_cast<int64_t>(full.size());
+        // Each t dim padded to t pieces of the target's shard and split as (t, piece).
+        std::vector<int64_t> high(static_cast<size_t>(rank), 0), split, rest_pos(static_cast<size_t>(rank));
+        std::vector<int64_t> factor_pos;
+        for (int64_t d = 0; d < rank; ++d) {
+          const int64_t td = many->t[static_cast<size_t>(d)];
+          if (td > 1) {
+            const int64_t piece = st.after.ShardSize(d, full[static_cast<size_t>(d)]);
+            high[static_cast<size_t>(d)] = td * piece - x->shape().dim(d);
+            factor_pos.push_back(static_cast<int64_t>(split.size()));
+            split.push_back(td);
+            rest_pos[static_cast<size_t>(d)] = static_cast<int64_t>(split.size());
+            split.push_back(piece);
+          } else {
+            rest_pos[static_cast<size_t>(d)] = static_cast<int64_t>(split.size());
+            split.push_back(x->shape().dim(d));
+          }
+        }
+        x = b_.PadHigh(x, high, 0.0);
+        x = b_.Reshape(x, split);
+        // The t factors first (dims in order, major first), merged into one dim of k pieces.
+        std::vector<int64_t> perm = factor_pos, rest_dims;
+        for (int64_t d = 0; d < rank; ++d) perm.push_back(rest_pos[static_cast<size_t>(d)]);
+        x = b_.Transpose(x, perm);
+        for (int64_t d = 0; d < rank; ++d) rest_dims.push_back(split[static_cast<size_t>(rest_pos[static_cast<size_t>(d)])]);
+        std::vector<int64_t> merged = {many->k};
+        merged.insert(merged.end(), rest_dims.begin(), rest_dims.end());
+        x = b_.Reshape(x, merged);
+        x = b_.AllToAll(x, 0, many->groups, reason);
+        // The received pieces by source position: one dim per s factor (in position order), each
+        // moved before its dim and merged into it.
+        std::vector<int64_t> unmerged;
+        for (int64_t d : many->in_dims) unmerged.push_back(many->s[static_cast<size_t>(d)]);
+        const int64_t nf = static_cast<int64_t>(unmerged.size());
+        unmerged.insert(unmerged.end(), rest_dims.begin(), rest_dims.end());
+        x = b_.Reshape(x, unmerged);
+        std::vector<int64_t> perm2, out;
+        for (int64_t d = 0; d < rank; ++d) {
+          const auto it = std::find(many->in_dims.begin(), many->in_dims.end(), d);
+          if (it != many->in_dims.end()) {
+            perm2.push_back(static_cast<int64_t>(it - many->in_dims.begin()));
+            out.push_back(many->s[static_cast<size_t>(d)] * rest_dims[static_cast<size_t>(d)]);
+          } else {
+            out.push_back(rest_dims[static_cast<size_t>(d)]);
+          }
+          perm2.push_back(nf + d);
+        }
+        x = b_.Transpose(x, perm2);
+        x = b_.Reshape(x, out);
+        std::vector<int64_t> limits = x->shape().dims;
+        for (int64_t d : many->in_dims)
+          limits[static_cast<size_t>(d)] = std::min(limits[static_cast<size_t>(d)], st.after.ShardSize(d, full[static_cast<size_t>(d)]));
+        if (limits != x->shape().dims) x = b_.Slice(x, limits);
         break;
       }
       case ReshardStep::Kind::kMaskedAllReduce: {
