@@ -594,6 +594,46 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(static_cast<int>(all[0]->replica_groups.groups.size()), groups);
   }
 
+  // Plans that reorder devices around a gather (XLA's resharding between permuted meshes): a
+  // collective-permute puts each device on the tile whose gather group yields its target tile,
+  // then one all-gather (4b); or the changing dims are gathered, each device slices the target tile
+  // it can serve and a collective-permute delivers it (4 finished as 3b). Before, both gathered
+  // every dim whose device order differed and sliced (a whole array per device).
+  void reorderAroundAGather_data() {
+    QTest::addColumn<int>("devices");
+    QTest::addColumn<QString>("shape");
+    QTest::addColumn<QString>("from");
+    QTest::addColumn<QString>("to");
+    QTest::addColumn<QString>("collectives");  // kinds in program order, with per-device shapes
+    QTest::newRow("permute, then gather the replicated dim (XLA's ...PermutedMeshesWithReplicatedAxes)")
+        << 4 << "s32[8,2]" << "devices=[2,2]<=[4]" << "devices=[2,1,2]3,2,1,0 last_tile_dim_replicate"
+        << "collective-permute s32[4,1], all-gather s32[4,2]";
+    QTest::newRow("permute, then gather by pairs (XLA's ...ReshardWithCollectivePermute)")
+        << 8 << "f32[8,8]" << "devices=[2,2,2]<=[8] last_tile_dim_replicate" << "devices=[1,2,4]<=[8] last_tile_dim_replicate"
+        << "collective-permute f32[4,4], all-gather f32[8,4]";
+    QTest::newRow("gather the changing dim, slice, permute (XLA's ReshardNoFullRematIncompatible)")
+        << 8 << "f32[6,32,4]" << "devices=[4,2,1]<=[2,2,2]T(0,2,1)" << "devices=[2,2,2]0,1,3,4,2,6,5,7"
+        << "all-gather f32[8,16,4], collective-permute f32[3,16,2]";
+  }
+  void reorderAroundAGather() {
+    QFETCH(int, devices);
+    QFETCH(QString, shape);
+    QFETCH(QString, from);
+    QFETCH(QString, to);
+    QFETCH(QString, collectives);
+    const std::string hlo = "HloModule m, num_partitions=" + std::to_string(devices) + "\n\nENTRY e {\n  p = " +
+                            shape.toStdString() + " parameter(0), sharding={" + from.toStdString() + "}\n  ROOT c = " +
+                            shape.toStdString() + " copy(p), sharding={" + to.toStdString() + "}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(hlo, devices, &why);
+    QVERIFY2(r, why.c_str());
+    QStringList got;
+    for (const Instruction* i : r->module->entry()->MakePostOrder())
+      if (IsCollective(i->opcode()))
+        got << QString::fromStdString(std::string(OpcodeName(i->opcode())) + " " + i->shape().ToString(false));
+    QCOMPARE(got.join(", "), collectives);
+  }
+
   // An all-reduce written in the program (XLA's HandleAllReduce): across replicas (no channel id)
   // it reduces each partition's own shard, so a sharded one stays sharded and moves nothing more
   // (XLA's TiledAllReduce: f32[3,3] over 2, the all-reduce on the [2,3] shard). Across partitions

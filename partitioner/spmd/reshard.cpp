@@ -292,6 +292,14 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base)});
       p.bytes += ShardBytes(mid, base);
       candidates.push_back(std::move(p));
+    } else if (mid.replication() > 1) {
+      // As plan 3b from the intermediate: slice to T's tiles in another device order, then permute.
+      if (auto sliced = SliceThenPermuteMap(mid, T, full)) {
+        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, *sliced, 0});
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, *sliced, T, ShardBytes(*sliced, base)});
+        p.bytes += ShardBytes(*sliced, base);
+        candidates.push_back(std::move(p));
+      }
     }
   };
 
@@ -433,6 +441,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     for (int64_t d : needed) {
       const int64_t g = std::gcd(F.tiles(d), T.tiles(d));
       const int64_t k = F.tiles(d) / g;
+      if (g > 1 && k == 1) continue;  // only the device order differs: the permute that finishes fixes it
       if (g <= 1 || k <= 1) { ok = false; break; }
       // The partial gather must land on the target's shard boundaries (even split).
       const int64_t s = cur.ShardSize(d, full[static_cast<size_t>(d)]);
@@ -445,7 +454,12 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     }
     if (ok && !needed.empty()) finish(std::move(p), cur, false);
   }
-  for (const auto& gather : {needed, all_tiled}) {
+  // Also gathering only the dims whose tile count changes: the others differ in device order,
+  // which the finishing slice and collective-permute fix.
+  std::vector<int64_t> needed_counts;
+  for (int64_t d : needed)
+    if (F.tiles(d) != T.tiles(d)) needed_counts.push_back(d);
+  for (const auto& gather : {needed, all_tiled, needed_counts}) {
     if (gather.empty()) continue;
     ReshardPlan p;
     TileMap cur = F;
@@ -457,9 +471,89 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       p.bytes += bytes;
       cur = next;
     }
-    if (!IsLocalRefinement(cur, T, full)) continue;
-    if (!cur.SameAs(T)) p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, cur, T, 0});
-    candidates.push_back(p);
+    finish(std::move(p), cur, false);
+  }
+  // 4b. Reorder devices first, then all-gather (XLA's resharding between permuted meshes): when T
+  //     is F with some dims gathered but over another device order, a collective-permute puts
+  //     every device on the F tile whose gather group yields its T tile, then one all-gather.
+  {
+    std::vector<int64_t> gathered;
+    bool ok = T.replication() > F.replication();
+    for (int64_t d = 0; d < base.rank() && ok; ++d) {
+      if (F.tiles(d) == T.tiles(d)) continue;
+      if (T.tiles(d) != 1) ok = false;
+      else gathered.push_back(d);
+    }
+    int64_t g = 1;
+    for (int64_t d : gathered) g *= F.tiles(d);
+    if (ok && !gathered.empty() && T.replication() == F.replication() * g) {
+      // Per T tile, its devices take the F tiles along the gathered dims, each F.replication()
+      // times; a device keeps its own F tile where it may (fewer move).
+      std::map<TileIndex, std::map<TileIndex, int64_t>> left;  // T tile -> gathered-dims index -> slots
+      std::vector<DeviceTile> devs(static_cast<size_t>(n_));
+      std::vector<bool> placed(static_cast<size_t>(n_), false);
+      auto sub = [&](const TileIndex& idx) {
+        TileIndex s;
+        s.resize(gathered.size());
+        for (size_t i = 0; i < gathered.size(); ++i) s[i] = idx[static_cast<size_t>(gathered[i])];
+        return s;
+      };
+      for (int64_t dev = 0; dev < n_; ++dev) {
+        auto& slots = left[T.device(dev).index];
+        if (!slots.empty()) continue;
+        TileIndex s;
+        s.resize(gathered.size(), 0);
+        for (int64_t i = 0; i < g; ++i) {
+          slots[s] = F.replication();
+          for (size_t j = gathered.size(); j-- > 0;) {
+            if (++s[j] < F.tiles(gathered[j])) break;
+            s[j] = 0;
+          }
+        }
+      }
+      auto place = [&](int64_t dev, const TileIndex& s) {
+        DeviceTile dt;
+        dt.index = T.device(dev).index;
+        for (size_t i = 0; i < gathered.size(); ++i) dt.index[static_cast<size_t>(gathered[i])] = s[i];
+        devs[static_cast<size_t>(dev)] = dt;
+        placed[static_cast<size_t>(dev)] = true;
+        --left[T.device(dev).index][s];
+      };
+      for (int64_t dev = 0; dev < n_; ++dev) {
+        TileIndex own = F.device(dev).index;
+        const TileIndex s = sub(own);
+        for (int64_t d : gathered) own[static_cast<size_t>(d)] = 0;
+        TileIndex want = T.device(dev).index;
+        if (own == want && left[want][s] > 0) place(dev, s);
+      }
+      for (int64_t dev = 0; dev < n_; ++dev) {
+        if (placed[static_cast<size_t>(dev)]) continue;
+        for (auto& [s, count] : left[T.device(dev).index])
+          if (count > 0) {
+            place(dev, s);
+            break;
+          }
+      }
+      // Each tile's copies numbered (a gather group takes one copy of each tile).
+      std::map<TileIndex, int64_t> copies;
+      for (auto& dt : devs) dt.replica = copies[dt.index]++;
+      TileMap mid(F.tiles(), devs);
+      TileMap after = mid.Gathered(gathered);
+      if (!mid.SameAs(F) && after.SameAs(T)) {
+        ReshardPlan p;
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base)});
+        p.bytes = ShardBytes(F, base);
+        TileMap cur = mid;
+        for (int64_t d : gathered) {
+          TileMap next = cur.Gathered({d});
+          const int64_t bytes = ShardBytes(cur, base) * (cur.tiles(d) - 1);
+          p.steps.push_back({ReshardStep::Kind::kAllGather, {d}, cur, next, bytes});
+          p.bytes += bytes;
+          cur = next;
+        }
+        candidates.push_back(std::move(p));
+      }
+    }
   }
   // 5. All-to-all first, then a local refinement or a collective-permute (sharding moves to
   //    another dim and is then refined / reordered: XLA's multi-step resharding).
