@@ -634,6 +634,45 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(got.join(", "), collectives);
   }
 
+  // Plan 2d: the tile count of one dim changes and each device's target rows lie within its shard
+  // widened by a few rows of the neighbouring tiles: one collective-permute per direction brings
+  // them (XLA's ...PartialReplicateToTiledHaloExchange), where an all-gather brought everything.
+  void haloExchangeReshard_data() {
+    QTest::addColumn<int>("devices");
+    QTest::addColumn<QString>("shape");
+    QTest::addColumn<QString>("from");
+    QTest::addColumn<QString>("to");
+    QTest::addColumn<QString>("collectives");
+    QTest::newRow("2 tiles of 3 rows -> 4 of 2: device 1 needs row 3") << 4 << "f32[6,3]" << "devices=[2,1,2]<=[4] last_tile_dim_replicate"
+                                                                      << "devices=[4,1]<=[4]" << "collective-permute f32[1,3] {2,1}";
+    // Rows of 16 kB, so that the bytes outweigh the second permute's overhead (an all-gather
+    // receives 5 rows).
+    QTest::newRow("2 tiles of 5 -> 3 of 4: one row from the left, three from the right")
+        << 6 << "f32[10,4096]" << "devices=[2,1,3]<=[6] last_tile_dim_replicate" << "devices=[3,1,2]<=[6] last_tile_dim_replicate"
+        << "collective-permute f32[1,4096] {0,3}, collective-permute f32[3,4096] {3,2}";
+  }
+  void haloExchangeReshard() {
+    QFETCH(int, devices);
+    QFETCH(QString, shape);
+    QFETCH(QString, from);
+    QFETCH(QString, to);
+    QFETCH(QString, collectives);
+    const std::string hlo = "HloModule m, num_partitions=" + std::to_string(devices) + "\n\nENTRY e {\n  p = " +
+                            shape.toStdString() + " parameter(0), sharding={" + from.toStdString() + "}\n  ROOT c = " +
+                            shape.toStdString() + " copy(p), sharding={" + to.toStdString() + "}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(hlo, devices, &why);
+    QVERIFY2(r, why.c_str());
+    QStringList got;
+    for (const Instruction* i : r->module->entry()->MakePostOrder()) {
+      if (!IsCollective(i->opcode())) continue;
+      QString pairs;
+      for (const auto& [src, dst] : i->source_target_pairs) pairs += QString("%1%2,%3").arg(pairs.isEmpty() ? "" : " ").arg(src).arg(dst);
+      got << QString::fromStdString(std::string(OpcodeName(i->opcode())) + " " + i->shape().ToString(false)) + " {" + pairs + "}";
+    }
+    QCOMPARE(got.join(", "), collectives);
+  }
+
   // An all-reduce written in the program (XLA's HandleAllReduce): across replicas (no channel id)
   // it reduces each partition's own shard, so a sharded one stays sharded and moves nothing more
   // (XLA's TiledAllReduce: f32[3,3] over 2, the all-reduce on the [2,3] shard). Across partitions

@@ -106,6 +106,77 @@ std::optional<DimsAllToAll> PlanDimsAllToAll(const TileMap& F, const TileMap& T,
   return a;
 }
 
+// Plan 2d (XLA's resharding by halo exchange): the tile count of one dim d changes (other dims as
+// they are), and every device's target rows lie within its source shard widened by L rows of the
+// source tile before it and R rows of the one after (L, R at most a shard). The L rows come as the
+// last L rows of a holder of the previous tile, the R rows as the first R of one of the next, by
+// one collective-permute each (a holder serves one device); each device then takes its window of
+// the concatenation. Rows past the end need nothing.
+struct HaloReshard {
+  int64_t dim = 0, left = 0, right = 0, tail = 0;  // tail: rows padded after the right halo
+  int64_t most_received = 0;                        // rows, over devices
+  std::vector<std::pair<int64_t, int64_t>> left_pairs, right_pairs;
+  std::vector<int64_t> offset;  // per device: its window's start in the widened shard
+};
+
+std::optional<HaloReshard> PlanHaloReshard(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
+  const int64_t n = F.num_devices(), rank = F.rank();
+  if (T.num_devices() != n || T.rank() != rank) return std::nullopt;
+  int64_t d = -1;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (F.tiles(i) == T.tiles(i)) continue;
+    if (d >= 0) return std::nullopt;
+    d = i;
+  }
+  // Both sharded along d (to or from a whole dim is an all-gather or a slice).
+  if (d < 0 || F.tiles(d) < 2 || T.tiles(d) < 2) return std::nullopt;
+  const int64_t len = full[static_cast<size_t>(d)], fs = F.ShardSize(d, len), ts = T.ShardSize(d, len);
+  HaloReshard h;
+  h.dim = d;
+  h.offset.assign(static_cast<size_t>(n), 0);
+  std::vector<int64_t> need_left(static_cast<size_t>(n), 0), need_right(static_cast<size_t>(n), 0);
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const TileIndex& fi = F.device(dev).index;
+    const TileIndex& ti = T.device(dev).index;
+    for (int64_t i = 0; i < rank; ++i)
+      if (i != d && fi[static_cast<size_t>(i)] != ti[static_cast<size_t>(i)]) return std::nullopt;
+    const int64_t fo = F.Offset(dev, d, len), to = T.Offset(dev, d, len);
+    const int64_t end = std::min(to + ts, len);
+    if (end <= to) continue;  // all padding
+    need_left[static_cast<size_t>(dev)] = std::max<int64_t>(0, fo - to);
+    need_right[static_cast<size_t>(dev)] = std::max<int64_t>(0, end - (fo + fs));
+    h.left = std::max(h.left, need_left[static_cast<size_t>(dev)]);
+    h.right = std::max(h.right, need_right[static_cast<size_t>(dev)]);
+  }
+  if ((h.left == 0 && h.right == 0) || h.left > fs || h.right > fs) return std::nullopt;
+  // The holders of each source tile, and who serves whom.
+  std::map<TileIndex, std::vector<int64_t>> holders;
+  for (int64_t dev = 0; dev < n; ++dev) holders[F.device(dev).index].push_back(dev);
+  std::map<TileIndex, size_t> used_left, used_right;
+  for (int64_t dev = 0; dev < n; ++dev) {
+    for (const int64_t step : {int64_t{-1}, int64_t{1}}) {
+      if ((step < 0 ? need_left : need_right)[static_cast<size_t>(dev)] == 0) continue;
+      TileIndex from = F.device(dev).index;
+      from[static_cast<size_t>(d)] += step;
+      auto it = holders.find(from);
+      auto& used = step < 0 ? used_left : used_right;
+      if (it == holders.end() || used[from] >= it->second.size()) return std::nullopt;
+      (step < 0 ? h.left_pairs : h.right_pairs).emplace_back(it->second[used[from]++], dev);
+    }
+  }
+  for (int64_t dev = 0; dev < n; ++dev) {
+    h.most_received = std::max(h.most_received, (need_left[static_cast<size_t>(dev)] > 0 ? h.left : 0) +
+                                                    (need_right[static_cast<size_t>(dev)] > 0 ? h.right : 0));
+    const int64_t fo = F.Offset(dev, d, len), to = T.Offset(dev, d, len);
+    const int64_t off = std::max<int64_t>(0, to - fo + h.left);
+    h.offset[static_cast<size_t>(dev)] = off;
+    h.tail = std::max(h.tail, off + ts - (h.left + fs + h.right));
+  }
+  std::sort(h.left_pairs.begin(), h.left_pairs.end());
+  std::sort(h.right_pairs.begin(), h.right_pairs.end());
+  return h;
+}
+
 // Plan 3b's intermediate map: T's tiles, each device holding one that lies within its shard under
 // F — its own target tile when it holds it, else a tile some device wants and no one else is
 // serving. nullopt when no device needs to move (a local refinement) or some target tile cannot be
@@ -391,6 +462,17 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     ReshardPlan p;
     p.steps.push_back({ReshardStep::Kind::kAllToAllDims, many->in_dims, F, T, a2a});
     p.bytes = a2a;
+    candidates.push_back(p);
+  }
+  // 2d. Halo exchange along the one dim whose tile count changes (PlanHaloReshard).
+  if (auto halo = PlanHaloReshard(F, T, full)) {
+    std::vector<int64_t> rows = F.ShardShape(full);
+    rows[static_cast<size_t>(halo->dim)] = 1;
+    const int64_t row_bytes = ElementsOf(rows) * PrimitiveTypeBytes(base.type);
+    ReshardPlan p;
+    p.steps.push_back({ReshardStep::Kind::kHalo, {halo->dim}, F, T, halo->most_received * row_bytes});
+    // Two collective-permutes when rows come from both sides (the step's overhead counts one).
+    p.bytes = p.steps.back().bytes + (halo->left > 0 && halo->right > 0 ? kCollectiveOverheadBytes : 0);
     candidates.push_back(p);
   }
   // 3. Collective-permute: same tiling, different devices.
@@ -813,6 +895,45 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
         for (int64_t d : many->in_dims)
           limits[static_cast<size_t>(d)] = std::min(limits[static_cast<size_t>(d)], st.after.ShardSize(d, full[static_cast<size_t>(d)]));
         if (limits != x->shape().dims) x = b_.Slice(x, limits);
+        break;
+      }
+      case ReshardStep::Kind::kHalo: {
+        auto halo = PlanHaloReshard(st.before, st.after, full);
+        if (!halo) return Error("internal: the halo exchange no longer applies (" + reason + ")");
+        const int64_t d = halo->dim, fs = x->shape().dim(d);
+        const PrimitiveType type = x->shape().type;
+        auto rows = [&](Instruction* v, int64_t from, int64_t to) {
+          std::vector<int64_t> dims = v->shape().dims;
+          dims[static_cast<size_t>(d)] = to - from;
+          Instruction* sl = b_.Emit(Opcode::kSlice, Shape(type, dims), {v});
+          sl->slice.starts.assign(dims.size(), 0);
+          sl->slice.limits = v->shape().dims;
+          sl->slice.strides.assign(dims.size(), 1);
+          sl->slice.starts[static_cast<size_t>(d)] = from;
+          sl->slice.limits[static_cast<size_t>(d)] = to;
+          return sl;
+        };
+        std::string why = reason;
+        why += ": halo exchange";
+        std::vector<Instruction*> parts;
+        if (halo->left > 0) parts.push_back(b_.CollectivePermute(rows(x, fs - halo->left, fs), halo->left_pairs, why));
+        parts.push_back(x);
+        if (halo->right > 0) parts.push_back(b_.CollectivePermute(rows(x, 0, halo->right), halo->right_pairs, why));
+        std::vector<int64_t> dims = x->shape().dims;
+        dims[static_cast<size_t>(d)] = halo->left + fs + halo->right;
+        Instruction* wide = b_.Emit(Opcode::kConcatenate, Shape(type, dims), parts);
+        wide->dimensions = {d};
+        if (halo->tail > 0) {
+          std::vector<int64_t> high(dims.size(), 0);
+          high[static_cast<size_t>(d)] = halo->tail;
+          wide = b_.PadHigh(wide, high, 0.0);
+        }
+        std::vector<Instruction*> offsets;
+        for (size_t i = 0; i < dims.size(); ++i)
+          offsets.push_back(static_cast<int64_t>(i) == d ? b_.TableLookup(halo->offset) : b_.ConstantScalar(PrimitiveType::kS32, 0));
+        std::vector<int64_t> sizes = x->shape().dims;
+        sizes[static_cast<size_t>(d)] = st.after.ShardSize(d, full[static_cast<size_t>(d)]);
+        x = b_.DynamicSlice(wide, offsets, sizes);
         break;
       }
       case ReshardStep::Kind::kMaskedAllReduce: {
