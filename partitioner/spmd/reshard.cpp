@@ -184,6 +184,13 @@ std::optional<HaloReshard> PlanHaloReshard(const TileMap& F, const TileMap& T, c
 std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
   const int64_t n = F.num_devices(), rank = F.rank();
   if (T.num_devices() != n || T.rank() != rank) return std::nullopt;
+  // Every target tile lies within one source tile only when T's tiles nest in F's along every dim
+  // (checked per dim first: the per-device search below is O(devices x tiles)).
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t ft = F.tiles(d), tt = T.tiles(d), len = full[static_cast<size_t>(d)];
+    if (ft == 1) continue;
+    if (tt % ft != 0 || F.ShardSize(d, len) != (tt / ft) * T.ShardSize(d, len)) return std::nullopt;
+  }
   auto within = [&](int64_t dev, const TileIndex& t) {
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t len = full[static_cast<size_t>(d)], ts = T.ShardSize(d, len);
@@ -208,17 +215,17 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
   for (int64_t dev : open) {
     // The target tiles inside this device's shard: a box of tile indices, one range per dim.
     std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank));
+    // (T's tiles nest in F's, checked above: source tile i holds target tiles [i*m, i*m + m).)
     for (int64_t d = 0; d < rank; ++d) {
-      const int64_t len = full[static_cast<size_t>(d)], ts = T.ShardSize(d, len);
-      const int64_t fo = F.Offset(dev, d, len), fs = F.ShardSize(d, len);
-      lo[static_cast<size_t>(d)] = T.tiles(d);
-      hi[static_cast<size_t>(d)] = -1;
-      for (int64_t i = 0; i < T.tiles(d); ++i) {
-        if (!hlo_sharding_util::ShardWithin(len, i * ts, ts, fo, fs)) continue;
-        lo[static_cast<size_t>(d)] = std::min(lo[static_cast<size_t>(d)], i);
-        hi[static_cast<size_t>(d)] = i;
+      const int64_t ft = F.tiles(d), tt = T.tiles(d);
+      if (ft == 1) {
+        lo[static_cast<size_t>(d)] = 0;
+        hi[static_cast<size_t>(d)] = tt - 1;
+        continue;
       }
-      if (hi[static_cast<size_t>(d)] < 0) return std::nullopt;
+      const int64_t m = tt / ft;
+      lo[static_cast<size_t>(d)] = F.device(dev).index[static_cast<size_t>(d)] * m;
+      hi[static_cast<size_t>(d)] = lo[static_cast<size_t>(d)] + m - 1;
     }
     bool served = false;
     TileIndex t(lo);
@@ -353,7 +360,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   std::vector<ReshardPlan> candidates;
   // A plan that has reached `mid` is a candidate when mid is the target (unless `same_covered`: an
   // earlier candidate is that plan), or when a local slice or a collective-permute finishes it.
-  auto finish = [&](ReshardPlan p, const TileMap& mid, bool same_covered) {
+  auto finish = [&](ReshardPlan p, const TileMap& mid, bool same_covered, bool slice_and_permute = false) {
     if (mid.SameAs(T)) {
       if (!same_covered) candidates.push_back(std::move(p));
     } else if (IsLocalRefinement(mid, T, full)) {
@@ -363,8 +370,10 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base)});
       p.bytes += ShardBytes(mid, base);
       candidates.push_back(std::move(p));
-    } else if (mid.replication() > 1) {
-      // As plan 3b from the intermediate: slice to T's tiles in another device order, then permute.
+    } else if (slice_and_permute && mid.replication() > 1) {
+      // As plan 3b from the intermediate: slice to T's tiles in another device order, then permute
+      // (after the gathers of plan 4 only: tried after every all-to-all of plans 2b and 5 it
+      // doubled the partitioning time at 2048 devices).
       if (auto sliced = SliceThenPermuteMap(mid, T, full)) {
         p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, *sliced, 0});
         p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, *sliced, T, ShardBytes(*sliced, base)});
@@ -534,7 +543,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       p.bytes += bytes;
       cur = next;
     }
-    if (ok && !needed.empty()) finish(std::move(p), cur, false);
+    if (ok && !needed.empty()) finish(std::move(p), cur, false, true);
   }
   // Also gathering only the dims whose tile count changes: the others differ in device order,
   // which the finishing slice and collective-permute fix.
@@ -553,7 +562,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       p.bytes += bytes;
       cur = next;
     }
-    finish(std::move(p), cur, false);
+    finish(std::move(p), cur, false, true);
   }
   // 4b. Reorder devices first, then all-gather (XLA's resharding between permuted meshes): when T
   //     is F with some dims gathered but over another device order, a collective-permute puts
