@@ -673,6 +673,41 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(got.join(", "), collectives);
   }
 
+  // Concatenate and sort along a sharded dim: the dim's tiles move onto an untouched dim by an
+  // all-to-all, the op runs locally with the dim whole, and an all-to-all moves them back (XLA's
+  // ConcatenateAlongPartitionedDimension, SortShardedOnSortDim_OneFreeNondivisibleDim in small);
+  // before, the dim was all-gathered and every device concatenated or sorted the whole of it.
+  void concatAndSortMoveTheirDim() {
+    const std::string concat =
+        "HloModule c, num_partitions=2\n\nENTRY e {\n"
+        "  a = f32[14,257] parameter(0), sharding={devices=[1,2]<=[2]}\n"
+        "  b = f32[14,116] parameter(1), sharding={devices=[1,2]<=[2]}\n"
+        "  ROOT c = f32[14,373] concatenate(a, b), dimensions={1}, sharding={devices=[1,2]<=[2]}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(concat, 2, &why);
+    QVERIFY2(r, why.c_str());
+    QCOMPARE(Find(*r->module, Opcode::kAllToAll).size(), size_t{3});
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+    const auto cat = Find(*r->module, Opcode::kConcatenate);
+    QCOMPARE(cat.size(), size_t{1});
+    QCOMPARE(cat[0]->shape().ToString(false), std::string("f32[7,373]"));  // rows split, columns whole
+
+    const std::string sort =
+        "HloModule s, num_partitions=8\n\ncmp {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  c = s32[] parameter(2)\n  d = s32[] parameter(3)\n  ROOT lt = pred[] compare(a, b), direction=LT\n}\n\n"
+        "ENTRY e {\n  p = f32[7,16,16] parameter(0), sharding={devices=[1,2,4]<=[8]}\n"
+        "  i = s32[7,16,16] iota(), iota_dimension=2, sharding={devices=[1,2,4]<=[8]}\n"
+        "  ROOT s = (f32[7,16,16], s32[7,16,16]) sort(p, i), dimensions={2}, is_stable=true, to_apply=cmp, "
+        "sharding={{devices=[1,2,4]<=[8]}, {devices=[1,2,4]<=[8]}}\n}\n";
+    auto rs = testing::PartitionAndVerify(sort, 8, &why);
+    QVERIFY2(rs, why.c_str());
+    QCOMPARE(Find(*rs->module, Opcode::kAllToAll).size(), size_t{4});
+    QVERIFY(Find(*rs->module, Opcode::kAllGather).empty());
+    const auto sorted = Find(*rs->module, Opcode::kSort);
+    QCOMPARE(sorted.size(), size_t{1});
+    QCOMPARE(sorted[0]->shape().tuple.at(0).ToString(false), std::string("f32[7,2,16]"));  // 7 rows do not split 8 ways
+  }
+
   // An all-reduce written in the program (XLA's HandleAllReduce): across replicas (no channel id)
   // it reduces each partition's own shard, so a sharded one stays sharded and moves nothing more
   // (XLA's TiledAllReduce: f32[3,3] over 2, the all-reduce on the [2,3] shard). Across partitions

@@ -41,6 +41,47 @@ std::vector<int64_t> TouchedDims(const Instruction& op) {
   return t;
 }
 
+// The result's map with the one sharded touched dim's tiles moved onto an untouched dim (as the
+// minor part of its tile index): the op then runs with every dim it touches whole and the work
+// still split over every device. The untouched dim: one whose size the combined tiles divide, else
+// the largest; none when no touched dim or more than one is sharded.
+std::optional<TileMap> MovedTouchedTiles(const TileMap& m, const std::vector<int64_t>& touched, const std::vector<int64_t>& dims) {
+  int64_t d = -1;
+  for (int64_t t : touched) {
+    if (m.tiles(t) == 1) continue;
+    if (d >= 0) return std::nullopt;
+    d = t;
+  }
+  if (d < 0) return std::nullopt;
+  const int64_t k = m.tiles(d), rank = static_cast<int64_t>(dims.size());
+  int64_t e = -1;
+  bool e_divides = false;
+  for (int64_t c = 0; c < rank; ++c) {
+    if (std::find(touched.begin(), touched.end(), c) != touched.end()) continue;
+    const int64_t size = dims[static_cast<size_t>(c)], tiles = m.tiles(c) * k;
+    if (size < tiles) continue;
+    const bool divides = size % tiles == 0;
+    if (e < 0 || (divides && !e_divides) ||
+        (divides == e_divides && size > dims[static_cast<size_t>(e)])) {
+      e = c;
+      e_divides = divides;
+    }
+  }
+  if (e < 0) return std::nullopt;
+  std::vector<int64_t> tiles = m.tiles();
+  tiles[static_cast<size_t>(e)] *= k;
+  tiles[static_cast<size_t>(d)] = 1;
+  std::vector<DeviceTile> devs;
+  devs.reserve(static_cast<size_t>(m.num_devices()));
+  for (int64_t dev = 0; dev < m.num_devices(); ++dev) {
+    DeviceTile dt = m.device(dev);
+    dt.index[static_cast<size_t>(e)] = dt.index[static_cast<size_t>(e)] * k + dt.index[static_cast<size_t>(d)];
+    dt.index[static_cast<size_t>(d)] = 0;
+    devs.push_back(std::move(dt));
+  }
+  return TileMap(std::move(tiles), std::move(devs));
+}
+
 Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   const HloSharding target = SpmdContext::ShardingOf(op);
   const Shape& out = op.shape().IsTuple() ? op.shape().tuple.at(0) : op.shape();
@@ -51,9 +92,42 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   auto m = ctx.maps().Get(leaf, out.rank());
   if (!m.ok() || (op.shape().IsTuple() && op.opcode() != Opcode::kSort)) return PartitionWithFallback(ctx, op);
   const std::vector<int64_t> touched = TouchedDims(op);
-  const TileMap work = m->Gathered(touched);
+  TileMap work = m->Gathered(touched);
   auto ws = work.ToSharding();
   if (!ws.ok()) return PartitionWithFallback(ctx, op);
+  // Or, for concatenate and sort, the touched dim's tiles moved onto an untouched dim (XLA's
+  // handlers of both: all-to-alls there and back instead of making the dim whole on every
+  // device), when that moves no more bytes (the per-collective overhead aside: the work and the
+  // memory stay split over every device). Dynamic-(update-)slice gather, as XLA's do.
+  const bool may_move = op.opcode() == Opcode::kConcatenate || op.opcode() == Opcode::kSort;
+  if (auto moved = may_move ? MovedTouchedTiles(*m, touched, out.dims) : std::nullopt) {
+    auto msh = moved->ToSharding();
+    if (msh.ok()) {
+      auto payload = [&](const HloSharding& w) -> std::optional<int64_t> {
+        int64_t total = 0;
+        auto add = [&](const HloSharding& from, const HloSharding& to, const Shape& shape) {
+          auto plan = ctx.resharder().Plan(from, to, shape);
+          if (!plan.ok()) return false;
+          total += plan->bytes;
+          for (const ReshardStep& st : plan->steps)
+            if (st.kind != ReshardStep::Kind::kDynamicSlice) total -= kCollectiveOverheadBytes;
+          return true;
+        };
+        for (int64_t i = 0; i < op.operand_count(); ++i) {
+          const Instruction* o = op.operand(i);
+          if (!o->shape().IsArray() || o->shape().rank() != out.rank() || o->shape().rank() == 0) continue;
+          if (!add(ctx.Get(o).sharding, w, o->shape())) return std::nullopt;
+        }
+        if (!add(w, leaf, out)) return std::nullopt;
+        return total;
+      };
+      const auto gather_bytes = payload(*ws), move_bytes = payload(*msh);
+      if (move_bytes && (!gather_bytes || *move_bytes <= *gather_bytes)) {
+        work = *moved;
+        ws = *msh;
+      }
+    }
+  }
   // Operands: same-rank arrays take the working sharding; scalars / index operands replicate.
   std::vector<Instruction*> ops;
   for (int64_t i = 0; i < op.operand_count(); ++i) {
