@@ -577,7 +577,8 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     }
     int64_t g = 1;
     for (int64_t d : gathered) g *= F.tiles(d);
-    if (ok && !gathered.empty() && T.replication() == F.replication() * g) {
+    // (Not when gathering in place already gives T: plan 4 has that.)
+    if (ok && !gathered.empty() && T.replication() == F.replication() * g && !F.Gathered(gathered).SameAs(T)) {
       // Per T tile, its devices take the F tiles along the gathered dims, each F.replication()
       // times; a device keeps its own F tile where it may (fewer move).
       std::map<TileIndex, std::map<TileIndex, int64_t>> left;  // T tile -> gathered-dims index -> slots
