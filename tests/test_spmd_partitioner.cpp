@@ -409,6 +409,16 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
         QVERIFY(!Find(*r->module, Opcode::kAllGather).empty());
       }
     }
+    // A tie in bytes with the all-gather goes to the masked all-reduce, as XLA picks it
+    // (BroadcastAsReplicate3: f32[1,1] over 2 tiles, each on 2 devices, to replicated).
+    const std::string tie = "HloModule t, num_partitions=4\n\nENTRY e {\n"
+                            "  p = f32[1,1] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}\n"
+                            "  ROOT c = f32[1,1] copy(p), sharding={replicated}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(tie, 4, &why);
+    QVERIFY2(r, why.c_str());
+    QCOMPARE(CountCollectives(*r->module), 1);
+    QCOMPARE(Find(*r->module, Opcode::kAllReduce).size(), size_t{1});
   }
 
   // A small window cut out of a sharded dim into a replicated result (the first token of a

@@ -719,7 +719,8 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       ReshardPlan p;
       p.steps.push_back({ReshardStep::Kind::kMaskedAllReduce, all_tiled, F, *rep, bytes});
       p.bytes = bytes;
-      candidates.push_back(p);
+      // First, so that it wins a tie (XLA's choice for such arrays: BroadcastAsReplicate3).
+      candidates.insert(candidates.begin(), p);
     }
   }
   if (candidates.empty()) return Error("no resharding plan from " + from.ToString() + " to " + to.ToString());
