@@ -718,6 +718,38 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(sorted[0]->shape().tuple.at(0).ToString(false), std::string("f32[7,2,16]"));  // 7 rows do not split 8 ways
   }
 
+  // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
+  // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
+  // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a
+  // selection (a pair of sums) still runs whole on gathered inputs.
+  void variadicReduceOverAShardedDim() {
+    auto module = [](bool argmax) {
+      const std::string body = argmax ? "  c = pred[] compare(a, b), direction=GT\n  v = f32[] select(c, a, b)\n"
+                                        "  w = s32[] select(c, i, j)\n"
+                                      : "  v = f32[] add(a, b)\n  w = s32[] add(i, j)\n";
+      return "HloModule r, num_partitions=8\n\nf {\n  a = f32[] parameter(0)\n  i = s32[] parameter(1)\n"
+             "  b = f32[] parameter(2)\n  j = s32[] parameter(3)\n" + body + "  ROOT t = (f32[], s32[]) tuple(v, w)\n}\n\n"
+             "ENTRY e {\n  x = f32[28,12] parameter(0), sharding={devices=[2,4]<=[8]}\n"
+             "  y = s32[28,12] parameter(1), sharding={devices=[2,4]<=[8]}\n"
+             "  x0 = f32[] parameter(2)\n  y0 = s32[] parameter(3)\n"
+             "  ROOT r = (f32[28], s32[28]) reduce(x, y, x0, y0), dimensions={1}, to_apply=f, "
+             "sharding={{devices=[2,4]<=[8] last_tile_dim_replicate}, {devices=[2,4]<=[8] last_tile_dim_replicate}}\n}\n";
+    };
+    std::string why;
+    auto r = testing::PartitionAndVerify(module(true), 8, &why);
+    QVERIFY2(r, why.c_str());
+    const auto ags = Find(*r->module, Opcode::kAllGather);
+    QCOMPARE(ags.size(), size_t{2});
+    QCOMPARE(ags[0]->shape().ToString(false), std::string("f32[14,4]"));  // the partial results, not the inputs
+    QCOMPARE(ags[1]->shape().ToString(false), std::string("s32[14,4]"));
+    QCOMPARE(Find(*r->module, Opcode::kReduce).size(), size_t{2});
+    auto sum = testing::PartitionAndVerify(module(false), 8, &why);
+    QVERIFY2(sum, why.c_str());
+    bool gathers_inputs = false;
+    for (const Instruction* ag : Find(*sum->module, Opcode::kAllGather)) gathers_inputs |= ag->shape().dim(1) == 12;
+    QVERIFY(gathers_inputs);
+  }
+
   // An all-reduce written in the program (XLA's HandleAllReduce): across replicas (no channel id)
   // it reduces each partition's own shard, so a sharded one stays sharded and moves nothing more
   // (XLA's TiledAllReduce: f32[3,3] over 2, the all-reduce on the [2,3] shard). Across partitions

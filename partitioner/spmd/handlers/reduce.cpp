@@ -12,7 +12,102 @@ namespace shardscope::spmd {
 
 namespace {
 
+// Whether every output of a variadic reducer is one of its two candidates, chosen (select between
+// parameters i and k+i, or max/min of them): folding the initial values in more than once, or
+// the partial results in any grouping, then changes nothing.
+bool IsSelectionReducer(const Computation* c, int64_t k) {
+  if (!c || !c->root() || c->root()->opcode() != Opcode::kTuple || c->root()->operand_count() != k) return false;
+  for (int64_t i = 0; i < k; ++i) {
+    const Instruction* out = c->root()->operand(i);
+    auto is_param = [&](const Instruction* x, int64_t a, int64_t b) {
+      return x->opcode() == Opcode::kParameter && (x->parameter_number == a || x->parameter_number == b);
+    };
+    if (out->opcode() == Opcode::kSelect) {
+      if (!is_param(out->operand(1), i, k + i) || !is_param(out->operand(2), i, k + i)) return false;
+    } else if (out->opcode() == Opcode::kMaximum || out->opcode() == Opcode::kMinimum) {
+      if (!is_param(out->operand(0), i, k + i) || !is_param(out->operand(1), i, k + i)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A variadic reduce (argmax and friends: k inputs, k initial values, a tuple result) over
+// sharded dims (XLA's tuple reduce): each device reduces its part, the k partial results get a
+// dim of size 1, are all-gathered along it over the reduced dims' groups and reduced again. Only
+// for a selection reducer (IsSelectionReducer) and reduced dims without padding; else the
+// replicated fallback.
+Status HandleVariadicReduce(SpmdContext& ctx, const Instruction& orig) {
+  const int64_t k = orig.operand_count() / 2;
+  const Instruction* first = orig.operand(0);
+  const PartitionedHlo& in = ctx.Get(first);
+  auto m = ctx.maps().Get(in.sharding, first->shape().rank());
+  if (!m.ok() || k < 2 || orig.operand_count() != 2 * k || static_cast<int64_t>(orig.shape().tuple.size()) != k)
+    return PartitionWithFallback(ctx, orig);
+  std::vector<int64_t> sharded_reduced;
+  for (int64_t d : orig.dimensions) {
+    if (m->tiles(d) == 1) continue;
+    if (m->HasPadding(d, first->shape().dim(d))) return PartitionWithFallback(ctx, orig);
+    sharded_reduced.push_back(d);
+  }
+  if (sharded_reduced.empty() || !IsSelectionReducer(orig.to_apply(), k)) return PartitionWithFallback(ctx, orig);
+  std::vector<Instruction*> ops;
+  for (int64_t i = 0; i < k; ++i) {
+    if (orig.operand(i)->shape().dims != first->shape().dims) return PartitionWithFallback(ctx, orig);
+    auto r = ctx.resharder().Reshard(ctx.Get(orig.operand(i)), in.sharding);
+    if (!r.ok()) return r.error();
+    ops.push_back(*r);
+  }
+  std::vector<Instruction*> inits;
+  for (int64_t i = k; i < 2 * k; ++i) {
+    auto r = ctx.resharder().Reshard(ctx.Get(orig.operand(i)), HloSharding::Replicate());
+    if (!r.ok()) return r.error();
+    inits.push_back(*r);
+  }
+  TileMap gathered = m->Gathered(sharded_reduced);
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < first->shape().rank(); ++d)
+    if (std::find(orig.dimensions.begin(), orig.dimensions.end(), d) == orig.dimensions.end()) kept.push_back(d);
+  TileMap rm = gathered.Permuted(kept);
+  std::vector<Shape> local_parts;
+  for (const Shape& t : orig.shape().tuple) local_parts.push_back(Shape(t.type, rm.ShardShape(t.dims)));
+  SpmdBuilder& b = ctx.builder();
+  Computation* reducer = b.CloneScalarComputation(orig.to_apply());
+  auto reduce = [&](const std::vector<Instruction*>& xs, const std::vector<int64_t>& dims) {
+    std::vector<Instruction*> operands = xs;
+    operands.insert(operands.end(), inits.begin(), inits.end());
+    Instruction* r = b.Emit(Opcode::kReduce, Shape::Tuple(local_parts), operands);
+    r->dimensions = dims;
+    r->has_dimensions_attr = true;
+    r->mutable_called_computations() = {reducer};
+    return r;
+  };
+  Instruction* partial = reduce(ops, orig.dimensions);
+  // Each partial result as [kept..., 1], gathered to [kept..., g] over the reduced dims' groups.
+  const auto groups = m->GroupsAlong(sharded_reduced);
+  const int64_t rank = static_cast<int64_t>(kept.size());
+  std::vector<Instruction*> gathered_parts;
+  for (int64_t i = 0; i < k; ++i) {
+    Instruction* e = b.Emit(Opcode::kGetTupleElement, local_parts[static_cast<size_t>(i)], {partial});
+    e->tuple_index = i;
+    std::vector<int64_t> with_one = local_parts[static_cast<size_t>(i)].dims;
+    with_one.push_back(1);
+    gathered_parts.push_back(b.AllGather(b.Reshape(e, with_one), rank, groups, "reduce over a sharded dimension (tuple)"));
+  }
+  Instruction* r = reduce(gathered_parts, {rank});
+  auto rs = rm.ToSharding();
+  if (!rs.ok()) return rs.error();
+  const HloSharding leaf_target = SpmdContext::ShardingOf(orig);
+  PartitionedHlo v{r, HloSharding::Tuple(std::vector<HloSharding>(static_cast<size_t>(k), *rs)), orig.shape()};
+  auto fin = ctx.resharder().ReshardAny(v, leaf_target);
+  if (!fin.ok()) return fin.error();
+  ctx.Set(&orig, {*fin, leaf_target, orig.shape()});
+  return Status::Ok();
+}
+
 Status HandleReduce(SpmdContext& ctx, const Instruction& orig) {
+  if (orig.shape().IsTuple() && orig.operand_count() >= 4) return HandleVariadicReduce(ctx, orig);
   if (orig.operand_count() != 2 || !orig.shape().IsArray()) return PartitionWithFallback(ctx, orig);
   const Instruction* operand = orig.operand(0);
   const PartitionedHlo& in = ctx.Get(operand);
