@@ -750,6 +750,37 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QVERIFY(gathers_inputs);
   }
 
+  // A bitcast-convert that changes the rank (s32 pairs <-> f64, XLA's BitcastConvertInputRank*):
+  // the folded dim is made whole first (or the unfolded one kept whole and sliced after). Checked
+  // by structure: the evaluator does not reinterpret bytes across widths, so these programs are
+  // not run.
+  void bitcastConvertAcrossWidths() {
+    auto partition = [](const std::string& hlo) {
+      auto m = ParseHloModule(hlo);
+      if (!m.ok()) qFatal("%s", m.error().message.c_str());
+      SpmdOptions o;
+      o.num_partitions = 4;
+      auto r = PartitionModule(**m, o);
+      if (!r.ok()) qFatal("%s", r.error().message.c_str());
+      return std::move(*r);
+    };
+    const PartitionResult fold = partition(
+        "HloModule f, num_partitions=4\n\nENTRY e {\n  p = s32[4,2] parameter(0), sharding={devices=[2,2]<=[4]}\n"
+        "  ROOT r = f64[4] bitcast-convert(p), sharding={devices=[2,2]<=[2,2]T(1,0) last_tile_dim_replicate}\n}\n");
+    const auto ag = Find(*fold.module, Opcode::kAllGather);
+    QCOMPARE(ag.size(), size_t{1});
+    QCOMPARE(ag[0]->shape().ToString(false), std::string("s32[2,2]"));  // the pair made whole
+    QCOMPARE(fold.module->entry()->root()->shape().ToString(false), std::string("f64[2]"));
+    const PartitionResult unfold = partition(
+        "HloModule u, num_partitions=4\n\nENTRY e {\n"
+        "  p = s64[4] parameter(0), sharding={devices=[2,2]<=[2,2]T(1,0) last_tile_dim_replicate}\n"
+        "  ROOT r = f32[4,2] bitcast-convert(p), sharding={devices=[2,2]<=[4]}\n}\n");
+    const auto bc = Find(*unfold.module, Opcode::kBitcastConvert);
+    QCOMPARE(bc.size(), size_t{1});
+    QCOMPARE(bc[0]->shape().ToString(false), std::string("f32[2,2]"));
+    QCOMPARE(unfold.module->entry()->root()->shape().ToString(false), std::string("f32[2,1]"));
+  }
+
   // An all-reduce written in the program (XLA's HandleAllReduce): across replicas (no channel id)
   // it reduces each partition's own shard, so a sharded one stays sharded and moves nothing more
   // (XLA's TiledAllReduce: f32[3,3] over 2, the all-reduce on the [2,3] shard). Across partitions

@@ -2,7 +2,9 @@
 // plus the shard's offset), elementwise ops (operands resharded to the result's sharding) — and the
 // replicated fallback every other handler falls back to.
 #include <algorithm>
+#include <cstdlib>
 
+#include "partitioner/hlo_sharding_util.h"
 #include "partitioner/spmd/context.h"
 #include "partitioner/spmd/handler_table.h"
 
@@ -116,6 +118,36 @@ Status HandleElementwise(SpmdContext& ctx, const Instruction& orig) {
   return Status::Ok();
 }
 
+// A bitcast-convert between types of different widths changes the rank: the operand's last dim
+// folds into each result element (in rank = out rank + 1), or each element unfolds into the
+// result's new last dim. That dim must be whole on every device: the op runs in the result's
+// sharding with it unsplit, and the operand and result are resharded around it.
+Status HandleBitcastConvert(SpmdContext& ctx, const Instruction& orig) {
+  const Instruction* o = orig.operand_count() == 1 ? orig.operand(0) : nullptr;
+  if (!o || !orig.shape().IsArray() || !o->shape().IsArray()) return HandleFallback(ctx, orig);
+  const int64_t in_rank = o->shape().rank(), out_rank = orig.shape().rank();
+  if (in_rank == out_rank) return HandleElementwise(ctx, orig);
+  const HloSharding s = SpmdContext::ShardingOf(orig);
+  if (!s.IsTiled() || std::abs(in_rank - out_rank) != 1) return HandleFallback(ctx, orig);
+  // The sharding the op runs in (work) and its operand's.
+  HloSharding work = s, operand = s;
+  if (in_rank == out_rank + 1) {
+    operand = hlo_sharding_util::InsertShapeDimensions(s, {in_rank - 1});
+  } else {
+    work = hlo_sharding_util::PartiallyReplicateTiledShardingOnDims(s, {out_rank - 1});
+    operand = hlo_sharding_util::RemoveShapeDimensions(work, {out_rank - 1});
+  }
+  auto in = ctx.resharder().Reshard(ctx.Get(o), operand);
+  if (!in.ok()) return Error(orig.name() + ": " + in.error().message);
+  auto local = ctx.maps().ShardShape(orig.shape(), work);
+  if (!local.ok()) return HandleFallback(ctx, orig);
+  Instruction* x = CloneWith(ctx, orig, *local, {*in});
+  auto fin = ctx.resharder().Reshard({x, work, orig.shape()}, s);
+  if (!fin.ok()) return Error(orig.name() + ": " + fin.error().message);
+  ctx.Set(&orig, {*fin, s, orig.shape()});
+  return Status::Ok();
+}
+
 // An all-reduce written in the input program (XLA's HandleAllReduce). One across replicas (no
 // channel id) combines the same element of every replica's copy, so each partition reduces its own
 // shard: elementwise. One across partitions (a channel id) is manually partitioned code: when its
@@ -162,6 +194,7 @@ void RegisterElementwiseHandlers(HandlerTable& table) {
   table.Add({Opcode::kConstant}, HandleConstant);
   table.Add({Opcode::kIota}, HandleIota);
   table.Add({Opcode::kAllReduce}, HandleAllReduce);
+  table.Add({Opcode::kBitcastConvert}, HandleBitcastConvert);
   table.Add(
       {Opcode::kAbs, Opcode::kAdd, Opcode::kAnd, Opcode::kAtan2, Opcode::kCbrt, Opcode::kCeil, Opcode::kClamp,
        Opcode::kClz, Opcode::kCompare, Opcode::kConvert, Opcode::kCopy, Opcode::kCos, Opcode::kDivide, Opcode::kErf,
@@ -170,8 +203,7 @@ void RegisterElementwiseHandlers(HandlerTable& table) {
        Opcode::kOr, Opcode::kPopcnt, Opcode::kPower, Opcode::kRemainder, Opcode::kRoundNearestAfz,
        Opcode::kRoundNearestEven, Opcode::kRsqrt, Opcode::kSelect, Opcode::kShiftLeft,
        Opcode::kShiftRightArithmetic, Opcode::kShiftRightLogical, Opcode::kSign, Opcode::kSin, Opcode::kSqrt,
-       Opcode::kSubtract, Opcode::kTan, Opcode::kTanh, Opcode::kXor, Opcode::kBitcastConvert,
-       Opcode::kReducePrecision},
+       Opcode::kSubtract, Opcode::kTan, Opcode::kTanh, Opcode::kXor, Opcode::kReducePrecision},
       HandleElementwise);
 }
 
