@@ -26,6 +26,28 @@ HloSharding S(const char* text) {
 
 using testing::Find;
 
+// A module that reshards one array `shape` ("f32[8,12]") from sharding `from` to `to` by a copy.
+std::string CopyReshard(int devices, const std::string& shape, const std::string& from, const std::string& to) {
+  return "HloModule m, num_partitions=" + std::to_string(devices) + "\n\nENTRY e {\n  p = " + shape +
+         " parameter(0), sharding={" + from + "}\n  ROOT c = " + shape + " copy(p), sharding={" + to + "}\n}\n";
+}
+
+// The entry's collectives in program order: "kind shape", with " {src,dst ...}" when `pairs`.
+QString CollectiveList(const Module& m, bool pairs) {
+  QStringList got;
+  for (const Instruction* i : m.entry()->MakePostOrder()) {
+    if (!IsCollective(i->opcode())) continue;
+    QString item = QString::fromStdString(std::string(OpcodeName(i->opcode())) + " " + i->shape().ToString(false));
+    if (pairs) {
+      QStringList p;
+      for (const auto& [src, dst] : i->source_target_pairs) p << QString("%1,%2").arg(src).arg(dst);
+      item += " {" + p.join(" ") + "}";
+    }
+    got << item;
+  }
+  return got.join(", ");
+}
+
 int CountCollectives(const Module& m) {
   int n = 0;
   for (const auto& c : m.computations())
@@ -591,11 +613,9 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QFETCH(QString, to);
     QFETCH(QString, a2a);
     QFETCH(int, groups);
-    const std::string hlo = "HloModule m, num_partitions=" + std::to_string(devices) + "\n\nENTRY e {\n  p = f32[" +
-                            shape.toStdString() + "] parameter(0), sharding={" + from.toStdString() + "}\n  ROOT c = f32[" +
-                            shape.toStdString() + "] copy(p), sharding={" + to.toStdString() + "}\n}\n";
     std::string why;
-    auto r = testing::PartitionAndVerify(hlo, devices, &why);
+    auto r = testing::PartitionAndVerify(CopyReshard(devices, "f32[" + shape.toStdString() + "]", from.toStdString(), to.toStdString()),
+                                         devices, &why);
     QVERIFY2(r, why.c_str());
     QCOMPARE(CountCollectives(*r->module), 1);
     const auto all = Find(*r->module, Opcode::kAllToAll);
@@ -631,17 +651,10 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QFETCH(QString, from);
     QFETCH(QString, to);
     QFETCH(QString, collectives);
-    const std::string hlo = "HloModule m, num_partitions=" + std::to_string(devices) + "\n\nENTRY e {\n  p = " +
-                            shape.toStdString() + " parameter(0), sharding={" + from.toStdString() + "}\n  ROOT c = " +
-                            shape.toStdString() + " copy(p), sharding={" + to.toStdString() + "}\n}\n";
     std::string why;
-    auto r = testing::PartitionAndVerify(hlo, devices, &why);
+    auto r = testing::PartitionAndVerify(CopyReshard(devices, shape.toStdString(), from.toStdString(), to.toStdString()), devices, &why);
     QVERIFY2(r, why.c_str());
-    QStringList got;
-    for (const Instruction* i : r->module->entry()->MakePostOrder())
-      if (IsCollective(i->opcode()))
-        got << QString::fromStdString(std::string(OpcodeName(i->opcode())) + " " + i->shape().ToString(false));
-    QCOMPARE(got.join(", "), collectives);
+    QCOMPARE(CollectiveList(*r->module, false), collectives);
   }
 
   // Plan 2d: the tile count of one dim changes and each device's target rows lie within its shard
@@ -667,20 +680,10 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QFETCH(QString, from);
     QFETCH(QString, to);
     QFETCH(QString, collectives);
-    const std::string hlo = "HloModule m, num_partitions=" + std::to_string(devices) + "\n\nENTRY e {\n  p = " +
-                            shape.toStdString() + " parameter(0), sharding={" + from.toStdString() + "}\n  ROOT c = " +
-                            shape.toStdString() + " copy(p), sharding={" + to.toStdString() + "}\n}\n";
     std::string why;
-    auto r = testing::PartitionAndVerify(hlo, devices, &why);
+    auto r = testing::PartitionAndVerify(CopyReshard(devices, shape.toStdString(), from.toStdString(), to.toStdString()), devices, &why);
     QVERIFY2(r, why.c_str());
-    QStringList got;
-    for (const Instruction* i : r->module->entry()->MakePostOrder()) {
-      if (!IsCollective(i->opcode())) continue;
-      QString pairs;
-      for (const auto& [src, dst] : i->source_target_pairs) pairs += QString("%1%2,%3").arg(pairs.isEmpty() ? "" : " ").arg(src).arg(dst);
-      got << QString::fromStdString(std::string(OpcodeName(i->opcode())) + " " + i->shape().ToString(false)) + " {" + pairs + "}";
-    }
-    QCOMPARE(got.join(", "), collectives);
+    QCOMPARE(CollectiveList(*r->module, true), collectives);
   }
 
   // Concatenate and sort along a sharded dim: the dim's tiles move onto an untouched dim by an

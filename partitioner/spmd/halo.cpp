@@ -256,18 +256,7 @@ Result<Instruction*> ExchangeHalo(SpmdBuilder& b, Instruction* x, const TileMap&
   auto pad_constant = [&]() { return pad_scalar ? pad_scalar : b.ConstantScalar(x->shape().type, pad_value); };
   const PrimitiveType type = x->shape().type;
   const std::string where = "halo exchange: " + what + " dim " + std::to_string(dim);
-  auto slice_rows = [&](Instruction* v, int64_t from, int64_t to) -> Instruction* {
-    if (from == 0 && to == v->shape().dim(dim)) return v;
-    std::vector<int64_t> dims = v->shape().dims;
-    dims[static_cast<size_t>(dim)] = to - from;
-    Instruction* s = b.Emit(Opcode::kSlice, Shape(type, dims), {v});
-    s->slice.starts.assign(dims.size(), 0);
-    s->slice.limits = v->shape().dims;
-    s->slice.strides.assign(dims.size(), 1);
-    s->slice.starts[static_cast<size_t>(dim)] = from;
-    s->slice.limits[static_cast<size_t>(dim)] = to;
-    return s;
-  };
+  auto slice_rows = [&](Instruction* v, int64_t from, int64_t to) { return b.SliceDim(v, dim, from, to); };
   // The tile index of every device along dim (who needs which window).
   std::vector<int64_t> tile_of(static_cast<size_t>(n));
   for (int64_t dev = 0; dev < n; ++dev) tile_of[static_cast<size_t>(dev)] = map.device(dev).index[static_cast<size_t>(dim)];

@@ -913,17 +913,7 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
         if (!halo) return Error("internal: the halo exchange no longer applies (" + reason + ")");
         const int64_t d = halo->dim, fs = x->shape().dim(d);
         const PrimitiveType type = x->shape().type;
-        auto rows = [&](Instruction* v, int64_t from, int64_t to) {
-          std::vector<int64_t> dims = v->shape().dims;
-          dims[static_cast<size_t>(d)] = to - from;
-          Instruction* sl = b_.Emit(Opcode::kSlice, Shape(type, dims), {v});
-          sl->slice.starts.assign(dims.size(), 0);
-          sl->slice.limits = v->shape().dims;
-          sl->slice.strides.assign(dims.size(), 1);
-          sl->slice.starts[static_cast<size_t>(d)] = from;
-          sl->slice.limits[static_cast<size_t>(d)] = to;
-          return sl;
-        };
+        auto rows = [&](Instruction* v, int64_t from, int64_t to) { return b_.SliceDim(v, d, from, to); };
         std::string why = reason;
         why += ": halo exchange";
         std::vector<Instruction*> parts;

@@ -92,6 +92,19 @@ Instruction* SpmdBuilder::Slice(Instruction* x, std::vector<int64_t> limits) {
   return s;
 }
 
+Instruction* SpmdBuilder::SliceDim(Instruction* x, int64_t dim, int64_t from, int64_t to) {
+  if (from == 0 && to == x->shape().dim(dim)) return x;
+  std::vector<int64_t> dims = x->shape().dims;
+  dims[static_cast<size_t>(dim)] = to - from;
+  Instruction* s = Emit(Opcode::kSlice, Shape(x->shape().type, dims), {x});
+  s->slice.starts.assign(dims.size(), 0);
+  s->slice.limits = x->shape().dims;
+  s->slice.strides.assign(dims.size(), 1);
+  s->slice.starts[static_cast<size_t>(dim)] = from;
+  s->slice.limits[static_cast<size_t>(dim)] = to;
+  return s;
+}
+
 Instruction* SpmdBuilder::PadHigh(Instruction* x, const std::vector<int64_t>& high, double value) {
   if (std::all_of(high.begin(), high.end(), [](int64_t h) { return h == 0; })) return x;
   std::vector<int64_t> dims = x->shape().dims;

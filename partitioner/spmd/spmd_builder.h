@@ -52,6 +52,7 @@ class SpmdBuilder {
   Instruction* TableLookup(const std::vector<int64_t>& table);
   Instruction* DynamicSlice(Instruction* x, const std::vector<Instruction*>& offsets, std::vector<int64_t> sizes);
   Instruction* Slice(Instruction* x, std::vector<int64_t> limits);  // [0:limit) on every dim
+  Instruction* SliceDim(Instruction* x, int64_t dim, int64_t from, int64_t to);  // [from:to) along dim, the rest whole
   Instruction* PadHigh(Instruction* x, const std::vector<int64_t>& high, double value);
   Instruction* Reshape(Instruction* x, std::vector<int64_t> dims);
   Instruction* Transpose(Instruction* x, const std::vector<int64_t>& perm);
