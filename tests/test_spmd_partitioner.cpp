@@ -624,66 +624,52 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(static_cast<int>(all[0]->replica_groups.groups.size()), groups);
   }
 
-  // Plans that reorder devices around a gather (XLA's resharding between permuted meshes): a
-  // collective-permute puts each device on the tile whose gather group yields its target tile,
-  // then one all-gather (4b); or the changing dims are gathered, each device slices the target tile
-  // it can serve and a collective-permute delivers it (4 finished as 3b). Before, both gathered
-  // every dim whose device order differed and sliced (a whole array per device).
-  void reorderAroundAGather_data() {
+  // Resharding plans that move only what each device lacks, by collective-permutes (each verified
+  // numerically; the collectives exact):
+  // - reorder devices around a gather: a collective-permute puts each device on the tile whose
+  //   gather group yields its target tile, then one all-gather (4b); or the changing dims are
+  //   gathered, each device slices the target tile it can serve and a collective-permute delivers
+  //   it (4 finished as 3b). Before, both gathered every dim whose device order differed, and sliced.
+  // - plan 2d's halo exchange: the tile count of one dim changes and each device's target rows lie
+  //   within its shard widened by a few rows of the neighbouring tiles; one collective-permute per
+  //   side brings them (XLA's ...PartialReplicateToTiledHaloExchange), where an all-gather brought
+  //   everything.
+  void reshardByPermutes_data() {
     QTest::addColumn<int>("devices");
     QTest::addColumn<QString>("shape");
     QTest::addColumn<QString>("from");
     QTest::addColumn<QString>("to");
-    QTest::addColumn<QString>("collectives");  // kinds in program order, with per-device shapes
+    QTest::addColumn<bool>("pairs");  // list the collective-permutes' source,target pairs
+    QTest::addColumn<QString>("collectives");
     QTest::newRow("permute, then gather the replicated dim (XLA's ...PermutedMeshesWithReplicatedAxes)")
-        << 4 << "s32[8,2]" << "devices=[2,2]<=[4]" << "devices=[2,1,2]3,2,1,0 last_tile_dim_replicate"
+        << 4 << "s32[8,2]" << "devices=[2,2]<=[4]" << "devices=[2,1,2]3,2,1,0 last_tile_dim_replicate" << false
         << "collective-permute s32[4,1], all-gather s32[4,2]";
     QTest::newRow("permute, then gather by pairs (XLA's ...ReshardWithCollectivePermute)")
         << 8 << "f32[8,8]" << "devices=[2,2,2]<=[8] last_tile_dim_replicate" << "devices=[1,2,4]<=[8] last_tile_dim_replicate"
-        << "collective-permute f32[4,4], all-gather f32[8,4]";
+        << false << "collective-permute f32[4,4], all-gather f32[8,4]";
     QTest::newRow("gather the changing dim, slice, permute (XLA's ReshardNoFullRematIncompatible)")
-        << 8 << "f32[6,32,4]" << "devices=[4,2,1]<=[2,2,2]T(0,2,1)" << "devices=[2,2,2]0,1,3,4,2,6,5,7"
+        << 8 << "f32[6,32,4]" << "devices=[4,2,1]<=[2,2,2]T(0,2,1)" << "devices=[2,2,2]0,1,3,4,2,6,5,7" << false
         << "all-gather f32[8,16,4], collective-permute f32[3,16,2]";
-  }
-  void reorderAroundAGather() {
-    QFETCH(int, devices);
-    QFETCH(QString, shape);
-    QFETCH(QString, from);
-    QFETCH(QString, to);
-    QFETCH(QString, collectives);
-    std::string why;
-    auto r = testing::PartitionAndVerify(CopyReshard(devices, shape.toStdString(), from.toStdString(), to.toStdString()), devices, &why);
-    QVERIFY2(r, why.c_str());
-    QCOMPARE(CollectiveList(*r->module, false), collectives);
-  }
-
-  // Plan 2d: the tile count of one dim changes and each device's target rows lie within its shard
-  // widened by a few rows of the neighbouring tiles: one collective-permute per direction brings
-  // them (XLA's ...PartialReplicateToTiledHaloExchange), where an all-gather brought everything.
-  void haloExchangeReshard_data() {
-    QTest::addColumn<int>("devices");
-    QTest::addColumn<QString>("shape");
-    QTest::addColumn<QString>("from");
-    QTest::addColumn<QString>("to");
-    QTest::addColumn<QString>("collectives");
-    QTest::newRow("2 tiles of 3 rows -> 4 of 2: device 1 needs row 3") << 4 << "f32[6,3]" << "devices=[2,1,2]<=[4] last_tile_dim_replicate"
-                                                                      << "devices=[4,1]<=[4]" << "collective-permute f32[1,3] {2,1}";
+    QTest::newRow("halo: 2 tiles of 3 rows -> 4 of 2, device 1 needs row 3")
+        << 4 << "f32[6,3]" << "devices=[2,1,2]<=[4] last_tile_dim_replicate" << "devices=[4,1]<=[4]" << true
+        << "collective-permute f32[1,3] {2,1}";
     // Rows of 16 kB, so that the bytes outweigh the second permute's overhead (an all-gather
     // receives 5 rows).
-    QTest::newRow("2 tiles of 5 -> 3 of 4: one row from the left, three from the right")
+    QTest::newRow("halo: 2 tiles of 5 -> 3 of 4, one row from the left, three from the right")
         << 6 << "f32[10,4096]" << "devices=[2,1,3]<=[6] last_tile_dim_replicate" << "devices=[3,1,2]<=[6] last_tile_dim_replicate"
-        << "collective-permute f32[1,4096] {0,3}, collective-permute f32[3,4096] {3,2}";
+        << true << "collective-permute f32[1,4096] {0,3}, collective-permute f32[3,4096] {3,2}";
   }
-  void haloExchangeReshard() {
+  void reshardByPermutes() {
     QFETCH(int, devices);
     QFETCH(QString, shape);
     QFETCH(QString, from);
     QFETCH(QString, to);
+    QFETCH(bool, pairs);
     QFETCH(QString, collectives);
     std::string why;
     auto r = testing::PartitionAndVerify(CopyReshard(devices, shape.toStdString(), from.toStdString(), to.toStdString()), devices, &why);
     QVERIFY2(r, why.c_str());
-    QCOMPARE(CollectiveList(*r->module, true), collectives);
+    QCOMPARE(CollectiveList(*r->module, pairs), collectives);
   }
 
   // Concatenate and sort along a sharded dim: the dim's tiles move onto an untouched dim by an
