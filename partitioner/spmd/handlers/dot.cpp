@@ -181,7 +181,6 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     // plans: one that keeps one operand and the output as they are and passes the other operand
     // round the ring wins whatever the bytes (its transfers overlap the products, and no device
     // holds the gathered operand). docs/partitioner.md, "Windowed einsum".
-    if (p.reduce_scatter && c3->bytes != 0) p.windowed = false;
     if (ctx.options().windowed_einsum_threshold_mib >= 0 && p.reduce_groups.empty() && c3->bytes == 0) {
       const Shape plan_local(dot.shape().type, partial.ShardShape(dot.shape().dims));
       auto w = PlanWindowedDot(ctx, {lv, rv, p.lhs, p.rhs, L.lhs_label, L.rhs_label, L.out_rank(), plan_local});
