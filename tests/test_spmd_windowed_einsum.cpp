@@ -4,6 +4,8 @@
 // dimension (non-contracting, contracting, batch), even and uneven, numerically against the
 // unpartitioned module; the threshold; and the simulated overlap of the transfers with the products.
 #include <QtTest>
+#include <QFile>
+#include <QTemporaryDir>
 
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 #include "spmd_test_support.h"
+#include "tests/cli_test_support.h"
 
 using namespace shardscope;
 
@@ -183,6 +186,31 @@ class TestSpmdWindowedEinsum : public QObject {
       QCOMPARE(Find(*r->module, Opcode::kWhile).size(), size_t{cap >= 4 ? 1u : 0u});
       QCOMPARE(Find(*r->module, Opcode::kAllGather).size(), size_t{cap >= 4 ? 0u : 1u});
     }
+  }
+
+  // The CLI: --windowed-einsum-mib turns the loops on, --windowed-einsum-max-iterations caps their
+  // windows, and the cap alone is refused (the loops are off without a threshold).
+  void cliOptions() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString file = dir.filePath("nc.hlo");
+    {
+      QFile f(file);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(QByteArray::fromStdString(NonContracting(32)));
+    }
+    auto loops = [&](const QStringList& extra) {
+      auto r = testing::RunCli(QStringList{"partition", file, "--no-propagate"} + extra);
+      if (r.code != 0) qFatal("%s", qPrintable(r.err));
+      return r.out.count(" while(");
+    };
+    QCOMPARE(loops({}), 0);
+    QCOMPARE(loops({"--windowed-einsum-mib", "0"}), 1);
+    QCOMPARE(loops({"--windowed-einsum-mib", "0", "--windowed-einsum-max-iterations", "4"}), 1);
+    QCOMPARE(loops({"--windowed-einsum-mib", "0", "--windowed-einsum-max-iterations", "3"}), 0);
+    auto alone = testing::RunCli({"partition", file, "--windowed-einsum-max-iterations", "3"});
+    QCOMPARE(alone.code, 2);
+    QVERIFY2(alone.err.contains("needs --windowed-einsum-mib"), qPrintable(alone.err));
   }
 
   // On a 2-D mesh the ring runs within each group of the gathered axis: w's columns over Y (4),

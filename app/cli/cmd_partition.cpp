@@ -4,6 +4,7 @@
 
 #include "app/cli/cli.h"
 #include "app/cli/all_reduce_combiner_options.h"
+#include "app/cli/windowed_einsum_options.h"
 #include "app/cli/slice_options.h"
 #include "app/cli/wus_options.h"
 #include "app/pipeline/pipeline.h"
@@ -26,9 +27,10 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::o
   if (std::string e = TakeWeightUpdateShardingOptions(args, &wus, &wus_options); !e.empty()) return UsageError(cmd, e);
   std::optional<AllReduceCombinerOptions> combiner;
   if (std::string e = TakeAllReduceCombinerOptions(args, &combiner); !e.empty()) return UsageError(cmd, e);
-  std::string np_text, windowed_text;
+  SpmdOptions spmd;
+  if (std::string e = TakeWindowedEinsumOptions(args, &spmd); !e.empty()) return UsageError(cmd, e);
+  std::string np_text;
   const bool has_np = TakeOption(args, "num-partitions", &np_text);
-  const bool has_windowed = TakeOption(args, "windowed-einsum-mib", &windowed_text);
   if (args.size() != 1) return UsageError(cmd, "expected exactly one FILE.hlo (see --help)");
   std::string text;
   if (!ReadFile(args[0], &text)) return 2;
@@ -43,6 +45,7 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::o
     return 0;
   }
   pipeline::PipelineOptions options;
+  options.spmd = spmd;
   // By default the pass may also shard the entry's parameters and outputs (what JAX asks for when
   // no in/out shardings are given); --keep-io-shardings uses XLA's pass defaults.
   if (no_propagate) options.propagation.reset();
@@ -55,8 +58,6 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::o
     }
     if (options.spmd.num_partitions < 1) return UsageError(cmd, "--num-partitions takes a positive integer");
   }
-  if (has_windowed && !ParseInt(windowed_text, 0, &options.spmd.windowed_einsum_threshold_mib))
-    return UsageError(cmd, "--windowed-einsum-mib takes a non-negative integer (MiB of the gathered operand)");
   options.verify = verify;
   options.all_reduce_combiner = combiner;
   if (wus) options.weight_update_sharding = wus_options;
@@ -173,12 +174,12 @@ int RunVerify(const std::vector<std::string>& argv) {
 }
 
 const bool kPartition = Register({"partition",
-                                  "FILE.hlo [-o OUT.hlo] [--no-propagate] [--keep-io-shardings] [--num-partitions N] [--windowed-einsum-mib M] [--summary] "
+                                  "FILE.hlo [-o OUT.hlo] [--no-propagate] [--keep-io-shardings] [--num-partitions N] " WINDOWED_EINSUM_OPTION_USAGE " [--summary] "
                                   ALL_REDUCE_COMBINER_OPTION_USAGE " [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
                                   "Propagate shardings, then partition into the SPMD program every device runs",
                                   &RunPartition});
 const bool kVerify = Register({"verify",
-                               "FILE.hlo [--seed N] [--no-propagate] [--keep-io-shardings] [--num-partitions N] [--windowed-einsum-mib M] "
+                               "FILE.hlo [--seed N] [--no-propagate] [--keep-io-shardings] [--num-partitions N] " WINDOWED_EINSUM_OPTION_USAGE " "
                                ALL_REDUCE_COMBINER_OPTION_USAGE " [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
                                "Run the module unpartitioned and partitioned on virtual devices and compare",
                                &RunVerify});

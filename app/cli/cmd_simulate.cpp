@@ -16,6 +16,7 @@
 #include "core/base/json.h"
 #include "app/cli/slice_options.h"
 #include "app/cli/all_reduce_combiner_options.h"
+#include "app/cli/windowed_einsum_options.h"
 #include "app/cli/wus_options.h"
 #include "app/pipeline/pipeline.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
@@ -113,13 +114,12 @@ int Run(const std::vector<std::string>& in) {
   const bool trace_all = TakeFlag(args, "trace-all-devices");
   const bool keep_io = TakeFlag(args, "keep-io-shardings");
   const bool no_code_motion = TakeFlag(args, "no-while-loop-all-reduce-code-motion");
-  std::string windowed_text;
-  const bool have_windowed = TakeOption(args, "windowed-einsum-mib", &windowed_text);
   bool wus = false;
   WeightUpdateShardingOptions wus_options;
   if (std::string e = TakeWeightUpdateShardingOptions(args, &wus, &wus_options); !e.empty()) return UsageError(kName, e);
   pipeline::PipelineOptions run;
   if (std::string e = TakeAllReduceCombinerOptions(args, &run.all_reduce_combiner); !e.empty()) return UsageError(kName, e);
+  if (std::string e = TakeWindowedEinsumOptions(args, &run.spmd); !e.empty()) return UsageError(kName, e);
 
   for (const auto& a : args) {
     if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
@@ -178,8 +178,6 @@ int Run(const std::vector<std::string>& in) {
                                           : pipeline::Partitioning::kWhenNeeded;
   if (force_no_partition) run.propagation.reset();
   run.while_loop_all_reduce_code_motion = !no_code_motion;
-  if (have_windowed && !ParseInt(windowed_text, 0, &run.spmd.windowed_einsum_threshold_mib))
-    return UsageError(kName, "--windowed-einsum-mib takes a non-negative integer (MiB of the gathered operand)");
   run.topology = topology;
   run.simulation = options;
   // The pass's cost model takes the simulated chip's figures and, unless given, the mesh as its
@@ -286,7 +284,7 @@ const bool kRegistered = Register(
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--cores-per-chip 2] "
      "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] [--no-producer-fusion] "
      "[--no-in-place] [--no-donation] [--no-tile-padding] [--no-remat] [--peak-buffers] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
-     "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] [--windowed-einsum-mib M] " ALL_REDUCE_COMBINER_OPTION_USAGE " [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
+     "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] " WINDOWED_EINSUM_OPTION_USAGE " " ALL_REDUCE_COMBINER_OPTION_USAGE " [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
 
