@@ -804,6 +804,47 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
              p.error().message.c_str());
   }
 
+  // rng: every device draws its own shard; copies of one tile must agree, so the first copy's draw
+  // is shared by an all-reduce over the copies (XLA's HandleRng).
+  void rngSharesOneDrawPerTile() {
+    struct Row {
+      std::string sharding;
+      std::string local;
+      std::vector<std::vector<int64_t>> groups;  // empty: no all-reduce
+    };
+    const std::vector<Row> rows = {
+        {"{devices=[4,1]<=[4]}", "f32[2,4]", {}},
+        {"{devices=[2,1,2]<=[4] last_tile_dim_replicate}", "f32[4,4]", {{0, 1}, {2, 3}}},
+        {"{devices=[2,1,2]<=[2,2]T(1,0) last_tile_dim_replicate}", "f32[4,4]", {{0, 2}, {1, 3}}},
+        {"{replicated}", "f32[8,4]", {{0, 1, 2, 3}}},
+    };
+    for (const Row& row : rows) {
+      const std::string text = "HloModule r, num_partitions=4\n\nENTRY e {\n"
+                               "  lo = f32[] parameter(0), sharding={replicated}\n"
+                               "  hi = f32[] parameter(1), sharding={replicated}\n"
+                               "  ROOT r = f32[8,4] rng(lo, hi), distribution=rng_uniform, sharding=" +
+                               row.sharding + "\n}\n";
+      auto m = ParseHloModule(text);
+      QVERIFY(m.ok());
+      SpmdOptions o;
+      o.num_partitions = 4;
+      auto p = PartitionModule(**m, o);
+      QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+      const auto rng = Find(*p->module, Opcode::kRng);
+      QCOMPARE(rng.size(), size_t{1});
+      QCOMPARE(rng[0]->shape().ToString(false), row.local);
+      const auto ars = Find(*p->module, Opcode::kAllReduce);
+      QCOMPARE(ars.size(), row.groups.empty() ? size_t{0} : size_t{1});
+      if (row.groups.empty()) continue;
+      QCOMPARE(ars[0]->replica_groups.groups, row.groups);
+      // What enters the all-reduce is the draw on the first copy of each tile, zeros elsewhere.
+      const Instruction* sel = ars[0]->operand(0);
+      QCOMPARE(sel->opcode(), Opcode::kSelect);
+      QCOMPARE(sel->operand(1), static_cast<const Instruction*>(rng[0]));
+      QVERIFY(Find(*p->module, Opcode::kAllGather).empty());
+    }
+  }
+
   // A while loop carries its sharding through body and condition.
   void whileLoopKeepsSharding() {
     const char* text = R"(

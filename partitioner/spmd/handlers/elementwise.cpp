@@ -3,6 +3,7 @@
 // replicated fallback every other handler falls back to.
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 
 #include "partitioner/hlo_sharding_util.h"
 #include "partitioner/spmd/context.h"
@@ -184,6 +185,45 @@ Status HandleAllReduce(SpmdContext& ctx, const Instruction& orig) {
   return HandleFallback(ctx, orig);
 }
 
+// rng (XLA's HandleRng): the operands replicated, every device draws its own shard. A value that is
+// replicated (wholly, or across the copies of each tile) must be the same on every copy: the first
+// copy of each tile keeps its draw, the others contribute zeros, and an all-reduce over the copies
+// hands the draw to all of them.
+Status HandleRng(SpmdContext& ctx, const Instruction& orig) {
+  const HloSharding s = SpmdContext::ShardingOf(orig);
+  if (!orig.shape().IsArray() || !(s.IsTiled() || s.IsReplicated())) return HandleFallback(ctx, orig);
+  auto m = ctx.maps().Get(s, orig.shape().rank());
+  if (!m.ok()) return HandleFallback(ctx, orig);
+  std::vector<Instruction*> ops;
+  for (Instruction* o : orig.operands()) {
+    auto r = ctx.resharder().Reshard(ctx.Get(o), HloSharding::Replicate());
+    if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
+    ops.push_back(*r);
+  }
+  const Shape local(orig.shape().type, m->ShardShape(orig.shape().dims));
+  Instruction* x = CloneWith(ctx, orig, local, ops);
+  if (m->replication() > 1) {
+    std::map<std::vector<int64_t>, std::vector<int64_t>> copies;  // tile index -> its devices
+    std::vector<int64_t> first(static_cast<size_t>(ctx.num_devices()), 0);
+    for (int64_t d = 0; d < ctx.num_devices(); ++d) {
+      copies[m->device(d).index.ToVector()].push_back(d);
+      first[static_cast<size_t>(d)] = m->device(d).replica == 0 ? 1 : 0;
+    }
+    std::vector<std::vector<int64_t>> groups;
+    for (auto& [index, devices] : copies) groups.push_back(std::move(devices));
+    SpmdBuilder& b = ctx.builder();
+    Instruction* is_first = b.Emit(Opcode::kCompare, Shape::Scalar(PrimitiveType::kPred),
+                                   {b.TableLookup(first), b.ConstantScalar(PrimitiveType::kS32, 1)});
+    is_first->comparison = ComparisonDirection::kEq;
+    Instruction* zeros = b.Broadcast(b.ConstantScalar(local.type, 0), local);
+    Instruction* kept = b.Emit(Opcode::kSelect, local, {b.Broadcast(is_first, Shape(PrimitiveType::kPred, local.dims)), x, zeros});
+    x = b.AllReduce(kept, b.ScalarReducer(Opcode::kAdd, local.type), groups,
+                    "rng: one draw shared by the copies of each tile");
+  }
+  ctx.Set(&orig, {x, s, orig.shape()});
+  return Status::Ok();
+}
+
 }  // namespace
 
 // The handler used when no dedicated one is registered (handler_table.h).
@@ -195,6 +235,7 @@ void RegisterElementwiseHandlers(HandlerTable& table) {
   table.Add({Opcode::kIota}, HandleIota);
   table.Add({Opcode::kAllReduce}, HandleAllReduce);
   table.Add({Opcode::kBitcastConvert}, HandleBitcastConvert);
+  table.Add({Opcode::kRng}, HandleRng);
   table.Add(
       {Opcode::kAbs, Opcode::kAdd, Opcode::kAnd, Opcode::kAtan2, Opcode::kCbrt, Opcode::kCeil, Opcode::kClamp,
        Opcode::kClz, Opcode::kCompare, Opcode::kConvert, Opcode::kCopy, Opcode::kCos, Opcode::kDivide, Opcode::kErf,
