@@ -707,6 +707,49 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(sorted[0]->shape().tuple.at(0).ToString(false), std::string("f32[7,2,16]"));  // 7 rows do not split 8 ways
   }
 
+  // Top-k along a sharded dim (XLA's TopK handling of sort): a sort of (values, iota) read only
+  // through slices of its first k runs on every shard, the k candidates of each shard are
+  // all-gathered and sorted again; the values are never moved whole. Uneven shards are filled with
+  // the lowest value (a descending comparator); rows stay split over the other mesh axis.
+  void topKAlongAShardedDim() {
+    struct Row {
+      std::string shape, sharding;
+      int64_t devices;
+      std::string local_sort, candidates;
+    };
+    const std::vector<Row> rows = {
+        {"f32[4,24]", "{devices=[1,4]<=[4]}", 4, "f32[4,6]", "f32[4,12]"},
+        {"f32[4,22]", "{devices=[1,4]<=[4]}", 4, "f32[4,6]", "f32[4,12]"},  // shards of 6, the last 4 long
+        {"f32[4,24]", "{devices=[2,4]<=[8]}", 8, "f32[2,6]", "f32[2,12]"},
+    };
+    for (const Row& row : rows) {
+      const std::string text =
+          "HloModule k, num_partitions=" + std::to_string(row.devices) +
+          "\n\ngt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  c = s32[] parameter(2)\n"
+          "  d = s32[] parameter(3)\n  ROOT g = pred[] compare(a, b), direction=GT\n}\n\n"
+          "ENTRY e {\n  p = " + row.shape + " parameter(0), sharding=" + row.sharding + "\n"
+          "  i = s32" + row.shape.substr(3) + " iota(), iota_dimension=1, sharding=" + row.sharding + "\n"
+          "  s = (" + row.shape + ", s32" + row.shape.substr(3) + ") sort(p, i), dimensions={1}, is_stable=true, to_apply=gt, "
+          "sharding={" + row.sharding + ", " + row.sharding + "}\n"
+          "  v = " + row.shape + " get-tuple-element(s), index=0, sharding=" + row.sharding + "\n"
+          "  x = s32" + row.shape.substr(3) + " get-tuple-element(s), index=1, sharding=" + row.sharding + "\n"
+          "  tv = f32[4,3] slice(v), slice={[0:4], [0:3]}, sharding={replicated}\n"
+          "  tx = s32[4,3] slice(x), slice={[0:4], [0:3]}, sharding={replicated}\n"
+          "  ROOT t = (f32[4,3], s32[4,3]) tuple(tv, tx), sharding={{replicated}, {replicated}}\n}\n";
+      std::string why;
+      auto r = testing::PartitionAndVerify(text, row.devices, &why);
+      QVERIFY2(r, (row.shape + " " + row.sharding + ": " + why).c_str());
+      const auto sorts = Find(*r->module, Opcode::kSort);
+      QCOMPARE(sorts.size(), size_t{2});
+      QCOMPARE(sorts[0]->shape().tuple.at(0).ToString(false), row.local_sort);
+      QCOMPARE(sorts[1]->shape().tuple.at(0).ToString(false), row.candidates);
+      const auto ags = Find(*r->module, Opcode::kAllGather);
+      QVERIFY(ags.size() >= 2);
+      QCOMPARE(ags[0]->shape().ToString(false), row.candidates);
+      QVERIFY(Find(*r->module, Opcode::kAllToAll).empty());
+    }
+  }
+
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
   // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
   // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a

@@ -29,6 +29,7 @@ const HandlerTable& SpmdHandlers() {
     RegisterWindowedHandlers(t);
     RegisterGatherScatterHandlers(t);
     RegisterShiftPatterns(t);
+    RegisterTopKPattern(t);
     return t;
   }();
   return table;

@@ -56,6 +56,7 @@ void RegisterDotHandlers(HandlerTable& table);            // dot
 void RegisterWindowedHandlers(HandlerTable& table);       // convolution, reduce-window, pad, slice
 void RegisterGatherScatterHandlers(HandlerTable& table);  // gather, scatter
 void RegisterShiftPatterns(HandlerTable& table);          // slice(pad(x)), concatenate(a[k:], a[:k])
+void RegisterTopKPattern(HandlerTable& table);            // sort then the first k along a sharded dim
 
 // Every family's handlers, built on first use.
 const HandlerTable& SpmdHandlers();

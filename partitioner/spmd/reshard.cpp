@@ -939,7 +939,10 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
       }
       case ReshardStep::Kind::kMaskedAllReduce: {
         // Shards with their padding zeroed, each at its offset in a zero array of the padded
-        // whole (so no offset is clamped), summed over the tiles, then cut to the whole.
+        // whole (so no offset is clamped), summed over the tiles, then cut to the whole. When no
+        // shard straddles the end of a dim (each is whole data or whole padding), the array is
+        // the unpadded whole there, as XLA's: an all-padding shard's offset is clamped, and it
+        // writes its zeros over zeros.
         x = b_.MaskPadding(x, st.before, v.base_shape, st.dims, 0.0);
         std::vector<int64_t> padded = x->shape().dims;
         std::vector<Instruction*> at;
@@ -949,8 +952,12 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
             at.push_back(b_.ConstantScalar(PrimitiveType::kS32, 0));
             continue;
           }
-          padded[d] *= st.before.tiles(static_cast<int64_t>(d));
-          at.push_back(b_.TableLookup(st.before.OffsetTable(static_cast<int64_t>(d), full[d])));
+          const std::vector<int64_t> offsets = st.before.OffsetTable(static_cast<int64_t>(d), full[d]);
+          const int64_t shard = padded[d];
+          bool straddles = false;
+          for (int64_t o : offsets) straddles |= o < full[d] && o + shard > full[d];
+          padded[d] = straddles ? shard * st.before.tiles(static_cast<int64_t>(d)) : full[d];
+          at.push_back(b_.TableLookup(offsets));
         }
         const Shape whole(x->shape().type, padded);
         std::vector<Instruction*> ops = {b_.Broadcast(b_.ConstantScalar(whole.type, 0.0), whole), x};
