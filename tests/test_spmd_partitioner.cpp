@@ -750,6 +750,28 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     }
   }
 
+  // An unreduced dot keeps its partial sums (no all-reduce); linear ops of unreduced values stay
+  // unreduced; the one all-reduce is where a replicated value is read.
+  void unreducedDotKeepsPartialSums() {
+    const std::string text =
+        "HloModule u, num_partitions=2\n\nENTRY e {\n"
+        "  a = f32[8,64] parameter(0), sharding={devices=[1,2]<=[2]}\n"
+        "  b = f32[64,16] parameter(1), sharding={devices=[2,1]<=[2]}\n"
+        "  c = f32[64,16] parameter(2), sharding={devices=[2,1]<=[2]}\n"
+        "  d = f32[8,16] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={unreduced}\n"
+        "  e = f32[8,16] dot(a, c), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={unreduced}\n"
+        "  s = f32[8,16] subtract(d, e), sharding={unreduced}\n"
+        "  n = f32[8,16] negate(s), sharding={unreduced}\n"
+        "  ROOT r = f32[8,16] copy(n), sharding={replicated}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(text, 2, &why);
+    QVERIFY2(r, why.c_str());
+    const auto ars = Find(*r->module, Opcode::kAllReduce);
+    QCOMPARE(ars.size(), size_t{1});
+    QCOMPARE(ars[0]->operand(0)->opcode(), Opcode::kNegate);
+    QCOMPARE(Find(*r->module, Opcode::kDot).size(), size_t{2});
+  }
+
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
   // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
   // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a

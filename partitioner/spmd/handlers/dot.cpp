@@ -245,6 +245,11 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   HloSharding have = best->partial_out;
   if (best->windowed && best->reduce_scatter) {
     have = target;
+  } else if (target.kind() == HloSharding::Kind::kUnreduced && !best->reduce_scatter &&
+             best->reduce_groups.size() == 1 && static_cast<int64_t>(best->reduce_groups[0].size()) == ctx.num_devices()) {
+    // An unreduced result keeps the partial sums: every device's product is one term of the
+    // whole, and whoever reads the value reduces it (XLA's unreduced sharding).
+    have = target;
   } else if (!best->reduce_groups.empty()) {
     Computation* add = ctx.builder().ScalarReducer(Opcode::kAdd, dot.shape().type);
     if (best->reduce_scatter) {

@@ -102,9 +102,26 @@ Status HandleIota(SpmdContext& ctx, const Instruction& orig) {
   return Status::Ok();
 }
 
+// A linear op (copy, negate, add, subtract) of unreduced values is unreduced: each device applies
+// it to its partial terms, and the terms still sum to the op of the sums.
+bool LinearOfUnreduced(SpmdContext& ctx, const Instruction& orig, const HloSharding& s) {
+  if (s.kind() != HloSharding::Kind::kUnreduced || orig.operand_count() == 0) return false;
+  const Opcode op = orig.opcode();
+  if (op != Opcode::kCopy && op != Opcode::kNegate && op != Opcode::kAdd && op != Opcode::kSubtract) return false;
+  std::vector<Instruction*> ops;
+  for (Instruction* o : orig.operands()) {
+    const PartitionedHlo& v = ctx.Get(o);
+    if (v.sharding.kind() != HloSharding::Kind::kUnreduced) return false;
+    ops.push_back(v.hlo);
+  }
+  ctx.Set(&orig, {CloneWith(ctx, orig, orig.shape(), ops), s, orig.shape()});
+  return true;
+}
+
 Status HandleElementwise(SpmdContext& ctx, const Instruction& orig) {
   if (!orig.shape().IsArray()) return HandleFallback(ctx, orig);
   const HloSharding s = SpmdContext::ShardingOf(orig);
+  if (LinearOfUnreduced(ctx, orig, s)) return Status::Ok();
   if (!s.IsTiled() && !s.IsReplicated() && !s.IsMaximal()) return HandleFallback(ctx, orig);
   std::vector<Instruction*> ops;
   for (Instruction* o : orig.operands()) {
