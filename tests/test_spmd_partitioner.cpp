@@ -772,6 +772,53 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(Find(*r->module, Opcode::kDot).size(), size_t{2});
   }
 
+  // Batched linear algebra: each matrix (the two minor dims) is one problem. The batch stays split
+  // and only the matrix dims are made whole — gathered, or their tiles moved onto the batch dim
+  // when that moves fewer bytes, so every device solves its own matrices.
+  void batchedLinearAlgebraKeepsTheBatchSplit() {
+    auto partition = [](const std::string& text) {
+      auto m = ParseHloModule(text);
+      SpmdOptions o;
+      o.num_partitions = 8;
+      return PartitionModule(**m, o);
+    };
+    // Cholesky of [32,32,32] on (2,2,2): the matrix dims' tiles join the batch's, 4 matrices each.
+    auto chol = partition(
+        "HloModule c, num_partitions=8\n\nENTRY e {\n  p = f32[32,32,32] parameter(0), sharding={devices=[2,2,2]<=[8]}\n"
+        "  ROOT c = f32[32,32,32] cholesky(p), lower=true, sharding={devices=[2,2,2]<=[8]}\n}\n");
+    QVERIFY2(chol.ok(), chol.ok() ? "" : chol.error().message.c_str());
+    QVERIFY(chol->replicated_fallbacks.empty());
+    bool found = false;
+    for (const auto& c : chol->module->computations())
+      for (const auto& i : c->instructions())
+        if (i->opcode_text() == "cholesky") {
+          found = true;
+          QCOMPARE(i->shape().ToString(false), std::string("f32[4,32,32]"));
+        }
+    QVERIFY(found);
+    QVERIFY(Find(*chol->module, Opcode::kAllGather).empty());
+    QCOMPARE(Find(*chol->module, Opcode::kAllToAll).size(), size_t{2});
+    // Triangular solve of 5-row batches (do not split 8 ways): the batch keeps its 2 tiles, the
+    // matrices are gathered along dims 1 and 2 only.
+    auto tri = partition(
+        "HloModule t, num_partitions=8\n\nENTRY e {\n  a = f32[10,32,32] parameter(0), sharding={devices=[2,2,2]<=[8]}\n"
+        "  b = f32[10,32,48] parameter(1), sharding={devices=[2,2,2]<=[8]}\n"
+        "  ROOT t = f32[10,32,48] triangular-solve(a, b), left_side=true, unit_diagonal=true, lower=true, "
+        "transpose_a=NO_TRANSPOSE, sharding={devices=[2,2,2]<=[8]}\n}\n");
+    QVERIFY2(tri.ok(), tri.ok() ? "" : tri.error().message.c_str());
+    const auto ags = Find(*tri->module, Opcode::kAllGather);
+    QCOMPARE(ags.size(), size_t{4});
+    for (const Instruction* ag : ags) QVERIFY(ag->dimensions.at(0) != 0);
+    found = false;
+    for (const auto& c : tri->module->computations())
+      for (const auto& i : c->instructions())
+        if (i->opcode_text() == "triangular-solve") {
+          found = true;
+          QCOMPARE(i->shape().ToString(false), std::string("f32[5,32,48]"));
+        }
+    QVERIFY(found);
+  }
+
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
   // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
   // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a

@@ -267,7 +267,7 @@ void RunCase(const CaseFiles& files, const ConformanceOptions& options, CaseResu
   r->op_kind = CategoryOf(mod);
   // Ops without a dedicated handler; those used only inside scalar reducers/comparators need none.
   for (const auto& i : mod.entry()->instructions()) {
-    if (HasSpmdHandler(i->opcode())) continue;
+    if (HasSpmdHandler(*i)) continue;
     const std::string& op = i->opcode_text();
     if (std::find(r->unsupported.begin(), r->unsupported.end(), op) == r->unsupported.end()) r->unsupported.push_back(op);
   }

@@ -12,9 +12,19 @@ bool HandlerTable::Absorbed(const Instruction& inst) const {
   return false;
 }
 
+void HandlerTable::AddGeneric(std::initializer_list<const char*> opcode_texts, Handler handler) {
+  for (const char* text : opcode_texts) by_generic_text_[text] = handler;
+}
+
 Handler HandlerTable::Find(Opcode op) const {
   auto it = by_opcode_.find(op);
   return it == by_opcode_.end() ? nullptr : it->second;
+}
+
+Handler HandlerTable::Find(const Instruction& inst) const {
+  if (inst.opcode() != Opcode::kGeneric) return Find(inst.opcode());
+  auto it = by_generic_text_.find(inst.opcode_text());
+  return it == by_generic_text_.end() ? nullptr : it->second;
 }
 
 const HandlerTable& SpmdHandlers() {

@@ -6,6 +6,7 @@
 
 #include <initializer_list>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -34,15 +35,20 @@ struct PatternHandler {
 class HandlerTable {
  public:
   void Add(std::initializer_list<Opcode> ops, Handler handler);
+  // Ops the IR keeps as opcode text (Opcode::kGeneric: cholesky, triangular-solve, ...).
+  void AddGeneric(std::initializer_list<const char*> opcode_texts, Handler handler);
   void AddPattern(PatternHandler pattern) { patterns_.push_back(pattern); }
   // nullptr: no dedicated handler (the replicated fallback applies).
   Handler Find(Opcode op) const;
+  // The handler of `inst`'s op, by its opcode text for generic ops.
+  Handler Find(const Instruction& inst) const;
   const std::vector<PatternHandler>& patterns() const { return patterns_; }
   // Some pattern absorbs `inst` into the pattern its user roots.
   bool Absorbed(const Instruction& inst) const;
 
  private:
   std::unordered_map<Opcode, Handler> by_opcode_;
+  std::unordered_map<std::string, Handler> by_generic_text_;
   std::vector<PatternHandler> patterns_;
 };
 
@@ -51,7 +57,8 @@ void RegisterElementwiseHandlers(HandlerTable& table);    // parameter, constant
 void RegisterShapeHandlers(HandlerTable& table);          // broadcast, transpose, reshape
 void RegisterReduceHandlers(HandlerTable& table);         // reduce
 void RegisterControlFlowHandlers(HandlerTable& table);    // tuple, get-tuple-element, custom-call, while, call, conditional
-void RegisterFormattingHandlers(HandlerTable& table);     // concatenate, reverse, dynamic-(update-)slice, sort
+void RegisterFormattingHandlers(HandlerTable& table);     // concatenate, reverse, dynamic-(update-)slice, sort,
+                                                          // cholesky, triangular-solve
 void RegisterDotHandlers(HandlerTable& table);            // dot
 void RegisterWindowedHandlers(HandlerTable& table);       // convolution, reduce-window, pad, slice
 void RegisterGatherScatterHandlers(HandlerTable& table);  // gather, scatter

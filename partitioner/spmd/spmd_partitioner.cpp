@@ -42,7 +42,7 @@ Status SpmdContext::Partition(const Instruction& inst) {
 }
 
 Status SpmdContext::RunHandler(const Instruction& inst) {
-  const Handler handler = handlers_.Find(inst.opcode());
+  const Handler handler = handlers_.Find(inst);
   return handler ? handler(*this, inst) : PartitionWithFallback(*this, inst);
 }
 
@@ -92,7 +92,7 @@ Result<Computation*> SpmdContext::PartitionCalled(const Computation* callee,
 
 }  // namespace spmd
 
-bool HasSpmdHandler(Opcode op) { return spmd::SpmdHandlers().Find(op) != nullptr; }
+bool HasSpmdHandler(const Instruction& inst) { return spmd::SpmdHandlers().Find(inst) != nullptr; }
 
 Result<PartitionResult> PartitionModule(const Module& module, const SpmdOptions& options) {
   if (!module.entry()) return Error("module has no entry computation");

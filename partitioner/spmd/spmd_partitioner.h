@@ -64,9 +64,9 @@ struct PartitionResult {
   std::vector<std::string> replicated_fallbacks;
 };
 
-// True when the op family of `op` has a dedicated handler (handler_table.h); others are
+// True when the op family of `inst` has a dedicated handler (handler_table.h); others are
 // partitioned by replicating their operands.
-bool HasSpmdHandler(Opcode op);
+bool HasSpmdHandler(const Instruction& inst);
 
 // Every instruction of `module` must carry a sharding (run propagation first); instructions
 // without one are treated as replicated. Returns an error naming the instruction on unsupported

@@ -1,4 +1,5 @@
-// Data-formatting ops (concatenate, dynamic-slice, dynamic-update-slice, sort): every dimension the
+// Data-formatting ops (concatenate, dynamic-slice, dynamic-update-slice, sort) and batched linear
+// algebra (cholesky, triangular-solve: the two minor dims are one matrix): every dimension the
 // op leaves untouched keeps its sharding and runs locally; only the dimensions the op changes are
 // gathered first. Reverse keeps its reversed dimensions sharded (GSPMD §4.3: a halo exchange moves
 // the padding of uneven shards to the other end, a local reverse, and the tiles swap places).
@@ -27,6 +28,16 @@ std::vector<int64_t> TouchedDims(const Instruction& op) {
     case Opcode::kSort:
       for (int64_t d : op.dimensions) add(d);
       break;
+    case Opcode::kGeneric:
+      // Batched linear algebra (cholesky, triangular-solve): each matrix, the two minor dims, is
+      // one problem.
+      if (rank >= 2 && (op.opcode_text() == "cholesky" || op.opcode_text() == "triangular-solve")) {
+        add(rank - 2);
+        add(rank - 1);
+        break;
+      }
+      for (int64_t d = 0; d < rank; ++d) add(d);
+      break;
     case Opcode::kDynamicSlice:
       for (int64_t d = 0; d < rank; ++d)
         if (op.dynamic_slice_sizes[static_cast<size_t>(d)] != op.operand(0)->shape().dim(d)) add(d);
@@ -41,19 +52,20 @@ std::vector<int64_t> TouchedDims(const Instruction& op) {
   return t;
 }
 
-// The result's map with the one sharded touched dim's tiles moved onto an untouched dim (as the
-// minor part of its tile index): the op then runs with every dim it touches whole and the work
-// still split over every device. The untouched dim: one whose size the combined tiles divide, else
-// the largest; none when no touched dim or more than one is sharded.
+// The result's map with the sharded touched dims' tiles moved onto an untouched dim (as the minor
+// part of its tile index, the touched dims' indices in row-major order): the op then runs with
+// every dim it touches whole and the work still split over every device. The untouched dim: one
+// whose size the combined tiles divide, else the largest; none when no touched dim is sharded.
 std::optional<TileMap> MovedTouchedTiles(const TileMap& m, const std::vector<int64_t>& touched, const std::vector<int64_t>& dims) {
-  int64_t d = -1;
+  std::vector<int64_t> moving;
+  int64_t k = 1;
   for (int64_t t : touched) {
     if (m.tiles(t) == 1) continue;
-    if (d >= 0) return std::nullopt;
-    d = t;
+    moving.push_back(t);
+    k *= m.tiles(t);
   }
-  if (d < 0) return std::nullopt;
-  const int64_t k = m.tiles(d), rank = static_cast<int64_t>(dims.size());
+  if (moving.empty()) return std::nullopt;
+  const int64_t rank = static_cast<int64_t>(dims.size());
   int64_t e = -1;
   bool e_divides = false;
   for (int64_t c = 0; c < rank; ++c) {
@@ -70,13 +82,17 @@ std::optional<TileMap> MovedTouchedTiles(const TileMap& m, const std::vector<int
   if (e < 0) return std::nullopt;
   std::vector<int64_t> tiles = m.tiles();
   tiles[static_cast<size_t>(e)] *= k;
-  tiles[static_cast<size_t>(d)] = 1;
+  for (int64_t d : moving) tiles[static_cast<size_t>(d)] = 1;
   std::vector<DeviceTile> devs;
   devs.reserve(static_cast<size_t>(m.num_devices()));
   for (int64_t dev = 0; dev < m.num_devices(); ++dev) {
     DeviceTile dt = m.device(dev);
-    dt.index[static_cast<size_t>(e)] = dt.index[static_cast<size_t>(e)] * k + dt.index[static_cast<size_t>(d)];
-    dt.index[static_cast<size_t>(d)] = 0;
+    int64_t index = dt.index[static_cast<size_t>(e)];
+    for (int64_t d : moving) {
+      index = index * m.tiles(d) + dt.index[static_cast<size_t>(d)];
+      dt.index[static_cast<size_t>(d)] = 0;
+    }
+    dt.index[static_cast<size_t>(e)] = index;
     devs.push_back(std::move(dt));
   }
   return TileMap(std::move(tiles), std::move(devs));
@@ -95,11 +111,12 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   TileMap work = m->Gathered(touched);
   auto ws = work.ToSharding();
   if (!ws.ok()) return PartitionWithFallback(ctx, op);
-  // Or, for concatenate and sort, the touched dim's tiles moved onto an untouched dim (XLA's
-  // handlers of both: all-to-alls there and back instead of making the dim whole on every
-  // device), when that moves no more bytes (the per-collective overhead aside: the work and the
-  // memory stay split over every device). Dynamic-(update-)slice gather, as XLA's do.
-  const bool may_move = op.opcode() == Opcode::kConcatenate || op.opcode() == Opcode::kSort;
+  // Or, for concatenate, sort and batched linear algebra, the touched dims' tiles moved onto an
+  // untouched dim (XLA's concatenate and sort handlers: all-to-alls there and back instead of
+  // making the dim whole on every device; cholesky's matrices spread over every device), when that
+  // moves no more bytes (the per-collective overhead aside: the work and the memory stay split
+  // over every device). Dynamic-(update-)slice gather, as XLA's do.
+  const bool may_move = op.opcode() == Opcode::kConcatenate || op.opcode() == Opcode::kSort || op.opcode() == Opcode::kGeneric;
   if (auto moved = may_move ? MovedTouchedTiles(*m, touched, out.dims) : std::nullopt) {
     auto msh = moved->ToSharding();
     if (msh.ok()) {
@@ -139,7 +156,8 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   }
   auto local = ctx.maps().ShardShape(op.shape(), op.shape().IsTuple() ? HloSharding::Tuple(std::vector<HloSharding>(op.shape().tuple.size(), *ws)) : *ws);
   if (!local.ok()) return PartitionWithFallback(ctx, op);
-  Instruction* x = ctx.builder().Emit(op.opcode(), *local, ops);
+  Instruction* x = op.opcode() == Opcode::kGeneric ? ctx.builder().comp()->AddGeneric(op.opcode_text(), *local, ops, op.name())
+                                                   : ctx.builder().Emit(op.opcode(), *local, ops);
   // Attributes: untouched sharded dims cover the whole local shard.
   CopyAttributes(op, x);
   std::vector<Computation*> called;
@@ -207,6 +225,7 @@ Status HandleReverse(SpmdContext& ctx, const Instruction& op) {
 
 void RegisterFormattingHandlers(HandlerTable& table) {
   table.Add({Opcode::kConcatenate, Opcode::kDynamicSlice, Opcode::kDynamicUpdateSlice, Opcode::kSort}, HandleKeepUntouched);
+  table.AddGeneric({"cholesky", "triangular-solve"}, HandleKeepUntouched);
   table.Add({Opcode::kReverse}, HandleReverse);
 }
 
