@@ -99,7 +99,11 @@ class SpmdConformanceTest : public QObject {
     QCOMPARE(s->cases.size(), size_t{413});
     QVERIFY(s->rate.total > 0);
     const double rate = static_cast<double>(s->rate.passed) / static_cast<double>(s->rate.total);
-    QVERIFY2(rate >= 0.60, ("rate below 60%; see " + report + "\n" + last).c_str());
+    // The floor sits a little under today's 352/395 (89.1%), so a change that loses cases fails
+    // here; every program the evaluator can run must compute what the unpartitioned one does.
+    QVERIFY2(rate >= 0.87, ("rate below 87%; see " + report + "\n" + last).c_str());
+    QCOMPARE(s->verify_mismatches, int64_t{0});
+    QVERIFY(s->cases_verified >= 220);
   }
 };
 

@@ -258,6 +258,30 @@ ENTRY main {
     QVERIFY(r->collectives.at(0).reason.find("scatter: updates sharded on scatter dim 0") == 0);
   }
 
+  // Index passthrough merged with operand passthrough over the indices' replication (XLA's
+  // merged strategy, ScatterPreferUpdateIndexIfSmaller): the ids split 4 ways and copied twice, the
+  // table's columns split 2 ways across those copies, so each of the 8 devices applies a distinct
+  // quarter of the updates to its half of the columns; partial sums meet in all-reduces of 4. (The
+  // updates are large beside the table: gathering them would move more.)
+  void scatterIndexAndOperandPassthroughMerged() {
+    std::string why;
+    auto r = Run(ScatterAdd(256, 1024, 64, 64, "{devices=[1,2,4]<=[8] last_tile_dim_replicate}",
+                            "{devices=[4,1,2]<=[8] last_tile_dim_replicate}",
+                            "{devices=[4,1,1,2]<=[8] last_tile_dim_replicate}",
+                            "{devices=[1,2,4]<=[8] last_tile_dim_replicate}"),
+                 8, -1, 7, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    const Instruction* s = Only(*r->module, Opcode::kScatter);
+    QVERIFY(s);
+    QCOMPARE(s->operand(0)->shape().ToString(false), std::string("f32[256,512]"));
+    QCOMPARE(s->operand(2)->shape().ToString(false), std::string("f32[16,64,512]"));
+    const Instruction* ar = Only(*r->module, Opcode::kAllReduce);
+    QVERIFY(ar);
+    QCOMPARE(ar->replica_groups.groups.size(), size_t{2});
+    QCOMPARE(ar->replica_groups.groups[0].size(), size_t{4});
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+  }
+
   // Same with a max combiner: partial maxima combined by an all-reduce max.
   void scatterMaxPartialUpdates() {
     const std::string comb = R"(

@@ -56,12 +56,69 @@ struct Plan {
   int64_t sources = 0;
 };
 
-// Searches the joint tilings built from subsets of `sources` (each: map + labels).
+// The joint tiling with label `l` (untiled in it) split f ways over the copies of each tile (f
+// divides the replication): device replica k of its tile takes index k mod f along l and stays
+// copy k / f (XLA's merged strategies, e.g. index passthrough on the indices' tiles and operand
+// passthrough over their replication).
+std::optional<TileMap> FilledWithReplicas(const TileMap& joint, int64_t l, int64_t f) {
+  const int64_t r = joint.replication();
+  if (f < 2 || r % f != 0 || joint.tiles(l) != 1) return std::nullopt;
+  std::vector<int64_t> tiles = joint.tiles();
+  tiles[static_cast<size_t>(l)] = f;
+  std::vector<DeviceTile> devs;
+  devs.reserve(static_cast<size_t>(joint.num_devices()));
+  for (int64_t d = 0; d < joint.num_devices(); ++d) {
+    DeviceTile dt = joint.device(d);
+    dt.index[static_cast<size_t>(l)] = dt.replica % f;
+    dt.replica /= f;
+    devs.push_back(std::move(dt));
+  }
+  return TileMap(std::move(tiles), std::move(devs));
+}
+
+// Searches the joint tilings built from subsets of `sources` (each: map + labels), and each of
+// them with one untiled label split over (part of) its replication.
 std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::vector<JointSource>& sources,
                                 const std::vector<const PartitionedHlo*>& ins, const std::vector<std::vector<int64_t>>& in_labels,
                                 const std::vector<int64_t>& out_labels, const Shape& out_leaf, const HloSharding& target_leaf,
                                 const std::vector<int64_t>& reducible, bool can_reduce, int64_t outputs) {
   std::optional<Plan> best;
+  // The smallest extent each label has (a label is split only over at most that many tiles).
+  std::vector<int64_t> extent(static_cast<size_t>(L.num), std::numeric_limits<int64_t>::max());
+  auto note = [&](const std::vector<int64_t>& labels, const Shape& shape) {
+    for (size_t d = 0; d < labels.size() && static_cast<int64_t>(d) < shape.rank(); ++d)
+      if (labels[d] >= 0) extent[static_cast<size_t>(labels[d])] = std::min(extent[static_cast<size_t>(labels[d])], shape.dim(static_cast<int64_t>(d)));
+  };
+  for (size_t i = 0; i < ins.size(); ++i) note(in_labels[i], ins[i]->base_shape);
+  note(out_labels, out_leaf);
+  auto evaluate = [&](const TileMap& joint, int64_t nsources) {
+    Plan p{joint, {}, {}, {}, 0, nsources};
+    for (size_t i = 0; i < ins.size(); ++i) {
+      auto s = joint.Projected(in_labels[i]).ToSharding();
+      if (!s.ok()) return;
+      auto c = ctx.resharder().Plan(ins[i]->sharding, *s, ins[i]->base_shape);
+      if (!c.ok()) return;
+      p.cost += c->bytes;
+      p.in.push_back(*s);
+    }
+    for (int64_t l : reducible)
+      if (joint.tiles(l) > 1) p.reduce_labels.push_back(l);
+    if (!p.reduce_labels.empty() && !can_reduce) return;
+    TileMap partial = joint.Projected(out_labels);
+    auto psh = partial.ToSharding();
+    if (!psh.ok()) return;
+    p.partial_out = *psh;
+    const int64_t out_bytes = ElementsOf(partial.ShardShape(out_leaf.dims)) * PrimitiveTypeBytes(out_leaf.type) * outputs;
+    if (!p.reduce_labels.empty()) {
+      int64_t g = 1;
+      for (int64_t l : p.reduce_labels) g *= joint.tiles(l);
+      p.cost += 2 * out_bytes * (g - 1) / g + kCollectiveOverheadBytes;
+    }
+    auto c3 = ctx.resharder().Plan(p.partial_out, target_leaf, out_leaf);
+    if (!c3.ok()) return;
+    p.cost += c3->bytes * outputs;
+    if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
+  };
   const int64_t ns = static_cast<int64_t>(sources.size());
   for (int64_t mask = (int64_t{1} << ns) - 1; mask >= 0; --mask) {
     std::vector<JointSource> srcs;
@@ -69,34 +126,12 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
       if (mask & (int64_t{1} << i)) srcs.push_back(sources[static_cast<size_t>(i)]);
     auto joint = ctx.JointTiling(srcs, L.num);
     if (!joint) continue;
-    Plan p{*joint, {}, {}, {}, 0, static_cast<int64_t>(srcs.size())};
-    bool ok = true;
-    for (size_t i = 0; i < ins.size() && ok; ++i) {
-      auto s = joint->Projected(in_labels[i]).ToSharding();
-      if (!s.ok()) { ok = false; break; }
-      auto c = ctx.resharder().Plan(ins[i]->sharding, *s, ins[i]->base_shape);
-      if (!c.ok()) { ok = false; break; }
-      p.cost += c->bytes;
-      p.in.push_back(*s);
-    }
-    if (!ok) continue;
-    for (int64_t l : reducible)
-      if (joint->tiles(l) > 1) p.reduce_labels.push_back(l);
-    if (!p.reduce_labels.empty() && !can_reduce) continue;
-    TileMap partial = joint->Projected(out_labels);
-    auto psh = partial.ToSharding();
-    if (!psh.ok()) continue;
-    p.partial_out = *psh;
-    const int64_t out_bytes = ElementsOf(partial.ShardShape(out_leaf.dims)) * PrimitiveTypeBytes(out_leaf.type) * outputs;
-    if (!p.reduce_labels.empty()) {
-      int64_t g = 1;
-      for (int64_t l : p.reduce_labels) g *= joint->tiles(l);
-      p.cost += 2 * out_bytes * (g - 1) / g + kCollectiveOverheadBytes;
-    }
-    auto c3 = ctx.resharder().Plan(p.partial_out, target_leaf, out_leaf);
-    if (!c3.ok()) continue;
-    p.cost += c3->bytes * outputs;
-    if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
+    const int64_t nsources = static_cast<int64_t>(srcs.size());
+    evaluate(*joint, nsources);
+    const int64_t r = joint->replication();
+    for (int64_t l = 0; l < L.num; ++l)
+      for (int64_t f = 2; f <= r && f <= extent[static_cast<size_t>(l)]; ++f)
+        if (auto filled = FilledWithReplicas(*joint, l, f)) evaluate(*filled, nsources);
   }
   return best;
 }
