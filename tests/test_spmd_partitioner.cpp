@@ -819,6 +819,27 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QVERIFY(found);
   }
 
+  // XLA's base case: operands both split over every device along the contracting dims multiply
+  // their shards and reduce the partial sums (a reduce-scatter into the result's split), though
+  // gathering the small lhs and moving the rhs would move fewer bytes here (TiledDotOutputTiled).
+  // The same for a convolution written as a dot.
+  void contractingSplitOperandsReduceTheirProducts() {
+    for (const std::string op : {"dot", "convolution"}) {
+      const std::string attrs = op == "dot" ? "lhs_contracting_dims={1}, rhs_contracting_dims={0}" : "dim_labels=bf_io->bf";
+      const std::string text = "HloModule c, num_partitions=2\n\nENTRY e {\n"
+                               "  a = f32[128,64] parameter(0), sharding={devices=[1,2]<=[2]}\n"
+                               "  b = f32[64,256] parameter(1), sharding={devices=[2,1]<=[2]}\n"
+                               "  ROOT d = f32[128,256] " + op + "(a, b), " + attrs + ", sharding={devices=[1,2]<=[2]}\n}\n";
+      std::string why;
+      auto r = testing::PartitionAndVerify(text, 2, &why);
+      QVERIFY2(r, (op + ": " + why).c_str());
+      QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+      QVERIFY(Find(*r->module, Opcode::kAllToAll).empty());
+      const size_t reductions = Find(*r->module, Opcode::kReduceScatter).size() + Find(*r->module, Opcode::kAllReduce).size();
+      QCOMPARE(reductions, size_t{1});
+    }
+  }
+
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
   // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
   // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a

@@ -168,6 +168,7 @@ struct ConvPlan {
   std::vector<SpatialPlan> spatial;
   std::vector<int64_t> contract_labels;  // tiled contracting labels (all-reduce groups)
   int64_t cost = 0;
+  bool contracting_all = false;  // every device holds a different part of the input features
 };
 
 std::string MapKey(const TileMap& m) {
@@ -457,6 +458,10 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
         ctiles *= joint.tiles(l);
       }
     }
+    int64_t feature_tiles = 1;
+    for (int64_t l = 0; l < L.num(); ++l)
+      if (L.kind[static_cast<size_t>(l)] == Kind::kContract) feature_tiles *= joint.tiles(l);
+    p.contracting_all = feature_tiles == n;
     if (ctiles > 1) {
       const int64_t partial_bytes = ElementsOf(pmap.ShardShape(out_shape.dims)) * out_elem;
       p.cost += 2 * partial_bytes * (ctiles - 1) / ctiles + kCollectiveOverheadBytes;
@@ -464,6 +469,9 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
     return p;
   };
 
+  // XLA's base case (as the dot handler's): both operands split over every device along the input
+  // features multiply their shards and all-reduce, before any operand is moved.
+  const bool contracting_first = n > 1 && lm->tiles(cd.input_feature) == n && rm->tiles(cd.kernel_input_feature) == n;
   std::optional<ConvPlan> best;
   std::set<std::string> seen;
   for (int64_t variant = 0; variant < (int64_t{1} << ambiguous.size()); ++variant) {
@@ -483,7 +491,9 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       TileMap j = fix(*joint);
       if (!seen.insert(MapKey(j)).second) continue;
       auto p = evaluate(j, lhs_labels);
-      if (p && (!best || p->cost < best->cost)) best = std::move(p);
+      if (p && (!best || (contracting_first && p->contracting_all != best->contracting_all ? p->contracting_all
+                                                                                          : p->cost < best->cost)))
+        best = std::move(p);
     }
   }
   if (!best) return PartitionWithFallback(ctx, conv);
