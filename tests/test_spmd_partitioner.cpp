@@ -840,6 +840,22 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     }
   }
 
+  // An uneven merge (XLA's ReshapeWithReshard4 in small): [4,8,4,2] split (2,1,4,1) to [32,8]
+  // split 8 ways gives each device a range of the merged dim that no operand sharding holds as a
+  // block. Reshaped in the operand's own sharding (4 rows of 8 x 2 on dim 0, the 4-way dim becoming
+  // dim 1's), one all-to-all moves dim 1's tiles onto dim 0 — no gather, no halos.
+  void unevenMergeReshapesInTheOperandSharding() {
+    const std::string text = "HloModule r, num_partitions=8\n\nENTRY e {\n"
+                             "  p = f32[4,8,4,2] parameter(0), sharding={devices=[2,1,4,1]<=[8]}\n"
+                             "  ROOT r = f32[32,8] reshape(p), sharding={devices=[8,1]<=[8]}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(text, 8, &why);
+    QVERIFY2(r, why.c_str());
+    QCOMPARE(Find(*r->module, Opcode::kAllToAll).size(), size_t{1});
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+    QVERIFY(Find(*r->module, Opcode::kCollectivePermute).empty());
+  }
+
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
   // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
   // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a

@@ -147,6 +147,11 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
     if (out.dim(d) % t != 0 || in.dim(src) % t != 0) uneven.push_back(g);
     in_tiles[static_cast<size_t>(src)] = t;
   }
+  // Uneven groups: reshaping in the operand's own sharding, when its shards are blocks of their
+  // groups, and resharding the result (an all-to-all) beats re-cutting the operand into the
+  // result's uneven ranges (a gather, then halos from up to every other shard).
+  if (!uneven.empty())
+    if (auto done = ReshapeInOperandSharding(ctx, orig, s, groups)) return *done;
   auto device_tiles = [&](auto index_of) {
     std::vector<DeviceTile> devs;
     for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
