@@ -856,6 +856,52 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QVERIFY(Find(*r->module, Opcode::kCollectivePermute).empty());
   }
 
+  // select-and-scatter (max-pool's backward) with non-overlapping windows that start at the shard
+  // boundaries runs in each device's shard: the last shard's padding is never selected, and a
+  // source window past the end (11 rows, windows of 3 with no padding: three windows on two
+  // devices, the second device's second one is padding over rows 9-11) scatters zero. Overlapping
+  // windows still run replicated, and correctly.
+  void selectAndScatterStaysSharded() {
+    struct Row {
+      int64_t rows, sources, devices;
+      std::string window;
+      bool sharded;
+      std::string local;
+    };
+    const std::vector<Row> rows = {
+        {11, 4, 4, "size=3x2 stride=3x2 pad=0_1x0_0", true, "f32[3,4]"},
+        {11, 3, 2, "size=3x2 stride=3x2", true, "f32[6,4]"},  // rows 9, 10 in no window; source padded
+        {12, 4, 2, "size=2x2 stride=3x2", true, "f32[6,4]"},
+        {12, 5, 2, "size=4x2 stride=2x2", false, "f32[12,4]"},  // overlapping windows
+    };
+    for (const Row& row : rows) {
+      const std::string n = std::to_string(row.rows), m = std::to_string(row.sources);
+      const std::string text =
+          "HloModule s, num_partitions=" + std::to_string(row.devices) +
+          "\n\nge {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT c = pred[] compare(a, b), direction=GE\n}\n\n"
+          "sum {\n  c = f32[] parameter(0)\n  d = f32[] parameter(1)\n  ROOT e = f32[] add(c, d)\n}\n\n"
+          "ENTRY e {\n  p = f32[" + n + ",4] parameter(0), sharding={devices=[" + std::to_string(row.devices) + ",1]<=[" +
+          std::to_string(row.devices) + "]}\n"
+          "  g = f32[" + m + ",2] parameter(1), sharding={devices=[" + std::to_string(row.devices) + ",1]<=[" +
+          std::to_string(row.devices) + "]}\n"
+          "  z = f32[] constant(0), sharding={replicated}\n"
+          "  ROOT s = f32[" + n + ",4] select-and-scatter(p, g, z), window={" + row.window + "}, select=ge, scatter=sum, "
+          "sharding={devices=[" + std::to_string(row.devices) + ",1]<=[" + std::to_string(row.devices) + "]}\n}\n";
+      std::string why;
+      auto r = testing::PartitionAndVerify(text, row.devices, &why);
+      QVERIFY2(r, (row.window + ": " + why).c_str());
+      const auto ss = Find(*r->module, Opcode::kSelectAndScatter);
+      QCOMPARE(ss.size(), size_t{1});
+      if (!row.sharded) {
+        QCOMPARE(ss[0]->shape().ToString(false), row.local);
+        continue;
+      }
+      QCOMPARE(ss[0]->shape().ToString(false), row.local);
+      QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+      QVERIFY(r->replicated_fallbacks.empty());
+    }
+  }
+
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
   // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
   // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a

@@ -897,6 +897,75 @@ Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
   return PartitionWindowed(ctx, slice, w);
 }
 
+// select-and-scatter (max-pool's backward) kept sharded like its result. Along each sharded dim the
+// windows must not overlap (size <= stride), start at the shard boundaries (no low padding, shards
+// a multiple of the stride) and the source's shards must hold exactly the windows of the operand's
+// shards: each device then selects and scatters within its own shard (XLA's no-overlap case). The
+// last shard's padding is never selected (masked with the lowest value for a GE/GT select, the
+// highest for LE/LT), and source windows past the end scatter the scatter's identity. Otherwise the
+// op runs replicated.
+Status HandleSelectAndScatter(SpmdContext& ctx, const Instruction& op) {
+  const HloSharding s = SpmdContext::ShardingOf(op);
+  if (op.operand_count() != 3 || !op.shape().IsArray() || op.called_computations().size() < 2 || !s.IsTiled())
+    return PartitionWithFallback(ctx, op);
+  const Shape& in = op.operand(0)->shape();
+  const Shape& src = op.operand(1)->shape();
+  const int64_t r = in.rank();
+  auto m = ctx.maps().Get(s, r);
+  if (!m.ok() || src.rank() != r || static_cast<int64_t>(op.window.dims.size()) != r) return PartitionWithFallback(ctx, op);
+  Window local = op.window;
+  std::vector<int64_t> sharded;
+  bool operand_padded = false, source_padded = false;
+  for (int64_t d = 0; d < r; ++d) {
+    const int64_t t = m->tiles(d);
+    if (t == 1) continue;
+    const WindowDimension& w = op.window.dims[static_cast<size_t>(d)];
+    if (w.base_dilation != 1 || w.window_dilation != 1 || w.size > w.stride || w.padding_low != 0)
+      return PartitionWithFallback(ctx, op);
+    const int64_t S = m->ShardSize(d, in.dim(d));
+    if (S % w.stride != 0 || m->ShardSize(d, src.dim(d)) != S / w.stride) return PartitionWithFallback(ctx, op);
+    local.dims[static_cast<size_t>(d)].padding_high = 0;  // each shard's windows end inside it
+    sharded.push_back(d);
+    operand_padded |= m->HasPadding(d, in.dim(d));
+    source_padded |= m->HasPadding(d, src.dim(d));
+  }
+  const Computation* select = op.called_computations()[0];
+  const Computation* scatter = op.called_computations()[1];
+  std::optional<double> never;  // the value the select never prefers
+  if (const Instruction* root = select ? select->root() : nullptr;
+      root && root->opcode() == Opcode::kCompare && root->operand_count() == 2 &&
+      root->operand(0)->opcode() == Opcode::kParameter && root->operand(1)->opcode() == Opcode::kParameter &&
+      root->operand(0)->parameter_number == 0 && root->operand(1)->parameter_number == 1 && IsFloatingPoint(in.type)) {
+    if (root->comparison == ComparisonDirection::kGe || root->comparison == ComparisonDirection::kGt)
+      never = -std::numeric_limits<double>::infinity();
+    if (root->comparison == ComparisonDirection::kLe || root->comparison == ComparisonDirection::kLt)
+      never = std::numeric_limits<double>::infinity();
+  }
+  std::optional<double> identity;
+  if (const std::optional<ReductionKind> kind = MatchReduction(scatter))
+    if (auto id = ReductionIdentity(*kind, src.type)) identity = id->values[0];
+  if ((operand_padded && !never) || (source_padded && !identity)) return PartitionWithFallback(ctx, op);
+  auto x = ctx.resharder().Reshard(ctx.Get(op.operand(0)), s);
+  if (!x.ok()) return Error(op.name() + ": " + x.error().message);
+  auto y = ctx.resharder().Reshard(ctx.Get(op.operand(1)), s);
+  if (!y.ok()) return Error(op.name() + ": " + y.error().message);
+  auto init = ctx.resharder().Reshard(ctx.Get(op.operand(2)), HloSharding::Replicate());
+  if (!init.ok()) return Error(op.name() + ": " + init.error().message);
+  Instruction* a = *x;
+  Instruction* b = *y;
+  if (operand_padded) a = MaskPadding(ctx, {a, s, in}, sharded, *never);
+  if (source_padded) b = MaskPadding(ctx, {b, s, src}, sharded, *identity);
+  Instruction* out = ctx.builder().Emit(Opcode::kSelectAndScatter, a->shape(), {a, b, *init});
+  CopyAttributes(op, out);
+  out->window = local;
+  out->has_window = true;
+  std::vector<Computation*> called;
+  for (Computation* c : op.called_computations()) called.push_back(ctx.builder().CloneScalarComputation(c));
+  out->mutable_called_computations() = called;
+  ctx.Set(&op, {out, s, op.shape()});
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status PartitionPadded(SpmdContext& ctx, const Instruction& op, const Instruction& operand,
@@ -943,6 +1012,7 @@ void RegisterWindowedHandlers(HandlerTable& table) {
   table.Add({Opcode::kReduceWindow}, HandleReduceWindow);
   table.Add({Opcode::kPad}, HandlePad);
   table.Add({Opcode::kSlice}, HandleSlice);
+  table.Add({Opcode::kSelectAndScatter}, HandleSelectAndScatter);
 }
 
 }  // namespace shardscope::spmd
