@@ -897,10 +897,89 @@ Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
   return PartitionWindowed(ctx, slice, w);
 }
 
-// select-and-scatter (max-pool's backward) kept sharded like its result. Along each sharded dim the
-// windows must not overlap (size <= stride), start at the shard boundaries (no low padding, shards
-// a multiple of the stride) and the source's shards must hold exactly the windows of the operand's
-// shards: each device then selects and scatters within its own shard (XLA's no-overlap case). The
+// select-and-scatter whose windows overlap along sharded dims (a 3x3 stride-2 max-pool's backward):
+// every device computes all the windows that touch its own shard. Along dim d (shards of S, a
+// multiple of the stride st; window w, low padding pl) those are windows j*S/st + a ... + b of
+// shard k, a = ceil((pl - w + 1) / st), b = floor((S - 1 + pl) / st): a halo exchange brings the
+// operand rows they read, [k*S + a*st - pl, + (J - 1)*st + w) with J = b - a + 1 (rows outside the
+// array read the value the select never prefers), and their source values (windows outside it read
+// the scatter's identity). The local select-and-scatter (no padding) covers rows a*st - pl ...
+// relative to the shard: padded with the init value and sliced to the shard's own S rows. The other
+// devices' contributions to those rows are computed here too, so no partial sums are exchanged.
+Status SelectAndScatterWithHalos(SpmdContext& ctx, const Instruction& op, const TileMap& m,
+                                 const std::vector<int64_t>& sharded, double never, double identity) {
+  const HloSharding s = SpmdContext::ShardingOf(op);
+  const Shape& in = op.operand(0)->shape();
+  const Shape& src = op.operand(1)->shape();
+  auto x = ctx.resharder().Reshard(ctx.Get(op.operand(0)), s);
+  if (!x.ok()) return Error(op.name() + ": " + x.error().message);
+  auto y = ctx.resharder().Reshard(ctx.Get(op.operand(1)), s);
+  if (!y.ok()) return Error(op.name() + ": " + y.error().message);
+  auto init = ctx.resharder().Reshard(ctx.Get(op.operand(2)), HloSharding::Replicate());
+  if (!init.ok()) return Error(op.name() + ": " + init.error().message);
+  Instruction* a_x = *x;
+  Instruction* a_y = *y;
+  Window local = op.window;
+  struct Cut {
+    int64_t d, lo, extent;  // the local result's rows relative to the shard start, and how many
+  };
+  std::vector<Cut> cuts;
+  for (int64_t d : sharded) {
+    const WindowDimension& w = op.window.dims[static_cast<size_t>(d)];
+    const int64_t t = m.tiles(d), S = m.ShardSize(d, in.dim(d)), st = w.stride, pl = w.padding_low;
+    auto floor_div = [](int64_t p, int64_t q) { return p >= 0 ? p / q : -((-p + q - 1) / q); };
+    const int64_t a = -floor_div(-(pl - w.size + 1), st), b = floor_div(S - 1 + pl, st), J = b - a + 1;
+    if (J < 1) return PartitionWithFallback(ctx, op);
+    const int64_t E = (J - 1) * st + w.size, Ssrc = S / st;
+    std::vector<int64_t> xs(static_cast<size_t>(t)), ys(static_cast<size_t>(t));
+    for (int64_t k = 0; k < t; ++k) {
+      xs[static_cast<size_t>(k)] = k * S + a * st - pl;
+      ys[static_cast<size_t>(k)] = k * Ssrc + a;
+    }
+    const std::string what = "select-and-scatter";
+    auto hx = ExchangeHalo(ctx.builder(), a_x, m, d, in.dim(d), xs, E, never, /*x_sharded=*/true, what);
+    if (!hx.ok()) return Error(op.name() + ": " + hx.error().message);
+    auto hy = ExchangeHalo(ctx.builder(), a_y, m, d, src.dim(d), ys, J, identity, /*x_sharded=*/true, what);
+    if (!hy.ok()) return Error(op.name() + ": " + hy.error().message);
+    a_x = *hx;
+    a_y = *hy;
+    WindowDimension& lw = local.dims[static_cast<size_t>(d)];
+    lw.padding_low = 0;
+    lw.padding_high = 0;
+    cuts.push_back({d, a * st - pl, E});
+  }
+  Instruction* out = ctx.builder().Emit(Opcode::kSelectAndScatter, a_x->shape(), {a_x, a_y, *init});
+  CopyAttributes(op, out);
+  out->window = local;
+  out->has_window = true;
+  std::vector<Computation*> called;
+  for (Computation* c : op.called_computations()) called.push_back(ctx.builder().CloneScalarComputation(c));
+  out->mutable_called_computations() = called;
+  // Each device's own rows: pad with the init value where the local result does not reach, cut.
+  for (const Cut& c : cuts) {
+    const int64_t S = m.ShardSize(c.d, in.dim(c.d));
+    const int64_t low = std::max<int64_t>(c.lo, 0), high = std::max<int64_t>(S - (c.lo + c.extent), 0);
+    if (low > 0 || high > 0) {
+      std::vector<int64_t> dims = out->shape().dims;
+      dims[static_cast<size_t>(c.d)] += low + high;
+      Instruction* p = ctx.builder().Emit(Opcode::kPad, Shape(out->shape().type, dims), {out, *init});
+      p->padding.assign(dims.size(), PaddingDim{});
+      p->padding[static_cast<size_t>(c.d)].low = low;
+      p->padding[static_cast<size_t>(c.d)].high = high;
+      out = p;
+    }
+    const int64_t from = std::max<int64_t>(-c.lo, 0);
+    out = ctx.builder().SliceDim(out, c.d, from, from + S);
+  }
+  ctx.Set(&op, {out, s, op.shape()});
+  return Status::Ok();
+}
+
+// select-and-scatter (max-pool's backward) kept sharded like its result. Along each sharded dim
+// the shards must be a multiple of the stride and the source's shards hold exactly the windows of
+// the operand's shards. When the windows do not overlap (size <= stride) and start at the shard
+// boundaries (no low padding), each device selects and scatters within its own shard (XLA's
+// no-overlap case); otherwise by halo exchange (SelectAndScatterWithHalos). The
 // last shard's padding is never selected (masked with the lowest value for a GE/GT select, the
 // highest for LE/LT), and source windows past the end scatter the scatter's identity. Otherwise the
 // op runs replicated.
@@ -915,15 +994,18 @@ Status HandleSelectAndScatter(SpmdContext& ctx, const Instruction& op) {
   if (!m.ok() || src.rank() != r || static_cast<int64_t>(op.window.dims.size()) != r) return PartitionWithFallback(ctx, op);
   Window local = op.window;
   std::vector<int64_t> sharded;
-  bool operand_padded = false, source_padded = false;
+  bool operand_padded = false, source_padded = false, overlapping = false;
   for (int64_t d = 0; d < r; ++d) {
     const int64_t t = m->tiles(d);
     if (t == 1) continue;
     const WindowDimension& w = op.window.dims[static_cast<size_t>(d)];
-    if (w.base_dilation != 1 || w.window_dilation != 1 || w.size > w.stride || w.padding_low != 0)
-      return PartitionWithFallback(ctx, op);
     const int64_t S = m->ShardSize(d, in.dim(d));
-    if (S % w.stride != 0 || m->ShardSize(d, src.dim(d)) != S / w.stride) return PartitionWithFallback(ctx, op);
+    // Both ways need the windows of every shard on the same grid: shards a multiple of the stride
+    // and the source's shards holding that many windows.
+    if (w.base_dilation != 1 || w.window_dilation != 1 || w.size < 1 || S % w.stride != 0 ||
+        m->ShardSize(d, src.dim(d)) != S / w.stride)
+      return PartitionWithFallback(ctx, op);
+    if (w.size > w.stride || w.padding_low != 0) overlapping = true;
     local.dims[static_cast<size_t>(d)].padding_high = 0;  // each shard's windows end inside it
     sharded.push_back(d);
     operand_padded |= m->HasPadding(d, in.dim(d));
@@ -944,6 +1026,10 @@ Status HandleSelectAndScatter(SpmdContext& ctx, const Instruction& op) {
   std::optional<double> identity;
   if (const std::optional<ReductionKind> kind = MatchReduction(scatter))
     if (auto id = ReductionIdentity(*kind, src.type)) identity = id->values[0];
+  if (overlapping) {
+    if (!never || !identity) return PartitionWithFallback(ctx, op);
+    return SelectAndScatterWithHalos(ctx, op, *m, sharded, *never, *identity);
+  }
   if ((operand_padded && !never) || (source_padded && !identity)) return PartitionWithFallback(ctx, op);
   auto x = ctx.resharder().Reshard(ctx.Get(op.operand(0)), s);
   if (!x.ok()) return Error(op.name() + ": " + x.error().message);
