@@ -904,6 +904,51 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     }
   }
 
+  // A block-scaled dot (custom-call "__op$block_scaled_dot": lhs, rhs and their scales) partitions
+  // as a dot, each scale split like its operand. Batch-split operands and result need no collective;
+  // a contracting split the scales cannot follow (2 blocks over 4 devices) runs replicated.
+  void blockScaledDotSplitsItsScalesLikeItsOperands() {
+    auto text = [](const std::string& lhs_sharding, int64_t blocks) {
+      const std::string b = std::to_string(blocks);
+      return "HloModule m, num_partitions=4\n\nENTRY e {\n"
+             "  l = f8e4m3fn[4,128,64] parameter(0), sharding=" + lhs_sharding + "\n"
+             "  ls = f8e8m0fnu[4,128," + b + "] parameter(1), sharding=" + lhs_sharding + "\n"
+             "  r = f8e4m3fn[4,256,64] parameter(2), sharding=" + lhs_sharding + "\n"
+             "  rs = f8e8m0fnu[4,256," + b + "] parameter(3), sharding=" + lhs_sharding + "\n"
+             "  ROOT d = f32[4,128,256] custom-call(l, r, ls, rs), custom_call_target=\"__op$block_scaled_dot\", "
+             "sharding={devices=[4,1,1]<=[4]}\n}\n";
+    };
+    auto partition = [](const std::string& t) {
+      auto m = ParseHloModule(t);
+      SpmdOptions o;
+      o.num_partitions = 4;
+      return PartitionModule(**m, o);
+    };
+    auto batch = partition(text("{devices=[4,1,1]<=[4]}", 2));
+    QVERIFY2(batch.ok(), batch.ok() ? "" : batch.error().message.c_str());
+    const auto cc = Find(*batch->module, Opcode::kCustomCall);
+    QCOMPARE(cc.size(), size_t{1});
+    QCOMPARE(cc[0]->shape().ToString(false), std::string("f32[1,128,256]"));
+    QCOMPARE(cc[0]->operand(2)->shape().ToString(false), std::string("f8e8m0fnu[1,128,2]"));
+    QCOMPARE(cc[0]->operand(3)->shape().ToString(false), std::string("f8e8m0fnu[1,256,2]"));
+    QCOMPARE(batch->collectives.size(), size_t{0});
+    // Contracting dim split 4 ways: 64 columns split, but 2 blocks of scales cannot be.
+    auto contracting = partition(text("{devices=[1,1,4]<=[4]}", 2));
+    QVERIFY2(contracting.ok(), contracting.ok() ? "" : contracting.error().message.c_str());
+    const auto cc2 = Find(*contracting->module, Opcode::kCustomCall);
+    QCOMPARE(cc2.size(), size_t{1});
+    QCOMPARE(cc2[0]->operand(0)->shape().ToString(false), std::string("f8e4m3fn[4,128,64]"));
+    // With 4 blocks the split follows: partial products, reduce-scattered onto the batch.
+    auto blocks = partition(text("{devices=[1,1,4]<=[4]}", 4));
+    QVERIFY2(blocks.ok(), blocks.ok() ? "" : blocks.error().message.c_str());
+    const auto cc3 = Find(*blocks->module, Opcode::kCustomCall);
+    QCOMPARE(cc3.size(), size_t{1});
+    QCOMPARE(cc3[0]->operand(0)->shape().ToString(false), std::string("f8e4m3fn[4,128,16]"));
+    QCOMPARE(cc3[0]->operand(2)->shape().ToString(false), std::string("f8e8m0fnu[4,128,1]"));
+    QCOMPARE(Find(*blocks->module, Opcode::kReduceScatter).size() + Find(*blocks->module, Opcode::kAllReduce).size(),
+             size_t{1});
+  }
+
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
   // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
   // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a

@@ -68,6 +68,11 @@ void RegisterTopKPattern(HandlerTable& table);            // sort then the first
 // Every family's handlers, built on first use.
 const HandlerTable& SpmdHandlers();
 
+// A block-scaled dot (custom-call "__op$block_scaled_dot": lhs, rhs, lhs_scale, rhs_scale; the
+// contracting dim the last of each operand, a leading batch dim at rank 3), partitioned by the dot
+// handler with each scale split like its operand (handlers/dot.cpp).
+Status PartitionBlockScaledDot(SpmdContext& ctx, const Instruction& cc);
+
 // The handler for ops without a dedicated one: replicate the operands, run the op whole, reshard
 // the result to its sharding. Always correct; the cost shows up as all-gathers. Handlers fall
 // back to it for configurations they do not cover.

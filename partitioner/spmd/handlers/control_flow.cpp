@@ -67,6 +67,7 @@ Status HandleCustomCall(SpmdContext& ctx, const Instruction& orig) {
     ctx.Set(&orig, {*r, target, orig.shape()});
     return Status::Ok();
   }
+  if (orig.custom_call_target == "__op$block_scaled_dot") return PartitionBlockScaledDot(ctx, orig);
   if (orig.custom_call_target == "SPMDFullToShardShape" && orig.operand_count() == 1) {
     // Entering a manual region: the operand's shards become the manual region's local values.
     const PartitionedHlo& in = ctx.Get(orig.operand(0));

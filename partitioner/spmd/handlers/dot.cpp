@@ -12,6 +12,7 @@
 // all-gather of one side when both non-contracting dims use the same axis (case 4).
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "partitioner/spmd/context.h"
 #include "partitioner/spmd/handler_table.h"
@@ -28,10 +29,7 @@ struct DotLabels {
   int64_t out_rank() const { return nb + nl + nr; }
 };
 
-DotLabels MakeLabels(const Instruction& dot) {
-  const auto& dn = dot.dot_dims;
-  const Shape& ls = dot.operand(0)->shape();
-  const Shape& rs = dot.operand(1)->shape();
+DotLabels MakeLabels(const DotDimensionNumbers& dn, const Shape& ls, const Shape& rs) {
   DotLabels L;
   L.nb = static_cast<int64_t>(dn.lhs_batch.size());
   L.nc = static_cast<int64_t>(dn.lhs_contracting.size());
@@ -68,11 +66,22 @@ struct DotPlan {
   bool contracting_all = false;  // every device holds a different part of the contracting dims
 };
 
-Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
-  if (!dot.shape().IsArray() || dot.operand_count() != 2) return Error(dot.name() + ": malformed dot");
-  const DotLabels L = MakeLabels(dot);
-  const PartitionedHlo& lv = ctx.Get(dot.operand(0));
-  const PartitionedHlo& rv = ctx.Get(dot.operand(1));
+// A dot, or an op that multiplies like one: its dimension numbers, its two matrix operands and, for
+// a block-scaled dot, the scale of each (split like its operand, the blocked dim's extent divided
+// by the block size). The scaled form has no windowed loops.
+struct DotLike {
+  DotDimensionNumbers dims;
+  const Instruction* lhs = nullptr;
+  const Instruction* rhs = nullptr;
+  const Instruction* lhs_scale = nullptr;
+  const Instruction* rhs_scale = nullptr;
+  bool scaled() const { return lhs_scale != nullptr; }
+};
+
+Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike& like) {
+  const DotLabels L = MakeLabels(like.dims, like.lhs->shape(), like.rhs->shape());
+  const PartitionedHlo& lv = ctx.Get(like.lhs);
+  const PartitionedHlo& rv = ctx.Get(like.rhs);
   const HloSharding target = SpmdContext::ShardingOf(dot);
   auto lm = ctx.maps().Get(lv.sharding, lv.base_shape.rank());
   auto rm = ctx.maps().Get(rv.sharding, rv.base_shape.rank());
@@ -90,11 +99,12 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   // The same dot configuration recurs on every layer: decide once.
   std::string key = ShardingKey(lv.sharding) + "|" + ShardingKey(rv.sharding) + "|" + ShardingKey(target) + "|" +
                     lv.base_shape.ToString(false) + "|" + rv.base_shape.ToString(false) + "|" + dot.shape().ToString(false);
-  for (auto* dims : {&dot.dot_dims.lhs_batch, &dot.dot_dims.rhs_batch, &dot.dot_dims.lhs_contracting,
-                     &dot.dot_dims.rhs_contracting}) {
+  for (auto* dims : {&like.dims.lhs_batch, &like.dims.rhs_batch, &like.dims.lhs_contracting,
+                     &like.dims.rhs_contracting}) {
     key += '|';
     for (int64_t d : *dims) key += std::to_string(d) + ",";
   }
+  if (like.scaled()) key += "|scaled";
   auto& cache = ctx.Decisions<std::optional<DotPlan>>();
   std::optional<DotPlan> best;
   auto cached = cache.find(key);
@@ -109,8 +119,8 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     for (int64_t d : dims) t *= m.tiles(d);
     return t;
   };
-  const bool contracting_first = contracting_partitions(*lm, dot.dot_dims.lhs_contracting) == ctx.num_devices() &&
-                                 contracting_partitions(*rm, dot.dot_dims.rhs_contracting) == ctx.num_devices() &&
+  const bool contracting_first = contracting_partitions(*lm, like.dims.lhs_contracting) == ctx.num_devices() &&
+                                 contracting_partitions(*rm, like.dims.rhs_contracting) == ctx.num_devices() &&
                                  ctx.num_devices() > 1;
   for (int mask = 7; mask >= 0; --mask) {
     std::vector<JointSource> srcs;
@@ -153,7 +163,8 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
           if (!ok) continue;
           // Uneven pieces only through the windowed loop, which pads the scattered dim.
           const bool even = s % g == 0 && om->ShardSize(k, full) * g == s;
-          const bool windowed = c1->bytes == 0 && c2->bytes == 0 && WindowedReduceScatterApplies(ctx, partial_bytes, g);
+          const bool windowed = !like.scaled() && c1->bytes == 0 && c2->bytes == 0 &&
+                                WindowedReduceScatterApplies(ctx, partial_bytes, g);
           if (!even && !(windowed && partial.tiles(k) == 1 && om->ShardSize(k, full) == (s + g - 1) / g)) continue;
           std::vector<std::vector<int64_t>> groups = p.reduce_groups;
           for (auto& grp : groups) {
@@ -194,7 +205,7 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
     // plans: one that keeps one operand and the output as they are and passes the other operand
     // round the ring wins whatever the bytes (its transfers overlap the products, and no device
     // holds the gathered operand). docs/partitioner.md, "Windowed einsum".
-    if (ctx.options().windowed_einsum_threshold_mib >= 0 && p.reduce_groups.empty() && c3->bytes == 0) {
+    if (ctx.options().windowed_einsum_threshold_mib >= 0 && !like.scaled() && p.reduce_groups.empty() && c3->bytes == 0) {
       const Shape plan_local(dot.shape().type, partial.ShardShape(dot.shape().dims));
       auto w = PlanWindowedDot(ctx, {lv, rv, p.lhs, p.rhs, L.lhs_label, L.rhs_label, L.out_rank(), plan_local});
       p.windowed = w && (w->is_rhs ? c1->bytes : c2->bytes) == 0;
@@ -213,11 +224,23 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   }
   // Padding on a sharded contracting dim must not leak into the sums: zero it on both sides.
   std::vector<int64_t> lpad, rpad;
-  for (size_t i = 0; i < dot.dot_dims.lhs_contracting.size(); ++i) {
+  for (size_t i = 0; i < like.dims.lhs_contracting.size(); ++i) {
     const int64_t label = L.nb + L.nl + L.nr + static_cast<int64_t>(i);
     if (best->joint.tiles(label) > 1) {
-      lpad.push_back(dot.dot_dims.lhs_contracting[i]);
-      rpad.push_back(dot.dot_dims.rhs_contracting[i]);
+      lpad.push_back(like.dims.lhs_contracting[i]);
+      rpad.push_back(like.dims.rhs_contracting[i]);
+    }
+  }
+  // A scale splits like its operand only when every tile holds whole blocks, and no tile holds
+  // padding (which would need its scales masked too).
+  if (like.scaled()) {
+    for (const auto& [operand, scale, sharding] :
+         {std::tuple{like.lhs, like.lhs_scale, best->lhs}, std::tuple{like.rhs, like.rhs_scale, best->rhs}}) {
+      auto sm = ctx.maps().Get(sharding, operand->shape().rank());
+      if (!sm.ok()) return PartitionWithFallback(ctx, dot);
+      for (int64_t d = 0; d < operand->shape().rank(); ++d)
+        if (scale->shape().dim(d) % sm->tiles(d) != 0 || operand->shape().dim(d) % sm->tiles(d) != 0)
+          return PartitionWithFallback(ctx, dot);
     }
   }
   TileMap partial = best->joint.Projected(out_labels);
@@ -225,7 +248,7 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   Instruction* d = nullptr;
   // An operand the plan all-gathers may instead travel round the ring window by window
   // (windowed_einsum.h; off unless SpmdOptions::windowed_einsum_threshold_mib >= 0).
-  if (lpad.empty()) {
+  if (lpad.empty() && !like.scaled()) {
     auto windowed = TryWindowedDot(ctx, dot, {lv, rv, best->lhs, best->rhs, L.lhs_label, L.rhs_label, L.out_rank(), local});
     if (windowed) {
       if (!windowed->ok()) return Error(dot.name() + ": " + windowed->error().message);
@@ -251,6 +274,13 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
           ctx, dot,
           {lx, rx, lk == L.lhs_label.end() ? -1 : static_cast<int64_t>(lk - L.lhs_label.begin()),
            rk == L.rhs_label.end() ? -1 : static_cast<int64_t>(rk - L.rhs_label.begin()), k, best->reduce_groups, local});
+    } else if (like.scaled()) {
+      auto ls = ctx.resharder().Reshard(ctx.Get(like.lhs_scale), best->lhs);
+      if (!ls.ok()) return Error(dot.name() + ": " + ls.error().message);
+      auto rs = ctx.resharder().Reshard(ctx.Get(like.rhs_scale), best->rhs);
+      if (!rs.ok()) return Error(dot.name() + ": " + rs.error().message);
+      d = ctx.builder().Emit(dot.opcode(), local, {lx, rx, *ls, *rs});
+      CopyAttributes(dot, d);
     } else {
       d = ctx.builder().Emit(Opcode::kDot, local, {lx, rx});
       d->dot_dims = dot.dot_dims;
@@ -280,7 +310,35 @@ Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
   return Status::Ok();
 }
 
+Status HandleDot(SpmdContext& ctx, const Instruction& dot) {
+  if (!dot.shape().IsArray() || dot.operand_count() != 2) return Error(dot.name() + ": malformed dot");
+  return PartitionDotLike(ctx, dot, {dot.dot_dims, dot.operand(0), dot.operand(1)});
+}
+
 }  // namespace
+
+Status PartitionBlockScaledDot(SpmdContext& ctx, const Instruction& cc) {
+  if (cc.operand_count() != 4 || !cc.shape().IsArray()) return PartitionWithFallback(ctx, cc);
+  const Shape& l = cc.operand(0)->shape();
+  const Shape& r = cc.operand(1)->shape();
+  const Shape& ls = cc.operand(2)->shape();
+  const Shape& rs = cc.operand(3)->shape();
+  const int64_t rank = l.rank();
+  if ((rank != 2 && rank != 3) || r.rank() != rank || ls.rank() != rank || rs.rank() != rank || cc.shape().rank() != rank)
+    return PartitionWithFallback(ctx, cc);
+  DotLike like;
+  if (rank == 3) {
+    like.dims.lhs_batch = {0};
+    like.dims.rhs_batch = {0};
+  }
+  like.dims.lhs_contracting = {rank - 1};
+  like.dims.rhs_contracting = {rank - 1};
+  like.lhs = cc.operand(0);
+  like.rhs = cc.operand(1);
+  like.lhs_scale = cc.operand(2);
+  like.rhs_scale = cc.operand(3);
+  return PartitionDotLike(ctx, cc, like);
+}
 
 void RegisterDotHandlers(HandlerTable& table) { table.Add({Opcode::kDot}, HandleDot); }
 
