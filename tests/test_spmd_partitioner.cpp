@@ -819,25 +819,22 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QVERIFY(found);
   }
 
-  // XLA's base case: operands both split over every device along the contracting dims multiply
-  // their shards and reduce the partial sums (a reduce-scatter into the result's split), though
-  // gathering the small lhs and moving the rhs would move fewer bytes here (TiledDotOutputTiled).
-  // The same for a convolution written as a dot.
-  void contractingSplitOperandsReduceTheirProducts() {
-    for (const std::string op : {"dot", "convolution"}) {
-      const std::string attrs = op == "dot" ? "lhs_contracting_dims={1}, rhs_contracting_dims={0}" : "dim_labels=bf_io->bf";
-      const std::string text = "HloModule c, num_partitions=2\n\nENTRY e {\n"
-                               "  a = f32[128,64] parameter(0), sharding={devices=[1,2]<=[2]}\n"
-                               "  b = f32[64,256] parameter(1), sharding={devices=[2,1]<=[2]}\n"
-                               "  ROOT d = f32[128,256] " + op + "(a, b), " + attrs + ", sharding={devices=[1,2]<=[2]}\n}\n";
-      std::string why;
-      auto r = testing::PartitionAndVerify(text, 2, &why);
-      QVERIFY2(r, (op + ": " + why).c_str());
-      QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
-      QVERIFY(Find(*r->module, Opcode::kAllToAll).empty());
-      const size_t reductions = Find(*r->module, Opcode::kReduceScatter).size() + Find(*r->module, Opcode::kAllReduce).size();
-      QCOMPARE(reductions, size_t{1});
-    }
+  // XLA's base case for a convolution written as a dot (TiledDotOutputTiled): operands both split
+  // over every device along the input features multiply their shards and reduce the partial sums
+  // (a reduce-scatter into the result's split), though gathering the small lhs and moving the rhs
+  // would move fewer bytes here.
+  void contractingSplitConvolutionReducesItsProducts() {
+    const std::string text = "HloModule c, num_partitions=2\n\nENTRY e {\n"
+                             "  a = f32[128,64] parameter(0), sharding={devices=[1,2]<=[2]}\n"
+                             "  b = f32[64,256] parameter(1), sharding={devices=[2,1]<=[2]}\n"
+                             "  ROOT d = f32[128,256] convolution(a, b), dim_labels=bf_io->bf, sharding={devices=[1,2]<=[2]}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(text, 2, &why);
+    QVERIFY2(r, why.c_str());
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+    QVERIFY(Find(*r->module, Opcode::kAllToAll).empty());
+    const size_t reductions = Find(*r->module, Opcode::kReduceScatter).size() + Find(*r->module, Opcode::kAllReduce).size();
+    QCOMPARE(reductions, size_t{1});
   }
 
   // An uneven merge (XLA's ReshapeWithReshard4 in small): [4,8,4,2] split (2,1,4,1) to [32,8]
@@ -905,8 +902,7 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
   }
 
   // A block-scaled dot (custom-call "__op$block_scaled_dot": lhs, rhs and their scales) partitions
-  // as a dot, each scale split like its operand. Batch-split operands and result need no collective;
-  // a contracting split the scales cannot follow (2 blocks over 4 devices) runs replicated.
+  // as a dot, each scale split like its operand. Batch-split operands and result need no collective.
   void blockScaledDotSplitsItsScalesLikeItsOperands() {
     auto text = [](const std::string& lhs_sharding, int64_t blocks) {
       const std::string b = std::to_string(blocks);
@@ -932,21 +928,71 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(cc[0]->operand(2)->shape().ToString(false), std::string("f8e8m0fnu[1,128,2]"));
     QCOMPARE(cc[0]->operand(3)->shape().ToString(false), std::string("f8e8m0fnu[1,256,2]"));
     QCOMPARE(batch->collectives.size(), size_t{0});
-    // Contracting dim split 4 ways: 64 columns split, but 2 blocks of scales cannot be.
-    auto contracting = partition(text("{devices=[1,1,4]<=[4]}", 2));
-    QVERIFY2(contracting.ok(), contracting.ok() ? "" : contracting.error().message.c_str());
-    const auto cc2 = Find(*contracting->module, Opcode::kCustomCall);
-    QCOMPARE(cc2.size(), size_t{1});
-    QCOMPARE(cc2[0]->operand(0)->shape().ToString(false), std::string("f8e4m3fn[4,128,64]"));
-    // With 4 blocks the split follows: partial products, reduce-scattered onto the batch.
-    auto blocks = partition(text("{devices=[1,1,4]<=[4]}", 4));
-    QVERIFY2(blocks.ok(), blocks.ok() ? "" : blocks.error().message.c_str());
-    const auto cc3 = Find(*blocks->module, Opcode::kCustomCall);
-    QCOMPARE(cc3.size(), size_t{1});
-    QCOMPARE(cc3[0]->operand(0)->shape().ToString(false), std::string("f8e4m3fn[4,128,16]"));
-    QCOMPARE(cc3[0]->operand(2)->shape().ToString(false), std::string("f8e8m0fnu[4,128,1]"));
-    QCOMPARE(Find(*blocks->module, Opcode::kReduceScatter).size() + Find(*blocks->module, Opcode::kAllReduce).size(),
-             size_t{1});
+    // The contracting dim split 4 ways moves onto the batch (the result's split) by all-to-alls,
+    // the scales with their operands: 2 blocks (padded to 4 shards, cut back to 2) or 4.
+    for (const int64_t blocks : {int64_t{2}, int64_t{4}}) {
+      auto moved = partition(text("{devices=[1,1,4]<=[4]}", blocks));
+      QVERIFY2(moved.ok(), moved.ok() ? "" : moved.error().message.c_str());
+      const auto c = Find(*moved->module, Opcode::kCustomCall);
+      QCOMPARE(c.size(), size_t{1});
+      QCOMPARE(c[0]->operand(0)->shape().ToString(false), std::string("f8e4m3fn[1,128,64]"));
+      QCOMPARE(c[0]->operand(2)->shape().ToString(false), "f8e8m0fnu[1,128," + std::to_string(blocks) + "]");
+      QCOMPARE(c[0]->operand(3)->shape().ToString(false), "f8e8m0fnu[1,256," + std::to_string(blocks) + "]");
+      QCOMPARE(Find(*moved->module, Opcode::kAllToAll).size(), size_t{4});
+      QVERIFY(Find(*moved->module, Opcode::kAllGather).empty());
+    }
+    // A small replicated result: the products stay split along the contracting dim and are
+    // all-reduced — when the scales can follow (4 blocks); 2 blocks over 4 devices cannot, and the
+    // op runs replicated.
+    for (const int64_t blocks : {int64_t{2}, int64_t{4}}) {
+      const std::string b = std::to_string(blocks);
+      auto small = partition("HloModule m, num_partitions=4\n\nENTRY e {\n"
+                             "  l = f8e4m3fn[4,8,64] parameter(0), sharding={devices=[1,1,4]<=[4]}\n"
+                             "  ls = f8e8m0fnu[4,8," + b + "] parameter(1), sharding={devices=[1,1,4]<=[4]}\n"
+                             "  r = f8e4m3fn[4,8,64] parameter(2), sharding={devices=[1,1,4]<=[4]}\n"
+                             "  rs = f8e8m0fnu[4,8," + b + "] parameter(3), sharding={devices=[1,1,4]<=[4]}\n"
+                             "  ROOT d = f32[4,8,8] custom-call(l, r, ls, rs), custom_call_target=\"__op$block_scaled_dot\", "
+                             "sharding={replicated}\n}\n");
+      QVERIFY2(small.ok(), small.ok() ? "" : small.error().message.c_str());
+      const auto c = Find(*small->module, Opcode::kCustomCall);
+      QCOMPARE(c.size(), size_t{1});
+      QCOMPARE(c[0]->operand(0)->shape().ToString(false), std::string(blocks == 4 ? "f8e4m3fn[4,8,16]" : "f8e4m3fn[4,8,64]"));
+      size_t result_reductions = 0;  // of the f32 products (the replicated scales may be summed too)
+      for (const Instruction* a : Find(*small->module, Opcode::kAllReduce)) result_reductions += a->shape().type == PrimitiveType::kF32;
+      QCOMPARE(result_reductions, size_t{blocks == 4 ? 1 : 0});
+    }
+  }
+
+  // Unreduced subgroups (last_tile_dims={unreduced}): a dot whose contracting groups are the
+  // result's unreduced groups keeps its partial sums (no all-reduce, XLA's SubgroupUnreducedDot);
+  // adding two such values stays local; reading the sum replicated all-reduces over the groups.
+  void unreducedSubgroupsKeepPartialSumsPerTile() {
+    const std::string u = "{devices=[2,2,2]<=[2,2,2]T(0,2,1) last_tile_dims={unreduced}}";
+    const std::string text =
+        "HloModule u, num_partitions=8\n\nENTRY e {\n"
+        "  a = f32[8,64] parameter(0), sharding={devices=[2,2,2]<=[2,2,2]T(0,1,2) last_tile_dim_replicate}\n"
+        "  b = f32[64,16] parameter(1), sharding={devices=[2,2,2]<=[2,2,2]T(1,2,0) last_tile_dim_replicate}\n"
+        "  c = f32[64,16] parameter(2), sharding={devices=[2,2,2]<=[2,2,2]T(1,2,0) last_tile_dim_replicate}\n"
+        "  d = f32[8,16] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding=" + u + "\n"
+        "  e = f32[8,16] dot(a, c), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding=" + u + "\n"
+        "  s = f32[8,16] add(d, e), sharding=" + u + "\n"
+        "  ROOT r = f32[8,16] copy(s), sharding={replicated}\n}\n";
+    std::string why;
+    auto r = testing::PartitionAndVerify(text, 8, &why);
+    QVERIFY2(r, why.c_str());
+    const auto ars = Find(*r->module, Opcode::kAllReduce);
+    QCOMPARE(ars.size(), size_t{1});
+    QCOMPARE(ars[0]->operand(0)->opcode(), Opcode::kAdd);
+    QCOMPARE(ars[0]->replica_groups.groups, (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+    QCOMPARE(Find(*r->module, Opcode::kDot).at(0)->shape().ToString(false), std::string("f32[4,8]"));
+    // And a replicated value made unreduced over subgroups: the first device of each group keeps it.
+    const std::string make = "HloModule m, num_partitions=4\n\nENTRY e {\n"
+                             "  p = f32[4,6] parameter(0), sharding={replicated}\n"
+                             "  ROOT u = f32[4,6] copy(p), sharding={devices=[2,1,2]<=[4] last_tile_dims={unreduced}}\n}\n";
+    auto m = testing::PartitionAndVerify(make, 4, &why);
+    QVERIFY2(m, why.c_str());
+    QVERIFY(Find(*m->module, Opcode::kAllReduce).empty());
+    QCOMPARE(Find(*m->module, Opcode::kSelect).size(), size_t{1});
   }
 
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each

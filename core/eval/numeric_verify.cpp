@@ -69,6 +69,8 @@ Result<Tensor> ShardLeaf(const Tensor& full, const HloSharding& s, int64_t devic
   const auto offset = s.ShardOffset(full.dims(), device);
   const auto extent = s.ShardValidExtent(full.dims(), device);
   Tensor out(Shape(full.type(), shard));
+  // Unreduced subgroups: the first device of each group holds the tile, the others zeros.
+  if (!s.IsFirstUnreducedCopy(device)) return out;
   CopyBox(out, std::vector<int64_t>(shard.size(), 0), full, offset, extent);
   return out;
 }
@@ -119,6 +121,33 @@ Result<Tensor> AssembleLeaf(const std::vector<const Tensor*>& pieces, const HloS
   if (s.TiledDataRank() != full_shape.rank())
     return Error("sharding " + s.ToString() + " does not fit " + full_shape.ToString(false));
   const auto shard = s.ShardShape(full_shape.dims);
+  if (s.HasUnreducedSubgroup()) {
+    // Each tile is the sum of its unreduced group's pieces (one group per tile copy: the first).
+    std::set<std::vector<int64_t>> done;
+    for (const std::vector<int64_t>& group : s.UnreducedGroups()) {
+      if (group.empty() || group.front() >= n) continue;
+      auto ti = s.TileIndexForDevice(group.front());
+      if (ti.empty() || done.count(ti)) continue;
+      Tensor sum(Shape(full_shape.type, shard));
+      std::vector<double> acc(static_cast<size_t>(sum.size()), 0.0);
+      for (int64_t d : group) {
+        if (d >= n) continue;
+        const Tensor& p = *pieces[static_cast<size_t>(d)];
+        if (!p.IsArray() || p.dims() != shard || p.type() != full_shape.type)
+          return Error("device " + std::to_string(d) + " returned " + p.shape().ToString(false) + ", expected the shard " +
+                       Shape(full_shape.type, shard).ToString(false) + " under " + s.ToString());
+        for (int64_t i = 0; i < sum.size(); ++i) acc[static_cast<size_t>(i)] += p.GetDouble(i);
+      }
+      for (int64_t i = 0; i < sum.size(); ++i) sum.SetDouble(i, acc[static_cast<size_t>(i)]);
+      CopyBox(full, s.ShardOffset(full_shape.dims, group.front()), sum, std::vector<int64_t>(shard.size(), 0),
+              s.ShardValidExtent(full_shape.dims, group.front()));
+      done.insert(std::move(ti));
+    }
+    if (static_cast<int64_t>(done.size()) != s.NumTiles())
+      return Error("only " + std::to_string(done.size()) + " of " + std::to_string(s.NumTiles()) + " tiles of " + s.ToString() +
+                   " were returned");
+    return full;
+  }
   std::set<std::vector<int64_t>> filled;
   for (int64_t d = 0; d < n; ++d) {
     auto ti = s.TileIndexForDevice(d);

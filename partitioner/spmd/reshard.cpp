@@ -317,6 +317,43 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     }
     return p;
   }
+  // Unreduced subgroups (XLA's last_tile_dims={unreduced}): the partial sums of each tile are summed
+  // over their group first (an all-reduce); a value becomes unreduced over subgroups by keeping it
+  // on the first device of each group and zeros on the others.
+  if (from.HasUnreducedSubgroup() || to.HasUnreducedSubgroup()) {
+    if (from.HasUnreducedSubgroup()) {
+      const HloSharding summed = from.WithUnreducedReplicated();
+      auto m = TileMap::FromSharding(summed, base.rank(), n_);
+      if (!m.ok()) return m.error();
+      std::vector<std::vector<int64_t>> groups = from.UnreducedGroups();
+      const int64_t g = groups.empty() ? 1 : static_cast<int64_t>(groups[0].size());
+      const int64_t shard = ElementsOf(m->ShardShape(base.dims)) * PrimitiveTypeBytes(base.type);
+      const int64_t bytes = shard * 2 * (g - 1) / std::max<int64_t>(g, 1) + kCollectiveOverheadBytes;
+      ReshardPlan p;
+      ReshardStep st{ReshardStep::Kind::kReduceUnreduced, {}, *m, *m, bytes};
+      st.groups = std::move(groups);
+      p.steps.push_back(std::move(st));
+      auto rest = Plan(summed, to, base);
+      if (!rest.ok()) return rest;
+      p.bytes = bytes + rest->bytes;
+      for (auto& s : rest->steps) p.steps.push_back(s);
+      return p;
+    }
+    const HloSharding kept = to.WithUnreducedReplicated();
+    auto first = Plan(from, kept, base);
+    if (!first.ok()) return first;
+    auto m = TileMap::FromSharding(kept, base.rank(), n_);
+    if (!m.ok()) return m.error();
+    ReshardPlan p = *first;
+    p.identity = false;
+    ReshardStep st{ReshardStep::Kind::kMakeUnreduced, {}, *m, *m, 0};
+    std::vector<int64_t> keepers;
+    for (int64_t d = 0; d < n_; ++d)
+      if (to.IsFirstUnreducedCopy(d)) keepers.push_back(d);
+    st.groups = {keepers};
+    p.steps.push_back(std::move(st));
+    return p;
+  }
   // A maximal (single-device) value reaches the others the way XLA does it: the owner keeps its
   // value, everyone else contributes zeros, and an all-reduce sums (GSPMD's broadcast by
   // all-reduce). A maximal target needs the value on its device; every device computing the same
@@ -972,11 +1009,29 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
         break;
       }
       case ReshardStep::Kind::kReduceUnreduced: {
-        x = sum_over_all(x, "sum the unreduced partial values");
+        if (st.groups.empty()) {
+          x = sum_over_all(x, "sum the unreduced partial values");
+        } else {
+          const PrimitiveType t = x->shape().type;
+          x = b_.AllReduce(x, b_.ScalarReducer(t == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd, t), st.groups,
+                           "sum the partial values of each tile's unreduced group");
+        }
         break;
       }
       case ReshardStep::Kind::kMakeUnreduced: {
-        x = keep_on(x, 0);
+        if (st.groups.empty()) {
+          x = keep_on(x, 0);
+        } else {
+          std::vector<int64_t> keep(static_cast<size_t>(n_), 0);
+          for (int64_t d : st.groups[0]) keep[static_cast<size_t>(d)] = 1;
+          Instruction* flag = b_.TableLookup(keep);
+          Instruction* eq = b_.Emit(Opcode::kCompare, Shape::Scalar(PrimitiveType::kPred),
+                                    {flag, b_.ConstantScalar(PrimitiveType::kS32, 1)});
+          eq->comparison = ComparisonDirection::kEq;
+          const Shape& ls = x->shape();
+          Instruction* mask = b_.Broadcast(eq, Shape(PrimitiveType::kPred, ls.dims));
+          x = b_.Emit(Opcode::kSelect, ls, {mask, x, b_.Broadcast(b_.ConstantScalar(ls.type, 0.0), ls)});
+        }
         break;
       }
       case ReshardStep::Kind::kBroadcastFromDevice: {

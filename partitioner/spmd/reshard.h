@@ -41,6 +41,9 @@ struct ReshardStep {
                                     // tiled dims made whole
   TileMap before, after;            // maps before/after the step
   int64_t bytes = 0;                // bytes received per device
+  // reduce-unreduced: the groups summed (empty: every device); make-unreduced: the devices that
+  // keep the value (empty: device 0).
+  std::vector<std::vector<int64_t>> groups;
 };
 struct ReshardPlan {
   std::vector<ReshardStep> steps;

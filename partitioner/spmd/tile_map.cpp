@@ -142,10 +142,11 @@ Result<TileMap> TileMap::FromSharding(const HloSharding& s, int64_t rank, int64_
   if (!s.IsTiled()) return TileMap(std::move(rep));  // replicated / maximal / unknown / manual (whole array per device)
   // Manual subgroups behave like replicas here: devices of different manual groups hold the same
   // tile index but never exchange data (every collective group is keyed by the replica index).
-  // Unreduced subgroups hold partial sums, which resharding does not model.
+  // Unreduced subgroups too: their devices hold partial sums of one tile, which the resharder sums
+  // (HloSharding::UnreducedGroups) before it moves the tile.
   for (auto t : s.subgroup_types())
-    if (t == HloSharding::SubgroupType::kUnreduced || t == HloSharding::SubgroupType::kMaximal)
-      return Error("unreduced subgroups are not supported by the partitioner yet: " + s.ToString());
+    if (t == HloSharding::SubgroupType::kMaximal)
+      return Error("maximal subgroups are not supported by the partitioner yet: " + s.ToString());
   const TileAssignment& ta = s.tile_assignment();
   const int64_t data_rank = s.TiledDataRank();
   if (data_rank != rank)

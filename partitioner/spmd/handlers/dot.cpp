@@ -63,7 +63,6 @@ struct DotPlan {
   int64_t cost = 0;
   int64_t sources = 0;
   bool windowed = false;  // runs as a windowed einsum loop (windowed_einsum.h)
-  bool contracting_all = false;  // every device holds a different part of the contracting dims
 };
 
 // A dot, or an op that multiplies like one: its dimension numbers, its two matrix operands and, for
@@ -77,6 +76,14 @@ struct DotLike {
   const Instruction* rhs_scale = nullptr;
   bool scaled() const { return lhs_scale != nullptr; }
 };
+
+bool SameGroups(std::vector<std::vector<int64_t>> a, std::vector<std::vector<int64_t>> b) {
+  for (auto* v : {&a, &b}) {
+    for (auto& g : *v) std::sort(g.begin(), g.end());
+    std::sort(v->begin(), v->end());
+  }
+  return a == b;
+}
 
 Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike& like) {
   const DotLabels L = MakeLabels(like.dims, like.lhs->shape(), like.rhs->shape());
@@ -111,17 +118,6 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
   if (cached != cache.end()) {
     best = cached->second;
   } else {
-  // XLA's base case: when both operands are already split over every device along their
-  // contracting dims, it multiplies the shards and all-reduces the partial sums (then reshards
-  // the result), before it considers moving an operand — whatever the bytes.
-  auto contracting_partitions = [&](const TileMap& m, const std::vector<int64_t>& dims) {
-    int64_t t = 1;
-    for (int64_t d : dims) t *= m.tiles(d);
-    return t;
-  };
-  const bool contracting_first = contracting_partitions(*lm, like.dims.lhs_contracting) == ctx.num_devices() &&
-                                 contracting_partitions(*rm, like.dims.rhs_contracting) == ctx.num_devices() &&
-                                 ctx.num_devices() > 1;
   for (int mask = 7; mask >= 0; --mask) {
     std::vector<JointSource> srcs;
     if (mask & 1) srcs.push_back(ls);
@@ -144,7 +140,6 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
     p.cost = c1->bytes + c2->bytes;
     int64_t c_tiles = 1;
     for (int64_t l : c_labels) c_tiles *= joint->tiles(l);
-    p.contracting_all = c_tiles == ctx.num_devices();
     const int64_t partial_bytes = ElementsOf(partial.ShardShape(dot.shape().dims)) * out_elem;
     HloSharding after = p.partial_out;
     if (c_tiles > 1) {
@@ -210,11 +205,9 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
       auto w = PlanWindowedDot(ctx, {lv, rv, p.lhs, p.rhs, L.lhs_label, L.rhs_label, L.out_rank(), plan_local});
       p.windowed = w && (w->is_rhs ? c1->bytes : c2->bytes) == 0;
     }
-    const bool better =
-        !best || (p.windowed != best->windowed ? p.windowed
-                  : contracting_first && p.contracting_all != best->contracting_all
-                      ? p.contracting_all
-                      : p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources));
+    const bool better = !best || (p.windowed != best->windowed
+                                      ? p.windowed
+                                      : p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources));
     if (better) best = p;
   }
   cache.emplace(key, best);
@@ -294,6 +287,10 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
              best->reduce_groups.size() == 1 && static_cast<int64_t>(best->reduce_groups[0].size()) == ctx.num_devices()) {
     // An unreduced result keeps the partial sums: every device's product is one term of the
     // whole, and whoever reads the value reduces it (XLA's unreduced sharding).
+    have = target;
+  } else if (target.HasUnreducedSubgroup() && !best->reduce_scatter && !best->reduce_groups.empty() &&
+             best->partial_out == target.WithUnreducedReplicated() && SameGroups(best->reduce_groups, target.UnreducedGroups())) {
+    // Unreduced over the contracting groups: each group's products are the terms of its tile.
     have = target;
   } else if (!best->reduce_groups.empty()) {
     Computation* add = ctx.builder().ScalarReducer(Opcode::kAdd, dot.shape().type);

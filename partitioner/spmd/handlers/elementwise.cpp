@@ -103,18 +103,26 @@ Status HandleIota(SpmdContext& ctx, const Instruction& orig) {
 }
 
 // A linear op (copy, negate, add, subtract) of unreduced values is unreduced: each device applies
-// it to its partial terms, and the terms still sum to the op of the sums.
+// it to its partial terms, and the terms still sum to the op of the sums. Wholly unreduced, or
+// over subgroups when every operand is unreduced the same way.
 bool LinearOfUnreduced(SpmdContext& ctx, const Instruction& orig, const HloSharding& s) {
-  if (s.kind() != HloSharding::Kind::kUnreduced || orig.operand_count() == 0) return false;
+  const bool whole = s.kind() == HloSharding::Kind::kUnreduced;
+  if ((!whole && !s.HasUnreducedSubgroup()) || orig.operand_count() == 0) return false;
   const Opcode op = orig.opcode();
   if (op != Opcode::kCopy && op != Opcode::kNegate && op != Opcode::kAdd && op != Opcode::kSubtract) return false;
   std::vector<Instruction*> ops;
   for (Instruction* o : orig.operands()) {
     const PartitionedHlo& v = ctx.Get(o);
-    if (v.sharding.kind() != HloSharding::Kind::kUnreduced) return false;
+    if (whole ? v.sharding.kind() != HloSharding::Kind::kUnreduced : !(v.sharding == s)) return false;
     ops.push_back(v.hlo);
   }
-  ctx.Set(&orig, {CloneWith(ctx, orig, orig.shape(), ops), s, orig.shape()});
+  Shape local = orig.shape();
+  if (!whole) {
+    auto l = LocalShape(ctx, orig, s);
+    if (!l.ok()) return false;
+    local = *l;
+  }
+  ctx.Set(&orig, {CloneWith(ctx, orig, local, ops), s, orig.shape()});
   return true;
 }
 
