@@ -928,19 +928,21 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(cc[0]->operand(2)->shape().ToString(false), std::string("f8e8m0fnu[1,128,2]"));
     QCOMPARE(cc[0]->operand(3)->shape().ToString(false), std::string("f8e8m0fnu[1,256,2]"));
     QCOMPARE(batch->collectives.size(), size_t{0});
-    // The contracting dim split 4 ways moves onto the batch (the result's split) by all-to-alls,
-    // the scales with their operands: 2 blocks (padded to 4 shards, cut back to 2) or 4.
-    for (const int64_t blocks : {int64_t{2}, int64_t{4}}) {
-      auto moved = partition(text("{devices=[1,1,4]<=[4]}", blocks));
-      QVERIFY2(moved.ok(), moved.ok() ? "" : moved.error().message.c_str());
-      const auto c = Find(*moved->module, Opcode::kCustomCall);
-      QCOMPARE(c.size(), size_t{1});
-      QCOMPARE(c[0]->operand(0)->shape().ToString(false), std::string("f8e4m3fn[1,128,64]"));
-      QCOMPARE(c[0]->operand(2)->shape().ToString(false), "f8e8m0fnu[1,128," + std::to_string(blocks) + "]");
-      QCOMPARE(c[0]->operand(3)->shape().ToString(false), "f8e8m0fnu[1,256," + std::to_string(blocks) + "]");
-      QCOMPARE(Find(*moved->module, Opcode::kAllToAll).size(), size_t{4});
-      QVERIFY(Find(*moved->module, Opcode::kAllGather).empty());
-    }
+    // The contracting dim split over every device on both sides: XLA's base case multiplies the
+    // shards and reduces the products (here a reduce-scatter onto the batch) — with 4 blocks the
+    // scales follow the split; 2 blocks over 4 devices cannot, and the op runs replicated.
+    auto two = partition(text("{devices=[1,1,4]<=[4]}", 2));
+    QVERIFY2(two.ok(), two.ok() ? "" : two.error().message.c_str());
+    const auto cc2 = Find(*two->module, Opcode::kCustomCall);
+    QCOMPARE(cc2.size(), size_t{1});
+    QCOMPARE(cc2[0]->operand(0)->shape().ToString(false), std::string("f8e4m3fn[4,128,64]"));
+    auto four = partition(text("{devices=[1,1,4]<=[4]}", 4));
+    QVERIFY2(four.ok(), four.ok() ? "" : four.error().message.c_str());
+    const auto cc4 = Find(*four->module, Opcode::kCustomCall);
+    QCOMPARE(cc4.size(), size_t{1});
+    QCOMPARE(cc4[0]->operand(0)->shape().ToString(false), std::string("f8e4m3fn[4,128,16]"));
+    QCOMPARE(cc4[0]->operand(2)->shape().ToString(false), std::string("f8e8m0fnu[4,128,1]"));
+    QCOMPARE(Find(*four->module, Opcode::kReduceScatter).size() + Find(*four->module, Opcode::kAllReduce).size(), size_t{1});
     // A small replicated result: the products stay split along the contracting dim and are
     // all-reduced — when the scales can follow (4 blocks); 2 blocks over 4 devices cannot, and the
     // op runs replicated.

@@ -27,6 +27,7 @@
 #include "partitioner/spmd/spmd_partitioner.h"
 #include "partitioner/weight_update_sharding/redundancy.h"
 #include "partitioner/weight_update_sharding/shard_format.h"
+#include "tests/cli_test_support.h"
 #include "partitioner/weight_update_sharding/weight_update_sharding.h"
 #include "simulator/engine.h"
 #include "simulator/hardware.h"
@@ -727,8 +728,11 @@ ENTRY %main (weight: f32[16,8], saved: f32[16,8], data: f32[16,8]) -> (f32[16,8]
     const ZooOverrides model = {{"annotations", "data-parallel"}, {"layers", "1"}, {"batch", "16"}, {"model", "16"},
                                 {"hidden", "64"}, {"mesh_x", "2"}, {"mesh_y", "4"}, {"optimizer", "adam"}};
     std::string why;
-    // Two phases on the 2x4 replica mesh: rows then columns.
+    // Two phases on the 2x4 replica mesh when asked (off by default: one phase over both axes at
+    // once is never slower in the simulator's collective model): rows then columns.
     WeightUpdateShardingOptions two = Forced();
+    QVERIFY(!two.two_phase);
+    two.two_phase = true;
     two.replica_mesh = {2, 4};
     two.combine_threshold_bytes = 0;
     auto p = RunZoo("mlp", model, two, &why);
@@ -744,6 +748,21 @@ ENTRY %main (weight: f32[16,8], saved: f32[16,8], data: f32[16,8]) -> (f32[16,8]
     }
     QCOMPARE(row_rs, int64_t(4));
     QCOMPARE(col_rs, int64_t(4));
+    // By default one phase over all 8 replicas (the simulator runs it on both mesh axes at once).
+    WeightUpdateShardingOptions one = Forced();
+    one.replica_mesh = {2, 4};
+    one.combine_threshold_bytes = 0;
+    auto o = RunZoo("mlp", model, one, &why);
+    QVERIFY2(o, why.c_str());
+    err = Verify(*o);
+    QVERIFY2(err.empty(), err.c_str());
+    int64_t whole_rs = 0, other_rs = 0;
+    for (const auto& c : o->wus.module->entry()->instructions()) {
+      if (c->opcode() != Opcode::kReduceScatter) continue;
+      (c->replica_groups.groups == wus::Groups{{0, 1, 2, 3, 4, 5, 6, 7}} ? whole_rs : other_rs) += 1;
+    }
+    QCOMPARE(whole_rs, int64_t(4));
+    QCOMPARE(other_rs, int64_t(0));
     // Partial sharding: w1 [16,64] f32 = 4 KiB; with a 1 KiB minimum a full shard (512 B) is
     // latency-bound but a row's (1 KiB) is not: shard within rows, all-reduce across them.
     WeightUpdateShardingOptions partial;
@@ -1065,6 +1084,31 @@ ENTRY %main (x: f32[)" + S(b) + R"(,144], kernel: f32[3,3,16,128]) -> (f32[], f3
   }
 
   // ---- the zoo: LARS and Adafactor follow their papers ------------------------------------------
+
+  // The CLI: one phase by default, the paper's two with --two-phase, and the two flags refused
+  // together.
+  void cliTwoPhaseFlag() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString hlo = dir.filePath("mlp.hlo");
+    auto b = testing::RunCli({"zoo", "build", "mlp", "--set", "annotations=data-parallel", "--set", "layers=1", "--set",
+                              "batch=16", "--set", "model=16", "--set", "hidden=64", "--set", "mesh_x=2", "--set", "mesh_y=4",
+                              "--set", "optimizer=adam", "-o", hlo});
+    QVERIFY2(b.code == 0, qPrintable(b.err));
+    const QStringList part = {"partition", hlo, "--weight-update-sharding", "--replica-mesh", "2x4", "--wus-force",
+                              "--combine-threshold-bytes", "0", "--summary"};
+    auto one = testing::RunCli(part);
+    QVERIFY2(one.code == 0, qPrintable(one.err));
+    QVERIFY2(one.err.contains("groups {{0,1,2,3,4,5,6,7}}) from all-reduce.1"), qPrintable(one.err));
+    QVERIFY(!one.err.contains("phase 1 of 2"));
+    auto two = testing::RunCli(part + QStringList{"--two-phase"});
+    QVERIFY2(two.code == 0, qPrintable(two.err));
+    QVERIFY2(two.err.contains("groups {{0,1,2,3},{4,5,6,7}}) from all-reduce.1"), qPrintable(two.err));
+    QVERIFY2(two.err.contains("phase 2 of 2 (columns) (section 5.1)"), qPrintable(two.err));
+    auto both = testing::RunCli(part + QStringList{"--two-phase", "--no-two-phase"});
+    QCOMPARE(both.code, 2);
+    QVERIFY2(both.err.contains("--two-phase contradicts --no-two-phase"), qPrintable(both.err));
+  }
 
   // One MLP step: the gradients (optimizer none) and the update (lars / adafactor) from the same
   // inputs; w1's update recomputed here by the formulas.

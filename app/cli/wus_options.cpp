@@ -30,7 +30,10 @@ std::string TakeWeightUpdateShardingOptions(std::vector<std::string>& args, bool
       return "--replica-mesh takes ROWSxCOLS, e.g. 4x8";
     o->replica_mesh = {r, c};
   }
-  if (TakeFlag(args, "no-two-phase")) o->two_phase = false;
+  const bool two = TakeFlag(args, "two-phase"), no_two = TakeFlag(args, "no-two-phase");
+  if (two && no_two) return "--two-phase contradicts --no-two-phase";
+  if (two) o->two_phase = true;
+  if (no_two) o->two_phase = false;
   if (TakeFlag(args, "no-partial-sharding")) o->partial_sharding = false;
   if (TakeFlag(args, "wus-force")) o->force = true;
   if (TakeFlag(args, "no-keep-weights-sharded")) o->keep_weights_sharded = false;

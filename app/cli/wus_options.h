@@ -7,7 +7,7 @@
 #include "partitioner/weight_update_sharding/weight_update_sharding.h"
 
 #define WUS_OPTION_USAGE                                                                                  \
-  "--replica-mesh RxC] [--no-two-phase] [--no-partial-sharding] [--min-shard-bytes B] [--wus-force] "     \
+  "--replica-mesh RxC] [--two-phase|--no-two-phase] [--no-partial-sharding] [--min-shard-bytes B] [--wus-force] "     \
   "[--no-keep-weights-sharded] [--no-step-split] [--batch-small-updates] [--combine-threshold-bytes B"
 
 namespace shardscope::cli {

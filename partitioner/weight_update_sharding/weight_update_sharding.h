@@ -43,7 +43,11 @@ struct WeightUpdateShardingOptions {
   // dims > 1.
   std::vector<int64_t> replica_mesh;
   // Section 5.1: on a 2-D replica mesh, reduce-scatter rows then columns (and all-gather back).
-  bool two_phase = true;
+  // Off by default: the simulator's collective model (the book's, cases C1-C8) runs one
+  // reduce-scatter or all-gather over a 2-D group on both mesh axes at once, with the latency of
+  // the two phases and half their bandwidth term, so the paper's phases (one axis after the other)
+  // are never faster there (docs/weight-update-sharding.md, "Topology").
+  bool two_phase = false;
   // Section 5.2: shard within each row (all-reduce across rows) when full shards would be smaller
   // than min_shard_bytes but row shards are not.
   bool partial_sharding = true;

@@ -63,6 +63,7 @@ struct DotPlan {
   int64_t cost = 0;
   int64_t sources = 0;
   bool windowed = false;  // runs as a windowed einsum loop (windowed_einsum.h)
+  bool contracting_all = false;  // every device holds a different part of the contracting dims
 };
 
 // A dot, or an op that multiplies like one: its dimension numbers, its two matrix operands and, for
@@ -118,6 +119,18 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
   if (cached != cache.end()) {
     best = cached->second;
   } else {
+  // XLA's base case: when both operands are already split over every device along their
+  // contracting dims (data parallelism's weight gradients), it multiplies the shards and
+  // all-reduces the partial sums (then reshards the result), before it considers moving an operand
+  // — whatever the bytes.
+  auto contracting_partitions = [&](const TileMap& m, const std::vector<int64_t>& dims) {
+    int64_t t = 1;
+    for (int64_t d : dims) t *= m.tiles(d);
+    return t;
+  };
+  const bool contracting_first = contracting_partitions(*lm, like.dims.lhs_contracting) == ctx.num_devices() &&
+                                 contracting_partitions(*rm, like.dims.rhs_contracting) == ctx.num_devices() &&
+                                 ctx.num_devices() > 1;
   for (int mask = 7; mask >= 0; --mask) {
     std::vector<JointSource> srcs;
     if (mask & 1) srcs.push_back(ls);
@@ -140,6 +153,7 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
     p.cost = c1->bytes + c2->bytes;
     int64_t c_tiles = 1;
     for (int64_t l : c_labels) c_tiles *= joint->tiles(l);
+    p.contracting_all = c_tiles == ctx.num_devices();
     const int64_t partial_bytes = ElementsOf(partial.ShardShape(dot.shape().dims)) * out_elem;
     HloSharding after = p.partial_out;
     if (c_tiles > 1) {
@@ -205,9 +219,11 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
       auto w = PlanWindowedDot(ctx, {lv, rv, p.lhs, p.rhs, L.lhs_label, L.rhs_label, L.out_rank(), plan_local});
       p.windowed = w && (w->is_rhs ? c1->bytes : c2->bytes) == 0;
     }
-    const bool better = !best || (p.windowed != best->windowed
-                                      ? p.windowed
-                                      : p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources));
+    const bool better =
+        !best || (p.windowed != best->windowed ? p.windowed
+                  : contracting_first && p.contracting_all != best->contracting_all
+                      ? p.contracting_all
+                      : p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources));
     if (better) best = p;
   }
   cache.emplace(key, best);
