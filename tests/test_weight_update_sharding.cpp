@@ -1083,8 +1083,6 @@ ENTRY %main (x: f32[)" + S(b) + R"(,144], kernel: f32[3,3,16,128]) -> (f32[], f3
     }
   }
 
-  // ---- the zoo: LARS and Adafactor follow their papers ------------------------------------------
-
   // The CLI: one phase by default, the paper's two with --two-phase, and the two flags refused
   // together.
   void cliTwoPhaseFlag() {
@@ -1109,6 +1107,8 @@ ENTRY %main (x: f32[)" + S(b) + R"(,144], kernel: f32[3,3,16,128]) -> (f32[], f3
     QCOMPARE(both.code, 2);
     QVERIFY2(both.err.contains("--two-phase contradicts --no-two-phase"), qPrintable(both.err));
   }
+
+  // ---- the zoo: LARS and Adafactor follow their papers ------------------------------------------
 
   // One MLP step: the gradients (optimizer none) and the update (lars / adafactor) from the same
   // inputs; w1's update recomputed here by the formulas.
