@@ -997,6 +997,43 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QCOMPARE(Find(*m->module, Opcode::kSelect).size(), size_t{1});
   }
 
+  // dynamic-update-slice along a sharded dim (a sequence-sharded KV cache's update) keeps the operand
+  // split: the small update is made whole along the dim, moved into each shard's coordinates and
+  // selected where the shard lies in the updated range. Starts are runtime values (the verifier
+  // draws them past both ends: clamped as the op clamps); the range may cross shards (3 rows of 15
+  // over shards of 4) and an updated dim that is not split keeps a local dynamic-update-slice.
+  void dynamicUpdateSliceKeepsTheOperandSplit() {
+    struct Row {
+      std::string operand, update, sharding;
+      int64_t devices;
+    };
+    const std::vector<Row> rows = {
+        {"f32[4,16,8]", "f32[4,1,8]", "{devices=[1,4,1]<=[4]}", 4},
+        {"f32[4,15,8]", "f32[4,3,8]", "{devices=[1,4,1]<=[4]}", 4},
+        {"f32[4,15,8]", "f32[4,3,5]", "{devices=[2,4,1]<=[8]}", 8},
+    };
+    for (const Row& row : rows) {
+      const std::string text = "HloModule d, num_partitions=" + std::to_string(row.devices) + "\n\nENTRY e {\n"
+                               "  cache = " + row.operand + " parameter(0), sharding=" + row.sharding + "\n"
+                               "  new = " + row.update + " parameter(1), sharding={replicated}\n"
+                               "  i = s32[] parameter(2), sharding={replicated}\n"
+                               "  j = s32[] parameter(3), sharding={replicated}\n"
+                               "  z = s32[] constant(0), sharding={replicated}\n"
+                               "  ROOT u = " + row.operand + " dynamic-update-slice(cache, new, z, i, j), sharding=" + row.sharding +
+                               "\n}\n";
+      testing::PartitionVerifyOptions o;
+      o.seeds = {7u, 42u, 1234u};
+      o.verify.int_min = -3;
+      o.verify.int_max = 17;
+      std::string why;
+      auto r = testing::PartitionAndVerify(text, row.devices, &why, o);
+      QVERIFY2(r, (row.operand + " " + row.sharding + ": " + why).c_str());
+      QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+      QCOMPARE(r->collectives.size(), size_t{0});  // the update was replicated already
+      QCOMPARE(Find(*r->module, Opcode::kSelect).size(), size_t{1});
+    }
+  }
+
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
   // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
   // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a

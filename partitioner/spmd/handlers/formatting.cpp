@@ -177,6 +177,108 @@ Status HandleKeepUntouched(SpmdContext& ctx, const Instruction& op) {
   return Status::Ok();
 }
 
+// dynamic-update-slice along sharded dims without gathering the operand (XLA's select form, what a
+// sequence-sharded KV cache's update needs): every device keeps its shard; the update — small
+// beside the operand — is made whole along the sharded updated dims, moved into each shard's
+// coordinates (padded by a shard on both sides and cut at S + shard start - start), and selected
+// where the shard's positions lie inside the updated range. The start indices are clamped first, as
+// the op clamps them; updated dims that are not sharded keep a local dynamic-update-slice.
+Status HandleDynamicUpdateSlice(SpmdContext& ctx, const Instruction& op) {
+  const HloSharding target = SpmdContext::ShardingOf(op);
+  const Shape& shape = op.shape();
+  const int64_t rank = shape.rank();
+  if (!shape.IsArray() || op.operand_count() != 2 + rank || !target.IsTiled() || rank == 0)
+    return HandleKeepUntouched(ctx, op);
+  auto m = ctx.maps().Get(target, rank);
+  if (!m.ok()) return HandleKeepUntouched(ctx, op);
+  const Shape& us = op.operand(1)->shape();
+  std::vector<int64_t> sharded, local_touched;  // updated dims split / whole in the target
+  for (int64_t d = 0; d < rank; ++d) {
+    if (us.dim(d) == shape.dim(d)) continue;
+    (m->tiles(d) > 1 ? sharded : local_touched).push_back(d);
+  }
+  if (sharded.empty()) return HandleKeepUntouched(ctx, op);
+  auto ush = m->Gathered(sharded).ToSharding();
+  if (!ush.ok()) return HandleKeepUntouched(ctx, op);
+  auto x = ctx.resharder().Reshard(ctx.Get(op.operand(0)), target);
+  if (!x.ok()) return Error(op.name() + ": " + x.error().message);
+  auto u = ctx.resharder().Reshard(ctx.Get(op.operand(1)), *ush);
+  if (!u.ok()) return Error(op.name() + ": " + u.error().message);
+  SpmdBuilder& b = ctx.builder();
+  const Shape s32 = Shape::Scalar(PrimitiveType::kS32);
+  auto c32 = [&](int64_t v) { return b.ConstantScalar(PrimitiveType::kS32, static_cast<double>(v)); };
+  // Clamped starts, as s32 scalars every device holds.
+  std::vector<Instruction*> start(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
+    auto st = ctx.resharder().Reshard(ctx.Get(op.operand(2 + d)), HloSharding::Replicate());
+    if (!st.ok()) return Error(op.name() + ": " + st.error().message);
+    Instruction* v = *st;
+    if (v->shape().type != PrimitiveType::kS32) v = b.Emit(Opcode::kConvert, s32, {v});
+    start[static_cast<size_t>(d)] = b.Emit(Opcode::kClamp, s32, {c32(0), v, c32(shape.dim(d) - us.dim(d))});
+  }
+  const std::vector<int64_t> shard = m->ShardShape(shape.dims);
+  // The update in each shard's coordinates along the sharded dims.
+  Instruction* padded = *u;
+  {
+    std::vector<int64_t> dims = padded->shape().dims;
+    std::vector<PaddingDim> pad(static_cast<size_t>(rank));
+    for (int64_t d : sharded) {
+      const int64_t S = shard[static_cast<size_t>(d)];
+      pad[static_cast<size_t>(d)].low = S;
+      pad[static_cast<size_t>(d)].high = S;
+      dims[static_cast<size_t>(d)] += 2 * S;
+    }
+    Instruction* p = b.Emit(Opcode::kPad, Shape(padded->shape().type, dims), {padded, b.ConstantScalar(padded->shape().type, 0)});
+    p->padding = pad;
+    padded = p;
+  }
+  std::vector<Instruction*> at(static_cast<size_t>(rank));
+  std::vector<int64_t> sizes = (*u)->shape().dims;
+  std::vector<Instruction*> shard_start(static_cast<size_t>(rank), nullptr);
+  for (int64_t d = 0; d < rank; ++d) {
+    at[static_cast<size_t>(d)] = c32(0);
+    if (std::find(sharded.begin(), sharded.end(), d) == sharded.end()) continue;
+    const int64_t S = shard[static_cast<size_t>(d)];
+    shard_start[static_cast<size_t>(d)] = b.TableLookup(m->OffsetTable(d, shape.dim(d)));
+    Instruction* rel = b.Emit(Opcode::kSubtract, s32, {shard_start[static_cast<size_t>(d)], start[static_cast<size_t>(d)]});
+    at[static_cast<size_t>(d)] = b.Emit(Opcode::kAdd, s32, {rel, c32(S)});
+    sizes[static_cast<size_t>(d)] = S;
+  }
+  Instruction* aligned = b.DynamicSlice(padded, at, sizes);
+  const Shape region(shape.type, sizes);
+  const Shape pred(PrimitiveType::kPred, sizes);
+  const Shape idx(PrimitiveType::kS32, sizes);
+  // Positions of the shard inside the updated range, along every sharded updated dim.
+  Instruction* mask = nullptr;
+  for (int64_t d : sharded) {
+    Instruction* io = b.Emit(Opcode::kIota, idx, {});
+    io->iota_dimension = d;
+    Instruction* pos = b.Emit(Opcode::kAdd, idx, {io, b.Broadcast(shard_start[static_cast<size_t>(d)], idx)});
+    Instruction* lo = b.Broadcast(start[static_cast<size_t>(d)], idx);
+    Instruction* hi = b.Broadcast(b.Emit(Opcode::kAdd, s32, {start[static_cast<size_t>(d)], c32(us.dim(d))}), idx);
+    Instruction* ge = b.Emit(Opcode::kCompare, pred, {pos, lo});
+    ge->comparison = ComparisonDirection::kGe;
+    Instruction* lt = b.Emit(Opcode::kCompare, pred, {pos, hi});
+    lt->comparison = ComparisonDirection::kLt;
+    Instruction* in = b.Emit(Opcode::kAnd, pred, {ge, lt});
+    mask = mask ? b.Emit(Opcode::kAnd, pred, {mask, in}) : in;
+  }
+  std::vector<Instruction*> local_at(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d)
+    local_at[static_cast<size_t>(d)] =
+        std::find(local_touched.begin(), local_touched.end(), d) != local_touched.end() ? start[static_cast<size_t>(d)] : c32(0);
+  Instruction* base = local_touched.empty() ? *x : b.DynamicSlice(*x, local_at, sizes);
+  Instruction* merged = b.Emit(Opcode::kSelect, region, {mask, aligned, base});
+  Instruction* out = merged;
+  if (!local_touched.empty()) {
+    std::vector<Instruction*> ops = {*x, merged};
+    ops.insert(ops.end(), local_at.begin(), local_at.end());
+    out = b.Emit(Opcode::kDynamicUpdateSlice, (*x)->shape(), std::move(ops));
+  }
+  ctx.Set(&op, {out, target, shape});
+  return Status::Ok();
+}
+
 // Reverse along sharded dims without gathering them. With the operand tiled like the result,
 // along each reversed dim d of t tiles of S rows (P = t*S - full rows of padding in the last
 // tile): (1) a halo exchange shifts the data P rows up, so the padding sits at the start of tile 0
@@ -224,7 +326,8 @@ Status HandleReverse(SpmdContext& ctx, const Instruction& op) {
 }  // namespace
 
 void RegisterFormattingHandlers(HandlerTable& table) {
-  table.Add({Opcode::kConcatenate, Opcode::kDynamicSlice, Opcode::kDynamicUpdateSlice, Opcode::kSort}, HandleKeepUntouched);
+  table.Add({Opcode::kConcatenate, Opcode::kDynamicSlice, Opcode::kSort}, HandleKeepUntouched);
+  table.Add({Opcode::kDynamicUpdateSlice}, HandleDynamicUpdateSlice);
   table.AddGeneric({"cholesky", "triangular-solve"}, HandleKeepUntouched);
   table.Add({Opcode::kReverse}, HandleReverse);
 }
