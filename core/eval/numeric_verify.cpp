@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "core/sharding/unreduced.h"
 #include "core/eval/evaluator.h"
 #include "core/eval/virtual_cluster.h"
 
@@ -70,7 +71,7 @@ Result<Tensor> ShardLeaf(const Tensor& full, const HloSharding& s, int64_t devic
   const auto extent = s.ShardValidExtent(full.dims(), device);
   Tensor out(Shape(full.type(), shard));
   // Unreduced subgroups: the first device of each group holds the tile, the others zeros.
-  if (!s.IsFirstUnreducedCopy(device)) return out;
+  if (!IsFirstUnreducedCopy(s, device)) return out;
   CopyBox(out, std::vector<int64_t>(shard.size(), 0), full, offset, extent);
   return out;
 }
@@ -121,10 +122,10 @@ Result<Tensor> AssembleLeaf(const std::vector<const Tensor*>& pieces, const HloS
   if (s.TiledDataRank() != full_shape.rank())
     return Error("sharding " + s.ToString() + " does not fit " + full_shape.ToString(false));
   const auto shard = s.ShardShape(full_shape.dims);
-  if (s.HasUnreducedSubgroup()) {
+  if (HasUnreducedSubgroup(s)) {
     // Each tile is the sum of its unreduced group's pieces (one group per tile copy: the first).
     std::set<std::vector<int64_t>> done;
-    for (const std::vector<int64_t>& group : s.UnreducedGroups()) {
+    for (const std::vector<int64_t>& group : UnreducedGroups(s)) {
       if (group.empty() || group.front() >= n) continue;
       auto ti = s.TileIndexForDevice(group.front());
       if (ti.empty() || done.count(ti)) continue;

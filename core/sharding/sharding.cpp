@@ -6,7 +6,6 @@
 #include <cctype>
 #include <cstdio>
 #include <limits>
-#include <map>
 #include <numeric>
 #include <unordered_set>
 
@@ -1311,45 +1310,6 @@ bool HloSharding::HasPartialReplication() const {
 bool HloSharding::HasManualSubgroup() const {
   return kind_ == Kind::kTiled && std::find(subgroup_types_.begin(), subgroup_types_.end(),
                                             SubgroupType::kManual) != subgroup_types_.end();
-}
-
-bool HloSharding::HasUnreducedSubgroup() const {
-  return kind_ == Kind::kTiled && std::find(subgroup_types_.begin(), subgroup_types_.end(),
-                                            SubgroupType::kUnreduced) != subgroup_types_.end();
-}
-
-HloSharding HloSharding::WithUnreducedReplicated() const {
-  if (!HasUnreducedSubgroup()) return *this;
-  std::vector<SubgroupType> types = subgroup_types_;
-  for (SubgroupType& t : types)
-    if (t == SubgroupType::kUnreduced) t = SubgroupType::kReplicated;
-  return Subgroup(tiles_, std::move(types));
-}
-
-std::vector<std::vector<int64_t>> HloSharding::UnreducedGroups() const {
-  std::map<std::vector<int64_t>, std::vector<int64_t>> groups;
-  const int64_t data_rank = TiledDataRank();
-  for (int64_t device = 0; device < tiles_.num_elements(); ++device) {
-    std::vector<int64_t> index = tiles_.IndexOfDevice(device);
-    if (index.empty()) continue;
-    for (size_t k = 0; k < subgroup_types_.size(); ++k)
-      if (subgroup_types_[k] == SubgroupType::kUnreduced) index[static_cast<size_t>(data_rank) + k] = 0;
-    groups[index].push_back(device);
-  }
-  std::vector<std::vector<int64_t>> out;
-  for (auto& [index, devices] : groups) out.push_back(std::move(devices));
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-bool HloSharding::IsFirstUnreducedCopy(int64_t device) const {
-  if (!HasUnreducedSubgroup()) return true;
-  const std::vector<int64_t> index = tiles_.IndexOfDevice(device);
-  if (index.empty()) return false;
-  const int64_t data_rank = TiledDataRank();
-  for (size_t k = 0; k < subgroup_types_.size(); ++k)
-    if (subgroup_types_[k] == SubgroupType::kUnreduced && index[static_cast<size_t>(data_rank) + k] != 0) return false;
-  return true;
 }
 
 int64_t HloSharding::TiledDataRank() const {

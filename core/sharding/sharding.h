@@ -102,16 +102,6 @@ class HloSharding {
   bool IsTileMaximal() const;  // replicated, maximal, manual, unknown or unreduced: no data dims tiled
   bool HasPartialReplication() const;  // a trailing kReplicated subgroup dim
   bool HasManualSubgroup() const;
-  // Unreduced subgroups: the devices along them hold partial sums of their tile (XLA's
-  // last_tile_dims={unreduced}); the tile is the sum over each group.
-  bool HasUnreducedSubgroup() const;
-  // The same tiling with the unreduced subgroups replicated (what summing each group gives).
-  HloSharding WithUnreducedReplicated() const;
-  // Groups of devices that differ only along the unreduced subgroups (each sums to one tile).
-  std::vector<std::vector<int64_t>> UnreducedGroups() const;
-  // True for the device at index 0 along every unreduced subgroup (the one that holds a value
-  // made unreduced; the others hold zeros).
-  bool IsFirstUnreducedCopy(int64_t device) const;
 
   int64_t maximal_device() const { return maximal_device_; }
   const TileAssignment& tile_assignment() const { return tiles_; }

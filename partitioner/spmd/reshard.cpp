@@ -1,5 +1,6 @@
 #include "partitioner/spmd/reshard.h"
 
+#include "core/sharding/unreduced.h"
 #include "partitioner/hlo_sharding_util.h"
 
 #include <algorithm>
@@ -320,12 +321,12 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   // Unreduced subgroups (XLA's last_tile_dims={unreduced}): the partial sums of each tile are summed
   // over their group first (an all-reduce); a value becomes unreduced over subgroups by keeping it
   // on the first device of each group and zeros on the others.
-  if (from.HasUnreducedSubgroup() || to.HasUnreducedSubgroup()) {
-    if (from.HasUnreducedSubgroup()) {
-      const HloSharding summed = from.WithUnreducedReplicated();
+  if (HasUnreducedSubgroup(from) || HasUnreducedSubgroup(to)) {
+    if (HasUnreducedSubgroup(from)) {
+      const HloSharding summed = WithUnreducedReplicated(from);
       auto m = TileMap::FromSharding(summed, base.rank(), n_);
       if (!m.ok()) return m.error();
-      std::vector<std::vector<int64_t>> groups = from.UnreducedGroups();
+      std::vector<std::vector<int64_t>> groups = UnreducedGroups(from);
       const int64_t g = groups.empty() ? 1 : static_cast<int64_t>(groups[0].size());
       const int64_t shard = ElementsOf(m->ShardShape(base.dims)) * PrimitiveTypeBytes(base.type);
       const int64_t bytes = shard * 2 * (g - 1) / std::max<int64_t>(g, 1) + kCollectiveOverheadBytes;
@@ -339,7 +340,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       for (auto& s : rest->steps) p.steps.push_back(s);
       return p;
     }
-    const HloSharding kept = to.WithUnreducedReplicated();
+    const HloSharding kept = WithUnreducedReplicated(to);
     auto first = Plan(from, kept, base);
     if (!first.ok()) return first;
     auto m = TileMap::FromSharding(kept, base.rank(), n_);
@@ -349,7 +350,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     ReshardStep st{ReshardStep::Kind::kMakeUnreduced, {}, *m, *m, 0};
     std::vector<int64_t> keepers;
     for (int64_t d = 0; d < n_; ++d)
-      if (to.IsFirstUnreducedCopy(d)) keepers.push_back(d);
+      if (IsFirstUnreducedCopy(to, d)) keepers.push_back(d);
     st.groups = {keepers};
     p.steps.push_back(std::move(st));
     return p;

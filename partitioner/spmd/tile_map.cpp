@@ -143,7 +143,7 @@ Result<TileMap> TileMap::FromSharding(const HloSharding& s, int64_t rank, int64_
   // Manual subgroups behave like replicas here: devices of different manual groups hold the same
   // tile index but never exchange data (every collective group is keyed by the replica index).
   // Unreduced subgroups too: their devices hold partial sums of one tile, which the resharder sums
-  // (HloSharding::UnreducedGroups) before it moves the tile.
+  // (core/sharding/unreduced.h) before it moves the tile.
   for (auto t : s.subgroup_types())
     if (t == HloSharding::SubgroupType::kMaximal)
       return Error("maximal subgroups are not supported by the partitioner yet: " + s.ToString());

@@ -14,6 +14,7 @@
 #include <map>
 #include <tuple>
 
+#include "core/sharding/unreduced.h"
 #include "partitioner/spmd/context.h"
 #include "partitioner/spmd/handler_table.h"
 #include "partitioner/spmd/windowed_einsum.h"
@@ -304,8 +305,8 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
     // An unreduced result keeps the partial sums: every device's product is one term of the
     // whole, and whoever reads the value reduces it (XLA's unreduced sharding).
     have = target;
-  } else if (target.HasUnreducedSubgroup() && !best->reduce_scatter && !best->reduce_groups.empty() &&
-             best->partial_out == target.WithUnreducedReplicated() && SameGroups(best->reduce_groups, target.UnreducedGroups())) {
+  } else if (HasUnreducedSubgroup(target) && !best->reduce_scatter && !best->reduce_groups.empty() &&
+             best->partial_out == WithUnreducedReplicated(target) && SameGroups(best->reduce_groups, UnreducedGroups(target))) {
     // Unreduced over the contracting groups: each group's products are the terms of its tile.
     have = target;
   } else if (!best->reduce_groups.empty()) {

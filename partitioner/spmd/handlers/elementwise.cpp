@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "core/sharding/unreduced.h"
 #include "partitioner/hlo_sharding_util.h"
 #include "partitioner/spmd/context.h"
 #include "partitioner/spmd/handler_table.h"
@@ -107,7 +108,7 @@ Status HandleIota(SpmdContext& ctx, const Instruction& orig) {
 // over subgroups when every operand is unreduced the same way.
 bool LinearOfUnreduced(SpmdContext& ctx, const Instruction& orig, const HloSharding& s) {
   const bool whole = s.kind() == HloSharding::Kind::kUnreduced;
-  if ((!whole && !s.HasUnreducedSubgroup()) || orig.operand_count() == 0) return false;
+  if ((!whole && !HasUnreducedSubgroup(s)) || orig.operand_count() == 0) return false;
   const Opcode op = orig.opcode();
   if (op != Opcode::kCopy && op != Opcode::kNegate && op != Opcode::kAdd && op != Opcode::kSubtract) return false;
   std::vector<Instruction*> ops;
