@@ -897,6 +897,34 @@ Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
   return PartitionWindowed(ctx, slice, w);
 }
 
+// select-and-scatter's operand and source in the result's sharding `s`, its init value replicated.
+struct SelectAndScatterInputs {
+  Instruction *operand = nullptr, *source = nullptr, *init = nullptr;
+};
+Result<SelectAndScatterInputs> ReshardSelectAndScatterInputs(SpmdContext& ctx, const Instruction& op, const HloSharding& s) {
+  SelectAndScatterInputs in;
+  Instruction** slots[3] = {&in.operand, &in.source, &in.init};
+  for (int64_t i = 0; i < 3; ++i) {
+    auto r = ctx.resharder().Reshard(ctx.Get(op.operand(i)), i < 2 ? s : HloSharding::Replicate());
+    if (!r.ok()) return Error(op.name() + ": " + r.error().message);
+    *slots[i] = *r;
+  }
+  return in;
+}
+
+// The per-device select-and-scatter over `operand` and `source` with window `local`.
+Instruction* EmitLocalSelectAndScatter(SpmdContext& ctx, const Instruction& op, Instruction* operand, Instruction* source,
+                                       Instruction* init, const Window& local) {
+  Instruction* out = ctx.builder().Emit(Opcode::kSelectAndScatter, operand->shape(), {operand, source, init});
+  CopyAttributes(op, out);
+  out->window = local;
+  out->has_window = true;
+  std::vector<Computation*> called;
+  for (Computation* c : op.called_computations()) called.push_back(ctx.builder().CloneScalarComputation(c));
+  out->mutable_called_computations() = called;
+  return out;
+}
+
 // select-and-scatter whose windows overlap along sharded dims (a 3x3 stride-2 max-pool's backward):
 // every device computes all the windows that touch its own shard. Along dim d (shards of S, a
 // multiple of the stride st; window w, low padding pl) those are windows j*S/st + a ... + b of
@@ -911,14 +939,11 @@ Status SelectAndScatterWithHalos(SpmdContext& ctx, const Instruction& op, const 
   const HloSharding s = SpmdContext::ShardingOf(op);
   const Shape& in = op.operand(0)->shape();
   const Shape& src = op.operand(1)->shape();
-  auto x = ctx.resharder().Reshard(ctx.Get(op.operand(0)), s);
-  if (!x.ok()) return Error(op.name() + ": " + x.error().message);
-  auto y = ctx.resharder().Reshard(ctx.Get(op.operand(1)), s);
-  if (!y.ok()) return Error(op.name() + ": " + y.error().message);
-  auto init = ctx.resharder().Reshard(ctx.Get(op.operand(2)), HloSharding::Replicate());
-  if (!init.ok()) return Error(op.name() + ": " + init.error().message);
-  Instruction* a_x = *x;
-  Instruction* a_y = *y;
+  auto ins = ReshardSelectAndScatterInputs(ctx, op, s);
+  if (!ins.ok()) return ins.error();
+  Instruction* a_x = ins->operand;
+  Instruction* a_y = ins->source;
+  Instruction* init = ins->init;
   Window local = op.window;
   struct Cut {
     int64_t d, lo, extent;  // the local result's rows relative to the shard start, and how many
@@ -948,13 +973,7 @@ Status SelectAndScatterWithHalos(SpmdContext& ctx, const Instruction& op, const 
     lw.padding_high = 0;
     cuts.push_back({d, a * st - pl, E});
   }
-  Instruction* out = ctx.builder().Emit(Opcode::kSelectAndScatter, a_x->shape(), {a_x, a_y, *init});
-  CopyAttributes(op, out);
-  out->window = local;
-  out->has_window = true;
-  std::vector<Computation*> called;
-  for (Computation* c : op.called_computations()) called.push_back(ctx.builder().CloneScalarComputation(c));
-  out->mutable_called_computations() = called;
+  Instruction* out = EmitLocalSelectAndScatter(ctx, op, a_x, a_y, init, local);
   // Each device's own rows: pad with the init value where the local result does not reach, cut.
   for (const Cut& c : cuts) {
     const int64_t S = m.ShardSize(c.d, in.dim(c.d));
@@ -962,7 +981,7 @@ Status SelectAndScatterWithHalos(SpmdContext& ctx, const Instruction& op, const 
     if (low > 0 || high > 0) {
       std::vector<int64_t> dims = out->shape().dims;
       dims[static_cast<size_t>(c.d)] += low + high;
-      Instruction* p = ctx.builder().Emit(Opcode::kPad, Shape(out->shape().type, dims), {out, *init});
+      Instruction* p = ctx.builder().Emit(Opcode::kPad, Shape(out->shape().type, dims), {out, init});
       p->padding.assign(dims.size(), PaddingDim{});
       p->padding[static_cast<size_t>(c.d)].low = low;
       p->padding[static_cast<size_t>(c.d)].high = high;
@@ -1031,24 +1050,13 @@ Status HandleSelectAndScatter(SpmdContext& ctx, const Instruction& op) {
     return SelectAndScatterWithHalos(ctx, op, *m, sharded, *never, *identity);
   }
   if ((operand_padded && !never) || (source_padded && !identity)) return PartitionWithFallback(ctx, op);
-  auto x = ctx.resharder().Reshard(ctx.Get(op.operand(0)), s);
-  if (!x.ok()) return Error(op.name() + ": " + x.error().message);
-  auto y = ctx.resharder().Reshard(ctx.Get(op.operand(1)), s);
-  if (!y.ok()) return Error(op.name() + ": " + y.error().message);
-  auto init = ctx.resharder().Reshard(ctx.Get(op.operand(2)), HloSharding::Replicate());
-  if (!init.ok()) return Error(op.name() + ": " + init.error().message);
-  Instruction* a = *x;
-  Instruction* b = *y;
+  auto ins = ReshardSelectAndScatterInputs(ctx, op, s);
+  if (!ins.ok()) return ins.error();
+  Instruction* a = ins->operand;
+  Instruction* b = ins->source;
   if (operand_padded) a = MaskPadding(ctx, {a, s, in}, sharded, *never);
   if (source_padded) b = MaskPadding(ctx, {b, s, src}, sharded, *identity);
-  Instruction* out = ctx.builder().Emit(Opcode::kSelectAndScatter, a->shape(), {a, b, *init});
-  CopyAttributes(op, out);
-  out->window = local;
-  out->has_window = true;
-  std::vector<Computation*> called;
-  for (Computation* c : op.called_computations()) called.push_back(ctx.builder().CloneScalarComputation(c));
-  out->mutable_called_computations() = called;
-  ctx.Set(&op, {out, s, op.shape()});
+  ctx.Set(&op, {EmitLocalSelectAndScatter(ctx, op, a, b, ins->init, local), s, op.shape()});
   return Status::Ok();
 }
 
