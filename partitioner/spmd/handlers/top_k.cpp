@@ -165,7 +165,7 @@ std::optional<Status> PartitionTopKSlice(SpmdContext& ctx, const Instruction& sl
   if (gte.opcode() != Opcode::kGetTupleElement) return std::nullopt;
   const std::optional<TopK> t = MatchTopK(*gte.operand(0));
   if (!t) return std::nullopt;
-  // Not as one (an earlier slice of this sort found it could not be): the parts one by one.
+  // Not as one (the top-k could not be emitted): the parts one by one.
   auto by_parts = [&]() -> Status {
     if (!ctx.Get(t->sort).hlo) {
       Status s = ctx.PartitionNow(*t->sort);
@@ -178,23 +178,23 @@ std::optional<Status> PartitionTopKSlice(SpmdContext& ctx, const Instruction& sl
     return ctx.PartitionNow(slice);
   };
   if (ctx.Get(t->sort).hlo) return by_parts();
-  struct Emitted {
-    std::array<Instruction*, 2> results{};
-    HloSharding sharding;
-  };
-  auto& memo = ctx.Decisions<Emitted>();
-  const std::string key = "top-k " + std::to_string(reinterpret_cast<uintptr_t>(t->sort));
-  auto it = memo.find(key);
-  if (it == memo.end()) {
+  // The first slice of the sort emits the top-k and gives each get-tuple-element (absorbed, read
+  // only by its slice) its result: [..., k, ...] in the values' sharding with the dim whole. The
+  // run's values hold them, so nothing outlives the run (the memo tables may: partition_memo.h).
+  if (!ctx.Get(&gte).hlo) {
     HloSharding sharding;
     auto r = EmitTopK(ctx, *t, &sharding);
     if (!r.ok()) return by_parts();
-    it = memo.emplace(key, Emitted{*r, sharding}).first;
+    for (const Instruction* u : t->sort->users()) {
+      const int64_t e = u->tuple_index;
+      if (e < 0 || e > 1) continue;
+      ctx.Set(u, {(*r)[static_cast<size_t>(e)], sharding, u->users()[0]->shape()});
+    }
   }
-  const int64_t e = gte.tuple_index;
-  if (e < 0 || e > 1) return by_parts();
+  const PartitionedHlo& v = ctx.Get(&gte);
+  if (!v.hlo) return by_parts();
   const HloSharding target = SpmdContext::ShardingOf(slice);
-  auto fin = ctx.resharder().Reshard({it->second.results[static_cast<size_t>(e)], it->second.sharding, slice.shape()}, target);
+  auto fin = ctx.resharder().Reshard(v, target);
   if (!fin.ok()) return Error(slice.name() + ": " + fin.error().message);
   ctx.Set(&slice, {*fin, target, slice.shape()});
   return Status::Ok();
