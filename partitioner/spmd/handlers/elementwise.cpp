@@ -217,7 +217,8 @@ Status HandleAllReduce(SpmdContext& ctx, const Instruction& orig) {
 // hands the draw to all of them.
 Status HandleRng(SpmdContext& ctx, const Instruction& orig) {
   const HloSharding s = SpmdContext::ShardingOf(orig);
-  if (!orig.shape().IsArray() || !(s.IsTiled() || s.IsReplicated())) return HandleFallback(ctx, orig);
+  // Manual subgroups draw as their code says (the fallback keeps the op as written).
+  if (!orig.shape().IsArray() || !(s.IsTiled() || s.IsReplicated()) || s.HasManualSubgroup()) return HandleFallback(ctx, orig);
   auto m = ctx.maps().Get(s, orig.shape().rank());
   if (!m.ok()) return HandleFallback(ctx, orig);
   std::vector<Instruction*> ops;
