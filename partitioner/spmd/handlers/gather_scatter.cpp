@@ -119,6 +119,15 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
     p.cost += c3->bytes * outputs;
     if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
   };
+  // The split factors worth trying for a label: the tile counts some source gives it (XLA's merged
+  // strategies take a label's split from the operand or result that has it). Every divisor of the
+  // replication would plan thousands of reshards at 2048 devices.
+  std::vector<std::vector<int64_t>> factors(static_cast<size_t>(L.num));
+  for (const JointSource& s : sources)
+    for (size_t d = 0; d < s.label_of_dim.size() && static_cast<int64_t>(d) < s.map->rank(); ++d) {
+      const int64_t l = s.label_of_dim[d], t = s.map->tiles(static_cast<int64_t>(d));
+      if (l >= 0 && t > 1 && !Has(factors[static_cast<size_t>(l)], t)) factors[static_cast<size_t>(l)].push_back(t);
+    }
   const int64_t ns = static_cast<int64_t>(sources.size());
   for (int64_t mask = (int64_t{1} << ns) - 1; mask >= 0; --mask) {
     std::vector<JointSource> srcs;
@@ -130,8 +139,9 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
     evaluate(*joint, nsources);
     const int64_t r = joint->replication();
     for (int64_t l = 0; l < L.num; ++l)
-      for (int64_t f = 2; f <= r && f <= extent[static_cast<size_t>(l)]; ++f)
-        if (auto filled = FilledWithReplicas(*joint, l, f)) evaluate(*filled, nsources);
+      for (int64_t f : factors[static_cast<size_t>(l)])
+        if (f <= r && f <= extent[static_cast<size_t>(l)])
+          if (auto filled = FilledWithReplicas(*joint, l, f)) evaluate(*filled, nsources);
   }
   return best;
 }
