@@ -101,6 +101,7 @@ class TestSearch : public QObject {
   void depthExtrapolationMatchesFullDepth();
   void extrapolationNeverBelowTheDeeperSample();
   void searchRanksStoresAndReopens();
+  void exactCandidatesStoreTheBestTimelineOnly();
   void paretoFrontIsNonDominated();
   void overHbmCandidatesConfirmedWithRemat();
   void explanationNamesTheCollectives();
@@ -576,6 +577,45 @@ void TestSearch::searchRanksStoresAndReopens() {
   // A run no search made does not re-open as a candidate.
   auto not_search = ReopenCandidate({{"schedule", "program-order"}});
   QVERIFY(!not_search.ok() && Contains(not_search.error().message, "search.model"));
+}
+
+// At 4 layers every candidate is simulated at full depth in step 3 (too shallow to extrapolate):
+// their runs are stored with figures only, and the best one is simulated again in step 4 to store
+// its timeline, with the same figures.
+void TestSearch::exactCandidatesStoreTheBestTimelineOnly() {
+  QTemporaryDir dir;
+  SearchOptions so;
+  so.model = "transformer";
+  so.settings = SmallTransformer(4);
+  so.chip = "tpu-v4";
+  so.devices = 16;
+  so.families = {"in-layer", "data-parallel"};
+  so.jobs = 2;
+  so.confirm = 1;
+  so.store = pipeline::RunDatabase::Open(dir.filePath("exact.sqlite").toStdString()).value();
+  auto r = RunSearch(so);
+  QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
+  QCOMPARE(r->stats.confirmed, int64_t{0});
+  QVERIFY(r->stats.simulated >= 4);
+  const CandidateResult& best = r->ranked.front();
+  QVERIFY(best.fits() && !best.extrapolated);
+  int64_t with_detail = 0, without = 0;
+  for (const CandidateResult& c : r->ranked) {
+    if (!c.simulated()) continue;
+    QVERIFY(!c.extrapolated);
+    RunResult stored = so.store->Load(c.run_id).value();
+    QCOMPARE(stored.key, c.candidate.Key());
+    QCOMPARE(stored.summary.step_time_s, c.summary.step_time_s);
+    QCOMPARE(stored.summary.peak_memory_bytes, c.summary.peak_memory_bytes);
+    QVERIFY(!stored.annotations.empty());
+    if (stored.has_detail()) ++with_detail;
+    else ++without;
+    QCOMPARE(stored.has_detail(), &c == &best);
+  }
+  QCOMPARE(with_detail, int64_t{1});
+  QCOMPARE(without, r->stats.simulated - 1);
+  // One run per candidate: the best one's was replaced, not added.
+  QCOMPARE(static_cast<int64_t>(so.store->List().value().size()), r->stats.simulated);
 }
 
 void TestSearch::paretoFrontIsNonDominated() {

@@ -290,9 +290,14 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
 
   RunResult stored;
   if (p.exact()) {
-    stored = std::move(sims[0].run);
+    r.collectives = TotalsByKind(sims[0].run);
+    if (options.store_detail) {
+      stored = std::move(sims[0].run);
+    } else {
+      stored.inputs = std::move(sims[0].run.inputs);
+      stored.summary = sims[0].run.summary;
+    }
     r.summary = stored.summary;
-    r.collectives = TotalsByKind(stored);
     stored.annotations = std::move(annotations);
   } else {
     const double k = static_cast<double>(p.full_depth - p.depths[0]) / static_cast<double>(p.depths[1] - p.depths[0]);

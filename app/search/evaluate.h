@@ -85,6 +85,10 @@ struct CandidateResult {
 
 struct EvaluationOptions {
   bool extrapolate = true;       // two small depths instead of the full one, when the model allows
+  // An exact candidate's stored run carries its per-device detail (timeline, memory curve,
+  // collectives). Off: its figures only, as an extrapolated one's (the search stores the detail of
+  // its best candidates only: the timelines of every exact candidate were a fifth of its time).
+  bool store_detail = true;
   SimulationOptions simulation;  // mesh_text, label and model_flops are set per candidate
 };
 

@@ -283,6 +283,8 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
   // collective timings (simulator/collective_timing.h): they run on one pod, and many of their
   // collectives recur (every depth of a candidate, every microbatch count on a mesh).
   EvaluationOptions evaluation = options.evaluation;
+  // Figures only for now: the detail of the best ones is stored in step 4.
+  evaluation.store_detail = false;
   if (!evaluation.simulation.collective_memo)
     evaluation.simulation.collective_memo = std::make_shared<sim::CollectiveTimingMemo>();
   t = Now();
@@ -345,6 +347,7 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
   const std::vector<size_t> confirm = ConfirmationOrder(prep.results, options.confirm);
   EvaluationOptions exact = evaluation;
   exact.extrapolate = false;
+  exact.store_detail = true;
   ParallelFor(confirm.size(), options.jobs, [&](size_t k) {
     const size_t i = confirm[k];
     if (cancel.cancelled()) return;
@@ -364,6 +367,20 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
       on_progress({d, total, "confirming", &prep.results[i]});
     }
   });
+  // The best `confirm` candidates evaluated exactly in step 3 are simulated again to store their
+  // timelines (the same figures: the simulation is deterministic); confirmed ones have theirs.
+  if (options.store) {
+    const std::vector<size_t> detail = DetailOrder(prep.results, options.confirm, confirm);
+    ParallelFor(detail.size(), options.jobs, [&](size_t k) {
+      const size_t i = detail[k];
+      if (cancel.cancelled()) return;
+      CandidateResult r = EvaluateAndStore(prep.results[i].candidate, exact, options.store, cancel);
+      if (r.simulated()) {
+        r.message = prep.results[i].message;
+        prep.results[i] = std::move(r);
+      }
+    });
+  }
   result.stats.confirm_s = Now() - t;
   result.stats.confirmed = static_cast<int64_t>(confirm.size());
 
@@ -445,6 +462,24 @@ std::vector<size_t> ConfirmationOrder(const std::vector<CandidateResult>& result
       out.push_back(i);
       ++over;
     }
+  }
+  return out;
+}
+
+std::vector<size_t> DetailOrder(const std::vector<CandidateResult>& results, int count, const std::vector<size_t>& confirmed) {
+  std::vector<size_t> by_time;
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].simulated()) by_time.push_back(i);
+  std::stable_sort(by_time.begin(), by_time.end(), [&](size_t a, size_t b) {
+    const CandidateResult& x = results[a];
+    const CandidateResult& y = results[b];
+    if (x.fits() != y.fits()) return x.fits();
+    return x.summary.step_time_s < y.summary.step_time_s;
+  });
+  std::vector<size_t> out;
+  for (size_t k = 0; k < by_time.size() && static_cast<int>(k) < std::max(count, 1); ++k) {
+    const size_t i = by_time[k];
+    if (!results[i].extrapolated && std::find(confirmed.begin(), confirmed.end(), i) == confirmed.end()) out.push_back(i);
   }
   return out;
 }

@@ -15,7 +15,9 @@
 //      are up to `confirm` extrapolated ones whose extrapolated peak is over the HBM but that are
 //      faster than the best one that fits (the fastest such, when none fits): the shallow depths never reach the memory limit, so
 //      their extrapolation has no rematerialisation in it, and at full depth the simulator
-//      recomputes values to fit the HBM as XLA does (ConfirmationOrder);
+//      recomputes values to fit the HBM as XLA does (ConfirmationOrder). A run is stored with its
+//      figures only in step 3; the best `confirm` candidates that step 3 simulated at full depth
+//      are simulated again here to store their timelines (DetailOrder);
 //   5. rank: the candidates that fit by step time, then those that do not fit, then the pruned,
 //      invalid and failed ones; the Pareto front over the ones that fit.
 // Every simulated candidate is stored as a run (key: Candidate::Key) when a store is given.
@@ -116,6 +118,10 @@ std::vector<size_t> RankResults(std::vector<CandidateResult>& results);
 
 // Step 4's choice: the indices of `results` to simulate again at full depth (see above).
 std::vector<size_t> ConfirmationOrder(const std::vector<CandidateResult>& results, int confirm);
+// The candidates among the best `count` (at least one; the ones that fit first, by step time) that
+// were simulated at full depth in step 3 and not confirmed in step 4 (`confirmed`): their stored
+// runs carry figures only until step 4 stores their detail.
+std::vector<size_t> DetailOrder(const std::vector<CandidateResult>& results, int count, const std::vector<size_t>& confirmed);
 
 // Evaluates one candidate (a sweep task): prepare, evaluate, store with its key. The result says
 // what happened (pruned by memory, invalid, failed, simulated).
