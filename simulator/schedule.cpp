@@ -1626,9 +1626,22 @@ class Expander {
     const int32_t outer_loop = cur_loop_;
     const int64_t outer_iteration = cur_iteration_;
     cur_loop_ = loop;
+    // Iterations 0-3 are expanded; when the third repeats the second ("Loop replay" below),
+    // iterations 4 .. trips-1 are written from the third instead of expanded again.
+    std::vector<Marks> marks;
+    std::vector<Value> states;
+    bool replay = false;
     for (int64_t t = 0; t <= trips; ++t) {
-      const std::string it = f.iter + "[" + std::to_string(t) + "]";
       cur_iteration_ = t;
+      if (replay && t < trips) {
+        ReplayIteration(marks, f.iter, loop, t);
+        ++prog_->replayed_iterations;
+        state = AffineValue(marks[2], marks[3], marks[4], states[3], t - 3);
+        if (Status st = CheckBudget(); !st.ok()) return st;
+        continue;
+      }
+      if (t <= 4 && opt_.replay_loop_iterations) marks.push_back(Mark());
+      const std::string it = f.iter + "[" + std::to_string(t) + "]";
       std::vector<Value> a{state};
       auto c = Expand(*cond, a, it, depth + 1);
       if (!c.ok()) return c.error();
@@ -1636,11 +1649,193 @@ class Expander {
       auto r = Expand(*body, a, it, depth + 1);
       if (!r.ok()) return r.error();
       state = std::move(r).value();
+      if (opt_.replay_loop_iterations && t <= 3) states.push_back(state);
+      if (opt_.replay_loop_iterations && t == 3 && trips > 5) {
+        marks.push_back(Mark());
+        replay = IterationsRepeat(marks, states, f.iter, loop);
+      }
     }
     cur_loop_ = outer_loop;
     cur_iteration_ = outer_iteration;
     f.values[&w] = state;
     return Status::Ok();
+  }
+
+  // ---- Loop replay ------------------------------------------------------------------------------
+  // An unrolled iteration differs from the one before only in its ids (ops, buffers, nested loops:
+  // those of the iteration and of the one before it shifted by an iteration's counts; older ones —
+  // the values made before the loop, constants made once — the same), its iteration numbers and
+  // the "[t]" of its names. Once the slice of iteration 3 (cond + body) is checked to be iteration
+  // 2's under that rule, iterations 4 .. trips-1 are written from iteration 3's: no plan lookups,
+  // value maps or categories again. A loop whose iterations differ otherwise (a state element
+  // rotating through positions, one carried over two iterations, a new collective) is expanded
+  // iteration by iteration as before. The programs are the same either way
+  // (tests/test_engine.cpp, LoopReplayBuildsTheSameProgram).
+  struct Marks {
+    size_t ops = 0, buffers = 0, loops = 0, reuse = 0, warnings = 0, collectives = 0;
+  };
+  Marks Mark() const {
+    return {prog_->ops.size(), prog_->buffers.size(), prog_->loops.size(), reuse_.size(), prog_->warnings.size(),
+            prog_->collectives.size()};
+  }
+
+  // `s` (a name of iteration `from` of a loop whose frame iterates as `outer`) as iteration `to`'s:
+  // names are "<base><outer>[from]<nested suffixes>" with no '[' in the base.
+  static std::optional<std::string> Renamed(const std::string& s, const std::string& outer, int64_t from, int64_t to) {
+    const size_t pos = s.find('[');
+    if (pos == std::string::npos) return std::nullopt;
+    const std::string key = outer + "[" + std::to_string(from) + "]";
+    if (s.compare(pos, key.size(), key) != 0) return std::nullopt;
+    return s.substr(0, pos) + outer + "[" + std::to_string(to) + "]" + s.substr(pos + key.size());
+  }
+
+  // How ids move from an iteration to a later one: those from `lo` on (the iteration's and the
+  // one's before it) by `m` iterations of `step`, older ones not at all.
+  struct Shift {
+    int64_t lo = 0, step = 0, m = 1;
+    template <typename T>
+    T operator()(T x) const {
+      return static_cast<int64_t>(x) >= lo ? static_cast<T>(x + step * m) : x;
+    }
+    template <typename T>
+    std::vector<T> operator()(const std::vector<T>& v) const {
+      std::vector<T> out(v.size());
+      for (size_t k = 0; k < v.size(); ++k) out[k] = (*this)(v[k]);
+      return out;
+    }
+  };
+  struct Shifts {
+    Shift ops, buffers, loops;
+  };
+  // The shifts from the iteration starting at `from` (the one before it starting at `before`) to
+  // `m` iterations later.
+  static Shifts ShiftsOf(const Marks& before, const Marks& from, const Marks& next, int64_t m) {
+    return {{static_cast<int64_t>(before.ops), static_cast<int64_t>(next.ops - from.ops), m},
+            {static_cast<int64_t>(before.buffers), static_cast<int64_t>(next.buffers - from.buffers), m},
+            {static_cast<int64_t>(before.loops), static_cast<int64_t>(next.loops - from.loops), m}};
+  }
+
+  // Iteration `k`'s op `x` as iteration `k + m`'s (loop `loop` is the one unrolled).
+  ExecOp ShiftedOp(const ExecOp& x, const Shifts& s, int32_t loop, const std::string& outer, int64_t k, int64_t m) const {
+    ExecOp op;
+    op.kind = x.kind;
+    op.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
+    op.kind_name = x.kind_name;
+    op.duration_s = x.duration_s;
+    op.flops = x.flops;
+    op.bytes = x.bytes;
+    op.collective = x.collective;
+    op.deps = s.ops(x.deps);
+    op.uses = s.buffers(x.uses);
+    op.defs = s.buffers(x.defs);
+    op.members = x.members;
+    op.loop = s.loops(x.loop);
+    op.iteration = x.loop == loop ? x.iteration + m : x.iteration;
+    op.recompute = x.recompute;
+    return op;
+  }
+  Buffer ShiftedBuffer(const Buffer& x, const Shifts& s, const std::string& outer, int64_t k, int64_t m) const {
+    Buffer b = x;
+    b.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
+    b.def_op = s.ops(x.def_op);
+    return b;
+  }
+  ExecLoop ShiftedLoop(const ExecLoop& x, const Shifts& s, int32_t loop, const std::string& outer, int64_t k, int64_t m) const {
+    ExecLoop l = x;
+    l.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
+    l.parent = s.loops(x.parent);
+    l.parent_iteration = x.parent == loop ? x.parent_iteration + m : x.parent_iteration;
+    return l;
+  }
+
+  // Whether iteration 3 is iteration 2 shifted (marks[k]: where iteration k starts; marks[4]: the
+  // end of iteration 3; states[k]: the loop state after iteration k).
+  bool IterationsRepeat(const std::vector<Marks>& m, const std::vector<Value>& states, const std::string& outer,
+                        int32_t loop) const {
+    if (m.size() != 5 || states.size() != 4) return false;
+    const Marks &m1 = m[1], &m2 = m[2], &m3 = m[3], &m4 = m[4];
+    if (m4.ops - m3.ops != m3.ops - m2.ops || m4.buffers - m3.buffers != m3.buffers - m2.buffers ||
+        m4.loops - m3.loops != m3.loops - m2.loops || m4.reuse - m3.reuse != m3.reuse - m2.reuse ||
+        m4.warnings - m3.warnings != m3.warnings - m2.warnings || m4.collectives != m2.collectives)
+      return false;
+    const Shifts s = ShiftsOf(m1, m2, m3, 1);
+    for (size_t k = 0; k < m3.ops - m2.ops; ++k) {
+      const ExecOp& a = prog_->ops[m2.ops + k];
+      const ExecOp& b = prog_->ops[m3.ops + k];
+      if (!a.in_place.empty() || !b.in_place.empty()) return false;
+      if (a.loop == loop && a.iteration != 2) return false;
+      const ExecOp x = ShiftedOp(a, s, loop, outer, 2, 1);
+      if (x.name.empty() || x.name != b.name || x.kind != b.kind || x.kind_name != b.kind_name ||
+          x.duration_s != b.duration_s || x.flops != b.flops || x.bytes != b.bytes || x.collective != b.collective ||
+          x.deps != b.deps || x.uses != b.uses || x.defs != b.defs || x.members != b.members || x.loop != b.loop ||
+          x.iteration != b.iteration || x.recompute != b.recompute)
+        return false;
+    }
+    for (size_t k = 0; k < m3.buffers - m2.buffers; ++k) {
+      const Buffer& a = prog_->buffers[m2.buffers + k];
+      const Buffer& b = prog_->buffers[m3.buffers + k];
+      const Buffer x = ShiftedBuffer(a, s, outer, 2, 1);
+      if (x.name.empty() || x.name != b.name || x.bytes != b.bytes || x.logical_bytes != b.logical_bytes ||
+          x.category != b.category || x.def_op != b.def_op || x.is_parameter != b.is_parameter ||
+          x.is_constant != b.is_constant || x.is_output != b.is_output || x.donated != b.donated)
+        return false;
+    }
+    for (size_t k = 0; k < m3.loops - m2.loops; ++k) {
+      const ExecLoop& a = prog_->loops[m2.loops + k];
+      const ExecLoop& b = prog_->loops[m3.loops + k];
+      const ExecLoop x = ShiftedLoop(a, s, loop, outer, 2, 1);
+      if (x.name.empty() || x.name != b.name || x.body != b.body || x.trips != b.trips || x.parent != b.parent ||
+          x.parent_iteration != b.parent_iteration)
+        return false;
+    }
+    for (size_t k = 0; k < m3.reuse - m2.reuse; ++k) {
+      const ReuseCandidate& a = reuse_[m2.reuse + k];
+      const ReuseCandidate& b = reuse_[m3.reuse + k];
+      if (s.ops(a.op) != b.op || s.buffers(a.out) != b.out || s.buffers(a.inputs) != b.inputs ||
+          a.same_size_only != b.same_size_only)
+        return false;
+    }
+    for (size_t k = 0; k < m3.warnings - m2.warnings; ++k) {
+      auto w = Renamed(prog_->warnings[m2.warnings + k], outer, 2, 3);
+      if (!w || *w != prog_->warnings[m3.warnings + k]) return false;
+    }
+    if (AffineValue(m1, m2, m3, states[2], 1) != states[3]) return false;
+    return true;
+  }
+
+  // The loop state after iteration `m` iterations after the one `state` follows.
+  static Value AffineValue(const Marks& before, const Marks& from, const Marks& next, const Value& state, int64_t m) {
+    const Shift b = ShiftsOf(before, from, next, m).buffers;
+    Value v(state.size());
+    for (size_t k = 0; k < state.size(); ++k) v[k] = state[k] < 0 ? state[k] : b(state[k]);
+    return v;
+  }
+
+  // Writes iteration `t` (>= 4) from iteration 3 (checked by IterationsRepeat).
+  void ReplayIteration(const std::vector<Marks>& m, const std::string& outer, int32_t loop, int64_t t) {
+    const Marks &m2 = m[2], &m3 = m[3], &m4 = m[4];
+    const Shifts s = ShiftsOf(m2, m3, m4, t - 3);
+    for (size_t k = m3.ops; k < m4.ops; ++k) {
+      ExecOp op = ShiftedOp(prog_->ops[k], s, loop, outer, 3, t - 3);
+      prog_->ops.push_back(std::move(op));
+    }
+    for (size_t k = m3.buffers; k < m4.buffers; ++k) {
+      Buffer b = ShiftedBuffer(prog_->buffers[k], s, outer, 3, t - 3);
+      prog_->buffers.push_back(std::move(b));
+    }
+    for (size_t k = m3.loops; k < m4.loops; ++k) {
+      ExecLoop l = ShiftedLoop(prog_->loops[k], s, loop, outer, 3, t - 3);
+      prog_->loops.push_back(std::move(l));
+    }
+    for (size_t k = m3.reuse; k < m4.reuse; ++k) {
+      const ReuseCandidate& c = reuse_[k];
+      ReuseCandidate r{s.ops(c.op), s.buffers(c.out), s.buffers(c.inputs), c.same_size_only};
+      reuse_.push_back(std::move(r));
+    }
+    for (size_t k = m3.warnings; k < m4.warnings; ++k) {
+      std::string w = Renamed(prog_->warnings[k], outer, 3, t).value_or(std::string());
+      prog_->warnings.push_back(std::move(w));
+    }
   }
 
   // Chooses in-place reuse now that every buffer's last user (in issue order) is known.

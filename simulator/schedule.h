@@ -26,7 +26,9 @@
 //     known_trip_count, else the pattern `compare(get-tuple-element(param, i), constant)` with the
 //     counter's init value and step, else SimulationOptions::default_trip_count with a warning);
 //     the condition runs trip+1 times; call and conditional bodies are inlined (a conditional runs
-//     the branch its constant predicate/index selects, otherwise branch 0, with a warning).
+//     the branch its constant predicate/index selects, otherwise branch 0, with a warning). When a
+//     loop's iteration 3 is its iteration 2 with shifted ids and names, iterations 4 and later are
+//     written from it instead of expanded (replay_loop_iterations; the same program).
 //  4. Tracks buffers: every materialised array value is a Buffer (bytes, category, definer);
 //     tuple, get-tuple-element, bitcast, reshape, opt-barrier, domain and the -done halves of async
 //     pairs are aliases (no memory, no time). Parameters and constants are live from time 0.
@@ -99,6 +101,10 @@ struct ExecProgramOptions {
   // The target of rematerialisation (0: the device's HBM); Simulate lowers it when the run's
   // overlapped peak exceeds the sequential one.
   int64_t rematerialize_limit_bytes = 0;
+  // Unrolling writes a while loop's iterations after the third from the second and third when
+  // those repeat each other exactly but for ids, iteration numbers and names (schedule.cpp,
+  // "Loop replay"): the same program, built faster. Off: every iteration expanded (tests).
+  bool replay_loop_iterations = true;
 };
 
 enum class ExecKind : uint8_t { kCompute, kCollective };
@@ -175,6 +181,8 @@ struct ExecProgram {
   int64_t rematerialized_values = 0;
   int64_t rematerialized_bytes = 0;
   int64_t rematerialized_peak_bytes = 0;
+  // Loop iterations written from the iterations before them (ExecProgramOptions::replay_loop_iterations).
+  int64_t replayed_iterations = 0;
 };
 
 // Builds the program one device runs. `chip` prices compute ops (roofline).

@@ -437,6 +437,190 @@ ENTRY %main (p: f32[28], q: s32[28], i: s32[]) -> (f32[14], s32[14]) {
     }
   }
 
+  // Loop replay (ExecProgramOptions::replay_loop_iterations): the iterations after the third are
+  // written from the second and third when those repeat; the program must be exactly the one
+  // every iteration expanded gives. Pipelined training steps (both schedules), nested loops whose
+  // inner trip count is unknown (a warning per outer iteration), and loops whose state rotates
+  // through positions (their iterations do not repeat with one step: expanded as before).
+  static void CompareExecPrograms(const ExecProgram& a, const ExecProgram& b) {
+    QCOMPARE(a.ops.size(), b.ops.size());
+    for (size_t k = 0; k < a.ops.size(); ++k) {
+      const ExecOp& x = a.ops[k];
+      const ExecOp& y = b.ops[k];
+      QVERIFY2(x.name == y.name && x.kind == y.kind && x.kind_name == y.kind_name, (x.name + " vs " + y.name).c_str());
+      QVERIFY2(x.duration_s == y.duration_s && x.flops == y.flops && x.bytes == y.bytes, x.name.c_str());
+      QVERIFY2(x.collective == y.collective && x.deps == y.deps && x.uses == y.uses && x.defs == y.defs, x.name.c_str());
+      QVERIFY2(x.in_place == y.in_place && x.members == y.members && x.loop == y.loop && x.iteration == y.iteration &&
+                   x.recompute == y.recompute,
+               x.name.c_str());
+    }
+    QCOMPARE(a.buffers.size(), b.buffers.size());
+    for (size_t k = 0; k < a.buffers.size(); ++k) {
+      const Buffer& x = a.buffers[k];
+      const Buffer& y = b.buffers[k];
+      QVERIFY2(x.name == y.name && x.bytes == y.bytes && x.logical_bytes == y.logical_bytes && x.category == y.category &&
+                   x.def_op == y.def_op && x.is_parameter == y.is_parameter && x.is_constant == y.is_constant &&
+                   x.is_output == y.is_output && x.donated == y.donated,
+               (x.name + " vs " + y.name).c_str());
+    }
+    QCOMPARE(a.collectives.size(), b.collectives.size());
+    for (size_t k = 0; k < a.collectives.size(); ++k) {
+      QVERIFY(a.collectives[k].kind == b.collectives[k].kind);
+      QVERIFY(a.collectives[k].groups == b.collectives[k].groups && a.collectives[k].pairs == b.collectives[k].pairs);
+      QCOMPARE(a.collectives[k].operand_bytes, b.collectives[k].operand_bytes);
+    }
+    QCOMPARE(a.loops.size(), b.loops.size());
+    for (size_t k = 0; k < a.loops.size(); ++k) {
+      QCOMPARE(a.loops[k].name, b.loops[k].name);
+      QCOMPARE(a.loops[k].body, b.loops[k].body);
+      QCOMPARE(a.loops[k].trips, b.loops[k].trips);
+      QCOMPARE(a.loops[k].parent, b.loops[k].parent);
+      QCOMPARE(a.loops[k].parent_iteration, b.loops[k].parent_iteration);
+    }
+    QCOMPARE(a.warnings, b.warnings);
+    QCOMPARE(a.flops, b.flops);
+    QVERIFY(a.schedule == b.schedule);
+    QVERIFY(a.sequential_peak_bytes == b.sequential_peak_bytes);
+    QCOMPARE(a.rematerialized_values, b.rematerialized_values);
+    QCOMPARE(a.rematerialized_bytes, b.rematerialized_bytes);
+  }
+  // Builds `m` with and without replay; returns the iterations replayed.
+  static int64_t ReplayMatchesExpansion(const Module& m, const ChipSpec& chip) {
+    ExecProgramOptions on, off;
+    off.replay_loop_iterations = false;
+    auto a = BuildExecProgram(m, chip, on);
+    auto b = BuildExecProgram(m, chip, off);
+    if (!a.ok() || !b.ok()) qFatal("build: %s", (a.ok() ? b.error() : a.error()).message.c_str());
+    CompareExecPrograms(*a, *b);
+    if (b->replayed_iterations != 0) qFatal("replay off, yet iterations replayed");
+    return a->replayed_iterations;
+  }
+
+  void LoopReplayBuildsTheSameProgram() {
+    const ChipSpec chip = ChipPreset("tpu-v4").value();
+    // Pipelined training steps: GPipe and circular, rematerialisation on, 12 microbatches.
+    for (const char* schedule : {"gpipe", "circular"}) {
+      auto m = ZooBuild("pipelined-transformer", {{"stages", "4"}, {"mesh_x", "1"}, {"mesh_y", "2"}, {"microbatches", "12"},
+                                                  {"layers", "8"}, {"schedule", schedule}, {"remat", "1"}});
+      QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
+      PropagationOptions po;
+      po.propagate_to_output = {true};
+      QVERIFY(PropagateShardings(**m, po).ok());
+      auto spmd = PartitionModule(**m);
+      QVERIFY2(spmd.ok(), spmd.ok() ? "" : spmd.error().message.c_str());
+      const int64_t replayed = ReplayMatchesExpansion(*spmd->module, chip);
+      if (QTest::currentTestFailed()) return;
+      QVERIFY2(replayed >= 10, schedule);  // most of the forward and backward loops' iterations
+      // The simulated step is the same too.
+      Topology topo = TopologyFor("tpu-v4", "L=4,X=1,Y=2");
+      SimulationOptions off;
+      off.program.replay_loop_iterations = false;
+      Simulation s_on = Run(*spmd->module, topo), s_off = Run(*spmd->module, topo, off);
+      QCOMPARE(s_on.run.summary.step_time_s, s_off.run.summary.step_time_s);
+      QCOMPARE(s_on.run.summary.peak_memory_bytes, s_off.run.summary.peak_memory_bytes);
+    }
+    // An outer loop of 9 around an inner loop whose trip count is unknown (default 3: a warning
+    // per outer iteration), with a constant in the body.
+    {
+      auto m = Parse(R"(HloModule nested, num_partitions=1
+%ibody (q: (s32[], f32[128,128])) -> (s32[], f32[128,128]) {
+  %q = (s32[], f32[128,128]) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %x = f32[128,128] get-tuple-element(%q), index=1
+  %one = s32[] constant(1)
+  %j2 = s32[] add(%j, %one)
+  %y = f32[128,128] dot(%x, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %t = (s32[], f32[128,128]) tuple(%j2, %y)
+}
+%icond (q: (s32[], f32[128,128])) -> pred[] {
+  %q = (s32[], f32[128,128]) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %n = s32[] get-tuple-element(%q), index=0
+  ROOT %c = pred[] compare(%j, %n), direction=LT
+}
+%body (p: (s32[], f32[128,128])) -> (s32[], f32[128,128]) {
+  %p = (s32[], f32[128,128]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[128,128] get-tuple-element(%p), index=1
+  %one = s32[] constant(1)
+  %i2 = s32[] add(%i, %one)
+  %k = f32[128,128] constant({...})
+  %s = f32[128,128] add(%x, %k)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[128,128]) tuple(%zero, %s)
+  %inner = (s32[], f32[128,128]) while(%init), condition=%icond, body=%ibody
+  %r = f32[128,128] get-tuple-element(%inner), index=1
+  %ag = f32[256,128] all-gather(%r), dimensions={0}, replica_groups={{0,1}}
+  %sl = f32[128,128] slice(%ag), slice={[0:128], [0:128]}
+  ROOT %t = (s32[], f32[128,128]) tuple(%i2, %sl)
+}
+%cond (p: (s32[], f32[128,128])) -> pred[] {
+  %p = (s32[], f32[128,128]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(9)
+  ROOT %c = pred[] compare(%i, %n), direction=LT
+}
+ENTRY %main (x: f32[128,128]) -> f32[128,128] {
+  %x = f32[128,128] parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[128,128]) tuple(%zero, %x)
+  %w = (s32[], f32[128,128]) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[128,128] get-tuple-element(%w), index=1
+}
+)");
+      m->num_partitions = 2;
+      ExecProgramOptions o;
+      o.default_trip_count = 3;
+      const int64_t replayed = [&] {
+        ExecProgramOptions off = o;
+        off.replay_loop_iterations = false;
+        auto a = BuildExecProgram(*m, chip, o);
+        auto b = BuildExecProgram(*m, chip, off);
+        if (!a.ok() || !b.ok()) qFatal("build: %s", (a.ok() ? b.error() : a.error()).message.c_str());
+        CompareExecPrograms(*a, *b);
+        return a->replayed_iterations;
+      }();
+      if (QTest::currentTestFailed()) return;
+      QCOMPARE(replayed, int64_t{5});  // outer iterations 4..8 (the inner loops run 3: too short)
+    }
+    // State rotating through four positions: (i, a, b, c, d) -> (i+1, b, c, d, a), a dot of the
+    // first each iteration. Iterations 1-3 read b, c, d: ids one apart, not a whole iteration's
+    // buffers apart, so nothing is replayed; the program is the expanded one.
+    {
+      auto m = Parse(R"(HloModule rotate, num_partitions=1
+%body (p: (s32[], f32[64,64], f32[64,64], f32[64,64], f32[64,64])) -> (s32[], f32[64,64], f32[64,64], f32[64,64], f32[64,64]) {
+  %p = (s32[], f32[64,64], f32[64,64], f32[64,64], f32[64,64]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %a = f32[64,64] get-tuple-element(%p), index=1
+  %b = f32[64,64] get-tuple-element(%p), index=2
+  %c = f32[64,64] get-tuple-element(%p), index=3
+  %d = f32[64,64] get-tuple-element(%p), index=4
+  %one = s32[] constant(1)
+  %i2 = s32[] add(%i, %one)
+  %y = f32[64,64] dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %t = (s32[], f32[64,64], f32[64,64], f32[64,64], f32[64,64]) tuple(%i2, %b, %c, %d, %a)
+}
+%cond (p: (s32[], f32[64,64], f32[64,64], f32[64,64], f32[64,64])) -> pred[] {
+  %p = (s32[], f32[64,64], f32[64,64], f32[64,64], f32[64,64]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(10)
+  ROOT %c = pred[] compare(%i, %n), direction=LT
+}
+ENTRY %main (a: f32[64,64], b: f32[64,64], c: f32[64,64], d: f32[64,64]) -> f32[64,64] {
+  %a = f32[64,64] parameter(0)
+  %b = f32[64,64] parameter(1)
+  %c = f32[64,64] parameter(2)
+  %d = f32[64,64] parameter(3)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[64,64], f32[64,64], f32[64,64], f32[64,64]) tuple(%zero, %a, %b, %c, %d)
+  %w = (s32[], f32[64,64], f32[64,64], f32[64,64], f32[64,64]) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[64,64] get-tuple-element(%w), index=1
+}
+)");
+      QCOMPARE(ReplayMatchesExpansion(*m, chip), int64_t{0});
+    }
+  }
+
   // dot + bias broadcast + add + tanh: one fused op that reads a, b and the bias vector and writes
   // the result once; unfused, four ops with every intermediate in HBM.
   void ElementwiseFusesIntoItsProducer() {
