@@ -70,8 +70,22 @@ class DeviceUniformity {
   }
   // Renumbered in order of first appearance (so equal partitions compare equal).
   static Labels Canonical(const Labels& a) {
-    std::map<int64_t, int64_t> ids;
     Labels out(a.size());
+    if (a.empty() || IsUniform(a)) return Labels(a.size(), 0);
+    // Labels are small non-negative numbers (device ids, group ids, earlier canonical labels):
+    // renumbered through a table; any other value through a map.
+    const auto [lo, hi] = std::minmax_element(a.begin(), a.end());
+    if (*lo >= 0 && *hi < 4 * static_cast<int64_t>(a.size()) + 16) {
+      std::vector<int64_t> id(static_cast<size_t>(*hi) + 1, -1);
+      int64_t next = 0;
+      for (size_t d = 0; d < a.size(); ++d) {
+        int64_t& k = id[static_cast<size_t>(a[d])];
+        if (k < 0) k = next++;
+        out[d] = k;
+      }
+      return out;
+    }
+    std::map<int64_t, int64_t> ids;
     for (size_t d = 0; d < a.size(); ++d) out[d] = ids.emplace(a[d], ids.size()).first->second;
     return out;
   }
