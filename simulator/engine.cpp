@@ -303,6 +303,33 @@ class Engine {
       const std::vector<int32_t> waiting = sit->second.classes;
       std::vector<int32_t> still;
       for (int32_t ci : waiting) {
+        // The usual case first: every device of the class ready, all with one duration.
+        {
+          const SyncState& s = syncs_[op];
+          bool one = true, any = false;
+          double duration = 0;
+          for (int64_t d : classes_[static_cast<size_t>(ci)].devices) {
+            const int32_t g = t.group_of[static_cast<size_t>(d)];
+            double dur = 0;
+            if (g >= 0) {
+              if (!s.complete[static_cast<size_t>(g)]) {
+                one = false;
+                break;
+              }
+              dur = t.group_time[static_cast<size_t>(g)];
+            }
+            if (any && dur != duration) {
+              one = false;
+              break;
+            }
+            duration = dur;
+            any = true;
+          }
+          if (one && any) {
+            StartCollective(static_cast<size_t>(ci), op, duration);
+            continue;
+          }
+        }
         // Partition the class's devices: not ready (-1) or ready with a duration.
         std::map<double, std::vector<int64_t>> ready;
         std::vector<int64_t> not_ready;
