@@ -485,8 +485,8 @@ ENTRY %main (p: f32[28], q: s32[28], i: s32[]) -> (f32[14], s32[14]) {
     QCOMPARE(a.rematerialized_bytes, b.rematerialized_bytes);
   }
   // Builds `m` with and without replay; returns the iterations replayed.
-  static int64_t ReplayMatchesExpansion(const Module& m, const ChipSpec& chip) {
-    ExecProgramOptions on, off;
+  static int64_t ReplayMatchesExpansion(const Module& m, const ChipSpec& chip, const ExecProgramOptions& options = {}) {
+    ExecProgramOptions on = options, off = options;
     off.replay_loop_iterations = false;
     auto a = BuildExecProgram(m, chip, on);
     auto b = BuildExecProgram(m, chip, off);
@@ -571,15 +571,7 @@ ENTRY %main (x: f32[128,128]) -> f32[128,128] {
       m->num_partitions = 2;
       ExecProgramOptions o;
       o.default_trip_count = 3;
-      const int64_t replayed = [&] {
-        ExecProgramOptions off = o;
-        off.replay_loop_iterations = false;
-        auto a = BuildExecProgram(*m, chip, o);
-        auto b = BuildExecProgram(*m, chip, off);
-        if (!a.ok() || !b.ok()) qFatal("build: %s", (a.ok() ? b.error() : a.error()).message.c_str());
-        CompareExecPrograms(*a, *b);
-        return a->replayed_iterations;
-      }();
+      const int64_t replayed = ReplayMatchesExpansion(*m, chip, o);
       if (QTest::currentTestFailed()) return;
       QCOMPARE(replayed, int64_t{5});  // outer iterations 4..8 (the inner loops run 3: too short)
     }

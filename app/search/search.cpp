@@ -429,8 +429,10 @@ std::string ValidAtFewerDevicesNote(const SearchOptions& options, const ValidAtF
          "widths, heads, experts) or fewer devices";
 }
 
-std::vector<size_t> ConfirmationOrder(const std::vector<CandidateResult>& results, int confirm) {
-  std::vector<size_t> by_time;  // the ones that fit by step time, then the others
+namespace {
+// The simulated candidates: the ones that fit by step time, then the others.
+std::vector<size_t> SimulatedByTime(const std::vector<CandidateResult>& results) {
+  std::vector<size_t> by_time;
   for (size_t i = 0; i < results.size(); ++i)
     if (results[i].simulated()) by_time.push_back(i);
   std::stable_sort(by_time.begin(), by_time.end(), [&](size_t a, size_t b) {
@@ -439,6 +441,12 @@ std::vector<size_t> ConfirmationOrder(const std::vector<CandidateResult>& result
     if (x.fits() != y.fits()) return x.fits();
     return x.summary.step_time_s < y.summary.step_time_s;
   });
+  return by_time;
+}
+}  // namespace
+
+std::vector<size_t> ConfirmationOrder(const std::vector<CandidateResult>& results, int confirm) {
+  const std::vector<size_t> by_time = SimulatedByTime(results);
   std::vector<size_t> out;
   for (size_t i : by_time) {
     if (static_cast<int>(out.size()) >= confirm) break;
@@ -467,15 +475,7 @@ std::vector<size_t> ConfirmationOrder(const std::vector<CandidateResult>& result
 }
 
 std::vector<size_t> DetailOrder(const std::vector<CandidateResult>& results, int count, const std::vector<size_t>& confirmed) {
-  std::vector<size_t> by_time;
-  for (size_t i = 0; i < results.size(); ++i)
-    if (results[i].simulated()) by_time.push_back(i);
-  std::stable_sort(by_time.begin(), by_time.end(), [&](size_t a, size_t b) {
-    const CandidateResult& x = results[a];
-    const CandidateResult& y = results[b];
-    if (x.fits() != y.fits()) return x.fits();
-    return x.summary.step_time_s < y.summary.step_time_s;
-  });
+  const std::vector<size_t> by_time = SimulatedByTime(results);
   std::vector<size_t> out;
   for (size_t k = 0; k < by_time.size() && static_cast<int>(k) < std::max(count, 1); ++k) {
     const size_t i = by_time[k];
