@@ -653,6 +653,10 @@ class TestCollectiveSteps : public QObject {
     QCOMPARE(FormatSeconds(186.4e-6), std::string("186 \u00B5s"));
     QCOMPARE(FormatSeconds(1e-6), std::string("1.00 \u00B5s"));
     QCOMPARE(FormatSeconds(0.0129), std::string("12.9 ms"));
+    // A toy model's utilisation does not read as zero (the Strategies panel's MFU column).
+    QCOMPARE(FormatPercent(0.473), std::string("47.3%"));
+    QCOMPARE(FormatPercent(0.00012), std::string("0.012%"));
+    QCOMPARE(FormatPercent(0), std::string("0.0%"));
   }
 };
 

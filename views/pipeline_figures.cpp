@@ -69,10 +69,7 @@ PipelineFigures::PipelineFigures(QWidget* parent)
   hide();
 }
 
-QString PipelineFigures::Percent(double fraction) {
-  if (fraction > 0 && fraction < 0.001) return QString::number(100 * fraction, 'g', 2) + "%";
-  return Q(FormatPercent(fraction));
-}
+QString PipelineFigures::Percent(double fraction) { return Q(FormatPercent(fraction)); }
 
 QString PipelineFigures::title() const {
   QString t = title_->text();

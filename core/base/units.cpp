@@ -62,7 +62,10 @@ std::string FormatSeconds(double s) {
 
 std::string FormatPercent(double fraction) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fraction);
+  // Below 0.1% (a toy model's utilisation, a latency-bound collective's share) one decimal would
+  // read as zero: two significant digits instead.
+  if (fraction > 0 && fraction < 0.001) std::snprintf(buf, sizeof buf, "%.2g%%", 100.0 * fraction);
+  else std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fraction);
   return buf;
 }
 

@@ -16,7 +16,7 @@ std::string FormatSeconds(double seconds);
 std::string FormatFlopRate(double flops_per_s);
 // Three significant digits without a unit: 186, 45.0, 8.39.
 std::string ThreeDigits(double v);
-// A fraction as a percentage with one decimal: 0.473 -> "47.3%".
+// A fraction as a percentage, one decimal (0.473 -> "47.3%"), two digits under 0.1% ("0.012%").
 std::string FormatPercent(double fraction);
 
 // The unit a chart axis reaching `max` uses, in the same convention: values are divided by
