@@ -192,30 +192,43 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
     if (ft == 1) continue;
     if (tt % ft != 0 || F.ShardSize(d, len) != (tt / ft) * T.ShardSize(d, len)) return std::nullopt;
   }
-  auto within = [&](int64_t dev, const TileIndex& t) {
+  // Target tiles by their row-major flat id (at most one per device: T's tiles times its
+  // replication is the device count), so the bookkeeping is flat vectors, not maps of indices.
+  std::vector<int64_t> ts(static_cast<size_t>(rank)), fs(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
+    ts[static_cast<size_t>(d)] = T.ShardSize(d, full[static_cast<size_t>(d)]);
+    fs[static_cast<size_t>(d)] = F.ShardSize(d, full[static_cast<size_t>(d)]);
+  }
+  int64_t num_tiles = 1;
+  for (int64_t d = 0; d < rank; ++d) num_tiles *= T.tiles(d);
+  auto flat = [&](const int64_t* t) {
+    int64_t f = 0;
+    for (int64_t d = 0; d < rank; ++d) f = f * T.tiles(d) + t[d];
+    return f;
+  };
+  auto within = [&](int64_t dev, const int64_t* t) {
     for (int64_t d = 0; d < rank; ++d) {
-      const int64_t len = full[static_cast<size_t>(d)], ts = T.ShardSize(d, len);
-      if (!hlo_sharding_util::ShardWithin(len, t[static_cast<size_t>(d)] * ts, ts, F.Offset(dev, d, len), F.ShardSize(d, len)))
-        return false;
+      const int64_t len = full[static_cast<size_t>(d)], s = ts[static_cast<size_t>(d)];
+      if (!hlo_sharding_util::ShardWithin(len, t[d] * s, s, F.Offset(dev, d, len), fs[static_cast<size_t>(d)])) return false;
     }
     return true;
   };
-  std::map<TileIndex, int64_t> need;  // target tile -> devices wanting it that do not hold it
-  std::vector<TileIndex> held(static_cast<size_t>(n));
+  std::vector<int64_t> need(static_cast<size_t>(num_tiles), 0);  // devices wanting the tile that do not hold it
+  std::vector<int64_t> held(static_cast<size_t>(n), -1);          // flat id of the tile each device ends with
   std::vector<int64_t> open;
   for (int64_t dev = 0; dev < n; ++dev) {
     const TileIndex& t = T.device(dev).index;
-    if (within(dev, t)) {
-      held[static_cast<size_t>(dev)] = t;
+    if (within(dev, t.data())) {
+      held[static_cast<size_t>(dev)] = flat(t.data());
     } else {
-      ++need[t];
+      ++need[static_cast<size_t>(flat(t.data()))];
       open.push_back(dev);
     }
   }
   if (open.empty()) return std::nullopt;
+  std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank)), t(static_cast<size_t>(rank));
   for (int64_t dev : open) {
     // The target tiles inside this device's shard: a box of tile indices, one range per dim.
-    std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank));
     // (T's tiles nest in F's, checked above: source tile i holds target tiles [i*m, i*m + m).)
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t ft = F.tiles(d), tt = T.tiles(d);
@@ -229,14 +242,14 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
       hi[static_cast<size_t>(d)] = lo[static_cast<size_t>(d)] + m - 1;
     }
     bool served = false;
-    TileIndex t(lo);
+    t = lo;
     while (!served) {
-      auto it = need.find(t);
       // (A tile entirely in the padding lies within anything, so the box may hold tiles that are
       // not within the shard: check each.)
-      if (it != need.end() && it->second > 0 && within(dev, t)) {
-        --it->second;
-        held[static_cast<size_t>(dev)] = t;
+      const int64_t f = flat(t.data());
+      if (need[static_cast<size_t>(f)] > 0 && within(dev, t.data())) {
+        --need[static_cast<size_t>(f)];
+        held[static_cast<size_t>(dev)] = f;
         served = true;
         break;
       }
@@ -250,11 +263,17 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
     }
     if (!served) return std::nullopt;
   }
-  std::map<TileIndex, int64_t> copies;
+  std::vector<int64_t> copies(static_cast<size_t>(num_tiles), 0);
   std::vector<DeviceTile> devices(static_cast<size_t>(n));
   for (int64_t dev = 0; dev < n; ++dev) {
-    devices[static_cast<size_t>(dev)].index = held[static_cast<size_t>(dev)];
-    devices[static_cast<size_t>(dev)].replica = copies[held[static_cast<size_t>(dev)]]++;
+    int64_t f = held[static_cast<size_t>(dev)];
+    DeviceTile& dt = devices[static_cast<size_t>(dev)];
+    dt.replica = copies[static_cast<size_t>(f)]++;
+    dt.index.assign(static_cast<size_t>(rank), 0);
+    for (int64_t d = rank; d-- > 0;) {
+      dt.index[static_cast<size_t>(d)] = f % T.tiles(d);
+      f /= T.tiles(d);
+    }
   }
   return TileMap(T.tiles(), std::move(devices));
 }
