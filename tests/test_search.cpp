@@ -416,6 +416,27 @@ void TestSearch::boundsAndInvalidCandidates() {
   small.devices = 64;
   auto fits = RunSearch(small);
   QVERIFY(fits.ok() && !fits->valid_at_fewer_devices && fits->stats.invalid == 0);
+  // --mesh: one of another size than the pod is refused as such; one no family uses is named with
+  // the meshes the families do use.
+  SearchOptions meshed;
+  meshed.model = "mlp";
+  meshed.chip = "tpu-v4";
+  meshed.devices = 8;
+  meshed.meshes = {"X=3"};
+  auto wrong = RunSearch(meshed);
+  QVERIFY(!wrong.ok());
+  QCOMPARE(wrong.error().message, std::string("mesh 'X=3' has 3 devices, the pod 8"));
+  meshed.meshes = {"A=8"};
+  auto unused = RunSearch(meshed);
+  QVERIFY(!unused.ok());
+  QVERIFY2(Contains(unused.error().message, "no candidate of mlp runs on the mesh(es) given by --mesh") &&
+               Contains(unused.error().message, "X=2,Y=4") && Contains(unused.error().message, "X=8"),
+           unused.error().message.c_str());
+  meshed.meshes = {"X=2,Y=4"};
+  auto one = RunSearch(meshed);
+  QVERIFY2(one.ok(), one.ok() ? "" : one.error().message.c_str());
+  QVERIFY(!one->ranked.empty());
+  for (const CandidateResult& c : one->ranked) QCOMPARE(c.candidate.mesh, std::string("X=2,Y=4"));
 }
 
 // Extrapolating from depths 2 and 3 gives the step time of the full-depth simulation, and its

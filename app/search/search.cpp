@@ -222,12 +222,23 @@ Result<std::vector<Candidate>> Generate(const SearchOptions& options, Pod& pod_o
     for (const std::string& text : options.meshes) {
       auto m = DeviceMesh::Parse(text);
       if (!m.ok()) return Error("mesh '" + text + "': " + m.error().message);
+      if (m->num_devices() != options.devices)
+        return Error("mesh '" + text + "' has " + std::to_string(m->num_devices()) + " devices, the pod " +
+                     std::to_string(options.devices));
       wanted.push_back(m.value());
     }
     std::vector<Candidate> kept;
+    std::vector<std::string> generated;  // the meshes the families use, in order, for the message
     for (Candidate& c : *candidates) {
+      if (std::find(generated.begin(), generated.end(), c.mesh) == generated.end()) generated.push_back(c.mesh);
       auto m = DeviceMesh::Parse(c.mesh);
       if (m.ok() && std::find(wanted.begin(), wanted.end(), m.value()) != wanted.end()) kept.push_back(std::move(c));
+    }
+    if (kept.empty() && !generated.empty()) {
+      std::string list;
+      for (size_t i = 0; i < generated.size() && i < 12; ++i) list += (i ? "; " : "") + generated[i];
+      if (generated.size() > 12) list += "; ... (" + std::to_string(generated.size()) + " in all)";
+      return Error("no candidate of " + options.model + " runs on the mesh(es) given by --mesh (axis names and order count); the families' meshes: " + list);
     }
     *candidates = std::move(kept);
   }
