@@ -1129,6 +1129,15 @@ ENTRY %main (p: f32[8]) -> f32[32] {
     r = RunCli({"simulate", QString::fromStdString(bad), "--chip", "tpu-v5e", "--mesh", "X=4"});
     QCOMPARE(r.code, 2);
     QVERIFY(r.err.contains("bad.hlo"));
+    // A misspelt option is named, by every command (not "expected exactly one FILE.hlo").
+    for (const QStringList& args : {QStringList{"simulate", QString::fromStdString(hlo), "--chip", "tpu-v5e", "--mesh", "X=8,Y=4", "--meshh", "1"},
+                                    QStringList{"partition", QString::fromStdString(hlo), "--mesh", "X=8,Y=4"},
+                                    QStringList{"check", QString::fromStdString(hlo), "--mesh", "X=8,Y=4"},
+                                    QStringList{"runs", "list", dir.filePath("runs.db"), "--mesh", "X=8,Y=4"}}) {
+      r = RunCli(args);
+      QCOMPARE(r.code, 2);
+      QVERIFY2(r.err.contains("unknown or incomplete option '--me"), qPrintable(r.err));
+    }
 
     // An annotated (unpartitioned) module is propagated and partitioned first.
     auto zoo = ZooBuild("transformer-layer", {{"mesh_x", "2"}, {"mesh_y", "2"}});

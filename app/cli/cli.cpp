@@ -98,4 +98,10 @@ int UsageError(std::string_view command, std::string_view message) {
   return 2;
 }
 
+int RejectUnknownOptions(std::string_view command, const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    if (a.rfind("--", 0) == 0) return UsageError(command, "unknown or incomplete option '" + a + "' (see --help)");
+  return 0;
+}
+
 }  // namespace shardscope::cli

@@ -31,5 +31,8 @@ bool ReadFile(const std::string& path, std::string* out);
 bool WriteFile(const std::string& path, std::string_view contents);
 // Prints "shardscope-cli NAME: message" to stderr and returns 2.
 int UsageError(std::string_view command, std::string_view message);
+// After a command has taken its options: an argument left that looks like one ("--mesh", a
+// misspelt or incomplete option) is a usage error naming it (returns 2); else 0.
+int RejectUnknownOptions(std::string_view command, const std::vector<std::string>& args);
 
 }  // namespace shardscope::cli

@@ -20,6 +20,7 @@ int Run(const std::vector<std::string>& args_in) {
   const bool list_sources = shardscope::cli::TakeFlag(args, "sources");
   std::string source_of;
   const bool has_source_of = shardscope::cli::TakeOption(args, "source", &source_of);
+  if (int rc = shardscope::cli::RejectUnknownOptions("check", args)) return rc;
   if (args.size() != 1) return shardscope::cli::UsageError("check", "expected one FILE.hlo (see --help)");
   const std::string& path = args[0];
   std::string text;

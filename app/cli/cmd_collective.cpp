@@ -84,9 +84,7 @@ int Run(const std::vector<std::string>& in) {
   const bool have_shift = TakeOption(args, "shift", &shift_text);
   const bool no_cyclic = TakeFlag(args, "no-cyclic");
 
-  for (const auto& a : args) {
-    if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
-  }
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.empty()) {
     return UsageError(kName, "missing KIND (all-gather, reduce-scatter, all-reduce, all-to-all or collective-permute)");
   }

@@ -21,6 +21,7 @@ int Run(const std::vector<std::string>& args_in) {
   cli::TakeOption(args, "filter", &options.filter);
   const bool quiet = cli::TakeFlag(args, "quiet");
   options.verbose = cli::TakeFlag(args, "verbose");
+  if (int rc = cli::RejectUnknownOptions("conformance", args)) return rc;
   if (args.size() != 2) {
     std::string kinds;
     for (const auto& k : conformance::ConformanceKinds()) kinds += (kinds.empty() ? "" : "|") + k;

@@ -37,6 +37,7 @@ int Run(const std::vector<std::string>& arguments) {
   TakeOption(args, "cores-per-chip", &cores);
   const bool have_step = TakeOption(args, "step", &step_text);
   TakeOption(args, "limit", &limit_text);
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.size() != 1) return UsageError(kName, "expected one zoo model name (zoo list shows them)");
   c.model = args[0];
   c.label = args[0];

@@ -31,6 +31,7 @@ int Prepare(const std::string& cmd, std::vector<std::string>& args, const std::o
   if (std::string e = TakeWindowedEinsumOptions(args, &spmd); !e.empty()) return UsageError(cmd, e);
   std::string np_text;
   const bool has_np = TakeOption(args, "num-partitions", &np_text);
+  if (int rc = RejectUnknownOptions(cmd, args)) return rc;
   if (args.size() != 1) return UsageError(cmd, "expected exactly one FILE.hlo (see --help)");
   std::string text;
   if (!ReadFile(args[0], &text)) return 2;

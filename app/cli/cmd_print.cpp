@@ -26,6 +26,7 @@ int Run(const std::vector<std::string>& args_in) {
   print_options.print_layouts = !shardscope::cli::TakeFlag(args, "no-layouts");
   print_options.print_metadata = !shardscope::cli::TakeFlag(args, "no-metadata");
   print_options.print_backend_config = !shardscope::cli::TakeFlag(args, "no-backend-config");
+  if (int rc = shardscope::cli::RejectUnknownOptions("print", args)) return rc;
   if (args.size() != 1) return shardscope::cli::UsageError("print", "expected one FILE.hlo (see --help)");
   std::string text;
   if (!shardscope::cli::ReadFile(args[0], &text)) return 2;

@@ -50,6 +50,7 @@ int Run(const std::vector<std::string>& args_in) {
   const bool keep_io = cli::TakeFlag(args, "keep-io-shardings");
   cli::TakeOption(args, "to-output", &to_output);
   cli::TakeOption(args, "to-parameters", &to_params);
+  if (int rc = cli::RejectUnknownOptions("propagate", args)) return rc;
   if (args.size() != 1) {
     return cli::UsageError("propagate", "expected one FILE.hlo (see --help)");
   }

@@ -28,6 +28,7 @@ int Run(const std::vector<std::string>& arguments) {
     }
     return 0;
   }
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.size() != 1) return UsageError(kName, "expected one case name (reproduce --list shows them)");
   auto spec = pipeline::FindReproduceCase(args[0]);
   if (!spec.ok()) return UsageError(kName, spec.error().message);

@@ -26,6 +26,7 @@ namespace {
 constexpr const char* kName = "runs";
 
 int Merge(const std::vector<std::string>& args) {
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.size() < 2) return UsageError(kName, "usage: runs merge OUT.sqlite IN.sqlite...");
   auto out = pipeline::RunDatabase::Open(args[0]);
   if (!out.ok()) {
@@ -53,6 +54,7 @@ int Merge(const std::vector<std::string>& args) {
 }
 
 int List(const std::vector<std::string>& args) {
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.size() != 1) return UsageError(kName, "usage: runs list DB.sqlite");
   auto store = RunStore::Open(args[0], RunStore::OpenMode::kOpenExisting);
   if (!store.ok()) {
@@ -79,6 +81,7 @@ int Open(std::vector<std::string> args) {
   std::string out = "-";
   TakeOption(args, "o", &out);
   int64_t id = 0;
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.size() != 2 || !ParseId(args[1], &id)) return UsageError(kName, "usage: runs open DB.sqlite RUN_ID [-o FILE.hlo]");
   auto store = RunStore::Open(args[0], RunStore::OpenMode::kOpenExisting);
   if (!store.ok()) {
@@ -107,6 +110,7 @@ int Open(std::vector<std::string> args) {
 
 int Compare(const std::vector<std::string>& args) {
   int64_t a = 0, b = 0;
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.size() != 3 || !ParseId(args[1], &a) || !ParseId(args[2], &b))
     return UsageError(kName, "usage: runs compare DB.sqlite RUN_A RUN_B");
   auto store = RunStore::Open(args[0], RunStore::OpenMode::kOpenExisting);

@@ -74,8 +74,7 @@ int TakeSearchOptions(std::vector<std::string>& args, search::SearchOptions& o) 
 }
 
 int CheckRest(const std::vector<std::string>& args, size_t positional, const std::string& what) {
-  for (const auto& a : args)
-    if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.size() != positional) return UsageError(kName, "expected " + what + " (see --help)");
   return 0;
 }
@@ -370,8 +369,7 @@ int RunReport(std::vector<std::string> args) {
   const bool have_csv = TakeOption(args, "csv", &csv);
   int64_t top = 20;
   if (TakeOption(args, "top", &top_text) && !ParseInt(top_text, 0, &top)) return UsageError(kName, "--top takes a non-negative integer");
-  for (const auto& a : args)
-    if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.empty()) return UsageError(kName, "search report needs at least one store (DB.sqlite)");
   std::vector<search::CandidateResult> results;
   std::set<std::string> keys;

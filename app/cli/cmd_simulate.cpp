@@ -121,9 +121,7 @@ int Run(const std::vector<std::string>& in) {
   if (std::string e = TakeAllReduceCombinerOptions(args, &run.all_reduce_combiner); !e.empty()) return UsageError(kName, e);
   if (std::string e = TakeWindowedEinsumOptions(args, &run.spmd); !e.empty()) return UsageError(kName, e);
 
-  for (const auto& a : args) {
-    if (a.rfind("--", 0) == 0) return UsageError(kName, "unknown or incomplete option '" + a + "'");
-  }
+  if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.size() != 1) return UsageError(kName, "expected exactly one FILE.hlo (see --help)");
   if (!slice_texts.chip) return UsageError(kName, "missing --chip (a preset such as tpu-v5e, or a chip .json file)");
   if (!slice_texts.mesh) return UsageError(kName, "missing --mesh (e.g. X=4,Y=4)");

@@ -48,6 +48,7 @@ int Build(std::vector<std::string> args) {
       break;
     }
   }
+  if (int rc = shardscope::cli::RejectUnknownOptions("zoo", args)) return rc;
   if (args.size() != 1) return UsageError("zoo", "usage: zoo build NAME [--set KEY=VALUE ...] [-o FILE.hlo]");
   auto module = shardscope::ZooBuild(args[0], overrides);
   if (!module.ok()) {
