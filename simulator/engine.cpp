@@ -185,6 +185,17 @@ class Engine {
   Engine(const ExecProgram& p, const std::vector<SpecTiming>& timing, const Topology& topo, const SimulationOptions& o,
          std::vector<std::string>* warnings)
       : prog_(p), timing_(timing), topo_(topo), opt_(o), warnings_(warnings) {
+    // Collectives every device takes part in, each group taking the same time: a class holding
+    // every device (the one class until timelines diverge) arrives at them and starts them in
+    // O(groups), not O(devices) (Arrive, Resolve).
+    uniform_time_.resize(timing.size(), -1);
+    for (size_t k = 0; k < timing.size(); ++k) {
+      const SpecTiming& t = timing[k];
+      if (t.members != topo.num_devices() || t.group_time.empty()) continue;
+      bool same = true;
+      for (double g : t.group_time) same &= g == t.group_time.front();
+      if (same) uniform_time_[k] = t.group_time.front();
+    }
     for (size_t i = 0; i < p.ops.size(); ++i) {
       if (p.ops[i].kind == ExecKind::kCompute) compute_order_.push_back(static_cast<int32_t>(i));
       else comm_order_.push_back(static_cast<int32_t>(i));
@@ -282,15 +293,23 @@ class Engine {
       s.arrived.assign(t.group_size.size(), 0);
       s.complete.assign(t.group_size.size(), 0);
     }
-    for (int64_t d : c.devices) {
-      const int32_t g = t.group_of[static_cast<size_t>(d)];
-      if (g < 0) continue;
-      if (++s.arrived[static_cast<size_t>(g)] == t.group_size[static_cast<size_t>(g)]) s.complete[static_cast<size_t>(g)] = 1;
+    if (WholeClass(c)) {
+      s.arrived = t.group_size;
+      s.complete.assign(t.group_size.size(), 1);
+    } else {
+      for (int64_t d : c.devices) {
+        const int32_t g = t.group_of[static_cast<size_t>(d)];
+        if (g < 0) continue;
+        if (++s.arrived[static_cast<size_t>(g)] == t.group_size[static_cast<size_t>(g)]) s.complete[static_cast<size_t>(g)] = 1;
+      }
     }
     s.classes.push_back(static_cast<int32_t>(ci));
     c.waiting.push_back(op);
     pending_.push_back(op);
   }
+
+  // A class holding every device is the only one: its arrival completes every group.
+  bool WholeClass(const ClassState& c) const { return static_cast<int64_t>(c.devices.size()) == topo_.num_devices(); }
 
   // Starts collectives whose groups are complete; splits classes whose members diverge.
   Status Resolve() {
@@ -304,6 +323,11 @@ class Engine {
       std::vector<int32_t> still;
       for (int32_t ci : waiting) {
         // The usual case first: every device of the class ready, all with one duration.
+        const double uniform = uniform_time_[static_cast<size_t>(prog_.ops[static_cast<size_t>(op)].collective)];
+        if (uniform >= 0 && WholeClass(classes_[static_cast<size_t>(ci)])) {
+          StartCollective(static_cast<size_t>(ci), op, uniform);
+          continue;
+        }
         {
           const SyncState& s = syncs_[op];
           bool one = true, any = false;
@@ -492,6 +516,7 @@ class Engine {
 
   const ExecProgram& prog_;
   const std::vector<SpecTiming>& timing_;
+  std::vector<double> uniform_time_;  // per spec: the time of every group when all devices take part alike, else -1
   const Topology& topo_;
   const SimulationOptions& opt_;
   std::vector<std::string>* warnings_;
