@@ -203,6 +203,36 @@ bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, cons
   // Offsets of every device's tile under `sharding`.
   const auto& sdims = sharding.tile_assignment().dims();
   const auto& sdev = sharding.tile_assignment().devices();
+  const auto& pdims = sub.tile_assignment().dims();
+  const auto& pdev = sub.tile_assignment().devices();
+  int64_t max_id = -1;
+  bool dense = true;
+  for (int64_t d : sdev) {
+    if (d < 0) dense = false;
+    max_id = std::max(max_id, d);
+  }
+  if (dense && max_id < 4 * static_cast<int64_t>(sdev.size()) + 1024) {
+    // Device ids index flat tables (thousands of devices: no map of small vectors), and the tile
+    // indices advance as odometers.
+    const size_t r = static_cast<size_t>(rank);
+    std::vector<int64_t> offset(static_cast<size_t>(max_id + 1) * r, 0);
+    std::vector<char> has(static_cast<size_t>(max_id + 1), 0);
+    std::vector<int64_t> at(sdims.size(), 0);
+    for (size_t f = 0; f < sdev.size(); ++f, NextIndex(sdims, &at)) {
+      const size_t d = static_cast<size_t>(sdev[f]);
+      has[d] = 1;
+      for (size_t j = 0; j < r; ++j) offset[d * r + j] = base[j] * at[j];
+    }
+    at.assign(pdims.size(), 0);
+    for (size_t f = 0; f < pdev.size(); ++f, NextIndex(pdims, &at)) {
+      const int64_t d = pdev[f];
+      if (d < 0 || d > max_id || !has[static_cast<size_t>(d)]) return false;
+      const int64_t* o = &offset[static_cast<size_t>(d) * r];
+      for (size_t j = 0; j < r; ++j)
+        if (!ShardWithin(shape.dim(static_cast<int64_t>(j)), sub_base[j] * at[j], sub_base[j], o[j], base[j])) return false;
+    }
+    return true;
+  }
   std::unordered_map<int64_t, std::vector<int64_t>> offsets;
   offsets.reserve(sdev.size());
   std::vector<int64_t> idx;
@@ -212,8 +242,6 @@ bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, cons
     o.resize(static_cast<size_t>(rank));
     for (int64_t j = 0; j < rank; ++j) o[static_cast<size_t>(j)] = base[static_cast<size_t>(j)] * idx[static_cast<size_t>(j)];
   }
-  const auto& pdims = sub.tile_assignment().dims();
-  const auto& pdev = sub.tile_assignment().devices();
   for (size_t f = 0; f < pdev.size(); ++f) {
     auto it = offsets.find(pdev[f]);
     if (it == offsets.end()) return false;
