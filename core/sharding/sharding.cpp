@@ -28,22 +28,6 @@ std::string JoinInts(const std::vector<int64_t>& v, const char* sep = ",") {
   return out;
 }
 
-// Device id -> first flat index, or empty when ids are negative or too sparse to index densely.
-std::vector<int64_t> BuildDeviceIndex(const std::vector<int64_t>& devices) {
-  int64_t max_id = -1;
-  for (int64_t d : devices) {
-    if (d < 0) return {};
-    max_id = std::max(max_id, d);
-  }
-  if (max_id < 0 || max_id >= 4 * static_cast<int64_t>(devices.size()) + 1024) return {};
-  std::vector<int64_t> index(static_cast<size_t>(max_id + 1), -1);
-  for (size_t i = 0; i < devices.size(); ++i) {
-    int64_t& slot = index[static_cast<size_t>(devices[i])];
-    if (slot < 0) slot = static_cast<int64_t>(i);
-  }
-  return index;
-}
-
 int64_t SaturatingMul(int64_t a, int64_t b) {
   if (a <= 0 || b <= 0) return 0;
   if (a > std::numeric_limits<int64_t>::max() / b) return std::numeric_limits<int64_t>::max();
@@ -983,28 +967,6 @@ const std::vector<int64_t>& TileAssignment::Empty() {
   return empty;
 }
 
-namespace {
-
-// The devices of an iota form and their index, shared between every tile assignment with that
-// form: shardings over thousands of devices use a few forms again and again (propagation builds
-// them at every instruction it visits), and materialising and indexing them each time was 3% of
-// the 2048-core strategy search. Per thread, emptied past 256 forms.
-struct IotaTables {
-  std::shared_ptr<const std::vector<int64_t>> devices, index;
-};
-const IotaTables& IotaTablesOf(const IotaForm& form) {
-  thread_local std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, IotaTables> cache;
-  auto key = std::make_pair(form.reshape_dims, form.perm);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cache.size() >= 256) cache.clear();
-  IotaTables t;
-  t.devices = std::make_shared<const std::vector<int64_t>>(MaterializeIota(form));
-  t.index = std::make_shared<const std::vector<int64_t>>(BuildDeviceIndex(*t.devices));
-  return cache.emplace(std::move(key), std::move(t)).first->second;
-}
-
-}  // namespace
-
 TileAssignment TileAssignment::Explicit(std::vector<int64_t> dims, std::vector<int64_t> devices) {
   TileAssignment t;
   t.dims_ = std::move(dims);
@@ -1025,7 +987,7 @@ TileAssignment TileAssignment::Iota(std::vector<int64_t> dims, std::vector<int64
                        (form.perm.size() == form.reshape_dims.size() && IsPermutation(form.perm));
   if (!rn || *rn != n || !perm_ok) form = IotaForm{{n}, {}};  // invalid description: plain iota
   form = CanonicalIota(form);
-  const IotaTables& tables = IotaTablesOf(form);
+  const IotaTables tables = SharedIotaTables(form);
   t.devices_ = tables.devices;
   t.device_index_ = tables.index;
   t.iota_reshape_ = form.reshape_dims;

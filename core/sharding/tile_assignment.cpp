@@ -1,6 +1,7 @@
 #include "core/sharding/tile_assignment.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 namespace shardscope {
@@ -169,9 +170,42 @@ std::optional<IotaForm> DetectIota(const std::vector<int64_t>& devices) {
   // Output dims: the last discovered digit is the most major.
   std::vector<int64_t> perm(k);
   for (size_t i = 0; i < k; ++i) perm[i] = position_of_digit[k - 1 - i];
-  IotaForm form{reshape, perm};
-  if (MaterializeIota(form) != devices) return std::nullopt;
-  return CanonicalIota(form);
+  IotaForm form = CanonicalIota(IotaForm{reshape, perm});
+  if (*SharedIotaTables(form).devices != devices) return std::nullopt;
+  return form;
+}
+
+std::vector<int64_t> BuildDeviceIndex(const std::vector<int64_t>& devices) {
+  int64_t max_id = -1;
+  for (int64_t d : devices) {
+    if (d < 0) return {};
+    max_id = std::max(max_id, d);
+  }
+  if (max_id < 0 || max_id >= 4 * static_cast<int64_t>(devices.size()) + 1024) return {};
+  std::vector<int64_t> index(static_cast<size_t>(max_id + 1), -1);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    int64_t& slot = index[static_cast<size_t>(devices[i])];
+    if (slot < 0) slot = static_cast<int64_t>(i);
+  }
+  return index;
+}
+
+IotaTables SharedIotaTables(const IotaForm& canonical) {
+  thread_local std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, IotaTables> cache;
+  thread_local size_t cached_devices = 0;
+  auto key = std::make_pair(canonical.reshape_dims, canonical.perm);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  IotaTables t;
+  t.devices = std::make_shared<const std::vector<int64_t>>(MaterializeIota(canonical));
+  t.index = std::make_shared<const std::vector<int64_t>>(BuildDeviceIndex(*t.devices));
+  // Bounded: at most 256 forms and about 2^22 device ids (64 MiB with the indexes) per thread.
+  if (cache.size() >= 256 || cached_devices + t.devices->size() > (size_t{1} << 22)) {
+    cache.clear();
+    cached_devices = 0;
+  }
+  cached_devices += t.devices->size();
+  cache.emplace(std::move(key), t);
+  return t;
 }
 
 std::string_view SubgroupTypeName(HloSharding::SubgroupType t) {

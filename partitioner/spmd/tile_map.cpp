@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 
+#include "core/sharding/tile_assignment.h"
 #include "partitioner/hlo_sharding_util.h"
 
 namespace shardscope::spmd {
@@ -208,9 +209,14 @@ Result<HloSharding> TileMap::ToShardingUncached() const {
     flat[static_cast<size_t>(lin * rep + count[static_cast<size_t>(lin)]++)] = dev;
   }
   std::vector<int64_t> dims = tiles_;
-  if (rep == 1) return HloSharding::Tile(TileAssignment::Explicit(std::move(dims), std::move(flat)));
-  dims.push_back(rep);
-  return HloSharding::PartialTile(TileAssignment::Explicit(std::move(dims), std::move(flat)));
+  if (rep > 1) dims.push_back(rep);
+  // In iota form when the devices are one ("[32,64]<=[64,32]T(1,0)"): the resharder's and the
+  // handlers' memo keys then hold a few numbers instead of every device id, and the tile
+  // assignment shares its device list with every other of that form.
+  std::optional<IotaForm> form = DetectIota(flat);
+  TileAssignment ta = form ? TileAssignment::Iota(std::move(dims), form->reshape_dims, form->perm)
+                           : TileAssignment::Explicit(std::move(dims), std::move(flat));
+  return rep == 1 ? HloSharding::Tile(std::move(ta)) : HloSharding::PartialTile(std::move(ta));
 }
 
 int64_t TileMap::ShardSize(int64_t d, int64_t full) const {
