@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <unordered_map>
 
 namespace shardscope::hlo_sharding_util {
@@ -347,6 +349,39 @@ GroupKeys ComputeGroupKeys(const HloSharding& s, int64_t manual_dim, int64_t max
 }
 }  // namespace
 
+void AppendShardingKey(std::string& k, const HloSharding& s) {
+  k += static_cast<char>('A' + static_cast<int>(s.kind()));
+  if (s.IsTuple()) {
+    k += '(';
+    for (const auto& e : s.tuple_elements()) AppendShardingKey(k, e);
+    k += ')';
+    return;
+  }
+  if (s.IsMaximal()) k += std::to_string(s.maximal_device());
+  if (!s.IsTiled()) return;
+  for (auto t : s.subgroup_types()) k += static_cast<char>('a' + static_cast<int>(t));
+  const TileAssignment& ta = s.tile_assignment();
+  if (ta.is_iota()) {
+    // "[dims]<=[reshape]T(perm)" determines every device: a few bytes instead of all the ids.
+    k += 'I';
+    k += ta.ToString();
+    k += ';';
+    return;
+  }
+  k += 'E';
+  const auto& dims = ta.dims();
+  k += static_cast<char>(dims.size());
+  k.append(reinterpret_cast<const char*>(dims.data()), dims.size() * sizeof(int64_t));
+  const auto& devs = ta.devices();
+  k.append(reinterpret_cast<const char*>(devs.data()), devs.size() * sizeof(int64_t));
+}
+
+std::string ShardingKey(const HloSharding& s) {
+  std::string k;
+  AppendShardingKey(k, s);
+  return k;
+}
+
 bool MergeShardingIfCompatible(const HloSharding& to_merge, int64_t minimum_tiles, HloSharding* dst) {
   if (to_merge.IsTuple() || dst->IsTuple() || to_merge.IsManual() || dst->IsManual()) return false;
   if (IsTileMaximal(to_merge)) return false;
@@ -385,6 +420,29 @@ bool MergeShardingIfCompatible(const HloSharding& to_merge, int64_t minimum_tile
     if (num_devices % (new_tiles * manual_size) != 0) return false;
   }
   const int64_t replication = num_devices / (new_tiles * manual_size);
+
+  auto metadata = dst->metadata();
+  for (const auto& m : to_merge.metadata()) {
+    if (std::none_of(metadata.begin(), metadata.end(), [&](const ShardingMetadata& x) { return x.text == m.text; })) {
+      metadata.push_back(m);
+    }
+  }
+  // The merge is a pure function of the two shardings (metadata aside), asked again for every
+  // layer's dots and at every pass of propagation: memoised per thread (O(devices) each time at
+  // thousands of devices). Bounded: emptied past 4096 answers.
+  thread_local std::unordered_map<std::string, std::optional<HloSharding>> memo;
+  std::string key;
+  AppendShardingKey(key, to_merge);
+  key += '|';
+  AppendShardingKey(key, *dst);
+  if (auto it = memo.find(key); it != memo.end()) {
+    if (!it->second) return false;
+    *dst = *it->second;
+    dst->set_metadata(std::move(metadata));
+    return true;
+  }
+  if (memo.size() >= 4096) memo.clear();
+  std::optional<HloSharding>& answer = memo[key];
 
   int64_t max_device = 0;
   for (int64_t d : mt.devices()) max_device = std::max(max_device, d);
@@ -429,14 +487,9 @@ bool MergeShardingIfCompatible(const HloSharding& to_merge, int64_t minimum_tile
     tile_dims.push_back(replication);
     types.push_back(SubgroupType::kReplicated);
   }
-  auto metadata = dst->metadata();
-  for (const auto& m : to_merge.metadata()) {
-    if (std::none_of(metadata.begin(), metadata.end(), [&](const ShardingMetadata& x) { return x.text == m.text; })) {
-      metadata.push_back(m);
-    }
-  }
   TileAssignment ta = TileAssignment::Explicit(tile_dims, std::move(devices));
   *dst = MakeSubgroup(ta, types);
+  answer = *dst;
   dst->set_metadata(std::move(metadata));
   return true;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -79,6 +80,12 @@ HloSharding StripDecorations(HloSharding s);
 // Tries to combine two partially tiled shardings into one that agrees with both on every sharded
 // dim (the paper's Offset(S,d,i) condition). On success writes the merged sharding to *dst.
 // `minimum_tiles`: the merge must produce at least this many data tiles.
+// A compact binary key identifying a sharding exactly, metadata aside (memo tables: an iota
+// sharding is keyed by its description, an explicit one by every device id); AppendShardingKey
+// appends it.
+std::string ShardingKey(const HloSharding& s);
+void AppendShardingKey(std::string& key, const HloSharding& s);
+
 bool MergeShardingIfCompatible(const HloSharding& to_merge, int64_t minimum_tiles, HloSharding* dst);
 bool MergeShardingIfCompatible(const HloSharding& to_merge, HloSharding* dst);
 // XLA's MergeSharding: returns true when *dst (possibly merged with to_merge) should replace

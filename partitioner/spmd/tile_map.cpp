@@ -401,39 +401,6 @@ bool IsLocalRefinement(const TileMap& from, const TileMap& to, const std::vector
 
 // ---- memo keys and the per-run cache ----
 
-void AppendShardingKey(std::string& k, const HloSharding& s) {
-  k += static_cast<char>('A' + static_cast<int>(s.kind()));
-  if (s.IsTuple()) {
-    k += '(';
-    for (const auto& e : s.tuple_elements()) AppendShardingKey(k, e);
-    k += ')';
-    return;
-  }
-  if (s.IsMaximal()) k += std::to_string(s.maximal_device());
-  if (!s.IsTiled()) return;
-  for (auto t : s.subgroup_types()) k += static_cast<char>('a' + static_cast<int>(t));
-  const TileAssignment& ta = s.tile_assignment();
-  if (ta.is_iota()) {
-    // "[dims]<=[reshape]T(perm)" determines every device: a few bytes instead of all the ids.
-    k += 'I';
-    k += ta.ToString();
-    k += ';';
-    return;
-  }
-  k += 'E';
-  const auto& dims = ta.dims();
-  k += static_cast<char>(dims.size());
-  k.append(reinterpret_cast<const char*>(dims.data()), dims.size() * sizeof(int64_t));
-  const auto& devs = ta.devices();
-  k.append(reinterpret_cast<const char*>(devs.data()), devs.size() * sizeof(int64_t));
-}
-
-std::string ShardingKey(const HloSharding& s) {
-  std::string k;
-  AppendShardingKey(k, s);
-  return k;
-}
-
 TileMapCache::TileMapCache(int64_t num_devices) : n_(num_devices) {}
 
 Result<TileMap> TileMapCache::Get(const HloSharding& sharding, int64_t rank) const {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/sharding/sharding.h"
+#include "partitioner/hlo_sharding_util.h"
 #include "core/base/status.h"
 
 namespace shardscope::spmd {
@@ -216,9 +217,9 @@ int64_t ElementsOf(const std::vector<int64_t>& dims);
 // Bytes of one device's shard of an array of shape `base` under `m`.
 int64_t ShardBytes(const TileMap& m, const Shape& base);
 
-// A compact binary key identifying a sharding exactly (memo tables); AppendShardingKey appends it.
-std::string ShardingKey(const HloSharding& s);
-void AppendShardingKey(std::string& key, const HloSharding& s);
+// Memo keys of shardings (partitioner/hlo_sharding_util.h).
+using hlo_sharding_util::AppendShardingKey;
+using hlo_sharding_util::ShardingKey;
 
 // The tile maps of one partitioning run: every sharding's map over the run's devices, built once
 // (the same shardings recur on every layer of a model). Keyed by the sharding and the array rank;
