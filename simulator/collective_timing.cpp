@@ -21,7 +21,7 @@ void PutString(std::string& s, const std::string& v) {
 int64_t ApproxBytes(const std::string& key, const CollectiveTiming& t) {
   int64_t b = static_cast<int64_t>(key.size()) + 256;
   b += static_cast<int64_t>(t.group_of.size() * sizeof(int32_t) + t.group_size.size() * sizeof(int32_t) +
-                            t.group_time.size() * sizeof(double));
+                            (t.group_time.size() + t.per_byte_group_latency.size() + t.per_byte_group_data.size()) * sizeof(double));
   b += static_cast<int64_t>(t.cost.link_traffic.size() * sizeof(LinkTraffic) + t.cost.pass_busiest.size() * sizeof(LinkTraffic) +
                             t.cost.algorithm.size());
   for (const auto& g : t.request.groups) b += static_cast<int64_t>(g.size() * sizeof(int64_t) + 24);
@@ -98,7 +98,8 @@ std::shared_ptr<const CollectiveTiming> CollectiveTimingMemo::Find(const std::st
   return nullptr;
 }
 
-void CollectiveTimingMemo::Store(const std::string& context, const std::string& collective, CollectiveTiming timing) {
+std::shared_ptr<const CollectiveTiming> CollectiveTimingMemo::Store(const std::string& context, const std::string& collective,
+                                                                  CollectiveTiming timing) {
   const int64_t b = ApproxBytes(collective, timing);
   auto value = std::make_shared<const CollectiveTiming>(std::move(timing));
   std::lock_guard<std::mutex> lock(mu_);
@@ -106,8 +107,9 @@ void CollectiveTimingMemo::Store(const std::string& context, const std::string& 
     tables_.clear();
     bytes_ = 0;
   }
-  auto [it, fresh] = tables_[context].emplace(collective, std::move(value));
+  auto [it, fresh] = tables_[context].emplace(collective, value);
   if (fresh) bytes_ += b;
+  return it->second;
 }
 
 int64_t CollectiveTimingMemo::hits() const {

@@ -9,8 +9,14 @@
 // reduce-scatter is the same at every depth and microbatch count), and estimating them (routing
 // every hop of every group over 2048 devices) was a quarter of the search's time at 2048 devices.
 // CollectiveTimingMemo keeps the timings keyed by all of the above, so a simulation that uses it
-// computes exactly what it would without it. Thread-safe; bounded by an approximate byte budget
-// (when a new timing would exceed it, the memo is emptied first).
+// computes exactly what it would without it. A collective over replica groups is kept at one
+// operand byte, keyed without its size: its timing at B bytes is that one scaled (every link load
+// grows with B, the latencies do not: EstimateCollectivePerByte and CollectiveCostAt in
+// collectives/cost.h), which is also how the engine times it without the memo. One entry then
+// serves every size of it (a gradient's all-reduce at each depth and microbatch count: three of
+// four timings the 2048-device search computed were such repeats). Collective-permutes are kept
+// at their size. Thread-safe; bounded by an approximate byte budget (when a new timing would
+// exceed it, the memo is emptied first).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +41,9 @@ struct CollectiveTiming {
   CollectiveCost cost;               // over all groups
   int64_t members = 0;
   CollectiveRequest request;
+  // A timing at one operand byte whose groups are not congruent: each group's latency and its
+  // data-done time beside the others (group_time at B bytes combines the latency with B x data).
+  std::vector<double> per_byte_group_latency, per_byte_group_data;
 };
 
 class CollectiveTimingMemo {
@@ -50,7 +59,8 @@ class CollectiveTimingMemo {
 
   // The timing stored under (context, collective), or null.
   std::shared_ptr<const CollectiveTiming> Find(const std::string& context, const std::string& collective) const;
-  void Store(const std::string& context, const std::string& collective, CollectiveTiming timing);
+  // Stores a timing (unless one is there already) and returns the one stored.
+  std::shared_ptr<const CollectiveTiming> Store(const std::string& context, const std::string& collective, CollectiveTiming timing);
 
   int64_t hits() const;
   int64_t misses() const;

@@ -69,13 +69,14 @@ bool Congruent(const std::vector<std::vector<int64_t>>& groups, const Topology& 
   return true;
 }
 
-Result<SpecTiming> TimeCollective(const CollectiveSpec& spec, const Topology& topo, const CollectiveOptions& copts) {
+// A collective-permute's timing (its groups: connected components of the pairs).
+Result<SpecTiming> TimePermute(const CollectiveSpec& spec, const Topology& topo, const CollectiveOptions& copts) {
   SpecTiming t;
   const int64_t n = topo.num_devices();
   t.group_of.assign(static_cast<size_t>(n), -1);
   t.request.kind = spec.kind;
   t.request.operand_bytes = spec.operand_bytes;
-  if (spec.kind == CollectiveKind::kCollectivePermute) {
+  {
     t.request.source_target_pairs = spec.pairs;
     // Groups: connected components of the pairs (a ring rotation is one group).
     std::vector<int64_t> parent(static_cast<size_t>(n));
@@ -109,7 +110,19 @@ Result<SpecTiming> TimeCollective(const CollectiveSpec& spec, const Topology& to
     t.max_time = t.alone_time = t.cost.time_s;
     return t;
   }
-  std::vector<std::vector<int64_t>> groups = spec.groups;
+}
+
+// The timing of a collective over replica groups at one operand byte (group_time, max_time and
+// alone_time unset; per_byte_group_latency / per_byte_group_data when the groups are not
+// congruent): TimingAt scales it to any size, exactly as timing it there would.
+Result<SpecTiming> TimeGroupsPerByte(CollectiveKind kind, const std::vector<std::vector<int64_t>>& spec_groups,
+                                     const Topology& topo, const CollectiveOptions& copts) {
+  SpecTiming t;
+  const int64_t n = topo.num_devices();
+  t.group_of.assign(static_cast<size_t>(n), -1);
+  t.request.kind = kind;
+  t.request.operand_bytes = 1.0;
+  std::vector<std::vector<int64_t>> groups = spec_groups;
   if (groups.empty()) {
     groups.emplace_back(static_cast<size_t>(n));
     std::iota(groups.back().begin(), groups.back().end(), 0);
@@ -117,11 +130,11 @@ Result<SpecTiming> TimeCollective(const CollectiveSpec& spec, const Topology& to
   for (size_t g = 0; g < groups.size(); ++g) {
     for (int64_t d : groups[g]) {
       if (d < 0 || d >= n) {
-        return Error(std::string(CollectiveKindName(spec.kind)) + " replica group " + std::to_string(g) + " names device " +
+        return Error(std::string(CollectiveKindName(kind)) + " replica group " + std::to_string(g) + " names device " +
                      std::to_string(d) + " but the slice has devices 0.." + std::to_string(n - 1));
       }
       if (t.group_of[static_cast<size_t>(d)] >= 0) {
-        return Error(std::string(CollectiveKindName(spec.kind)) + ": device " + std::to_string(d) +
+        return Error(std::string(CollectiveKindName(kind)) + ": device " + std::to_string(d) +
                      " appears in more than one replica group");
       }
       t.group_of[static_cast<size_t>(d)] = static_cast<int32_t>(g);
@@ -129,29 +142,56 @@ Result<SpecTiming> TimeCollective(const CollectiveSpec& spec, const Topology& to
     t.group_size.push_back(static_cast<int32_t>(groups[g].size()));
     t.members += static_cast<int64_t>(groups[g].size());
   }
-  t.request.groups = groups;
-  auto cost = EstimateCollective(topo, spec.kind, groups, spec.operand_bytes, copts);
+  auto cost = EstimateCollectivePerByte(topo, kind, groups, copts);
   if (!cost.ok()) return cost.error();
   t.cost = std::move(cost).value();
-  t.alone_time = t.cost.time_s;
-  t.group_time.assign(groups.size(), t.cost.time_s);
   if (groups.size() > 1 && !Congruent(groups, topo)) {
     // Groups laid out differently on the topology: each gets its own finish time with all groups
     // running together (links they share are shared fairly).
     std::vector<CollectiveRequest> reqs;
     for (const auto& g : groups) {
       CollectiveRequest r;
-      r.kind = spec.kind;
+      r.kind = kind;
       r.groups = {g};
-      r.operand_bytes = spec.operand_bytes;
+      r.operand_bytes = 1.0;
       reqs.push_back(std::move(r));
     }
-    auto f = EstimateConcurrentCollectives(topo, reqs, copts);
+    auto f = EstimateConcurrentCollectiveParts(topo, reqs, copts);
     if (!f.ok()) return f.error();
-    t.group_time = std::move(f).value();
+    t.per_byte_group_latency = std::move(f->latency_s);
+    t.per_byte_group_data = std::move(f->data_done_s);
+  }
+  t.request.groups = std::move(groups);
+  return t;
+}
+
+// A per-byte timing (TimeGroupsPerByte) at `bytes`.
+SpecTiming TimingAt(const SpecTiming& per_byte, double bytes, const CollectiveOptions& copts) {
+  SpecTiming t;
+  t.group_of = per_byte.group_of;
+  t.group_size = per_byte.group_size;
+  t.members = per_byte.members;
+  t.request = per_byte.request;
+  t.request.operand_bytes = bytes;
+  t.cost = CollectiveCostAt(per_byte.cost, bytes, copts);
+  t.alone_time = t.cost.time_s;
+  if (per_byte.per_byte_group_data.empty()) {
+    t.group_time.assign(per_byte.group_size.size(), t.cost.time_s);
+  } else {
+    t.group_time.resize(per_byte.per_byte_group_data.size());
+    for (size_t g = 0; g < t.group_time.size(); ++g) {
+      t.group_time[g] = CombineCollectiveLatency(per_byte.per_byte_group_latency[g], per_byte.per_byte_group_data[g] * bytes, copts);
+    }
   }
   t.max_time = *std::max_element(t.group_time.begin(), t.group_time.end());
   return t;
+}
+
+Result<SpecTiming> TimeCollective(const CollectiveSpec& spec, const Topology& topo, const CollectiveOptions& copts) {
+  if (spec.kind == CollectiveKind::kCollectivePermute) return TimePermute(spec, topo, copts);
+  auto per_byte = TimeGroupsPerByte(spec.kind, spec.groups, topo, copts);
+  if (!per_byte.ok()) return per_byte.error();
+  return TimingAt(*per_byte, spec.operand_bytes, copts);
 }
 
 // ---- classes ------------------------------------------------------------------------------------------------
@@ -655,18 +695,24 @@ Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& t
   CollectiveTimingMemo* memo = options.collective_memo.get();
   const std::string context = memo ? CollectiveTimingMemo::ContextKey(topology, options.collectives) : std::string();
   for (const CollectiveSpec& spec : program.collectives) {
-    std::string key;
-    if (memo) {
-      key = CollectiveTimingMemo::CollectiveKey(spec.kind, spec.operand_bytes, spec.groups, spec.pairs);
-      if (auto known = memo->Find(context, key)) {
-        timing.push_back(*known);
-        continue;
-      }
+    if (!memo) {
+      auto t = TimeCollective(spec, topology, options.collectives);
+      if (!t.ok()) return t.error();
+      timing.push_back(std::move(t).value());
+      continue;
     }
-    auto t = TimeCollective(spec, topology, options.collectives);
-    if (!t.ok()) return t.error();
-    if (memo) memo->Store(context, key, *t);
-    timing.push_back(std::move(t).value());
+    // A collective over replica groups is kept at one byte, so one entry serves every size
+    // (a gradient's all-reduce at each depth and microbatch count); a permute at its size.
+    const bool permute = spec.kind == CollectiveKind::kCollectivePermute;
+    const std::string key = CollectiveTimingMemo::CollectiveKey(spec.kind, permute ? spec.operand_bytes : -1.0, spec.groups, spec.pairs);
+    std::shared_ptr<const CollectiveTiming> known = memo->Find(context, key);
+    if (!known) {
+      auto t = permute ? TimePermute(spec, topology, options.collectives)
+                       : TimeGroupsPerByte(spec.kind, spec.groups, topology, options.collectives);
+      if (!t.ok()) return t.error();
+      known = memo->Store(context, key, std::move(t).value());
+    }
+    timing.push_back(permute ? *known : TimingAt(*known, spec.operand_bytes, options.collectives));
   }
   sim.stats.collective_cost_ms = MsSince(t0);
 

@@ -987,8 +987,8 @@ ENTRY %main (p: f32[8]) -> f32[32] {
 
   // The zoo's 2-layer Transformer training step (Adam, 2D finalized, batch 16) propagated and
   // partitioned for a 4x4 mesh; `model_flops` gets the unpartitioned module's FLOPs.
-  static Result<PartitionResult> PartitionedZooStep(double* model_flops = nullptr) {
-    auto m = ZooBuild("transformer", {{"layers", "2"}, {"mesh_x", "4"}, {"mesh_y", "4"}, {"batch", "16"}});
+  static Result<PartitionResult> PartitionedZooStep(double* model_flops = nullptr, const std::string& batch = "16") {
+    auto m = ZooBuild("transformer", {{"layers", "2"}, {"mesh_x", "4"}, {"mesh_y", "4"}, {"batch", batch}});
     if (!m.ok()) return m.error();
     if (model_flops) *model_flops = CountModuleFlops(**m);
     PropagationOptions po;
@@ -1069,6 +1069,25 @@ ENTRY %main (p: f32[8]) -> f32[32] {
       }
     }
     QVERIFY(o.collective_memo->hits() >= static_cast<int64_t>(alone[0].stats.distinct_collectives));
+    // The same step at twice the batch: its collectives over replica groups are the first one's
+    // at other sizes, kept at one byte, so only its collective-permutes (kept at their size) can
+    // be new to the memo; the figures are still those it gives alone.
+    auto twice = PartitionedZooStep(nullptr, "32");
+    QVERIFY2(twice.ok(), twice.ok() ? "" : twice.error().message.c_str());
+    const Simulation twice_alone = Run(*twice->module, topologies[0]);
+    QVERIFY(twice_alone.run.summary.step_time_s > alone[0].run.summary.step_time_s);
+    int64_t permutes = 0, resized = 0;
+    for (const CollectiveRecord& c : twice_alone.run.collectives) {
+      permutes += c.kind == "collective-permute";
+      for (const CollectiveRecord& d : alone[0].run.collectives)
+        resized += c.kind == d.kind && c.replica_groups == d.replica_groups && c.bytes != d.bytes;
+    }
+    QVERIFY(resized > 0);
+    const int64_t misses_before = o.collective_memo->misses();
+    const Simulation twice_memo = Run(*twice->module, topologies[0], o);
+    QCOMPARE(twice_memo.run.summary.step_time_s, twice_alone.run.summary.step_time_s);
+    QVERIFY(twice_memo.run.collectives == twice_alone.run.collectives);
+    QVERIFY(o.collective_memo->misses() - misses_before <= permutes);
     // A memo over its byte budget empties itself and still gives the same figures.
     o.collective_memo = std::make_shared<CollectiveTimingMemo>(1);
     Simulation tiny = Run(*p->module, topologies[0], o);

@@ -296,15 +296,41 @@ CollectiveCost TimeSchedule(const Topology& topology, const CollectiveSchedule& 
   return CostOf(topology, schedule.plan, LoadsOf(topology, schedule), options);
 }
 
+Result<CollectiveCost> EstimateCollectivePerByte(const Topology& topology, CollectiveKind kind,
+                                                 const std::vector<std::vector<int64_t>>& groups,
+                                                 const CollectiveOptions& options) {
+  if (kind == CollectiveKind::kCollectivePermute) {
+    return Error("collective-permute takes source/target pairs: use EstimateCollectivePermute");
+  }
+  auto plan = PlanCollective(topology, kind, groups, 1.0, options);
+  if (!plan.ok()) return plan.error();
+  return CostOf(topology, plan.value(), LoadsOf(topology, plan.value()), options);
+}
+
+CollectiveCost CollectiveCostAt(const CollectiveCost& per_byte, double operand_bytes, const CollectiveOptions& options) {
+  CollectiveCost c = per_byte;
+  const double b = operand_bytes;
+  c.bandwidth_time_s = per_byte.bandwidth_time_s * b;
+  c.time_s = CombineLatency(c.latency_time_s, c.bandwidth_time_s, options.latency_model);
+  c.regime = c.latency_time_s > c.bandwidth_time_s ? CostRegime::kLatencyBound : CostRegime::kBandwidthBound;
+  c.bytes_per_device = per_byte.bytes_per_device * b;
+  c.total_link_bytes = per_byte.total_link_bytes * b;
+  c.max_link_bytes = per_byte.max_link_bytes * b;
+  for (LinkTraffic& t : c.pass_busiest) t.bytes *= b;
+  for (LinkTraffic& t : c.link_traffic) t.bytes *= b;
+  return c;
+}
+
 Result<CollectiveCost> EstimateCollective(const Topology& topology, CollectiveKind kind,
                                           const std::vector<std::vector<int64_t>>& groups, double operand_bytes,
                                           const CollectiveOptions& options) {
   if (kind == CollectiveKind::kCollectivePermute) {
     return Error("collective-permute takes source/target pairs: use EstimateCollectivePermute");
   }
-  auto plan = PlanCollective(topology, kind, groups, operand_bytes, options);
-  if (!plan.ok()) return plan.error();
-  return CostOf(topology, plan.value(), LoadsOf(topology, plan.value()), options);
+  if (!(operand_bytes >= 0) || !std::isfinite(operand_bytes)) return Error("operand bytes must be a finite number >= 0");
+  auto per_byte = EstimateCollectivePerByte(topology, kind, groups, options);
+  if (!per_byte.ok()) return per_byte.error();
+  return CollectiveCostAt(per_byte.value(), operand_bytes, options);
 }
 
 Result<CollectiveCost> EstimateCollectivePermute(const Topology& topology,
@@ -342,6 +368,18 @@ Result<CollectiveCost> EstimateCollectivePermute(const Topology& topology,
 Result<std::vector<double>> EstimateConcurrentCollectives(const Topology& topology,
                                                           const std::vector<CollectiveRequest>& requests,
                                                           const CollectiveOptions& options) {
+  auto parts = EstimateConcurrentCollectiveParts(topology, requests, options);
+  if (!parts.ok()) return parts.error();
+  std::vector<double> finish(requests.size(), 0.0);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    finish[r] = CombineLatency(parts->latency_s[r], parts->data_done_s[r], options.latency_model);
+  }
+  return finish;
+}
+
+Result<ConcurrentCollectiveParts> EstimateConcurrentCollectiveParts(const Topology& topology,
+                                                                   const std::vector<CollectiveRequest>& requests,
+                                                                   const CollectiveOptions& options) {
   std::vector<FluidJob> jobs;
   std::vector<size_t> last_job;  // per request: its last pass's job
   std::vector<double> latency;
@@ -357,11 +395,14 @@ Result<std::vector<double>> EstimateConcurrentCollectives(const Topology& topolo
     latency.push_back(loads.latency);
   }
   const std::vector<double> data_done = RunFluid(topology, jobs);
-  std::vector<double> finish(requests.size(), 0.0);
-  for (size_t r = 0; r < requests.size(); ++r) {
-    finish[r] = CombineLatency(latency[r], data_done[last_job[r]], options.latency_model);
-  }
-  return finish;
+  ConcurrentCollectiveParts parts;
+  parts.latency_s = std::move(latency);
+  for (size_t r = 0; r < requests.size(); ++r) parts.data_done_s.push_back(data_done[last_job[r]]);
+  return parts;
+}
+
+double CombineCollectiveLatency(double latency_s, double bandwidth_time_s, const CollectiveOptions& options) {
+  return CombineLatency(latency_s, bandwidth_time_s, options.latency_model);
 }
 
 // ---- Contention ----------------------------------------------------------------------------------------

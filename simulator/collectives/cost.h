@@ -67,6 +67,16 @@ Result<CollectiveCost> EstimateCollective(const Topology& topology, CollectiveKi
                                           const std::vector<std::vector<int64_t>>& groups, double operand_bytes,
                                           const CollectiveOptions& options = {});
 
+// The same cost at one operand byte (every hop's bytes, the link loads and the bandwidth time are
+// proportional to the operand; the latency, the steps and the busiest link are not), and that cost
+// at `operand_bytes`: EstimateCollective(B) is CollectiveCostAt(per byte, B), so a
+// caller that keeps the per-byte cost of a collective times it at any size exactly as
+// EstimateCollective would (the simulator's collective memo, simulator/collective_timing.h).
+Result<CollectiveCost> EstimateCollectivePerByte(const Topology& topology, CollectiveKind kind,
+                                                 const std::vector<std::vector<int64_t>>& groups,
+                                                 const CollectiveOptions& options = {});
+CollectiveCost CollectiveCostAt(const CollectiveCost& per_byte, double operand_bytes, const CollectiveOptions& options = {});
+
 // Point-to-point sends (source device, target device), `bytes` each, all at once (halo exchange,
 // rotations): routed hop by hop, links shared fairly, finish = the last transfer.
 Result<CollectiveCost> EstimateCollectivePermute(const Topology& topology,
@@ -87,6 +97,16 @@ struct CollectiveRequest {
 Result<std::vector<double>> EstimateConcurrentCollectives(const Topology& topology,
                                                           const std::vector<CollectiveRequest>& requests,
                                                           const CollectiveOptions& options = {});
+// The two parts of each request's finish: its latency and its data-done time (the fluid model's).
+// Requests of one operand size scale: at B bytes each, every data-done time is B times the one at
+// one byte, the latencies unchanged. finish = CombineCollectiveLatency(latency, data done).
+struct ConcurrentCollectiveParts {
+  std::vector<double> latency_s, data_done_s;
+};
+Result<ConcurrentCollectiveParts> EstimateConcurrentCollectiveParts(const Topology& topology,
+                                                                   const std::vector<CollectiveRequest>& requests,
+                                                                   const CollectiveOptions& options = {});
+double CombineCollectiveLatency(double latency_s, double bandwidth_time_s, const CollectiveOptions& options = {});
 
 // The step-model time of a listed schedule (BuildCollectiveSchedule; what EstimateCollective returns
 // for the same inputs, which times the schedule as it is emitted without listing it).
