@@ -97,7 +97,9 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   progress_->setValue(0);
   progress_->setTextVisible(true);
   progress_->setFormat("");
-  progress_->setMinimumWidth(70);
+  // Short texts ("12/29" while it runs, the stage in the tooltip; "29 done" after) that fit
+  // the bar at its minimum width: a longer one wraps inside the bar in a narrow window.
+  progress_->setMinimumWidth(progress_->fontMetrics().horizontalAdvance("9999 done") + 24);
   row->addWidget(subject_);
   row->addWidget(settings_, 3);
   row->addWidget(families_);
@@ -299,6 +301,7 @@ void StrategiesPanel::setRunning(bool running) {
   if (running) {
     progress_->setRange(0, 0);  // busy until the first candidate is counted
     progress_->setFormat("");
+    progress_->setToolTip("Preparing the candidates");
   } else if (progress_->maximum() == 0) {
     progress_->setRange(0, 1);
     progress_->setValue(0);
@@ -311,7 +314,8 @@ void StrategiesPanel::setProgress(int done, int total, const QString& stage) {
   } else {
     progress_->setRange(0, total);
     progress_->setValue(std::min(done, total));
-    progress_->setFormat(QString("%1 %v / %m").arg(stage));
+    progress_->setFormat("%v/%m");
+    progress_->setToolTip(QString("%1: %2 of %3 candidates").arg(stage).arg(std::min(done, total)).arg(total));
   }
 }
 
@@ -326,6 +330,7 @@ void StrategiesPanel::setError(const QString& message) {
   progress_->setRange(0, 1);
   progress_->setValue(0);
   progress_->setFormat("");
+  progress_->setToolTip(QString());
 }
 
 void StrategiesPanel::setResults(StrategyResults results) {
@@ -386,7 +391,8 @@ void StrategiesPanel::setResults(StrategyResults results) {
   setStatus(results_.summary, /*wrap=*/!any_simulated);
   progress_->setRange(0, 1);
   progress_->setValue(1);
-  progress_->setFormat(QString("%1 candidates").arg(results_.rows.size()));
+  progress_->setFormat(QString("%1 done").arg(results_.rows.size()));
+  progress_->setToolTip(QString("%1 candidates").arg(results_.rows.size()));
   rebuildChart();
   emit resultsChanged();
 }
