@@ -157,6 +157,52 @@ class TestSharding : public QObject {
     QCOMPARE(PARSE("{devices=[3]1,2,3}").tile_assignment().IndexOfDevice(3), V({2}));
   }
 
+  // Transposing an iota tile assignment finds the result's iota description without listing
+  // the devices (TransposeIotaForm in sharding.cpp). Over random iota descriptions, tile shapes and
+  // permutations it must give the devices the listed transpose gives, and the description (so the
+  // text) that detecting the iota in them gives; where the tile shape cuts a reshape dim unevenly
+  // it lists them as before.
+  void iotaTransposeMatchesTheListedOne() {
+    std::mt19937 rng(7);
+    const std::vector<int64_t> primes = {2, 2, 2, 3, 2, 5};
+    int symbolic = 0, cases = 0;
+    for (int trial = 0; trial < 3000; ++trial) {
+      // n from 2-5 prime factors; the reshape dims and the tile dims are two random groupings.
+      std::vector<int64_t> f;
+      const int nf = 2 + static_cast<int>(rng() % 4);
+      for (int q = 0; q < nf; ++q) f.push_back(primes[rng() % primes.size()]);
+      auto group = [&](std::vector<int64_t> fs) {
+        std::shuffle(fs.begin(), fs.end(), rng);
+        std::vector<int64_t> out;
+        for (int64_t x : fs) {
+          if (!out.empty() && rng() % 2) out.back() *= x;
+          else out.push_back(x);
+        }
+        if (rng() % 4 == 0) out.insert(out.begin() + static_cast<std::ptrdiff_t>(rng() % (out.size() + 1)), 1);
+        return out;
+      };
+      const std::vector<int64_t> reshape = group(f), dims = group(f);
+      std::vector<int64_t> iperm(reshape.size()), perm(dims.size());
+      std::iota(iperm.begin(), iperm.end(), 0);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(iperm.begin(), iperm.end(), rng);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      const TileAssignment iota = TileAssignment::Iota(dims, reshape, iperm);
+      QVERIFY(iota.is_iota());
+      const TileAssignment listed = TileAssignment::Explicit(dims, iota.devices()).Transpose(perm);
+      const TileAssignment t = iota.Transpose(perm);
+      ++cases;
+      QCOMPARE(t.dims(), listed.dims());
+      QCOMPARE(t.devices(), listed.devices());
+      if (auto form = DetectIota(listed.devices())) {
+        QVERIFY(t.is_iota());
+        QCOMPARE(Q(t.ToString()), Q(TileAssignment::Iota(listed.dims(), form->reshape_dims, form->perm).ToString()));
+        ++symbolic;
+      }
+    }
+    QVERIFY(symbolic > cases / 2);
+  }
+
   void tileAssignmentOperations() {
     TileAssignment t = TileAssignment::Iota({2, 4});
     TileAssignment tt = t.Transpose({1, 0});

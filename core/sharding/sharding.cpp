@@ -1034,6 +1034,86 @@ TileAssignment TileAssignment::Reshape(std::vector<int64_t> new_dims) const {
   return t;
 }
 
+namespace {
+
+// The iota description of an iota tile assignment of `dims` (`form`: devices = iota reshaped to
+// form.reshape_dims, transposed by form.perm, reshaped to dims) transposed by `perm`, found
+// without listing the devices: split the transposed reshape dims and `dims` into common factors
+// (each dim of either a run of consecutive factors), split the reshape dims the same way, and
+// compose the transposes. Nullopt when no common factors exist (a dim of `dims` cuts a reshape
+// dim unevenly); the caller then lists the devices.
+std::optional<IotaForm> TransposeIotaForm(const std::vector<int64_t>& dims, const IotaForm& form,
+                                          const std::vector<int64_t>& perm) {
+  const std::vector<int64_t>& r = form.reshape_dims;
+  const size_t k = r.size();
+  std::vector<int64_t> p = form.perm;
+  if (p.empty()) {
+    p.resize(k);
+    std::iota(p.begin(), p.end(), 0);
+  }
+  if (p.size() != k) return std::nullopt;
+  struct Factor {
+    int64_t size;
+    size_t dim;    // of `dims`
+    size_t shape;  // of the transposed reshape (r[p[shape]])
+  };
+  std::vector<Factor> factors;
+  size_t i = 0, j = 0;
+  int64_t a = 0, b = 0;
+  auto load_a = [&] {
+    while (i < dims.size() && dims[i] == 1) ++i;
+    a = i < dims.size() ? dims[i] : 0;
+  };
+  auto load_b = [&] {
+    while (j < k && r[static_cast<size_t>(p[j])] == 1) ++j;
+    b = j < k ? r[static_cast<size_t>(p[j])] : 0;
+  };
+  load_a();
+  load_b();
+  while (a > 0 && b > 0) {
+    if (a == b) {
+      factors.push_back({a, i, j});
+      ++i, ++j;
+      load_a();
+      load_b();
+    } else if (a % b == 0) {
+      factors.push_back({b, i, j});
+      a /= b;
+      ++j;
+      load_b();
+    } else if (b % a == 0) {
+      factors.push_back({a, i, j});
+      b /= a;
+      ++i;
+      load_a();
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (a != 0 || b != 0) return std::nullopt;
+  // The reshape dims split into their factors (major first), and where each factor went.
+  std::vector<size_t> shape_of_source(k);
+  for (size_t s = 0; s < k; ++s) shape_of_source[static_cast<size_t>(p[s])] = s;
+  std::vector<int64_t> split_reshape;
+  std::vector<int64_t> split_index(factors.size());
+  for (size_t src = 0; src < k; ++src) {
+    for (size_t f = 0; f < factors.size(); ++f) {
+      if (factors[f].shape != shape_of_source[src]) continue;
+      split_index[f] = static_cast<int64_t>(split_reshape.size());
+      split_reshape.push_back(factors[f].size);
+    }
+  }
+  // The factors in the order of the transposed dims, each of their runs kept in order.
+  std::vector<int64_t> split_perm;
+  for (int64_t d : perm) {
+    for (size_t f = 0; f < factors.size(); ++f)
+      if (factors[f].dim == static_cast<size_t>(d)) split_perm.push_back(split_index[f]);
+  }
+  return IotaForm{std::move(split_reshape), std::move(split_perm)};
+}
+
+}  // namespace
+
 TileAssignment TileAssignment::Transpose(const std::vector<int64_t>& perm) const {
   if (perm.size() != dims_.size() || !IsPermutation(perm)) return *this;
   const auto n = CheckedProduct(dims_, std::numeric_limits<int64_t>::max());
@@ -1042,6 +1122,13 @@ TileAssignment TileAssignment::Transpose(const std::vector<int64_t>& perm) const
   bool identity = true;
   for (size_t i = 0; i < k; ++i) identity &= perm[i] == static_cast<int64_t>(i);
   if (identity) return *this;
+  if (is_iota() && *n > 1) {
+    if (auto form = TransposeIotaForm(dims_, IotaForm{*iota_reshape_, iota_perm_}, perm)) {
+      std::vector<int64_t> new_dims(k);
+      for (size_t i = 0; i < k; ++i) new_dims[i] = dims_[static_cast<size_t>(perm[i])];
+      return Iota(std::move(new_dims), std::move(form->reshape_dims), std::move(form->perm));
+    }
+  }
   std::vector<int64_t> stride(k, 1);
   for (size_t i = k; i-- > 1;) stride[i - 1] = stride[i] * dims_[i];
   std::vector<int64_t> new_dims(k), new_stride(k);
