@@ -571,7 +571,7 @@ HloSharding TransposeSharding(const HloSharding& s, const std::vector<int64_t>& 
   } else if (static_cast<int64_t>(perm.size()) != ndims) {
     return s;
   }
-  TileAssignment ta = Plain(s.tile_assignment()).Transpose(perm);
+  TileAssignment ta = s.tile_assignment().Transpose(perm);
   if (ReplicateOnLastTileDim(s)) {
     HloSharding out = MakePartialTile(ta);
     out.set_metadata(s.metadata());
