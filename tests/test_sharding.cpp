@@ -157,8 +157,8 @@ class TestSharding : public QObject {
     QCOMPARE(PARSE("{devices=[3]1,2,3}").tile_assignment().IndexOfDevice(3), V({2}));
   }
 
-  // Transposing an iota tile assignment finds the result's iota description without listing
-  // the devices (TransposeIotaForm in sharding.cpp). Over random iota descriptions, tile shapes and
+  // Transposing an iota tile assignment, and sorting its replication groups, find the result's
+  // iota description without listing the devices (FactorIota in sharding.cpp). Over random iota descriptions, tile shapes and
   // permutations it must give the devices the listed transpose gives, and the description (so the
   // text) that detecting the iota in them gives; where the tile shape cuts a reshape dim unevenly
   // it lists them as before.
@@ -198,6 +198,17 @@ class TestSharding : public QObject {
         QVERIFY(t.is_iota());
         QCOMPARE(Q(t.ToString()), Q(TileAssignment::Iota(listed.dims(), form->reshape_dims, form->perm).ToString()));
         ++symbolic;
+      }
+      // The last dim as replication groups: each group's devices sorted (PartialTile), again
+      // found from the description.
+      if (dims.size() >= 2) {
+        const HloSharding partial = HloSharding::PartialTile(t);
+        const HloSharding partial_listed = HloSharding::PartialTile(listed);
+        QCOMPARE(partial.tile_assignment().devices(), partial_listed.tile_assignment().devices());
+        if (auto form = DetectIota(partial_listed.tile_assignment().devices()); form && t.is_iota()) {
+          QCOMPARE(Q(partial.tile_assignment().ToString()),
+                   Q(TileAssignment::Iota(partial_listed.tile_assignment().dims(), form->reshape_dims, form->perm).ToString()));
+        }
       }
     }
     QVERIFY(symbolic > cases / 2);

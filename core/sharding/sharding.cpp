@@ -45,13 +45,120 @@ int64_t CeilDiv(int64_t a, int64_t b) {
   return a / b + (a % b != 0 ? 1 : 0);
 }
 
+// An iota tile assignment of `dims` (`form`: devices = iota reshaped to form.reshape_dims,
+// transposed by form.perm, reshaped to dims) as common factors: `dims` and the transposed reshape
+// dims each split into runs of consecutive factors, and the reshape dims split the same way
+// (`split_reshape`; a factor's `split` is its dim there). Then the tile array, seen with the
+// factors as its dims (in tile order), is iota reshaped to split_reshape and transposed by the
+// factors' splits — so transposes and sorts of the tile dims become permutations of the factors,
+// found without listing the devices. Nullopt when no common factors exist (a dim of `dims` cuts a
+// reshape dim unevenly).
+struct IotaFactor {
+  int64_t size = 1;
+  size_t dim = 0;     // of `dims`
+  int64_t split = 0;  // of split_reshape
+};
+struct IotaFactors {
+  std::vector<int64_t> split_reshape;
+  std::vector<IotaFactor> factors;  // in tile order
+};
+
+std::optional<IotaFactors> FactorIota(const std::vector<int64_t>& dims, const IotaForm& form) {
+  const std::vector<int64_t>& r = form.reshape_dims;
+  const size_t k = r.size();
+  std::vector<int64_t> p = form.perm;
+  if (p.empty()) {
+    p.resize(k);
+    std::iota(p.begin(), p.end(), 0);
+  }
+  if (p.size() != k || !IsPermutation(p)) return std::nullopt;
+  IotaFactors out;
+  std::vector<size_t> shape_of;  // per factor: its dim of the transposed reshape
+  size_t i = 0, j = 0;
+  int64_t a = 0, b = 0;
+  auto load_a = [&] {
+    while (i < dims.size() && dims[i] == 1) ++i;
+    a = i < dims.size() ? dims[i] : 0;
+  };
+  auto load_b = [&] {
+    while (j < k && r[static_cast<size_t>(p[j])] == 1) ++j;
+    b = j < k ? r[static_cast<size_t>(p[j])] : 0;
+  };
+  auto add = [&](int64_t size) {
+    out.factors.push_back({size, i, 0});
+    shape_of.push_back(j);
+  };
+  load_a();
+  load_b();
+  while (a > 0 && b > 0) {
+    if (a == b) {
+      add(a);
+      ++i, ++j;
+      load_a();
+      load_b();
+    } else if (a % b == 0) {
+      add(b);
+      a /= b;
+      ++j;
+      load_b();
+    } else if (b % a == 0) {
+      add(a);
+      b /= a;
+      ++i;
+      load_a();
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (a != 0 || b != 0) return std::nullopt;
+  // Each reshape dim split into the factors of the transposed dim it became, major first.
+  std::vector<size_t> shape_of_source(k);
+  for (size_t t = 0; t < k; ++t) shape_of_source[static_cast<size_t>(p[t])] = t;
+  for (size_t src = 0; src < k; ++src) {
+    for (size_t f = 0; f < out.factors.size(); ++f) {
+      if (shape_of[f] != shape_of_source[src]) continue;
+      out.factors[f].split = static_cast<int64_t>(out.split_reshape.size());
+      out.split_reshape.push_back(out.factors[f].size);
+    }
+  }
+  return out;
+}
+
+// The iota description of that tile assignment transposed by `perm` (its factors regrouped).
+std::optional<IotaForm> TransposeIotaForm(const std::vector<int64_t>& dims, const IotaForm& form,
+                                          const std::vector<int64_t>& perm) {
+  auto f = FactorIota(dims, form);
+  if (!f) return std::nullopt;
+  std::vector<int64_t> split_perm;
+  for (int64_t d : perm) {
+    for (const IotaFactor& x : f->factors)
+      if (x.dim == static_cast<size_t>(d)) split_perm.push_back(x.split);
+  }
+  return IotaForm{std::move(f->split_reshape), std::move(split_perm)};
+}
+
 // Sorts the devices inside each replication group (the last tile dim), as XLA's PartialTile does,
 // keeping an iota description when the sorted list is still one.
 TileAssignment SortReplicationGroups(const TileAssignment& tiles) {
   if (tiles.num_dimensions() == 0) return tiles;
   const int64_t group = tiles.dims().back();
+  if (group <= 1 || tiles.num_elements() % group != 0) return tiles;
+  if (tiles.is_iota()) {
+    // A group's devices are its factors' strides combined, and the factors' splits order the
+    // strides (an earlier split has a stride larger than all later ones together): the groups
+    // are sorted exactly when the last dim's factors are in split order, and sorting them puts
+    // them in that order.
+    if (auto f = FactorIota(tiles.dims(), IotaForm{tiles.iota_reshape_dims(), tiles.iota_perm()})) {
+      const size_t last = tiles.dims().size() - 1;
+      std::vector<int64_t> split_perm, group_splits;
+      for (const IotaFactor& x : f->factors) (x.dim == last ? group_splits : split_perm).push_back(x.split);
+      if (std::is_sorted(group_splits.begin(), group_splits.end())) return tiles;
+      std::sort(group_splits.begin(), group_splits.end());
+      split_perm.insert(split_perm.end(), group_splits.begin(), group_splits.end());
+      return TileAssignment::Iota(tiles.dims(), std::move(f->split_reshape), std::move(split_perm));
+    }
+  }
   std::vector<int64_t> devices = tiles.devices();
-  if (group <= 1 || devices.size() % static_cast<size_t>(group) != 0) return tiles;
   bool changed = false;
   for (size_t start = 0; start < devices.size(); start += static_cast<size_t>(group)) {
     auto b = devices.begin() + static_cast<std::ptrdiff_t>(start);
@@ -1033,86 +1140,6 @@ TileAssignment TileAssignment::Reshape(std::vector<int64_t> new_dims) const {
   t.dims_ = std::move(new_dims);
   return t;
 }
-
-namespace {
-
-// The iota description of an iota tile assignment of `dims` (`form`: devices = iota reshaped to
-// form.reshape_dims, transposed by form.perm, reshaped to dims) transposed by `perm`, found
-// without listing the devices: split the transposed reshape dims and `dims` into common factors
-// (each dim of either a run of consecutive factors), split the reshape dims the same way, and
-// compose the transposes. Nullopt when no common factors exist (a dim of `dims` cuts a reshape
-// dim unevenly); the caller then lists the devices.
-std::optional<IotaForm> TransposeIotaForm(const std::vector<int64_t>& dims, const IotaForm& form,
-                                          const std::vector<int64_t>& perm) {
-  const std::vector<int64_t>& r = form.reshape_dims;
-  const size_t k = r.size();
-  std::vector<int64_t> p = form.perm;
-  if (p.empty()) {
-    p.resize(k);
-    std::iota(p.begin(), p.end(), 0);
-  }
-  if (p.size() != k) return std::nullopt;
-  struct Factor {
-    int64_t size;
-    size_t dim;    // of `dims`
-    size_t shape;  // of the transposed reshape (r[p[shape]])
-  };
-  std::vector<Factor> factors;
-  size_t i = 0, j = 0;
-  int64_t a = 0, b = 0;
-  auto load_a = [&] {
-    while (i < dims.size() && dims[i] == 1) ++i;
-    a = i < dims.size() ? dims[i] : 0;
-  };
-  auto load_b = [&] {
-    while (j < k && r[static_cast<size_t>(p[j])] == 1) ++j;
-    b = j < k ? r[static_cast<size_t>(p[j])] : 0;
-  };
-  load_a();
-  load_b();
-  while (a > 0 && b > 0) {
-    if (a == b) {
-      factors.push_back({a, i, j});
-      ++i, ++j;
-      load_a();
-      load_b();
-    } else if (a % b == 0) {
-      factors.push_back({b, i, j});
-      a /= b;
-      ++j;
-      load_b();
-    } else if (b % a == 0) {
-      factors.push_back({a, i, j});
-      b /= a;
-      ++i;
-      load_a();
-    } else {
-      return std::nullopt;
-    }
-  }
-  if (a != 0 || b != 0) return std::nullopt;
-  // The reshape dims split into their factors (major first), and where each factor went.
-  std::vector<size_t> shape_of_source(k);
-  for (size_t s = 0; s < k; ++s) shape_of_source[static_cast<size_t>(p[s])] = s;
-  std::vector<int64_t> split_reshape;
-  std::vector<int64_t> split_index(factors.size());
-  for (size_t src = 0; src < k; ++src) {
-    for (size_t f = 0; f < factors.size(); ++f) {
-      if (factors[f].shape != shape_of_source[src]) continue;
-      split_index[f] = static_cast<int64_t>(split_reshape.size());
-      split_reshape.push_back(factors[f].size);
-    }
-  }
-  // The factors in the order of the transposed dims, each of their runs kept in order.
-  std::vector<int64_t> split_perm;
-  for (int64_t d : perm) {
-    for (size_t f = 0; f < factors.size(); ++f)
-      if (factors[f].dim == static_cast<size_t>(d)) split_perm.push_back(split_index[f]);
-  }
-  return IotaForm{std::move(split_reshape), std::move(split_perm)};
-}
-
-}  // namespace
 
 TileAssignment TileAssignment::Transpose(const std::vector<int64_t>& perm) const {
   if (perm.size() != dims_.size() || !IsPermutation(perm)) return *this;

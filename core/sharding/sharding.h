@@ -35,6 +35,9 @@ class TileAssignment {
   int64_t operator()(const std::vector<int64_t>& index) const;     // device at a tile index
   std::vector<int64_t> IndexOfDevice(int64_t device) const;         // empty if absent
   bool is_iota() const { return iota_reshape_.has_value(); }
+  // The iota description when is_iota() (canonical; an empty perm is the identity), else empty.
+  const std::vector<int64_t>& iota_reshape_dims() const { return iota_reshape_ ? *iota_reshape_ : Empty(); }
+  const std::vector<int64_t>& iota_perm() const { return iota_perm_; }
 
   TileAssignment Reshape(std::vector<int64_t> new_dims) const;
   TileAssignment Transpose(const std::vector<int64_t>& perm) const;
