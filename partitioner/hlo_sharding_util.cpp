@@ -488,7 +488,8 @@ bool MergeShardingIfCompatible(const HloSharding& to_merge, int64_t minimum_tile
     types.push_back(SubgroupType::kReplicated);
   }
   TileAssignment ta = TileAssignment::Explicit(tile_dims, std::move(devices));
-  *dst = MakeSubgroup(ta, types);
+  // In iota form when it is one (then transposing or sorting it later never lists its devices).
+  *dst = WithIotaForm(MakeSubgroup(ta, types));
   answer = *dst;
   dst->set_metadata(std::move(metadata));
   return true;
@@ -795,7 +796,7 @@ HloSharding PropagateShardingThroughReshape(const Shape& source, const Shape& ta
       } else {
         continue;
       }
-      HloSharding ungrouped = MakePartialTile(Plain(s.tile_assignment()).Transpose(perm).Reshape(reshape_dims));
+      HloSharding ungrouped = MakePartialTile(s.tile_assignment().Transpose(perm).Reshape(reshape_dims));
       if (MergeShardingIfCompatible(ungrouped, &result)) {
         start = end;
         found = true;
