@@ -212,6 +212,10 @@ struct ClassState {
   std::vector<InFlight> inflight;
   double inflight_t = 0;
   std::vector<int32_t> waiting;  // collectives arrived, not started
+  // Per distinct collective: the replica groups this class's devices are in, with how many of
+  // them each (group -1: devices outside every group), in order of first device. A pure function
+  // of `devices`: emptied whenever they change (Engine::SetDevices).
+  std::unordered_map<int32_t, std::vector<std::pair<int32_t, int32_t>>> groups_of_spec;
 };
 
 struct SyncState {
@@ -337,10 +341,9 @@ class Engine {
       s.arrived = t.group_size;
       s.complete.assign(t.group_size.size(), 1);
     } else {
-      for (int64_t d : c.devices) {
-        const int32_t g = t.group_of[static_cast<size_t>(d)];
+      for (const auto& [g, count] : GroupsOf(ci, prog_.ops[static_cast<size_t>(op)].collective)) {
         if (g < 0) continue;
-        if (++s.arrived[static_cast<size_t>(g)] == t.group_size[static_cast<size_t>(g)]) s.complete[static_cast<size_t>(g)] = 1;
+        if ((s.arrived[static_cast<size_t>(g)] += count) == t.group_size[static_cast<size_t>(g)]) s.complete[static_cast<size_t>(g)] = 1;
       }
     }
     s.classes.push_back(static_cast<int32_t>(ci));
@@ -350,6 +353,29 @@ class Engine {
 
   // A class holding every device is the only one: its arrival completes every group.
   bool WholeClass(const ClassState& c) const { return static_cast<int64_t>(c.devices.size()) == topo_.num_devices(); }
+
+  // The replica groups of collective `spec` class `ci`'s devices are in (ClassState::groups_of_spec):
+  // a class arrives at and starts a collective in O(groups it touches), not O(its devices).
+  const std::vector<std::pair<int32_t, int32_t>>& GroupsOf(size_t ci, int32_t spec) {
+    ClassState& c = classes_[ci];
+    auto [it, fresh] = c.groups_of_spec.try_emplace(spec);
+    if (fresh) {
+      const SpecTiming& t = timing_[static_cast<size_t>(spec)];
+      std::unordered_map<int32_t, size_t> slot;
+      for (int64_t d : c.devices) {
+        const int32_t g = t.group_of[static_cast<size_t>(d)];
+        auto [s, added] = slot.try_emplace(g, it->second.size());
+        if (added) it->second.emplace_back(g, 0);
+        ++it->second[s->second].second;
+      }
+    }
+    return it->second;
+  }
+
+  void SetDevices(size_t ci, std::vector<int64_t> devices) {
+    classes_[ci].devices = std::move(devices);
+    classes_[ci].groups_of_spec.clear();
+  }
 
   // Starts collectives whose groups are complete; splits classes whose members diverge.
   Status Resolve() {
@@ -372,8 +398,7 @@ class Engine {
           const SyncState& s = syncs_[op];
           bool one = true, any = false;
           double duration = 0;
-          for (int64_t d : classes_[static_cast<size_t>(ci)].devices) {
-            const int32_t g = t.group_of[static_cast<size_t>(d)];
+          for (const auto& [g, count] : GroupsOf(static_cast<size_t>(ci), prog_.ops[static_cast<size_t>(op)].collective)) {
             double dur = 0;
             if (g >= 0) {
               if (!s.complete[static_cast<size_t>(g)]) {
@@ -435,13 +460,13 @@ class Engine {
         std::vector<std::pair<size_t, double>> to_start;
         if (!not_ready.empty()) {
           for (auto& [devs, dur] : ready_parts) to_start.emplace_back(Split(static_cast<size_t>(ci), std::move(devs)), dur);
-          classes_[static_cast<size_t>(ci)].devices = std::move(not_ready);
+          SetDevices(static_cast<size_t>(ci), std::move(not_ready));
           still.push_back(ci);
         } else {
           for (size_t k = 1; k < ready_parts.size(); ++k) {
             to_start.emplace_back(Split(static_cast<size_t>(ci), std::move(ready_parts[k].first)), ready_parts[k].second);
           }
-          classes_[static_cast<size_t>(ci)].devices = std::move(ready_parts[0].first);
+          SetDevices(static_cast<size_t>(ci), std::move(ready_parts[0].first));
           to_start.emplace_back(static_cast<size_t>(ci), ready_parts[0].second);
         }
         for (const auto& [cls, dur] : to_start) StartCollective(cls, op, dur);
@@ -466,6 +491,7 @@ class Engine {
   size_t Split(size_t ci, std::vector<int64_t> devices) {
     ClassState copy = classes_[ci];
     copy.devices = std::move(devices);
+    copy.groups_of_spec.clear();
     classes_.push_back(std::move(copy));
     const size_t ni = classes_.size() - 1;
     for (int32_t op : classes_[ni].waiting) syncs_[op].classes.push_back(static_cast<int32_t>(ni));
