@@ -152,24 +152,43 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
   // result's uneven ranges (a gather, then halos from up to every other shard).
   if (!uneven.empty())
     if (auto done = ReshapeInOperandSharding(ctx, orig, s, groups)) return *done;
-  auto device_tiles = [&](auto index_of) {
-    std::vector<DeviceTile> devs;
+  // The operand's sharding: each sharded result dim's tiles on the major dim of its group.
+  auto operand_map = [&] {
+    std::vector<DeviceTile> devs(static_cast<size_t>(ctx.num_devices()));
     for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
-      DeviceTile dt;
-      dt.replica = m->device(dev).replica;
-      dt.index = index_of(m->device(dev).index);
-      devs.push_back(std::move(dt));
+      DeviceTile& dt = devs[static_cast<size_t>(dev)];
+      const DeviceTile& from = m->device(dev);
+      dt.replica = from.replica;
+      dt.index.assign(static_cast<size_t>(in.rank()), 0);
+      for (int64_t d = 0; d < out.rank(); ++d)
+        if (m->tiles(d) > 1)
+          dt.index[static_cast<size_t>(groups[static_cast<size_t>(group_of_out[static_cast<size_t>(d)])].i0)] =
+              from.index[static_cast<size_t>(d)];
     }
-    return devs;
+    return TileMap(in_tiles, std::move(devs));
   };
-  const TileMap in_map(in_tiles, device_tiles([&](const TileIndex& oi) {
-    std::vector<int64_t> idx(static_cast<size_t>(in.rank()), 0);
-    for (int64_t d = 0; d < out.rank(); ++d)
-      if (m->tiles(d) > 1) idx[static_cast<size_t>(groups[static_cast<size_t>(group_of_out[static_cast<size_t>(d)])].i0)] = oi[static_cast<size_t>(d)];
-    return idx;
-  }));
-  auto in_sharding = in_map.ToSharding();
-  if (!in_sharding.ok()) return PartitionWithFallback(ctx, orig);
+  // Even groups need only that sharding, the same for every layer's reshape of one configuration:
+  // decided once per run.
+  struct OperandSharding {
+    std::optional<HloSharding> sharding;  // nullopt: not a full grid
+  };
+  std::optional<TileMap> in_map;
+  std::optional<HloSharding> in_sharding;
+  if (uneven.empty()) {
+    const std::string key = ShardingKey(s) + "|" + in.ToString(false) + "|" + out.ToString(false);
+    auto& cache = ctx.Decisions<OperandSharding>();
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      auto sh = operand_map().ToSharding();
+      it = cache.emplace(key, OperandSharding{sh.ok() ? std::optional<HloSharding>(*sh) : std::nullopt}).first;
+    }
+    in_sharding = it->second.sharding;
+  } else {
+    in_map = operand_map();
+    auto sh = in_map->ToSharding();
+    if (sh.ok()) in_sharding = *sh;
+  }
+  if (!in_sharding) return PartitionWithFallback(ctx, orig);
   auto r = ctx.resharder().Reshard(ctx.Get(orig.operand(0)), *in_sharding);
   if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
   Instruction* x = *r;
@@ -179,7 +198,7 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
     // halos along it, then reshape to the result's shard.
     std::vector<int64_t> flat_local, flat_tiles, flat_dim_of_group(groups.size(), -1);
     std::vector<int64_t> flat_of_in(static_cast<size_t>(in.rank()));
-    const std::vector<int64_t> in_shard = in_map.ShardShape(in.dims);
+    const std::vector<int64_t> in_shard = in_map->ShardShape(in.dims);
     for (int64_t d = 0; d < in.rank(); ++d) {
       int64_t g = -1;
       for (int64_t u : uneven)
@@ -197,11 +216,11 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
     std::vector<DeviceTile> fdevs;
     for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
       DeviceTile dt;
-      dt.replica = in_map.device(dev).replica;
+      dt.replica = in_map->device(dev).replica;
       dt.index.assign(flat_local.size(), 0);
       for (int64_t d = 0; d < in.rank(); ++d)
         if (in_tiles[static_cast<size_t>(d)] > 1)
-          dt.index[static_cast<size_t>(flat_of_in[static_cast<size_t>(d)])] = in_map.device(dev).index[static_cast<size_t>(d)];
+          dt.index[static_cast<size_t>(flat_of_in[static_cast<size_t>(d)])] = in_map->device(dev).index[static_cast<size_t>(d)];
       fdevs.push_back(std::move(dt));
     }
     const TileMap fmap(flat_tiles, std::move(fdevs));
