@@ -91,22 +91,24 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
   };
   for (size_t i = 0; i < ins.size(); ++i) note(in_labels[i], ins[i]->base_shape);
   note(out_labels, out_leaf);
-  auto evaluate = [&](const TileMap& joint, int64_t nsources) {
+  // The plan a joint tiling gives (nullopt: none), a pure function of the joint's tiles:
+  // evaluated once per distinct joint (different source subsets often give the same one).
+  auto plan_of = [&](const TileMap& joint, int64_t nsources) -> std::optional<Plan> {
     Plan p{joint, {}, {}, {}, 0, nsources};
     for (size_t i = 0; i < ins.size(); ++i) {
       auto s = joint.Projected(in_labels[i]).ToSharding();
-      if (!s.ok()) return;
+      if (!s.ok()) return std::nullopt;
       auto c = ctx.resharder().Plan(ins[i]->sharding, *s, ins[i]->base_shape);
-      if (!c.ok()) return;
+      if (!c.ok()) return std::nullopt;
       p.cost += c->bytes;
       p.in.push_back(*s);
     }
     for (int64_t l : reducible)
       if (joint.tiles(l) > 1) p.reduce_labels.push_back(l);
-    if (!p.reduce_labels.empty() && !can_reduce) return;
+    if (!p.reduce_labels.empty() && !can_reduce) return std::nullopt;
     TileMap partial = joint.Projected(out_labels);
     auto psh = partial.ToSharding();
-    if (!psh.ok()) return;
+    if (!psh.ok()) return std::nullopt;
     p.partial_out = *psh;
     const int64_t out_bytes = ElementsOf(partial.ShardShape(out_leaf.dims)) * PrimitiveTypeBytes(out_leaf.type) * outputs;
     if (!p.reduce_labels.empty()) {
@@ -115,8 +117,26 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
       p.cost += 2 * out_bytes * (g - 1) / g + kCollectiveOverheadBytes;
     }
     auto c3 = ctx.resharder().Plan(p.partial_out, target_leaf, out_leaf);
-    if (!c3.ok()) return;
+    if (!c3.ok()) return std::nullopt;
     p.cost += c3->bytes * outputs;
+    return p;
+  };
+  std::vector<std::pair<TileMap, std::optional<Plan>>> evaluated;
+  auto evaluate = [&](const TileMap& joint, int64_t nsources) {
+    std::optional<Plan> plan;
+    auto same = std::find_if(evaluated.begin(), evaluated.end(), [&](const auto& e) { return e.first.SameAs(joint); });
+    if (same != evaluated.end()) {
+      plan = same->second;
+      if (plan) {
+        plan->joint = joint;
+        plan->sources = nsources;
+      }
+    } else {
+      plan = plan_of(joint, nsources);
+      evaluated.emplace_back(joint, plan);
+    }
+    if (!plan) return;
+    const Plan& p = *plan;
     if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
   };
   // The split factors worth trying for a label: the tile counts some source gives it (XLA's merged
