@@ -6,6 +6,7 @@
 // backward pass's filter-gradient conv (its kernel's spatial dim split, partial sums
 // all-reduced). Both through the main window, as a user gets there, and the screenshots a person
 // looks at.
+#include <QDockWidget>
 #include <QFileInfo>
 #include <QImage>
 #include <QLabel>
@@ -369,8 +370,25 @@ class TestGuiMoeConv : public QObject {
     // The text over the bar: inside the viewport, word-wrapped.
     auto* info = mesh->findChild<QLabel*>("haloInfo");
     QVERIFY(info && info->isVisible() && info->wordWrap());
-    // The conv's name is wider than the box: it breaks at its underscores (zero-width breaks).
-    QVERIFY2(info->text().contains(QString("backward_") + QChar(0x200B) + "down0_"), qPrintable(info->text()));
+    // The conv's name breaks at its underscores (zero-width breaks) exactly when it is wider than
+    // the box; a narrower dock makes it so.
+    const QString conv = "backward_down0_conva_dconv_kernel";
+    auto name_wider_than_box = [&] {
+      QFont bold = info->font();
+      bold.setBold(true);
+      return QFontMetrics(bold).horizontalAdvance(conv) > info->contentsRect().width();
+    };
+    const QString broken = QString("backward_") + QChar(0x200B) + "down0_";
+    QCOMPARE(info->text().contains(broken), name_wider_than_box());
+    auto* mesh_dock = w.findChild<QDockWidget*>("meshDock");
+    QVERIFY(mesh_dock);
+    const int dock_width = mesh_dock->width();
+    w.resizeDocks({mesh_dock}, {260}, Qt::Horizontal);  // the dock's width before only the shown mode bounded the centre
+    QTRY_VERIFY2_WITH_TIMEOUT(name_wider_than_box(), qPrintable(QString::number(info->contentsRect().width())), 10000);
+    QTRY_VERIFY2_WITH_TIMEOUT(info->text().contains(broken), qPrintable(info->text()), 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(scroll->widget()->width() <= viewport->width(), 10000);
+    w.resizeDocks({mesh_dock}, {dock_width}, Qt::Horizontal);
+    QTRY_VERIFY_WITH_TIMEOUT(std::abs(mesh_dock->width() - dock_width) <= 4, 10000);
     QVERIFY2(info->mapTo(viewport, QPoint(info->width(), 0)).x() <= viewport->width(),
              qPrintable(QString("haloInfo ends at %1 px of %2").arg(info->mapTo(viewport, QPoint(info->width(), 0)).x()).arg(viewport->width())));
     // The caption over the bar: all of its text, in lines that each fit the widget.

@@ -197,6 +197,34 @@ class TestGuiWindow : public QObject {
     QCOMPARE(w.mode(), Mode::kGraph);
   }
 
+  // Only the mode shown bounds the central area: at 1024x700 the Strategies dock over the Graph
+  // mode gets about half the height (the Compare page's two timelines, chart and table, about 400 px
+  // high while hidden, held it to under 200 px: three rows of the ranked table and an unreadable
+  // chart), and the Compare mode, chosen, still gets the room its page needs.
+  void hiddenModesDoNotBoundTheDocks() {
+    MainWindow w;
+    w.setBatchMode(true);
+    w.resize(1024, 700);
+    w.show();
+    QString error;
+    QVERIFY2(w.openExample(QString::fromStdString(pipeline::DefaultExample()), &error), qPrintable(error));
+    QVERIFY(WaitReady(w));
+    QCOMPARE(w.mode(), Mode::kGraph);
+    QWidget* compare_page = w.modes()->widget(static_cast<int>(Mode::kCompare));
+    const int compare_min = compare_page->minimumSizeHint().height();
+    QVERIFY2(compare_min >= 300, qPrintable(QString::number(compare_min)));  // else this checks nothing
+    QVERIFY2(w.modes()->minimumSizeHint().height() < compare_min,
+             qPrintable(QString("%1 %2").arg(w.modes()->minimumSizeHint().height()).arg(compare_min)));
+    QVERIFY(w.showView("strategies"));
+    auto* dock = w.findChild<QDockWidget*>("strategiesDock");
+    QVERIFY(dock);
+    QTRY_VERIFY2_WITH_TIMEOUT(dock->height() >= 300, qPrintable(QString::number(dock->height())), 10000);
+    w.setMode(Mode::kCompare);
+    QTRY_VERIFY2_WITH_TIMEOUT(compare_page->height() >= compare_min,
+                              qPrintable(QString("%1 < %2").arg(compare_page->height()).arg(compare_min)), 10000);
+    QVERIFY(dock->isVisible() && !dock->isFloating());
+  }
+
   // Three modules in a row (the default example with everything computed, a Shardy dump, a
   // hand-written conv module): nothing of the previous module stays anywhere.
   void openingModulesResetsEveryPanel() {

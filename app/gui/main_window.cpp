@@ -240,7 +240,20 @@ void MainWindow::createModes() {
                         "Two runs side by side (Ctrl+4)", "Step through a collective on the mesh (Ctrl+5)"};
   for (int i = 0; i < modes_->count(); ++i) modes_->setTabToolTip(i, tips[i]);
 
-  connect(modes_, &QTabWidget::currentChanged, this, [this](int index) {
+  // Only the page shown sets the central area's minimum height: a tab widget otherwise takes the
+  // largest of all its pages' (the Compare page's two timelines, chart and table: about 400 px),
+  // and at 1024x700 the docks below (Strategies, Instructions) could not grow past ~200 px even
+  // while the 200 px graph is what is shown.
+  auto fit_modes_to_page = [this](int index) {
+    for (int i = 0; i < modes_->count(); ++i) {
+      const QSizePolicy::Policy p = i == index ? QSizePolicy::Preferred : QSizePolicy::Ignored;
+      modes_->widget(i)->setSizePolicy(p, p);
+    }
+    modes_->updateGeometry();
+  };
+  fit_modes_to_page(modes_->currentIndex());
+  connect(modes_, &QTabWidget::currentChanged, this, [this, fit_modes_to_page](int index) {
+    fit_modes_to_page(index);
     const Mode m = static_cast<Mode>(index);
     if (m == Mode::kPartitioned) {
       if (side_by_side_) setSideBySide(false);
