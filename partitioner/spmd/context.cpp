@@ -44,6 +44,20 @@ std::optional<TileMap> SpmdContext::JointTiling(const std::vector<JointSource>& 
   return tables_.joints.emplace(std::move(key), std::move(entry)).first->second.joint;
 }
 
+std::vector<SpmdContext::SubsetTiling> SpmdContext::SubsetJointTilings(const std::vector<JointSource>& sources,
+                                                                      int64_t num_labels) {
+  std::vector<SubsetTiling> out;
+  const int64_t n = static_cast<int64_t>(sources.size());
+  std::vector<JointSource> subset;
+  for (int64_t mask = (int64_t{1} << n) - 1; mask >= 0; --mask) {
+    subset.clear();
+    for (int64_t i = 0; i < n; ++i)
+      if (mask & (int64_t{1} << i)) subset.push_back(sources[static_cast<size_t>(i)]);
+    if (auto joint = JointTiling(subset, num_labels)) out.push_back({std::move(*joint), static_cast<int64_t>(subset.size())});
+  }
+  return out;
+}
+
 const PartitionedHlo& SpmdContext::Get(const Instruction* orig) const {
   static const PartitionedHlo kMissing;
   auto it = values_.find(orig);

@@ -64,6 +64,15 @@ class SpmdContext {
   // BuildJointTiling (joint_tiling.h) over the run's devices, memoised: the same operand maps meet
   // in the same dots on every layer.
   std::optional<TileMap> JointTiling(const std::vector<JointSource>& sources, int64_t num_labels);
+  // The joint tilings of the subsets of `sources` (JointTiling above): the candidates the dot,
+  // convolution, gather and scatter handlers cost. From all the sources down to none (subset bit
+  // masks descending, bit i for sources[i]), each with its subset's size; subsets whose tilings
+  // conflict are left out.
+  struct SubsetTiling {
+    TileMap joint;
+    int64_t sources = 0;
+  };
+  std::vector<SubsetTiling> SubsetJointTilings(const std::vector<JointSource>& sources, int64_t num_labels);
 
   // ---- the driver (spmd_partitioner.cpp) ----
   // Runs the handlers over one computation's instructions, in post order, emitting into `out`.

@@ -221,25 +221,18 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
     return p;
   };
   std::vector<std::pair<TileMap, std::optional<DotPlan>>> evaluated;
-  for (int mask = 7; mask >= 0; --mask) {
-    std::vector<JointSource> srcs;
-    if (mask & 1) srcs.push_back(ls);
-    if (mask & 2) srcs.push_back(rs);
-    if (mask & 4) srcs.push_back(os);
-    auto joint = ctx.JointTiling(srcs, L.num_labels());
-    if (!joint) continue;
-    const int64_t sources = static_cast<int64_t>(srcs.size());
+  for (const auto& [joint, sources] : ctx.SubsetJointTilings({ls, rs, os}, L.num_labels())) {
     std::optional<DotPlan> plan;
-    auto same = std::find_if(evaluated.begin(), evaluated.end(), [&](const auto& e) { return e.first.SameAs(*joint); });
+    auto same = std::find_if(evaluated.begin(), evaluated.end(), [&](const auto& e) { return e.first.SameAs(joint); });
     if (same != evaluated.end()) {
       plan = same->second;
       if (plan) {
-        plan->joint = *joint;
+        plan->joint = joint;
         plan->sources = sources;
       }
     } else {
-      plan = evaluate(*joint, sources);
-      evaluated.emplace_back(*joint, plan);
+      plan = evaluate(joint, sources);
+      evaluated.emplace_back(joint, plan);
     }
     if (!plan) continue;
     const DotPlan& p = *plan;

@@ -148,20 +148,13 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
       const int64_t l = s.label_of_dim[d], t = s.map->tiles(static_cast<int64_t>(d));
       if (l >= 0 && t > 1 && !Has(factors[static_cast<size_t>(l)], t)) factors[static_cast<size_t>(l)].push_back(t);
     }
-  const int64_t ns = static_cast<int64_t>(sources.size());
-  for (int64_t mask = (int64_t{1} << ns) - 1; mask >= 0; --mask) {
-    std::vector<JointSource> srcs;
-    for (int64_t i = 0; i < ns; ++i)
-      if (mask & (int64_t{1} << i)) srcs.push_back(sources[static_cast<size_t>(i)]);
-    auto joint = ctx.JointTiling(srcs, L.num);
-    if (!joint) continue;
-    const int64_t nsources = static_cast<int64_t>(srcs.size());
-    evaluate(*joint, nsources);
-    const int64_t r = joint->replication();
+  for (const auto& [joint, nsources] : ctx.SubsetJointTilings(sources, L.num)) {
+    evaluate(joint, nsources);
+    const int64_t r = joint.replication();
     for (int64_t l = 0; l < L.num; ++l)
       for (int64_t f : factors[static_cast<size_t>(l)])
         if (f <= r && f <= extent[static_cast<size_t>(l)])
-          if (auto filled = FilledWithReplicas(*joint, l, f)) evaluate(*filled, nsources);
+          if (auto filled = FilledWithReplicas(joint, l, f)) evaluate(*filled, nsources);
   }
   return best;
 }

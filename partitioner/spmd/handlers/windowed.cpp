@@ -481,14 +481,8 @@ Status HandleConvolution(SpmdContext& ctx, const Instruction& conv) {
       if (variant & (int64_t{1} << a)) lhs_labels[static_cast<size_t>(cd.input_spatial[s])] = L.kernel_label[s];
     }
     const JointSource ls{&*lm, lhs_labels}, rs{&*rm, L.rhs}, os{&*om, L.out};
-    for (int mask = 7; mask >= 0; --mask) {
-      std::vector<JointSource> srcs;
-      if (mask & 1) srcs.push_back(ls);
-      if (mask & 2) srcs.push_back(rs);
-      if (mask & 4) srcs.push_back(os);
-      auto joint = ctx.JointTiling(srcs, L.num());
-      if (!joint) continue;
-      TileMap j = fix(*joint);
+    for (const auto& subset : ctx.SubsetJointTilings({ls, rs, os}, L.num())) {
+      TileMap j = fix(subset.joint);
       if (!seen.insert(MapKey(j)).second) continue;
       auto p = evaluate(j, lhs_labels);
       if (p && (!best || (contracting_first && p->contracting_all != best->contracting_all ? p->contracting_all
