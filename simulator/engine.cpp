@@ -76,40 +76,38 @@ Result<SpecTiming> TimePermute(const CollectiveSpec& spec, const Topology& topo,
   t.group_of.assign(static_cast<size_t>(n), -1);
   t.request.kind = spec.kind;
   t.request.operand_bytes = spec.operand_bytes;
-  {
-    t.request.source_target_pairs = spec.pairs;
-    // Groups: connected components of the pairs (a ring rotation is one group).
-    std::vector<int64_t> parent(static_cast<size_t>(n));
-    std::iota(parent.begin(), parent.end(), 0);
-    auto find = [&](int64_t x) {
-      while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
-      return x;
-    };
-    std::vector<char> member(static_cast<size_t>(n), 0);
-    for (const auto& [s, d] : spec.pairs) {
-      if (s < 0 || s >= n || d < 0 || d >= n) {
-        return Error("collective-permute pair {" + std::to_string(s) + "," + std::to_string(d) +
-                     "} names a device outside the slice's " + std::to_string(n) + " devices");
-      }
-      member[static_cast<size_t>(s)] = member[static_cast<size_t>(d)] = 1;
-      parent[static_cast<size_t>(find(s))] = find(d);
+  t.request.source_target_pairs = spec.pairs;
+  // Groups: connected components of the pairs (a ring rotation is one group).
+  std::vector<int64_t> parent(static_cast<size_t>(n));
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](int64_t x) {
+    while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+    return x;
+  };
+  std::vector<char> member(static_cast<size_t>(n), 0);
+  for (const auto& [s, d] : spec.pairs) {
+    if (s < 0 || s >= n || d < 0 || d >= n) {
+      return Error("collective-permute pair {" + std::to_string(s) + "," + std::to_string(d) +
+                   "} names a device outside the slice's " + std::to_string(n) + " devices");
     }
-    std::unordered_map<int64_t, int32_t> root_group;
-    for (int64_t d = 0; d < n; ++d) {
-      if (!member[static_cast<size_t>(d)]) continue;
-      auto [it, fresh] = root_group.emplace(find(d), static_cast<int32_t>(t.group_size.size()));
-      if (fresh) t.group_size.push_back(0);
-      t.group_of[static_cast<size_t>(d)] = it->second;
-      ++t.group_size[static_cast<size_t>(it->second)];
-      ++t.members;
-    }
-    auto cost = EstimateCollectivePermute(topo, spec.pairs, spec.operand_bytes, copts);
-    if (!cost.ok()) return cost.error();
-    t.cost = std::move(cost).value();
-    t.group_time.assign(t.group_size.size(), t.cost.time_s);
-    t.max_time = t.alone_time = t.cost.time_s;
-    return t;
+    member[static_cast<size_t>(s)] = member[static_cast<size_t>(d)] = 1;
+    parent[static_cast<size_t>(find(s))] = find(d);
   }
+  std::unordered_map<int64_t, int32_t> root_group;
+  for (int64_t d = 0; d < n; ++d) {
+    if (!member[static_cast<size_t>(d)]) continue;
+    auto [it, fresh] = root_group.emplace(find(d), static_cast<int32_t>(t.group_size.size()));
+    if (fresh) t.group_size.push_back(0);
+    t.group_of[static_cast<size_t>(d)] = it->second;
+    ++t.group_size[static_cast<size_t>(it->second)];
+    ++t.members;
+  }
+  auto cost = EstimateCollectivePermute(topo, spec.pairs, spec.operand_bytes, copts);
+  if (!cost.ok()) return cost.error();
+  t.cost = std::move(cost).value();
+  t.group_time.assign(t.group_size.size(), t.cost.time_s);
+  t.max_time = t.alone_time = t.cost.time_s;
+  return t;
 }
 
 // The timing of a collective over replica groups at one operand byte (group_time, max_time and
