@@ -34,6 +34,7 @@
 #include "views/graph_view.h"
 #include "views/inspector_panel.h"
 #include "views/mesh_view.h"
+#include "views/narrow_layout.h"
 #include "views/partitioned_view.h"
 #include "views/simulation_view.h"
 #include "views/timeline_view.h"
@@ -225,6 +226,35 @@ class TestGuiWindow : public QObject {
     QVERIFY(dock->isVisible() && !dock->isFloating());
   }
 
+  // At 1024 px the status bar's module summary does not fit its share: it ends in "…" (it was cut
+  // mid-word before), the whole text in its tooltip; a wider window shows more of it.
+  void statusBarElidesWhatDoesNotFit() {
+    MainWindow w;
+    w.setBatchMode(true);
+    w.resize(1024, 700);
+    w.show();
+    QString error;
+    QVERIFY2(w.openExample("pipelined-transformer", &error), qPrintable(error));
+    QVERIFY(WaitReady(w));
+    views::ElidingLabel* summary = w.summaryLabel();
+    const QString full = summary->fullText();
+    QVERIFY2(full.startsWith("pipelined_transformer \u00B7 "), qPrintable(full));
+    const QFontMetrics fm(summary->font());
+    QTRY_VERIFY2_WITH_TIMEOUT(fm.horizontalAdvance(full) > summary->contentsRect().width(),
+                              qPrintable(QString("%1 px of text in %2").arg(fm.horizontalAdvance(full)).arg(summary->contentsRect().width())),
+                              10000);  // else this checks nothing
+    QTRY_VERIFY2_WITH_TIMEOUT(summary->text().endsWith(QChar(0x2026)), qPrintable(summary->text()), 10000);
+    QVERIFY2(full.startsWith(summary->text().chopped(1)), qPrintable(summary->text()));
+    QVERIFY(fm.horizontalAdvance(summary->text()) <= summary->contentsRect().width());
+    QCOMPARE(summary->toolTip(), full);
+    // Wider: more of it (the whole of a shorter one).
+    const QString shown = summary->text();
+    w.resize(1600, 1000);
+    QTRY_VERIFY2_WITH_TIMEOUT(summary->text().size() > shown.size(), qPrintable(summary->text()), 10000);
+    summary->setFullText("jit_step \u00B7 4 instructions");
+    QCOMPARE(summary->text(), QString("jit_step \u00B7 4 instructions"));
+  }
+
   // Three modules in a row (the default example with everything computed, a Shardy dump, a
   // hand-written conv module): nothing of the previous module stays anywhere.
   void openingModulesResetsEveryPanel() {
@@ -269,9 +299,9 @@ class TestGuiWindow : public QObject {
     QCOMPARE(w.windowTitle(), QString("jit_train_step.hlo[*] \u2014 ShardScope"));
     // The "Opened" message has its own place: the summary stays visible beside it.
     QVERIFY(w.summaryLabel()->isVisible());
-    QVERIFY(w.messageLabel()->text().startsWith("Opened"));
-    QVERIFY2(w.summaryLabel()->text().startsWith("jit_train_step \u00B7 4 instructions"), qPrintable(w.summaryLabel()->text()));
-    QVERIFY2(w.summaryLabel()->text().contains("mesh data=2,model=4 (8 devices)"), qPrintable(w.summaryLabel()->text()));
+    QVERIFY(w.messageLabel()->fullText().startsWith("Opened"));
+    QVERIFY2(w.summaryLabel()->fullText().startsWith("jit_train_step \u00B7 4 instructions"), qPrintable(w.summaryLabel()->fullText()));
+    QVERIFY2(w.summaryLabel()->fullText().contains("mesh data=2,model=4 (8 devices)"), qPrintable(w.summaryLabel()->fullText()));
     // The mesh view names the user's axes.
     QVERIFY2(MeshSummary(w).contains("data=2") && MeshSummary(w).contains("model=4"), qPrintable(MeshSummary(w)));
     QCOMPARE(w.document()->mesh().axes()[0].name, std::string("data"));
@@ -314,7 +344,7 @@ class TestGuiWindow : public QObject {
     QVERIFY2(w.openPath(conv, &error), qPrintable(error));
     QVERIFY(WaitReady(w));
     QCOMPARE(w.windowTitle(), QString("handconv.hlo[*] \u2014 ShardScope"));
-    QVERIFY(w.summaryLabel()->text().startsWith("handconv \u00B7 3 instructions"));
+    QVERIFY(w.summaryLabel()->fullText().startsWith("handconv \u00B7 3 instructions"));
     QVERIFY2(MeshSummary(w).contains("2 devices"), qPrintable(MeshSummary(w)));
     QCOMPARE(w.document()->selected(), int64_t{-1});
     QCOMPARE(SelectedRows(w.instructionTable()), 0);
@@ -324,7 +354,7 @@ class TestGuiWindow : public QObject {
     // Closing: every panel shows its empty state, the title no file.
     w.session()->close();
     QCOMPARE(w.windowTitle(), QString("ShardScope"));
-    QVERIFY(w.summaryLabel()->text().startsWith("No module open"));
+    QVERIFY(w.summaryLabel()->fullText().startsWith("No module open"));
     QVERIFY2(MeshSummary(w).contains("No module"), qPrintable(MeshSummary(w)));
     QVERIFY(w.partitionedView()->hloText()->toPlainText().isEmpty());
   }

@@ -135,6 +135,29 @@ QSize WrapLabel::sizeHint() const {
 
 // ---- NameWrapLabel --------------------------------------------------------------------------------
 
+ElidingLabel::ElidingLabel(QWidget* parent) : QLabel(parent) {
+  setTextFormat(Qt::PlainText);
+  setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+}
+
+void ElidingLabel::setFullText(const QString& text) {
+  full_ = text;
+  setToolTip(text);
+  elide();
+}
+
+QSize ElidingLabel::minimumSizeHint() const { return QSize(0, QLabel::minimumSizeHint().height()); }
+
+void ElidingLabel::resizeEvent(QResizeEvent* event) {
+  QLabel::resizeEvent(event);
+  elide();
+}
+
+void ElidingLabel::elide() {
+  const QString shown = fontMetrics().elidedText(full_, Qt::ElideRight, std::max(0, contentsRect().width()));
+  if (text() != shown) setText(shown);
+}
+
 NameWrapLabel::NameWrapLabel(QWidget* parent) : QLabel(parent) {
   setTextFormat(Qt::RichText);
   setWordWrap(true);

@@ -63,6 +63,24 @@ class WrapLabel : public QLabel {
   mutable QSize hint_;
 };
 
+// A one-line plain-text label that shows its text elided with "…" when its layout gives it less
+// width than the text needs (a status bar's summary and messages at 1024 px), the whole text in its
+// tooltip. fullText() is the text as set; text() what is shown.
+class ElidingLabel : public QLabel {
+ public:
+  explicit ElidingLabel(QWidget* parent = nullptr);
+  void setFullText(const QString& text);
+  const QString& fullText() const { return full_; }
+  QSize minimumSizeHint() const override;
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
+ private:
+  void elide();
+  QString full_;
+};
+
 // A word-wrapped rich-text label for text with long tensor names: at widths where a name does
 // not fit on a line it shows the text with the names breakable at their underscores
 // (WithNameBreaks); otherwise the text as given (so it reads, and copies, unchanged). Its minimum

@@ -43,6 +43,7 @@
 #include "shardscope_version.h"
 #include "simulator/pipeline_shifting_buffer.h"
 #include "views/analysis_model.h"
+#include "views/narrow_layout.h"
 #include "views/pipeline_stages.h"
 #include "views/shifting_buffer_view.h"
 #include "views/document_model.h"
@@ -116,16 +117,14 @@ MainWindow::MainWindow(QWidget* parent)
   createMenus();
 
   // The summary is permanent and messages have a label of their own: a message never covers it.
-  summary_label_ = new QLabel;
+  // Both elide with "…" where the window is narrow (1024 px), the whole text in the tooltip.
+  summary_label_ = new views::ElidingLabel;
   summary_label_->setObjectName("moduleSummary");
-  summary_label_->setMinimumWidth(0);
-  summary_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  message_label_ = new QLabel;
+  message_label_ = new views::ElidingLabel;
   message_label_->setObjectName("statusMessage");
-  message_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   message_timer_ = new QTimer(this);
   message_timer_->setSingleShot(true);
-  connect(message_timer_, &QTimer::timeout, message_label_, &QLabel::clear);
+  connect(message_timer_, &QTimer::timeout, message_label_, [this] { message_label_->setFullText(QString()); });
   engine_label_ = new QLabel;
   jobs_ = new views::JobIndicator;
   jobs_->setJobTracker(session_->jobs());
@@ -137,7 +136,7 @@ MainWindow::MainWindow(QWidget* parent)
   connect(doc_, &views::DocumentModel::moduleReset, this, [this] {
     updateTitle();
     updateStatus();
-    message_label_->clear();
+    message_label_->setFullText(QString());
   });
   connect(doc_, &views::DocumentModel::modifiedChanged, this, &MainWindow::updateTitle);
   connect(doc_, &views::DocumentModel::filePathChanged, this, &MainWindow::updateTitle);
@@ -149,7 +148,7 @@ MainWindow::MainWindow(QWidget* parent)
   connect(doc_, &views::DocumentModel::meshChanged, this, &MainWindow::updateStatus);
   connect(session_, &Session::loadFinished, this, [this](const QString& path, bool ok, const QString& message) {
     if (!ok) {
-      message_label_->clear();
+      message_label_->setFullText(QString());
       showError("Cannot open file", message);
       return;
     }
@@ -175,8 +174,7 @@ MainWindow::MainWindow(QWidget* parent)
 MainWindow::~MainWindow() = default;
 
 void MainWindow::showMessage(const QString& text, int ms) {
-  message_label_->setText(text);
-  message_label_->setToolTip(text);
+  message_label_->setFullText(text);
   if (ms > 0) message_timer_->start(ms);
   else message_timer_->stop();
 }
@@ -1209,8 +1207,7 @@ void MainWindow::updateTitle() {
 void MainWindow::updateStatus() {
   const Module* m = doc_->module();
   if (!m) {
-    summary_label_->setText("No module open \u2014 File \u25B8 Open (Ctrl+O) or File \u25B8 Examples");
-    summary_label_->setToolTip(QString());
+    summary_label_->setFullText("No module open \u2014 File \u25B8 Open (Ctrl+O) or File \u25B8 Examples");
     engine_label_->clear();
     return;
   }
@@ -1233,8 +1230,7 @@ void MainWindow::updateStatus() {
                            .arg(devices == 1 ? "" : "s")
                            .arg(doc_->annotations().size())
                            .arg(sharded);
-  summary_label_->setText(text);
-  summary_label_->setToolTip(text);
+  summary_label_->setFullText(text);
   engine_label_->setText(doc_->propagationSummary());
 }
 

@@ -32,6 +32,7 @@ struct InsertedCollective;
 
 namespace shardscope::views {
 class DocumentModel;
+class ElidingLabel;
 class GraphPane;
 class JobIndicator;
 class InspectorPanel;
@@ -112,8 +113,8 @@ class MainWindow : public QMainWindow {
   SearchJobs* searchJobs() const { return search_jobs_; }
   QTableView* instructionTable() const { return table_; }
   // The module summary at the left of the status bar (messages have a place of their own).
-  QLabel* summaryLabel() const { return summary_label_; }
-  QLabel* messageLabel() const { return message_label_; }
+  views::ElidingLabel* summaryLabel() const { return summary_label_; }
+  views::ElidingLabel* messageLabel() const { return message_label_; }
   // A message in the status bar (its own label, never over the summary), cleared after `ms`.
   void showMessage(const QString& text, int ms = 6000);
   // Selects an instruction by name; false when there is none.
@@ -217,8 +218,8 @@ class MainWindow : public QMainWindow {
   QAction *undo_act_, *redo_act_, *find_act_;
   QAction *fit_act_, *zoom_in_act_, *zoom_out_act_, *reset_zoom_act_, *partition_act_;
   QAction *about_act_;
-  QLabel* summary_label_;
-  QLabel* message_label_;
+  views::ElidingLabel* summary_label_;
+  views::ElidingLabel* message_label_;
   QTimer* message_timer_;
   QLabel* engine_label_;
   views::JobIndicator* jobs_;

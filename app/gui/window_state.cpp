@@ -18,6 +18,7 @@
 #include "views/document_model.h"
 #include "views/graph_view.h"
 #include "views/mesh_view.h"
+#include "views/narrow_layout.h"
 #include "views/partitioned_view.h"
 #include "views/simulation_view.h"
 #include "views/timeline_view.h"
@@ -55,8 +56,8 @@ QJsonObject WindowState(const MainWindow& window) {
   const views::GraphView* graph = window.graphPane()->view();
   s["layoutPending"] = graph->isLayoutPending();
   s["layoutsApplied"] = graph->layoutsApplied();
-  s["summary"] = window.summaryLabel()->text();
-  s["message"] = window.messageLabel()->text();
+  s["summary"] = window.summaryLabel()->fullText();
+  s["message"] = window.messageLabel()->fullText();
   const views::CollectiveStepper* teaching = window.teachingPanel();
   s["teaching"] = QJsonObject{{"hasPlan", teaching->hasPlan()},
                               {"step", teaching->currentStep()},
