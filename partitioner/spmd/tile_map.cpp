@@ -252,55 +252,81 @@ bool TileMap::HasPadding(int64_t d, int64_t full) const {
   return ShardSize(d, full) * tiles_[static_cast<size_t>(d)] != full;
 }
 
-std::vector<std::vector<int64_t>> TileMap::GroupsAlongUncached(const std::vector<int64_t>& dims) const {
-  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
-  [[maybe_unused]] const auto& devices_ = rep_->devices;
-  // Key: (indices on other dims, replica). Within a group, order by tile index over `dims`.
-  std::map<std::vector<int64_t>, std::vector<std::pair<int64_t, int64_t>>> groups;
-  for (int64_t dev = 0; dev < num_devices(); ++dev) {
-    const auto& dt = devices_[static_cast<size_t>(dev)];
-    std::vector<int64_t> key;
-    int64_t order = 0;
-    for (int64_t k = 0; k < rank(); ++k) {
-      bool along = std::find(dims.begin(), dims.end(), k) != dims.end();
-      if (!along) key.push_back(dt.index[static_cast<size_t>(k)]);
-    }
-    for (int64_t k : dims) order = order * tiles_[static_cast<size_t>(k)] + dt.index[static_cast<size_t>(k)];
-    key.push_back(dt.replica);
-    groups[key].emplace_back(order, dev);
-  }
+// Groups of devices that agree on a key, each ordered by its members' `order` (then device id),
+// the groups in ascending order of their members: the shape GroupsAlong and GroupsGatheringBy
+// return. Keys are dense (0 .. num_keys-1), so the devices are bucketed, not looked up in a map of
+// vectors (at 2048 devices the map's allocations were most of the time).
+namespace {
+// One more than the largest replica index (the replication of a full grid).
+int64_t ReplicaCount(const std::vector<DeviceTile>& devices) {
+  int64_t r = 0;
+  for (const DeviceTile& dt : devices) r = std::max(r, dt.replica);
+  return r + 1;
+}
+
+std::vector<std::vector<int64_t>> GroupsByKey(const std::vector<int64_t>& key, const std::vector<int64_t>& order,
+                                              int64_t num_keys) {
+  for (int64_t k : key) num_keys = std::max(num_keys, k + 1);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> buckets(static_cast<size_t>(num_keys));
+  for (size_t dev = 0; dev < key.size(); ++dev)
+    buckets[static_cast<size_t>(key[dev])].emplace_back(order[dev], static_cast<int64_t>(dev));
   std::vector<std::vector<int64_t>> out;
-  out.reserve(groups.size());
-  for (auto& [key, members] : groups) {
+  out.reserve(buckets.size());
+  for (auto& members : buckets) {
+    if (members.empty()) continue;
     std::sort(members.begin(), members.end());
     std::vector<int64_t> g;
-    for (auto& [o, dev] : members) g.push_back(dev);
+    g.reserve(members.size());
+    for (const auto& [o, dev] : members) g.push_back(dev);
     out.push_back(std::move(g));
   }
   std::sort(out.begin(), out.end());
   return out;
 }
+}  // namespace
+
+std::vector<std::vector<int64_t>> TileMap::GroupsAlongUncached(const std::vector<int64_t>& dims) const {
+  const auto& tiles_ = rep_->tiles;
+  const auto& devices_ = rep_->devices;
+  // Key: (indices on other dims, replica), row-major. Within a group, order by tile index over `dims`.
+  const int64_t n = num_devices(), replicas = ReplicaCount(devices_);
+  std::vector<char> along(tiles_.size(), 0);
+  for (int64_t k : dims) along[static_cast<size_t>(k)] = 1;
+  int64_t num_keys = replicas;
+  for (size_t k = 0; k < tiles_.size(); ++k)
+    if (!along[k]) num_keys *= tiles_[k];
+  std::vector<int64_t> key(static_cast<size_t>(n)), order(static_cast<size_t>(n));
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const auto& dt = devices_[static_cast<size_t>(dev)];
+    int64_t k_lin = 0, o = 0;
+    for (size_t k = 0; k < tiles_.size(); ++k)
+      if (!along[k]) k_lin = k_lin * tiles_[k] + dt.index[k];
+    for (int64_t k : dims) o = o * tiles_[static_cast<size_t>(k)] + dt.index[static_cast<size_t>(k)];
+    key[static_cast<size_t>(dev)] = k_lin * replicas + dt.replica;
+    order[static_cast<size_t>(dev)] = o;
+  }
+  return GroupsByKey(key, order, num_keys);
+}
 
 std::vector<std::vector<int64_t>> TileMap::GroupsGatheringByUncached(int64_t d, int64_t k) const {
-  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
-  [[maybe_unused]] const auto& devices_ = rep_->devices;
-  std::map<std::vector<int64_t>, std::vector<std::pair<int64_t, int64_t>>> groups;
-  for (int64_t dev = 0; dev < num_devices(); ++dev) {
+  const auto& tiles_ = rep_->tiles;
+  const auto& devices_ = rep_->devices;
+  // Key: (indices with dim d's divided by k, replica), row-major; order: dim d's index mod k.
+  const int64_t n = num_devices(), replicas = ReplicaCount(devices_);
+  int64_t num_keys = replicas;
+  for (size_t i = 0; i < tiles_.size(); ++i)
+    num_keys *= static_cast<int64_t>(i) == d ? (tiles_[i] + k - 1) / k : tiles_[i];
+  std::vector<int64_t> key(static_cast<size_t>(n)), order(static_cast<size_t>(n));
+  for (int64_t dev = 0; dev < n; ++dev) {
     const auto& dt = devices_[static_cast<size_t>(dev)];
-    std::vector<int64_t> key = dt.index.ToVector();
-    key[static_cast<size_t>(d)] /= k;
-    key.push_back(dt.replica);
-    groups[key].emplace_back(dt.index[static_cast<size_t>(d)] % k, dev);
+    int64_t k_lin = 0;
+    for (size_t i = 0; i < tiles_.size(); ++i)
+      k_lin = static_cast<int64_t>(i) == d ? k_lin * ((tiles_[i] + k - 1) / k) + dt.index[i] / k
+                                           : k_lin * tiles_[i] + dt.index[i];
+    key[static_cast<size_t>(dev)] = k_lin * replicas + dt.replica;
+    order[static_cast<size_t>(dev)] = dt.index[static_cast<size_t>(d)] % k;
   }
-  std::vector<std::vector<int64_t>> out;
-  for (auto& [key, members] : groups) {
-    std::sort(members.begin(), members.end());
-    std::vector<int64_t> g;
-    for (auto& [o, dev] : members) g.push_back(dev);
-    out.push_back(std::move(g));
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  return GroupsByKey(key, order, num_keys);
 }
 
 TileMap TileMap::GatheredByUncached(int64_t d, int64_t k) const {
@@ -390,11 +416,14 @@ bool TileMap::SameAs(const TileMap& o) const {
 
 bool IsLocalRefinement(const TileMap& from, const TileMap& to, const std::vector<int64_t>& full) {
   if (from.rank() != to.rank() || from.num_devices() != to.num_devices()) return false;
+  const int64_t devices = from.num_devices();
   for (int64_t d = 0; d < from.rank(); ++d) {
+    if (from.tiles(d) == 1) continue;  // the whole dim holds any shard of it
     const int64_t n = full[static_cast<size_t>(d)];
     const int64_t fs = from.ShardSize(d, n), ts = to.ShardSize(d, n);
-    for (int64_t dev = 0; dev < from.num_devices(); ++dev)
-      if (!hlo_sharding_util::ShardWithin(n, to.Offset(dev, d, n), ts, from.Offset(dev, d, n), fs)) return false;
+    const auto k = static_cast<size_t>(d);
+    for (int64_t dev = 0; dev < devices; ++dev)
+      if (!hlo_sharding_util::ShardWithin(n, to.device(dev).index[k] * ts, ts, from.device(dev).index[k] * fs, fs)) return false;
   }
   return true;
 }
