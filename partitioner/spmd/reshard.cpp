@@ -62,13 +62,13 @@ std::optional<DimsAllToAll> PlanDimsAllToAll(const TileMap& F, const TileMap& T,
   // A single dim each way is plans 2 and 2b.
   if (a.in_dims.size() == 1 && a.out_dims.size() == 1) return std::nullopt;
   for (int64_t dev = 0; dev < n; ++dev) {
-    const TileIndex& fi = F.device(dev).index;
-    const TileIndex& ti = T.device(dev).index;
+    const TileIndexView fi = F.device(dev).index;
+    const TileIndexView ti = T.device(dev).index;
     for (int64_t d = 0; d < rank; ++d)
       if (fi[static_cast<size_t>(d)] / a.s[static_cast<size_t>(d)] != ti[static_cast<size_t>(d)] / a.t[static_cast<size_t>(d)])
         return std::nullopt;
   }
-  auto position = [&](const TileIndex& idx, const std::vector<int64_t>& dims, const std::vector<int64_t>& factor) {
+  auto position = [&](TileIndexView idx, const std::vector<int64_t>& dims, const std::vector<int64_t>& factor) {
     int64_t p = 0;
     for (int64_t d : dims) p = p * factor[static_cast<size_t>(d)] + idx[static_cast<size_t>(d)] % factor[static_cast<size_t>(d)];
     return p;
@@ -87,7 +87,7 @@ std::optional<DimsAllToAll> PlanDimsAllToAll(const TileMap& F, const TileMap& T,
   // over as many groups).
   std::map<std::vector<int64_t>, std::vector<std::vector<int64_t>>> classes;
   for (int64_t dev = 0; dev < n; ++dev) {
-    const TileIndex& ti = T.device(dev).index;
+    const TileIndexView ti = T.device(dev).index;
     std::vector<int64_t> key(static_cast<size_t>(rank));
     for (int64_t d = 0; d < rank; ++d) key[static_cast<size_t>(d)] = ti[static_cast<size_t>(d)] / a.t[static_cast<size_t>(d)];
     auto& by_position = classes[key];
@@ -137,8 +137,8 @@ std::optional<HaloReshard> PlanHaloReshard(const TileMap& F, const TileMap& T, c
   h.offset.assign(static_cast<size_t>(n), 0);
   std::vector<int64_t> need_left(static_cast<size_t>(n), 0), need_right(static_cast<size_t>(n), 0);
   for (int64_t dev = 0; dev < n; ++dev) {
-    const TileIndex& fi = F.device(dev).index;
-    const TileIndex& ti = T.device(dev).index;
+    const TileIndexView fi = F.device(dev).index;
+    const TileIndexView ti = T.device(dev).index;
     for (int64_t i = 0; i < rank; ++i)
       if (i != d && fi[static_cast<size_t>(i)] != ti[static_cast<size_t>(i)]) return std::nullopt;
     const int64_t fo = F.Offset(dev, d, len), to = T.Offset(dev, d, len);
@@ -201,12 +201,12 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
   }
   int64_t num_tiles = 1;
   for (int64_t d = 0; d < rank; ++d) num_tiles *= T.tiles(d);
-  auto flat = [&](const int64_t* t) {
+  auto flat = [&](const auto* t) {
     int64_t f = 0;
     for (int64_t d = 0; d < rank; ++d) f = f * T.tiles(d) + t[d];
     return f;
   };
-  auto within = [&](int64_t dev, const int64_t* t) {
+  auto within = [&](int64_t dev, const auto* t) {
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t len = full[static_cast<size_t>(d)], s = ts[static_cast<size_t>(d)];
       if (!hlo_sharding_util::ShardWithin(len, t[d] * s, s, F.Offset(dev, d, len), fs[static_cast<size_t>(d)])) return false;
@@ -217,7 +217,7 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
   std::vector<int64_t> held(static_cast<size_t>(n), -1);          // flat id of the tile each device ends with
   std::vector<int64_t> open;
   for (int64_t dev = 0; dev < n; ++dev) {
-    const TileIndex& t = T.device(dev).index;
+    const TileIndexView t = T.device(dev).index;
     if (within(dev, t.data())) {
       held[static_cast<size_t>(dev)] = flat(t.data());
     } else {

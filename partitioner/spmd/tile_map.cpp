@@ -30,15 +30,27 @@ std::vector<int64_t> MemoKey(int64_t tag, const std::vector<int64_t>& args) {
 }
 }  // namespace
 
-std::shared_ptr<const TileMap::Rep> TileMap::MakeRep(std::vector<int64_t> tiles, std::vector<DeviceTile> devices) {
-  return std::make_shared<const Rep>(Rep{std::move(tiles), std::move(devices), std::make_shared<Memo>()});
+std::shared_ptr<const TileMap::Rep> TileMap::MakeRep(std::vector<int64_t> tiles, std::vector<int32_t> index,
+                                                    std::vector<int32_t> replica) {
+  return std::make_shared<const Rep>(Rep{std::move(tiles), std::move(index), std::move(replica), std::make_shared<Memo>()});
 }
 
-TileMap::TileMap(std::vector<int64_t> tiles, std::vector<DeviceTile> devices)
-    : rep_(MakeRep(std::move(tiles), std::move(devices))) {}
+TileMap::TileMap(std::vector<int64_t> tiles, const std::vector<DeviceTile>& devices) {
+  const size_t rank = tiles.size(), n = devices.size();
+  std::vector<int32_t> index(n * rank, 0), replica(n);
+  for (size_t dev = 0; dev < n; ++dev) {
+    const DeviceTile& dt = devices[dev];
+    for (size_t k = 0; k < rank && k < dt.index.size(); ++k) index[dev * rank + k] = static_cast<int32_t>(dt.index[k]);
+    replica[dev] = static_cast<int32_t>(dt.replica);
+  }
+  rep_ = MakeRep(std::move(tiles), std::move(index), std::move(replica));
+}
+
+TileMap::TileMap(std::vector<int64_t> tiles, std::vector<int32_t> index, std::vector<int32_t> replica)
+    : rep_(MakeRep(std::move(tiles), std::move(index), std::move(replica))) {}
 
 TileMap::TileMap() {
-  static const std::shared_ptr<const Rep> kEmpty = MakeRep({}, {});
+  static const std::shared_ptr<const Rep> kEmpty = MakeRep({}, {}, {});
   rep_ = kEmpty;
 }
 
@@ -134,11 +146,9 @@ Result<TileMap> TileMap::FromSharding(const HloSharding& s, int64_t rank, int64_
   rep->memo = std::make_shared<Memo>();
   Rep& m = *rep;
   m.tiles.assign(static_cast<size_t>(rank), 1);
-  m.devices.resize(static_cast<size_t>(n));
-  for (int64_t d = 0; d < n; ++d) {
-    m.devices[static_cast<size_t>(d)].index.assign(static_cast<size_t>(rank), 0);
-    m.devices[static_cast<size_t>(d)].replica = d;
-  }
+  m.index.assign(static_cast<size_t>(n * rank), 0);
+  m.replica.resize(static_cast<size_t>(n));
+  for (int64_t d = 0; d < n; ++d) m.replica[static_cast<size_t>(d)] = static_cast<int32_t>(d);
   if (s.IsTuple()) return Error("TileMap: tuple sharding given for an array");
   if (!s.IsTiled()) return TileMap(std::move(rep));  // replicated / maximal / unknown / manual (whole array per device)
   // Manual subgroups behave like replicas here: devices of different manual groups hold the same
@@ -160,26 +170,24 @@ Result<TileMap> TileMap::FromSharding(const HloSharding& s, int64_t rank, int64_
   for (int64_t dev = 0; dev < n; ++dev) {
     std::vector<int64_t> idx = ta.IndexOfDevice(dev);
     if (idx.empty()) return Error("device " + std::to_string(dev) + " missing from sharding " + s.ToString());
-    auto& dt = m.devices[static_cast<size_t>(dev)];
-    dt.index.assign(idx.begin(), idx.begin() + rank);
+    std::copy(idx.begin(), idx.begin() + rank, m.index.begin() + dev * rank);
     int64_t r = 0;
     for (int64_t k = rank; k < ta.num_dimensions(); ++k) r = r * ta.dim(k) + idx[static_cast<size_t>(k)];
-    dt.replica = r;
+    m.replica[static_cast<size_t>(dev)] = static_cast<int32_t>(r);
   }
   return TileMap(std::move(rep));
 }
 
 int64_t TileMap::replication() const {
-  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
-  [[maybe_unused]] const auto& devices_ = rep_->devices;
+  const auto& tiles_ = rep_->tiles;
   int64_t t = 1;
   for (int64_t x : tiles_) t *= x;
   return t == 0 ? 0 : num_devices() / t;
 }
 
 Result<HloSharding> TileMap::ToShardingUncached() const {
-  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
-  [[maybe_unused]] const auto& devices_ = rep_->devices;
+  const auto& tiles_ = rep_->tiles;
+  const size_t rank = tiles_.size();
   int64_t total_tiles = 1;
   for (int64_t t : tiles_) total_tiles *= t;
   if (total_tiles == 1) return HloSharding::Replicate();
@@ -191,9 +199,9 @@ Result<HloSharding> TileMap::ToShardingUncached() const {
   std::vector<int64_t> lin_of(static_cast<size_t>(n));
   std::vector<int64_t> count(static_cast<size_t>(total_tiles), 0);
   for (int64_t dev = 0; dev < n; ++dev) {
-    const auto& idx = devices_[static_cast<size_t>(dev)].index;
+    const int32_t* idx = rep_->index.data() + static_cast<size_t>(dev) * rank;
     int64_t lin = 0;
-    for (size_t k = 0; k < tiles_.size(); ++k) {
+    for (size_t k = 0; k < rank; ++k) {
       if (idx[k] < 0 || idx[k] >= tiles_[k]) return Error("tile index out of range");
       lin = lin * tiles_[k] + idx[k];
     }
@@ -220,9 +228,7 @@ Result<HloSharding> TileMap::ToShardingUncached() const {
 }
 
 int64_t TileMap::ShardSize(int64_t d, int64_t full) const {
-  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
-  [[maybe_unused]] const auto& devices_ = rep_->devices;
-  const int64_t t = tiles_[static_cast<size_t>(d)];
+  const int64_t t = rep_->tiles[static_cast<size_t>(d)];
   return (full + t - 1) / t;
 }
 
@@ -232,24 +238,17 @@ std::vector<int64_t> TileMap::ShardShape(const std::vector<int64_t>& full) const
   return s;
 }
 
-int64_t TileMap::Offset(int64_t dev, int64_t d, int64_t full) const {
-  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
-  [[maybe_unused]] const auto& devices_ = rep_->devices;
-  return devices_[static_cast<size_t>(dev)].index[static_cast<size_t>(d)] * ShardSize(d, full);
-}
+int64_t TileMap::Offset(int64_t dev, int64_t d, int64_t full) const { return index(dev, d) * ShardSize(d, full); }
 
 std::vector<int64_t> TileMap::OffsetTableUncached(int64_t d, int64_t full) const {
-  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
-  [[maybe_unused]] const auto& devices_ = rep_->devices;
-  std::vector<int64_t> t(devices_.size());
-  for (size_t dev = 0; dev < devices_.size(); ++dev) t[dev] = Offset(static_cast<int64_t>(dev), d, full);
+  const int64_t n = num_devices(), size = ShardSize(d, full);
+  std::vector<int64_t> t(static_cast<size_t>(n));
+  for (int64_t dev = 0; dev < n; ++dev) t[static_cast<size_t>(dev)] = index(dev, d) * size;
   return t;
 }
 
 bool TileMap::HasPadding(int64_t d, int64_t full) const {
-  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
-  [[maybe_unused]] const auto& devices_ = rep_->devices;
-  return ShardSize(d, full) * tiles_[static_cast<size_t>(d)] != full;
+  return ShardSize(d, full) * rep_->tiles[static_cast<size_t>(d)] != full;
 }
 
 // Groups of devices that agree on a key, each ordered by its members' `order` (then device id),
@@ -258,10 +257,10 @@ bool TileMap::HasPadding(int64_t d, int64_t full) const {
 // vectors (at 2048 devices the map's allocations were most of the time).
 namespace {
 // One more than the largest replica index (the replication of a full grid).
-int64_t ReplicaCount(const std::vector<DeviceTile>& devices) {
-  int64_t r = 0;
-  for (const DeviceTile& dt : devices) r = std::max(r, dt.replica);
-  return r + 1;
+int64_t ReplicaCount(const std::vector<int32_t>& replica) {
+  int32_t r = 0;
+  for (int32_t x : replica) r = std::max(r, x);
+  return int64_t{r} + 1;
 }
 
 std::vector<std::vector<int64_t>> GroupsByKey(const std::vector<int64_t>& key, const std::vector<int64_t>& order,
@@ -287,9 +286,9 @@ std::vector<std::vector<int64_t>> GroupsByKey(const std::vector<int64_t>& key, c
 
 std::vector<std::vector<int64_t>> TileMap::GroupsAlongUncached(const std::vector<int64_t>& dims) const {
   const auto& tiles_ = rep_->tiles;
-  const auto& devices_ = rep_->devices;
+  const size_t rank = tiles_.size();
   // Key: (indices on other dims, replica), row-major. Within a group, order by tile index over `dims`.
-  const int64_t n = num_devices(), replicas = ReplicaCount(devices_);
+  const int64_t n = num_devices(), replicas = ReplicaCount(rep_->replica);
   std::vector<char> along(tiles_.size(), 0);
   for (int64_t k : dims) along[static_cast<size_t>(k)] = 1;
   int64_t num_keys = replicas;
@@ -297,12 +296,12 @@ std::vector<std::vector<int64_t>> TileMap::GroupsAlongUncached(const std::vector
     if (!along[k]) num_keys *= tiles_[k];
   std::vector<int64_t> key(static_cast<size_t>(n)), order(static_cast<size_t>(n));
   for (int64_t dev = 0; dev < n; ++dev) {
-    const auto& dt = devices_[static_cast<size_t>(dev)];
+    const int32_t* idx = rep_->index.data() + static_cast<size_t>(dev) * rank;
     int64_t k_lin = 0, o = 0;
-    for (size_t k = 0; k < tiles_.size(); ++k)
-      if (!along[k]) k_lin = k_lin * tiles_[k] + dt.index[k];
-    for (int64_t k : dims) o = o * tiles_[static_cast<size_t>(k)] + dt.index[static_cast<size_t>(k)];
-    key[static_cast<size_t>(dev)] = k_lin * replicas + dt.replica;
+    for (size_t k = 0; k < rank; ++k)
+      if (!along[k]) k_lin = k_lin * tiles_[k] + idx[k];
+    for (int64_t k : dims) o = o * tiles_[static_cast<size_t>(k)] + idx[k];
+    key[static_cast<size_t>(dev)] = k_lin * replicas + rep_->replica[static_cast<size_t>(dev)];
     order[static_cast<size_t>(dev)] = o;
   }
   return GroupsByKey(key, order, num_keys);
@@ -310,72 +309,66 @@ std::vector<std::vector<int64_t>> TileMap::GroupsAlongUncached(const std::vector
 
 std::vector<std::vector<int64_t>> TileMap::GroupsGatheringByUncached(int64_t d, int64_t k) const {
   const auto& tiles_ = rep_->tiles;
-  const auto& devices_ = rep_->devices;
+  const size_t rank = tiles_.size();
   // Key: (indices with dim d's divided by k, replica), row-major; order: dim d's index mod k.
-  const int64_t n = num_devices(), replicas = ReplicaCount(devices_);
+  const int64_t n = num_devices(), replicas = ReplicaCount(rep_->replica);
   int64_t num_keys = replicas;
   for (size_t i = 0; i < tiles_.size(); ++i)
     num_keys *= static_cast<int64_t>(i) == d ? (tiles_[i] + k - 1) / k : tiles_[i];
   std::vector<int64_t> key(static_cast<size_t>(n)), order(static_cast<size_t>(n));
   for (int64_t dev = 0; dev < n; ++dev) {
-    const auto& dt = devices_[static_cast<size_t>(dev)];
+    const int32_t* idx = rep_->index.data() + static_cast<size_t>(dev) * rank;
     int64_t k_lin = 0;
-    for (size_t i = 0; i < tiles_.size(); ++i)
-      k_lin = static_cast<int64_t>(i) == d ? k_lin * ((tiles_[i] + k - 1) / k) + dt.index[i] / k
-                                           : k_lin * tiles_[i] + dt.index[i];
-    key[static_cast<size_t>(dev)] = k_lin * replicas + dt.replica;
-    order[static_cast<size_t>(dev)] = dt.index[static_cast<size_t>(d)] % k;
+    for (size_t i = 0; i < rank; ++i)
+      k_lin = static_cast<int64_t>(i) == d ? k_lin * ((tiles_[i] + k - 1) / k) + idx[i] / k : k_lin * tiles_[i] + idx[i];
+    key[static_cast<size_t>(dev)] = k_lin * replicas + rep_->replica[static_cast<size_t>(dev)];
+    order[static_cast<size_t>(dev)] = idx[d] % k;
   }
   return GroupsByKey(key, order, num_keys);
 }
 
 TileMap TileMap::GatheredByUncached(int64_t d, int64_t k) const {
-  auto rep = std::make_shared<Rep>(Rep{rep_->tiles, rep_->devices, std::make_shared<Memo>()});
+  auto rep = std::make_shared<Rep>(Rep{rep_->tiles, rep_->index, rep_->replica, std::make_shared<Memo>()});
   Rep& m = *rep;
-  for (auto& dt : m.devices) {
-    const int64_t i = dt.index[static_cast<size_t>(d)];
-    dt.replica = dt.replica * k + i % k;
-    dt.index[static_cast<size_t>(d)] = i / k;
+  const size_t rank = m.tiles.size();
+  for (size_t dev = 0; dev < m.replica.size(); ++dev) {
+    int32_t& i = m.index[dev * rank + static_cast<size_t>(d)];
+    m.replica[dev] = static_cast<int32_t>(m.replica[dev] * k + i % k);
+    i = static_cast<int32_t>(i / k);
   }
   m.tiles[static_cast<size_t>(d)] /= k;
   return TileMap(std::move(rep));
 }
 
 TileMap TileMap::GatheredUncached(const std::vector<int64_t>& dims) const {
-  [[maybe_unused]] const auto& tiles_ = rep_->tiles;
-  [[maybe_unused]] const auto& devices_ = rep_->devices;
-  auto rep = std::make_shared<Rep>(Rep{rep_->tiles, rep_->devices, std::make_shared<Memo>()});
+  const auto& tiles_ = rep_->tiles;
+  auto rep = std::make_shared<Rep>(Rep{rep_->tiles, rep_->index, rep_->replica, std::make_shared<Memo>()});
   Rep& m = *rep;
+  const size_t rank = tiles_.size();
   int64_t gathered_tiles = 1;
   for (int64_t k : dims) gathered_tiles *= tiles_[static_cast<size_t>(k)];
-  for (auto& dt : m.devices) {
+  for (size_t dev = 0; dev < m.replica.size(); ++dev) {
+    int32_t* idx = m.index.data() + dev * rank;
     int64_t g = 0;
     for (int64_t k : dims) {
-      g = g * tiles_[static_cast<size_t>(k)] + dt.index[static_cast<size_t>(k)];
-      dt.index[static_cast<size_t>(k)] = 0;
+      g = g * tiles_[static_cast<size_t>(k)] + idx[k];
+      idx[k] = 0;
     }
-    dt.replica = dt.replica * gathered_tiles + g;
+    m.replica[dev] = static_cast<int32_t>(m.replica[dev] * gathered_tiles + g);
   }
   for (int64_t k : dims) m.tiles[static_cast<size_t>(k)] = 1;
   return TileMap(std::move(rep));
 }
 
 TileMap TileMap::PermutedUncached(const std::vector<int64_t>& perm) const {
-  auto rep = std::make_shared<Rep>();
-  rep->memo = std::make_shared<Memo>();
-  Rep& m = *rep;
   const auto& tiles_ = rep_->tiles;
-  const auto& devices_ = rep_->devices;
-  m.tiles.resize(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) m.tiles[i] = tiles_[static_cast<size_t>(perm[i])];
-  m.devices.resize(devices_.size());
-  for (size_t dev = 0; dev < devices_.size(); ++dev) {
-    auto& idx = m.devices[dev].index;
-    idx.resize(perm.size());
-    for (size_t i = 0; i < perm.size(); ++i) idx[i] = devices_[dev].index[static_cast<size_t>(perm[i])];
-    m.devices[dev].replica = devices_[dev].replica;
-  }
-  return TileMap(std::move(rep));
+  const size_t rank = tiles_.size(), out_rank = perm.size(), n = rep_->replica.size();
+  std::vector<int64_t> tiles(out_rank);
+  for (size_t i = 0; i < out_rank; ++i) tiles[i] = tiles_[static_cast<size_t>(perm[i])];
+  std::vector<int32_t> index(n * out_rank);
+  for (size_t dev = 0; dev < n; ++dev)
+    for (size_t i = 0; i < out_rank; ++i) index[dev * out_rank + i] = rep_->index[dev * rank + static_cast<size_t>(perm[i])];
+  return TileMap(std::move(tiles), std::move(index), rep_->replica);
 }
 
 TileMap TileMap::ProjectedUncached(const std::vector<int64_t>& label_of_dim) const {
@@ -383,35 +376,31 @@ TileMap TileMap::ProjectedUncached(const std::vector<int64_t>& label_of_dim) con
   // indices, row-major in label order, become the minor part of the replica index), read through
   // label_of_dim — computed in one pass, without building the gathered map.
   const auto& tiles_ = rep_->tiles;
-  const auto& devices_ = rep_->devices;
+  const size_t rank = tiles_.size(), out_rank = label_of_dim.size(), n = rep_->replica.size();
   std::vector<int64_t> dropped;
-  for (int64_t l = 0; l < rank(); ++l)
+  for (int64_t l = 0; l < static_cast<int64_t>(rank); ++l)
     if (std::find(label_of_dim.begin(), label_of_dim.end(), l) == label_of_dim.end()) dropped.push_back(l);
   int64_t gathered_tiles = 1;
   for (int64_t k : dropped) gathered_tiles *= tiles_[static_cast<size_t>(k)];
-  std::vector<int64_t> tiles(label_of_dim.size(), 1);
-  for (size_t d = 0; d < label_of_dim.size(); ++d)
+  std::vector<int64_t> tiles(out_rank, 1);
+  for (size_t d = 0; d < out_rank; ++d)
     if (label_of_dim[d] >= 0) tiles[d] = tiles_[static_cast<size_t>(label_of_dim[d])];
-  std::vector<DeviceTile> devs(devices_.size());
-  for (size_t dev = 0; dev < devices_.size(); ++dev) {
-    const DeviceTile& from = devices_[dev];
-    DeviceTile& dt = devs[dev];
-    dt.index.assign(label_of_dim.size(), 0);
-    for (size_t d = 0; d < label_of_dim.size(); ++d)
-      if (label_of_dim[d] >= 0) dt.index[d] = from.index[static_cast<size_t>(label_of_dim[d])];
+  std::vector<int32_t> index(n * out_rank, 0), replica(n);
+  for (size_t dev = 0; dev < n; ++dev) {
+    const int32_t* from = rep_->index.data() + dev * rank;
+    int32_t* to = index.data() + dev * out_rank;
+    for (size_t d = 0; d < out_rank; ++d)
+      if (label_of_dim[d] >= 0) to[d] = from[label_of_dim[d]];
     int64_t g = 0;
-    for (int64_t k : dropped) g = g * tiles_[static_cast<size_t>(k)] + from.index[static_cast<size_t>(k)];
-    dt.replica = from.replica * gathered_tiles + g;
+    for (int64_t k : dropped) g = g * tiles_[static_cast<size_t>(k)] + from[k];
+    replica[dev] = static_cast<int32_t>(rep_->replica[dev] * gathered_tiles + g);
   }
-  return TileMap(std::move(tiles), std::move(devs));
+  return TileMap(std::move(tiles), std::move(index), std::move(replica));
 }
 
 bool TileMap::SameAs(const TileMap& o) const {
   if (rep_ == o.rep_) return true;
-  if (rep_->tiles != o.rep_->tiles || rep_->devices.size() != o.rep_->devices.size()) return false;
-  for (size_t i = 0; i < rep_->devices.size(); ++i)
-    if (rep_->devices[i].index != o.rep_->devices[i].index) return false;
-  return true;
+  return rep_->tiles == o.rep_->tiles && rep_->replica.size() == o.rep_->replica.size() && rep_->index == o.rep_->index;
 }
 
 bool IsLocalRefinement(const TileMap& from, const TileMap& to, const std::vector<int64_t>& full) {
@@ -421,9 +410,8 @@ bool IsLocalRefinement(const TileMap& from, const TileMap& to, const std::vector
     if (from.tiles(d) == 1) continue;  // the whole dim holds any shard of it
     const int64_t n = full[static_cast<size_t>(d)];
     const int64_t fs = from.ShardSize(d, n), ts = to.ShardSize(d, n);
-    const auto k = static_cast<size_t>(d);
     for (int64_t dev = 0; dev < devices; ++dev)
-      if (!hlo_sharding_util::ShardWithin(n, to.device(dev).index[k] * ts, ts, from.device(dev).index[k] * fs, fs)) return false;
+      if (!hlo_sharding_util::ShardWithin(n, to.index(dev, d) * ts, ts, from.index(dev, d) * fs, fs)) return false;
   }
   return true;
 }

@@ -125,6 +125,38 @@ struct DeviceTile {
   int64_t replica = 0;  // which copy of that tile (0 .. replication-1)
 };
 
+// A device's tile index as its map stores it (valid while the map's data is: a TileMap shares it
+// between copies). Converts to a TileIndex where one is kept (a map key, a copy to change).
+class TileIndexView {
+ public:
+  TileIndexView(const int32_t* p, size_t n) : p_(p), n_(n) {}
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  int64_t operator[](size_t i) const { return p_[i]; }
+  const int32_t* data() const { return p_; }
+  const int32_t* begin() const { return p_; }
+  const int32_t* end() const { return p_ + n_; }
+  std::vector<int64_t> ToVector() const { return std::vector<int64_t>(begin(), end()); }
+  operator TileIndex() const {  // NOLINT: a view converts to the value it shows
+    TileIndex t;
+    t.assign(begin(), end());
+    return t;
+  }
+  friend bool operator==(TileIndexView a, TileIndexView b) { return a.n_ == b.n_ && std::equal(a.begin(), a.end(), b.begin()); }
+  friend bool operator!=(TileIndexView a, TileIndexView b) { return !(a == b); }
+
+ private:
+  const int32_t* p_;
+  size_t n_;
+};
+
+// What TileMap::device returns: the device's tile index (a view) and replica.
+struct DeviceTileView {
+  TileIndexView index;
+  int64_t replica = 0;
+  operator DeviceTile() const { return {TileIndex(index), replica}; }  // NOLINT
+};
+
 class TileMap {
  public:
   // Builds the per-device view of `sharding` for an array of `rank` dims over `num_devices`.
@@ -137,11 +169,18 @@ class TileMap {
   Result<HloSharding> ToSharding() const;
 
   int64_t rank() const { return static_cast<int64_t>(rep_->tiles.size()); }
-  int64_t num_devices() const { return static_cast<int64_t>(rep_->devices.size()); }
+  int64_t num_devices() const { return static_cast<int64_t>(rep_->replica.size()); }
   const std::vector<int64_t>& tiles() const { return rep_->tiles; }
   int64_t tiles(int64_t d) const { return rep_->tiles[static_cast<size_t>(d)]; }
   int64_t replication() const;  // devices per tile
-  const DeviceTile& device(int64_t d) const { return rep_->devices[static_cast<size_t>(d)]; }
+  DeviceTileView device(int64_t d) const {
+    const size_t r = rep_->tiles.size();
+    return {TileIndexView(rep_->index.data() + static_cast<size_t>(d) * r, r), rep_->replica[static_cast<size_t>(d)]};
+  }
+  // Device d's tile index along dim k (device(d).index[k]).
+  int64_t index(int64_t d, int64_t k) const {
+    return rep_->index[static_cast<size_t>(d) * rep_->tiles.size() + static_cast<size_t>(k)];
+  }
 
   // Shard size along dim d for a full extent (ceil division, GSPMD §4.1 padding).
   int64_t ShardSize(int64_t d, int64_t full) const;
@@ -178,8 +217,10 @@ class TileMap {
   // tiling (joint_tiling.h): labels it does not carry become replication.
   TileMap Projected(const std::vector<int64_t>& label_of_dim) const;
 
-  // Constructs from explicit data (used by the dot planner's joint tilings).
-  TileMap(std::vector<int64_t> tiles, std::vector<DeviceTile> devices);
+  // Constructs from explicit data: per device its tile index (size rank = tiles.size()) and
+  // replica; or the same flat, device d's index at index[d * rank ...].
+  TileMap(std::vector<int64_t> tiles, const std::vector<DeviceTile>& devices);
+  TileMap(std::vector<int64_t> tiles, std::vector<int32_t> index, std::vector<int32_t> replica);
   TileMap();
 
  private:
@@ -188,13 +229,18 @@ class TileMap {
   // per-device vectors dominated partitioning time. Operations that change a map build a new Rep.
   // Derived data (gathered/permuted/projected maps, replica groups, offset tables, the sharding)
   // is memoised per Rep: the same maps are asked the same questions on every layer of a model.
+  // The per-device data is flat (device d's tile index at index[d * rank ...], its replica at
+  // replica[d]), 32-bit: with a TileIndex per device a map took 80 bytes a device, and building,
+  // copying and freeing those was a third of the 2048-device strategy search.
   struct Memo;
   struct Rep {
     std::vector<int64_t> tiles;
-    std::vector<DeviceTile> devices;  // indexed by device id
-    std::shared_ptr<Memo> memo;       // never null; owned by this Rep alone
+    std::vector<int32_t> index;    // num_devices x rank, device-major
+    std::vector<int32_t> replica;  // indexed by device id
+    std::shared_ptr<Memo> memo;    // never null; owned by this Rep alone
   };
-  static std::shared_ptr<const Rep> MakeRep(std::vector<int64_t> tiles, std::vector<DeviceTile> devices);
+  static std::shared_ptr<const Rep> MakeRep(std::vector<int64_t> tiles, std::vector<int32_t> index,
+                                            std::vector<int32_t> replica);
   explicit TileMap(std::shared_ptr<const Rep> rep) : rep_(std::move(rep)) {}
   TileMap GatheredUncached(const std::vector<int64_t>& dims) const;
   TileMap GatheredByUncached(int64_t d, int64_t k) const;

@@ -157,7 +157,7 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
     std::vector<DeviceTile> devs(static_cast<size_t>(ctx.num_devices()));
     for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
       DeviceTile& dt = devs[static_cast<size_t>(dev)];
-      const DeviceTile& from = m->device(dev);
+      const DeviceTileView from = m->device(dev);
       dt.replica = from.replica;
       dt.index.assign(static_cast<size_t>(in.rank()), 0);
       for (int64_t d = 0; d < out.rank(); ++d)
