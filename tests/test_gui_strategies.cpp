@@ -33,6 +33,7 @@
 #include "views/analysis_model.h"
 #include "views/document_model.h"
 #include "views/job_tracker.h"
+#include "views/narrow_layout.h"
 #include "views/strategies_panel.h"
 
 using namespace shardscope;
@@ -257,7 +258,7 @@ void TestGuiStrategies::cancelStopsARunningSearch() {
   QVERIFY(!panel->isRunning());
   QVERIFY(panel->searchButton()->isEnabled());
   QVERIFY(!panel->cancelButton()->isEnabled());
-  QVERIFY(panel->statusLabel()->text().contains("cancelled"));
+  QVERIFY(panel->statusLabel()->fullText().contains("cancelled"));
   QVERIFY(!jobs->results());
   QVERIFY(panel->results().rows.empty());
   QVERIFY(QTest::qWaitFor([&] { return tracker->abandonedRunning() == 0; }, 120000));
@@ -276,18 +277,18 @@ void TestGuiStrategies::unsupportedDocumentAndBadSettings() {
   panel->setSettingsText("layers");
   panel->startSearch();
   QVERIFY(!w.searchJobs()->busy());
-  QVERIFY2(panel->statusLabel()->text().contains("\"layers\" is not NAME=VALUE"), qPrintable(panel->statusLabel()->text()));
+  QVERIFY2(panel->statusLabel()->fullText().contains("\"layers\" is not NAME=VALUE"), qPrintable(panel->statusLabel()->fullText()));
   panel->setSettingsText("no_such_setting=3");
   panel->startSearch();
   QVERIFY(QTest::qWaitFor([&] { return !w.searchJobs()->busy(); }, 60000));
-  QVERIFY2(panel->statusLabel()->text().startsWith("The search failed:"), qPrintable(panel->statusLabel()->text()));
-  QVERIFY2(panel->statusLabel()->text().contains("no_such_setting"), qPrintable(panel->statusLabel()->text()));
+  QVERIFY2(panel->statusLabel()->fullText().startsWith("The search failed:"), qPrintable(panel->statusLabel()->fullText()));
+  QVERIFY2(panel->statusLabel()->fullText().contains("no_such_setting"), qPrintable(panel->statusLabel()->fullText()));
   // An HLO module: the panel says what the search does for it (method 2; no settings).
   QVERIFY(w.session()->loadHloText(kHandConvModule, "handconv.hlo").ok());
   QVERIFY(panel->searchButton()->isEnabled());
   QVERIFY(w.searchJobs()->documentModel().isEmpty());
   QVERIFY(w.searchJobs()->searchesModule());
-  const QString subject = panel->statusLabel()->text();
+  const QString subject = panel->statusLabel()->fullText();
   QVERIFY2(subject.contains("integer program") && subject.contains("this module"), qPrintable(subject));
   QVERIFY(WaitUntilIdle(*w.session()));
 }
@@ -325,10 +326,24 @@ ENTRY %main (x: f32[16,4096], w1: f32[4096,16384], w2: f32[16384,4096]) -> f32[1
   QVERIFY(panel->cancelButton()->isEnabled());
   QVERIFY(QTest::qWaitFor([&] { return !jobs->busy(); }, 300000));
   const search::StrategyPanelModel* results = jobs->results();
-  QVERIFY2(results, qPrintable(panel->statusLabel()->text()));
+  QVERIFY2(results, qPrintable(panel->statusLabel()->fullText()));
   // X=8 and the 2-D meshes 2x4, 4x2: one solved program each.
   QVERIFY2(results->rows.size() >= 3, qPrintable(QString::number(results->rows.size())));
   QVERIFY2(panel->results().summary.contains("Method 2"), qPrintable(panel->results().summary));
+  // At 1024 px the one-line summary ends in "…" (it was cut mid-word), the whole of it in the tooltip.
+  {
+    views::ElidingLabel* status = panel->statusLabel();
+    QVERIFY(!status->wordWrap());
+    QCOMPARE(status->fullText(), panel->results().summary);
+    w.resize(1024, 700);
+    const QFontMetrics fm(status->font());
+    QTRY_VERIFY2_WITH_TIMEOUT(fm.horizontalAdvance(status->fullText()) > status->contentsRect().width(),
+                              qPrintable(QString::number(status->contentsRect().width())), 10000);  // else this checks nothing
+    QTRY_VERIFY2_WITH_TIMEOUT(status->text().endsWith(QChar(0x2026)), qPrintable(status->text()), 10000);
+    QVERIFY(status->fullText().startsWith(status->text().chopped(1)));
+    QCOMPARE(status->toolTip(), status->fullText());
+    w.resize(1600, 1000);
+  }
   for (const search::CandidateResult& r : results->results) QCOMPARE(r.candidate.family, std::string("auto-sharding"));
   QVERIFY(results->results.front().simulated());
   // Open the best: its annotations become the document's, both weights split 8 ways or over both axes.
@@ -387,7 +402,7 @@ void TestGuiStrategies::familyFilterLimitsTheSearch() {
   QVERIFY(!button->isEnabled());  // fixed while the search runs
   QVERIFY(QTest::qWaitFor([&] { return !jobs->busy(); }, 300000));
   const search::StrategyPanelModel* results = jobs->results();
-  QVERIFY2(results, qPrintable(panel->statusLabel()->text()));
+  QVERIFY2(results, qPrintable(panel->statusLabel()->fullText()));
   QVERIFY(!results->results.empty());
   for (const search::CandidateResult& r : results->results) QCOMPARE(r.candidate.family, std::string("data-parallel"));
   QCOMPARE(panel->results().families, QStringList{"data-parallel"});

@@ -154,7 +154,8 @@ void ElidingLabel::resizeEvent(QResizeEvent* event) {
 }
 
 void ElidingLabel::elide() {
-  const QString shown = fontMetrics().elidedText(full_, Qt::ElideRight, std::max(0, contentsRect().width()));
+  const QString shown =
+      wordWrap() ? full_ : fontMetrics().elidedText(full_, Qt::ElideRight, std::max(0, contentsRect().width()));
   if (text() != shown) setText(shown);
 }
 

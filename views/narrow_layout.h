@@ -65,7 +65,8 @@ class WrapLabel : public QLabel {
 
 // A one-line plain-text label that shows its text elided with "…" when its layout gives it less
 // width than the text needs (a status bar's summary and messages at 1024 px), the whole text in its
-// tooltip. fullText() is the text as set; text() what is shown.
+// tooltip. fullText() is the text as set; text() what is shown. With word wrap on (an error to
+// read whole) it shows the whole text, wrapped.
 class ElidingLabel : public QLabel {
  public:
   explicit ElidingLabel(QWidget* parent = nullptr);

@@ -31,6 +31,7 @@
 #include <QVBoxLayout>
 
 #include "core/base/units.h"
+#include "views/narrow_layout.h"
 #include "views/sharding_style.h"
 
 namespace shardscope::views {
@@ -110,11 +111,9 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   row->addWidget(progress_, 2);
   col->addLayout(row);
 
-  status_ = new QLabel;
+  status_ = new ElidingLabel;
   status_->setObjectName("strategiesStatus");
-  status_->setTextFormat(Qt::PlainText);
-  status_->setWordWrap(false);  // one line (the whole text in its tooltip); errors wrap
-  status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  status_->setWordWrap(false);  // one line, elided (the whole text in its tooltip); errors wrap
   col->addWidget(status_);
 
   // The table (with the comparison under it) beside the chart.
@@ -321,8 +320,7 @@ void StrategiesPanel::setProgress(int done, int total, const QString& stage) {
 
 void StrategiesPanel::setStatus(const QString& text, bool wrap) {
   status_->setWordWrap(wrap);
-  status_->setText(text);
-  status_->setToolTip(text);
+  status_->setFullText(text);
 }
 
 void StrategiesPanel::setError(const QString& message) {

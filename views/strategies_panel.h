@@ -34,6 +34,8 @@ class QScatterSeries;
 
 namespace shardscope::views {
 
+class ElidingLabel;
+
 // One ranked candidate as the panel shows it.
 struct StrategyEntry {
   QString label;        // "2D finalized on X=2,Y=4"
@@ -119,7 +121,7 @@ class StrategiesPanel : public QWidget {
   QPushButton* searchButton() const { return search_; }
   QPushButton* cancelButton() const { return cancel_; }
   QTextBrowser* comparisonView() const { return comparison_; }
-  QLabel* statusLabel() const { return status_; }
+  ElidingLabel* statusLabel() const { return status_; }
   // The rows selected, in the order they were selected.
   const std::vector<int>& selectedRows() const { return selection_order_; }
   // Selects exactly these rows (the first becomes the current one).
@@ -156,7 +158,7 @@ class StrategiesPanel : public QWidget {
   QPushButton* search_;
   QPushButton* cancel_;
   QProgressBar* progress_;
-  QLabel* status_;
+  ElidingLabel* status_;
   QStandardItemModel* model_;
   QTableView* table_;
   QChart* chart_;
