@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -628,13 +629,23 @@ double Overlap(const Intervals& a, const Intervals& b) {
   return s;
 }
 
-// FNV-1a over the module's structure: everything the simulation depends on (names, opcodes,
-// shapes, operands, attributes that size or route work), without printing the module.
+// An FNV-1a-style hash over the module's structure: everything the simulation depends on (names,
+// opcodes, shapes, operands, attributes that size or route work), without printing the module.
+// Eight bytes a step (a byte at a time, hashing the replica groups of a 2048-device program was 2%
+// of the strategy search).
 class StructureHash {
  public:
   void Bytes(const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, b + i, sizeof w);
+      h_ ^= w;
+      h_ *= 1099511628211ull;
+      h_ ^= h_ >> 29;
+    }
+    for (; i < n; ++i) {
       h_ ^= b[i];
       h_ *= 1099511628211ull;
     }
