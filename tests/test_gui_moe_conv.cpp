@@ -20,6 +20,7 @@
 #include "app/gui/main_window.h"
 #include "app/pipeline/pipeline.h"
 #include "gui_test_support.h"
+#include "gui_window_test_support.h"
 #include "views/collective_stepper.h"
 #include "views/document_model.h"
 #include "views/halo_slabs_view.h"
@@ -31,32 +32,10 @@
 using namespace shardscope;
 using namespace shardscope::views;
 using shardscope::gui::MainWindow;
+using shardscope::gui::OpenExample;
+using shardscope::gui::WaitReady;
 
 namespace {
-
-bool WaitReady(MainWindow& w, int timeout_ms = 300000) {
-  bool done = false, ok = false;
-  w.whenReady(timeout_ms, [&](bool r) {
-    done = true;
-    ok = r;
-  });
-  if (!QTest::qWaitFor([&] { return done; }, timeout_ms + 1000)) return false;
-  return ok;
-}
-
-// Shows `w` at `size` (1600x1000 by default) in batch mode and opens the zoo example `name`,
-// waiting until its propagation is done; the reason in *why when it fails.
-bool OpenExample(MainWindow& w, const QString& name, QString* why, QSize size = QSize(1600, 1000)) {
-  w.setBatchMode(true);
-  w.resize(size);
-  w.show();
-  if (!w.openExample(name, why)) return false;
-  if (!WaitReady(w)) {
-    *why = name + ": not ready";
-    return false;
-  }
-  return true;
-}
 
 // Runs the GUI binary for a screenshot; the PNG's size, or an empty size with the reason in *why.
 QSize Screenshot(const QStringList& args, const QString& png, QString* why) {

@@ -26,6 +26,7 @@
 #include "app/pipeline/sources.h"
 #include "core/ir/hlo_text.h"
 #include "gui_test_support.h"
+#include "gui_window_test_support.h"
 #include "simulator/hardware.h"
 #include "views/analysis_model.h"
 #include "views/collective_stepper.h"
@@ -41,6 +42,8 @@
 
 using namespace shardscope;
 using shardscope::gui::MainWindow;
+using shardscope::gui::OpenExample;
+using shardscope::gui::WaitReady;
 using shardscope::gui::WaitUntilIdle;
 using Mode = MainWindow::Mode;
 
@@ -74,15 +77,6 @@ ENTRY main.6 {
 }
 )";
 
-bool WaitReady(MainWindow& w, int timeout_ms = 120000) {
-  bool done = false, ok = false;
-  w.whenReady(timeout_ms, [&](bool r) {
-    done = true;
-    ok = r;
-  });
-  if (!QTest::qWaitFor([&] { return done; }, timeout_ms + 1000)) return false;
-  return ok;
-}
 
 QString Write(const QTemporaryDir& dir, const QString& name, const char* text) {
   const QString path = dir.filePath(name);
@@ -132,12 +126,8 @@ class TestGuiWindow : public QObject {
   // Layout brings a closed or floating dock back.
   void modesGiveEachTaskTheCentralArea() {
     MainWindow w;
-    w.setBatchMode(true);
-    w.resize(1024, 700);
-    w.show();
     QString error;
-    QVERIFY2(w.openExample(QString::fromStdString(pipeline::DefaultExample()), &error), qPrintable(error));
-    QVERIFY(WaitReady(w));
+    QVERIFY2(OpenExample(w, QString::fromStdString(pipeline::DefaultExample()), &error, QSize(1024, 700)), qPrintable(error));
     QCOMPARE(w.modes()->count(), 5);
     QCOMPARE(w.mode(), Mode::kGraph);
     QVERIFY(w.showView("partitioned"));
@@ -204,12 +194,8 @@ class TestGuiWindow : public QObject {
   // chart), and the Compare mode, chosen, still gets the room its page needs.
   void hiddenModesDoNotBoundTheDocks() {
     MainWindow w;
-    w.setBatchMode(true);
-    w.resize(1024, 700);
-    w.show();
     QString error;
-    QVERIFY2(w.openExample(QString::fromStdString(pipeline::DefaultExample()), &error), qPrintable(error));
-    QVERIFY(WaitReady(w));
+    QVERIFY2(OpenExample(w, QString::fromStdString(pipeline::DefaultExample()), &error, QSize(1024, 700)), qPrintable(error));
     QCOMPARE(w.mode(), Mode::kGraph);
     QWidget* compare_page = w.modes()->widget(static_cast<int>(Mode::kCompare));
     const int compare_min = compare_page->minimumSizeHint().height();
@@ -230,12 +216,8 @@ class TestGuiWindow : public QObject {
   // mid-word before), the whole text in its tooltip; a wider window shows more of it.
   void statusBarElidesWhatDoesNotFit() {
     MainWindow w;
-    w.setBatchMode(true);
-    w.resize(1024, 700);
-    w.show();
     QString error;
-    QVERIFY2(w.openExample("pipelined-transformer", &error), qPrintable(error));
-    QVERIFY(WaitReady(w));
+    QVERIFY2(OpenExample(w, "pipelined-transformer", &error, QSize(1024, 700)), qPrintable(error));
     views::ElidingLabel* summary = w.summaryLabel();
     const QString full = summary->fullText();
     QVERIFY2(full.startsWith("pipelined_transformer \u00B7 "), qPrintable(full));
