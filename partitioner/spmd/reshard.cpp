@@ -264,18 +264,16 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
     if (!served) return std::nullopt;
   }
   std::vector<int64_t> copies(static_cast<size_t>(num_tiles), 0);
-  std::vector<DeviceTile> devices(static_cast<size_t>(n));
+  std::vector<int32_t> index(static_cast<size_t>(n * rank)), replica(static_cast<size_t>(n));
   for (int64_t dev = 0; dev < n; ++dev) {
     int64_t f = held[static_cast<size_t>(dev)];
-    DeviceTile& dt = devices[static_cast<size_t>(dev)];
-    dt.replica = copies[static_cast<size_t>(f)]++;
-    dt.index.assign(static_cast<size_t>(rank), 0);
+    replica[static_cast<size_t>(dev)] = static_cast<int32_t>(copies[static_cast<size_t>(f)]++);
     for (int64_t d = rank; d-- > 0;) {
-      dt.index[static_cast<size_t>(d)] = f % T.tiles(d);
+      index[static_cast<size_t>(dev * rank + d)] = static_cast<int32_t>(f % T.tiles(d));
       f /= T.tiles(d);
     }
   }
-  return TileMap(T.tiles(), std::move(devices));
+  return TileMap(T.tiles(), std::move(index), std::move(replica));
 }
 }  // namespace
 
@@ -499,16 +497,15 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
         for (int64_t d = 0; d < base.rank() && refinable; ++d)
           refinable = T.tiles(d) % tiles[static_cast<size_t>(d)] == 0;
         if (!refinable) continue;
-        std::vector<DeviceTile> devs;
-        devs.reserve(static_cast<size_t>(n_));
-        for (int64_t dev = 0; dev < n_; ++dev) {
-          DeviceTile dt = F.device(dev);
-          const int64_t ia = dt.index[static_cast<size_t>(a)];
-          dt.index[static_cast<size_t>(b)] = dt.index[static_cast<size_t>(b)] * k + ia % k;
-          dt.index[static_cast<size_t>(a)] = ia / k;
-          devs.push_back(dt);
+        std::vector<int32_t> index = F.flat_index();
+        const auto r = static_cast<size_t>(base.rank());
+        for (size_t dev = 0; dev < static_cast<size_t>(n_); ++dev) {
+          int32_t* idx = index.data() + dev * r;
+          const int32_t ia = idx[a];
+          idx[b] = static_cast<int32_t>(idx[b] * k + ia % k);
+          idx[a] = static_cast<int32_t>(ia / k);
         }
-        TileMap mid(tiles, devs);
+        TileMap mid(tiles, std::move(index), F.flat_replica());
         std::vector<int64_t> shard = F.ShardShape(full);
         shard[static_cast<size_t>(b)] = (shard[static_cast<size_t>(b)] + k - 1) / k * k;
         const int64_t a2a = ElementsOf(shard) * PrimitiveTypeBytes(base.type) * (k - 1) / k;
@@ -714,14 +711,14 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       std::vector<int64_t> tiles = F.tiles();
       tiles[static_cast<size_t>(b)] = k;
       tiles[static_cast<size_t>(a)] = 1;
-      std::vector<DeviceTile> devs;
-      for (int64_t dev = 0; dev < n_; ++dev) {
-        DeviceTile dt = F.device(dev);
-        dt.index[static_cast<size_t>(b)] = dt.index[static_cast<size_t>(a)];
-        dt.index[static_cast<size_t>(a)] = 0;
-        devs.push_back(dt);
+      std::vector<int32_t> index = F.flat_index();
+      const auto r = static_cast<size_t>(base.rank());
+      for (size_t dev = 0; dev < static_cast<size_t>(n_); ++dev) {
+        int32_t* idx = index.data() + dev * r;
+        idx[b] = idx[a];
+        idx[a] = 0;
       }
-      TileMap mid(tiles, devs);
+      TileMap mid(tiles, std::move(index), F.flat_replica());
       const int64_t a2a = AllToAllBytes(F, base, b, k);
       ReshardPlan p;
       p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, mid, a2a});
@@ -734,23 +731,28 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   if (F.tiles() != T.tiles()) {
     // Map T onto F's tile grid: a device's F-tile is the T-tile it needs, coarsened.
     bool ok = true;
-    std::vector<DeviceTile> devs;
-    for (int64_t dev = 0; dev < n_ && ok; ++dev) {
-      DeviceTile dt;
-      dt.index.resize(static_cast<size_t>(base.rank()));
-      for (int64_t d = 0; d < base.rank(); ++d) {
-        const int64_t ft = F.tiles(d), tt = T.tiles(d);
-        if (ft > tt || tt % ft != 0) ok = false;
-        else dt.index[static_cast<size_t>(d)] = T.device(dev).index[static_cast<size_t>(d)] / (tt / ft);
-      }
-      devs.push_back(dt);
+    const int64_t rank = base.rank();
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t ft = F.tiles(d), tt = T.tiles(d);
+      if (ft > tt || tt % ft != 0) ok = false;
     }
     if (ok) {
-      TileMap mid(F.tiles(), devs);
-      std::map<TileIndex, int64_t> count;
-      for (auto& dt : devs) ++count[dt.index];
+      // Devices per tile of F's grid (row-major tile number): a full grid holds each
+      // F.replication() times. The replicas are numbered 0 (only the indices are compared).
+      std::vector<int32_t> index(static_cast<size_t>(n_ * rank)), replica(static_cast<size_t>(n_), 0);
+      std::vector<int64_t> count(static_cast<size_t>(ElementsOf(F.tiles())), 0);
+      for (int64_t dev = 0; dev < n_; ++dev) {
+        int64_t lin = 0;
+        for (int64_t d = 0; d < rank; ++d) {
+          const int64_t i = T.index(dev, d) / (T.tiles(d) / F.tiles(d));
+          index[static_cast<size_t>(dev * rank + d)] = static_cast<int32_t>(i);
+          lin = lin * F.tiles(d) + i;
+        }
+        ++count[static_cast<size_t>(lin)];
+      }
+      TileMap mid(F.tiles(), std::move(index), std::move(replica));
       bool grid = true;
-      for (auto& [k, c] : count) grid &= c == F.replication();
+      for (int64_t c : count) grid &= c == F.replication();
       if (grid && !mid.SameAs(F) && IsLocalRefinement(mid, T, full)) {
         ReshardPlan p;
         p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base)});

@@ -181,6 +181,10 @@ class TileMap {
   int64_t index(int64_t d, int64_t k) const {
     return rep_->index[static_cast<size_t>(d) * rep_->tiles.size() + static_cast<size_t>(k)];
   }
+  // The per-device data as stored (device d's index at flat_index()[d * rank ...]): to build a
+  // changed copy with the flat constructor below.
+  const std::vector<int32_t>& flat_index() const { return rep_->index; }
+  const std::vector<int32_t>& flat_replica() const { return rep_->replica; }
 
   // Shard size along dim d for a full extent (ceil division, GSPMD §4.1 padding).
   int64_t ShardSize(int64_t d, int64_t full) const;
