@@ -221,7 +221,9 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
     return p;
   };
   std::vector<std::pair<TileMap, std::optional<DotPlan>>> evaluated;
-  for (const auto& [joint, sources] : ctx.SubsetJointTilings({ls, rs, os}, L.num_labels())) {
+  for (const auto& subset : ctx.SubsetJointTilings({ls, rs, os}, L.num_labels())) {
+    const TileMap& joint = subset.joint;  // (a plain reference: lambdas cannot capture bindings in clang 14)
+    const int64_t sources = subset.sources;
     std::optional<DotPlan> plan;
     auto same = std::find_if(evaluated.begin(), evaluated.end(), [&](const auto& e) { return e.first.SameAs(joint); });
     if (same != evaluated.end()) {
