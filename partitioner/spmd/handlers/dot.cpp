@@ -133,8 +133,7 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
                                  contracting_partitions(*rm, like.dims.rhs_contracting) == ctx.num_devices() &&
                                  ctx.num_devices() > 1;
   // The plan a joint tiling gives (nullopt: none); a pure function of the joint's tiles, so
-  // evaluated once per distinct joint — most of the eight source subsets give a joint another
-  // already gave (62% of them in the 2048-device search).
+  // evaluated once per distinct joint (JointPlans, joint_tiling.h).
   auto evaluate = [&](const TileMap& joint_map, int64_t sources) -> std::optional<DotPlan> {
     const TileMap* joint = &joint_map;
     DotPlan p{*joint, {}, {}, {}, false, -1, {}, 0, sources};
@@ -220,22 +219,9 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
     }
     return p;
   };
-  std::vector<std::pair<TileMap, std::optional<DotPlan>>> evaluated;
+  JointPlans<DotPlan> plans;
   for (const auto& subset : ctx.SubsetJointTilings({ls, rs, os}, L.num_labels())) {
-    const TileMap& joint = subset.joint;  // (a plain reference: lambdas cannot capture bindings in clang 14)
-    const int64_t sources = subset.sources;
-    std::optional<DotPlan> plan;
-    auto same = std::find_if(evaluated.begin(), evaluated.end(), [&](const auto& e) { return e.first.SameAs(joint); });
-    if (same != evaluated.end()) {
-      plan = same->second;
-      if (plan) {
-        plan->joint = joint;
-        plan->sources = sources;
-      }
-    } else {
-      plan = evaluate(joint, sources);
-      evaluated.emplace_back(joint, plan);
-    }
+    const std::optional<DotPlan> plan = plans.Get(subset.joint, subset.sources, evaluate);
     if (!plan) continue;
     const DotPlan& p = *plan;
     const bool better =

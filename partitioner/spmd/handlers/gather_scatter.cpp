@@ -121,20 +121,9 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
     p.cost += c3->bytes * outputs;
     return p;
   };
-  std::vector<std::pair<TileMap, std::optional<Plan>>> evaluated;
+  JointPlans<Plan> plans;
   auto evaluate = [&](const TileMap& joint, int64_t nsources) {
-    std::optional<Plan> plan;
-    auto same = std::find_if(evaluated.begin(), evaluated.end(), [&](const auto& e) { return e.first.SameAs(joint); });
-    if (same != evaluated.end()) {
-      plan = same->second;
-      if (plan) {
-        plan->joint = joint;
-        plan->sources = nsources;
-      }
-    } else {
-      plan = plan_of(joint, nsources);
-      evaluated.emplace_back(joint, plan);
-    }
+    const std::optional<Plan> plan = plans.Get(joint, nsources, plan_of);
     if (!plan) return;
     const Plan& p = *plan;
     if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
