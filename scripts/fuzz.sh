@@ -33,7 +33,14 @@ nice_level="${FUZZ_NICE:-10}"
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake --preset fuzz -DSHARDSCOPE_SHARED_DIR="$shared" >/dev/null
 fi
-nice -n "$nice_level" cmake --build --preset fuzz -j2 >/dev/null
+# The build's output goes to a log; when the build fails, its end is shown (a compile error that
+# only clang reports must not read as a bare "exit 1").
+mkdir -p "$build/logs"
+if ! nice -n "$nice_level" cmake --build --preset fuzz -j2 >"$build/logs/build.log" 2>&1; then
+  echo "fuzz: the build failed; the end of $build/logs/build.log:" >&2
+  grep -E -B2 -A8 'error|FAILED' "$build/logs/build.log" | tail -60 >&2 || tail -60 "$build/logs/build.log" >&2
+  exit 1
+fi
 
 seeds="$build/fuzz/seeds"
 rm -rf "$seeds"
