@@ -212,6 +212,36 @@ class TestGuiWindow : public QObject {
     QVERIFY(dock->isVisible() && !dock->isFloating());
   }
 
+  // Raised by a click on its tab (the bottom tab group's Instructions | Edit history | Strategies),
+  // the Strategies dock gets the room View > Strategies gives it, not the Instructions table's
+  // ~130 px at 1600x1000; raised again after the user made it taller, it is not shrunk.
+  void strategiesTabGivesThePanelRoom() {
+    MainWindow w;
+    QString error;
+    QVERIFY2(OpenExample(w, QString::fromStdString(pipeline::DefaultExample()), &error, QSize(1600, 1000)), qPrintable(error));
+    auto* table = w.findChild<QDockWidget*>("instructionsDock");
+    auto* dock = w.findChild<QDockWidget*>("strategiesDock");
+    QVERIFY(table && dock);
+    QTRY_VERIFY_WITH_TIMEOUT(table->isVisible(), 10000);
+    QTest::qWait(200);
+    const int table_h = table->height();
+    QVERIFY2(table_h < 300, qPrintable(QString::number(table_h)));  // else this checks nothing
+    dock->raise();  // what a click on its tab does
+    QTRY_VERIFY2_WITH_TIMEOUT(dock->isVisible() && dock->height() >= 400, qPrintable(QString::number(dock->height())), 10000);
+    const int grown = dock->height();
+    QVERIFY2(grown <= 1000 / 2 + 20, qPrintable(QString::number(grown)));
+    w.resizeDocks({dock}, {grown + 60}, Qt::Vertical);
+    QTRY_VERIFY2_WITH_TIMEOUT(dock->height() > grown + 10,
+                              qPrintable(QString("%1 -> %2 (window %3)").arg(grown).arg(dock->height()).arg(w.height())), 10000);
+    const int taller = dock->height();
+    table->raise();
+    QTRY_VERIFY_WITH_TIMEOUT(table->isVisible(), 10000);
+    dock->raise();
+    QTRY_VERIFY_WITH_TIMEOUT(dock->isVisible(), 10000);
+    QTest::qWait(200);
+    QVERIFY2(dock->height() >= taller - 4, qPrintable(QString("%1 < %2").arg(dock->height()).arg(taller)));
+  }
+
   // At 1024 px the status bar's module summary does not fit its share: it ends in "…" (it was cut
   // mid-word before), the whole text in its tooltip; a wider window shows more of it.
   void statusBarElidesWhatDoesNotFit() {

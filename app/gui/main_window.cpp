@@ -503,6 +503,11 @@ void MainWindow::createDocks() {
           [this](int row, const QString& label) { showMessage(QString("Opened candidate %1: %2").arg(row + 1).arg(label)); });
   strategies_dock_ = make_dock("Strategies", "strategiesDock", strategies_, Qt::BottomDockWidgetArea);
   tabifyDockWidget(history_dock_, strategies_dock_);
+  // Raised by a click on its tab: the room View > Strategies gives it (grown, never shrunk; not
+  // while the window is set up or a saved layout is restored).
+  connect(strategies_dock_, &QDockWidget::visibilityChanged, this, [this](bool visible) {
+    if (visible && layout_settled_) QTimer::singleShot(0, this, [this] { giveStrategiesRoom(/*only_grow=*/true); });
+  });
   table_dock_->raise();
 
   // The mesh and the inspector take the whole right-hand column; the table sits under the modes.
@@ -1111,17 +1116,20 @@ bool MainWindow::showView(const QString& name) {
   dock->show();
   dock->raise();
   if (dock == strategies_dock_ && !dock->isFloating()) {
-    // The table, the chart and the comparison need room: about half the height (after the first
-    // show's default sizes).
-    QTimer::singleShot(0, this, [this] {
-      // Never more than the modes leave (a window that grows past the screen helps nobody).
-      const int room = height() - menuBar()->height() - statusBar()->height() - modes_->minimumSizeHint().height() - 24;
-      const int h = std::min(std::clamp(height() * 50 / 100, 260, 600), std::max(160, room));
-      resizeDocks({strategies_dock_}, {h}, Qt::Vertical);
-      table_share_ = double(h) / std::max(1, height());
-    });
+    // The table, the chart and the comparison need room (after the first show's default sizes).
+    QTimer::singleShot(0, this, [this] { giveStrategiesRoom(/*only_grow=*/false); });
   }
   return true;
+}
+
+void MainWindow::giveStrategiesRoom(bool only_grow) {
+  if (strategies_dock_->isFloating() || !strategies_dock_->isVisible()) return;
+  // Never more than the modes leave (a window that grows past the screen helps nobody).
+  const int room = height() - menuBar()->height() - statusBar()->height() - modes_->minimumSizeHint().height() - 24;
+  const int h = std::min(std::clamp(height() * 50 / 100, 260, 600), std::max(160, room));
+  if (only_grow && strategies_dock_->height() >= h) return;
+  resizeDocks({strategies_dock_}, {h}, Qt::Vertical);
+  table_share_ = double(h) / std::max(1, height());
 }
 
 bool MainWindow::selectInstruction(const QString& name) {
@@ -1323,6 +1331,7 @@ void MainWindow::showEvent(QShowEvent* event) {
     first_show_done_ = true;
     if (!state_restored_) QTimer::singleShot(0, this, &MainWindow::applyDefaultDockSizes);
     else QTimer::singleShot(0, this, [this] { noteDockShares(); });
+    QTimer::singleShot(0, this, [this] { layout_settled_ = true; });
   }
 }
 

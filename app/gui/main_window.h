@@ -159,6 +159,9 @@ class MainWindow : public QMainWindow {
   // Keeps the docks' share of the window across resizes (a shrink never sticks).
   void noteDockShares(QSize window = QSize());
   void applyDockShares();
+  // The Strategies dock about half the window's height (never more than the modes leave); with
+  // only_grow, never smaller than it is.
+  void giveStrategiesRoom(bool only_grow);
   void createActions();
   void createMenus();
   void updateTitle();
@@ -226,6 +229,7 @@ class MainWindow : public QMainWindow {
   QString theme_ = "system";
   bool batch_ = false;
   bool first_show_done_ = false;
+  bool layout_settled_ = false;  // after the first show's layout (sizes restored or defaulted)
   bool state_restored_ = false;
   bool select_interesting_pending_ = false;
 };
