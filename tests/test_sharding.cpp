@@ -399,6 +399,21 @@ class TestSharding : public QObject {
     }
     QCOMPARE(Q(PARSE("{replicated metadata={{{a}, x}}}").ToString(true)),
              QString("{replicated metadata={{{a}, x}}}"));
+    // One entry that is an open comment ("/*", closed in the source by a comment after the entry)
+    // is printed as a one-element list: printed bare, its comment would run on to the tuple's
+    // "/*index=5*/" and the entry would read back as the list form (a fuzzing finding in CI).
+    const HloSharding open_comment = PARSE(
+        "{{replicated metadata={/*} /**/}, {replicated}, {replicated}, {replicated}, {replicated}, {replicated}}");
+    QCOMPARE(Q(open_comment.tuple_elements()[0].metadata()[0].text), QString("/*"));
+    const std::string open_printed = open_comment.ToString(true);
+    QCOMPARE(Q(open_printed), QString("{{replicated metadata={{/*}}}, {replicated}, {replicated}, {replicated}, "
+                                      "{replicated}, /*index=5*/{replicated}}"));
+    const HloSharding open_again = PARSE(open_printed);
+    QCOMPARE(open_again.tuple_elements()[0].metadata().size(), size_t{1});
+    QCOMPARE(Q(open_again.tuple_elements()[0].metadata()[0].text), QString("/*"));
+    QCOMPARE(Q(open_again.ToString(true)), Q(open_printed));
+    // A closed comment stays bare.
+    QCOMPARE(Q(PARSE("{replicated metadata={/*c*/}}").ToString(true)), QString("{replicated metadata={/*c*/}}"));
   }
 
   void namedMeshForms() {

@@ -199,9 +199,14 @@ void AppendMetadata(std::string* out, const std::vector<ShardingMetadata>& metad
   *out += "metadata={";
   const std::string_view first = metadata.front().text;
   const size_t lead = SkipBlank(first, 0);
-  // A single entry that itself starts with '{' would read back as the list form
-  // ("metadata={{a}, ...}"), so it is printed as a one-element list.
-  if (metadata.size() == 1 && !(lead < first.size() && first[lead] == '{')) {
+  // A single entry printed bare must not read back as the list form ("metadata={{a}, ...}"): the
+  // parser looks past blanks and comments for a '{'. So an entry that itself starts with '{', or
+  // whose blanks run to its end with a comment still open (the comment would close in whatever is
+  // printed after it, "/*index=5*/" in a tuple), is printed as a one-element list.
+  const bool starts_with_brace = lead < first.size() && first[lead] == '{';
+  // (With "*/" appended, an open comment closes on it and the skip runs past it.)
+  const bool open_comment = lead >= first.size() && SkipBlank(std::string(first) + "*/", 0) == first.size() + 2;
+  if (metadata.size() == 1 && !starts_with_brace && !open_comment) {
     *out += metadata.front().text;
   } else {
     for (size_t i = 0; i < metadata.size(); ++i) {
