@@ -5,6 +5,8 @@
 // teaching); a failed open changes nothing; every export writes a file that reads back (annotated and
 // partitioned HLO, a Perfetto trace, CSV, graph and chart images) in the document's folder under the
 // module's name; a Shardy dump shows its own mesh axis names and the inspector its Python source line.
+#include <cstdlib>
+
 #include <QDockWidget>
 #include <QFile>
 #include <QJsonDocument>
@@ -230,12 +232,22 @@ class TestGuiWindow : public QObject {
     QTRY_VERIFY2_WITH_TIMEOUT(dock->isVisible() && dock->height() >= 400, qPrintable(QString::number(dock->height())), 10000);
     const int grown = dock->height();
     QVERIFY2(grown <= 1000 / 2 + 20, qPrintable(QString::number(grown)));
+    // The Instructions tab raised again: the graph gets its height back (the table its own).
+    table->raise();
+    QTRY_VERIFY2_WITH_TIMEOUT(table->isVisible() && std::abs(table->height() - table_h) <= 8,
+                              qPrintable(QString("%1, was %2").arg(table->height()).arg(table_h)), 10000);
+    dock->raise();
+    QTRY_VERIFY2_WITH_TIMEOUT(dock->isVisible() && std::abs(dock->height() - grown) <= 8,
+                              qPrintable(QString("%1, was %2").arg(dock->height()).arg(grown)), 10000);
+    // A height the user sets while the panel is shown stays when they go back and forth.
     w.resizeDocks({dock}, {grown + 60}, Qt::Vertical);
     QTRY_VERIFY2_WITH_TIMEOUT(dock->height() > grown + 10,
                               qPrintable(QString("%1 -> %2 (window %3)").arg(grown).arg(dock->height()).arg(w.height())), 10000);
     const int taller = dock->height();
     table->raise();
     QTRY_VERIFY_WITH_TIMEOUT(table->isVisible(), 10000);
+    QTest::qWait(200);
+    QVERIFY2(table->height() >= taller - 4, qPrintable(QString("%1 < %2").arg(table->height()).arg(taller)));
     dock->raise();
     QTRY_VERIFY_WITH_TIMEOUT(dock->isVisible(), 10000);
     QTest::qWait(200);

@@ -1,6 +1,8 @@
 #include "app/gui/main_window.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <utility>
 
 #include <QAction>
 #include <QActionGroup>
@@ -504,9 +506,12 @@ void MainWindow::createDocks() {
   strategies_dock_ = make_dock("Strategies", "strategiesDock", strategies_, Qt::BottomDockWidgetArea);
   tabifyDockWidget(history_dock_, strategies_dock_);
   // Raised by a click on its tab: the room View > Strategies gives it (grown, never shrunk; not
-  // while the window is set up or a saved layout is restored).
+  // while the window is set up or a saved layout is restored). Another tab raised gets the height
+  // the area had before back.
   connect(strategies_dock_, &QDockWidget::visibilityChanged, this, [this](bool visible) {
-    if (visible && layout_settled_) QTimer::singleShot(0, this, [this] { giveStrategiesRoom(/*only_grow=*/true); });
+    if (!layout_settled_) return;
+    if (visible) QTimer::singleShot(0, this, [this] { giveStrategiesRoom(/*only_grow=*/true); });
+    else if (strategies_room_before_ >= 0) QTimer::singleShot(0, this, &MainWindow::giveBackStrategiesRoom);
   });
   table_dock_->raise();
 
@@ -1128,8 +1133,27 @@ void MainWindow::giveStrategiesRoom(bool only_grow) {
   const int room = height() - menuBar()->height() - statusBar()->height() - modes_->minimumSizeHint().height() - 24;
   const int h = std::min(std::clamp(height() * 50 / 100, 260, 600), std::max(160, room));
   if (only_grow && strategies_dock_->height() >= h) return;
+  if (strategies_room_before_ < 0) strategies_room_before_ = strategies_dock_->height();
   resizeDocks({strategies_dock_}, {h}, Qt::Vertical);
+  layout()->activate();  // the height the area really took (the separators and the modes' minimum)
+  strategies_room_given_ = strategies_dock_->height();
+  strategies_room_frame_ = h - strategies_room_given_;  // what resizeDocks counts beyond the dock (the tab bar)
   table_share_ = double(h) / std::max(1, height());
+}
+
+void MainWindow::giveBackStrategiesRoom() {
+  // A tab that is not raised stays "visible" to Qt; what shows is what has a visible region. (A
+  // hide while the area is laid out again is no tab switch: the panel still shows.)
+  if (strategies_room_before_ < 0 || !strategies_dock_->visibleRegion().isEmpty()) return;
+  const int before = std::exchange(strategies_room_before_, -1);
+  QDockWidget* shown = nullptr;
+  for (QDockWidget* d : tabifiedDockWidgets(strategies_dock_)) {
+    if (!d->isFloating() && !d->visibleRegion().isEmpty()) shown = d;  // the tab raised in its place
+  }
+  // A height the user dragged to since (or a window resized) is theirs: kept.
+  if (!shown || std::abs(shown->height() - strategies_room_given_) > 16) return;
+  resizeDocks({shown}, {before + strategies_room_frame_}, Qt::Vertical);
+  table_share_ = double(before + strategies_room_frame_) / std::max(1, height());
 }
 
 bool MainWindow::selectInstruction(const QString& name) {

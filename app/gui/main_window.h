@@ -162,6 +162,9 @@ class MainWindow : public QMainWindow {
   // The Strategies dock about half the window's height (never more than the modes leave); with
   // only_grow, never smaller than it is.
   void giveStrategiesRoom(bool only_grow);
+  // When another tab of the bottom area is raised: the height the Strategies dock took, given back
+  // (unless the user has sized the area since).
+  void giveBackStrategiesRoom();
   void createActions();
   void createMenus();
   void updateTitle();
@@ -230,6 +233,9 @@ class MainWindow : public QMainWindow {
   bool batch_ = false;
   bool first_show_done_ = false;
   bool layout_settled_ = false;  // after the first show's layout (sizes restored or defaulted)
+  int strategies_room_before_ = -1;  // the bottom area's height before giveStrategiesRoom grew it
+  int strategies_room_given_ = -1;   // and the height it gave
+  int strategies_room_frame_ = 0;    // what resizeDocks counted beyond the dock's height
   bool state_restored_ = false;
   bool select_interesting_pending_ = false;
 };
