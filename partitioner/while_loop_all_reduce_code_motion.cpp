@@ -1,6 +1,7 @@
 #include "partitioner/while_loop_all_reduce_code_motion.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -63,8 +64,21 @@ class DeviceUniformity {
   static Labels Join(const Labels& a, const Labels& b) {
     if (a == b || IsUniform(b)) return a;
     if (IsUniform(a)) return b;
-    std::map<std::pair<int64_t, int64_t>, int64_t> ids;
     Labels out(a.size());
+    // Labels are small non-negative numbers: each pair hashed as one word (a 2048-device program
+    // joins thousands of them); any other value through a map.
+    const auto [alo, ahi] = std::minmax_element(a.begin(), a.end());
+    const auto [blo, bhi] = std::minmax_element(b.begin(), b.end());
+    if (*alo >= 0 && *blo >= 0 && *ahi <= INT32_MAX && *bhi <= INT32_MAX) {
+      std::unordered_map<uint64_t, int64_t> ids;
+      ids.reserve(a.size());
+      for (size_t d = 0; d < a.size(); ++d) {
+        const uint64_t key = static_cast<uint64_t>(a[d]) << 32 | static_cast<uint64_t>(b[d]);
+        out[d] = ids.emplace(key, static_cast<int64_t>(ids.size())).first->second;
+      }
+      return out;
+    }
+    std::map<std::pair<int64_t, int64_t>, int64_t> ids;
     for (size_t d = 0; d < a.size(); ++d) out[d] = ids.emplace(std::make_pair(a[d], b[d]), ids.size()).first->second;
     return out;
   }

@@ -1,14 +1,19 @@
 #include "core/ir/replica_groups.h"
 
+#include <algorithm>
+#include <charconv>
+
 namespace shardscope {
 
 namespace {
 
 void AppendList(std::string* s, char open, const std::vector<int64_t>& v, char close) {
   *s += open;
+  char buf[24];
   for (size_t i = 0; i < v.size(); ++i) {
     if (i) *s += ',';
-    *s += std::to_string(v[i]);
+    const auto r = std::to_chars(buf, buf + sizeof buf, v[i]);
+    s->append(buf, r.ptr);
   }
   *s += close;
 }
@@ -16,7 +21,10 @@ void AppendList(std::string* s, char open, const std::vector<int64_t>& v, char c
 std::string Abbreviated(const std::vector<std::vector<int64_t>>& groups) {
   std::string head = "{{";
   const auto& first = groups[0];
-  for (size_t j = 0; j < first.size() && j < 4; ++j) head += (j ? "," : "") + std::to_string(first[j]);
+  for (size_t j = 0; j < first.size() && j < 4; ++j) {
+    if (j) head += ',';
+    head += std::to_string(first[j]);
+  }
   head += first.size() > 4 ? ",...},...}" : "},...}";
   return head + " (" + std::to_string(groups.size()) + " groups of " + std::to_string(first.size()) + ")";
 }
@@ -25,6 +33,9 @@ std::string Abbreviated(const std::vector<std::vector<int64_t>>& groups) {
 
 std::string ReplicaGroupsText(const std::vector<std::vector<int64_t>>& groups, size_t max_chars) {
   std::string s = "{";
+  size_t devices = 0;
+  for (const auto& g : groups) devices += g.size();
+  s.reserve(std::min(max_chars, 2 + 3 * groups.size() + 6 * devices));
   for (size_t i = 0; i < groups.size(); ++i) {
     if (i) s += ',';
     AppendList(&s, '{', groups[i], '}');
@@ -47,6 +58,14 @@ std::string ReplicaGroupsText(const ReplicaGroups& g, size_t max_chars) {
     return s;
   }
   return ReplicaGroupsText(g.groups, max_chars);
+}
+
+const std::string& ReplicaGroupsTextMemo::operator()(const std::vector<std::vector<int64_t>>& groups) {
+  for (const auto& [g, text] : entries_)
+    if (g == groups) return text;
+  if (entries_.size() >= capacity_) entries_.pop_front();
+  entries_.emplace_back(groups, ReplicaGroupsText(groups, max_chars_));
+  return entries_.back().second;
 }
 
 std::string SourceTargetPairsText(const std::vector<std::pair<int64_t, int64_t>>& pairs) {

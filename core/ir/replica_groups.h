@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,5 +30,19 @@ Result<std::vector<std::pair<int64_t, int64_t>>> ParseSourceTargetPairsText(std:
 std::string ReplicaGroupsText(const ReplicaGroups& groups, size_t max_chars = std::string::npos);
 std::string ReplicaGroupsText(const std::vector<std::vector<int64_t>>& groups, size_t max_chars = std::string::npos);
 std::string SourceTargetPairsText(const std::vector<std::pair<int64_t, int64_t>>& pairs);
+
+// ReplicaGroupsText of the groups seen last, kept: a partitioned program names the same few groups
+// in hundreds of collectives, kilobytes of text each at 2048 devices. The reference stays valid
+// until `capacity` other groups have been asked for.
+class ReplicaGroupsTextMemo {
+ public:
+  explicit ReplicaGroupsTextMemo(size_t max_chars = std::string::npos, size_t capacity = 8)
+      : max_chars_(max_chars), capacity_(capacity) {}
+  const std::string& operator()(const std::vector<std::vector<int64_t>>& groups);
+
+ private:
+  size_t max_chars_, capacity_;
+  std::deque<std::pair<std::vector<std::vector<int64_t>>, std::string>> entries_;  // the newest last
+};
 
 }  // namespace shardscope

@@ -162,7 +162,7 @@ Instruction* SpmdBuilder::AllGather(Instruction* x, int64_t dim, const std::vect
   ag->has_replica_groups = true;
   ag->channel_id = NextChannelId();
   ag->use_global_device_ids = true;
-  Record(ag, x, ReplicaGroupsText(groups), reason);
+  Record(ag, x, groups_text_(groups), reason);
   return ag;
 }
 
@@ -174,7 +174,7 @@ Instruction* SpmdBuilder::AllReduce(Instruction* x, Computation* reducer,
   ar->has_replica_groups = true;
   ar->channel_id = NextChannelId();
   ar->use_global_device_ids = true;
-  Record(ar, x, ReplicaGroupsText(groups), reason);
+  Record(ar, x, groups_text_(groups), reason);
   return ar;
 }
 
@@ -191,7 +191,7 @@ Instruction* SpmdBuilder::ReduceScatter(Instruction* x, Computation* reducer, in
   rs->has_replica_groups = true;
   rs->channel_id = NextChannelId();
   rs->use_global_device_ids = true;
-  Record(rs, x, ReplicaGroupsText(groups), reason);
+  Record(rs, x, groups_text_(groups), reason);
   return rs;
 }
 
@@ -203,7 +203,7 @@ Instruction* SpmdBuilder::AllToAll(Instruction* x, int64_t dim, const std::vecto
   a->replica_groups = MakeGroups(groups);
   a->has_replica_groups = true;
   a->channel_id = NextChannelId();
-  Record(a, x, ReplicaGroupsText(groups), reason);
+  Record(a, x, groups_text_(groups), reason);
   return a;
 }
 

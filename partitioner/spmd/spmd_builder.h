@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/ir/ir.h"
+#include "core/ir/replica_groups.h"
 #include "partitioner/spmd/spmd_partitioner.h"
 #include "partitioner/spmd/tile_map.h"
 
@@ -99,6 +100,7 @@ class SpmdBuilder {
   std::map<std::pair<int, int>, Computation*> reducers_;
   std::unordered_map<const Computation*, Computation*> cloned_;
   int64_t next_channel_ = 1;
+  ReplicaGroupsTextMemo groups_text_;
 };
 
 }  // namespace shardscope::spmd

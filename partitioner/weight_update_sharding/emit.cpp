@@ -2,7 +2,6 @@
 // reduce-scatters, update ops run on shards, and full values are all-gathered where they are
 // needed (sections 2.2, 4 and 5 of the paper). Every inserted instruction records its reason.
 #include <algorithm>
-#include <deque>
 #include <functional>
 #include <optional>
 #include <set>
@@ -124,12 +123,6 @@ class Emitter {
     if (!t) t = p_.layout(layout).format.Describe();
     return *t;
   }
-  const std::string& GroupsText(const Groups& groups) {
-    for (const auto& [g, text] : groups_text_)
-      if (g == groups) return text;
-    groups_text_.emplace_back(groups, ReplicaGroupsText(groups, 200));
-    return groups_text_.back().second;
-  }
   std::string Qualified(const Ctx& c, const Instruction* i) const {
     return c.in == p_.module->entry() ? i->name() : c.in->name() + "/" + i->name();
   }
@@ -153,7 +146,7 @@ class Emitter {
   std::unordered_map<const Computation*, Computation*> copied_;
   std::unordered_map<const Instruction*, std::string> seed_weight_;
   std::vector<std::optional<std::string>> layout_text_;
-  std::deque<std::pair<Groups, std::string>> groups_text_;  // a few: one per scheme phase
+  ReplicaGroupsTextMemo groups_text_{200};  // a few: one per scheme phase
   size_t id_limit_ = 0;  // input instruction ids are below it
   // Collectives that run once per training run (after a loop, the unsharding program): batching
   // them would only hold more memory at once.
@@ -264,7 +257,7 @@ Instruction* Emitter::Collective(Ctx& c, Opcode op, Instruction* x, Shape shape,
   ic.instruction = i->name();
   ic.kind = op;
   ic.bytes_per_device = x->shape().ByteSize();
-  ic.replica_groups = GroupsText(groups);
+  ic.replica_groups = groups_text_(groups);
   ic.reason = kPrefix + reason;
   r_->collectives.push_back(std::move(ic));
   if (once_) once_names_.insert(i->name());
