@@ -6,6 +6,7 @@
 #include "core/collectives/participants.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <functional>
@@ -1681,12 +1682,22 @@ class Expander {
 
   // `s` (a name of iteration `from` of a loop whose frame iterates as `outer`) as iteration `to`'s:
   // names are "<base><outer>[from]<nested suffixes>" with no '[' in the base.
+  // (Read in place and written once: every op, buffer and loop of each replayed iteration is renamed.)
   static std::optional<std::string> Renamed(const std::string& s, const std::string& outer, int64_t from, int64_t to) {
     const size_t pos = s.find('[');
-    if (pos == std::string::npos) return std::nullopt;
-    const std::string key = outer + "[" + std::to_string(from) + "]";
-    if (s.compare(pos, key.size(), key) != 0) return std::nullopt;
-    return s.substr(0, pos) + outer + "[" + std::to_string(to) + "]" + s.substr(pos + key.size());
+    if (pos == std::string::npos || s.compare(pos, outer.size(), outer) != 0) return std::nullopt;
+    const size_t open = pos + outer.size();  // "[from]" follows
+    char buf[24];
+    const auto f = std::to_chars(buf, buf + sizeof buf, from);
+    const size_t digits = static_cast<size_t>(f.ptr - buf);
+    if (open >= s.size() || s[open] != '[' || s.compare(open + 1, digits, buf, digits) != 0) return std::nullopt;
+    const size_t close = open + 1 + digits;
+    if (close >= s.size() || s[close] != ']') return std::nullopt;
+    const auto t = std::to_chars(buf, buf + sizeof buf, to);
+    std::string out;
+    out.reserve(s.size() + 8);
+    out.append(s, 0, open + 1).append(buf, t.ptr).append(s, close, std::string::npos);
+    return out;
   }
 
   // How ids move from an iteration to a later one: those from `lo` on (the iteration's and the
