@@ -173,7 +173,11 @@ MainWindow::MainWindow(QWidget* parent)
   updateStatus();
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow() {
+  // ~QWidget hides the docks after this object's members are gone: nothing may reach them then
+  // (the Strategies dock's visibility handler reads the layout state).
+  disconnect(strategies_dock_, nullptr, this, nullptr);
+}
 
 void MainWindow::showMessage(const QString& text, int ms) {
   message_label_->setFullText(text);
