@@ -76,6 +76,7 @@ class TestGuiStrategies : public QObject {
   void hloModuleSearchesItsShardings();
   void familyFilterLimitsTheSearch();
   void tooSmallModelSaysWhereItSplits();
+  void paperConfigurationOffersItsSearch();
 
  private:
   QTemporaryDir runs_;
@@ -438,6 +439,55 @@ void TestGuiStrategies::tooSmallModelSaysWhereItSplits() {
   QVERIFY(panel->statusLabel()->wordWrap());  // nothing simulated: the summary is the message, read whole
   QCOMPARE(panel->chart()->title(), QString("Step time vs peak memory (no candidate simulated)"));
   panel->grab().save(QDir(QCoreApplication::applicationDirPath()).filePath("strategies_too_small.png"));
+}
+
+// A paper configuration opened (File ▸ Examples ▸ Paper configurations, --paper) offers its own
+// search: GSPMD Table 5's 6.47B GPipe column (8 stages, 16 microbatches of 1, 16 TPU v3 cores)
+// sets the chip, the device count and the column's model settings, not the default search of the
+// model; the annotations, mesh axes, stages and schedule are left to the search, and the paper's
+// configuration is among what it ranks. Another example clears the settings again.
+void TestGuiStrategies::paperConfigurationOffersItsSearch() {
+  MainWindow w;
+  w.setBatchMode(true);
+  w.resize(1600, 1000);
+  w.show();
+  views::StrategiesPanel* panel = w.strategiesPanel();
+  SearchJobs* jobs = w.searchJobs();
+  panel->setChip("tpu-v4");
+  panel->setDevices(8);
+  QString error;
+  QVERIFY2(w.openPaperConfiguration("gspmd-table5", "6.47B (8,1,2) 16x1", &error), qPrintable(error));
+  QVERIFY(WaitUntilIdle(*w.session(), 300000));
+  QCOMPARE(jobs->documentModel(), QString("pipelined-transformer"));
+  QCOMPARE(panel->chip(), QString("tpu-v3"));
+  QCOMPARE(panel->devices(), 16);
+  const QString settings = panel->settingsText();
+  for (const char* kept : {"layers=32", "model=3072", "hidden=24576", "microbatches=16", "microbatch=1", "optimizer=adafactor"})
+    QVERIFY2(settings.split(' ').contains(kept), qPrintable(settings));
+  for (const char* chosen : {"annotations=", "mesh_x=", "mesh_y=", "stages=", "schedule="})
+    QVERIFY2(!settings.contains(chosen), qPrintable(settings));
+  const QString status = panel->statusLabel()->fullText();
+  QVERIFY2(status.contains("at the sizes of gspmd-table5, 6.47B (8,1,2) 16x1") && status.contains("16 tpu-v3 devices"),
+           qPrintable(status));
+  // Searched as offered (pipelining only, to keep it short): the paper's GPipe on (8,1,2) is a row.
+  QVERIFY(w.showView("strategies"));
+  panel->setSelectedFamilies({"pipelining"});
+  panel->startSearch();
+  QVERIFY(QTest::qWaitFor([&] { return !jobs->busy(); }, 300000));
+  const search::StrategyPanelModel* results = jobs->results();
+  QVERIFY2(results, qPrintable(panel->statusLabel()->fullText()));
+  bool published = false;
+  for (const search::CandidateResult& r : results->results) {
+    QCOMPARE(r.candidate.chip, std::string("tpu-v3"));
+    published = published || (r.candidate.mesh == "L=8,X=1,Y=2" && r.candidate.settings.at("schedule") == "gpipe" &&
+                              r.candidate.settings.at("microbatches") == "16" && r.simulated());
+  }
+  QVERIFY2(published, qPrintable(panel->results().summary));
+  // Another example: its own search again, no settings carried over.
+  QVERIFY2(w.openExample("transformer", &error), qPrintable(error));
+  QVERIFY(WaitUntilIdle(*w.session()));
+  QCOMPARE(jobs->documentModel(), QString("transformer"));
+  QVERIFY(panel->settingsText().isEmpty());
 }
 
 QTEST_MAIN(TestGuiStrategies)

@@ -111,6 +111,7 @@ class TestSearch : public QObject {
   void table1FinalizedWins();
   void weightUpdateShardingBeatsDataParallel();
   void table4FourStagesFourShards();
+  void searchOfAPaperConfiguration();
 };
 
 void TestSearch::podShapes() {
@@ -1069,6 +1070,71 @@ void TestSearch::table4FourStagesFourShards() {
   // The bubble the family states is the schedule's: GPipe, 4 stages, 16 microbatches: 3/19.
   const CandidateResult* t4 = Find(r->ranked, "GPipe, 4 stages, 16x64, remat", "L=4,X=16,Y=4");
   QVERIFY(std::fabs(t4->candidate.bubble_fraction - 3.0 / 19.0) < 1e-9);
+}
+
+// `search --paper CASE:COLUMN` and the GUI's Strategies panel after a paper configuration was
+// opened: the column's model at its sizes on its pod, the strategy choices left to the search, so
+// the published configuration is one of the candidates (GSPMD Table 4's (4,16,4) 32x32, the GPipe
+// schedule with 32 microbatches of 32 on 256 TPU v3 cores).
+void TestSearch::searchOfAPaperConfiguration() {
+  auto t4 = SearchOfPaperColumn("gspmd-table4:(4,16,4) 32x32");
+  QVERIFY2(t4.ok(), t4.ok() ? "" : t4.error().message.c_str());
+  QCOMPARE(t4->model, std::string("pipelined-transformer"));
+  QCOMPARE(t4->chip, std::string("tpu-v3"));
+  QCOMPARE(t4->devices, int64_t{256});
+  QCOMPARE(t4->cores_per_chip, int64_t{2});
+  const ZooOverrides want = {{"act_dtype", "bf16"}, {"dtype", "f32"},          {"head_dim", "128"},  {"heads", "64"},
+                             {"hidden", "16384"},   {"layers", "64"},          {"microbatch", "32"}, {"microbatches", "32"},
+                             {"model", "4096"},     {"optimizer", "adafactor"}, {"remat", "1"},       {"seq", "1024"}};
+  QCOMPARE(t4->settings, want);  // no annotations, mesh axes, stages or schedule: the search's choices
+  auto plan = PlanSearch(*t4);
+  QVERIFY2(plan.ok(), plan.ok() ? "" : plan.error().message.c_str());
+  QCOMPARE(plan->pod.SliceText(), std::string("8x16"));
+  bool published = false;
+  for (const Candidate& c : plan->candidates)
+    published = published || (c.mesh == "L=4,X=16,Y=4" && c.settings.at("schedule") == "gpipe" &&
+                              c.settings.at("stages") == "4" && c.settings.at("microbatches") == "32" &&
+                              c.settings.at("microbatch") == "32" && c.settings.at("annotations") == "finalized");
+  QVERIFY2(published, "Table 4's (4,16,4) 32x32 among the planned candidates");
+  // Table 2's 64B column on 2048 cores: its batch and vocabulary, 2048 devices on the 32x32 torus.
+  auto t2 = SearchOfPaperColumn("gspmd-table2", "64B, 2048 devices");
+  QVERIFY2(t2.ok(), t2.ok() ? "" : t2.error().message.c_str());
+  QCOMPARE(t2->model, std::string("transformer"));
+  QCOMPARE(t2->devices, int64_t{2048});
+  QCOMPARE(t2->settings.at("batch"), std::string("1024"));
+  QCOMPARE(t2->settings.at("vocab"), std::string("32000"));
+  QVERIFY(!t2->settings.count("annotations") && !t2->settings.count("mesh_x") && !t2->settings.count("mesh_y"));
+  QCOMPARE(MakePod(t2->chip, t2->devices, t2->slice, t2->cores_per_chip)->SliceText(), std::string("32x32"));
+  // What cannot be searched says why.
+  auto no_colon = SearchOfPaperColumn("gspmd-table4");
+  QVERIFY(!no_colon.ok() && Contains(no_colon.error().message, "expected CASE:COLUMN"));
+  auto no_column = SearchOfPaperColumn("gspmd-table4:(3,16,4) 32x32");
+  QVERIFY(!no_column.ok());
+  QVERIFY2(Contains(no_column.error().message, "no column '(3,16,4) 32x32'") &&
+               Contains(no_column.error().message, "\"(8,8,4) 32x32\""),
+           no_column.error().message.c_str());
+  QVERIFY(!SearchOfPaperColumn("gspmd-table99:x").ok());
+  auto wus = SearchOfPaperColumn("wus-6.1:transformer 1024 chips");
+  QVERIFY(!wus.ok() && Contains(wus.error().message, "not a zoo configuration"));
+  // The CLI: a plan of the column's search, its model named or not; a different model is an error.
+  QTemporaryDir dir;
+  const QString out = dir.filePath("plan.jsonl");
+  CliRun p = Cli({"search", "plan", "--paper", "gspmd-table4:(4,16,4) 32x32", "--family", "pipelining", "--mesh",
+                  "L=4,X=16,Y=4", "-o", out});
+  QVERIFY2(p.code == 0, (p.out + p.err).c_str());
+  QVERIFY2(Contains(p.out, "pod: tpu-v3: 256 devices (128 chips x 2 cores), slice 8x16"), p.out.c_str());
+  std::ifstream in(out.toStdString());
+  std::string lines((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  QVERIFY2(Contains(lines, "\"model.microbatches\":\"32\"") && Contains(lines, "\"search.mesh\":\"L=4,X=16,Y=4\""), lines.c_str());
+  CliRun named = Cli({"search", "plan", "pipelined-transformer", "--paper", "gspmd-table4:(4,16,4) 32x32", "--family",
+                      "pipelining", "--mesh", "L=4,X=16,Y=4", "-o", dir.filePath("named.jsonl")});
+  QVERIFY2(named.code == 0, (named.out + named.err).c_str());
+  CliRun other = Cli({"search", "transformer", "--paper", "gspmd-table4:(4,16,4) 32x32"});
+  QCOMPARE(other.code, 2);
+  QVERIFY2(Contains(other.err, "is a pipelined-transformer, not transformer"), other.err.c_str());
+  CliRun bad = Cli({"search", "--paper", "gspmd-table4:(3,16,4) 32x32"});
+  QCOMPARE(bad.code, 2);
+  QVERIFY2(Contains(bad.err, "no column"), bad.err.c_str());
 }
 
 QTEST_GUILESS_MAIN(TestSearch)

@@ -1,6 +1,8 @@
 // shardscope-cli search: which sharding strategy, for this model, on this pod (app/search).
 //
 //   search MODEL --chip CHIP --devices N [options]      the whole search in this process
+//   search --paper CASE:COLUMN [options]                the search of a published configuration
+//                                                       (a `reproduce` column): its model, sizes and pod
 //   search FILE.hlo --chip CHIP --devices N [options]   method 2, the integer program over
 //                                                       per-instruction shardings (any module;
 //                                                       --method ilp on a zoo model too)
@@ -36,11 +38,22 @@ namespace {
 constexpr const char* kName = "search";
 
 // The options shared by `search MODEL` and `search plan MODEL`; the model is left in args.
-int TakeSearchOptions(std::vector<std::string>& args, search::SearchOptions& o) {
+// --paper CASE:COLUMN starts from a published configuration (search::SearchOfPaperColumn): its
+// model, sizes and pod, which the other options then change; `from_paper` is set then.
+int TakeSearchOptions(std::vector<std::string>& args, search::SearchOptions& o, bool* from_paper) {
   std::string v;
+  *from_paper = TakeOption(args, "paper", &v);
+  if (*from_paper) {
+    auto paper = search::SearchOfPaperColumn(v);
+    if (!paper.ok()) return UsageError(kName, "--paper: " + paper.error().message);
+    o = std::move(paper).value();
+  }
   if (TakeOption(args, "chip", &v)) o.chip = v;
-  if (!TakeOption(args, "devices", &v) || !ParseInt(v, 1, &o.devices))
+  if (TakeOption(args, "devices", &v)) {
+    if (!ParseInt(v, 1, &o.devices)) return UsageError(kName, "--devices takes a positive integer");
+  } else if (!*from_paper) {
     return UsageError(kName, "--devices N (a positive integer) is required");
+  }
   if (TakeOption(args, "topology", &v)) o.slice = v;
   if (TakeOption(args, "cores-per-chip", &v) && !ParseInt(v, 1, &o.cores_per_chip))
     return UsageError(kName, "--cores-per-chip takes 1 or 2");
@@ -76,6 +89,17 @@ int TakeSearchOptions(std::vector<std::string>& args, search::SearchOptions& o) 
 int CheckRest(const std::vector<std::string>& args, size_t positional, const std::string& what) {
   if (int rc = RejectUnknownOptions(kName, args)) return rc;
   if (args.size() != positional) return UsageError(kName, "expected " + what + " (see --help)");
+  return 0;
+}
+
+// The MODEL operand of `search` and `search plan`: required, or with --paper optional and then the
+// column's own model.
+int TakeModel(std::vector<std::string>& args, bool from_paper, const std::string& what, search::SearchOptions& o) {
+  if (from_paper && args.size() == 1 && args[0].rfind("--", 0) != 0 && args[0] != o.model)
+    return UsageError(kName, "--paper's configuration is a " + o.model + ", not " + args[0]);
+  if (from_paper && args.size() == 1 && args[0] == o.model) args.clear();
+  if (int rc = CheckRest(args, from_paper ? 0 : 1, from_paper ? std::string("no MODEL beside --paper") : what)) return rc;
+  if (!from_paper) o.model = args[0];
   return 0;
 }
 
@@ -195,7 +219,8 @@ int RunAutoShardingCommand(const search::SearchOptions& o, const std::string& db
 // search MODEL ...
 int RunSearchCommand(std::vector<std::string> args) {
   search::SearchOptions o;
-  if (int rc = TakeSearchOptions(args, o)) return rc;
+  bool from_paper = false;
+  if (int rc = TakeSearchOptions(args, o, &from_paper)) return rc;
   std::string db, csv, top_text, method = "auto", limit_text;
   const bool have_db = TakeOption(args, "db", &db);
   const bool have_csv = TakeOption(args, "csv", &csv);
@@ -212,8 +237,7 @@ int RunSearchCommand(std::vector<std::string> args) {
   int64_t max_variables = 0;
   if (TakeOption(args, "max-variables", &limit_text) && !ParseInt(limit_text, 1, &max_variables))
     return UsageError(kName, "--max-variables takes a positive integer");
-  if (int rc = CheckRest(args, 1, "one MODEL of the zoo or an HLO file")) return rc;
-  o.model = args[0];
+  if (int rc = TakeModel(args, from_paper, "one MODEL of the zoo or an HLO file", o)) return rc;
   const bool zoo = IsZooModel(o.model);
   if (!zoo && !std::filesystem::exists(o.model)) {
     std::string models;
@@ -274,12 +298,12 @@ int RunSearchCommand(std::vector<std::string> args) {
 // search plan MODEL ... -o PLAN
 int RunPlan(std::vector<std::string> args) {
   search::SearchOptions o;
-  if (int rc = TakeSearchOptions(args, o)) return rc;
+  bool from_paper = false;
+  if (int rc = TakeSearchOptions(args, o, &from_paper)) return rc;
   std::string out;
   if (!TakeOption(args, "o", &out) && !TakeOption(args, "output", &out)) return UsageError(kName, "search plan needs -o PLAN.jsonl");
   const bool append = TakeFlag(args, "append");
-  if (int rc = CheckRest(args, 1, "one MODEL of the zoo")) return rc;
-  o.model = args[0];
+  if (int rc = TakeModel(args, from_paper, "one MODEL of the zoo", o)) return rc;
   auto plan = search::PlanSearch(o);
   if (!plan.ok()) {
     std::cerr << "shardscope-cli search plan: " << plan.error().message << "\n";
@@ -439,7 +463,7 @@ int Run(const std::vector<std::string>& in) {
 
 const bool registered = Register(
     {kName,
-     "MODEL|FILE.hlo --chip CHIP --devices N [--method enumerate|ilp] [--time-limit S] [--max-variables N] [--annotate-all] [--topology 4x8x8] [--cores-per-chip K] [--set K=V ...] [--family F,...] [--mesh X=8,Y=16 ...] [--jobs K] "
+     "MODEL|FILE.hlo --chip CHIP --devices N | --paper CASE:COLUMN [--method enumerate|ilp] [--time-limit S] [--max-variables N] [--annotate-all] [--topology 4x8x8] [--cores-per-chip K] [--set K=V ...] [--family F,...] [--mesh X=8,Y=16 ...] [--jobs K] "
      "[--db FILE] [--csv FILE] [--top N] [--exact] [--no-prune] [--confirm K] [--quiet] | plan MODEL ... -o PLAN [--append] | "
      "task PLAN [--index K] --db FILE [--exact] | report DB... [--plan PLAN] [--csv FILE] [--top N]",
      "Search the sharding strategies of a zoo model (enumeration) or any HLO module (integer program, --method ilp) on a pod: ranked table, Pareto front, runs stored; plan/task/report for sweeps",

@@ -787,6 +787,7 @@ bool MainWindow::openPaperConfiguration(const QString& case_name, const QString&
     return false;
   }
   showMessage(QString("Opened %1, %2 (the paper's sizes); simulating one step on %3\u2026").arg(case_name, column, chip), 8000);
+  search_jobs_->offerPaperSearch(case_name, column);
   // Each step simulated of this configuration as opened (the paper's chip, the document unedited)
   // shows the paper's figures beside it; an edit or another module ends that.
   for (const QMetaObject::Connection& c : paper_comparison_) disconnect(c);

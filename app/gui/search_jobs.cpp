@@ -150,6 +150,7 @@ void SearchJobs::onModuleReset() {
     chosen_row_ = pending_row_;
   } else {
     chosen_row_ = -1;
+    offered_ = {};
     const QString kind = doc->sourceKind();
     model_ = doc->hasModule() && (kind == "example" || kind == "zoo") && IsZooModel(doc->source()) ? doc->source() : QString();
     module_mode_ = doc->hasModule() && model_.isEmpty();
@@ -166,6 +167,24 @@ void SearchJobs::onModuleReset() {
   } else {
     panel_->setSubject(model_, true, QString());
   }
+}
+
+bool SearchJobs::offerPaperSearch(const QString& case_name, const QString& column) {
+  auto o = search::SearchOfPaperColumn(case_name.toStdString(), column.toStdString());
+  if (!o.ok() || module_mode_ || model_ != Q(o->model)) return false;
+  QStringList settings;
+  for (const auto& [k, v] : o->settings) settings << Q(k + "=" + v);
+  panel_->setChip(Q(o->chip));
+  panel_->setDevices(static_cast<int>(o->devices));
+  panel_->setSettingsText(settings.join(' '));
+  offered_ = {Q(o->chip), static_cast<int>(o->devices), o->slice, o->cores_per_chip};
+  panel_->setStatus(QString("Search the strategies of %1 at the sizes of %2, %3, on its pod (%4 %5 devices); the "
+                            "annotations, mesh and pipeline stages are the search's to choose.")
+                        .arg(model_, case_name, column)
+                        .arg(o->devices)
+                        .arg(Q(o->chip)),
+                    /*wrap=*/true);
+  return true;
 }
 
 bool SearchJobs::startAutoSharding(const QString& chip, int devices) {
@@ -248,6 +267,10 @@ bool SearchJobs::start(const QString& chip, int devices, const QString& settings
   so.settings = settings;
   so.chip = chip.toStdString();
   so.devices = devices;
+  if (chip == offered_.chip && devices == offered_.devices) {  // a paper configuration's own pod
+    so.slice = offered_.slice;
+    so.cores_per_chip = offered_.cores_per_chip;
+  }
   for (const QString& f : families) so.families.push_back(f.toStdString());
   so.jobs = std::max(1, QThread::idealThreadCount() - 1);
   const QString model = model_;

@@ -11,7 +11,9 @@
 // document.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <QObject>
@@ -55,6 +57,11 @@ class SearchJobs : public QObject {
   // is no document or the settings do not parse. `families`: the strategy families to search
   // (empty: all; an unknown name is the search's error).
   bool start(const QString& chip, int devices, const QString& settings, const QStringList& families = {});
+  // After a published configuration became the document (the Papers menu, --paper): the panel
+  // offers its search — the column's chip, device count and model settings, the strategy choices
+  // left to the search (search::SearchOfPaperColumn). False (nothing changed) when the document is
+  // not that configuration's model or the column is not a zoo configuration.
+  bool offerPaperSearch(const QString& case_name, const QString& column);
   void cancel();
   bool busy() const;
   // Makes ranked row `row` the document (in the background).
@@ -82,6 +89,14 @@ class SearchJobs : public QObject {
   views::JobTracker::JobId search_job_ = 0;
   QString model_;  // the document's zoo model
   QString search_model_, search_settings_text_;  // of the last search (a chosen candidate's origin)
+  // The pod a paper configuration offered (offerPaperSearch): its slice and cores per chip apply
+  // while the panel's chip and device count are still the ones offered.
+  struct OfferedPod {
+    QString chip;
+    int devices = 0;
+    std::string slice;
+    int64_t cores_per_chip = 0;
+  } offered_;
   bool loading_candidate_ = false;  // the next document is the chosen candidate
   bool module_mode_ = false;         // the document is a module of its own (method 2)
   bool search_module_mode_ = false;  // the last search was method 2

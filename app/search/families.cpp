@@ -24,6 +24,11 @@ const StrategyFamily* FindFamily(std::string_view name) {
   return nullptr;
 }
 
+const std::vector<std::string_view>& StrategyChoiceSettings() {
+  static const std::vector<std::string_view> keys = {"annotations", "mesh_x", "mesh_y", "stages", "schedule"};
+  return keys;
+}
+
 SearchSpace::SearchSpace(std::string model, ZooOverrides settings, Pod pod)
     : model_(std::move(model)), settings_(std::move(settings)), pod_(std::move(pod)) {
   for (const ZooModel& m : ZooList()) {

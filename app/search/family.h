@@ -63,6 +63,12 @@ class StrategyFamily {
   virtual void Generate(const SearchSpace& space, std::vector<Candidate>& out, std::vector<std::string>& notes) const = 0;
 };
 
+// The zoo settings the families set per candidate, whatever the user's value: the annotation set,
+// the mesh axes and, for the pipelined Transformer, the stages and the schedule. (The microbatch
+// count is a family's choice too, but a user's value fixes it, and with the microbatch size it is
+// the pipelined model's batch.)
+const std::vector<std::string_view>& StrategyChoiceSettings();
+
 // The families, in the order families.cpp lists them.
 const std::vector<const StrategyFamily*>& StrategyFamilies();
 const StrategyFamily* FindFamily(std::string_view name);

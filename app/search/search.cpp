@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "app/pipeline/reproduce.h"
 #include "core/base/units.h"
 
 namespace shardscope::search {
@@ -438,6 +439,42 @@ std::string ValidAtFewerDevicesNote(const SearchOptions& options, const ValidAtF
          " devices; on " + std::to_string(v.devices) + " devices " + std::to_string(v.valid) + " of " +
          std::to_string(v.generated) + " candidates are valid: search a larger model (the sizes in --set: batch, "
          "widths, heads, experts) or fewer devices";
+}
+
+Result<SearchOptions> SearchOfPaperColumn(std::string_view case_name, std::string_view column) {
+  auto found = pipeline::FindReproduceCase(case_name);
+  if (!found.ok()) return found.error();
+  const pipeline::ReproduceColumn* col = nullptr;
+  std::string labels;
+  for (const pipeline::ReproduceColumn& c : (*found)->columns) {
+    if (c.label == column) col = &c;
+    labels += (labels.empty() ? "\"" : ", \"") + c.label + "\"";
+  }
+  const std::string where = std::string(case_name) + ":" + std::string(column);
+  if (!col) return Error(where + ": " + std::string(case_name) + " has no column '" + std::string(column) + "' (its columns: " + labels + ")");
+  if (!col->weight_update_sharding_case.empty() || !col->book_collective_case.empty())
+    return Error(where + " is not a zoo configuration (it is " +
+                 (col->book_collective_case.empty() ? "a weight-update-sharding paper case" : "a collective of the book") +
+                 "): nothing to search");
+  auto mesh = DeviceMesh::Parse(col->mesh);
+  if (!mesh.ok()) return Error(where + ": mesh '" + col->mesh + "': " + mesh.error().message);
+  SearchOptions o;
+  o.model = col->model;
+  o.chip = col->chip;
+  o.devices = mesh->num_devices();
+  o.cores_per_chip = col->cores_per_chip;
+  for (size_t i = 0; i < col->slice.size(); ++i) o.slice += (i ? "x" : "") + std::to_string(col->slice[i]);
+  const std::vector<std::string_view>& chosen = StrategyChoiceSettings();
+  for (const auto& [k, v] : col->settings)
+    if (std::find(chosen.begin(), chosen.end(), k) == chosen.end()) o.settings[k] = v;
+  return o;
+}
+
+Result<SearchOptions> SearchOfPaperColumn(std::string_view case_and_column) {
+  const size_t colon = case_and_column.find(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == case_and_column.size())
+    return Error("expected CASE:COLUMN such as \"gspmd-table2:64B, 128 devices\", got \"" + std::string(case_and_column) + "\"");
+  return SearchOfPaperColumn(case_and_column.substr(0, colon), case_and_column.substr(colon + 1));
 }
 
 namespace {

@@ -55,6 +55,17 @@ struct SearchOptions {
   std::shared_ptr<pipeline::RunDatabase> store;  // null: nothing stored
 };
 
+// The search of a published configuration (a `reproduce` case's column, `CASE:COLUMN` as the
+// GUI's --paper and Papers menu open it, e.g. "gspmd-table4:(4,16,4) 32x32"): the column's model at
+// its sizes, on its pod (its chip, its mesh's device count, its cores per chip and physical slice).
+// The settings the strategy families choose per candidate (StrategyChoiceSettings: annotations, mesh
+// axes, stages, schedule) are left to the search; the others, the batch and microbatches among
+// them, are the paper's. An error names the known cases or columns, or says why a column is not a
+// zoo configuration (the weight-update-sharding and book-collective cases).
+Result<SearchOptions> SearchOfPaperColumn(std::string_view case_name, std::string_view column);
+// "CASE:COLUMN" split at its first colon, then as above.
+Result<SearchOptions> SearchOfPaperColumn(std::string_view case_and_column);
+
 struct SearchProgress {
   int64_t done = 0;   // candidates decided (evaluated or pruned)
   int64_t total = 0;
