@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "core/ir/replica_groups.h"
 #include "core/sharding/mesh.h"
 #include "simulator/collectives/cost.h"
 #include "core/base/units.h"
@@ -149,6 +150,34 @@ class TestCollectiveSteps : public QObject {
     QCOMPARE(pairs->size(), size_t{3});
     QCOMPARE(pairs->at(2), (std::pair<int64_t, int64_t>{2, 3}));
     QCOMPARE(SourceTargetPairsText(pairs.value()), std::string("{{0,1},{1,2},{2,3}}"));
+  }
+
+  // The memo of group texts the partitioner keeps: the same text as ReplicaGroupsText (abbreviated
+  // alike), one entry per distinct groups, the oldest dropped past its capacity, and a reference
+  // that stays valid while fewer than `capacity` other groups are asked for.
+  void replicaGroupsTextMemo() {
+    const std::vector<std::vector<int64_t>> a = {{0, 1}, {2, 3}}, b = {{0, 2}, {1, 3}}, c = {{0, 1, 2, 3}};
+    ReplicaGroupsTextMemo memo(std::string::npos, 2);
+    const std::string& ta = memo(a);
+    QCOMPARE(ta, std::string("{{0,1},{2,3}}"));
+    QCOMPARE(&memo(a), &ta);  // asked again: the same entry
+    const std::string& tb = memo(b);
+    QCOMPARE(tb, std::string("{{0,2},{1,3}}"));
+    QCOMPARE(ta, std::string("{{0,1},{2,3}}"));  // still valid: one other groups asked for
+    QCOMPARE(&memo(a), &ta);
+    QCOMPARE(memo(c), std::string("{{0,1,2,3}}"));  // capacity 2: a, the oldest, is dropped
+    QCOMPARE(&memo(b), &tb);
+    QCOMPARE(memo(a), std::string("{{0,1},{2,3}}"));  // made again
+    QCOMPARE(memo({}), std::string("{}"));
+    // Abbreviated as ReplicaGroupsText abbreviates: 256 groups of 8.
+    std::vector<std::vector<int64_t>> many(256, std::vector<int64_t>(8));
+    for (int64_t g = 0; g < 256; ++g)
+      for (int64_t i = 0; i < 8; ++i) many[g][i] = g * 8 + i;
+    ReplicaGroupsTextMemo short_memo(40);
+    QCOMPARE(short_memo(many), ReplicaGroupsText(many, 40));
+    QVERIFY2(short_memo(many).size() < 80 && short_memo(many).find("(256 groups of 8)") != std::string::npos,
+             short_memo(many).c_str());
+    QCOMPARE(ReplicaGroupsTextMemo()(many), ReplicaGroupsText(many));
   }
 
   void badTextIsAnErrorNamingTheColumn() {
