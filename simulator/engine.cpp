@@ -8,6 +8,7 @@
 #include "core/base/units.h"
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -963,8 +964,18 @@ Result<Simulation> Simulate(const Module& module, const Topology& topology, cons
   auto t0 = std::chrono::steady_clock::now();
   ExecProgramOptions program_options = options.program;
   program_options.num_devices = n;
-  auto program = BuildExecProgram(module, topology.chip(), program_options);
-  if (!program.ok()) return program.error();
+  // Built without rematerialisation, which then runs on a copy: the rounds below rematerialise
+  // the same program again at lower targets instead of building it again.
+  ExecProgramOptions build_options = program_options;
+  build_options.rematerialize = false;
+  auto built = BuildExecProgram(module, topology.chip(), build_options);
+  if (!built.ok()) return built.error();
+  std::optional<ExecProgram> rematerialized;
+  if (auto target = RematerializationTarget(*built, topology.chip(), program_options)) {
+    rematerialized = *built;
+    RematerializeTo(&*rematerialized, *target);
+  }
+  const ExecProgram* program = rematerialized ? &*rematerialized : &*built;
   double build_ms = MsSince(t0);
   auto sim = SimulateProgram(*program, topology, options);
   if (!sim.ok()) return sim.error();
@@ -981,13 +992,16 @@ Result<Simulation> Simulate(const Module& module, const Topology& topology, cons
     ExecProgramOptions lower = program_options;
     lower.rematerialize_limit_bytes = target;
     auto t1 = std::chrono::steady_clock::now();
-    auto again = BuildExecProgram(module, topology.chip(), lower);
-    if (!again.ok()) break;
-    auto sim_again = SimulateProgram(*again, topology, options);
+    const std::optional<int64_t> lower_target = RematerializationTarget(*built, topology.chip(), lower);
+    if (!lower_target) break;
+    ExecProgram again = *built;
+    RematerializeTo(&again, *lower_target);
+    auto sim_again = SimulateProgram(again, topology, options);
     build_ms += MsSince(t1);
     if (!sim_again.ok()) break;
     if (sim_again->run.summary.peak_memory_bytes >= sim->run.summary.peak_memory_bytes) break;
-    program = std::move(again);
+    rematerialized = std::move(again);
+    program = &*rematerialized;
     sim = std::move(sim_again);
     program_options = lower;
   }

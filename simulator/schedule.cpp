@@ -1930,24 +1930,37 @@ bool IsRematerialization(const Instruction& i) {
 
 int64_t SequentialPeakBytes(const ExecProgram& program) { return ComputeSequentialPeak(program).peak_bytes; }
 
+std::optional<int64_t> RematerializationTarget(const ExecProgram& program, const ChipSpec& chip,
+                                               const ExecProgramOptions& options) {
+  const double target = options.rematerialize_limit_bytes > 0 ? static_cast<double>(options.rematerialize_limit_bytes)
+                                                               : chip.device_hbm_bytes();
+  if (!options.rematerialize || target <= 0) return std::nullopt;
+  // The memory-limit schedule measured its candidates' peaks: the one it chose peaks at the lower.
+  const std::array<int64_t, 2>& tried = program.sequential_peak_bytes;
+  const int64_t peak = tried[0] <= 0 ? SequentialPeakBytes(program) : tried[1] > 0 ? std::min(tried[0], tried[1]) : tried[0];
+  if (static_cast<double>(peak) <= target) return std::nullopt;
+  return static_cast<int64_t>(target);
+}
+
+void RematerializeTo(ExecProgram* program, int64_t target_bytes) {
+  const RematerializationResult r = RematerializeToFit(program, target_bytes);
+  program->rematerialized_values = r.values;
+  program->rematerialized_bytes = r.bytes;
+  program->rematerialized_peak_bytes = r.peak_after;
+}
+
 Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options) {
   if (options.default_trip_count < 0) return Error("default_trip_count must be >= 0");
   if (options.max_exec_ops < 1) return Error("max_exec_ops must be >= 1");
-  const double limit = chip.device_hbm_bytes();
-  const double remat_limit =
-      options.rematerialize_limit_bytes > 0 ? static_cast<double>(options.rematerialize_limit_bytes) : limit;
   // Rematerialisation comes last, on the order chosen (XLA runs it after scheduling).
-  auto rematerialize = [&](ExecProgram* p, int64_t sequential_peak) {
-    if (!options.rematerialize || remat_limit <= 0 || static_cast<double>(sequential_peak) <= remat_limit) return;
-    const RematerializationResult r = RematerializeToFit(p, static_cast<int64_t>(remat_limit));
-    p->rematerialized_values = r.values;
-    p->rematerialized_bytes = r.bytes;
-    p->rematerialized_peak_bytes = r.peak_after;
+  auto rematerialize = [&](ExecProgram* p) {
+    if (auto target = RematerializationTarget(*p, chip, options)) RematerializeTo(p, *target);
   };
   if (options.schedule == ScheduleKind::kMemoryLimit) {
     // As XLA's scheduler under a memory limit: the program order as long as it fits the device's
     // HBM (ops run one after another); when it does not, the memory list schedule if that peaks
     // lower.
+    const double limit = chip.device_hbm_bytes();
     ExecProgramOptions each = options;
     each.schedule = ScheduleKind::kProgramOrder;
     each.rematerialize = false;
@@ -1955,7 +1968,7 @@ Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip,
     if (!in_order.ok()) return in_order;
     in_order->sequential_peak_bytes[0] = SequentialPeakBytes(*in_order);
     if (limit <= 0 || static_cast<double>(in_order->sequential_peak_bytes[0]) <= limit) {
-      rematerialize(&*in_order, in_order->sequential_peak_bytes[0]);
+      rematerialize(&*in_order);
       return in_order;
     }
     each.schedule = ScheduleKind::kMemoryList;
@@ -1966,14 +1979,14 @@ Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip,
     const bool take_listed = peak_listed < in_order->sequential_peak_bytes[0];
     ExecProgram chosen = take_listed ? std::move(*listed) : std::move(*in_order);
     chosen.sequential_peak_bytes = {in_order->sequential_peak_bytes[0], peak_listed};
-    rematerialize(&chosen, std::min(chosen.sequential_peak_bytes[0], peak_listed));
+    rematerialize(&chosen);
     return chosen;
   }
   ExecProgram program;
   program.schedule = options.schedule;
   Expander ex(module, chip, options);
   if (Status s = ex.Run(&program); !s.ok()) return s.error();
-  if (options.rematerialize && remat_limit > 0) rematerialize(&program, SequentialPeakBytes(program));
+  rematerialize(&program);
   return program;
 }
 

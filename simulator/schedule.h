@@ -49,6 +49,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -187,6 +188,15 @@ struct ExecProgram {
 
 // Builds the program one device runs. `chip` prices compute ops (roofline).
 Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip, const ExecProgramOptions& options = {});
+
+// BuildExecProgram's last step, rematerialisation under the memory limit, split in two for a
+// caller that keeps the program built without it (`rematerialize` off): the target it would
+// rematerialise `program` to under `options` (nullopt: off, or the program's sequential peak is
+// within it), and the step itself. Simulate rematerialises a copy again at a lower target instead
+// of building the program again (the schedule chosen does not depend on the target).
+std::optional<int64_t> RematerializationTarget(const ExecProgram& program, const ChipSpec& chip,
+                                               const ExecProgramOptions& options);
+void RematerializeTo(ExecProgram* program, int64_t target_bytes);
 
 // The peak of `program` with its ops run one after another in issue order (memory_model.h): what
 // the memory-limit schedule and rematerialisation (simulator/rematerialize.h) compare with HBM.

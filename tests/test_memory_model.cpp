@@ -651,6 +651,31 @@ ENTRY %main (x: f32[256,256], w1: f32[256,256], w2: f32[256,256], dy: f32[256,25
     QVERIFY(std::find(prog->ops[static_cast<size_t>(e)].deps.begin(), prog->ops[static_cast<size_t>(e)].deps.end(),
                       clone) != prog->ops[static_cast<size_t>(e)].deps.end());
 
+    // The step split in two, as Simulate runs it (built without it, then rematerialised on a copy,
+    // again at a lower target when the run's peak is over): the same program as BuildExecProgram
+    // gives with it; no target when it is off or the peak is within the target.
+    ExecProgramOptions off = o.program;
+    off.rematerialize = false;
+    auto plain = BuildExecProgram(*m, small, off);
+    QVERIFY(plain.ok());
+    QVERIFY(!RematerializationTarget(*plain, small, off));
+    const std::optional<int64_t> target = RematerializationTarget(*plain, small, o.program);
+    QCOMPARE(target, std::optional<int64_t>(K * 9 / 2));
+    ExecProgram split = *plain;
+    RematerializeTo(&split, *target);
+    std::string split_names;
+    for (const ExecOp& op : split.ops) split_names += op.name + " ";
+    QCOMPARE(split_names, names);
+    QCOMPARE(split.rematerialized_values, prog->rematerialized_values);
+    QCOMPARE(split.rematerialized_bytes, prog->rematerialized_bytes);
+    QCOMPARE(split.rematerialized_peak_bytes, int64_t{4 * K});
+    ExecProgramOptions roomy = o.program;
+    roomy.rematerialize_limit_bytes = 5 * K;  // the peak itself: within
+    QVERIFY(!RematerializationTarget(*plain, small, roomy));
+    ExecProgramOptions lower = o.program;
+    lower.rematerialize_limit_bytes = 4 * K;
+    QCOMPARE(RematerializationTarget(*plain, small, lower), std::optional<int64_t>(4 * K));
+
     // Nothing to recompute when the limit is below what must be live anyway: the pass gives up.
     small.hbm_bytes = static_cast<double>(K * 2 * small.cores_per_chip);
     auto tiny = Topology::ForMesh(small, mesh.value());
