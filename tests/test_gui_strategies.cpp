@@ -9,6 +9,7 @@
 #include <QDir>
 #include <QUndoStack>
 #include <QLabel>
+#include <QLineEdit>
 #include <QChart>
 #include <QLineSeries>
 #include <QMenu>
@@ -466,6 +467,11 @@ void TestGuiStrategies::paperConfigurationOffersItsSearch() {
     QVERIFY2(settings.split(' ').contains(kept), qPrintable(settings));
   for (const char* chosen : {"annotations=", "mesh_x=", "mesh_y=", "stages=", "schedule="})
     QVERIFY2(!settings.contains(chosen), qPrintable(settings));
+  // The field is narrower than the text: its tooltip lists every setting.
+  auto* field = panel->findChild<QLineEdit*>("strategiesSettings");
+  QVERIFY(field);
+  QVERIFY2(field->toolTip().contains("\nmicrobatches=16\n") && field->toolTip().contains("\nlayers=32\n"),
+           qPrintable(field->toolTip()));
   const QString status = panel->statusLabel()->fullText();
   QVERIFY2(status.contains("at the sizes of gspmd-table5, 6.47B (8,1,2) 16x1") && status.contains("16 tpu-v3 devices"),
            qPrintable(status));

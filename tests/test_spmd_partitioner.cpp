@@ -963,7 +963,7 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
       QCOMPARE(c[0]->operand(0)->shape().ToString(false), std::string(blocks == 4 ? "f8e4m3fn[4,8,16]" : "f8e4m3fn[4,8,64]"));
       size_t result_reductions = 0;  // of the f32 products (the replicated scales may be summed too)
       for (const Instruction* a : Find(*small->module, Opcode::kAllReduce)) result_reductions += a->shape().type == PrimitiveType::kF32;
-      QCOMPARE(result_reductions, size_t{blocks == 4 ? 1 : 0});
+      QCOMPARE(result_reductions, blocks == 4 ? size_t{1} : size_t{0});
     }
   }
 

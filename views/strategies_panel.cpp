@@ -70,8 +70,15 @@ StrategiesPanel::StrategiesPanel(QWidget* parent) : QWidget(parent) {
   settings_->setPlaceholderText("settings: layers=4 batch=64 \u2026");
   settings_->setClearButtonEnabled(true);
   settings_->setMinimumWidth(90);
-  settings_->setToolTip("The zoo model's settings the search starts from, as the CLI's --set k=v (space separated; "
-                        "empty: the model's defaults)");
+  // The field is narrow beside the pod's controls: its tooltip reads the whole text.
+  auto settings_tip = [this] {
+    const QString what = "The zoo model's settings the search starts from, as the CLI's --set k=v (space separated; "
+                         "empty: the model's defaults)";
+    const QString text = settings_->text().trimmed();
+    settings_->setToolTip(text.isEmpty() ? what : what + ":\n" + text.split(' ', Qt::SkipEmptyParts).join('\n'));
+  };
+  settings_tip();
+  connect(settings_, &QLineEdit::textChanged, this, settings_tip);
   families_ = new QPushButton;  // a push button's menu indicator is inside its size hint
   families_->setObjectName("strategiesFamilies");
   families_->setMenu(new QMenu(families_));

@@ -321,7 +321,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     ReshardPlan p;
     if (from_unreduced) {
       const int64_t bytes = base.ByteSize() * 2 * (n_ - 1) / std::max<int64_t>(n_, 1);
-      p.steps.push_back({ReshardStep::Kind::kReduceUnreduced, {}, *rep, *rep, bytes});
+      p.steps.push_back({ReshardStep::Kind::kReduceUnreduced, {}, *rep, *rep, bytes, {}});
       auto rest = Plan(HloSharding::Replicate(), to, base);
       if (!rest.ok()) return rest;
       p.bytes = bytes + rest->bytes;
@@ -331,7 +331,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       if (!first.ok()) return first;
       p = *first;
       p.identity = false;
-      p.steps.push_back({ReshardStep::Kind::kMakeUnreduced, {}, *rep, *rep, 0});
+      p.steps.push_back({ReshardStep::Kind::kMakeUnreduced, {}, *rep, *rep, 0, {}});
     }
     return p;
   }
@@ -348,7 +348,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       const int64_t shard = ElementsOf(m->ShardShape(base.dims)) * PrimitiveTypeBytes(base.type);
       const int64_t bytes = shard * 2 * (g - 1) / std::max<int64_t>(g, 1) + kCollectiveOverheadBytes;
       ReshardPlan p;
-      ReshardStep st{ReshardStep::Kind::kReduceUnreduced, {}, *m, *m, bytes};
+      ReshardStep st{ReshardStep::Kind::kReduceUnreduced, {}, *m, *m, bytes, {}};
       st.groups = std::move(groups);
       p.steps.push_back(std::move(st));
       auto rest = Plan(summed, to, base);
@@ -364,7 +364,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     if (!m.ok()) return m.error();
     ReshardPlan p = *first;
     p.identity = false;
-    ReshardStep st{ReshardStep::Kind::kMakeUnreduced, {}, *m, *m, 0};
+    ReshardStep st{ReshardStep::Kind::kMakeUnreduced, {}, *m, *m, 0, {}};
     std::vector<int64_t> keepers;
     for (int64_t d = 0; d < n_; ++d)
       if (IsFirstUnreducedCopy(to, d)) keepers.push_back(d);
@@ -383,7 +383,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     if (!rep.ok()) return rep.error();
     const int64_t bytes = base.ByteSize() * 2 * (n_ - 1) / std::max<int64_t>(n_, 1);
     ReshardPlan p;
-    p.steps.push_back({ReshardStep::Kind::kBroadcastFromDevice, {from.maximal_device()}, *rep, *rep, bytes});
+    p.steps.push_back({ReshardStep::Kind::kBroadcastFromDevice, {from.maximal_device()}, *rep, *rep, bytes, {}});
     p.bytes = bytes + rest->bytes;
     for (auto& st : rest->steps) p.steps.push_back(st);
     return p;
@@ -397,7 +397,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     auto rep = TileMap::FromSharding(HloSharding::Replicate(), base.rank(), n_);
     if (!rep.ok()) return rep.error();
     const int64_t bytes = base.ByteSize() * 2 * (n_ - 1) / std::max<int64_t>(n_, 1);
-    plan.steps.push_back({ReshardStep::Kind::kBroadcastFromDevice, {from.maximal_device()}, *rep, *rep, bytes});
+    plan.steps.push_back({ReshardStep::Kind::kBroadcastFromDevice, {from.maximal_device()}, *rep, *rep, bytes, {}});
     plan.bytes = bytes;
     return plan;
   }
@@ -419,10 +419,10 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     if (mid.SameAs(T)) {
       if (!same_covered) candidates.push_back(std::move(p));
     } else if (IsLocalRefinement(mid, T, full)) {
-      p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
+      p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0, {}});
       candidates.push_back(std::move(p));
     } else if (mid.tiles() == T.tiles()) {
-      p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base)});
+      p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base), {}});
       p.bytes += ShardBytes(mid, base);
       candidates.push_back(std::move(p));
     } else if (slice_and_permute && mid.replication() > 1) {
@@ -430,8 +430,8 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       // (after the gathers of plan 4 only: tried after every all-to-all of plans 2b and 5 it
       // doubled the partitioning time at 2048 devices).
       if (auto sliced = SliceThenPermuteMap(mid, T, full)) {
-        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, *sliced, 0});
-        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, *sliced, T, ShardBytes(*sliced, base)});
+        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, *sliced, 0, {}});
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, *sliced, T, ShardBytes(*sliced, base), {}});
         p.bytes += ShardBytes(*sliced, base);
         candidates.push_back(std::move(p));
       }
@@ -441,7 +441,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   // 1. Local refinement: dynamic-slice only (replicated -> sharded, partial -> finer).
   if (IsLocalRefinement(F, T, full)) {
     ReshardPlan p;
-    p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, T, 0});
+    p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, T, 0, {}});
     candidates.push_back(p);
   }
   // 2. All-to-all: sharding moves from dim a to dim b over the same devices.
@@ -462,7 +462,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       }
       if (!ok) continue;
       ReshardPlan p;
-      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, T, AllToAllBytes(F, base, b, k)});
+      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, T, AllToAllBytes(F, base, b, k), {}});
       p.bytes = p.steps.back().bytes;
       candidates.push_back(p);
     }
@@ -510,7 +510,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
         shard[static_cast<size_t>(b)] = (shard[static_cast<size_t>(b)] + k - 1) / k * k;
         const int64_t a2a = ElementsOf(shard) * PrimitiveTypeBytes(base.type) * (k - 1) / k;
         ReshardPlan p;
-        p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b, k}, F, mid, a2a});
+        p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b, k}, F, mid, a2a, {}});
         p.bytes = a2a;
         finish(std::move(p), mid, false);
       }
@@ -523,7 +523,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       shard[static_cast<size_t>(d)] = many->t[static_cast<size_t>(d)] * T.ShardSize(d, full[static_cast<size_t>(d)]);
     const int64_t a2a = ElementsOf(shard) * PrimitiveTypeBytes(base.type) * (many->k - 1) / many->k;
     ReshardPlan p;
-    p.steps.push_back({ReshardStep::Kind::kAllToAllDims, many->in_dims, F, T, a2a});
+    p.steps.push_back({ReshardStep::Kind::kAllToAllDims, many->in_dims, F, T, a2a, {}});
     p.bytes = a2a;
     candidates.push_back(p);
   }
@@ -533,7 +533,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     rows[static_cast<size_t>(halo->dim)] = 1;
     const int64_t row_bytes = ElementsOf(rows) * PrimitiveTypeBytes(base.type);
     ReshardPlan p;
-    p.steps.push_back({ReshardStep::Kind::kHalo, {halo->dim}, F, T, halo->most_received * row_bytes});
+    p.steps.push_back({ReshardStep::Kind::kHalo, {halo->dim}, F, T, halo->most_received * row_bytes, {}});
     // Two collective-permutes when rows come from both sides (the step's overhead counts one).
     p.bytes = p.steps.back().bytes + (halo->left > 0 && halo->right > 0 ? kCollectiveOverheadBytes : 0);
     candidates.push_back(p);
@@ -541,7 +541,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   // 3. Collective-permute: same tiling, different devices.
   if (F.tiles() == T.tiles()) {
     ReshardPlan p;
-    p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, T, ShardBytes(F, base)});
+    p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, T, ShardBytes(F, base), {}});
     p.bytes = p.steps.back().bytes;
     candidates.push_back(p);
   }
@@ -553,8 +553,8 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   if (F.replication() > 1) {
     if (auto mid = SliceThenPermuteMap(F, T, full)) {
       ReshardPlan p;
-      p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, *mid, 0});
-      p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, *mid, T, ShardBytes(*mid, base)});
+      p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, *mid, 0, {}});
+      p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, *mid, T, ShardBytes(*mid, base), {}});
       p.bytes = p.steps.back().bytes;
       candidates.push_back(p);
     }
@@ -593,7 +593,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       if (s * k != (full[static_cast<size_t>(d)] + g - 1) / g) { ok = false; break; }
       TileMap next = cur.GatheredBy(d, k);
       int64_t bytes = ShardBytes(cur, base) * (k - 1);
-      p.steps.push_back({ReshardStep::Kind::kAllGather, {d, k}, cur, next, bytes});
+      p.steps.push_back({ReshardStep::Kind::kAllGather, {d, k}, cur, next, bytes, {}});
       p.bytes += bytes;
       cur = next;
     }
@@ -612,7 +612,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       TileMap next = cur.Gathered({d});
       const int64_t t = cur.tiles(d);
       int64_t bytes = ShardBytes(cur, base) * (t - 1);
-      p.steps.push_back({ReshardStep::Kind::kAllGather, {d}, cur, next, bytes});
+      p.steps.push_back({ReshardStep::Kind::kAllGather, {d}, cur, next, bytes, {}});
       p.bytes += bytes;
       cur = next;
     }
@@ -687,13 +687,13 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       TileMap after = mid.Gathered(gathered);
       if (!mid.SameAs(F) && after.SameAs(T)) {
         ReshardPlan p;
-        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base)});
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base), {}});
         p.bytes = ShardBytes(F, base);
         TileMap cur = mid;
         for (int64_t d : gathered) {
           TileMap next = cur.Gathered({d});
           const int64_t bytes = ShardBytes(cur, base) * (cur.tiles(d) - 1);
-          p.steps.push_back({ReshardStep::Kind::kAllGather, {d}, cur, next, bytes});
+          p.steps.push_back({ReshardStep::Kind::kAllGather, {d}, cur, next, bytes, {}});
           p.bytes += bytes;
           cur = next;
         }
@@ -721,7 +721,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       TileMap mid(tiles, std::move(index), F.flat_replica());
       const int64_t a2a = AllToAllBytes(F, base, b, k);
       ReshardPlan p;
-      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, mid, a2a});
+      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, mid, a2a, {}});
       p.bytes = a2a;
       finish(std::move(p), mid, true);  // mid == T: candidate 2
     }
@@ -755,8 +755,8 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       for (int64_t c : count) grid &= c == F.replication();
       if (grid && !mid.SameAs(F) && IsLocalRefinement(mid, T, full)) {
         ReshardPlan p;
-        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base)});
-        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0});
+        p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base), {}});
+        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0, {}});
         p.bytes = ShardBytes(F, base);
         candidates.push_back(p);
       }
@@ -776,7 +776,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       for (int64_t d : all_tiled) g *= F.tiles(d);
       const int64_t bytes = base.ByteSize() * 2 * (g - 1) / g;
       ReshardPlan p;
-      p.steps.push_back({ReshardStep::Kind::kMaskedAllReduce, all_tiled, F, *rep, bytes});
+      p.steps.push_back({ReshardStep::Kind::kMaskedAllReduce, all_tiled, F, *rep, bytes, {}});
       p.bytes = bytes;
       // First, so that it wins a tie (XLA's choice for such arrays: BroadcastAsReplicate3).
       candidates.insert(candidates.begin(), p);
