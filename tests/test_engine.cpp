@@ -30,6 +30,7 @@
 #include "simulator/schedule.h"
 #include "simulator/topology.h"
 #include "tests/cli_test_support.h"
+#include "tests/zoo_partitioning.h"
 
 using namespace shardscope;
 using shardscope::testing::CliResult;
@@ -500,13 +501,9 @@ ENTRY %main (p: f32[28], q: s32[28], i: s32[]) -> (f32[14], s32[14]) {
     const ChipSpec chip = ChipPreset("tpu-v4").value();
     // Pipelined training steps: GPipe and circular, rematerialisation on, 12 microbatches.
     for (const char* schedule : {"gpipe", "circular"}) {
-      auto m = ZooBuild("pipelined-transformer", {{"stages", "4"}, {"mesh_x", "1"}, {"mesh_y", "2"}, {"microbatches", "12"},
-                                                  {"layers", "8"}, {"schedule", schedule}, {"remat", "1"}});
-      QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
-      PropagationOptions po;
-      po.propagate_to_output = {true};
-      QVERIFY(PropagateShardings(**m, po).ok());
-      auto spmd = PartitionModule(**m);
+      auto spmd = testing::PartitionZooUnverified("pipelined-transformer",
+                                                  {{"stages", "4"}, {"mesh_x", "1"}, {"mesh_y", "2"}, {"microbatches", "12"},
+                                                   {"layers", "8"}, {"schedule", schedule}, {"remat", "1"}});
       QVERIFY2(spmd.ok(), spmd.ok() ? "" : spmd.error().message.c_str());
       const int64_t replayed = ReplayMatchesExpansion(*spmd->module, chip);
       if (QTest::currentTestFailed()) return;
@@ -988,16 +985,12 @@ ENTRY %main (p: f32[8]) -> f32[32] {
   // The zoo's 2-layer Transformer training step (Adam, 2D finalized, batch 16) propagated and
   // partitioned for a 4x4 mesh; `model_flops` gets the unpartitioned module's FLOPs.
   static Result<PartitionResult> PartitionedZooStep(double* model_flops = nullptr, const std::string& batch = "16") {
-    auto m = ZooBuild("transformer", {{"layers", "2"}, {"mesh_x", "4"}, {"mesh_y", "4"}, {"batch", batch}});
-    if (!m.ok()) return m.error();
-    if (model_flops) *model_flops = CountModuleFlops(**m);
-    PropagationOptions po;
-    po.propagate_to_output = {true};
-    po.propagate_to_parameters = {true};
-    if (auto st = PropagateShardings(**m, po); !st.ok()) return st.error();
-    SpmdOptions so;
-    so.num_partitions = 16;
-    return PartitionModule(**m, so);
+    return testing::PartitionZooUnverified(
+        "transformer", {{"layers", "2"}, {"mesh_x", "4"}, {"mesh_y", "4"}, {"batch", batch}}, nullptr,
+        [model_flops](Module& m) {
+          if (model_flops) *model_flops = CountModuleFlops(m);
+        },
+        /*to_parameters=*/true);
   }
 
   // A zoo training step (2 layers, Adam, 2D finalized) partitioned for 4x4 and simulated on v4:

@@ -26,6 +26,7 @@
 #include "simulator/schedule.h"
 #include "simulator/topology.h"
 #include "tests/cli_test_support.h"
+#include "tests/zoo_partitioning.h"
 #include "core/zoo/zoo.h"
 #include "partitioner/propagation/sharding_propagation.h"
 #include "partitioner/spmd/spmd_partitioner.h"
@@ -331,13 +332,9 @@ ENTRY %main (x: f32[128,128]) -> f32[128,128] {
   void zooPipelineBubbleAndRecompute() {
     QFETCH(QString, schedule);
     // (Numerical verification of this model is tests/test_spmd_pipelining.cpp's.)
-    auto m = ZooBuild("pipelined-transformer", {{"stages", "4"}, {"mesh_x", "1"}, {"mesh_y", "2"}, {"microbatches", "4"},
-                                                {"layers", "8"}, {"schedule", schedule.toStdString()}, {"remat", "1"}});
-    QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
-    PropagationOptions po;
-    po.propagate_to_output = {true};
-    QVERIFY(PropagateShardings(**m, po).ok());
-    auto spmd = PartitionModule(**m);
+    auto spmd = testing::PartitionZooUnverified("pipelined-transformer",
+                                                {{"stages", "4"}, {"mesh_x", "1"}, {"mesh_y", "2"}, {"microbatches", "4"},
+                                                 {"layers", "8"}, {"schedule", schedule.toStdString()}, {"remat", "1"}});
     QVERIFY2(spmd.ok(), spmd.ok() ? "" : spmd.error().message.c_str());
     const Module& program_module = *spmd->module;
     Topology topo = TopologyFor("L=4,X=1,Y=2");
