@@ -1132,6 +1132,9 @@ void TestSearch::searchOfAPaperConfiguration() {
   CliRun other = Cli({"search", "transformer", "--paper", "gspmd-table4:(4,16,4) 32x32"});
   QCOMPARE(other.code, 2);
   QVERIFY2(Contains(other.err, "is a pipelined-transformer, not transformer"), other.err.c_str());
+  CliRun bare = Cli({"search", "--paper"});
+  QCOMPARE(bare.code, 2);
+  QVERIFY2(Contains(bare.err, "--paper takes CASE:COLUMN"), bare.err.c_str());
   CliRun bad = Cli({"search", "--paper", "gspmd-table4:(3,16,4) 32x32"});
   QCOMPARE(bad.code, 2);
   QVERIFY2(Contains(bad.err, "no column"), bad.err.c_str());

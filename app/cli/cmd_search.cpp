@@ -13,6 +13,7 @@
 //   search report DB... [--plan PLAN]                   ranks the search runs of merged stores;
 //                                                       --plan lists the plan lines with no run
 // docs/search.md has the sweep recipes (--jobs, GNU parallel, Slurm).
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +44,8 @@ constexpr const char* kName = "search";
 int TakeSearchOptions(std::vector<std::string>& args, search::SearchOptions& o, bool* from_paper) {
   std::string v;
   *from_paper = TakeOption(args, "paper", &v);
+  if (!*from_paper && std::find(args.begin(), args.end(), "--paper") != args.end())
+    return UsageError(kName, "--paper takes CASE:COLUMN, a column of `reproduce` such as \"gspmd-table2:64B, 128 devices\"");
   if (*from_paper) {
     auto paper = search::SearchOfPaperColumn(v);
     if (!paper.ok()) return UsageError(kName, "--paper: " + paper.error().message);
