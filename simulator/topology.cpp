@@ -1,5 +1,7 @@
 #include "simulator/topology.h"
 
+#include "simulator/mesh_placement.h"
+
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -488,6 +490,7 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
   }
   TopologyOptions o = options;
   std::optional<MeshOnSlice> laid;
+  std::optional<OrderedMeshPlacement> boxed;
   if (o.device_to_chip.empty() && chip.interconnect != InterconnectKind::kSwitch && (iota || !own_shape)) {
     std::vector<int64_t> shape = chip_shape;
     if (chip.interconnect == InterconnectKind::kGrid) shape = ToDims(shape, std::max<int64_t>(chip.physical_dims, 1));
@@ -504,10 +507,27 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
       for (int64_t pos = 0; pos < n; ++pos) {
         o.device_to_chip[static_cast<size_t>(mesh.device_order()[static_cast<size_t>(pos)])] = laid->chip_of_position[static_cast<size_t>(pos)];
       }
+      // The mesh's own order leaves an axis strided over the chips (its collectives would hop over
+      // chips of other groups): the order that puts every axis on a box of chips, as the strategy
+      // search places its meshes (simulator/mesh_placement.h).
+      if (iota && chip.interconnect == InterconnectKind::kGrid && !EveryAxisOnABox(shape, mesh, o.device_to_chip)) {
+        auto boxes = PlaceMeshOnBoxes(chip, shape, mesh);
+        if (boxes.ok() && boxes->boxes) {
+          o.device_to_chip = boxes->device_to_chip;
+          boxed = std::move(boxes).value();
+        }
+      }
     }
   }
   auto t = Create(chip, std::move(chip_shape), o);
   if (!t.ok() || !laid) return t;
+  if (boxed) {
+    std::string text = "in order " + boxed->order + " (minor first), every axis on a box of chips (the mesh's own order strides one): ";
+    for (size_t i = 0; i < boxed->axis_text.size(); ++i)
+      text += (i ? "; " : "") + mesh.axes()[i].name + "=" + std::to_string(mesh.axes()[i].size) + " on " + boxed->axis_text[i];
+    t->placement_ = text;
+    return t;
+  }
   // Say how the mesh lies on the slice.
   std::string text;
   for (size_t i = 0; i < laid->factors.size(); ++i) {

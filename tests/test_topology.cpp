@@ -9,6 +9,7 @@
 
 #include "core/sharding/mesh.h"
 #include "simulator/hardware.h"
+#include "simulator/mesh_placement.h"
 #include "simulator/topology.h"
 
 using namespace shardscope;
@@ -426,6 +427,44 @@ class TestTopology : public QObject {
     QCOMPARE(Topology::SliceShapeFor(Preset("tpu-v4"), 64).value(), (std::vector<int64_t>{4, 4, 4}));
     QVERIFY(!Topology::SliceShapeFor(Preset("tpu-v3"), 2048).ok());
     QVERIFY(!MeshPlacementFromName("spiral").ok());
+  }
+
+  // A mesh whose own order strides an axis over the chips is laid in the order that puts every axis
+  // on a box of chips (simulator/mesh_placement.h, the strategy search's rule): GSPMD Table 4's
+  // (L,X,Y) = (2,16,8) on 256 TPU v3 cores (8x16 chips). In its own order Y took the two cores and
+  // 4 chips of axis 1 and X the rest of axis 1 at a stride of 4; laid as "L,X,Y", L is the two
+  // cores of each chip, X the 16 chips of axis 1 and Y the 8 of axis 0, each a line of neighbours.
+  void stridedMeshOrderPlacedOnBoxes() {
+    auto two = WithCoresPerChip(Preset("tpu-v3"), 2);
+    QVERIFY(two.ok());
+    auto mesh = DeviceMesh::Parse("L=2,X=16,Y=8");
+    QVERIFY(mesh.ok());
+    auto own = PlaceMeshInOrder(two.value(), {8, 16}, mesh.value(), {}, /*require_boxes=*/false);
+    QVERIFY(own.ok());
+    QVERIFY(!own->boxes && own->canonical);
+    QVERIFY(!EveryAxisOnABox({8, 16}, mesh.value(), own->device_to_chip));
+    auto t = Topology::ForMesh(two.value(), mesh.value(), {8, 16});
+    QVERIFY2(t.ok(), t.ok() ? "" : t.error().message.c_str());
+    QVERIFY(EveryAxisOnABox({8, 16}, mesh.value(), t->device_to_chip()));
+    const std::string& how = t->DescribePlacement();
+    QVERIFY2(how.find("in order L,X,Y (minor first), every axis on a box of chips") == 0, how.c_str());
+    QVERIFY2(how.find("L=2 on 2 cores; X=16 on 16 (all) of axis 1; Y=8 on 8 (all) of axis 0") != std::string::npos, how.c_str());
+    const DeviceMesh& m = mesh.value();
+    QCOMPARE(t->ChipOfDevice(m.DeviceAt({0, 3, 5})), t->ChipOfDevice(m.DeviceAt({1, 3, 5})));  // L: the two cores
+    for (int64_t x = 0; x + 1 < 16; ++x)
+      QCOMPARE(t->HopDistance(t->ChipOfDevice(m.DeviceAt({0, x, 2})), t->ChipOfDevice(m.DeviceAt({0, x + 1, 2}))), int64_t{1});
+    for (int64_t y = 0; y + 1 < 8; ++y)
+      QCOMPARE(t->HopDistance(t->ChipOfDevice(m.DeviceAt({1, 7, y})), t->ChipOfDevice(m.DeviceAt({1, 7, y + 1}))), int64_t{1});
+    // A mesh whose own order is already on boxes keeps ForMesh's own layout and description.
+    auto wide = Topology::ForMesh(two.value(), DeviceMesh::Parse("X=8,Y=16").value(), {8, 8});
+    QVERIFY(wide.ok());
+    QVERIFY2(wide->DescribePlacement().find("in order") == std::string::npos, wide->DescribePlacement().c_str());
+    // An explicit device placement is kept as given.
+    TopologyOptions given;
+    given.device_to_chip = own->device_to_chip;
+    auto kept = Topology::ForMesh(two.value(), mesh.value(), {8, 16}, given);
+    QVERIFY(kept.ok());
+    QCOMPARE(kept->device_to_chip(), own->device_to_chip);
   }
 
   void reorderedPlacement() {

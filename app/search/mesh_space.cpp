@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/base/units.h"
+#include "simulator/mesh_placement.h"
 
 namespace shardscope::search {
 
@@ -44,28 +45,6 @@ void OrderedFactorisations(int64_t n, size_t k, std::vector<int64_t>& cur, std::
     cur.pop_back();
   }
 }
-
-// A physical dimension of the pod, minor first: the cores of a chip (axis -1), then the slice's
-// axes from the last to the first.
-struct PhysicalDim {
-  int64_t axis = -1;  // -1: cores
-  int64_t size = 1;
-};
-
-std::vector<PhysicalDim> PhysicalDims(const Pod& pod) {
-  std::vector<PhysicalDim> dims;
-  if (pod.chip.cores_per_chip > 1) dims.push_back({-1, pod.chip.cores_per_chip});
-  for (int64_t j = static_cast<int64_t>(pod.slice.size()) - 1; j >= 0; --j) dims.push_back({j, pod.slice[static_cast<size_t>(j)]});
-  return dims;
-}
-
-// A factor of one physical dimension that one mesh axis took: mesh-axis digit d sits at physical
-// coordinate d * stride along that dimension.
-struct Piece {
-  size_t dim = 0;
-  int64_t factor = 1;
-  int64_t stride = 1;
-};
 
 }  // namespace
 
@@ -199,136 +178,10 @@ Result<MeshChoice> PlaceMesh(const Pod& pod, const DeviceMesh& mesh, std::string
   if (mesh.num_devices() != pod.devices)
     return Error("mesh " + mesh.ToString() + " has " + std::to_string(mesh.num_devices()) + " devices, the pod " +
                  std::to_string(pod.devices));
-  const size_t naxes = static_cast<size_t>(mesh.num_axes());
-  // The order: mesh axis indices, minor first.
-  std::vector<size_t> order;
-  if (order_text.empty()) {
-    for (size_t a = naxes; a-- > 0;) order.push_back(a);
-  } else {
-    std::string t(order_text);
-    size_t start = 0;
-    while (start <= t.size()) {
-      size_t end = t.find(',', start);
-      if (end == std::string::npos) end = t.size();
-      const int64_t a = mesh.AxisIndex(t.substr(start, end - start));
-      if (a < 0) return Error("placement order '" + t + "' names an axis the mesh " + mesh.ToString() + " does not have");
-      order.push_back(static_cast<size_t>(a));
-      start = end + 1;
-    }
-    std::vector<size_t> sorted = order;
-    std::sort(sorted.begin(), sorted.end());
-    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-    if (sorted.size() != naxes || order.size() != naxes)
-      return Error("placement order '" + t + "' must name every axis of " + mesh.ToString() + " once");
-  }
-  MeshChoice choice;
-  choice.mesh = mesh;
-  choice.canonical = true;
-  for (size_t k = 0; k < order.size(); ++k) choice.canonical = choice.canonical && order[k] == naxes - 1 - k;
-  for (size_t k = 0; k < order.size(); ++k)
-    choice.order += (k ? "," : "") + mesh.axes()[order[k]].name;
-
-  std::vector<PhysicalDim> dims = PhysicalDims(pod);
-  std::vector<int64_t> remaining(dims.size()), stride(dims.size(), 1);
-  for (size_t k = 0; k < dims.size(); ++k) remaining[k] = dims[k].size;
-  std::vector<std::vector<Piece>> pieces(naxes);
-  size_t cursor = 0;
-  for (size_t a : order) {
-    int64_t s = mesh.axis_size(static_cast<int64_t>(a));
-    while (s > 1) {
-      while (cursor < dims.size() && remaining[cursor] == 1) ++cursor;
-      if (cursor >= dims.size()) return Error("mesh " + mesh.ToString() + " does not fit the slice");
-      const int64_t r = remaining[cursor];
-      int64_t take = 0;
-      if (r % s == 0) take = s;
-      else if (s % r == 0) take = r;
-      else
-        return Error("mesh axis " + mesh.axes()[a].name + " = " + std::to_string(mesh.axis_size(static_cast<int64_t>(a))) +
-                     " does not divide the slice's dimensions in placement order " + choice.order);
-      pieces[a].push_back({cursor, take, stride[cursor]});
-      stride[cursor] *= take;
-      remaining[cursor] /= take;
-      s /= take;
-    }
-  }
-
-  // Chip of every device.
-  const int64_t n = pod.devices;
-  const size_t m = pod.slice.size();
-  choice.device_to_chip.assign(static_cast<size_t>(n), 0);
-  std::vector<int64_t> coords(naxes), phys(m);
-  auto chip_of = [&](const std::vector<int64_t>& c) {
-    std::fill(phys.begin(), phys.end(), 0);
-    for (size_t a = 0; a < naxes; ++a) {
-      int64_t x = c[a];
-      for (const Piece& p : pieces[a]) {
-        const int64_t digit = x % p.factor;
-        x /= p.factor;
-        if (dims[p.dim].axis >= 0) phys[static_cast<size_t>(dims[p.dim].axis)] += digit * p.stride;
-      }
-    }
-    int64_t chip = 0;
-    for (size_t j = 0; j < m; ++j) chip = chip * pod.slice[j] + phys[j];
-    return chip;
-  };
-  for (int64_t d = 0; d < n; ++d) {
-    int64_t rest = d;
-    for (size_t a = naxes; a-- > 0;) {
-      const int64_t size = mesh.axis_size(static_cast<int64_t>(a));
-      coords[a] = rest % size;
-      rest /= size;
-    }
-    choice.device_to_chip[static_cast<size_t>(d)] = chip_of(coords);
-  }
-
-  // Each axis: its group through device 0 must be a box of chips.
-  const std::vector<bool> wraps = pod.chip.interconnect == InterconnectKind::kGrid
-                                      ? Topology::GenerationWraparound(pod.chip, pod.slice)
-                                      : std::vector<bool>(m, false);
-  for (size_t a = 0; a < naxes; ++a) {
-    std::set<std::vector<int64_t>> chips;
-    std::vector<int64_t> c(naxes, 0);
-    const int64_t size = mesh.axis_size(static_cast<int64_t>(a));
-    for (int64_t i = 0; i < size; ++i) {
-      c[a] = i;
-      int64_t chip = chip_of(c);
-      std::vector<int64_t> pc(m);
-      for (size_t j = m; j-- > 0;) {
-        pc[j] = chip % pod.slice[j];
-        chip /= pod.slice[j];
-      }
-      chips.insert(pc);
-    }
-    int64_t box = 1;
-    for (size_t j = 0; j < m; ++j) {
-      int64_t lo = INT64_MAX, hi = INT64_MIN;
-      for (const auto& pc : chips) {
-        lo = std::min(lo, pc[j]);
-        hi = std::max(hi, pc[j]);
-      }
-      box *= hi - lo + 1;
-    }
-    if (box != static_cast<int64_t>(chips.size()) && require_boxes)
-      return Error("mesh axis " + mesh.axes()[a].name + " is strided over the chips in placement order " + choice.order);
-    // Text: the pieces, major first.
-    std::string text;
-    for (size_t k = pieces[a].size(); k-- > 0;) {
-      const Piece& p = pieces[a][k];
-      const PhysicalDim& d = dims[p.dim];
-      if (!text.empty()) text += " x ";
-      if (d.axis < 0) {
-        text += std::to_string(p.factor) + " cores";
-      } else {
-        const bool whole = p.factor == d.size;
-        text += std::to_string(p.factor) + (whole ? " (all) of" : " of") + " axis " + std::to_string(d.axis);
-        if (whole && wraps[static_cast<size_t>(d.axis)] && d.size > 2) text += " (ring)";
-      }
-    }
-    if (text.empty()) text = "1";
-    if (box != static_cast<int64_t>(chips.size())) text += " (strided)";
-    choice.axis_text.push_back(text);
-  }
-  return choice;
+  auto placed = PlaceMeshInOrder(pod.chip, pod.slice, mesh, order_text, require_boxes);
+  if (!placed.ok()) return placed.error();
+  return MeshChoice{mesh, std::move(placed->order), std::move(placed->device_to_chip), std::move(placed->axis_text),
+                    placed->canonical};
 }
 
 Result<Topology> TopologyFor(const Pod& pod, const MeshChoice& choice) {
@@ -348,31 +201,11 @@ std::vector<MeshChoice> EnumerateMeshes(const Pod& pod, const std::vector<std::s
     std::vector<MeshAxis> axes;
     for (size_t a = 0; a < s.size(); ++a) axes.push_back({axis_names[a], s[a]});
     const DeviceMesh mesh(axes);
-    auto placed = PlaceMesh(pod, mesh);
-    if (placed.ok()) {
-      out.push_back(std::move(placed).value());
-      continue;
-    }
-    // Other orders, in lexicographic order of axis indices.
-    std::vector<size_t> idx(axis_names.size());
-    std::iota(idx.begin(), idx.end(), 0);
-    bool placed_as_boxes = false;
-    do {
-      std::string order;
-      for (size_t k = 0; k < idx.size(); ++k) order += (k ? "," : "") + axis_names[idx[k]];
-      auto alt = PlaceMesh(pod, mesh, order);
-      if (alt.ok()) {
-        out.push_back(std::move(alt).value());
-        placed_as_boxes = true;
-        break;
-      }
-    } while (std::next_permutation(idx.begin(), idx.end()));
-    // No order keeps every axis on a box (16 x 128 on 32x32 chips of 2 cores): the canonical
-    // placement with its strided axis, whose collectives the simulator routes hop by hop.
-    if (!placed_as_boxes) {
-      auto strided = PlaceMesh(pod, mesh, {}, /*require_boxes=*/false);
-      if (strided.ok()) out.push_back(std::move(strided).value());
-    }
+    // The placement rule ForMesh shares (simulator/mesh_placement.h): boxes, the mesh's own order first.
+    auto placed = PlaceMeshOnBoxes(pod.chip, pod.slice, mesh);
+    if (placed.ok())
+      out.push_back(MeshChoice{mesh, std::move(placed->order), std::move(placed->device_to_chip),
+                               std::move(placed->axis_text), placed->canonical});
   }
   return out;
 }

@@ -4,7 +4,8 @@
 // axis occupy a box of chips (a segment or ring of one physical axis, or a sub-grid of several):
 // "respecting the physical torus". A factorisation with no such placement is left out.
 //
-// Placement. Devices are numbered row-major over the mesh axes (the order the zoo's meshes and
+// Placement (the rule lives in simulator/mesh_placement.h, which Topology::ForMesh shares when a
+// mesh's own order strides an axis). Devices are numbered row-major over the mesh axes (the order the zoo's meshes and
 // their annotations use); the slice's chips row-major over the physical axes, and a chip's cores
 // (v2/v3 run as two devices per chip) are its minor-most "dimension". A placement order lists the
 // mesh axes minor first; each axis in turn takes the next factors of the physical dimensions,
