@@ -76,7 +76,8 @@ bool EveryAxisOnABox(const std::vector<int64_t>& slice, const DeviceMesh& mesh, 
 }
 
 Result<OrderedMeshPlacement> PlaceMeshInOrder(const ChipSpec& chip, const std::vector<int64_t>& slice,
-                                              const DeviceMesh& mesh, std::string_view order_text, bool require_boxes) {
+                                              const DeviceMesh& mesh, std::string_view order_text, bool require_boxes,
+                                              const std::vector<bool>* given_wraps) {
   int64_t chips = 1;
   for (int64_t s : slice) chips *= s;
   const int64_t n = chips * std::max<int64_t>(chip.cores_per_chip, 1);
@@ -159,8 +160,9 @@ Result<OrderedMeshPlacement> PlaceMeshInOrder(const ChipSpec& chip, const std::v
   }
 
   // Each axis: its group through device 0 must be a box of chips.
-  const std::vector<bool> wraps = chip.interconnect == InterconnectKind::kGrid ? Topology::GenerationWraparound(chip, slice)
-                                                                               : std::vector<bool>(m, false);
+  const std::vector<bool> wraps = given_wraps && given_wraps->size() == m ? *given_wraps
+                                   : chip.interconnect == InterconnectKind::kGrid ? Topology::GenerationWraparound(chip, slice)
+                                                                                 : std::vector<bool>(m, false);
   for (size_t a = 0; a < naxes; ++a) {
     const bool box = IsBox(GroupChips(slice, mesh, a, out.device_to_chip), m);
     if (!box && require_boxes)
@@ -187,8 +189,9 @@ Result<OrderedMeshPlacement> PlaceMeshInOrder(const ChipSpec& chip, const std::v
   return out;
 }
 
-Result<OrderedMeshPlacement> PlaceMeshOnBoxes(const ChipSpec& chip, const std::vector<int64_t>& slice, const DeviceMesh& mesh) {
-  auto canonical = PlaceMeshInOrder(chip, slice, mesh);
+Result<OrderedMeshPlacement> PlaceMeshOnBoxes(const ChipSpec& chip, const std::vector<int64_t>& slice, const DeviceMesh& mesh,
+                                              const std::vector<bool>* wraps) {
+  auto canonical = PlaceMeshInOrder(chip, slice, mesh, {}, true, wraps);
   if (canonical.ok()) return canonical;
   // Other orders, in lexicographic order of axis indices.
   std::vector<size_t> idx(static_cast<size_t>(mesh.num_axes()));
@@ -196,12 +199,12 @@ Result<OrderedMeshPlacement> PlaceMeshOnBoxes(const ChipSpec& chip, const std::v
   do {
     std::string order;
     for (size_t k = 0; k < idx.size(); ++k) order += (k ? "," : "") + mesh.axes()[idx[k]].name;
-    auto alt = PlaceMeshInOrder(chip, slice, mesh, order);
+    auto alt = PlaceMeshInOrder(chip, slice, mesh, order, true, wraps);
     if (alt.ok()) return alt;
   } while (std::next_permutation(idx.begin(), idx.end()));
   // No order keeps every axis on a box (16 x 128 on 32x32 chips of 2 cores): the canonical
   // placement with its strided axis, whose collectives the simulator routes hop by hop.
-  return PlaceMeshInOrder(chip, slice, mesh, {}, /*require_boxes=*/false);
+  return PlaceMeshInOrder(chip, slice, mesh, {}, /*require_boxes=*/false, wraps);
 }
 
 }  // namespace shardscope::sim

@@ -32,16 +32,17 @@ struct OrderedMeshPlacement {
 
 // Places `mesh` (devices 0..N-1, N = chips x chip.cores_per_chip) on a slice of `slice` chips in the
 // given order (empty: canonical). Error when the axis sizes do not divide the physical dimensions in
-// that order, or (with require_boxes) when an axis ends up strided.
+// that order, or (with require_boxes) when an axis ends up strided. `wraps`: the slice's wraparound
+// per axis, for the texts' "(ring)" (null: the generation's rule).
 Result<OrderedMeshPlacement> PlaceMeshInOrder(const ChipSpec& chip, const std::vector<int64_t>& slice,
                                               const DeviceMesh& mesh, std::string_view order = {},
-                                              bool require_boxes = true);
+                                              bool require_boxes = true, const std::vector<bool>* wraps = nullptr);
 
 // The canonical placement when every axis lies on a box; else the first other order that puts every
 // axis on a box (axis permutations in lexicographic order); else the canonical one with its strided
 // axes marked. Error only when no order divides the slice.
 Result<OrderedMeshPlacement> PlaceMeshOnBoxes(const ChipSpec& chip, const std::vector<int64_t>& slice,
-                                              const DeviceMesh& mesh);
+                                              const DeviceMesh& mesh, const std::vector<bool>* wraps = nullptr);
 
 // Whether every mesh axis's group through device 0 lies on a box of a `slice` under `device_to_chip`
 // (device id -> chip id, devices row-major over the mesh axes).

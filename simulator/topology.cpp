@@ -511,7 +511,7 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
       // chips of other groups): the order that puts every axis on a box of chips, as the strategy
       // search places its meshes (simulator/mesh_placement.h).
       if (iota && chip.interconnect == InterconnectKind::kGrid && !EveryAxisOnABox(shape, mesh, o.device_to_chip)) {
-        auto boxes = PlaceMeshOnBoxes(chip, shape, mesh);
+        auto boxes = PlaceMeshOnBoxes(chip, shape, mesh, &wraps.value());
         if (boxes.ok() && boxes->boxes) {
           o.device_to_chip = boxes->device_to_chip;
           boxed = std::move(boxes).value();
