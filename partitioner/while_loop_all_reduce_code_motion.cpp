@@ -24,70 +24,83 @@ using Labels = std::vector<int64_t>;  // per global device: equal labels, equal 
 // label hold the same value. Sources of difference are partition-id and replica-id; a small scalar
 // integer computed from them alone is evaluated per device (so table[partition-id] is labelled by
 // the table's entries: the partitioner's offsets are the same within a row of the mesh).
+//
+// A labelling is kept once, in canonical form (renumbered in order of first appearance, so equal
+// partitions of the devices are equal vectors), and named by an id: instructions hold ids, and the
+// join of two labellings is computed once per pair of ids. A 2048-device program labels thousands
+// of instructions with a handful of distinct labellings.
 class DeviceUniformity {
  public:
-  DeviceUniformity(int64_t replicas, int64_t partitions)
-      : replicas_(replicas), partitions_(partitions), devices_(replicas * partitions) {}
+  using Id = int32_t;
+  static constexpr Id kUniform = 0;
+  static constexpr Id kDeviceIds = 1;
 
-  int64_t devices() const { return devices_; }
+  DeviceUniformity(int64_t replicas, int64_t partitions)
+      : replicas_(replicas), partitions_(partitions), devices_(replicas * partitions) {
+    Intern(Labels(static_cast<size_t>(devices_), 0));
+    Labels ids(static_cast<size_t>(devices_));
+    for (int64_t d = 0; d < devices_; ++d) ids[static_cast<size_t>(d)] = d;
+    Intern(std::move(ids));
+  }
 
   // Labels of every instruction of `c`, its parameter's tuple elements labelled `param`
   // (one entry per element; a non-tuple parameter: one entry).
-  void Analyse(const Computation& c, const std::vector<Labels>& param) {
+  void Analyse(const Computation& c, const std::vector<Id>& param) {
     for (const auto& owned : c.instructions()) Visit(*owned, param);
   }
 
-  // Labels of `x` (a tuple's: of its elements joined).
-  Labels Of(const Instruction* x) const {
+  // The labelling of `x` (a tuple's: of its elements joined).
+  Id Of(const Instruction* x) {
     auto it = labels_.find(x);
-    if (it == labels_.end()) return DeviceIds();
-    Labels out = Uniform();
-    for (const Labels& l : it->second) out = Join(out, l);
+    if (it == labels_.end()) return kDeviceIds;
+    Id out = kUniform;
+    for (Id l : it->second) out = Join(out, l);
     return out;
   }
-  std::vector<Labels> Elements(const Instruction* x) const {
-    auto it = labels_.find(x);
-    if (it == labels_.end()) return {DeviceIds()};
-    return it->second;
-  }
+  const Labels& Get(Id id) const { return table_[static_cast<size_t>(id)]; }
 
-  Labels Uniform() const { return Labels(static_cast<size_t>(devices_), 0); }
-  Labels DeviceIds() const {
-    Labels l(static_cast<size_t>(devices_));
-    for (int64_t d = 0; d < devices_; ++d) l[static_cast<size_t>(d)] = d;
-    return l;
-  }
-
-  static bool IsUniform(const Labels& a) {
-    return std::all_of(a.begin(), a.end(), [&](int64_t v) { return v == a[0]; });
-  }
-  static Labels Join(const Labels& a, const Labels& b) {
-    if (a == b || IsUniform(b)) return a;
-    if (IsUniform(a)) return b;
-    Labels out(a.size());
-    // Labels are small non-negative numbers: each pair hashed as one word (a 2048-device program
-    // joins thousands of them); any other value through a map.
-    const auto [alo, ahi] = std::minmax_element(a.begin(), a.end());
-    const auto [blo, bhi] = std::minmax_element(b.begin(), b.end());
-    if (*alo >= 0 && *blo >= 0 && *ahi <= INT32_MAX && *bhi <= INT32_MAX) {
-      std::unordered_map<uint64_t, int64_t> ids;
-      ids.reserve(a.size());
-      for (size_t d = 0; d < a.size(); ++d) {
-        const uint64_t key = static_cast<uint64_t>(a[d]) << 32 | static_cast<uint64_t>(b[d]);
-        out[d] = ids.emplace(key, static_cast<int64_t>(ids.size())).first->second;
-      }
-      return out;
+  // The labelling that tells apart the devices either one tells apart.
+  Id Join(Id a, Id b) {
+    if (a == b || b == kUniform) return a;
+    if (a == kUniform) return b;
+    if (a == kDeviceIds || b == kDeviceIds) return kDeviceIds;
+    const uint64_t key = static_cast<uint64_t>(std::min(a, b)) << 32 | static_cast<uint64_t>(std::max(a, b));
+    auto it = joins_.find(key);
+    if (it != joins_.end()) return it->second;
+    const Labels& la = Get(a);
+    const Labels& lb = Get(b);
+    // Canonical labels count from 0: each pair numbered through a table when the pairs are few
+    // (a labelling with few values joined with another), else through a map.
+    const size_t na = static_cast<size_t>(*std::max_element(la.begin(), la.end())) + 1;
+    const size_t nb = static_cast<size_t>(*std::max_element(lb.begin(), lb.end())) + 1;
+    Labels out(la.size());
+    std::vector<int64_t> id(na * nb <= 4 * la.size() + 64 ? na * nb : 0, -1);
+    std::unordered_map<uint64_t, int64_t> ids;
+    int64_t next = 0;
+    for (size_t d = 0; d < la.size(); ++d) {
+      const uint64_t pair = static_cast<uint64_t>(la[d]) * nb + static_cast<uint64_t>(lb[d]);
+      int64_t& k = id.empty() ? ids.emplace(pair, -1).first->second : id[pair];
+      if (k < 0) k = next++;
+      out[d] = k;
     }
-    std::map<std::pair<int64_t, int64_t>, int64_t> ids;
-    for (size_t d = 0; d < a.size(); ++d) out[d] = ids.emplace(std::make_pair(a[d], b[d]), ids.size()).first->second;
-    return out;
+    const Id r = Intern(std::move(out));
+    joins_.emplace(key, r);
+    return r;
   }
+
+  static bool SameWithin(const Labels& l, const std::vector<std::vector<int64_t>>& groups) {
+    for (const auto& g : groups)
+      for (int64_t d : g)
+        if (d < 0 || static_cast<size_t>(d) >= l.size() || l[static_cast<size_t>(d)] != l[static_cast<size_t>(g[0])])
+          return false;
+    return true;
+  }
+
+ private:
   // Renumbered in order of first appearance (so equal partitions compare equal).
   static Labels Canonical(const Labels& a) {
     Labels out(a.size());
-    if (a.empty() || IsUniform(a)) return Labels(a.size(), 0);
-    // Labels are small non-negative numbers (device ids, group ids, earlier canonical labels):
-    // renumbered through a table; any other value through a map.
+    if (a.empty()) return out;
     const auto [lo, hi] = std::minmax_element(a.begin(), a.end());
     if (*lo >= 0 && *hi < 4 * static_cast<int64_t>(a.size()) + 16) {
       std::vector<int64_t> id(static_cast<size_t>(*hi) + 1, -1);
@@ -103,15 +116,21 @@ class DeviceUniformity {
     for (size_t d = 0; d < a.size(); ++d) out[d] = ids.emplace(a[d], ids.size()).first->second;
     return out;
   }
-  static bool SameWithin(const Labels& l, const std::vector<std::vector<int64_t>>& groups) {
-    for (const auto& g : groups)
-      for (int64_t d : g)
-        if (d < 0 || static_cast<size_t>(d) >= l.size() || l[static_cast<size_t>(d)] != l[static_cast<size_t>(g[0])])
-          return false;
-    return true;
-  }
 
- private:
+  // The id of a canonical labelling.
+  Id Intern(Labels canonical) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : canonical) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    auto& bucket = index_[h];
+    for (Id id : bucket)
+      if (table_[static_cast<size_t>(id)] == canonical) return id;
+    const Id id = static_cast<Id>(table_.size());
+    table_.push_back(std::move(canonical));
+    bucket.push_back(id);
+    return id;
+  }
+  Id InternAny(const Labels& l) { return Intern(Canonical(l)); }
+
   static bool SingleElementInteger(const Instruction& x) {
     const Shape& s = x.shape();
     if (!s.IsArray() || IsFloatingPoint(s.type) || s.type == PrimitiveType::kPred) return false;
@@ -190,50 +209,57 @@ class DeviceUniformity {
     }
   }
 
-  void Visit(const Instruction& x, const std::vector<Labels>& param) {
-    std::vector<Labels>& out = labels_[&x];
+  void Visit(const Instruction& x, const std::vector<Id>& param) {
+    std::vector<Id>& out = labels_[&x];
     out.clear();
     if (SingleElementInteger(x)) {
       if (auto v = ValueOf(x)) {
-        values_[&x] = *v;
-        out.push_back(Canonical(*v));
+        out.push_back(InternAny(*v));
+        values_[&x] = std::move(*v);
         return;
       }
     }
     values_.erase(&x);
     switch (x.opcode()) {
       case Opcode::kParameter:
-        out = param.empty() ? std::vector<Labels>{DeviceIds()} : param;
+        if (param.empty()) out.push_back(kDeviceIds);
+        else out = param;
         return;
       case Opcode::kGetTupleElement: {
-        const std::vector<Labels> e = Elements(x.operand(0));
-        out.push_back(x.tuple_index >= 0 && static_cast<size_t>(x.tuple_index) < e.size() && e.size() > 1
-                          ? e[static_cast<size_t>(x.tuple_index)]
-                          : Of(x.operand(0)));
+        auto it = labels_.find(x.operand(0));
+        if (it != labels_.end() && it->second.size() > 1 && x.tuple_index >= 0 &&
+            static_cast<size_t>(x.tuple_index) < it->second.size()) {
+          out.push_back(it->second[static_cast<size_t>(x.tuple_index)]);
+        } else {
+          out.push_back(Of(x.operand(0)));
+        }
         return;
       }
-      case Opcode::kTuple:
-        for (const Instruction* o : x.operands()) out.push_back(Of(o));
+      case Opcode::kTuple: {
+        std::vector<Id> elements;
+        for (const Instruction* o : x.operands()) elements.push_back(Of(o));
+        labels_[&x] = std::move(elements);
         return;
+      }
       case Opcode::kConstant: case Opcode::kIota:
-        out.push_back(Uniform());
+        out.push_back(kUniform);
         return;
       case Opcode::kPartitionId: case Opcode::kReplicaId: case Opcode::kRng:
       case Opcode::kCollectivePermute: case Opcode::kReduceScatter: case Opcode::kAllToAll:
-        out.push_back(DeviceIds());
+        out.push_back(kDeviceIds);
         return;
       case Opcode::kAllReduce: case Opcode::kAllGather: {
         // The same within each participant group.
         auto groups = CollectiveParticipantGroups(x, replicas_, partitions_);
         if (!groups.ok()) {
-          out.push_back(DeviceIds());
+          out.push_back(kDeviceIds);
           return;
         }
-        Labels l = DeviceIds();
+        Labels l = Get(kDeviceIds);
         for (const auto& g : *groups)
           for (int64_t d : g)
             if (d >= 0 && d < devices_) l[static_cast<size_t>(d)] = devices_ + g[0];
-        out.push_back(Canonical(l));
+        out.push_back(InternAny(l));
         return;
       }
       default:
@@ -241,18 +267,21 @@ class DeviceUniformity {
     }
     for (const Computation* c : x.called_computations()) {
       if (ReadsDeviceId(c)) {
-        out.push_back(DeviceIds());
+        out.push_back(kDeviceIds);
         return;
       }
     }
     // A deterministic function of its operands.
-    Labels l = Uniform();
+    Id l = kUniform;
     for (const Instruction* o : x.operands()) l = Join(l, Of(o));
-    out.push_back(Canonical(l));
+    out.push_back(l);
   }
 
   int64_t replicas_, partitions_, devices_;
-  std::unordered_map<const Instruction*, std::vector<Labels>> labels_;
+  std::vector<Labels> table_;                                  // id -> canonical labelling
+  std::unordered_map<uint64_t, std::vector<Id>> index_;        // hash -> ids
+  std::unordered_map<uint64_t, Id> joins_;                     // (a, b) -> join
+  std::unordered_map<const Instruction*, std::vector<Id>> labels_;
   std::unordered_map<const Instruction*, std::vector<int64_t>> values_;
   std::unordered_map<const Computation*, bool> reads_device_id_;
 };
@@ -604,14 +633,14 @@ Result<WhileLoopAllReduceCodeMotionResult> WhileLoopAllReduceCodeMotion(Module& 
           // the initial values' labels (the caller analysed with its parameters all different).
           uniformity = std::make_unique<DeviceUniformity>(replicas, partitions);
           uniformity->Analyse(*caller, {});
-          std::vector<Labels> params;
+          std::vector<DeviceUniformity::Id> params;
           for (const Instruction* o : init->operands()) params.push_back(uniformity->Of(o));
           for (int round = 0; round <= arity + 1; ++round) {
             uniformity->Analyse(*body, params);
             bool changed = false;
             for (int64_t e = 0; e < arity; ++e) {
-              Labels joined = DeviceUniformity::Canonical(
-                  DeviceUniformity::Join(params[static_cast<size_t>(e)], uniformity->Of(root->operand(e))));
+              const DeviceUniformity::Id joined =
+                  uniformity->Join(params[static_cast<size_t>(e)], uniformity->Of(root->operand(e)));
               if (joined != params[static_cast<size_t>(e)]) {
                 params[static_cast<size_t>(e)] = joined;
                 changed = true;
@@ -622,7 +651,7 @@ Result<WhileLoopAllReduceCodeMotionResult> WhileLoopAllReduceCodeMotion(Module& 
         }
         bool uniform = true;
         for (const Instruction* idx : acc->scatter_indices)
-          uniform = uniform && DeviceUniformity::SameWithin(uniformity->Of(idx), acc->groups);
+          uniform = uniform && DeviceUniformity::SameWithin(uniformity->Get(uniformity->Of(idx)), acc->groups);
         if (!uniform) {
           for (Instruction* ar : acc->all_reduces)
             why_kept.emplace(ar, "the scatter's indices differ between the devices the all-reduce sums over");

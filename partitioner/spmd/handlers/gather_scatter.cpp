@@ -76,12 +76,59 @@ std::optional<TileMap> FilledWithReplicas(const TileMap& joint, int64_t l, int64
   return TileMap(std::move(tiles), std::move(devs));
 }
 
+std::optional<Plan> SearchPlansUncached(SpmdContext& ctx, const Labels& L, const std::vector<JointSource>& sources,
+                                        const std::vector<const PartitionedHlo*>& ins,
+                                        const std::vector<std::vector<int64_t>>& in_labels,
+                                        const std::vector<int64_t>& out_labels, const Shape& out_leaf,
+                                        const HloSharding& target_leaf, const std::vector<int64_t>& reducible,
+                                        bool can_reduce, int64_t outputs);
+
 // Searches the joint tilings built from subsets of `sources` (each: map + labels), and each of
 // them with one untiled label split over (part of) its replication.
 std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::vector<JointSource>& sources,
                                 const std::vector<const PartitionedHlo*>& ins, const std::vector<std::vector<int64_t>>& in_labels,
                                 const std::vector<int64_t>& out_labels, const Shape& out_leaf, const HloSharding& target_leaf,
                                 const std::vector<int64_t>& reducible, bool can_reduce, int64_t outputs) {
+  // The same gather or scatter recurs on every layer (a pipelined stage's weights, each layer's
+  // gradient accumulation): the search is a pure function of what the key holds, decided once.
+  std::string key;
+  auto add = [&](const std::vector<int64_t>& v) {
+    key += '|';
+    for (int64_t x : v) key.append(std::to_string(x)).push_back(',');
+  };
+  key = std::to_string(L.num);
+  for (const auto* v : {&L.operand, &L.indices, &L.updates, &L.output, &L.t_labels, &L.free_b, &out_labels, &reducible})
+    add(*v);
+  for (const auto& v : in_labels) add(v);
+  for (const PartitionedHlo* in : ins) {
+    key += '|';
+    AppendShardingKey(key, in->sharding);
+    key += in->base_shape.ToString(false);
+  }
+  for (const JointSource& src : sources) {
+    auto sh = src.map->ToSharding();
+    if (!sh.ok()) return std::nullopt;
+    key += '|';
+    AppendShardingKey(key, *sh);
+    add(src.label_of_dim);
+  }
+  key += '|';
+  AppendShardingKey(key, target_leaf);
+  key += out_leaf.ToString(false) + (can_reduce ? "|r" : "|-") + std::to_string(outputs);
+  auto& cache = ctx.Decisions<std::optional<Plan>>();
+  if (auto hit = cache.find(key); hit != cache.end()) return hit->second;
+  std::optional<Plan> best = SearchPlansUncached(ctx, L, sources, ins, in_labels, out_labels, out_leaf, target_leaf,
+                                                 reducible, can_reduce, outputs);
+  cache.emplace(std::move(key), best);
+  return best;
+}
+
+std::optional<Plan> SearchPlansUncached(SpmdContext& ctx, const Labels& L, const std::vector<JointSource>& sources,
+                                        const std::vector<const PartitionedHlo*>& ins,
+                                        const std::vector<std::vector<int64_t>>& in_labels,
+                                        const std::vector<int64_t>& out_labels, const Shape& out_leaf,
+                                        const HloSharding& target_leaf, const std::vector<int64_t>& reducible,
+                                        bool can_reduce, int64_t outputs) {
   std::optional<Plan> best;
   // The smallest extent each label has (a label is split only over at most that many tiles).
   std::vector<int64_t> extent(static_cast<size_t>(L.num), std::numeric_limits<int64_t>::max());
@@ -211,7 +258,10 @@ Instruction* Cmp(SpmdContext& ctx, Instruction* a, Instruction* b, ComparisonDir
 
 std::string LabelDims(const std::vector<int64_t>& dims) {
   std::string s;
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(dims[i]);
+  }
   return s;
 }
 
