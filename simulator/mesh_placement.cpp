@@ -100,6 +100,11 @@ Result<OrderedMeshPlacement> PlaceMeshInOrder(const ChipSpec& chip, const std::v
       order.push_back(static_cast<size_t>(a));
       start = end + 1;
     }
+    // Axes of size 1 take no chips: an order may leave them out (a candidate ranked on X=8 opened
+    // as the model's X=8,Y=1); they go last.
+    for (size_t a = naxes; a-- > 0;)
+      if (mesh.axis_size(static_cast<int64_t>(a)) == 1 && std::find(order.begin(), order.end(), a) == order.end())
+        order.push_back(a);
     std::vector<size_t> sorted = order;
     std::sort(sorted.begin(), sorted.end());
     sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());

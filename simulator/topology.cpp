@@ -210,7 +210,10 @@ Result<std::vector<int64_t>> ParseSliceShape(std::string_view text) {
 
 std::string SliceShapeString(const std::vector<int64_t>& shape) {
   std::string s;
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += 'x';
+    s += std::to_string(shape[i]);
+  }
   return s;
 }
 
@@ -491,6 +494,29 @@ Result<Topology> Topology::ForMesh(const ChipSpec& chip, const DeviceMesh& mesh,
   TopologyOptions o = options;
   std::optional<MeshOnSlice> laid;
   std::optional<OrderedMeshPlacement> boxed;
+  if (!o.mesh_order.empty()) {
+    // Laid in the order given (the search's placement of a candidate).
+    if (chip.interconnect != InterconnectKind::kGrid)
+      return Error("a mesh order places a mesh on a torus slice; " + chip.name + " has no torus");
+    if (!o.device_to_chip.empty()) return Error("a mesh order and an explicit device placement contradict each other");
+    if (!iota) return Error("a mesh order places devices 0.." + std::to_string(n - 1) + " in mesh order; mesh " +
+                            mesh.ToString() + " lists them in another");
+    const std::vector<int64_t> shape = ToDims(chip_shape, std::max<int64_t>(chip.physical_dims, 1));
+    auto wraps = SliceWraparound(chip, shape, o);
+    if (!wraps.ok()) return wraps.error();
+    auto placed = PlaceMeshInOrder(chip, shape, mesh, o.mesh_order, /*require_boxes=*/false, &wraps.value());
+    if (!placed.ok())
+      return Error("cannot lay mesh " + mesh.ToString() + " in order " + o.mesh_order + " on a " + DimsText(chip_shape) + " " +
+                   chip.name + " slice: " + placed.error().message);
+    o.device_to_chip = placed->device_to_chip;
+    auto t = Create(chip, std::move(chip_shape), o);
+    if (!t.ok()) return t;
+    std::string text = "in order " + placed->order + " (minor first, as given): ";
+    for (size_t i = 0; i < placed->axis_text.size(); ++i)
+      text += (i ? "; " : "") + mesh.axes()[i].name + "=" + std::to_string(mesh.axes()[i].size) + " on " + placed->axis_text[i];
+    t->placement_ = text;
+    return t;
+  }
   if (o.device_to_chip.empty() && chip.interconnect != InterconnectKind::kSwitch && (iota || !own_shape)) {
     std::vector<int64_t> shape = chip_shape;
     if (chip.interconnect == InterconnectKind::kGrid) shape = ToDims(shape, std::max<int64_t>(chip.physical_dims, 1));
@@ -764,7 +790,8 @@ std::string Topology::Describe() const {
       if (shape_[i] < 3) continue;
       if (wraps_[i]) {
         any = true;
-        w += (w.empty() ? "" : ",") + std::to_string(i);
+        if (!w.empty()) w += ',';
+        w += std::to_string(i);
       } else {
         all = false;
       }

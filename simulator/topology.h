@@ -60,6 +60,10 @@ struct TopologyOptions {
   // for ForMesh the chip its mesh position is placed on (see `placement`).
   std::vector<int64_t> device_to_chip;
   MeshPlacement placement = MeshPlacement::kSnake;
+  // ForMesh: the mesh axes minor first ("Y,X,L"), laid in that order by PlaceMeshInOrder
+  // (simulator/mesh_placement.h), as the strategy search places its candidates; wins over
+  // `placement` and the box rule. Empty: the mesh's own layout.
+  std::string mesh_order;
   // Allow more chips than the chip's pod_shape holds (what-if studies). Off: an error.
   bool allow_larger_than_pod = false;
 };

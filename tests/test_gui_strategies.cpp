@@ -6,6 +6,7 @@
 // settings are said so.
 #include <QAbstractItemModel>
 #include <QCheckBox>
+#include <QComboBox>
 #include <QDir>
 #include <QUndoStack>
 #include <QLabel>
@@ -31,6 +32,7 @@
 #include "core/base/units.h"
 #include "core/sharding/mesh.h"
 #include "gui_test_support.h"
+#include "simulator/topology.h"
 #include "views/analysis_model.h"
 #include "views/document_model.h"
 #include "views/job_tracker.h"
@@ -185,6 +187,28 @@ void TestGuiStrategies::searchRankChartOpenCompare() {
   // On the candidate's chip (TPU v4: 32 GiB per device) and mesh.
   QCOMPARE(w.session()->analysis()->simulation().run->summary.device_hbm_bytes, int64_t{32} << 30);
   QCOMPARE(w.session()->analysis()->simulation().run->summary.num_devices, int64_t{8});
+  // On the pod it was ranked on: the search's slice, cores per chip and mesh order are the
+  // document's slice (not an edit), and the simulated step is the table's (at layers=2 every
+  // candidate is simulated exactly, not extrapolated).
+  {
+    const search::CandidateResult& chosen = results->results[static_cast<size_t>(pick)];
+    const ProjectSliceOverride slice = w.document()->sliceOverride();
+    QCOMPARE(sim::SliceShapeString(slice.shape), chosen.candidate.slice);
+    QCOMPARE(slice.cores_per_chip.value_or(0), chosen.candidate.cores_per_chip);
+    QCOMPARE(slice.mesh_order, chosen.candidate.placement);
+    QVERIFY(!chosen.extrapolated);
+    const sim::RunResult& run = *w.session()->analysis()->simulation().run;
+    QVERIFY2(run.inputs.placement.find("in order " + chosen.candidate.placement) == 0, run.inputs.placement.c_str());
+    QVERIFY2(std::abs(run.summary.step_time_s - chosen.summary.step_time_s) <= 1e-9 * chosen.summary.step_time_s,
+             qPrintable(QString("%1: GUI %2 s, search %3 s")
+                            .arg(QString::fromStdString(chosen.candidate.Label()))
+                            .arg(run.summary.step_time_s, 0, 'g', 12)
+                            .arg(chosen.summary.step_time_s, 0, 'g', 12)));
+    QCOMPARE(run.summary.peak_memory_bytes, chosen.summary.peak_memory_bytes);
+    auto order = w.findChild<QComboBox*>("slicePlacementMode");
+    QVERIFY(order);
+    QCOMPARE(order->currentText(), "order " + QString::fromStdString(chosen.candidate.placement));
+  }
   // The document stays searchable as the model it came from, with the search's settings.
   QCOMPARE(jobs->documentModel(), QString("transformer"));
   QCOMPARE(panel->settingsText(), QString("layers=2"));

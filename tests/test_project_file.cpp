@@ -99,6 +99,7 @@ class TestProjectFile : public QObject {
     c.slice.wraparound = false;
     c.slice.shape = {4, 8};
     c.slice.cores_per_chip = 2;  // TPU v3 cores as devices
+    c.slice.mesh_order = "Y,X";   // a search candidate's placement
     const std::string with_slice = WriteProjectFile(p.module.get(), c);
     QVERIFY(with_slice.find("\"slice\"") != std::string::npos);
     QVERIFY(with_slice.find("\"weight_update_sharding\"") == std::string::npos);
@@ -108,6 +109,8 @@ class TestProjectFile : public QObject {
     QCOMPARE(sliced->contents.slice.wraparound, std::optional<bool>(false));
     QCOMPARE(sliced->contents.slice.cores_per_chip, std::optional<int64_t>(2));
     QVERIFY(with_slice.find("\"cores_per_chip\": 2") != std::string::npos);
+    QVERIFY(with_slice.find("\"mesh_order\": \"Y,X\"") != std::string::npos);
+    QCOMPARE(sliced->contents.slice.mesh_order, std::string("Y,X"));
     // Only the wraparound given: the rest stays the generation's.
     c.slice = {};
     c.slice.wraparound = true;
@@ -181,6 +184,9 @@ class TestProjectFile : public QObject {
     QTest::newRow("slice cores per chip not 1 or 2")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": {\"cores_per_chip\": 3}}, \"format\"")
         << "error: \"cores_per_chip\" must be 1 or 2";
+    QTest::newRow("slice mesh order not a string")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": {\"mesh_order\": 2}}, \"format\"")
+        << "error: \"mesh_order\" must be the mesh axes minor first";
     QTest::newRow("slice wraparound not a boolean")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": {\"wraparound\": 1}}, \"format\"")
         << "error: \"wraparound\" must be true or false";

@@ -102,6 +102,7 @@ class TestSearch : public QObject {
   void extrapolationNeverBelowTheDeeperSample();
   void searchRanksStoresAndReopens();
   void exactCandidatesStoreTheBestTimelineOnly();
+  void reopenedCandidateSimulatesAsRanked();
   void paretoFrontIsNonDominated();
   void overHbmCandidatesConfirmedWithRemat();
   void explanationNamesTheCollectives();
@@ -599,6 +600,55 @@ void TestSearch::searchRanksStoresAndReopens() {
   // A run no search made does not re-open as a candidate.
   auto not_search = ReopenCandidate({{"schedule", "program-order"}});
   QVERIFY(!not_search.ok() && Contains(not_search.error().message, "search.model"));
+}
+
+// A stored candidate re-opened with `runs open` says how to simulate it on the pod it was ranked
+// on (slice, cores per chip, mesh order: `simulate --mesh-order`), and that simulation gives the
+// ranked figures exactly — also for a candidate whose mesh the search laid in another order than
+// the mesh's own (the GUI applies the same slice when a candidate is chosen, test_gui_strategies).
+void TestSearch::reopenedCandidateSimulatesAsRanked() {
+  QTemporaryDir dir;
+  const QString db = dir.filePath("ranked.sqlite");
+  SearchOptions so;
+  so.model = "transformer";
+  so.settings = SmallTransformer(4);  // exact: too shallow to extrapolate
+  so.chip = "tpu-v3";                 // two cores per chip
+  so.devices = 32;
+  so.families = {"in-layer"};
+  so.jobs = 2;
+  so.confirm = 0;
+  so.store = pipeline::RunDatabase::Open(db.toStdString()).value();
+  auto r = RunSearch(so);
+  QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
+  int checked = 0, reordered = 0;
+  for (const CandidateResult& c : r->ranked) {
+    if (!c.simulated() || c.extrapolated) continue;
+    const QString hlo = dir.filePath(QString("c%1.hlo").arg(c.run_id));
+    CliRun open = Cli({"runs", "open", db, QString::number(c.run_id), "-o", hlo});
+    QVERIFY2(open.code == 0, (open.out + open.err).c_str());
+    const std::string marker = "simulate it on the pod it was ranked on: shardscope-cli ";
+    const size_t at = open.err.find(marker);
+    QVERIFY2(at != std::string::npos, open.err.c_str());
+    const std::string cmd = open.err.substr(at + marker.size(), open.err.find('\n', at) - at - marker.size());
+    QVERIFY2(Contains(cmd, "--topology " + c.candidate.slice + " --cores-per-chip 2 --mesh-order " + c.candidate.placement),
+             cmd.c_str());
+    const DeviceMesh mesh = DeviceMesh::Parse(c.candidate.mesh).value();
+    std::string own;
+    for (int64_t a = mesh.num_axes(); a-- > 0;) own += (own.empty() ? "" : ",") + mesh.axes()[static_cast<size_t>(a)].name;
+    if (c.candidate.placement != own) ++reordered;
+    CliRun sim = Cli(QString::fromStdString(cmd).split(' ', Qt::SkipEmptyParts));
+    QVERIFY2(sim.code == 0, (cmd + "\n" + sim.out + sim.err).c_str());
+    double step_us = 0, peak = 0;
+    QVERIFY2(std::sscanf(sim.out.substr(sim.out.rfind("step_time_us:")).c_str(), "step_time_us: %lf peak_memory_bytes: %lf",
+                         &step_us, &peak) == 2,
+             sim.out.c_str());
+    QVERIFY2(std::abs(step_us * 1e-6 - c.summary.step_time_s) <= 1e-6 * c.summary.step_time_s,
+             (c.candidate.Label() + ": " + std::to_string(step_us) + " us, ranked " + std::to_string(c.summary.step_time_s)).c_str());
+    QCOMPARE(static_cast<int64_t>(peak), c.summary.peak_memory_bytes);
+    if (++checked == 6) break;
+  }
+  QVERIFY(checked >= 4);
+  QVERIFY2(reordered >= 1, "some candidate's mesh is laid in another order than its own");
 }
 
 // At 4 layers every candidate is simulated at full depth in step 3 (too shallow to extrapolate):

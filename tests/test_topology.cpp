@@ -467,6 +467,53 @@ class TestTopology : public QObject {
     QCOMPARE(kept->device_to_chip(), own->device_to_chip);
   }
 
+  // A mesh laid in a given order (TopologyOptions::mesh_order, the strategy search's placement of a
+  // candidate): PlaceMeshInOrder's device placement, said as such; wins over the mesh's own layout.
+  void meshOrderLaysTheMeshAsGiven() {
+    auto two = WithCoresPerChip(Preset("tpu-v3"), 2);
+    QVERIFY(two.ok());
+    const DeviceMesh mesh = DeviceMesh::Parse("L=4,X=1,Y=32").value();
+    for (const std::string order : {"Y,X,L", "L,Y,X", "Y,L"}) {
+      auto placed = PlaceMeshInOrder(two.value(), {8, 8}, mesh, order, /*require_boxes=*/false);
+      QVERIFY2(placed.ok(), order.c_str());
+      TopologyOptions o;
+      o.mesh_order = order;
+      auto t = Topology::ForMesh(two.value(), mesh, {8, 8}, o);
+      QVERIFY2(t.ok(), t.ok() ? "" : t.error().message.c_str());
+      QCOMPARE(t->device_to_chip(), placed->device_to_chip);
+      QVERIFY2(t->DescribePlacement().find("in order " + placed->order + " (minor first, as given): ") == 0,
+               t->DescribePlacement().c_str());
+    }
+    // "Y,X,L" is not the mesh's own layout: Y takes the cores and half of physical axis 0, so the
+    // two layouts differ.
+    TopologyOptions yxl;
+    yxl.mesh_order = "Y,X,L";
+    QVERIFY(Topology::ForMesh(two.value(), mesh, {8, 8}, yxl)->device_to_chip() !=
+            Topology::ForMesh(two.value(), mesh, {8, 8})->device_to_chip());
+    // An axis of size 1 may be left out (it takes no chips); another may not.
+    TopologyOptions short_order;
+    short_order.mesh_order = "Y,L";
+    QVERIFY(Topology::ForMesh(two.value(), mesh, {8, 8}, short_order).ok());
+    auto expect_error = [&](const TopologyOptions& o, const ChipSpec& chip, const char* part) {
+      auto t = Topology::ForMesh(chip, mesh, chip.interconnect == InterconnectKind::kGrid ? std::vector<int64_t>{8, 8}
+                                                                                          : std::vector<int64_t>{},
+                                 o);
+      QVERIFY(!t.ok());
+      QVERIFY2(t.error().message.find(part) != std::string::npos, t.error().message.c_str());
+    };
+    TopologyOptions unknown, missing, both;
+    unknown.mesh_order = "Y,Z";
+    expect_error(unknown, two.value(), "names an axis the mesh L=4,X=1,Y=32 does not have");
+    missing.mesh_order = "Y,X";
+    expect_error(missing, two.value(), "must name every axis");
+    both.mesh_order = "Y,X,L";
+    both.device_to_chip = Topology::ForMesh(two.value(), mesh, {8, 8})->device_to_chip();
+    expect_error(both, two.value(), "contradict");
+    TopologyOptions on_switch;
+    on_switch.mesh_order = "Y,X,L";
+    expect_error(on_switch, Preset("h100"), "has no torus");
+  }
+
   void reorderedPlacement() {
     Topology t = Make(Preset("tpu-v5e"), {4});
     QVERIFY(t.SetDeviceToChip({3, 2, 1, 0}).ok());

@@ -34,7 +34,9 @@ SlicePlacementBar::SlicePlacementBar(QWidget* parent)
   placement_->addItem("snake", "snake");
   placement_->addItem("row-major", "row-major");
   placement_->setToolTip("How a mesh axis that spans several physical axes is laid out: snake (consecutive devices "
-                         "are neighbours, a ring closes over the torus) or row-major (a device may jump to the next row)");
+                         "are neighbours, a ring closes over the torus) or row-major (a device may jump to the next row); "
+                         "a strategy search's candidate is laid in its order of the mesh axes (\"order Y,X\": "
+                         "minor first), as the search ranked it");
   wraparound_->setObjectName("sliceWraparound");
   wraparound_->addItem("generation", QString());
   wraparound_->addItem("every axis", "all");
@@ -101,7 +103,14 @@ void SlicePlacementBar::setDocument(DocumentModel* doc) {
 void SlicePlacementBar::loadFromDocument() {
   loading_ = true;
   const ProjectSliceOverride o = doc_ ? doc_->sliceOverride() : ProjectSliceOverride{};
-  placement_->setCurrentIndex(o.placement == "row-major" ? 1 : 0);
+  // A search candidate's mesh order is a third choice, offered while the override has one.
+  while (placement_->count() > 2) placement_->removeItem(2);
+  if (!o.mesh_order.empty()) {
+    placement_->addItem("order " + Q(o.mesh_order), Q(o.mesh_order));
+    placement_->setCurrentIndex(2);
+  } else {
+    placement_->setCurrentIndex(o.placement == "row-major" ? 1 : 0);
+  }
   wraparound_->setCurrentIndex(!o.wraparound ? 0 : *o.wraparound ? 1 : 2);
   shape_->setText(Q(sim::SliceShapeString(o.shape)));
   shape_->setStyleSheet(QString());
@@ -115,6 +124,7 @@ void SlicePlacementBar::applyControls() {
   if (loading_ || !doc_ || !doc_->module()) return;
   ProjectSliceOverride o;
   if (placement_->currentIndex() == 1) o.placement = "row-major";
+  if (placement_->currentIndex() == 2) o.mesh_order = placement_->currentData().toString().toStdString();
   const QString wrap = wraparound_->currentData().toString();
   if (!wrap.isEmpty()) o.wraparound = wrap == "all";
   const QString text = shape_->text().trimmed();

@@ -245,7 +245,7 @@ int Run(const std::vector<std::string>& in) {
 const bool registered = Register(
     {kName,
      "KIND --chip CHIP --mesh X=8,Y=4 --shape bf16[2048,8192] --sharding \"[E_Y, F]\" --axes Y "
-     "[--no-wraparound|--wraparound] [--topology 8x4] [--placement snake|row-major] [--cores-per-chip 2] [--one-direction] "
+     "[--no-wraparound|--wraparound] [--topology 8x4] [--placement snake|row-major] [--mesh-order Y,X] [--cores-per-chip 2] [--one-direction] "
      "[--latency-model overlapped|additive] [--shift N] [--no-cyclic]",
      "Modelled time of one collective (all-gather, reduce-scatter, all-reduce, all-to-all, collective-permute)", &Run});
 

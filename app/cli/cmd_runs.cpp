@@ -105,6 +105,15 @@ int Open(std::vector<std::string> args) {
     std::cerr << "wrote " << out << ": " << run->label << " (" << (*module)->instruction_count() << " instructions, "
               << (annotations.empty() ? "annotations rebuilt from the run's settings" : std::to_string(annotations.size()) + " stored annotations")
               << ")\n";
+  // How to simulate it on the pod it was ranked on (its slice, cores per chip and mesh order).
+  if (auto c = search::Candidate::FromSettings(run->inputs.settings); c.ok() && out != "-" && !c->chip.empty()) {
+    std::string cmd = "shardscope-cli simulate " + out + " --chip " + c->chip + " --mesh " + c->mesh;
+    if (!c->slice.empty()) cmd += " --topology " + c->slice;
+    cmd += " --cores-per-chip " + std::to_string(c->cores_per_chip);
+    if (!c->placement.empty()) cmd += " --mesh-order " + c->placement;
+    if (c->OptionOn("weight_update_sharding")) cmd += " --weight-update-sharding";
+    std::cerr << "simulate it on the pod it was ranked on: " << cmd << "\n";
+  }
   return 0;
 }
 

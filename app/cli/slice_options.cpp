@@ -32,6 +32,7 @@ SliceOptionTexts TakeSliceOptions(std::vector<std::string>& args) {
   take("topology", t.topology);
   take("placement", t.placement);
   take("cores-per-chip", t.cores);
+  take("mesh-order", t.mesh_order);
   take("latency-model", t.latency_model);
   t.no_wraparound = TakeFlag(args, "no-wraparound");
   t.wraparound = TakeFlag(args, "wraparound");
@@ -62,6 +63,10 @@ Result<Slice> ResolveSlice(const SliceOptionTexts& t) {
     auto shape = ParseSliceShape(*t.topology);
     if (!shape.ok()) return Error("--topology " + shape.error().message);
     options.shape = std::move(shape).value();
+  }
+  if (t.mesh_order) {
+    if (t.mesh_order->empty()) return Error("--mesh-order takes the mesh axes minor first, e.g. Y,X");
+    options.mesh_order = *t.mesh_order;
   }
   if (t.no_wraparound) options.wraparound = false;
   if (t.wraparound) options.wraparound = true;

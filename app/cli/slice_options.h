@@ -1,6 +1,6 @@
 // The simulated slice that `collective` and `simulate` both describe on the command line: a chip
 // (preset name or chip .json), optionally its cores per chip, the device mesh, optionally the slice
-// shape (--topology 4x4x4), how the mesh is laid on it (--placement), the wraparound rule and how collectives are timed. One place turns those texts into a Topology, so
+// shape (--topology 4x4x4), how the mesh is laid on it (--placement, or --mesh-order as the search lays a candidate), the wraparound rule and how collectives are timed. One place turns those texts into a Topology, so
 // both subcommands accept and reject the same things with the same messages.
 #pragma once
 
@@ -23,6 +23,7 @@ struct SliceOptionTexts {
   std::optional<std::string> mesh;           // --mesh
   std::optional<std::string> topology;       // --topology
   std::optional<std::string> placement;      // --placement snake|row-major
+  std::optional<std::string> mesh_order;     // --mesh-order Y,X (the search's placement of a candidate)
   bool wraparound = false;                   // --wraparound
   bool no_wraparound = false;                // --no-wraparound
   std::optional<std::string> latency_model;  // --latency-model overlapped|additive

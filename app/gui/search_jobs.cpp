@@ -13,6 +13,7 @@
 #include "app/search/report.h"
 #include "app/search/search.h"
 #include "core/base/units.h"
+#include "simulator/topology.h"
 #include "views/analysis_model.h"
 #include "views/document_model.h"
 #include "views/strategies_panel.h"
@@ -397,6 +398,13 @@ void SearchJobs::choose(int row) {
         // partitioned view's toggle on (as the search evaluated it); any other leaves it off. Part
         // of opening the document, not an undo step.
         session_->document()->applyWeightUpdateSharding(candidate.OptionOn("weight_update_sharding"));
+        // The pod it was ranked on: the search's slice, cores per chip and mesh order, so the
+        // simulated step is the one in the table. Also part of opening, not an undo step.
+        ProjectSliceOverride slice;
+        if (auto shape = sim::ParseSliceShape(candidate.slice); shape.ok()) slice.shape = *shape;
+        slice.cores_per_chip = candidate.cores_per_chip;
+        slice.mesh_order = candidate.placement;
+        session_->document()->applySliceOverride(slice);
         emit candidateOpened(row, Q(candidate.Label()));
         // The timeline follows: one step of the candidate on its chip.
         session_->analysis()->requestSimulation(Q(candidate.chip));

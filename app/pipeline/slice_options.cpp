@@ -8,6 +8,7 @@ TopologyOptions SliceOptions::ToTopologyOptions() const {
   TopologyOptions o;
   if (wraparound) o.wraparound = *wraparound ? TopologyOptions::Wraparound::kAll : TopologyOptions::Wraparound::kNone;
   if (placement) o.placement = *placement;
+  o.mesh_order = mesh_order;
   return o;
 }
 
@@ -15,6 +16,7 @@ std::string SliceOptions::ToString() const {
   if (empty()) return "the generation's slice";
   std::string s;
   auto part = [&s](const std::string& p) { s += (s.empty() ? "" : ", ") + p; };
+  if (!mesh_order.empty()) part("mesh order " + mesh_order + " (minor first)");
   if (placement) part(std::string(MeshPlacementName(*placement)));
   if (wraparound) part(*wraparound ? "wraparound on every axis" : "no wraparound");
   if (!shape.empty()) part("slice " + SliceShapeString(shape));
@@ -34,6 +36,7 @@ Result<SliceOptions> SliceOptionsFromProject(const ProjectSliceOverride& saved) 
   if (saved.cores_per_chip && *saved.cores_per_chip != 1 && *saved.cores_per_chip != 2)
     return Error("slice cores per chip: " + std::to_string(*saved.cores_per_chip) + " (1 or 2)");
   o.cores_per_chip = saved.cores_per_chip;
+  o.mesh_order = saved.mesh_order;
   return o;
 }
 
@@ -43,6 +46,7 @@ ProjectSliceOverride ProjectSliceFromOptions(const SliceOptions& options) {
   p.wraparound = options.wraparound;
   p.shape = options.shape;
   p.cores_per_chip = options.cores_per_chip;
+  p.mesh_order = options.mesh_order;
   return p;
 }
 

@@ -28,8 +28,11 @@ struct SliceOptions {
   std::optional<sim::MeshPlacement> placement;
   // 1 or 2 cores per chip (TPU v2/v3 cores as devices); unset: the preset's.
   std::optional<int64_t> cores_per_chip;
+  // The mesh axes minor first ("Y,X,L"): the mesh laid in that order, as the strategy search places
+  // a candidate (sim::TopologyOptions::mesh_order); wins over `placement`. Empty: the mesh's own layout.
+  std::string mesh_order;
 
-  bool empty() const { return shape.empty() && !wraparound && !placement && !cores_per_chip; }
+  bool empty() const { return shape.empty() && !wraparound && !placement && !cores_per_chip && mesh_order.empty(); }
   bool operator==(const SliceOptions&) const = default;
   // The Topology::ForMesh options this stands for.
   sim::TopologyOptions ToTopologyOptions() const;

@@ -186,6 +186,12 @@ Result<MeshChoice> PlaceMesh(const Pod& pod, const DeviceMesh& mesh, std::string
 
 Result<Topology> TopologyFor(const Pod& pod, const MeshChoice& choice) {
   TopologyOptions options;
+  if (pod.chip.interconnect == InterconnectKind::kGrid && !choice.order.empty()) {
+    // The simulator lays the mesh in the choice's order (PlaceMeshInOrder, as the choice was
+    // made), so `simulate --mesh-order` and the GUI run a candidate on the placement it was ranked on.
+    options.mesh_order = choice.order;
+    return Topology::ForMesh(pod.chip, choice.mesh, pod.slice, options);
+  }
   options.device_to_chip = choice.device_to_chip;
   return Topology::Create(pod.chip, pod.slice, options);
 }

@@ -108,6 +108,11 @@ class ProjectReader {
           if (v != 1 && v != 2) return At(cores->position(), "\"cores_per_chip\" must be 1 or 2");
           c.slice.cores_per_chip = v;
         }
+        if (const json::Value* order = slice->Find("mesh_order")) {
+          if (!order->is_string() || order->string().empty())
+            return At(order->position(), "\"mesh_order\" must be the mesh axes minor first, e.g. \"Y,X\"");
+          c.slice.mesh_order = order->string();
+        }
       }
     }
     return p;
@@ -127,7 +132,9 @@ class ProjectReader {
       return std::string();
     }
     if (!v->is_string()) {
-      return At(v->position(), "\"" + std::string(key) + "\" must be a string, found " + std::string(json::TypeName(v->type())));
+      std::string message = "\"";
+      message.append(key).append("\" must be a string, found ").append(json::TypeName(v->type()));
+      return At(v->position(), message);
     }
     return v->string();
   }
@@ -233,6 +240,7 @@ std::string WriteProjectFile(const Module* module, const ProjectContents& conten
         add(slice, "shape", json::Value::Array(std::move(shape)));
       }
       if (contents.slice.cores_per_chip) add(slice, "cores_per_chip", json::Value::Integer(*contents.slice.cores_per_chip));
+      if (!contents.slice.mesh_order.empty()) add(slice, "mesh_order", json::Value::String(contents.slice.mesh_order));
       add(analysis, "slice", json::Value::Object(std::move(slice)));
     }
     if (!analysis.empty()) add(root, "analysis", json::Value::Object(std::move(analysis)));

@@ -48,7 +48,8 @@ struct ProjectSliceOverride {
   std::optional<bool> wraparound;  // true: every axis wraps; false: none; unset: the generation's rule
   std::vector<int64_t> shape;      // chips per physical axis (e.g. {4, 8}); empty: chosen for the mesh
   std::optional<int64_t> cores_per_chip;  // 1 or 2 (TPU v2/v3 cores as devices); unset: the chip preset's
-  bool empty() const { return placement.empty() && !wraparound && shape.empty() && !cores_per_chip; }
+  std::string mesh_order;  // mesh axes minor first ("Y,X,L"), as the strategy search places a candidate; empty: none
+  bool empty() const { return placement.empty() && !wraparound && shape.empty() && !cores_per_chip && mesh_order.empty(); }
   bool operator==(const ProjectSliceOverride&) const = default;
 };
 
