@@ -175,6 +175,10 @@ void TestGuiStrategies::searchRankChartOpenCompare() {
     if (expected != before) pick = static_cast<int>(i);
   }
   QVERIFY2(pick >= 0, "some candidate is annotated unlike the example");
+  // The simulation panel's chip was another one: it follows the candidate's.
+  auto sim_chip = w.findChild<QComboBox*>("simulationChip");
+  QVERIFY(sim_chip);
+  sim_chip->setCurrentText("tpu-v5e");
   panel->selectRows({pick});
   QVERIFY(QTest::qWaitFor([&] { return jobs->chosenRow() == pick; }, 60000));
   QVERIFY(!panel->comparisonView()->isVisible());
@@ -187,6 +191,7 @@ void TestGuiStrategies::searchRankChartOpenCompare() {
   // On the candidate's chip (TPU v4: 32 GiB per device) and mesh.
   QCOMPARE(w.session()->analysis()->simulation().run->summary.device_hbm_bytes, int64_t{32} << 30);
   QCOMPARE(w.session()->analysis()->simulation().run->summary.num_devices, int64_t{8});
+  QCOMPARE(sim_chip->currentText(), QString("tpu-v4"));
   // On the pod it was ranked on: the search's slice, cores per chip and mesh order are the
   // document's slice (not an edit), and the simulated step is the table's (at layers=2 every
   // candidate is simulated exactly, not extrapolated).
@@ -205,6 +210,34 @@ void TestGuiStrategies::searchRankChartOpenCompare() {
                             .arg(run.summary.step_time_s, 0, 'g', 12)
                             .arg(chosen.summary.step_time_s, 0, 'g', 12)));
     QCOMPARE(run.summary.peak_memory_bytes, chosen.summary.peak_memory_bytes);
+    // Every other candidate simulated at full depth, opened, runs at its ranked figures too (the
+    // pipelined ones partition propagation's result, which refines the stage weights' partially
+    // replicated LayerNorm scales, as the search does).
+    QStringList mismatches;
+    int opened = 0;
+    for (size_t i = 0; i < results->results.size(); ++i) {
+      const search::CandidateResult& c = results->results[i];
+      if (!c.simulated() || c.extrapolated || c.candidate.OptionOn("weight_update_sharding")) continue;
+      panel->selectRows({static_cast<int>(i)});
+      QVERIFY(QTest::qWaitFor([&] { return jobs->chosenRow() == static_cast<int>(i); }, 60000));
+      QVERIFY(WaitUntilIdle(*w.session(), 300000));
+      const auto& sim = w.session()->analysis()->simulation();
+      QVERIFY2(sim.ok(), sim.message.c_str());
+      ++opened;
+      if (std::abs(sim.run->summary.step_time_s - c.summary.step_time_s) > 1e-9 * c.summary.step_time_s ||
+          sim.run->summary.peak_memory_bytes != c.summary.peak_memory_bytes)
+        mismatches << QString("%1: GUI %2 s %3 B, search %4 s %5 B")
+                          .arg(QString::fromStdString(c.candidate.Label()))
+                          .arg(sim.run->summary.step_time_s, 0, 'g', 10)
+                          .arg(sim.run->summary.peak_memory_bytes)
+                          .arg(c.summary.step_time_s, 0, 'g', 10)
+                          .arg(c.summary.peak_memory_bytes);
+    }
+    QVERIFY2(mismatches.isEmpty(), qPrintable(mismatches.join("\n")));
+    QVERIFY(opened >= 10);
+    panel->selectRows({pick});
+    QVERIFY(QTest::qWaitFor([&] { return jobs->chosenRow() == pick; }, 60000));
+    QVERIFY(WaitUntilIdle(*w.session(), 300000));
     auto order = w.findChild<QComboBox*>("slicePlacementMode");
     QVERIFY(order);
     QCOMPARE(order->currentText(), "order " + QString::fromStdString(chosen.candidate.placement));

@@ -224,13 +224,18 @@ std::unique_ptr<Module> DocumentModel::annotatedClone(bool with_inferred) const 
   auto clone = module_->Clone();
   for (const auto& comp : clone->computations()) {
     for (const auto& inst : comp->instructions()) {
-      auto a = annotations_.find(inst->id());
-      if (a != annotations_.end()) {
-        inst->set_sharding(a->second);
-      } else if (with_inferred) {
+      // With the inferred shardings: propagation's result for every instruction it sharded (an
+      // annotation it refined included), as the partitioner gets it, while it is the result of
+      // the current annotations; else the annotations.
+      if (with_inferred && (propagated_edit_ == edit_generation_ || !annotations_.count(inst->id()))) {
         auto t = propagated_->find(inst->id());
-        if (t != propagated_->end()) inst->set_sharding(t->second);
+        if (t != propagated_->end()) {
+          inst->set_sharding(t->second);
+          continue;
+        }
       }
+      auto a = annotations_.find(inst->id());
+      if (a != annotations_.end()) inst->set_sharding(a->second);
     }
   }
   return clone;

@@ -70,6 +70,7 @@ SimulationView::SimulationView(QWidget* parent)
       tick_(new QTimer(this)),
       elapsed_(std::make_unique<QElapsedTimer>()) {
   setObjectName("simulationView");
+  chip_->setObjectName("simulationChip");
   chip_->setToolTip("The chip generation of the simulated pod (a slice shaped like the mesh)");
   button_->setToolTip("Partition the current shardings and simulate one step (F5)");
   button_->setShortcut(QKeySequence("F5"));
@@ -319,6 +320,8 @@ void SimulationView::onSimulationUpdated() {
     compare_after_queue_ = false;
     return;
   }
+  // The chip shown is the run's (a strategy candidate or a paper configuration simulates on its own).
+  if (!s.run->inputs.chip_preset.empty()) setChip(Q(s.run->inputs.chip_preset));
   const RunSummary& sum = s.run->summary;
   status_->setText(QString("Step %1 \u00B7 MFU %2 \u00B7 peak %3/device \u00B7 %4 collectives (%5 ms) \u00B7 %6")
                        .arg(Q(FormatSeconds(sum.step_time_s)))

@@ -39,14 +39,19 @@ double MillisSince(std::chrono::steady_clock::time_point t0) {
 // The module with the user's annotations and the propagated shardings on its instructions.
 std::unique_ptr<Module> Annotated(const Module& module, const std::map<int64_t, HloSharding>& annotations,
                                   const std::unordered_map<int64_t, HloSharding>* propagated) {
+  // Propagation's result where there is one: it may refine a partially replicated annotation (as
+  // XLA's does, e.g. an entry parameter's with propagation to parameters on), and the CLI and the
+  // strategy search partition that result; the annotation where propagation has not run.
   auto clone = module.Clone();
   for (const auto& comp : clone->computations()) {
     for (const auto& inst : comp->instructions()) {
-      if (auto a = annotations.find(inst->id()); a != annotations.end()) {
-        inst->set_sharding(a->second);
-      } else if (propagated) {
-        if (auto p = propagated->find(inst->id()); p != propagated->end()) inst->set_sharding(p->second);
+      if (propagated) {
+        if (auto p = propagated->find(inst->id()); p != propagated->end()) {
+          inst->set_sharding(p->second);
+          continue;
+        }
       }
+      if (auto a = annotations.find(inst->id()); a != annotations.end()) inst->set_sharding(a->second);
     }
   }
   return clone;
