@@ -13,6 +13,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "core/base/file_write.h"
 #include "core/base/json.h"
 
 namespace shardscope::sim {
@@ -156,33 +157,6 @@ class ChunkedWriter {
   std::ostream& out_;
   std::string buf_;
 };
-
-Status WriteFileAtomically(const std::string& path, const std::function<Status(std::ostream&)>& write) {
-  const std::string tmp = path + ".part";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Error("cannot write '" + tmp + "': " + std::strerror(errno));
-    if (Status s = write(f); !s.ok()) {
-      f.close();
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      return s;
-    }
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      return Error("cannot write '" + tmp + "' (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return Error("cannot replace '" + path + "': " + ec.message());
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 

@@ -1,5 +1,7 @@
 #include "app/cli/cli.h"
 
+#include "core/base/file_write.h"
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -25,8 +27,9 @@ const std::vector<Command>& Commands() { return Registry(); }
 
 bool TakeOption(std::vector<std::string>& args, std::string_view name, std::string* value) {
   // One-letter options are written "-o VALUE" (also accepted as "--o VALUE").
-  const std::string flag = "--" + std::string(name);
-  const std::string short_flag = name.size() == 1 ? "-" + std::string(name) : std::string();
+  std::string flag = "--", short_flag;
+  flag.append(name);
+  if (name.size() == 1) short_flag.append("-").append(name);
   for (size_t i = 0; i < args.size(); ++i) {
     if ((args[i] == flag || (!short_flag.empty() && args[i] == short_flag)) && i + 1 < args.size()) {
       *value = args[i + 1];
@@ -70,24 +73,9 @@ bool WriteFile(const std::string& path, std::string_view contents) {
     std::cout << contents;
     return static_cast<bool>(std::cout);
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      std::cerr << path << ": error: cannot write file\n";
-      return false;
-    }
-    out << contents;
-    out.flush();
-    if (!out) {
-      std::cerr << path << ": error: write failed\n";
-      std::remove(tmp.c_str());
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::cerr << path << ": error: cannot replace file\n";
-    std::remove(tmp.c_str());
+  // Whole or not at all, and a device such as /dev/null written in place (core/base/file_write.h).
+  if (Status s = WriteFileAtomically(path, contents); !s.ok()) {
+    std::cerr << path << ": error: " << s.error().message << "\n";
     return false;
   }
   return true;
