@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "core/base/file_write.h"
 #include "core/base/units.h"
 
 namespace shardscope::search {
@@ -150,12 +150,7 @@ std::string CsvText(const std::vector<CandidateResult>& ranked, const std::vecto
 }
 
 Status WriteCsv(const std::string& path, const std::vector<CandidateResult>& ranked, const std::vector<size_t>& pareto) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) return Error("cannot write '" + path + "'");
-  f << CsvText(ranked, pareto);
-  f.close();
-  if (!f) return Error("cannot write '" + path + "' (disk full?)");
-  return Status::Ok();
+  return WriteFileAtomically(path, CsvText(ranked, pareto));  // whole or not at all (core/base/file_write.h)
 }
 
 std::string ExplainDifference(const CandidateResult& a, const CandidateResult& b) {
