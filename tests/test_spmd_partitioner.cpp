@@ -1133,6 +1133,42 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
              p.error().message.c_str());
   }
 
+  // A manual region's boundary keeps each device's local value (XLA's SPMDFullToShardShape and
+  // SPMDShardToFullShape): the region's shapes are the shards. A module whose shapes say otherwise
+  // is refused with the instruction named (fuzz findings: the partitioned program added an f32[8,2]
+  // to an f32[4,2], and returned an s32[16,1648] as the shards of s32[16,16,16]).
+  void manualRegionBoundaryShapes() {
+    auto module = [](const std::string& in_sharding, const std::string& region, const std::string& region_op) {
+      return "HloModule m, num_partitions=2\n\nENTRY e {\n  p = f32[8,2] parameter(0), sharding=" + in_sharding +
+             "\n  q = f32[4,2] parameter(1), sharding={manual}\n  m = " + region +
+             " custom-call(p), custom_call_target=\"SPMDFullToShardShape\", sharding={manual}\n" + region_op +
+             "  ROOT out = f32[8,2] custom-call(a), custom_call_target=\"SPMDShardToFullShape\", "
+             "sharding={devices=[2,1]<=[2]}\n}\n";
+    };
+    const std::string add = "  a = f32[4,2] add(m, q), sharding={manual}\n";
+    std::string why;
+    auto good = testing::PartitionAndVerify(module("{devices=[2,1]<=[2]}", "f32[4,2]", add), 2, &why);
+    QVERIFY2(good, why.c_str());
+    QCOMPARE(good->module->entry()->root()->shape().ToString(false), std::string("f32[4,2]"));
+
+    auto refused = [](const std::string& text, const std::string& expected) {
+      auto m = ParseHloModule(text);
+      QVERIFY2(m.ok(), m.ok() ? "" : m.error().message.c_str());
+      SpmdOptions o;
+      o.num_partitions = 2;
+      auto p = PartitionModule(**m, o);
+      QVERIFY(!p.ok());
+      QVERIFY2(p.error().message.find(expected) != std::string::npos, p.error().message.c_str());
+    };
+    // The operand is whole on each device, the region says it holds half.
+    refused(module("{replicated}", "f32[4,2]", add),
+            "m: SPMDFullToShardShape's result f32[4,2] is not the shard f32[8,2] its operand p has on each device");
+    // The region returns a value of another shape than the result's shard.
+    refused(module("{devices=[2,1]<=[2]}", "f32[4,2]", "  a = f32[2,4] reshape(m), sharding={manual}\n"),
+            "out: SPMDShardToFullShape's operand a holds f32[2,4] on each device, but the result f32[8,2] under "
+            "its sharding has shards f32[4,2]");
+  }
+
   // rng: every device draws its own shard; copies of one tile must agree, so the first copy's draw
   // is shared by an all-reduce over the copies (XLA's HandleRng).
   void rngSharesOneDrawPerTile() {

@@ -57,6 +57,32 @@ Status HandleGetTupleElement(SpmdContext& ctx, const Instruction& orig) {
   return Status::Ok();
 }
 
+// A manual region's boundary passes each device's local value through unchanged, so the module's
+// shapes must say so: SPMDFullToShardShape's result is the shard its operand has on each device,
+// and SPMDShardToFullShape's operand is the shard of its result under the result's sharding. A
+// module that says otherwise (XLA rejects it too) is an error, not a program of mismatched shapes.
+Status ManualBoundaryShapesAgree(SpmdContext& ctx, const Instruction& orig, const PartitionedHlo& in) {
+  if (!in.hlo) return Error(orig.name() + ": " + orig.custom_call_target + " of an operand that was not partitioned");
+  const Shape& local = in.hlo->shape();
+  const bool entering = orig.custom_call_target == "SPMDFullToShardShape";
+  Shape expected = orig.shape();
+  if (!entering) {
+    auto shard = ctx.maps().ShardShape(orig.shape(), SpmdContext::ShardingOf(orig));
+    if (!shard.ok()) return Error(orig.name() + ": " + shard.error().message);
+    expected = *shard;
+  }
+  if (local.IsArray() && expected.IsArray() && local.type == expected.type && local.dims == expected.dims)
+    return Status::Ok();
+  if (!local.IsArray() && !expected.IsArray() && local == expected) return Status::Ok();
+  if (entering)
+    return Error(orig.name() + ": SPMDFullToShardShape's result " + orig.shape().ToString(false) +
+                 " is not the shard " + local.ToString(false) + " its operand " + orig.operand(0)->name() +
+                 " has on each device");
+  return Error(orig.name() + ": SPMDShardToFullShape's operand " + orig.operand(0)->name() + " holds " +
+               local.ToString(false) + " on each device, but the result " + orig.shape().ToString(false) +
+               " under its sharding has shards " + expected.ToString(false));
+}
+
 // custom-call "Sharding" is an annotation: the value resharded to it. Other custom-calls fall back.
 Status HandleCustomCall(SpmdContext& ctx, const Instruction& orig) {
   if ((orig.custom_call_target == "Sharding" || orig.custom_call_target == "LayoutConstraint") &&
@@ -71,12 +97,14 @@ Status HandleCustomCall(SpmdContext& ctx, const Instruction& orig) {
   if (orig.custom_call_target == "SPMDFullToShardShape" && orig.operand_count() == 1) {
     // Entering a manual region: the operand's shards become the manual region's local values.
     const PartitionedHlo& in = ctx.Get(orig.operand(0));
+    if (Status st = ManualBoundaryShapesAgree(ctx, orig, in); !st.ok()) return st;
     Instruction* x = ctx.builder().Emit(Opcode::kCopy, in.hlo->shape(), {in.hlo});
     ctx.Set(&orig, {x, HloSharding::Manual(), in.hlo->shape()});
     return Status::Ok();
   }
   if (orig.custom_call_target == "SPMDShardToFullShape" && orig.operand_count() == 1) {
     const PartitionedHlo& in = ctx.Get(orig.operand(0));
+    if (Status st = ManualBoundaryShapesAgree(ctx, orig, in); !st.ok()) return st;
     Instruction* x = ctx.builder().Emit(Opcode::kCopy, in.hlo->shape(), {in.hlo});
     ctx.Set(&orig, {x, SpmdContext::ShardingOf(orig), orig.shape()});
     return Status::Ok();
