@@ -10,7 +10,8 @@
 #   5. with --asan: builds the asan preset and runs the whole suite under ASan + UBSan + LSan
 #      (scripts/test-asan.sh)
 #   6. with --fuzz SECONDS: runs every libFuzzer target for SECONDS seconds under the fuzz preset
-#      (scripts/fuzz.sh, which installs clang into the root first)
+#      (scripts/fuzz.sh with FUZZ_SEED=1, so a run repeats on one commit; it installs clang into
+#      the root first)
 # Then it makes a second minimal root without any development package, installs the .deb there with
 # `apt-get install ./shardscope_*.deb` and runs shardscope-cli --version, zoo build + verify, and an
 # offscreen GUI screenshot (non-blank).
@@ -277,8 +278,8 @@ if [ $asan -eq 1 ]; then
 fi
 
 if [ "$fuzz_seconds" -gt 0 ]; then
-  begin "fuzz targets, ${fuzz_seconds}s each (clang, libFuzzer, ASan + UBSan): ./scripts/fuzz.sh $fuzz_seconds"
-  in_root "$build_root" "cd $clone && ./scripts/fuzz.sh $fuzz_seconds"
+  begin "fuzz targets, ${fuzz_seconds}s each (clang, libFuzzer, ASan + UBSan): FUZZ_SEED=1 ./scripts/fuzz.sh $fuzz_seconds"
+  in_root "$build_root" "cd $clone && FUZZ_SEED=1 ./scripts/fuzz.sh $fuzz_seconds"
   done_step
 fi
 

@@ -10,7 +10,11 @@
 # in build/fuzz/findings/ and makes the script exit 1 with the command that reproduces it. Installs
 # clang and its runtimes first when missing (scripts/install-deps.sh --clang). Environment:
 # SHARDSCOPE_SHARED_DIR (default ../shared beside the checkout), FUZZ_NICE (default 10), FUZZ_JOBS
-# (targets run at once; default: the number of cores).
+# (targets run at once; default: the number of cores), FUZZ_SEED (libFuzzer's -seed: a fixed seed
+# makes a run repeatable on one commit — CI's fresh-machine check uses 1, so a pre-push run of it
+# explores the same inputs; unset, every run draws its own and explores further).
+# A finding's input is also printed base64-encoded (up to 16 KiB), so a log from a machine that is
+# gone (CI's fresh root) still reproduces it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,7 +58,9 @@ run_target() {
   local dict=()
   mkdir -p "$corpus"
   case "$t" in hlo_roundtrip | pipeline_text | sharding_roundtrip) dict=(-dict="$seeds/hlo.dict") ;; esac
-  SHARDSCOPE_FUZZ_STATS=1 nice -n "$nice_level" "$binary" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
+  local seed=()
+  [[ -n "${FUZZ_SEED:-}" ]] && seed=(-seed="$FUZZ_SEED")
+  SHARDSCOPE_FUZZ_STATS=1 nice -n "$nice_level" "$binary" "${seed[@]}" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$build/findings/$t-" "${dict[@]}" \
     "$corpus" "$seeds/$t" "fuzz/corpus/$t" >"$log" 2>&1 || status=$?
   local execs rate cov size reach
@@ -93,6 +99,10 @@ for t in "${targets[@]}"; do
     artifact=$(grep -o "Test unit written to .*" "$log" | tail -1 | sed 's/Test unit written to //')
     echo "    input: ${artifact:-see $log}"
     echo "    reproduce: $binary ${artifact:-INPUT}    minimise: $binary -minimize_crash=1 -runs=20000 ${artifact:-INPUT}"
+    if [[ -n "$artifact" && -f "$artifact" && $(stat -c %s "$artifact") -le 16384 ]]; then
+      echo "    the input, base64 (decode: base64 -d > INPUT):"
+      base64 -w 100 "$artifact" | sed 's/^/      /'
+    fi
   fi
 done
 echo "logs: $build/logs/"

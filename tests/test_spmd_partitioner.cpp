@@ -1039,12 +1039,11 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
   // A variadic reduce (argmax) over a sharded dim (XLA's TiledToPartiallyTiledTupleReduce): each
   // device reduces its part, the partial (value, index) pairs are all-gathered over the reduced
   // dim's groups and reduced again; the inputs are never gathered. A reducer that is not a
-  // selection (a pair of sums) still runs whole on gathered inputs.
+  // selection of one whole candidate still runs whole on gathered inputs: a pair of sums, and
+  // (a fuzz finding) one that keeps the left value but picks the index by the comparison, or picks
+  // the value and the index from opposite sides — regrouped, they gave another index.
   void variadicReduceOverAShardedDim() {
-    auto module = [](bool argmax) {
-      const std::string body = argmax ? "  c = pred[] compare(a, b), direction=GT\n  v = f32[] select(c, a, b)\n"
-                                        "  w = s32[] select(c, i, j)\n"
-                                      : "  v = f32[] add(a, b)\n  w = s32[] add(i, j)\n";
+    auto module = [](const std::string& body) {
       return "HloModule r, num_partitions=8\n\nf {\n  a = f32[] parameter(0)\n  i = s32[] parameter(1)\n"
              "  b = f32[] parameter(2)\n  j = s32[] parameter(3)\n" + body + "  ROOT t = (f32[], s32[]) tuple(v, w)\n}\n\n"
              "ENTRY e {\n  x = f32[28,12] parameter(0), sharding={devices=[2,4]<=[8]}\n"
@@ -1053,19 +1052,27 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
              "  ROOT r = (f32[28], s32[28]) reduce(x, y, x0, y0), dimensions={1}, to_apply=f, "
              "sharding={{devices=[2,4]<=[8] last_tile_dim_replicate}, {devices=[2,4]<=[8] last_tile_dim_replicate}}\n}\n";
     };
+    const std::string compare = "  c = pred[] compare(a, b), direction=GT\n";
     std::string why;
-    auto r = testing::PartitionAndVerify(module(true), 8, &why);
-    QVERIFY2(r, why.c_str());
-    const auto ags = Find(*r->module, Opcode::kAllGather);
-    QCOMPARE(ags.size(), size_t{2});
-    QCOMPARE(ags[0]->shape().ToString(false), std::string("f32[14,4]"));  // the partial results, not the inputs
-    QCOMPARE(ags[1]->shape().ToString(false), std::string("s32[14,4]"));
-    QCOMPARE(Find(*r->module, Opcode::kReduce).size(), size_t{2});
-    auto sum = testing::PartitionAndVerify(module(false), 8, &why);
-    QVERIFY2(sum, why.c_str());
-    bool gathers_inputs = false;
-    for (const Instruction* ag : Find(*sum->module, Opcode::kAllGather)) gathers_inputs |= ag->shape().dim(1) == 12;
-    QVERIFY(gathers_inputs);
+    for (const std::string& argmax : {compare + "  v = f32[] select(c, a, b)\n  w = s32[] select(c, i, j)\n",
+                                      compare + "  v = f32[] select(c, b, a)\n  w = s32[] select(c, j, i)\n"}) {
+      auto r = testing::PartitionAndVerify(module(argmax), 8, &why);
+      QVERIFY2(r, why.c_str());
+      const auto ags = Find(*r->module, Opcode::kAllGather);
+      QCOMPARE(ags.size(), size_t{2});
+      QCOMPARE(ags[0]->shape().ToString(false), std::string("f32[14,4]"));  // the partial results, not the inputs
+      QCOMPARE(ags[1]->shape().ToString(false), std::string("s32[14,4]"));
+      QCOMPARE(Find(*r->module, Opcode::kReduce).size(), size_t{2});
+    }
+    for (const std::string& whole : {std::string("  v = f32[] add(a, b)\n  w = s32[] add(i, j)\n"),
+                                     compare + "  v = f32[] select(c, a, a)\n  w = s32[] select(c, i, j)\n",
+                                     compare + "  v = f32[] select(c, a, b)\n  w = s32[] select(c, j, i)\n"}) {
+      auto r = testing::PartitionAndVerify(module(whole), 8, &why);
+      QVERIFY2(r, (whole + why).c_str());
+      bool gathers_inputs = false;
+      for (const Instruction* ag : Find(*r->module, Opcode::kAllGather)) gathers_inputs |= ag->shape().dim(1) == 12;
+      QVERIFY2(gathers_inputs, whole.c_str());
+    }
   }
 
   // A bitcast-convert that changes the rank (s32 pairs <-> f64, XLA's BitcastConvertInputRank*):

@@ -12,25 +12,37 @@ namespace shardscope::spmd {
 
 namespace {
 
-// Whether every output of a variadic reducer is one of its two candidates, chosen (select between
-// parameters i and k+i, or max/min of them): folding the initial values in more than once, or
-// the partial results in any grouping, then changes nothing.
+// Whether a variadic reducer picks one of its two candidate tuples whole (select between
+// parameters i and k+i, every output on the same predicate and the same side: argmax and argmin),
+// or reduces each output on its own (max/min of parameters i and k+i): folding the initial values
+// in more than once, or the partial results in any grouping, then changes nothing. A reducer that
+// picks the value of one candidate and the index of the other (a select whose predicate or side
+// differs between outputs, or a select of one parameter with itself) is not one: partial results
+// in another grouping give another answer.
 bool IsSelectionReducer(const Computation* c, int64_t k) {
   if (!c || !c->root() || c->root()->opcode() != Opcode::kTuple || c->root()->operand_count() != k) return false;
+  auto param = [](const Instruction* x) { return x->opcode() == Opcode::kParameter ? x->parameter_number : int64_t{-1}; };
+  const Instruction* predicate = nullptr;
+  int selects = 0, lhs_first = 0, extrema = 0;
   for (int64_t i = 0; i < k; ++i) {
     const Instruction* out = c->root()->operand(i);
-    auto is_param = [&](const Instruction* x, int64_t a, int64_t b) {
-      return x->opcode() == Opcode::kParameter && (x->parameter_number == a || x->parameter_number == b);
-    };
     if (out->opcode() == Opcode::kSelect) {
-      if (!is_param(out->operand(1), i, k + i) || !is_param(out->operand(2), i, k + i)) return false;
+      const int64_t a = param(out->operand(1)), b = param(out->operand(2));
+      if (!((a == i && b == k + i) || (a == k + i && b == i))) return false;
+      if (predicate && out->operand(0) != predicate) return false;
+      predicate = out->operand(0);
+      ++selects;
+      lhs_first += a == i;
     } else if (out->opcode() == Opcode::kMaximum || out->opcode() == Opcode::kMinimum) {
-      if (!is_param(out->operand(0), i, k + i) || !is_param(out->operand(1), i, k + i)) return false;
+      const int64_t a = param(out->operand(0)), b = param(out->operand(1));
+      if (!((a == i && b == k + i) || (a == k + i && b == i))) return false;
+      ++extrema;
     } else {
       return false;
     }
   }
-  return true;
+  if (selects > 0 && extrema > 0) return false;
+  return lhs_first == 0 || lhs_first == selects;
 }
 
 // A variadic reduce (argmax and friends: k inputs, k initial values, a tuple result) over
