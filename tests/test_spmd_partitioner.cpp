@@ -346,6 +346,11 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     // one [4,6] shard (an all-to-all would move more).
     QTest::newRow("partial replication to another device order is a slice and a collective-permute")
         << "{devices=[1,2,2]0,1,2,3 last_tile_dim_replicate}" << "{devices=[2,2]0,1,2,3}" << "collective-permute";
+    // Plan 2e (XLA's ComplexReshardFromPartialReplicate): the two copies of each dim-1 half first
+    // take their half of dim 0 locally, then pairs swap dim 1's halves for dim 0's quarters (one
+    // [4,6] shard's half each), where gathering dim 1 and slicing would receive a whole [8,6].
+    QTest::newRow("from partial replication to a split of another dim is a slice and one exchange")
+        << "{devices=[1,2,2]0,1,2,3 last_tile_dim_replicate}" << "{devices=[4,1]0,2,1,3}" << "all-to-all";
   }
   void reshardStrategies() {
     QFETCH(QString, from);
@@ -375,6 +380,13 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
       QCOMPARE(cp[0]->shape().ToString(false), std::string("f32[4,6]"));
       QCOMPARE(cp[0]->source_target_pairs, (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 2}, {2, 1}, {3, 3}}));
       QVERIFY(!Find(*r.module, Opcode::kDynamicSlice).empty());
+    }
+    if (QString(QTest::currentDataTag()).endsWith("one exchange")) {
+      QVERIFY(Find(*r.module, Opcode::kAllGather).empty());
+      auto a2a = Find(*r.module, Opcode::kAllToAll);
+      QCOMPARE(a2a.size(), size_t{1});
+      QCOMPARE(a2a[0]->replica_groups.groups, (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+      QCOMPARE(r.module->entry()->root()->shape().ToString(false), std::string("f32[2,12]"));
     }
     if (QString(QTest::currentDataTag()).contains("all-to-all") && !QString(QTest::currentDataTag()).startsWith("dim 0")) {
       // The pairs that exchange: devices differing only in the part of the split that moves.

@@ -516,6 +516,73 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       }
     }
   }
+  // 2e. Slice, then a partial all-to-all (XLA's resharding from partial replication to another
+  //     dim's tiling: [1,1,1,2] with 4 copies -> [1,8,1,1]): the copies first take the major part
+  //     of the target's split of dim b locally (a dynamic-slice, no communication), then a factor
+  //     k of dim a moves into b as in 2b. Every device's target tile must be the one the all-to-all
+  //     gives it: b's index k * (index after the slice) + a's index mod k, a's index divided by k.
+  //     Where 4 gathers the dims first and slices after, this moves one shard's (k-1)/k.
+  if (F.replication() > 1) {
+    const auto r = static_cast<size_t>(base.rank());
+    const std::vector<int32_t>& tidx = T.flat_index();
+    for (int64_t a = 0; a < base.rank(); ++a) {
+      const int64_t ta = F.tiles(a);
+      if (ta <= 1 || T.tiles(a) >= ta || ta % T.tiles(a) != 0) continue;
+      const int64_t k = ta / T.tiles(a);
+      const int64_t A = full[static_cast<size_t>(a)];
+      if (k * ((A + ta - 1) / ta) != (A + ta / k - 1) / (ta / k)) continue;
+      for (int64_t b = 0; b < base.rank(); ++b) {
+        const int64_t tb = T.tiles(b);
+        if (a == b || tb % k != 0 || tb / k < F.tiles(b)) continue;
+        const int64_t mb = tb / k, B = full[static_cast<size_t>(b)];
+        if ((B + mb - 1) / mb != k * ((B + tb - 1) / tb)) continue;
+        bool others = true;
+        for (int64_t d = 0; d < base.rank() && others; ++d)
+          others = d == a || d == b || T.tiles(d) >= F.tiles(d);
+        if (!others) continue;
+        std::vector<int64_t> tiles = T.tiles();
+        tiles[static_cast<size_t>(a)] = ta;
+        tiles[static_cast<size_t>(b)] = mb;
+        std::vector<int32_t> index(tidx);
+        bool ok = true;
+        for (size_t dev = 0; dev < static_cast<size_t>(n_) && ok; ++dev) {
+          int32_t* idx = index.data() + dev * r;
+          const int32_t fa = static_cast<int32_t>(F.index(static_cast<int64_t>(dev), a));
+          ok = idx[a] == fa / k && idx[b] % k == fa % k;
+          idx[a] = fa;
+          idx[b] = static_cast<int32_t>(idx[b] / k);
+        }
+        if (!ok) continue;
+        // Copies of one tile numbered in device order; every tile must have as many.
+        std::unordered_map<std::string, int32_t> copies;
+        std::vector<int32_t> replica(static_cast<size_t>(n_));
+        for (size_t dev = 0; dev < static_cast<size_t>(n_); ++dev)
+          replica[dev] = copies[std::string(reinterpret_cast<const char*>(index.data() + dev * r), r * sizeof(int32_t))]++;
+        const int32_t per_tile = copies.begin()->second;
+        if (!std::all_of(copies.begin(), copies.end(), [&](const auto& c) { return c.second == per_tile; })) continue;
+        TileMap sliced(tiles, index, replica);
+        if (!IsLocalRefinement(F, sliced, full)) continue;
+        std::vector<int32_t> moved(index);
+        for (size_t dev = 0; dev < static_cast<size_t>(n_); ++dev) {
+          int32_t* idx = moved.data() + dev * r;
+          idx[b] = static_cast<int32_t>(idx[b] * k + idx[a] % k);
+          idx[a] = static_cast<int32_t>(idx[a] / k);
+        }
+        std::vector<int64_t> moved_tiles = tiles;
+        moved_tiles[static_cast<size_t>(a)] = ta / k;
+        moved_tiles[static_cast<size_t>(b)] = tb;
+        TileMap mid(moved_tiles, std::move(moved), std::move(replica));
+        std::vector<int64_t> shard = sliced.ShardShape(full);
+        shard[static_cast<size_t>(b)] = (shard[static_cast<size_t>(b)] + k - 1) / k * k;
+        const int64_t a2a = ElementsOf(shard) * PrimitiveTypeBytes(base.type) * (k - 1) / k;
+        ReshardPlan p;
+        p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, sliced, 0, {}});
+        p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b, k}, sliced, mid, a2a, {}});
+        p.bytes = a2a;
+        finish(std::move(p), mid, false);
+      }
+    }
+  }
   // 2c. One all-to-all moving factors of several dims at once (PlanDimsAllToAll).
   if (auto many = PlanDimsAllToAll(F, T, full)) {
     std::vector<int64_t> shard = F.ShardShape(full);
