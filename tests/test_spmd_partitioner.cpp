@@ -396,6 +396,27 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     }
   }
 
+  // Plan 4c (XLA's TileToPartialReplicateReshardUnevenPartition): [2,3] -> [1,2] with 3 copies
+  // over f32[8,8]. Dim 1's 3 tiles do not divide into 2, so it is gathered; dim 0's 2 tiles then
+  // move onto it by one all-to-all (half a [4,8] shard), where gathering dim 0 too received a
+  // whole [4,9] more.
+  void gatherOneDimThenAllToAll() {
+    std::string why;
+    auto r = testing::PartitionAndVerify(
+        "HloModule m, num_partitions=6\n\nENTRY e {\n  p = f32[8,8] parameter(0), sharding={devices=[2,3]<=[6]}\n"
+        "  ROOT c = f32[8,8] copy(p), sharding={devices=[1,2,3]<=[6] last_tile_dim_replicate}\n}\n",
+        6, &why);
+    QVERIFY2(r, why.c_str());
+    const auto ag = Find(*r->module, Opcode::kAllGather);
+    QCOMPARE(ag.size(), size_t{1});
+    QCOMPARE(ag[0]->shape().ToString(false), std::string("f32[4,9]"));
+    QCOMPARE(ag[0]->dimensions, std::vector<int64_t>{1});
+    const auto a2a = Find(*r->module, Opcode::kAllToAll);
+    QCOMPARE(a2a.size(), size_t{1});
+    QCOMPARE(a2a[0]->replica_groups.groups, (std::vector<std::vector<int64_t>>{{0, 3}, {1, 4}, {2, 5}}));
+    QCOMPARE(r->module->entry()->root()->shape().ToString(false), std::string("f32[8,4]"));
+  }
+
   // A reshape whose result is split on a minor dim of its group (12 -> 2 x 6, split on the 6): no
   // operand sharding gives that by a local reshape, so the partitioner reshapes in the operand's
   // own sharding (dim 0 split, a major dim of its group) and reshards the result: one all-to-all,

@@ -415,6 +415,27 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   std::vector<ReshardPlan> candidates;
   // A plan that has reached `mid` is a candidate when mid is the target (unless `same_covered`: an
   // earlier candidate is that plan), or when a local slice or a collective-permute finishes it.
+  // The dims (a, b) when moving all of `from`'s tiles along a to b, over the same devices, gives T:
+  // one all-to-all (plan 2).
+  auto whole_all_to_all = [&](const TileMap& from) -> std::optional<std::pair<int64_t, int64_t>> {
+    for (int64_t a = 0; a < base.rank(); ++a) {
+      for (int64_t b = 0; b < base.rank(); ++b) {
+        if (a == b) continue;
+        const int64_t k = from.tiles(a);
+        if (k <= 1 || from.tiles(b) != 1 || T.tiles(a) != 1 || T.tiles(b) != k) continue;
+        bool ok = true;
+        for (int64_t d = 0; d < base.rank() && ok; ++d)
+          if (d != a && d != b && from.tiles(d) != T.tiles(d)) ok = false;
+        for (int64_t dev = 0; dev < n_ && ok; ++dev) {
+          if (T.index(dev, b) != from.index(dev, a)) ok = false;
+          for (int64_t d = 0; d < base.rank() && ok; ++d)
+            if (d != a && d != b && from.index(dev, d) != T.index(dev, d)) ok = false;
+        }
+        if (ok) return std::make_pair(a, b);
+      }
+    }
+    return std::nullopt;
+  };
   auto finish = [&](ReshardPlan p, const TileMap& mid, bool same_covered, bool slice_and_permute = false) {
     if (mid.SameAs(T)) {
       if (!same_covered) candidates.push_back(std::move(p));
@@ -424,6 +445,14 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     } else if (mid.tiles() == T.tiles()) {
       p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, mid, T, ShardBytes(mid, base), {}});
       p.bytes += ShardBytes(mid, base);
+      candidates.push_back(std::move(p));
+    } else if (auto ab = slice_and_permute ? whole_all_to_all(mid) : std::nullopt) {
+      // After the gathers of plan 4 only (XLA's TileToPartialReplicateReshardUnevenPartition:
+      // gather the dim whose tile count does not divide, then move the other's tiles): one
+      // all-to-all finishes it.
+      const int64_t bytes = AllToAllBytes(mid, base, ab->second, mid.tiles(ab->first));
+      p.steps.push_back({ReshardStep::Kind::kAllToAll, {ab->first, ab->second}, mid, T, bytes, {}});
+      p.bytes += bytes;
       candidates.push_back(std::move(p));
     } else if (slice_and_permute && mid.replication() > 1) {
       // As plan 3b from the intermediate: slice to T's tiles in another device order, then permute
@@ -445,27 +474,12 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     candidates.push_back(p);
   }
   // 2. All-to-all: sharding moves from dim a to dim b over the same devices.
-  for (int64_t a = 0; a < base.rank(); ++a) {
-    for (int64_t b = 0; b < base.rank(); ++b) {
-      if (a == b) continue;
-      const int64_t k = F.tiles(a);
-      if (k <= 1 || F.tiles(b) != 1 || T.tiles(a) != 1 || T.tiles(b) != k) continue;
-      bool ok = true;
-      for (int64_t d = 0; d < base.rank() && ok; ++d)
-        if (d != a && d != b && F.tiles(d) != T.tiles(d)) ok = false;
-      for (int64_t dev = 0; dev < n_ && ok; ++dev) {
-        const auto& fi = F.device(dev).index;
-        const auto& ti = T.device(dev).index;
-        if (ti[static_cast<size_t>(b)] != fi[static_cast<size_t>(a)]) ok = false;
-        for (int64_t d = 0; d < base.rank() && ok; ++d)
-          if (d != a && d != b && fi[static_cast<size_t>(d)] != ti[static_cast<size_t>(d)]) ok = false;
-      }
-      if (!ok) continue;
-      ReshardPlan p;
-      p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, T, AllToAllBytes(F, base, b, k), {}});
-      p.bytes = p.steps.back().bytes;
-      candidates.push_back(p);
-    }
+  if (auto ab = whole_all_to_all(F)) {
+    const auto [a, b] = *ab;
+    ReshardPlan p;
+    p.steps.push_back({ReshardStep::Kind::kAllToAll, {a, b}, F, T, AllToAllBytes(F, base, b, F.tiles(a)), {}});
+    p.bytes = p.steps.back().bytes;
+    candidates.push_back(p);
   }
   // 2b. Partial all-to-all (XLA's resharding by all-to-all over subgroups): a factor k of dim a's
   //     tiles moves to dim b — the minor part of a's tile index becomes the minor part of b's — by
@@ -847,6 +861,21 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       p.bytes = bytes;
       // First, so that it wins a tie (XLA's choice for such arrays: BroadcastAsReplicate3).
       candidates.insert(candidates.begin(), p);
+    }
+  }
+  // 4c. When several dims must change, gathering each alone: the others' tiles may then move by
+  //     one all-to-all instead of a gather (XLA's TileToPartialReplicateReshardUnevenPartition:
+  //     the dim whose 3 tiles do not divide into 2 is gathered, dim 0's 2 tiles move onto it).
+  //     Last, so that a plan above of the same bytes keeps winning the tie.
+  if (needed.size() > 1) {
+    for (int64_t d : needed) {
+      ReshardPlan p;
+      TileMap next = F.Gathered({d});
+      const int64_t bytes = ShardBytes(F, base) * (F.tiles(d) - 1);
+      p.steps.push_back({ReshardStep::Kind::kAllGather, {d}, F, next, bytes, {}});
+      p.bytes = bytes;
+      if (!whole_all_to_all(next)) continue;  // the other finishes are plan 4's
+      finish(std::move(p), next, false, true);
     }
   }
   if (candidates.empty()) return Error("no resharding plan from " + from.ToString() + " to " + to.ToString());
