@@ -1209,6 +1209,27 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
             "its sharding has shards f32[4,2]");
   }
 
+  // A tuple sharding lists the leaves of the whole nested tuple, as XLA's does (an infeed's
+  // ((data, data), token)): element 0 of ((f32[8,2], f32[2]), f32[4]) under {A, B, C} is {A, B}.
+  // The partitioner indexed it by element (A for the inner tuple) and refused the module.
+  void nestedTupleShardingsAreLeaves() {
+    std::string why;
+    auto r = testing::PartitionAndVerify(
+        "HloModule m, num_partitions=2\n\nENTRY e {\n"
+        "  p = ((f32[8,2], f32[2]), f32[4]) parameter(0), sharding={{devices=[2,1]<=[2]}, {replicated}, {devices=[2]<=[2]}}\n"
+        "  a = (f32[8,2], f32[2]) get-tuple-element(p), index=0\n  x = f32[8,2] get-tuple-element(a), index=0\n"
+        "  y = f32[2] get-tuple-element(a), index=1\n  z = f32[4] get-tuple-element(p), index=1\n"
+        "  e = f32[8,2] exponential(x), sharding={devices=[2,1]<=[2]}\n  n = (f32[8,2], f32[2]) tuple(e, y)\n"
+        "  ROOT t = ((f32[8,2], f32[2]), f32[4]) tuple(n, z), sharding={{devices=[2,1]<=[2]}, {replicated}, {replicated}}\n}\n",
+        2, &why);
+    QVERIFY2(r, why.c_str());
+    QCOMPARE(r->module->entry()->parameter(0)->shape().ToString(false), std::string("((f32[4,2], f32[2]), f32[2])"));
+    QCOMPARE(r->module->entry()->root()->shape().ToString(false), std::string("((f32[4,2], f32[2]), f32[4])"));
+    const auto ag = Find(*r->module, Opcode::kAllGather);
+    QCOMPARE(ag.size(), size_t{1});  // only z, made whole
+    QCOMPARE(ag[0]->shape().ToString(false), std::string("f32[4]"));
+  }
+
   // rng: every device draws its own shard; copies of one tile must agree, so the first copy's draw
   // is shared by an all-reduce over the copies (XLA's HandleRng).
   void rngSharesOneDrawPerTile() {

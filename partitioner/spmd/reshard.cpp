@@ -1205,12 +1205,11 @@ Result<Instruction*> Resharder::ReshardAny(const PartitionedHlo& v, const HloSha
   bool changed = false;
   for (size_t i = 0; i < v.base_shape.tuple.size(); ++i) {
     const Shape& leaf_base = v.base_shape.tuple[i];
-    HloSharding from = v.sharding.IsTuple() && i < v.sharding.tuple_elements().size()
-                           ? v.sharding.tuple_elements()[i] : v.sharding;
-    HloSharding to = target.IsTuple() && i < target.tuple_elements().size() ? target.tuple_elements()[i] : target;
+    HloSharding from = hlo_sharding_util::TupleElementSharding(v.sharding, v.base_shape, static_cast<int64_t>(i));
+    HloSharding to = hlo_sharding_util::TupleElementSharding(target, v.base_shape, static_cast<int64_t>(i));
     Instruction* gte = b_.Emit(Opcode::kGetTupleElement, v.hlo->shape().tuple[i], {v.hlo});
     gte->tuple_index = static_cast<int64_t>(i);
-    auto r = Reshard(PartitionedHlo{gte, from, leaf_base}, to);
+    auto r = ReshardAny(PartitionedHlo{gte, from, leaf_base}, to);
     if (!r.ok()) return r;
     changed |= *r != gte;
     leaves.push_back(*r);

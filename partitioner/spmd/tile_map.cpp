@@ -437,8 +437,7 @@ Result<Shape> TileMapCache::ShardShape(const Shape& base, const HloSharding& sha
   if (base.IsTuple()) {
     std::vector<Shape> leaves;
     for (size_t i = 0; i < base.tuple.size(); ++i) {
-      HloSharding sub = sharding.IsTuple() && i < sharding.tuple_elements().size() ? sharding.tuple_elements()[i]
-                                                                                   : sharding;
+      HloSharding sub = hlo_sharding_util::TupleElementSharding(sharding, base, static_cast<int64_t>(i));
       auto s = ShardShape(base.tuple[i], sub);
       if (!s.ok()) return s;
       leaves.push_back(std::move(s).value());

@@ -14,12 +14,18 @@ Status HandleTuple(SpmdContext& ctx, const Instruction& orig) {
   std::vector<HloSharding> subs;
   std::vector<Shape> shapes;
   for (int64_t i = 0; i < orig.operand_count(); ++i) {
-    HloSharding sub = s.IsTuple() && i < static_cast<int64_t>(s.tuple_elements().size()) ? s.tuple_elements()[static_cast<size_t>(i)] : s;
+    HloSharding sub = hlo_sharding_util::TupleElementSharding(s, orig.shape(), i);
     if (!s.IsTuple() && orig.operand(i)->has_sharding() && !orig.has_sharding()) sub = *orig.operand(i)->sharding();
     auto r = ctx.resharder().ReshardAny(ctx.Get(orig.operand(i)), sub);
     if (!r.ok()) return Error(orig.name() + ": " + r.error().message);
     ops.push_back(*r);
-    subs.push_back(sub);
+    // A tuple sharding lists the leaves of the whole (nested) tuple, as XLA's does.
+    if (orig.operand(i)->shape().IsTuple()) {
+      const HloSharding leaves = hlo_sharding_util::ToTupleForm(sub, orig.operand(i)->shape());
+      for (const HloSharding& leaf : leaves.tuple_elements()) subs.push_back(leaf);
+    } else {
+      subs.push_back(sub);
+    }
     shapes.push_back((*r)->shape());
   }
   Instruction* t = ctx.builder().Emit(Opcode::kTuple, Shape::Tuple(shapes), ops);
@@ -46,7 +52,7 @@ Status HandleGetTupleElement(SpmdContext& ctx, const Instruction& orig) {
   const size_t i = static_cast<size_t>(orig.tuple_index);
   if (!in.hlo || !in.hlo->shape().IsTuple() || i >= in.hlo->shape().tuple.size())
     return Error(orig.name() + ": get-tuple-element of a non-tuple partitioned value");
-  HloSharding sub = in.sharding.IsTuple() && i < in.sharding.tuple_elements().size() ? in.sharding.tuple_elements()[i] : in.sharding;
+  HloSharding sub = hlo_sharding_util::TupleElementSharding(in.sharding, in.base_shape, orig.tuple_index);
   Instruction* g = ctx.builder().Emit(Opcode::kGetTupleElement, in.hlo->shape().tuple[i], {in.hlo});
   g->tuple_index = orig.tuple_index;
   PartitionedHlo v{g, sub, orig.shape()};
