@@ -413,8 +413,6 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   }
   const std::vector<int64_t>& full = base.dims;
   std::vector<ReshardPlan> candidates;
-  // A plan that has reached `mid` is a candidate when mid is the target (unless `same_covered`: an
-  // earlier candidate is that plan), or when a local slice or a collective-permute finishes it.
   // The dims (a, b) when moving all of `from`'s tiles along a to b, over the same devices, gives T:
   // one all-to-all (plan 2).
   auto whole_all_to_all = [&](const TileMap& from) -> std::optional<std::pair<int64_t, int64_t>> {
@@ -436,6 +434,9 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     }
     return std::nullopt;
   };
+  // A plan that has reached `mid` is a candidate when mid is the target (unless `same_covered`: an
+  // earlier candidate is that plan), or when a local slice or a collective-permute finishes it, or
+  // (after plan 4's gathers, `slice_and_permute`) one all-to-all or a slice and a permute.
   auto finish = [&](ReshardPlan p, const TileMap& mid, bool same_covered, bool slice_and_permute = false) {
     if (mid.SameAs(T)) {
       if (!same_covered) candidates.push_back(std::move(p));
