@@ -1174,7 +1174,8 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
   }
 
   // A manual region's boundary keeps each device's local value (XLA's SPMDFullToShardShape and
-  // SPMDShardToFullShape): the region's shapes are the shards. A module whose shapes say otherwise
+  // SPMDShardToFullShape): the region's shapes are the shards (a manual subgroup's, split over the
+  // axes still partitioned). A module whose shapes say otherwise
   // is refused with the instruction named (fuzz findings: the partitioned program added an f32[8,2]
   // to an f32[4,2], and returned an s32[16,1648] as the shards of s32[16,16,16]).
   void manualRegionBoundaryShapes() {
@@ -1200,13 +1201,26 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
       QVERIFY(!p.ok());
       QVERIFY2(p.error().message.find(expected) != std::string::npos, p.error().message.c_str());
     };
+    // A manual subgroup (dim 0's axis manual, dim 1 still split): the region's f32[2,8] is each
+    // manual group's part, split over the other axis, [2,4] on each device — the operand's shard.
+    auto partial = testing::PartitionAndVerify(
+        "HloModule m, num_partitions=4\n\nENTRY e {\n  p = f32[4,8] parameter(0), sharding={devices=[2,2]<=[4]}\n"
+        "  m = f32[2,8] custom-call(p), custom_call_target=\"SPMDFullToShardShape\", "
+        "sharding={devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={manual}}\n"
+        "  a = f32[2,8] add(m, m), sharding={devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={manual}}\n"
+        "  ROOT out = f32[4,8] custom-call(a), custom_call_target=\"SPMDShardToFullShape\", sharding={devices=[2,2]<=[4]}\n}\n",
+        4, &why);
+    QVERIFY2(partial, why.c_str());
+    QCOMPARE(CountCollectives(*partial->module), 0);
+    QCOMPARE(partial->module->entry()->root()->shape().ToString(false), std::string("f32[2,4]"));
     // The operand is whole on each device, the region says it holds half.
     refused(module("{replicated}", "f32[4,2]", add),
-            "m: SPMDFullToShardShape's result f32[4,2] is not the shard f32[8,2] its operand p has on each device");
+            "m: SPMDFullToShardShape's operand p holds f32[8,2] on each device, but the result f32[4,2] is manual, each "
+            "device's own");
     // The region returns a value of another shape than the result's shard.
     refused(module("{devices=[2,1]<=[2]}", "f32[4,2]", "  a = f32[2,4] reshape(m), sharding={manual}\n"),
             "out: SPMDShardToFullShape's operand a holds f32[2,4] on each device, but the result f32[8,2] under "
-            "its sharding has shards f32[4,2]");
+            "its sharding is f32[4,2] on each device");
   }
 
   // A tuple sharding lists the leaves of the whole nested tuple, as XLA's does (an infeed's

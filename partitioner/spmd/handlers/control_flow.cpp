@@ -64,29 +64,27 @@ Status HandleGetTupleElement(SpmdContext& ctx, const Instruction& orig) {
 }
 
 // A manual region's boundary passes each device's local value through unchanged, so the module's
-// shapes must say so: SPMDFullToShardShape's result is the shard its operand has on each device,
-// and SPMDShardToFullShape's operand is the shard of its result under the result's sharding. A
-// module that says otherwise (XLA rejects it too) is an error, not a program of mismatched shapes.
+// shapes must say so: what the operand holds on each device is the result's part under the
+// result's sharding — for SPMDFullToShardShape into a fully manual region the result itself (each
+// device's shard), into a manual subgroup (some mesh axes manual, the others still partitioned)
+// the result's tile; for SPMDShardToFullShape the shard of the full result. A module that says
+// otherwise (XLA rejects it too) is an error, not a program of mismatched shapes.
 Status ManualBoundaryShapesAgree(SpmdContext& ctx, const Instruction& orig, const PartitionedHlo& in) {
   if (!in.hlo) return Error(orig.name() + ": " + orig.custom_call_target + " of an operand that was not partitioned");
   const Shape& local = in.hlo->shape();
-  const bool entering = orig.custom_call_target == "SPMDFullToShardShape";
+  const HloSharding sharding = SpmdContext::ShardingOf(orig);
   Shape expected = orig.shape();
-  if (!entering) {
-    auto shard = ctx.maps().ShardShape(orig.shape(), SpmdContext::ShardingOf(orig));
-    if (!shard.ok()) return Error(orig.name() + ": " + shard.error().message);
-    expected = *shard;
+  if (!sharding.IsManual()) {
+    auto part = ctx.maps().ShardShape(orig.shape(), sharding);
+    if (!part.ok()) return Error(orig.name() + ": " + part.error().message);
+    expected = *part;
   }
   if (local.IsArray() && expected.IsArray() && local.type == expected.type && local.dims == expected.dims)
     return Status::Ok();
   if (!local.IsArray() && !expected.IsArray() && local == expected) return Status::Ok();
-  if (entering)
-    return Error(orig.name() + ": SPMDFullToShardShape's result " + orig.shape().ToString(false) +
-                 " is not the shard " + local.ToString(false) + " its operand " + orig.operand(0)->name() +
-                 " has on each device");
-  return Error(orig.name() + ": SPMDShardToFullShape's operand " + orig.operand(0)->name() + " holds " +
+  return Error(orig.name() + ": " + orig.custom_call_target + "'s operand " + orig.operand(0)->name() + " holds " +
                local.ToString(false) + " on each device, but the result " + orig.shape().ToString(false) +
-               " under its sharding has shards " + expected.ToString(false));
+               (sharding.IsManual() ? std::string(" is manual, each device's own") : " under its sharding is " + expected.ToString(false) + " on each device"));
 }
 
 // custom-call "Sharding" is an annotation: the value resharded to it. Other custom-calls fall back.
@@ -105,7 +103,11 @@ Status HandleCustomCall(SpmdContext& ctx, const Instruction& orig) {
     const PartitionedHlo& in = ctx.Get(orig.operand(0));
     if (Status st = ManualBoundaryShapesAgree(ctx, orig, in); !st.ok()) return st;
     Instruction* x = ctx.builder().Emit(Opcode::kCopy, in.hlo->shape(), {in.hlo});
-    ctx.Set(&orig, {x, HloSharding::Manual(), in.hlo->shape()});
+    // A manual subgroup keeps its sharding over the region's (full) shape; a fully manual value is
+    // each device's own.
+    const HloSharding region = SpmdContext::ShardingOf(orig);
+    if (hlo_sharding_util::IsManualSubgroup(region)) ctx.Set(&orig, {x, region, orig.shape()});
+    else ctx.Set(&orig, {x, HloSharding::Manual(), in.hlo->shape()});
     return Status::Ok();
   }
   if (orig.custom_call_target == "SPMDShardToFullShape" && orig.operand_count() == 1) {
