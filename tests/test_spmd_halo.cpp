@@ -389,6 +389,42 @@ ENTRY e {
     QCOMPARE(r->collectives[0].bytes_per_device, int64_t{2 * 1 * 4});
   }
 
+  // Slicing q out of a fused qkv split over the same 8 devices (XLA's SliceToHalfSize, at a size
+  // where the bytes count): output tile i needs input column i, held by tile i/3 — up to two tiles
+  // away and one source for three targets, beyond a halo. Each piece is sent in a round of
+  // collective-permutes (a source serving k targets takes k rounds): 3 permutes of one [1024,1]
+  // column, where the gather received 21 columns. Also with the tiles partially replicated (each
+  // copy group exchanges within itself) and uneven (27 columns over 4).
+  void sliceByPermuteRounds() {
+    const std::string hlo = R"(HloModule s, num_partitions=8
+ENTRY e {
+  x = f32[1024,24] parameter(0), sharding={devices=[1,8]<=[8]}
+  ROOT q = f32[1024,8] slice(x), slice={[0:1024], [0:8]}, sharding={devices=[1,8]<=[8]}
+})";
+    std::string why;
+    auto r = PartitionAndVerify(hlo, 8, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+    const auto cps = Find(*r->module, Opcode::kCollectivePermute);
+    QCOMPARE(cps.size(), size_t{3});
+    using Pairs = std::vector<std::pair<int64_t, int64_t>>;
+    QCOMPARE(cps[0]->source_target_pairs, (Pairs{{0, 1}, {1, 3}, {2, 6}}));
+    QCOMPARE(cps[1]->source_target_pairs, (Pairs{{0, 2}, {1, 4}, {2, 7}}));
+    QCOMPARE(cps[2]->source_target_pairs, (Pairs{{1, 5}}));
+    QCOMPARE(cps[0]->shape().ToString(false), std::string("f32[1024,1]"));
+    QCOMPARE(r->module->entry()->root()->shape().ToString(false), std::string("f32[1024,1]"));
+    const std::string replicated = R"(HloModule s, num_partitions=8
+ENTRY e {
+  x = f32[512,27] parameter(0), sharding={devices=[1,4,2]<=[8] last_tile_dim_replicate}
+  ROOT q = f32[512,9] slice(x), slice={[0:512], [9:18]}, sharding={devices=[1,4,2]<=[8] last_tile_dim_replicate}
+})";
+    r = PartitionAndVerify(replicated, 8, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    QVERIFY(Find(*r->module, Opcode::kAllGather).empty());
+    QCOMPARE(Find(*r->module, Opcode::kCollectivePermute).size(), size_t{1});
+    QCOMPARE(r->module->entry()->root()->shape().ToString(false), std::string("f32[512,3]"));
+  }
+
   // Base dilation (GSPMD Appendix A.2, Figure 10): output tiles whose windows start at the same
   // phase of the dilation share one local window; otherwise (stride 1) every tile takes the
   // largest low padding and a dynamic-slice drops its extra outputs.

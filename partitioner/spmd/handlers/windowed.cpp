@@ -852,12 +852,177 @@ bool SliceByMaskedAllReduce(SpmdContext& ctx, const Instruction& slice) {
   return true;
 }
 
+// A slice along a sharded dim d that keeps the operand's sharding (q = qkv[:, 0:H] with both split
+// over the same devices; XLA's SliceToHalfSize): output tile i needs input rows [s + i*os,
+// s + (i+1)*os), which lie in the input tiles of a few other devices, often further away than a
+// halo reaches and from one source to several targets. Each (source tile, target tile) piece is
+// sent in a round of collective-permutes in which every device sends once and receives once (a
+// source serving k targets takes k rounds), and each device places what it receives at its
+// offset in its output shard (masked by the rows each piece really holds). Used when no halo
+// exchange is cheaper than gathering the dim and the pieces move fewer bytes than the gather.
+bool SliceByPermutes(SpmdContext& ctx, const Instruction& slice) {
+  const int64_t rank = slice.shape().rank();
+  const HloSharding target = SpmdContext::ShardingOf(slice);
+  const PartitionedHlo& v = ctx.Get(slice.operand(0));
+  if (!v.hlo || !v.base_shape.IsArray() || v.base_shape.rank() != rank || v.sharding != target) return false;
+  auto mm = ctx.maps().Get(target, rank);
+  if (!mm.ok()) return false;
+  const TileMap& m = *mm;
+  const SliceSpec& spec = slice.slice;
+  int64_t d = -1;
+  for (int64_t k = 0; k < rank; ++k) {
+    const auto i = static_cast<size_t>(k);
+    if (spec.strides[i] != 1) return false;
+    const bool cut = spec.starts[i] != 0 || spec.limits[i] != v.base_shape.dim(k);
+    if (!cut || m.tiles(k) == 1) continue;
+    if (d >= 0) return false;  // one sharded dim cut, the others whole or unsharded
+    d = k;
+  }
+  if (d < 0) return false;
+  const int64_t t = m.tiles(d), N = v.base_shape.dim(d), s0 = spec.starts[static_cast<size_t>(d)];
+  const int64_t M = slice.shape().dim(d), is = (N + t - 1) / t, os = (M + t - 1) / t;
+  // Rows each output tile needs; a halo exchange that is cheaper than gathering stays the way.
+  std::vector<int64_t> starts(static_cast<size_t>(t)), need(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) {
+    starts[static_cast<size_t>(i)] = s0 + i * os;
+    need[static_cast<size_t>(i)] = std::clamp<int64_t>(M - i * os, 0, os);
+  }
+  if (PlanHalo(is, t, N, starts, os, true, true, need).cheaper_than_gather()) return false;
+  struct Piece {
+    int64_t from_tile, to_tile, lo, hi;  // input rows [lo, hi)
+  };
+  std::vector<Piece> local, remote;
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t lo = s0 + i * os, hi = s0 + std::min((i + 1) * os, M);
+    for (int64_t j = lo / is; lo < hi && j * is < hi; ++j) {
+      Piece p{j, i, std::max(lo, j * is), std::min(hi, (j + 1) * is)};
+      (j == i ? local : remote).push_back(p);
+    }
+  }
+  // Rounds: every tile sends at most once and receives at most once in each.
+  std::vector<std::vector<Piece>> rounds;
+  std::vector<std::vector<bool>> sends, receives;
+  for (const Piece& p : remote) {
+    size_t r = 0;
+    while (r < rounds.size() && (sends[r][static_cast<size_t>(p.from_tile)] || receives[r][static_cast<size_t>(p.to_tile)])) ++r;
+    if (r == rounds.size()) {
+      rounds.emplace_back();
+      sends.emplace_back(static_cast<size_t>(t), false);
+      receives.emplace_back(static_cast<size_t>(t), false);
+    }
+    rounds[r].push_back(p);
+    sends[r][static_cast<size_t>(p.from_tile)] = receives[r][static_cast<size_t>(p.to_tile)] = true;
+  }
+  auto longest = [](const std::vector<Piece>& ps) {
+    int64_t r = 0;
+    for (const Piece& p : ps) r = std::max(r, p.hi - p.lo);
+    return r;
+  };
+  int64_t moved = 0;
+  for (const auto& r : rounds) moved += longest(r);
+  const Shape& shard = v.hlo->shape();
+  const int64_t row_bytes = (shard.dim(d) > 0 ? ElementsOf(shard.dims) / shard.dim(d) : 0) * PrimitiveTypeBytes(shard.type);
+  if (row_bytes <= 0) return false;
+  const int64_t cost = moved * row_bytes + static_cast<int64_t>(rounds.size()) * kCollectiveOverheadBytes;
+  if (cost >= (t - 1) * is * row_bytes + kCollectiveOverheadBytes) return false;
+
+  SpmdBuilder& b = ctx.builder();
+  Instruction* x = v.hlo;
+  {  // The dims that are cut but not sharded are cut locally first.
+    SliceSpec cut = spec;
+    bool identity = true;
+    for (int64_t k = 0; k < rank; ++k) {
+      const auto i = static_cast<size_t>(k);
+      if (k == d || m.tiles(k) > 1) {
+        cut.starts[i] = 0;
+        cut.limits[i] = x->shape().dim(k);
+      }
+      identity &= cut.starts[i] == 0 && cut.limits[i] == x->shape().dim(k);
+    }
+    if (!identity) {
+      std::vector<int64_t> dims;
+      for (int64_t k = 0; k < rank; ++k) dims.push_back(cut.limits[static_cast<size_t>(k)] - cut.starts[static_cast<size_t>(k)]);
+      Instruction* c = b.Emit(Opcode::kSlice, Shape(x->shape().type, dims), {x});
+      c->slice = std::move(cut);
+      x = c;
+    }
+  }
+  const std::vector<std::vector<int64_t>> groups = m.GroupsAlong({d});  // group[j]: the device of tile j
+  std::vector<int64_t> out_dims = x->shape().dims;
+  out_dims[static_cast<size_t>(d)] = os;
+  const Shape out(x->shape().type, out_dims), idx(PrimitiveType::kS32, out_dims);
+  Instruction* result = b.Broadcast(b.ConstantScalar(out.type, 0.0), out);
+  Instruction* iota = b.Emit(Opcode::kIota, idx, {});
+  iota->iota_dimension = d;
+  Instruction* zero = b.ConstantScalar(PrimitiveType::kS32, 0.0);
+  // The rows of `part` (R along d; its first len[dev] are real) at offset off[dev] of the shard.
+  auto place = [&](Instruction* part, int64_t R, const std::vector<int64_t>& off, const std::vector<int64_t>& len) {
+    std::vector<int64_t> big = out_dims;
+    big[static_cast<size_t>(d)] = os + R;
+    std::vector<Instruction*> ops = {b.Broadcast(b.ConstantScalar(out.type, 0.0), Shape(out.type, big)), part};
+    Instruction* at = b.TableLookup(off);
+    for (int64_t k = 0; k < rank; ++k) ops.push_back(k == d ? at : zero);
+    Instruction* dus = b.Emit(Opcode::kDynamicUpdateSlice, Shape(out.type, big), std::move(ops));
+    Instruction* placed = b.SliceDim(dus, d, 0, os);
+    Instruction* from = b.Broadcast(at, idx);
+    std::vector<int64_t> end(off.size());
+    for (size_t i = 0; i < off.size(); ++i) end[i] = off[i] + len[i];
+    Instruction* to = b.Broadcast(b.TableLookup(end), idx);
+    Instruction* ge = b.Emit(Opcode::kCompare, Shape(PrimitiveType::kPred, out_dims), {iota, from});
+    ge->comparison = ComparisonDirection::kGe;
+    Instruction* lt = b.Emit(Opcode::kCompare, Shape(PrimitiveType::kPred, out_dims), {iota, to});
+    lt->comparison = ComparisonDirection::kLt;
+    Instruction* in = b.Emit(Opcode::kAnd, Shape(PrimitiveType::kPred, out_dims), {ge, lt});
+    result = b.Emit(Opcode::kSelect, out, {in, placed, result});
+  };
+  // Rows [lo, hi) of tile j's shard, R long, on each device that sends (tables by device).
+  auto cut_rows = [&](const std::vector<Piece>& ps, int64_t R) {
+    std::vector<int64_t> send(static_cast<size_t>(m.num_devices()), 0);
+    for (const Piece& p : ps)
+      for (const auto& g : groups) send[static_cast<size_t>(g[static_cast<size_t>(p.from_tile)])] = p.lo - p.from_tile * is;
+    std::vector<int64_t> high(static_cast<size_t>(rank), 0);
+    high[static_cast<size_t>(d)] = R;
+    std::vector<Instruction*> at;
+    for (int64_t k = 0; k < rank; ++k) at.push_back(k == d ? b.TableLookup(send) : zero);
+    std::vector<int64_t> sizes = x->shape().dims;
+    sizes[static_cast<size_t>(d)] = R;
+    return b.DynamicSlice(b.PadHigh(x, high, 0.0), at, sizes);
+  };
+  auto where = [&](const std::vector<Piece>& ps) {
+    std::vector<int64_t> off(static_cast<size_t>(m.num_devices()), 0), len(off.size(), 0);
+    for (const Piece& p : ps)
+      for (const auto& g : groups) {
+        const auto dev = static_cast<size_t>(g[static_cast<size_t>(p.to_tile)]);
+        off[dev] = p.lo - (s0 + p.to_tile * os);
+        len[dev] = p.hi - p.lo;
+      }
+    return std::make_pair(off, len);
+  };
+  if (!local.empty()) {
+    const int64_t R = longest(local);
+    auto [off, len] = where(local);
+    place(cut_rows(local, R), R, off, len);
+  }
+  for (const auto& r : rounds) {
+    const int64_t R = longest(r);
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    for (const auto& g : groups)
+      for (const Piece& p : r) pairs.emplace_back(g[static_cast<size_t>(p.from_tile)], g[static_cast<size_t>(p.to_tile)]);
+    Instruction* sent = b.CollectivePermute(cut_rows(r, R), pairs, "slice " + slice.name() + ": rows of other shards");
+    auto [off, len] = where(r);
+    place(sent, R, off, len);
+  }
+  ctx.Set(&slice, {result, target, slice.shape()});
+  return true;
+}
+
 Status HandleSlice(SpmdContext& ctx, const Instruction& slice) {
   const int64_t rank = slice.shape().rank();
   const Shape& in = slice.operand(0)->shape();
   if (slice.operand_count() != 1 || !slice.shape().IsArray() || static_cast<int64_t>(slice.slice.starts.size()) != rank)
     return PartitionWithFallback(ctx, slice);
   if (SliceByMaskedAllReduce(ctx, slice)) return Status::Ok();
+  if (SliceByPermutes(ctx, slice)) return Status::Ok();
   WindowedOp w;
   w.operand = slice.operand(0);
   w.window.resize(static_cast<size_t>(rank));
