@@ -779,17 +779,21 @@ Result<Simulation> SimulateProgram(const ExecProgram& program, const Topology& t
       if (op.kind == ExecKind::kCompute) {
         if (e > s) {
           compute.emplace_back(s, e);
-          detail.events.push_back({-1, Stream::kCompute, s, e - s, op.name, op.kind_name,
-                                   static_cast<int64_t>(std::llround(op.bytes)), op.flops});
+          if (options.timelines)
+            detail.events.push_back({-1, Stream::kCompute, s, e - s, op.name, op.kind_name,
+                                     static_cast<int64_t>(std::llround(op.bytes)), op.flops});
         }
       } else {
         const SpecTiming& t = timing[static_cast<size_t>(op.collective)];
         comm.emplace_back(s, e);
-        detail.events.push_back({-1, Stream::kCommunication, s, e - s, op.name, op.kind_name,
-                                 static_cast<int64_t>(std::llround(t.cost.bytes_per_device)), 0.0});
+        if (options.timelines)
+          detail.events.push_back({-1, Stream::kCommunication, s, e - s, op.name, op.kind_name,
+                                   static_cast<int64_t>(std::llround(t.cost.bytes_per_device)), 0.0});
       }
     }
-    auto mem = ComputeMemoryProfile(program, c.start, c.end, step_end, options.memory);
+    MemoryProfileOptions memory_options = options.memory;
+    memory_options.peak_only = memory_options.peak_only || !options.timelines;
+    auto mem = ComputeMemoryProfile(program, c.start, c.end, step_end, memory_options);
     if (!mem.ok()) return mem.error();
     detail.peak_memory_bytes = mem->peak_bytes;
     detail.peak_memory_time_s = mem->peak_time_s;

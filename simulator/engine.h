@@ -59,6 +59,10 @@ struct SimulationOptions {
   // Timings of collectives shared between simulations (collective_timing.h; null: none). The
   // results are the same with or without it.
   std::shared_ptr<CollectiveTimingMemo> collective_memo;
+  // Off: the run keeps its figures only — the summary, the collectives and each class's peak —
+  // without the classes' timeline events, memory samples and peak buffers (the figures are the
+  // same; the strategy search ranks candidates by them).
+  bool timelines = true;
 };
 
 struct SimulationStats {

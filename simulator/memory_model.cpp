@@ -205,7 +205,7 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
   }
   std::sort(ev.begin(), ev.end(), [](const Ev& a, const Ev& b) { return a.t < b.t; });
   MemorySample level;
-  prof.samples.reserve(ev.size() / 2 + 3);
+  if (!options.peak_only) prof.samples.reserve(ev.size() / 2 + 3);
   // The state before anything runs: parameters and constants (an op starting at time 0 may free
   // one in place at once; the memory held before it still counts).
   bool initial_is_peak = true;
@@ -218,6 +218,7 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
   prof.peak_bytes = level.total();
   prof.peak_time_s = 0;
   prof.peak_by_category = level.bytes;
+  MemorySample previous = level;  // the last sample (kept alone when only the peak is wanted)
   level = MemorySample{};
   for (size_t i = 0; i < ev.size();) {
     const double t = ev[i].t;
@@ -226,8 +227,9 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
       level.at(buf.category) += ev[i].sign * buf.bytes;
     }
     level.time_s = t;
-    if (prof.samples.back().bytes == level.bytes) continue;
-    prof.samples.push_back(level);
+    if (previous.bytes == level.bytes) continue;
+    previous = level;
+    if (!options.peak_only) prof.samples.push_back(level);
     const int64_t total = level.total();
     if (total > prof.peak_bytes) {
       initial_is_peak = false;
@@ -236,6 +238,7 @@ Result<MemoryProfile> ComputeMemoryProfile(const ExecProgram& program, const std
       prof.peak_by_category = level.bytes;
     }
   }
+  if (options.peak_only) return prof;
   if (step_end_s > prof.samples.back().time_s) {
     MemorySample last = prof.samples.back();
     last.time_s = step_end_s;

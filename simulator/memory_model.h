@@ -71,6 +71,9 @@ struct MemoryProfileOptions {
   // Downsample to at most this many samples (0 = keep all), keeping each interval's highest
   // sample so the peak never vanishes.
   size_t max_samples = 0;
+  // Only the peak and its time: no samples after the first and no list of the buffers live at
+  // the peak (the same peak; for callers that need the figure alone, e.g. the strategy search).
+  bool peak_only = false;
 };
 
 // Liveness of every buffer of `program` given when each op started and ended (seconds; one entry

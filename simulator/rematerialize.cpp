@@ -183,7 +183,27 @@ std::vector<Pick> SweepPicks(const ExecProgram& program, const SequentialPeak& p
     const BufferLifetime& l = prof.lifetimes[static_cast<size_t>(u)];
     return l.alloc_s <= q && l.free_s > q;
   };
+  // What does not change during the sweep, per buffer: whether it may be recomputed at all (a
+  // computed, non-output, non-constant value that is freed, defined by an op without effects) and
+  // its cost per byte. Only the recomputable live buffers are visited at an instant above the
+  // limit (about one live buffer in eight in a training step).
+  std::vector<char> recomputable(nb, 0);
+  std::vector<double> cost_per_byte(nb, 0);
+  for (size_t b = 0; b < nb; ++b) {
+    const Buffer& buf = program.buffers[b];
+    if (buf.bytes <= 0 || buf.def_op < 0 || buf.is_output || buf.is_constant) continue;
+    if (std::isinf(prof.lifetimes[b].free_s)) continue;
+    const ExecOp& def = program.ops[static_cast<size_t>(buf.def_op)];
+    if (def.kind != ExecKind::kCompute || HasSideEffects(def.kind_name)) continue;
+    recomputable[b] = 1;
+    cost_per_byte[b] = def.duration_s / static_cast<double>(buf.bytes);
+  }
+  // `live` keeps every live buffer in allocation order (a freed one's place taken by the last):
+  // ties between candidates of equal cost go to the earlier place in it. `recomputable_live` is
+  // the recomputable subset, in any order.
   std::vector<int32_t> live, live_pos(nb, -1);
+  std::vector<int32_t> recomputable_live, recomputable_pos(nb, -1);
+  std::vector<std::pair<int32_t, Pick>> placed;  // (place in `live`, candidate)
   std::vector<int64_t> restore(n + 2, 0);  // bytes a pick's clone defines again at an instant
   // A picked buffer is freed until its clone (freed_until); a buffer a clone reads must not be
   // freed before that clone runs (blocked_until).
@@ -199,34 +219,47 @@ std::vector<Pick> SweepPicks(const ExecProgram& program, const SequentialPeak& p
       live[static_cast<size_t>(at)] = live.back();
       live.pop_back();
       live_pos[static_cast<size_t>(b)] = -1;
+      if (const int32_t r = recomputable_pos[static_cast<size_t>(b)]; r >= 0) {
+        recomputable_pos[static_cast<size_t>(recomputable_live.back())] = r;
+        recomputable_live[static_cast<size_t>(r)] = recomputable_live.back();
+        recomputable_live.pop_back();
+        recomputable_pos[static_cast<size_t>(b)] = -1;
+      }
     }
     for (int32_t k = alloc_off[t]; k < alloc_off[t + 1]; ++k) {
       const int32_t b = alloc_list[static_cast<size_t>(k)];
       live_pos[static_cast<size_t>(b)] = static_cast<int32_t>(live.size());
       live.push_back(b);
+      if (recomputable[static_cast<size_t>(b)]) {
+        recomputable_pos[static_cast<size_t>(b)] = static_cast<int32_t>(recomputable_live.size());
+        recomputable_live.push_back(b);
+      }
     }
     level += delta[t];
     freed_now -= restore[t];
     const int64_t excess = level - freed_now - limit;
     if (t == 0 || excess <= 0) continue;  // instant 0: the parameters before anything runs
     const int32_t at = static_cast<int32_t>(t);
-    candidates.clear();
-    for (int32_t b : live) {
-      const Buffer& buf = program.buffers[static_cast<size_t>(b)];
-      if (freed_until[static_cast<size_t>(b)] > at || blocked_until[static_cast<size_t>(b)] > at) continue;
-      if (buf.bytes <= 0 || buf.def_op < 0 || buf.is_output || buf.is_constant) continue;
-      if (std::isinf(prof.lifetimes[static_cast<size_t>(b)].free_s)) continue;
-      const int32_t q = next_use(static_cast<size_t>(b), at);
+    placed.clear();
+    for (int32_t b : recomputable_live) {
+      const size_t ub = static_cast<size_t>(b);
+      if (freed_until[ub] > at || blocked_until[ub] > at) continue;
+      const int32_t q = next_use(ub, at);
       if (q <= at) continue;  // read at this instant (or never again)
-      const ExecOp& def = program.ops[static_cast<size_t>(buf.def_op)];
-      if (def.kind != ExecKind::kCompute || HasSideEffects(def.kind_name)) continue;
+      const int32_t def_op = program.buffers[ub].def_op;
       bool ok = true;
-      for (int32_t u : def.uses) ok = ok && freed_until[static_cast<size_t>(u)] < q && live_at(u, q);
+      for (int32_t u : program.ops[static_cast<size_t>(def_op)].uses)
+        ok = ok && freed_until[static_cast<size_t>(u)] < q && live_at(u, q);
       if (!ok) continue;
-      candidates.push_back({b, buf.def_op, q, def.duration_s / static_cast<double>(buf.bytes)});
+      placed.push_back({live_pos[ub], Pick{b, def_op, q, cost_per_byte[ub]}});
     }
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const Pick& a, const Pick& b) { return a.cost_per_byte < b.cost_per_byte; });
+    // Cheapest first; equal costs in their order in `live`.
+    std::sort(placed.begin(), placed.end(), [](const auto& a, const auto& b) {
+      if (a.second.cost_per_byte != b.second.cost_per_byte) return a.second.cost_per_byte < b.second.cost_per_byte;
+      return a.first < b.first;
+    });
+    candidates.clear();
+    for (const auto& [place, pick] : placed) candidates.push_back(pick);
     int64_t freed = 0;
     for (const Pick& c : candidates) {
       if (freed >= excess || static_cast<int64_t>(picks.size()) >= max_picks) break;
@@ -270,11 +303,21 @@ RematerializationResult RematerializeToFit(ExecProgram* program, int64_t limit_b
     RematerializationResult pass = out;
     for (const Pick& c : picks) pass.bytes += program->buffers[static_cast<size_t>(c.buffer)].bytes;
     pass.values += static_cast<int64_t>(picks.size());
-    ExecProgram before = *program;
+    // What Apply changes, kept to undo the pass: the ops from the first clone's place on, the
+    // buffers' defining ops and their count (Apply appends the clones' buffers).
+    size_t first = program->ops.size();
+    for (const Pick& c : picks) first = std::min(first, static_cast<size_t>(c.next_use));
+    std::vector<ExecOp> tail(program->ops.begin() + static_cast<std::ptrdiff_t>(first), program->ops.end());
+    const size_t buffers_before = program->buffers.size();
+    std::vector<int32_t> def_ops(buffers_before);
+    for (size_t b = 0; b < buffers_before; ++b) def_ops[b] = program->buffers[b].def_op;
     Apply(program, std::move(picks), &pass);
     SequentialPeak after = ComputeSequentialPeak(*program);
     if (after.peak_bytes >= prof.peak_bytes) {
-      *program = std::move(before);
+      program->ops.resize(first);
+      std::move(tail.begin(), tail.end(), std::back_inserter(program->ops));
+      program->buffers.resize(buffers_before);
+      for (size_t b = 0; b < buffers_before; ++b) program->buffers[b].def_op = def_ops[b];
       break;
     }
     out = pass;

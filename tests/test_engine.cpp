@@ -1088,6 +1088,55 @@ ENTRY %main (p: f32[8]) -> f32[32] {
     QVERIFY(o.collective_memo->bytes() > 1 || alone[0].stats.distinct_collectives <= 1);
   }
 
+  // SimulationOptions::timelines off (the strategy search's candidates): the same summary,
+  // collectives and per-class peaks, without the classes' events, memory samples and peak
+  // buffers — on a partitioned step that fits, and on a step rematerialised under a low HBM.
+  void FiguresWithoutTimelinesAreTheSame() {
+    auto p = PartitionedZooStep();
+    QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+    auto step = ZooBuild("transformer", {{"layers", "3"}, {"optimizer", "adam"}, {"mesh_x", "1"}, {"mesh_y", "1"}});
+    QVERIFY2(step.ok(), step.ok() ? "" : step.error().message.c_str());
+    const Topology one = TopologyFor("tpu-v4", "X=1");
+    const int64_t peak = Run(**step, one).run.summary.peak_memory_bytes;
+    auto tight_chip = ChipPreset("tpu-v4");
+    QVERIFY(tight_chip.ok());
+    tight_chip->hbm_bytes = 0.9 * static_cast<double>(peak);  // 90% of the step's peak
+    auto mesh = DeviceMesh::Parse("X=1");
+    QVERIFY(mesh.ok());
+    auto tight = Topology::ForMesh(IdealRoofline(tight_chip.value()), mesh.value());
+    QVERIFY(tight.ok());
+    const std::vector<std::pair<const Module*, const Topology*>> cases = {
+        {p->module.get(), nullptr}, {step->get(), &tight.value()}};
+    const Topology fits = TopologyFor("tpu-v4", "X=4,Y=4");
+    for (const auto& [module, given] : cases) {
+      const Topology& topo = given ? *given : fits;
+      const Simulation with = Run(*module, topo);
+      SimulationOptions o;
+      o.timelines = false;
+      const Simulation without = Run(*module, topo, o);
+      QVERIFY(with.run.summary == without.run.summary);
+      QVERIFY(with.run.collectives == without.run.collectives);
+      QCOMPARE(without.stats.rematerialized_values, with.stats.rematerialized_values);
+      QCOMPARE(with.stats.rematerialized_values > 0, given != nullptr);  // the low HBM rematerialises
+      QVERIFY(without.run.Validate().ok());
+      int64_t peak_with = 0, peak_without = 0;
+      bool detail_with = false;
+      for (const DeviceClass& c : with.run.classes) {
+        peak_with = std::max(peak_with, c.peak_memory_bytes);
+        detail_with = detail_with || (!c.events.empty() && c.memory.size() > 1 && !c.peak_buffers.empty());
+      }
+      for (const DeviceClass& c : without.run.classes) {
+        peak_without = std::max(peak_without, c.peak_memory_bytes);
+        QVERIFY(c.events.empty());
+        QVERIFY(c.memory.size() <= 1);
+        QVERIFY(c.peak_buffers.empty());
+      }
+      QVERIFY(detail_with);
+      QCOMPARE(peak_without, peak_with);
+      QCOMPARE(without.run.num_devices(), with.run.num_devices());
+    }
+  }
+
   void CliSimulate() {
     QTemporaryDir dir;
     QVERIFY(dir.isValid());

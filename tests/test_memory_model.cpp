@@ -766,18 +766,23 @@ ENTRY %main (x: f32[256,256], w1: f32[256,256], w2: f32[256,256], dy: f32[256,25
       }
       QVERIFY2(prof->peak_time_s > 0, name);  // a peak inside the step, not the parameters alone
 
-      const int64_t limit = seq.peak_bytes * 9 / 10;
+      // 90% of the peak, then limits no program reaches: passes run until one does not lower the
+      // peak, which is undone (the program left is the last pass's, its peak the one reported).
+      for (const int64_t tenths : {9, 5, 1}) {
+      const int64_t limit = seq.peak_bytes * tenths / 10;
       ExecProgram rewritten = *prog;
       const RematerializationResult r = RematerializeToFit(&rewritten, limit, 200);
       QCOMPARE(r.peak_before, seq.peak_bytes);
       if (std::string_view(name) == "moe-layer") {
         QCOMPARE(r.values, int64_t{0});
         QCOMPARE(r.peak_after, r.peak_before);
-      } else {
+      } else if (tenths == 9) {
         QVERIFY2(r.values > 0 && r.peak_after < r.peak_before, name);
       }
+      QVERIFY(r.peak_after <= r.peak_before);
       QCOMPARE(rewritten.ops.size(), n + static_cast<size_t>(r.values));
-      QVERIFY(ComputeSequentialPeak(rewritten).peak_bytes >= r.peak_after);
+      QCOMPARE(rewritten.buffers.size(), prog->buffers.size() + static_cast<size_t>(r.values));
+      QCOMPARE(ComputeSequentialPeak(rewritten).peak_bytes, r.peak_after);
       for (size_t k = 0; k < rewritten.ops.size(); ++k) {
         const ExecOp& op = rewritten.ops[k];
         QVERIFY(std::is_sorted(op.deps.begin(), op.deps.end()));
@@ -787,6 +792,7 @@ ENTRY %main (x: f32[256,256], w1: f32[256,256], w2: f32[256,256], dy: f32[256,25
           QVERIFY2(def < static_cast<int32_t>(k), qPrintable(QString::fromStdString(op.name)));
         }
         for (int32_t d : op.defs) QCOMPARE(rewritten.buffers[static_cast<size_t>(d)].def_op, static_cast<int32_t>(k));
+      }
       }
     }
   }

@@ -277,6 +277,8 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
     so.mesh_text = p.candidate.mesh;
     so.label = p.candidate.Label();
     so.model_flops = 0;
+    // A run stored with its figures only needs no timelines (the figures are the same).
+    so.timelines = options.store_detail;
     o.simulation = so;
     auto run = pipeline::RunPipeline(std::move(p.modules[i]), o, cancel);
     for (const auto& [stage, ms] : run.millis) r.stage_millis[std::string(pipeline::StageName(stage))] += ms;
