@@ -208,6 +208,9 @@ std::vector<Pick> SweepPicks(const ExecProgram& program, const SequentialPeak& p
   // A picked buffer is freed until its clone (freed_until); a buffer a clone reads must not be
   // freed before that clone runs (blocked_until).
   std::vector<int32_t> freed_until(nb, 0), blocked_until(nb, 0);
+  // A buffer whose defining op's operands are not all available at its next use q stays so until
+  // q (those operands' lifetimes are fixed and frees only grow): it is not looked at again before.
+  std::vector<int32_t> unusable_until(nb, 0);
   std::vector<Pick> candidates;
   int64_t level = 0, freed_now = 0;
   for (size_t t = 0; t < n; ++t) {
@@ -243,14 +246,17 @@ std::vector<Pick> SweepPicks(const ExecProgram& program, const SequentialPeak& p
     placed.clear();
     for (int32_t b : recomputable_live) {
       const size_t ub = static_cast<size_t>(b);
-      if (freed_until[ub] > at || blocked_until[ub] > at) continue;
+      if (freed_until[ub] > at || blocked_until[ub] > at || unusable_until[ub] > at) continue;
       const int32_t q = next_use(ub, at);
       if (q <= at) continue;  // read at this instant (or never again)
       const int32_t def_op = program.buffers[ub].def_op;
       bool ok = true;
       for (int32_t u : program.ops[static_cast<size_t>(def_op)].uses)
         ok = ok && freed_until[static_cast<size_t>(u)] < q && live_at(u, q);
-      if (!ok) continue;
+      if (!ok) {
+        unusable_until[ub] = q;
+        continue;
+      }
       placed.push_back({live_pos[ub], Pick{b, def_op, q, cost_per_byte[ub]}});
     }
     // Cheapest first; equal costs in their order in `live`.
