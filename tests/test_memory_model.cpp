@@ -783,6 +783,17 @@ ENTRY %main (x: f32[256,256], w1: f32[256,256], w2: f32[256,256], dy: f32[256,25
       QCOMPARE(rewritten.ops.size(), n + static_cast<size_t>(r.values));
       QCOMPARE(rewritten.buffers.size(), prog->buffers.size() + static_cast<size_t>(r.values));
       QCOMPARE(ComputeSequentialPeak(rewritten).peak_bytes, r.peak_after);
+      if (r.values == 0) {  // nothing kept (a first pass undone): the program as it was
+        for (size_t k = 0; k < n; ++k) {
+          const ExecOp &x = prog->ops[k], &y = rewritten.ops[k];
+          QVERIFY2(x.name == y.name && x.deps == y.deps && x.uses == y.uses && x.defs == y.defs &&
+                       x.in_place == y.in_place && x.recompute == y.recompute,
+                   (std::string(name) + ": " + x.name).c_str());
+        }
+        for (size_t b = 0; b < prog->buffers.size(); ++b)
+          QVERIFY(prog->buffers[b].name == rewritten.buffers[b].name &&
+                  prog->buffers[b].def_op == rewritten.buffers[b].def_op);
+      }
       for (size_t k = 0; k < rewritten.ops.size(); ++k) {
         const ExecOp& op = rewritten.ops[k];
         QVERIFY(std::is_sorted(op.deps.begin(), op.deps.end()));
