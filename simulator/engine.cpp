@@ -601,7 +601,8 @@ class Engine {
 using Intervals = std::vector<std::pair<double, double>>;
 
 Intervals Union(Intervals v) {
-  std::sort(v.begin(), v.end());
+  // A stream's ops run one after another, so its intervals usually come sorted already.
+  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
   Intervals out;
   for (const auto& iv : v) {
     if (iv.second <= iv.first) continue;

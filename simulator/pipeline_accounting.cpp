@@ -105,30 +105,15 @@ bool LoopIteration(const std::string& name, std::string* body, int64_t* iteratio
 
 }  // namespace
 
-bool PaddedIteration(int64_t position, int64_t stages, int64_t trips, int64_t t) {
-  if (stages < 2 || trips < stages || t < 0 || t >= trips) return false;
-  return t < position || t > position + trips - stages;
-}
-
 double BubbleShareEstimate(int64_t stages, int64_t trips) {
   if (stages < 2 || trips < stages) return 0;
   return static_cast<double>(stages - 1) / static_cast<double>(trips);
-}
-
-bool PipelineLoop::Padded(int64_t device, int64_t t) const {
-  if (device < 0 || static_cast<size_t>(device) >= position.size()) return false;
-  return PaddedIteration(position[static_cast<size_t>(device)], stages, trips, t);
 }
 
 int64_t PipelineStructure::stages() const {
   int64_t s = 0;
   for (const PipelineLoop& l : loops) s = std::max(s, l.stages);
   return s;
-}
-
-bool PipelineStructure::InBubble(size_t op, int64_t device) const {
-  if (op >= op_loop.size() || op_loop[op] < 0) return false;
-  return loops[static_cast<size_t>(op_loop[op])].Padded(device, op_iteration[op]);
 }
 
 PipelineStructure FindPipelineStructure(const ExecProgram& program, int64_t num_devices) {

@@ -35,7 +35,10 @@ namespace shardscope::sim {
 // positions, the device at `position` p (0 where data enters) computes on padding in iteration t
 // unless p <= t <= p + T - P. Everything that marks or counts bubbles (the engine's accounting, the
 // timeline's marks, the teaching panel's table) asks this.
-bool PaddedIteration(int64_t position, int64_t stages, int64_t trips, int64_t t);
+inline bool PaddedIteration(int64_t position, int64_t stages, int64_t trips, int64_t t) {
+  if (stages < 2 || trips < stages || t < 0 || t >= trips) return false;
+  return t < position || t > position + trips - stages;
+}
 
 // The closed form of the bubble share, for an estimate before anything is simulated (the strategy
 // search): each position computes on padding in P - 1 of the T iterations, (P - 1) / T — GPipe's
@@ -51,7 +54,10 @@ struct PipelineLoop {
   std::vector<int64_t> position;  // by device: its place along the flow, 0 .. P - 1
 
   // Whether `device` computes on padding in iteration t (0 <= t < trips; false otherwise).
-  bool Padded(int64_t device, int64_t t) const;
+  bool Padded(int64_t device, int64_t t) const {
+    if (device < 0 || static_cast<size_t>(device) >= position.size()) return false;
+    return PaddedIteration(position[static_cast<size_t>(device)], stages, trips, t);
+  }
 };
 
 struct PipelineStructure {
@@ -63,8 +69,12 @@ struct PipelineStructure {
 
   bool pipelined() const { return !loops.empty(); }
   int64_t stages() const;  // the largest P (0: not pipelined)
-  // Whether op `op` is bubble work on `device`.
-  bool InBubble(size_t op, int64_t device) const;
+  // Whether op `op` is bubble work on `device` (inline: the engine asks it for every op of every
+  // pipeline position).
+  bool InBubble(size_t op, int64_t device) const {
+    if (op >= op_loop.size() || op_loop[op] < 0) return false;
+    return loops[static_cast<size_t>(op_loop[op])].Padded(device, op_iteration[op]);
+  }
 };
 
 // The pipeline loops of `program` run on `num_devices` devices.
