@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 
 #include "core/ir/shape_inference.h"
 
@@ -135,15 +136,33 @@ std::string Builder::NamingScope() const {
 }
 
 void Builder::SetMetadata(Instruction* inst, const std::string& label) {
-  const std::string scope = CurrentScope();
-  if (scope.empty()) return;
-  std::string op_name = scope + "/" + label;
-  std::string escaped;
-  for (char c : op_name) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    escaped += c;
+  // op_name="<scope>/<label>" with '"' and '\\' escaped, written in one string (every op the zoo
+  // builds has one).
+  if (std::none_of(scopes_.begin(), scopes_.end(), [](const ScopePart& p) { return !p.name.empty(); })) return;
+  auto append_escaped = [](std::string& out, std::string_view part) {
+    if (part.find_first_of("\"\\") == std::string_view::npos) {
+      out.append(part);
+      return;
+    }
+    for (char c : part) {
+      if (c == '"' || c == '\\') out.push_back('\\');
+      out.push_back(c);
+    }
+  };
+  std::string m;
+  m.reserve(16 + label.size() + 16 * scopes_.size());
+  m.append("op_name=\"");
+  bool first = true;
+  for (const auto& part : scopes_) {
+    if (part.name.empty()) continue;
+    if (!first) m.push_back('/');
+    append_escaped(m, part.name);
+    first = false;
   }
-  inst->metadata = "op_name=\"" + escaped + "\"";
+  m.push_back('/');
+  append_escaped(m, label);
+  m.push_back('"');
+  inst->metadata = std::move(m);
 }
 
 // ---- the general form ----------------------------------------------------------------------------------
