@@ -1,6 +1,7 @@
 #include "simulator/buffer_layout.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 
 namespace shardscope::sim {
@@ -65,12 +66,38 @@ int64_t PaddedByteSize(const Shape& shape, const ChipSpec& chip) {
   if (rank == 1) return TiledBytes(shape, chip, 0, -1);
   // No layout yet: the one layout assignment would choose, modelled as the least padded choice of
   // minor and second-minor dimension; XLA's default (the last two) when nothing pads less.
-  int64_t best = TiledBytes(shape, chip, rank - 1, rank - 2);
-  for (int64_t minor = 0; minor < rank; ++minor) {
-    for (int64_t second = 0; second < rank; ++second) {
-      if (second != minor) best = std::min(best, TiledBytes(shape, chip, minor, second));
-    }
+  constexpr int64_t kInline = 12;
+  if (rank > kInline) {
+    int64_t best = TiledBytes(shape, chip, rank - 1, rank - 2);
+    for (int64_t minor = 0; minor < rank; ++minor)
+      for (int64_t second = 0; second < rank; ++second)
+        if (second != minor) best = std::min(best, TiledBytes(shape, chip, minor, second));
+    return best;
   }
+  // TiledBytes for every choice, with each dimension's two roundings worked out once (every value
+  // of every simulated program is sized here: this was 6000 instructions a rank-4 shape).
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  std::array<int64_t, kInline> as_minor{}, as_second{};
+  for (int64_t k = 0; k < rank; ++k) {
+    const int64_t d = shape.dims[static_cast<size_t>(k)];
+    as_minor[static_cast<size_t>(k)] = RoundUp(d, chip.layout_lanes);
+    as_second[static_cast<size_t>(k)] = RoundUp(d, SecondMinorTile(chip, shape.type, d));
+  }
+  const int64_t element = PrimitiveTypeBytes(shape.type);
+  auto tiled = [&](int64_t minor, int64_t second) {
+    int64_t bytes = element;
+    for (int64_t k = 0; k < rank; ++k) {
+      const int64_t d = k == minor    ? as_minor[static_cast<size_t>(k)]
+                        : k == second ? as_second[static_cast<size_t>(k)]
+                                      : shape.dims[static_cast<size_t>(k)];
+      bytes = d != 0 && bytes > kMax / d ? kMax : bytes * d;
+    }
+    return bytes;
+  };
+  int64_t best = tiled(rank - 1, rank - 2);
+  for (int64_t minor = 0; minor < rank; ++minor)
+    for (int64_t second = 0; second < rank; ++second)
+      if (second != minor) best = std::min(best, tiled(minor, second));
   return best;
 }
 

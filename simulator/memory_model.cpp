@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string_view>
 
 namespace shardscope::sim {
@@ -22,11 +23,29 @@ bool EndsWith(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
 }
 
+// Whether `s` contains one of the words below: one pass over `s`, trying at each place only the
+// words that start with its letter ("momentum" contains "moment"; every classified value of every
+// simulation asks this twice).
 bool HasOptimizerWord(std::string_view s) {
-  static constexpr std::string_view kWords[] = {"adam", "momentum", "velocity", "opt_state", "optimizer_state",
-                                                "moment", "accumulator", "slot", "adafactor"};
-  for (auto w : kWords)
-    if (Contains(s, w)) return true;
+  static constexpr std::string_view kA[] = {"adam", "accumulator", "adafactor"};
+  static constexpr std::string_view kM[] = {"moment"};
+  static constexpr std::string_view kO[] = {"opt_state", "optimizer_state"};
+  static constexpr std::string_view kS[] = {"slot"};
+  static constexpr std::string_view kV[] = {"velocity"};
+  for (size_t i = 0; i < s.size(); ++i) {
+    std::span<const std::string_view> words;
+    switch (s[i]) {
+      case 'a': words = kA; break;
+      case 'm': words = kM; break;
+      case 'o': words = kO; break;
+      case 's': words = kS; break;
+      case 'v': words = kV; break;
+      default: continue;
+    }
+    const std::string_view rest = s.substr(i);
+    for (std::string_view w : words)
+      if (rest.starts_with(w)) return true;
+  }
   return false;
 }
 

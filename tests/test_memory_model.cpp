@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -331,6 +334,17 @@ ENTRY %main (x: f32[4], layer0_wi: f32[4], layer0_wi_m: f32[4], layer0_wi_v: f32
   %all-gather = f32[4] all-gather(%layer0_wi), dimensions={0}, replica_groups={{0}}, metadata={op_name="backward/layer0/ffn/dwi"}
   %convert = f32[4] convert(%backward_layer0_ffn_dwi), metadata={op_name="layer0/ffn/wi"}
   %plain = f32[4] add(%x, %x)
+  %enc_momentum_buf = f32[4] add(%x, %x)
+  %w_accumulator = f32[4] add(%x, %x)
+  %s_opt_state = f32[4] add(%x, %x)
+  %slot1 = f32[4] add(%x, %x)
+  %l_velocity = f32[4] add(%x, %x)
+  %adafactor_r = f32[4] add(%x, %x)
+  %Moment_Est = f32[4] add(%x, %x)
+  %momen_t = f32[4] add(%x, %x)
+  %slo_ta = f32[4] add(%x, %x)
+  %velocit = f32[4] add(%x, %x)
+  %named_by_scope = f32[4] add(%x, %x), metadata={op_name="train/accumulator/add"}
   ROOT %r = f32[4] add(%plain, %plain)
 }
 )";
@@ -357,6 +371,11 @@ ENTRY %main (x: f32[4], layer0_wi: f32[4], layer0_wi_m: f32[4], layer0_wi_v: f32
     QCOMPARE(cls("all-gather", false, MemoryCategory::kParameters), MemoryCategory::kParameters);
     QCOMPARE(cls("convert", false, MemoryCategory::kGradients), MemoryCategory::kGradients);
     QCOMPARE(cls("plain"), MemoryCategory::kTemporaries);
+    // Every optimizer word, anywhere in the name (any case) or in the op_name; near misses are not.
+    for (const char* n : {"enc_momentum_buf", "w_accumulator", "s_opt_state", "slot1", "l_velocity", "adafactor_r",
+                          "Moment_Est", "named_by_scope"})
+      QVERIFY2(cls(n) == MemoryCategory::kOptimizerState, n);
+    for (const char* n : {"momen_t", "slo_ta", "velocit"}) QVERIFY2(cls(n) == MemoryCategory::kTemporaries, n);
   }
 
   // Downsampling keeps the highest sample of every bucket, so the peak survives.
@@ -441,6 +460,42 @@ ENTRY %main (x: f32[4], layer0_wi: f32[4], layer0_wi_m: f32[4], layer0_wi_v: f32
     QCOMPARE(PaddedByteSize(shape("f32[5,3]{0,1}"), v3), int64_t{128 * 4 * 4});  // dim 0 is minor
     QCOMPARE(PaddedByteSize(shape("f32[2,3,5]{2,1,0}"), v3), int64_t{2 * 4 * 128 * 4});  // leading dims kept
     QCOMPARE(PaddedByteSize(shape("(f32[3,5], bf16[1,1000])"), v3), int64_t{2048 + 4096});
+  }
+
+  // The least padded layout of a shape without one is the least of the shape's sizes under every
+  // fixed layout (each choice of minor and second-minor dimension), at every rank, element width,
+  // padding case, zero and saturating size.
+  void tpuLayoutChoiceIsTheLeastOfEveryFixedLayout() {
+    const ChipSpec v3 = ChipPreset("tpu-v3").value();
+    const int64_t sizes[] = {0, 1, 2, 3, 5, 8, 9, 17, 127, 128, 129, 1000, int64_t{1} << 20, int64_t{1} << 40};
+    const PrimitiveType types[] = {PrimitiveType::kF32, PrimitiveType::kBF16, PrimitiveType::kS8};
+    uint64_t state = 12345;
+    auto next = [&](uint64_t n) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<size_t>((state >> 33) % n);
+    };
+    int checked = 0;
+    for (int trial = 0; trial < 400; ++trial) {
+      Shape free;
+      free.type = types[next(3)];
+      const int64_t rank = 2 + static_cast<int64_t>(next(5));
+      for (int64_t k = 0; k < rank; ++k) free.dims.push_back(sizes[next(std::size(sizes))]);
+      int64_t least = std::numeric_limits<int64_t>::max();
+      for (int64_t minor = 0; minor < rank; ++minor) {
+        for (int64_t second = 0; second < rank; ++second) {
+          if (second == minor) continue;
+          Shape fixed = free;
+          fixed.has_layout = true;
+          fixed.minor_to_major = {minor, second};
+          for (int64_t k = 0; k < rank; ++k)
+            if (k != minor && k != second) fixed.minor_to_major.push_back(k);
+          least = std::min(least, PaddedByteSize(fixed, v3));
+        }
+      }
+      QCOMPARE(PaddedByteSize(free, v3), least);
+      ++checked;
+    }
+    QCOMPARE(checked, 400);
   }
 
   // A shape without a layout (a zoo model; a module before XLA's layout assignment) is laid out the
