@@ -361,17 +361,22 @@ void AppendShardingKey(std::string& k, const HloSharding& s) {
   if (!s.IsTiled()) return;
   for (auto t : s.subgroup_types()) k += static_cast<char>('a' + static_cast<int>(t));
   const TileAssignment& ta = s.tile_assignment();
+  auto append_ints = [&k](const std::vector<int64_t>& v) {
+    k += static_cast<char>(v.size());
+    k.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+  };
   if (ta.is_iota()) {
-    // "[dims]<=[reshape]T(perm)" determines every device: a few bytes instead of all the ids.
+    // "[dims]<=[reshape]T(perm)" determines every device: a few bytes instead of all the ids (as
+    // raw integers, each list after its length, like the explicit form below).
     k += 'I';
-    k += ta.ToString();
-    k += ';';
+    append_ints(ta.dims());
+    append_ints(ta.iota_reshape_dims());
+    append_ints(ta.iota_perm());
     return;
   }
   k += 'E';
   const auto& dims = ta.dims();
-  k += static_cast<char>(dims.size());
-  k.append(reinterpret_cast<const char*>(dims.data()), dims.size() * sizeof(int64_t));
+  append_ints(dims);
   const auto& devs = ta.devices();
   k.append(reinterpret_cast<const char*>(devs.data()), devs.size() * sizeof(int64_t));
 }

@@ -1908,6 +1908,10 @@ bool IsRematerialization(const Instruction& i) {
       return true;
   }
   const std::string op_name = i.op_name();
+  // Every marker contains one of these words: without them no part of the op_name is one.
+  if (op_name.find("remat") == std::string::npos && op_name.find("recompute") == std::string::npos &&
+      op_name.find("checkpoint") == std::string::npos)
+    return false;
   size_t start = 0;
   while (start <= op_name.size()) {
     size_t end = op_name.find('/', start);
