@@ -177,7 +177,10 @@ PipelineResult RunPipeline(std::unique_ptr<Module> module, const PipelineOptions
     StageClock clock(r, Stage::kSimulate, options);
     SimulationOptions so = *options.simulation;
     if (model_flops > 0) so.model_flops = model_flops;
-    const auto origins = r.partition ? SpmdOrigins(*r.partition) : std::map<std::string, std::string>{};
+    // Which original instruction each SPMD one came from: what a timeline event is traced back
+    // to, so a run without timelines keeps none.
+    const auto origins =
+        r.partition && so.timelines ? SpmdOrigins(*r.partition) : std::map<std::string, std::string>{};
     if (r.weight_update_sharding && r.weight_update_sharding->input && options.simulate_before_weight_update_sharding) {
       auto before = SimulateStep(*r.weight_update_sharding->input, *options.topology, so, origins, cancel);
       if (!before.ok()) return std::move(Fail(r, Stage::kSimulate, before.error(), cancel));

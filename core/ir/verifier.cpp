@@ -188,23 +188,24 @@ Status VerifyComputation(const Module& module, const Computation& comp, const Ve
   defined.reserve(comp.instructions().size() * 2);
   for (const auto& up : comp.instructions()) {
     const Instruction& inst = *up;
-    const std::string where = Where(comp, inst);
+    // The place in messages, built only for one (every instruction of every module is checked).
+    auto where = [&] { return Where(comp, inst); };
     const std::string opname = inst.opcode_text().empty() ? std::string(OpcodeName(inst.opcode())) : inst.opcode_text();
-    if (inst.parent() != &comp) return Error(where + ": instruction's parent is not " + comp.name());
+    if (inst.parent() != &comp) return Error(where() + ": instruction's parent is not " + comp.name());
 
     // Operands exist, live in this computation and are defined earlier.
     for (int64_t i = 0; i < inst.operand_count(); ++i) {
       const Instruction* o = inst.operand(i);
-      if (!o) return Error(where + ": operand " + std::to_string(i) + " is missing");
+      if (!o) return Error(where() + ": operand " + std::to_string(i) + " is missing");
       if (o->parent() != &comp)
-        return Error(where + ": operand " + std::to_string(i) + " (" + o->name() + ") is not in computation " + comp.name());
+        return Error(where() + ": operand " + std::to_string(i) + " (" + o->name() + ") is not in computation " + comp.name());
       if (!defined.count(o))
-        return Error(where + ": operand " + std::to_string(i) + " (" + o->name() +
+        return Error(where() + ": operand " + std::to_string(i) + " (" + o->name() +
                      ") is used before it is defined (or the graph has a cycle)");
     }
     for (const Instruction* cp : inst.control_predecessors) {
       if (!cp || cp->parent() != &comp)
-        return Error(where + ": control predecessor " + (cp ? cp->name() : std::string("<null>")) + " is not in computation " +
+        return Error(where() + ": control predecessor " + (cp ? cp->name() : std::string("<null>")) + " is not in computation " +
                      comp.name());
     }
 
@@ -214,7 +215,7 @@ Status VerifyComputation(const Module& module, const Computation& comp, const Ve
         std::string want = ar->max == ar->min ? Plural(ar->min, "operand")
                          : ar->max < 0       ? "at least " + Plural(ar->min, "operand")
                                              : std::to_string(ar->min) + " to " + Plural(ar->max, "operand");
-        return Error(where + ": " + opname + " takes " + want + ", found " + std::to_string(n));
+        return Error(where() + ": " + opname + " takes " + want + ", found " + std::to_string(n));
       }
     }
     if (auto ca = CalledArity(inst.opcode())) {
@@ -222,36 +223,36 @@ Status VerifyComputation(const Module& module, const Computation& comp, const Ve
       if (n < ca->min || (ca->max >= 0 && n > ca->max)) {
         std::string want = ca->max == ca->min ? Plural(ca->min, "called computation")
                                               : "at least " + Plural(ca->min, "called computation");
-        return Error(where + ": " + opname + " takes " + want + ", found " + std::to_string(n));
+        return Error(where() + ": " + opname + " takes " + want + ", found " + std::to_string(n));
       }
     }
     for (size_t i = 0; i < inst.called_computations().size(); ++i) {
       const Computation* c = inst.called_computations()[i];
-      if (!c) return Error(where + ": called computation " + std::to_string(i) + " is missing");
+      if (!c) return Error(where() + ": called computation " + std::to_string(i) + " is missing");
       if (c->parent() != &module)
-        return Error(where + ": called computation " + c->name() + " does not belong to this module");
-      if (c == &comp) return Error(where + ": " + opname + " calls its own computation " + comp.name());
+        return Error(where() + ": called computation " + c->name() + " does not belong to this module");
+      if (c == &comp) return Error(where() + ": " + opname + " calls its own computation " + comp.name());
     }
 
     if (inst.opcode() == Opcode::kConstant && !inst.literal.values.empty() && inst.shape().IsArray() &&
         static_cast<int64_t>(inst.literal.values.size()) != inst.shape().ElementCount())
-      return Error(where + ": constant has " + Plural(static_cast<int64_t>(inst.literal.values.size()), "value") +
+      return Error(where() + ": constant has " + Plural(static_cast<int64_t>(inst.literal.values.size()), "value") +
                    " but its shape " + S(inst.shape()) + " holds " + Plural(inst.shape().ElementCount(), "element"));
     if (inst.opcode() == Opcode::kParameter && inst.operand_count() == 0) {
       const auto& params = comp.parameters();
       const auto n = static_cast<size_t>(inst.parameter_number);
       if (n >= params.size() || params[n] != &inst)
-        return Error(where + ": parameter " + std::to_string(inst.parameter_number) +
+        return Error(where() + ": parameter " + std::to_string(inst.parameter_number) +
                      " is not registered as the computation's parameter " + std::to_string(inst.parameter_number));
     }
 
     Result<Shape> inferred = InferShape(inst);
-    if (!inferred.ok()) return Error(where + ": " + inferred.error().message);
+    if (!inferred.ok()) return Error(where() + ": " + inferred.error().message);
     if (!inferred->Compatible(inst.shape()))
-      return Error(where + ": expected shape " + S(*inferred) + " for " + opname + ", found " + S(inst.shape()));
+      return Error(where() + ": expected shape " + S(*inferred) + " for " + opname + ", found " + S(inst.shape()));
 
     if (options.check_shardings && inst.has_sharding()) {
-      Status s = CheckSharding(*inst.sharding(), inst.shape(), module.num_partitions, where, "");
+      Status s = CheckSharding(*inst.sharding(), inst.shape(), module.num_partitions, where(), "");
       if (!s.ok()) return s;
     }
     defined.insert(&inst);
