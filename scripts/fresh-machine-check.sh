@@ -24,7 +24,9 @@
 #                       in CI: it does not fit CI's 30 minutes)
 #   --ccache-dir DIR    host ccache folder bind-mounted into the root, so repeat runs compile from
 #                       cache. Default: $SHARDSCOPE_CCACHE_DIR, else the cache_dir of
-#                       /etc/ccache.conf, else /var/cache/shardscope-ccache. The project's
+#                       /etc/ccache.conf, else (called by root, not through sudo) root's own
+#                       ccache folder (ccache --get-config cache_dir: ~/.cache/ccache on a fresh
+#                       machine), else /var/cache/shardscope-ccache. The project's
 #                       CMakeLists makes cache keys independent of the checkout's path and of the
 #                       compiler's file date, so a build of the same sources on the host (in any
 #                       folder) fills the cache the root compiles from.
@@ -92,6 +94,13 @@ fi
 if [ -z "$ccache_dir" ]; then
   # A machine without /etc/ccache.conf (a fresh one) has no cache_dir there: not an error.
   ccache_dir=$( { sed -n 's/^[[:space:]]*cache_dir[[:space:]]*=[[:space:]]*//p' /etc/ccache.conf 2>/dev/null || true; } | tail -n1)
+  # Called by root itself (CI, a fresh machine's first session): root's own builds (./scripts/test.sh
+  # before this check) filled ccache's default folder for root, so the root's builds use that one.
+  # Called through sudo by another user, that user's folder is not used: the root's compilers run as
+  # root and would leave files there the user cannot replace.
+  if [ -z "$ccache_dir" ] && { [ -z "${SUDO_USER:-}" ] || [ "$SUDO_USER" = root ]; } && command -v ccache >/dev/null; then
+    ccache_dir=$(ccache --get-config cache_dir 2>/dev/null || true)
+  fi
   ccache_dir=${ccache_dir:-/var/cache/shardscope-ccache}
 fi
 # ccache inside the root reads no /etc/ccache.conf of the host: keep the host's size limit, so a
