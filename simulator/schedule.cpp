@@ -135,6 +135,20 @@ bool IsCheapElementwise(Opcode op) {
 
 bool IsSliceLike(Opcode op) { return op == Opcode::kSlice || op == Opcode::kDynamicSlice || op == Opcode::kGather; }
 
+// A slice, dynamic-slice, or gather of a single slice (its indices, without the index vector
+// dimension, hold one start: XLA's GatherExpander rewrites such a gather into a dynamic-slice):
+// one contiguous window of its operand, read in place by whatever consumes it.
+bool IsSingleWindow(const Instruction& i) {
+  if (i.opcode() == Opcode::kSlice || i.opcode() == Opcode::kDynamicSlice) return i.shape().IsArray();
+  if (i.opcode() != Opcode::kGather || i.operand_count() != 2 || !i.shape().IsArray()) return false;
+  const Shape& idx = i.operand(1)->shape();
+  if (!idx.IsArray()) return false;
+  int64_t starts = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(idx.dims.size()); ++d)
+    if (d != i.gather_dims.index_vector_dim) starts *= idx.dims[static_cast<size_t>(d)];
+  return starts == 1;
+}
+
 // An update in place of operand 0: dynamic-update-slice, and a scatter of one operand (XLA runs both
 // in place on a buffer whose last use they are, touching only the updated region). Returns the
 // operand holding the update (nullptr for other ops).
@@ -360,6 +374,9 @@ struct CompPlan {
   std::vector<Step> steps;
   // group members whose value is read outside their group (or is the root)
   std::unordered_set<const Instruction*> group_outputs;
+  // Inlined windows, and inlined values, bitcasts and reshapes that read one: what a group reads
+  // through them is capped at the window's bytes (Expander::WindowedSources).
+  std::unordered_set<const Instruction*> windowed;
 };
 
 std::vector<const Instruction*> ListSchedule(const Computation& comp) {
@@ -479,7 +496,8 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
           if (std::find(seen.begin(), seen.end(), o) != seen.end()) continue;
           seen.push_back(o);
           if (duplicated.count(o)) {
-            work.insert(work.end(), o->operands().begin(), o->operands().end());
+            if (IsSingleWindow(*o)) bytes += o->shape().ByteSize();  // reads its window, not the operand
+            else work.insert(work.end(), o->operands().begin(), o->operands().end());
             continue;
           }
           auto r = plan.role.find(o);
@@ -489,24 +507,50 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
         }
         return bytes;
       };
-      for (auto it = plan.order.rbegin(); it != plan.order.rend(); ++it) {
-        const Instruction* i = *it;
-        if (plan.role[i] != Role::kCompute || !IsCheapElementwise(i->opcode()) || i == comp.root()) continue;
-        if (i->users().empty() || !i->shape().IsArray()) continue;
-        bool into_dots = true;
+      // Every reader of `i` is a dot, a convolution or an already duplicated value, also through
+      // bitcasts and reshapes (which XLA's fusion looks through).
+      std::function<bool(const Instruction*, int)> read_only_by_dots = [&](const Instruction* i, int depth) {
+        if (i->users().empty() || i == comp.root() || depth > 8) return false;
         for (const Instruction* u : i->users()) {
           auto r = plan.role.find(u);
-          if (r == plan.role.end()) into_dots = false;
-          else if (r->second == Role::kCompute) into_dots = into_dots && IsHeavy(*u);
-          else into_dots = into_dots && duplicated.count(u);
+          if (r == plan.role.end()) return false;
+          if (r->second == Role::kCompute) {
+            if (!IsHeavy(*u)) return false;
+          } else if (r->second == Role::kAlias && (u->opcode() == Opcode::kBitcast || u->opcode() == Opcode::kReshape)) {
+            if (!read_only_by_dots(u, depth + 1)) return false;
+          } else if (!duplicated.count(u)) {
+            return false;
+          }
         }
-        if (!into_dots) continue;
+        return true;
+      };
+      for (auto it = plan.order.rbegin(); it != plan.order.rend(); ++it) {
+        const Instruction* i = *it;
+        if (plan.role[i] != Role::kCompute || i == comp.root() || !i->shape().IsArray()) continue;
+        // A window of an array (a weight's layer taken from the stacked weights in a loop): the
+        // dot reads the window where it lies, as XLA's TPU fusion puts a slice or dynamic-slice
+        // producer into the convolution fusion's operand; it reads no more than it would write.
+        const bool window = IsSingleWindow(*i);
+        if (!window && !IsCheapElementwise(i->opcode())) continue;
+        if (!read_only_by_dots(i, 0)) continue;
         // Decided before its operands (reverse order): count the sources as they are now, with
         // this value's own elementwise operands not yet duplicated (their operands would only be
         // smaller when they are).
-        if (source_bytes(i) > i->shape().ByteSize()) continue;
+        if (!window && source_bytes(i) > i->shape().ByteSize()) continue;
         duplicated.insert(i);
         plan.role[i] = Role::kInline;
+      }
+      for (const Instruction* i : plan.order) {
+        const Role r = plan.role[i];
+        bool w = false;
+        if (r == Role::kInline) {
+          w = IsSingleWindow(*i);
+          for (const Instruction* o : i->operands()) w = w || plan.windowed.count(o);
+        } else if (r == Role::kAlias && (i->opcode() == Opcode::kBitcast || i->opcode() == Opcode::kReshape) &&
+                   i->operand_count() >= 1) {
+          w = plan.windowed.count(i->operand(0)) > 0;
+        }
+        if (w) plan.windowed.insert(i);
       }
     }
   }
@@ -1244,6 +1288,28 @@ class Expander {
     return std::nullopt;
   }
 
+  // The buffers a group reads for its operand `o`, each with the most bytes it reads of it: an
+  // inlined window (IsSingleWindow) reads only its own bytes of the array it is taken from; the
+  // value's other sources are read whole. Looks through inlined ops, bitcasts and reshapes; any
+  // other value is its buffers (ValueOf).
+  Status WindowedSources(Frame& f, const Instruction* o, double cap, int depth,
+                         std::vector<std::pair<int32_t, double>>* out) {
+    if (depth < 16 && f.plan->windowed.count(o)) {
+      const bool inlined = f.plan->role.at(o) == Role::kInline;
+      const bool window = inlined && IsSingleWindow(*o);
+      const int64_t n = inlined ? o->operand_count() : 1;
+      for (int64_t k = 0; k < n; ++k) {
+        const double c = window && k == 0 ? std::min(cap, static_cast<double>(o->shape().ByteSize())) : cap;
+        if (Status st = WindowedSources(f, o->operand(k), c, depth + 1, out); !st.ok()) return st;
+      }
+      return Status::Ok();
+    }
+    auto ov = ValueOf(f, o);
+    if (!ov.ok()) return ov.error();
+    for (int32_t b : *ov) out->emplace_back(b, cap);
+    return Status::Ok();
+  }
+
   // What a group's op is regardless of the iteration it runs in, computed once per group: an
   // unrolled loop runs the same body groups once per iteration.
   struct GroupStatic {
@@ -1338,11 +1404,12 @@ class Expander {
     for (size_t mi = 0; mi < g.members.size(); ++mi) {
       const Instruction* m = g.members[mi];
       for (const auto& [k, o] : gs.external[mi]) {
-        auto ov = ValueOf(f, o);
-        if (!ov.ok()) return ov.error();
-        for (int32_t b : *ov) {
+        std::vector<std::pair<int32_t, double>>& sources = sources_scratch_;  // buffer, at most this many bytes read
+        sources.clear();
+        if (Status st = WindowedSources(f, o, std::numeric_limits<double>::infinity(), 0, &sources); !st.ok()) return st;
+        for (const auto& [b, cap] : sources) {
           if (b < 0 || prog_->buffers[static_cast<size_t>(b)].def_op == op_id) continue;
-          double bytes = static_cast<double>(prog_->buffers[static_cast<size_t>(b)].logical_bytes);
+          double bytes = std::min(cap, static_cast<double>(prog_->buffers[static_cast<size_t>(b)].logical_bytes));
           if (k == 0 && IsSliceLike(m->opcode())) bytes = std::min(bytes, static_cast<double>(m->shape().ByteSize()));
           if (k == 0 && m->opcode() == Opcode::kDynamicUpdateSlice && m->operand_count() > 1) bytes = 0;
           // A scatter's combiner reads the region it updates, not the whole operand.
@@ -1884,6 +1951,7 @@ class Expander {
   std::map<std::pair<const Instruction*, int>, MemoryCategory> categories_;
   std::unordered_map<const Instruction*, bool> recomputed_;
   std::unordered_map<const Group*, GroupStatic> group_static_;
+  std::vector<std::pair<int32_t, double>> sources_scratch_;  // RunGroup: one operand's windowed sources
   std::map<CollectiveKey, int32_t> collective_index_;
   std::unordered_map<const Instruction*, std::pair<double, int32_t>> collective_of_instruction_;  // -> (operand bytes, index)
   std::vector<ReuseCandidate> reuse_;

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "core/ir/hlo_text.h"
@@ -642,6 +643,72 @@ ENTRY %main (x: f32[256,256], w1: f32[256,256], w2: f32[256,256], dy: f32[256,25
     expensive.replace(expensive.find("maximum(%h, %zeros)"), std::string("maximum(%h, %zeros)").size(), "exponential(%h)");
     auto me = Parse(expensive);
     QCOMPARE(Run(*me, topo, o).run.summary.peak_memory_bytes, 9 * K + C);
+  }
+
+  // A window of stacked weights read only by dots (a pipeline stage's layer taken from [L, R, ...]
+  // in its loop): a slice, a dynamic-slice and a gather of one start (which XLA's GatherExpander
+  // makes a dynamic-slice), each through a reshape, are read in place by the dot, as XLA's TPU fusion
+  // puts such a producer into the convolution fusion's operand: no op and no buffer of their own,
+  // and the dot reads the window's bytes (K = one f32[256,256]), not the stack's (4K). A gather of
+  // two starts is a real copy and stays.
+  void windowReadInPlaceByDots() {
+    const std::string text = R"(HloModule windows, num_partitions=1
+ENTRY %main (x: f32[256,256], ws: f32[4,256,256], i: s32[], one: s32[1], two: s32[2]) -> (f32[256,256], f32[256,256], f32[256,1,256], f32[256,2,256]) {
+  %x = f32[256,256] parameter(0)
+  %ws = f32[4,256,256] parameter(1)
+  %i = s32[] parameter(2)
+  %one = s32[1] parameter(3)
+  %two = s32[2] parameter(4)
+  %zero = s32[] constant(0)
+  %w_s = f32[1,256,256] slice(%ws), slice={[1:2], [0:256], [0:256]}
+  %w0 = f32[256,256] reshape(%w_s)
+  %y_slice = f32[256,256] dot(%x, %w0), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %w_ds = f32[1,256,256] dynamic-slice(%ws, %i, %zero, %zero), dynamic_slice_sizes={1,256,256}
+  %w1 = f32[256,256] reshape(%w_ds)
+  %y_dynamic = f32[256,256] dot(%x, %w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %w_g1 = f32[1,256,256] gather(%ws, %one), offset_dims={1,2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,256,256}
+  %y_gather = f32[256,1,256] dot(%x, %w_g1), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  %w_g2 = f32[2,256,256] gather(%ws, %two), offset_dims={1,2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,256,256}
+  %y_two = f32[256,2,256] dot(%x, %w_g2), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  ROOT %out = (f32[256,256], f32[256,256], f32[256,1,256], f32[256,2,256]) tuple(%y_slice, %y_dynamic, %y_gather, %y_two)
+}
+)";
+    auto m = Parse(text);
+    Topology topo = TopologyFor("tpu-v4", "X=1");
+    const double K = 256 * 256 * 4;
+    ExecProgramOptions o;
+    auto names = [](const ExecProgram& p) {
+      std::set<std::string> ops, buffers;
+      for (const ExecOp& op : p.ops) ops.insert(op.name);
+      for (const auto& b : p.buffers) buffers.insert(b.name);
+      return std::pair{ops, buffers};
+    };
+    auto bytes_of = [](const ExecProgram& p, const std::string& name) {
+      for (const ExecOp& op : p.ops)
+        if (op.name == name) return op.bytes;
+      return -1.0;
+    };
+    o.fuse_producers_into_dots = false;
+    auto copied = BuildExecProgram(*m, topo.chip(), o);
+    QVERIFY2(copied.ok(), copied.ok() ? "" : copied.error().message.c_str());
+    {
+      const auto [ops, buffers] = names(*copied);
+      for (const char* w : {"w_s", "w_ds", "w_g1", "w_g2"}) QVERIFY2(ops.count(w) && buffers.count(w), w);
+    }
+    QCOMPARE(bytes_of(*copied, "w_s"), 2 * K);  // reads its window, writes it
+    o.fuse_producers_into_dots = true;
+    auto windowed = BuildExecProgram(*m, topo.chip(), o);
+    QVERIFY2(windowed.ok(), windowed.ok() ? "" : windowed.error().message.c_str());
+    const auto [ops, buffers] = names(*windowed);
+    for (const char* w : {"w_s", "w_ds", "w_g1"}) QVERIFY2(!ops.count(w) && !buffers.count(w), w);
+    QVERIFY(ops.count("w_g2") && buffers.count("w_g2"));
+    // x, the window, the result; the dynamic-slice's start indices i and the constant 0 (4 bytes
+    // each), the gather's one s32 start.
+    QCOMPARE(bytes_of(*windowed, "y_slice"), 3 * K);
+    QCOMPARE(bytes_of(*windowed, "y_dynamic"), 3 * K + 8);
+    QCOMPARE(bytes_of(*windowed, "y_gather"), 3 * K + 4);
+    QCOMPARE(bytes_of(*windowed, "y_two"), K + 2 * K + 2 * K);  // x, the copy, the result
+    QCOMPARE(windowed->ops.size(), copied->ops.size() - 3);
   }
 
   // Rematerialisation under the memory limit (simulator/rematerialize.h), on a hand-computed

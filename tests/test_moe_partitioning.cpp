@@ -250,10 +250,11 @@ class MoePartitioningTest : public QObject {
     QVERIFY(s0.ok() && s1.ok());
     const double peak0 = static_cast<double>(s0->run.summary.peak_memory_bytes), peak1 = static_cast<double>(s1->run.summary.peak_memory_bytes);
     qInfo("peak %.0f -> %.0f bytes, step %.1f -> %.1f us", peak0, peak1, s0->run.summary.step_time_s * 1e6, s1->run.summary.step_time_s * 1e6);
-    // 128832 -> 116628 bytes (-9.5%). Before cheap producers read only by dots were fused into them
-    // (docs/simulator-engine.md, "Fusion") it was 147264 -> 117652 (-20%): the plain step no longer
-    // keeps the values fused into the dots that read them (relu(h) beside h), part of what remat saved.
-    QVERIFY2(peak1 < 0.93 * peak0, qPrintable(QString("%1 -> %2").arg(peak0).arg(peak1)));
+    // 126784 -> 118676 bytes (-6.4%). Before a window (slice, dynamic-slice, one-start gather) read
+    // only by dots was read in place by them (docs/simulator-engine.md, "Fusion"): 128832 -> 116628
+    // (-9.5%); before cheap producers read only by dots were fused into them, 147264 -> 117652
+    // (-20%): the plain step keeps fewer values the dots read, part of what remat saved.
+    QVERIFY2(peak1 < 0.95 * peak0, qPrintable(QString("%1 -> %2").arg(peak0).arg(peak1)));
     QVERIFY(s1->run.summary.step_time_s > s0->run.summary.step_time_s);
     // The recomputed ops are counted as recompute (simulator/pipeline_accounting.h), as in Tables 4-5.
     QCOMPARE(s0->run.summary.recompute_time_s, 0.0);

@@ -1071,9 +1071,13 @@ ENTRY %main (x: f32[)" + S(b) + R"(,144], kernel: f32[3,3,16,128]) -> (f32[], f3
     if (loop_term) {
       // Inside the loop: the auxiliaries' shards only.
       QCOMPARE(cat(a, MemoryCategory::kOptimizerState), V / n);
-      QCOMPARE(cat(a, MemoryCategory::kActivations) + cat(a, MemoryCategory::kGradients), P);
+      // P up to one bias's gradient (512 f32): the two programs' peaks are instants of different
+      // schedules, and a layer's bias gradient may be live at one and not yet at the other.
+      const int64_t bias_grad = 512 * 4;
+      const int64_t Pa = cat(a, MemoryCategory::kActivations) + cat(a, MemoryCategory::kGradients);
+      QVERIFY2(std::abs(Pa - P) <= bias_grad, (std::to_string(Pa) + " vs " + std::to_string(P)).c_str());
       const int64_t gap = after->run.summary.peak_memory_bytes - (W + V / n + P);
-      QVERIFY2(gap >= 0 && gap < 1024, std::to_string(gap).c_str());
+      QVERIFY2(gap >= -bias_grad && gap < 1024, std::to_string(gap).c_str());
     } else {
       // Outside the loop: the whole state (and the training data).
       QCOMPARE(cat(a, MemoryCategory::kOptimizerState), V);
