@@ -220,7 +220,7 @@ class TestPropagation : public QObject {
       auto* df = b.Parameter(1, Shape(PrimitiveType::kF32, {32, 64}), "df");
       b.Annotate(bd, Split(2, mesh, {0, -1}));
       b.Annotate(df, Split(2, mesh, wus ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{-1, 1}));
-      auto* bf = b.Dot(bd, df, {.lhs_contracting = {1}, .rhs_contracting = {0}}, "bf");
+      auto* bf = b.Dot(bd, df, {.lhs_batch = {}, .rhs_batch = {}, .lhs_contracting = {1}, .rhs_contracting = {0}}, "bf");
       b.SetRoot(b.Copy(bf, "out"));
       QVERIFY2(b.ok(), qPrintable(Q(b.status().error().message)));
       ShardingPropagation prop;
@@ -285,7 +285,7 @@ class TestPropagation : public QObject {
       auto* w = b.Parameter(1, Shape(PrimitiveType::kF32, {32, 32}), "w");
       b.Annotate(x, Split(2, mesh, {0, -1}));
       b.Annotate(w, Split(2, mesh, {-1, 0}));
-      auto* y = b.Dot(x, w, {.lhs_contracting = {1}, .rhs_contracting = {0}}, "linear");
+      auto* y = b.Dot(x, w, {.lhs_batch = {}, .rhs_batch = {}, .lhs_contracting = {1}, .rhs_contracting = {0}}, "linear");
       auto* relu = b.Max(y, b.FullLike(y, 0.0, "zero"), "relu");
       auto* out = b.Add(relu, x, "residual");
       b.SetRoot(b.Tuple({out}, "out"));
