@@ -8,8 +8,9 @@
 
 namespace shardscope::gui {
 
-// Returns the free pages of every malloc arena to the system (glibc's malloc_trim); a no-op
-// elsewhere. Takes a few milliseconds on a heap of a few GB.
+// Returns the free pages of every malloc arena to the system: jemalloc's purge of all arenas when
+// the executable links jemalloc, else glibc's malloc_trim; a no-op elsewhere. Takes a few
+// milliseconds on a heap of a few GB.
 void ReleaseFreedMemory();
 
 }  // namespace shardscope::gui
