@@ -98,6 +98,7 @@ class TestSearch : public QObject {
   void dataParallelRule();
   void familiesGenerate();
   void boundsAndInvalidCandidates();
+  void droppedModulesAreBuiltAgain();
   void depthExtrapolationMatchesFullDepth();
   void extrapolationNeverBelowTheDeeperSample();
   void searchRanksStoresAndReopens();
@@ -466,6 +467,38 @@ void TestSearch::extrapolationNeverBelowTheDeeperSample() {
   // Growing peaks are extrapolated.
   b.peak_memory_bytes = 9'500'000'000;
   QCOMPARE(search::ExtrapolateSummary(a, b, k).peak_memory_bytes, int64_t{24'000'000'000});
+}
+
+// The search drops each candidate's modules once its bounds are known and EvaluateCandidate builds
+// them again (search.cpp, PrepareAll): the figures are those of the modules kept.
+void TestSearch::droppedModulesAreBuiltAgain() {
+  const Pod pod = MakePod("tpu-v4", 16).value();
+  SearchSpace space("transformer", SmallTransformer(), pod);
+  auto candidates = GenerateCandidates(space, {"in-layer"}).value();
+  QVERIFY(!candidates.empty());
+  EvaluationOptions eo;
+  auto kept = PrepareCandidate(candidates.front(), eo).value();
+  auto dropped = PrepareCandidate(candidates.front(), eo).value();
+  QCOMPARE(dropped.modules.size(), size_t{2});  // layers 2 and 3
+  dropped.modules.clear();
+  const Evaluation a = EvaluateCandidate(kept, eo);
+  const Evaluation b = EvaluateCandidate(dropped, eo);
+  QVERIFY2(a.result.simulated(), a.result.message.c_str());
+  QVERIFY2(b.result.simulated(), b.result.message.c_str());
+  QVERIFY(a.result.summary.step_time_s > 0);
+  QCOMPARE(b.result.summary.step_time_s, a.result.summary.step_time_s);
+  QCOMPARE(b.result.summary.peak_memory_bytes, a.result.summary.peak_memory_bytes);
+  QCOMPARE(b.result.summary.total_flops, a.result.summary.total_flops);
+  QCOMPARE(b.result.collectives.size(), a.result.collectives.size());
+  // A module given to the search (method 2's solution) cannot be built again: evaluating it a
+  // second time says so instead of evaluating nothing.
+  auto module = BuildCandidateModule(candidates.front(), {{"layers", "2"}});
+  QVERIFY(module.ok());
+  auto given = PrepareGivenModule(candidates.front(), pod, kept.mesh, std::move(module).value()).value();
+  QVERIFY(EvaluateCandidate(given, eo).result.simulated());
+  const Evaluation again = EvaluateCandidate(given, eo);
+  QCOMPARE(again.result.outcome, Outcome::kFailed);
+  QVERIFY2(Contains(again.result.message, "evaluated twice"), again.result.message.c_str());
 }
 
 void TestSearch::depthExtrapolationMatchesFullDepth() {

@@ -110,6 +110,14 @@ DeviceMesh ReplicaMeshOf(const Pod& pod, const MeshChoice& choice) {
   return DeviceMesh({{"R", n / cols}, {"C", cols}});
 }
 
+// The candidate's annotated module at `depth` (the depth rule's parameter set to it), or the
+// model as it is when the model has no depth rule.
+Result<std::unique_ptr<Module>> BuildAtDepth(const Candidate& candidate, const std::optional<DepthRule>& rule, int64_t depth) {
+  ZooOverrides o;
+  if (rule) o[rule->parameter] = std::to_string(depth);
+  return BuildCandidateModule(candidate, o);
+}
+
 }  // namespace
 
 std::string_view OutcomeName(Outcome o) {
@@ -175,9 +183,7 @@ Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const Eva
   const int64_t n = p.pod.devices;
   std::vector<double> mem, flops;
   for (int64_t d : p.depths) {
-    ZooOverrides o;
-    if (p.depth) o[p.depth->parameter] = std::to_string(d);
-    auto m = BuildCandidateModule(candidate, o);
+    auto m = BuildAtDepth(candidate, p.depth, d);
     if (!m.ok()) return m.error();
     if ((*m)->num_partitions != n)
       return Error("the model is built for " + std::to_string((*m)->num_partitions) + " devices, the mesh " + candidate.mesh +
@@ -214,6 +220,7 @@ Result<PreparedCandidate> PrepareGivenModule(const Candidate& candidate, const P
   const double rate = pod.chip.device_peak_flops() * pod.chip.flops_efficiency * static_cast<double>(n);
   p.bounds.step_time_s = rate > 0 ? p.bounds.flops / rate : 0;
   p.modules.push_back(std::move(module));
+  p.given_module = true;
   return p;
 }
 
@@ -252,8 +259,21 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
   // One memo for the candidate's depths, dropped with it: kept across candidates, the memo's tile
   // maps (per-device tables at thousands of devices) grew the heap faster than they saved time.
   const auto partition_memo = std::make_shared<spmd::PartitionMemo>();
+  if (p.modules.empty() && !p.given_module) {
+    // Dropped after the bounds (the search keeps none while it prepares the others): built again
+    // here, just before they are partitioned (docs/search.md, "the allocator's pages").
+    for (int64_t d : p.depths) {
+      auto m = BuildAtDepth(p.candidate, p.depth, d);
+      if (!m.ok()) {
+        r.outcome = Outcome::kFailed;
+        r.message = "building the candidate again: " + m.error().message;
+        return finish();
+      }
+      p.modules.push_back(std::move(m).value());
+    }
+  }
   for (size_t i = 0; i < p.depths.size(); ++i) {
-    if (!p.modules[i]) {
+    if (i >= p.modules.size() || !p.modules[i]) {
       r.outcome = Outcome::kFailed;
       r.message = "internal: the candidate was evaluated twice";
       return finish();

@@ -100,7 +100,10 @@ struct PreparedCandidate {
   std::optional<DepthRule> depth;
   int64_t full_depth = 0;
   std::vector<int64_t> depths;                   // evaluation depths; one: exact
-  std::vector<std::unique_ptr<Module>> modules;  // annotated, per depth
+  // Annotated, per depth. May be dropped once the bounds are known: EvaluateCandidate builds
+  // them again from the candidate (not when the module was given: PrepareGivenModule).
+  std::vector<std::unique_ptr<Module>> modules;
+  bool given_module = false;
   Bounds bounds;
   double hbm_bytes = 0;
   bool exact() const { return depths.size() <= 1; }
@@ -118,7 +121,7 @@ struct Evaluation {
   CandidateResult result;
   std::optional<RunResult> run;  // what to store (key, settings, annotations); none unless simulated
 };
-// Consumes the prepared modules. The depths of an extrapolated candidate are partitioned with one
+// Consumes the prepared modules (building them again when they were dropped). The depths of an extrapolated candidate are partitioned with one
 // memo (partitioner/spmd/partition_memo.h): they carry the same shardings, so the second run reuses
 // the first one's tile maps, reshard plans and dot decisions.
 Evaluation EvaluateCandidate(PreparedCandidate& prepared, const EvaluationOptions& options, const CancellationToken& cancel = {});

@@ -52,7 +52,11 @@ struct Prepared {
   std::vector<CandidateResult> results;                    // by candidate index (survivors: placeholders)
 };
 
-Prepared PrepareAll(const std::vector<Candidate>& candidates, const SearchOptions& options, bool keep_modules,
+// The modules built for the bounds are dropped: kept for every candidate until its turn, they were
+// most of the search's peak memory (260 of 311 MB at 128 devices), and the pages they took were
+// fresh ones the kernel had to zero; EvaluateCandidate builds a survivor's again just before it
+// partitions it, while the pages the previous candidate freed are still warm (docs/search.md).
+Prepared PrepareAll(const std::vector<Candidate>& candidates, const SearchOptions& options,
                     const std::function<void(const SearchProgress&)>& on_progress, std::mutex& progress_mutex,
                     std::atomic<int64_t>& done, int64_t total, const CancellationToken& cancel) {
   Prepared out;
@@ -80,7 +84,7 @@ Prepared PrepareAll(const std::vector<Candidate>& candidates, const SearchOption
       r = Unevaluated(c, Outcome::kSimulated, "");
       r.bounds = p->bounds;
       r.hbm_bytes = p->hbm_bytes;
-      if (!keep_modules) p->modules.clear();
+      p->modules.clear();
       out.prepared[i] = std::move(p).value();
     }
     if (decided) {
@@ -266,7 +270,7 @@ Result<SearchPlan> PlanSearch(const SearchOptions& options, const CancellationTo
   plan.generated = static_cast<int64_t>(candidates->size());
   std::mutex progress_mutex;
   std::atomic<int64_t> done{0};
-  Prepared prep = PrepareAll(*candidates, options, /*keep_modules=*/false, {}, progress_mutex, done, plan.generated, cancel);
+  Prepared prep = PrepareAll(*candidates, options, {}, progress_mutex, done, plan.generated, cancel);
   if (cancel.cancelled()) return CancelledError("planning the search");
   for (size_t i = 0; i < candidates->size(); ++i) {
     if (prep.prepared[i]) plan.candidates.push_back((*candidates)[i]);
@@ -288,7 +292,7 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
 
   // 2. Prepare.
   double t = Now();
-  Prepared prep = PrepareAll(*candidates, options, /*keep_modules=*/true, on_progress, progress_mutex, done, total, cancel);
+  Prepared prep = PrepareAll(*candidates, options, on_progress, progress_mutex, done, total, cancel);
   result.stats.prepare_s = Now() - t;
 
   // 3. Evaluate the survivors by ascending step-time bound. The candidates share one memo of

@@ -104,9 +104,13 @@ Instruction* Computation::Adopt(std::unique_ptr<Instruction> inst) {
   return raw;
 }
 
+// `new Instruction` default-initialises (every member has its initialiser); make_unique's
+// value-initialisation would first zero all 1,776 bytes of the object (docs/search.md).
+static std::unique_ptr<Instruction> NewInstruction() { return std::unique_ptr<Instruction>(new Instruction); }
+
 Instruction* Computation::AddInstruction(Opcode op, Shape shape, std::vector<Instruction*> operands,
                                          std::string name) {
-  auto inst = std::make_unique<Instruction>();
+  auto inst = NewInstruction();
   inst->opcode_ = op;
   inst->opcode_text_ = std::string(OpcodeName(op));
   inst->shape_ = std::move(shape);
@@ -117,7 +121,7 @@ Instruction* Computation::AddInstruction(Opcode op, Shape shape, std::vector<Ins
 
 Instruction* Computation::AddGeneric(std::string opcode_text, Shape shape, std::vector<Instruction*> operands,
                                      std::string name) {
-  auto inst = std::make_unique<Instruction>();
+  auto inst = NewInstruction();
   inst->opcode_ = Opcode::kGeneric;
   inst->opcode_text_ = std::move(opcode_text);
   inst->shape_ = std::move(shape);
