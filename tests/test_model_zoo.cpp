@@ -150,6 +150,42 @@ class TestModelZoo : public QObject {
     QCOMPARE(mesh->ToString(), std::string("X=2,Y=8"));
   }
 
+  // ZooOverridesForMesh: a mesh named beside a model sets the model's mesh settings (max-batch
+  // --mesh); axes it does not name become 1; contradictions and unknown axes are errors.
+  void overridesForMesh() {
+    auto mesh = [](const char* text) { return DeviceMesh::Parse(text).value(); };
+    auto t = ZooOverridesForMesh("transformer", {{"layers", "4"}}, mesh("X=8,Y=16"));
+    QVERIFY2(t.ok(), t.ok() ? "" : t.error().message.c_str());
+    QCOMPARE(t->at("mesh_x"), std::string("8"));
+    QCOMPARE(t->at("mesh_y"), std::string("16"));
+    QCOMPARE(t->at("layers"), std::string("4"));
+    QCOMPARE(ZooMesh("transformer", *t)->ToString(), std::string("X=8,Y=16"));
+    // Lower-case axis names; an axis the mesh does not name (Y) is one device.
+    auto x = ZooOverridesForMesh("mlp", {}, mesh("x:128"));
+    QVERIFY(x.ok());
+    QCOMPARE(x->at("mesh_x"), std::string("128"));
+    QCOMPARE(x->at("mesh_y"), std::string("1"));
+    // The pipelined Transformer's L axis is its "stages" setting.
+    auto p = ZooOverridesForMesh("pipelined-transformer", {}, mesh("L=4,X=2,Y=2"));
+    QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+    QCOMPARE(p->at("stages"), std::string("4"));
+    QCOMPARE(p->at("mesh_x"), std::string("2"));
+    QCOMPARE(ZooMesh("pipelined-transformer", *p)->ToString(), std::string("L=4,X=2,Y=2"));
+    // An axis of one device the model has no setting for changes nothing.
+    QVERIFY(ZooOverridesForMesh("transformer", {}, mesh("X=4,Y=4,Z=1")).ok());
+    // Errors: an axis the model cannot be sized on, a setting that contradicts the mesh, a model
+    // whose other settings keep it from the mesh (the gshard MoE annotations are 1-D).
+    auto z = ZooOverridesForMesh("transformer", {}, mesh("X=8,Z=16"));
+    QVERIFY(!z.ok());
+    QVERIFY2(z.error().message.find("no setting for mesh axis 'Z'") != std::string::npos, z.error().message.c_str());
+    auto c = ZooOverridesForMesh("transformer", {{"mesh_x", "4"}}, mesh("X=8,Y=16"));
+    QVERIFY(!c.ok());
+    QVERIFY2(c.error().message.find("mesh_x=4 was set") != std::string::npos, c.error().message.c_str());
+    auto g = ZooOverridesForMesh("moe-transformer", {}, mesh("X=8,Y=4"));
+    QVERIFY(!g.ok());
+    QVERIFY(!ZooOverridesForMesh("no-such-model", {}, mesh("X=2")).ok());
+  }
+
   // The GUI's default example: one layer, B=8 S=16 M=64 N=8 D=16 H=256, 4x4 mesh, 2D finalized.
   void defaultExample() {
     auto m = Build(kZooDefaultExample);

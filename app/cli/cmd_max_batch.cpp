@@ -1,5 +1,6 @@
 // shardscope-cli max-batch MODEL --chip CHIP --mesh X=8,Y=16 [--cores-per-chip 2] [--set k=v ...]
 //                          [--step N] [--limit N]
+// The model's mesh settings follow --mesh (core/zoo/zoo.h, ZooOverridesForMesh).
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -9,6 +10,7 @@
 #include "app/cli/slice_options.h"
 #include "app/pipeline/reproduce.h"
 #include "core/sharding/mesh.h"
+#include "core/zoo/zoo.h"
 
 namespace shardscope::cli {
 namespace {
@@ -46,7 +48,14 @@ int Run(const std::vector<std::string>& arguments) {
   if (!ParseInt(cores, 1, &c.cores_per_chip)) return UsageError(kName, "--cores-per-chip must be 1 or 2");
   auto parsed = DeviceMesh::Parse(mesh);
   if (!parsed.ok()) return UsageError(kName, "--mesh '" + mesh + "': " + parsed.error().message);
-  int64_t step = parsed->axes().empty() ? 1 : parsed->axes()[0].size;  // the data-parallel axis
+  // The model is built for the mesh given (mesh_x, mesh_y, stages, ... follow --mesh).
+  auto fitted = ZooOverridesForMesh(c.model, c.settings, parsed.value());
+  if (!fitted.ok()) return UsageError(kName, fitted.error().message);
+  c.settings = std::move(fitted).value();
+  // The data-parallel axis: X, the zoo's batch axis (a pipelined mesh is L,X,Y), else the first.
+  int64_t step = parsed->axes().empty() ? 1 : parsed->axes()[0].size;
+  for (const MeshAxis& a : parsed->axes())
+    if (a.name == "X" || a.name == "x") step = a.size;
   if (have_step && !ParseInt(step_text, 1, &step)) return UsageError(kName, "--step takes a positive integer");
   int64_t limit = 0;
   if (!ParseInt(limit_text, 1, &limit)) return UsageError(kName, "--limit takes a positive integer");
@@ -56,11 +65,13 @@ int Run(const std::vector<std::string>& arguments) {
     return 2;
   }
   std::cout << "HBM per device: " << Gb(r->device_hbm_bytes) << "; " << r->simulations << " simulations\n";
+  if (r->per_setting > 1)
+    std::cout << "global batch = " << r->per_setting << " microbatches x " << r->setting << " (the setting searched)\n";
   if (r->batch == 0) {
     std::cout << "no batch fits: batch " << r->next_batch << " peaks at " << Gb(r->next_peak_bytes) << "\n";
   } else {
     std::cout << "batch " << r->batch << " fits: peak " << Gb(r->peak_memory_bytes) << "\n";
-    if (r->reached_limit) std::cout << "every batch up to the limit " << limit << " fits\n";
+    if (r->reached_limit) std::cout << "every " << r->setting << " up to the limit " << limit << " fits\n";
     else std::cout << "batch " << r->next_batch << " does not fit: peak " << Gb(r->next_peak_bytes) << "\n";
   }
   std::cout << "max_batch: " << r->batch << "\n";

@@ -1,6 +1,7 @@
 #include "app/pipeline/reproduce.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -10,6 +11,7 @@
 #include "app/pipeline/pipeline.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/sharding/mesh.h"
+#include "core/zoo/zoo.h"
 #include "simulator/hardware.h"
 #include "simulator/topology.h"
 
@@ -587,11 +589,35 @@ Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step,
   if (step < 1) return Error("the batch step must be at least 1");
   if (limit < step) return Error("the batch limit " + std::to_string(limit) + " is below the step " + std::to_string(step));
   MaxBatchResult out;
-  // Simulates `batch`; true when it fits.
+  // The batch setting: "batch", or a pipelined model's microbatch size (at its microbatch count).
+  const auto models = ZooList();
+  const ZooModel* model = nullptr;
+  for (const ZooModel& m : models)
+    if (m.name == configuration.model) model = &m;
+  if (!model) return Error("unknown zoo model '" + configuration.model + "'");
+  auto parameter = [&](std::string_view name) -> const ZooParameter* {
+    for (const ZooParameter& p : model->parameters)
+      if (p.name == name) return &p;
+    return nullptr;
+  };
+  if (!parameter("batch")) {
+    const ZooParameter* microbatches = parameter("microbatches");
+    if (!parameter("microbatch") || !microbatches)
+      return Error("model " + configuration.model + " has no batch setting (batch, or microbatch and microbatches)");
+    auto it = configuration.settings.find("microbatches");
+    const std::string text = it != configuration.settings.end() ? it->second : microbatches->default_value;
+    int64_t n = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec != std::errc() || ptr != text.data() + text.size() || n < 1)
+      return Error("microbatches must be a positive integer, found '" + text + "'");
+    out.setting = "microbatch";
+    out.per_setting = n;
+  }
+  // Simulates `batch` (of the setting); true when it fits.
   auto fits = [&](int64_t batch, int64_t* peak) -> Result<bool> {
-    configuration.settings["batch"] = std::to_string(batch);
+    configuration.settings[out.setting] = std::to_string(batch);
     auto run = SimulateZooConfiguration(configuration, cancel);
-    if (!run.ok()) return Error("batch " + std::to_string(batch) + ": " + run.error().message);
+    if (!run.ok()) return Error(out.setting + " " + std::to_string(batch) + ": " + run.error().message);
     ++out.simulations;
     out.device_hbm_bytes = run->summary.device_hbm_bytes;
     *peak = run->summary.peak_memory_bytes;
@@ -612,9 +638,15 @@ Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step,
     out.batch = k * step;
     out.peak_memory_bytes = peak;
   }
+  // The batches found, as global batches.
+  auto global = [&]() -> MaxBatchResult& {
+    out.batch *= out.per_setting;
+    out.next_batch *= out.per_setting;
+    return out;
+  };
   if (bad == 0) {
     out.reached_limit = true;
-    return out;
+    return global();
   }
   while (bad - good > 1) {
     const int64_t mid = good + (bad - good) / 2;
@@ -630,7 +662,7 @@ Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step,
       out.next_peak_bytes = peak;
     }
   }
-  return out;
+  return global();
 }
 
 const std::vector<ReproduceCase>& ReproduceCases() {

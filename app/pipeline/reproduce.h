@@ -160,11 +160,16 @@ struct MaxBatchResult {
   int64_t device_hbm_bytes = 0;
   bool reached_limit = false;     // every multiple up to the limit fits
   int64_t simulations = 0;
+  // The setting searched: "batch", or "microbatch" for a pipelined model, whose global batch is
+  // microbatches x microbatch (`per_setting` = microbatches; 1 for "batch").
+  std::string setting = "batch";
+  int64_t per_setting = 1;
 };
 // The largest global batch, a multiple of `step` (the data-parallel axis, so every device gets
 // whole rows) and at most `limit`, whose simulated peak fits the device's HBM: the zoo setting
-// "batch" doubles from `step` until a peak exceeds the HBM, then bisects. Each try is a full
-// simulation at real size.
+// "batch" (a pipelined model's "microbatch", at its number of microbatches) doubles from `step`
+// until a peak exceeds the HBM, then bisects; `step` and `limit` count that setting. Each try is a
+// full simulation at real size.
 Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step, int64_t limit,
                                     const CancellationToken& cancel = {});
 

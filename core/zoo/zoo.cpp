@@ -1,6 +1,7 @@
 #include "core/zoo/zoo.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 
@@ -175,6 +176,85 @@ Result<DeviceMesh> ZooMesh(std::string_view name, const ZooOverrides& overrides)
   ZooParams p(model->name, model->parameters, overrides);
   if (!p.ok()) return Error(p.error());
   return model->mesh ? model->mesh(p) : ZooMeshXY(p);
+}
+
+namespace {
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool SameAxisName(std::string_view a, std::string_view b) { return Lower(a) == Lower(b); }
+
+// The setting that sizes mesh axis `axis` (as the model's own mesh names it), or "".
+std::string SettingOfAxis(const ZooModel& model, std::string_view axis) {
+  const std::string direct = "mesh_" + Lower(axis);
+  for (const auto& p : model.parameters)
+    if (p.name == direct) return p.name;
+  const std::string tag = "(mesh axis " + std::string(axis) + ")";
+  for (const auto& p : model.parameters)
+    if (p.description.find(tag) != std::string::npos) return p.name;
+  return "";
+}
+
+// The axes of size > 1, for comparing two meshes that differ only by trivial axes.
+std::vector<MeshAxis> NonTrivialAxes(const DeviceMesh& m) {
+  std::vector<MeshAxis> out;
+  for (const MeshAxis& a : m.axes())
+    if (a.size > 1) out.push_back(a);
+  return out;
+}
+
+}  // namespace
+
+Result<ZooOverrides> ZooOverridesForMesh(std::string_view name, ZooOverrides overrides, const DeviceMesh& mesh) {
+  const auto models = ZooList();
+  const ZooModel* model = FindModel(models, name);
+  if (!model) return UnknownModel(models, name);
+  auto own = ZooMesh(name, overrides);
+  if (!own.ok()) return own.error();
+  std::vector<std::string> settings;
+  for (const MeshAxis& a : own->axes()) settings.push_back(SettingOfAxis(*model, a.name));
+  auto settings_text = [&] {
+    std::string t;
+    for (size_t i = 0; i < settings.size(); ++i)
+      if (!settings[i].empty()) t += (t.empty() ? "" : ", ") + settings[i] + " (" + own->axes()[i].name + ")";
+    return t.empty() ? std::string("none") : t;
+  };
+  std::vector<bool> named(own->axes().size(), false);
+  for (const MeshAxis& want : mesh.axes()) {
+    size_t i = 0;
+    while (i < own->axes().size() && !SameAxisName(own->axes()[i].name, want.name)) ++i;
+    if (i == own->axes().size() || settings[i].empty()) {
+      if (want.size == 1) continue;  // an axis of one device changes nothing
+      return Error("mesh " + mesh.ToString() + ": model " + std::string(name) + " has no setting for mesh axis '" + want.name +
+                   "' (its mesh is " + own->ToString() + "; mesh settings: " + settings_text() + ")");
+    }
+    named[i] = true;
+    const std::string value = std::to_string(want.size);
+    auto it = overrides.find(settings[i]);
+    if (it != overrides.end() && it->second != value) {
+      return Error("mesh " + mesh.ToString() + " gives axis " + want.name + " " + value + " devices, but " + settings[i] + "=" +
+                   it->second + " was set");
+    }
+    overrides[settings[i]] = value;
+  }
+  for (size_t i = 0; i < own->axes().size(); ++i) {
+    if (named[i] || settings[i].empty() || overrides.count(settings[i])) continue;
+    overrides[settings[i]] = "1";
+  }
+  auto result = ZooMesh(name, overrides);
+  if (!result.ok()) return Error("mesh " + mesh.ToString() + ": " + result.error().message);
+  const auto got = NonTrivialAxes(*result), want = NonTrivialAxes(mesh);
+  bool same = got.size() == want.size();
+  for (size_t i = 0; same && i < got.size(); ++i) same = SameAxisName(got[i].name, want[i].name) && got[i].size == want[i].size;
+  if (!same) {
+    return Error("model " + std::string(name) + " with these settings is annotated for mesh " + result->ToString() + ", not " +
+                 mesh.ToString() + " (mesh settings: " + settings_text() + ")");
+  }
+  return overrides;
 }
 
 Result<std::unique_ptr<Module>> ZooBuild(std::string_view name, const ZooOverrides& overrides) {

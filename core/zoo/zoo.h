@@ -74,6 +74,13 @@ std::vector<ZooModel> ZooList();
 Result<std::unique_ptr<Module>> ZooBuild(std::string_view name, const ZooOverrides& overrides = {});
 // The mesh a zoo model's annotations refer to.
 Result<DeviceMesh> ZooMesh(std::string_view name, const ZooOverrides& overrides = {});
+// The overrides that make a zoo model's annotations refer to `mesh` (what `max-batch --mesh` and
+// any caller that names a mesh beside a model need): each axis of `mesh` sets the model's setting
+// for it — "mesh_x" for X, "mesh_y" for Y, or the parameter described as "(mesh axis L)" (the
+// pipelined Transformer's "stages") — matched case-insensitively, and a model axis `mesh` does not
+// name is set to 1. An override that contradicts `mesh`, an axis the model has no setting for, or
+// a result whose mesh differs from `mesh` (axes of size 1 aside) is an error that names both.
+Result<ZooOverrides> ZooOverridesForMesh(std::string_view name, ZooOverrides overrides, const DeviceMesh& mesh);
 // The example the GUI opens on: "transformer-layer" (4x4 mesh, 2D finalized annotations).
 inline constexpr std::string_view kZooDefaultExample = "transformer-layer";
 
