@@ -1184,6 +1184,19 @@ ENTRY %main (p: f32[8]) -> f32[32] {
     r = RunCli({"simulate", QString::fromStdString(hlo), "--chip", "tpu-v5e", "--mesh", "X=4"});
     QCOMPARE(r.code, 2);
     QVERIFY(r.err.contains("32 devices"));
+    // A module annotated for 16 devices on a mesh of 4: the error says what it is written for.
+    const std::string for16 = WriteTemp(dir, "for16.hlo",
+                                        "HloModule a, num_partitions=16\n"
+                                        "ENTRY %main (p: f32[16,16]) -> f32[16,16] {\n"
+                                        "  %p = f32[16,16] parameter(0), sharding={devices=[4,4]<=[16]}\n"
+                                        "  ROOT %n = f32[16,16] negate(%p), sharding={devices=[4,4]<=[16]}\n}\n");
+    r = RunCli({"simulate", QString::fromStdString(for16), "--chip", "tpu-v5e", "--mesh", "X=2,Y=2"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("partitioning for 4 devices failed") &&
+                 r.err.contains("written for num_partitions=16; --mesh X=2,Y=2 has 4 devices"),
+             qPrintable(r.err));
+    r = RunCli({"simulate", QString::fromStdString(for16), "--chip", "tpu-v5e", "--mesh", "X=4,Y=4"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
     r = RunCli({"simulate", dir.filePath("missing.hlo"), "--chip", "tpu-v5e", "--mesh", "X=4"});
     QCOMPARE(r.code, 2);
     const std::string bad = WriteTemp(dir, "bad.hlo", "HloModule broken\nENTRY %main {\n");

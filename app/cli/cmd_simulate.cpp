@@ -181,6 +181,7 @@ int Run(const std::vector<std::string>& in) {
   // The pass's cost model takes the simulated chip's figures and, unless given, the mesh as its
   // replica mesh.
   if (wus) run.weight_update_sharding = pipeline::WeightUpdateShardingOptionsFor(topology, mesh, wus_options);
+  const int64_t declared_partitions = (*parsed)->num_partitions;
   auto r = pipeline::RunPipeline(std::move(parsed).value(), run);
   const bool partition = r.partition.has_value();
   if (partition && !json) {
@@ -193,6 +194,10 @@ int Run(const std::vector<std::string>& in) {
     else if (r.failed == pipeline::Stage::kWeightUpdateSharding) std::cerr << "weight-update sharding failed: ";
     else if (r.failed == pipeline::Stage::kAllReduceCombiner) std::cerr << "all-reduce combiner failed: ";
     std::cerr << r.status.error().message << "\n";
+    if (r.failed == pipeline::Stage::kPartition && declared_partitions > 1 && declared_partitions != devices) {
+      std::cerr << "  the module is written for num_partitions=" << declared_partitions << "; --mesh " << mesh.ToString()
+                << " has " << devices << " devices: give a mesh of " << declared_partitions << " devices\n";
+    }
     return 2;
   }
   const Simulation* sim = &*r.simulation;
