@@ -167,12 +167,23 @@ struct ScheduleLoads {
 
 class LoadSink final : public ScheduleSink {
  public:
-  LoadSink(const Topology& topo, const CollectivePlan& plan) : plan_(plan) {
-    out_.passes.assign(static_cast<size_t>(plan.num_passes()), std::vector<double>(static_cast<size_t>(topo.num_links()), 0.0));
-    for (const auto& [link, bytes] : plan.counted_loads) out_.passes[0][static_cast<size_t>(link)] += bytes;
+  LoadSink(const Topology& topo, const CollectivePlan& plan) : LoadSink(topo, plan, nullptr) {}
+  // With `workspace`: the per-pass loads go to its arrays (num_links each, all zero on entry; at
+  // least plan.num_passes() of them), which the caller reads and clears again, so that many
+  // requests in a row (EstimateConcurrentCollectiveParts) allocate nothing; Finish() then returns
+  // the latency only (passes and totals empty).
+  LoadSink(const Topology& topo, const CollectivePlan& plan, std::vector<std::vector<double>>* workspace) : plan_(plan) {
+    std::vector<std::vector<double>>& passes = workspace ? *workspace : out_.passes;
+    const size_t num_passes = static_cast<size_t>(plan.num_passes());
+    if (!workspace) {
+      passes.assign(num_passes, std::vector<double>(static_cast<size_t>(topo.num_links()), 0.0));
+    } else if (passes.size() < num_passes) {
+      passes.resize(num_passes, std::vector<double>(static_cast<size_t>(topo.num_links()), 0.0));
+    }
+    for (const auto& [link, bytes] : plan.counted_loads) passes[0][static_cast<size_t>(link)] += bytes;
     step_latency_.assign(static_cast<size_t>(std::max<int64_t>(plan.steps, 1)), 0.0);
-    reduce_loads_ = out_.passes.front().data();
-    gather_loads_ = out_.passes.back().data();
+    reduce_loads_ = passes.front().data();
+    gather_loads_ = passes[num_passes - 1].data();
   }
 
   void Hop(const ScheduleHop& h, std::span<const int64_t> links) override {
@@ -195,9 +206,11 @@ class LoadSink final : public ScheduleSink {
       for (int64_t k = 0; k < g.counted_steps; ++k) t += g.counted_step_latency;
       out_.latency = std::max(out_.latency, t);
     }
-    out_.totals = out_.passes[0];
-    for (size_t p = 1; p < out_.passes.size(); ++p) {
-      for (size_t l = 0; l < out_.totals.size(); ++l) out_.totals[l] += out_.passes[p][l];
+    if (!out_.passes.empty()) {
+      out_.totals = out_.passes[0];
+      for (size_t p = 1; p < out_.passes.size(); ++p) {
+        for (size_t l = 0; l < out_.totals.size(); ++l) out_.totals[l] += out_.passes[p][l];
+      }
     }
     return std::move(out_);
   }
@@ -250,18 +263,6 @@ LinkTraffic BusiestLink(const Topology& topo, const std::vector<double>& loads) 
     }
   }
   return best;
-}
-
-// One fluid job per pass, each after the previous one.
-void AddJobs(const ScheduleLoads& loads, std::vector<FluidJob>* jobs) {
-  for (size_t p = 0; p < loads.passes.size(); ++p) {
-    FluidJob job;
-    for (size_t l = 0; l < loads.passes[p].size(); ++l) {
-      if (loads.passes[p][l] > 0) job.link_bytes.emplace_back(static_cast<int64_t>(l), loads.passes[p][l]);
-    }
-    if (p > 0) job.after = static_cast<int64_t>(jobs->size()) - 1;
-    jobs->push_back(std::move(job));
-  }
 }
 
 CollectiveCost CostOf(const Topology& topology, const CollectivePlan& plan, const ScheduleLoads& loads,
@@ -383,16 +384,31 @@ Result<ConcurrentCollectiveParts> EstimateConcurrentCollectiveParts(const Topolo
   std::vector<FluidJob> jobs;
   std::vector<size_t> last_job;  // per request: its last pass's job
   std::vector<double> latency;
+  // The requests' loads land in one set of per-link arrays, read into jobs and cleared again
+  // (thousands of replica groups at 2048 devices: no arrays of every link made per group). One
+  // fluid job per pass, each after the previous one, with the pass's loaded links in order.
+  std::vector<std::vector<double>> workspace;
   for (size_t r = 0; r < requests.size(); ++r) {
     const auto& req = requests[r];
     auto plan = req.kind == CollectiveKind::kCollectivePermute
                     ? PlanPermute(topology, req.source_target_pairs, req.operand_bytes)
                     : PlanCollective(topology, req.kind, req.groups, req.operand_bytes, options);
     if (!plan.ok()) return Error("request " + std::to_string(r) + ": " + plan.error().message);
-    const ScheduleLoads loads = LoadsOf(topology, plan.value());
-    AddJobs(loads, &jobs);
+    LoadSink sink(topology, plan.value(), &workspace);
+    schedule_emit::Emit(topology, plan.value(), sink);
+    latency.push_back(sink.Finish().latency);
+    const size_t num_passes = static_cast<size_t>(plan->num_passes());
+    for (size_t p = 0; p < num_passes; ++p) {
+      FluidJob job;
+      std::vector<double>& pass = workspace[p];
+      for (size_t l = 0; l < pass.size(); ++l) {
+        if (pass[l] > 0) job.link_bytes.emplace_back(static_cast<int64_t>(l), pass[l]);
+        pass[l] = 0;
+      }
+      if (p > 0) job.after = static_cast<int64_t>(jobs.size()) - 1;
+      jobs.push_back(std::move(job));
+    }
     last_job.push_back(jobs.size() - 1);
-    latency.push_back(loads.latency);
   }
   const std::vector<double> data_done = RunFluid(topology, jobs);
   ConcurrentCollectiveParts parts;
