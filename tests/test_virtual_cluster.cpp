@@ -481,6 +481,68 @@ ENTRY e {
     }
   }
 
+  // Mixed precision: an f32 result computed through bf16 (activations in bf16, as the papers'
+  // configurations run) is held to bf16's tolerance, the least precise type it passed through:
+  // the partitioned program sums its bf16 partial products in another order than the original
+  // (device 0's four terms, device 1's four, then the two), which bf16's 8-bit mantissa shows. The
+  // f32 tolerance alone reported such programs as mismatches. A wrong program still mismatches.
+  void verifyMixedPrecisionUsesTheLeastPreciseType() {
+    PARSE(original, R"(HloModule mixed, num_partitions=2
+ENTRY e {
+  x = f32[4,64] parameter(0), sharding={devices=[1,2]0,1}
+  w = f32[64,3] parameter(1), sharding={devices=[2,1]0,1}
+  xb = bf16[4,64] convert(x), sharding={devices=[1,2]0,1}
+  wb = bf16[64,3] convert(w), sharding={devices=[2,1]0,1}
+  d = bf16[4,3] dot(xb, wb), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+  ROOT f = f32[4,3] convert(d), sharding={replicated}
+})");
+    const std::string body = R"(
+ENTRY e {
+  x = f32[4,32] parameter(0), sharding={devices=[1,2]0,1}
+  w = f32[32,3] parameter(1), sharding={devices=[2,1]0,1}
+  xb = bf16[4,32] convert(x)
+  wb = bf16[32,3] convert(w)
+  d = bf16[4,3] dot(xb, wb), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+)";
+    const std::string kAddBf16 = "add_bf16 {\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n  ROOT s = bf16[] add(a, b)\n}\n";
+    PARSE(spmd, "HloModule mixed_spmd, num_partitions=2\n" + kAddBf16 + body +
+                    "  ar = bf16[4,3] all-reduce(d), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add_bf16\n"
+                    "  ROOT f = f32[4,3] convert(ar)\n}\n");
+    // The same in f32 throughout: its tolerance is f32's.
+    PARSE(original32, R"(HloModule f32, num_partitions=2
+ENTRY e {
+  x = f32[4,64] parameter(0), sharding={devices=[1,2]0,1}
+  w = f32[64,3] parameter(1), sharding={devices=[2,1]0,1}
+  ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
+})");
+    PARSE(spmd32, "HloModule f32_spmd, num_partitions=2\n" + kAdd + R"(
+ENTRY e {
+  x = f32[4,32] parameter(0), sharding={devices=[1,2]0,1}
+  w = f32[32,3] parameter(1), sharding={devices=[2,1]0,1}
+  d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT ar = f32[4,3] all-reduce(d), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+})");
+    int differing = 0;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      auto rep = VerifyPartitioned(*original, *spmd, 2, seed);
+      EXPECT_OK(rep);
+      QVERIFY2(rep->match, rep->detail.c_str());
+      auto rep32 = VerifyPartitioned(*original32, *spmd32, 2, seed);
+      EXPECT_OK(rep32);
+      QVERIFY2(rep32->match, rep32->detail.c_str());
+      // bf16's relative tolerance (1e-2), about 100x f32's (1e-4) at about the same magnitudes.
+      QVERIFY2(rep->tolerance > 50 * rep32->tolerance,
+               (std::to_string(rep->tolerance) + " vs f32 " + std::to_string(rep32->tolerance)).c_str());
+      if (rep->max_abs_error > 0) ++differing;
+    }
+    QVERIFY2(differing > 0, "the two orders of summation never differed: the test shows nothing");
+    // Partial sums without the all-reduce: still a mismatch under bf16's tolerance.
+    PARSE(wrong, "HloModule mixed_wrong, num_partitions=2\n" + body + "  ROOT f = f32[4,3] convert(d)\n}\n");
+    auto bad = VerifyPartitioned(*original, *wrong, 2, 1);
+    EXPECT_OK(bad);
+    QVERIFY2(!bad->match, bad->detail.c_str());
+  }
+
   void verifyOutputShardedWithPartitionIdSlicing() {
     // The original's x is replicated and its result is row-sharded: each device slices its rows
     // with dynamic-slice at partition-id * 2 and multiplies them.

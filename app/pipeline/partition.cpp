@@ -79,7 +79,9 @@ VerificationVerdict Verify(const Module& original, const Module& spmd, int64_t d
       return v;
     }
   }
-  auto report = VerifyPartitioned(original, spmd, devices, options.seed);
+  NumericVerifyOptions numeric;
+  numeric.float_exponent_spread = options.float_exponent_spread;
+  auto report = VerifyPartitioned(original, spmd, devices, options.seed, numeric);
   v.millis = MillisSince(t0);
   if (!report.ok()) {
     v.state = VerificationVerdict::State::kError;

@@ -38,6 +38,8 @@ struct VerifyOptions {
   // evaluator runs the original once and the SPMD program on every device.
   double max_flops = 4e8;
   double max_elements = 4e7;
+  // The random inputs' spread of magnitudes (NumericVerifyOptions::float_exponent_spread).
+  int float_exponent_spread = NumericVerifyOptions{}.float_exponent_spread;
   static VerifyOptions Unlimited(uint64_t seed = 1) { return VerifyOptions{seed, 0, 0}; }
 };
 
