@@ -47,6 +47,11 @@ struct PartitionedProgram {
   std::vector<std::optional<CollectiveCost>> estimates;  // per result->collectives, on `chip`
   std::string chip;                                      // the estimates' chip
   VerificationVerdict verification;
+  // Set when the module was too large to evaluate and `verification` is of its small twin
+  // (app/pipeline/small_twin.h): the twin's sizes ("batch 64 -> 8, model 8192 -> 16, ...") and why
+  // the module itself was not evaluated.
+  std::string verification_twin;
+  std::string verification_full_skipped;
   int64_t devices = 0;
   double millis = 0;       // partitioning
   std::string message;     // why there is no result

@@ -150,6 +150,7 @@ void DocumentModel::reset(std::shared_ptr<const Module> module, std::map<int64_t
   source_kind_ = source_kind;
   source_ = source;
   file_path_ = file_path;
+  zoo_settings_.reset();
   selected_ = -1;
   const bool had_weight_update_sharding = weight_update_sharding_;
   weight_update_sharding_ = false;

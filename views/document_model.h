@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -68,6 +69,13 @@ class DocumentModel : public QObject {
   QString source() const { return source_; }
   QString filePath() const { return file_path_; }
   void setFilePath(const QString& path);
+  // The zoo settings the module was built with (an example, a paper configuration, a search
+  // candidate; std::nullopt: not built by the zoo, e.g. a file): its numerical check at sizes too
+  // large for the evaluator runs on a small twin built from them (app/pipeline/small_twin.h). Set
+  // right after setModule; a new module clears them. Not saved in projects.
+  using ZooSettings = std::map<std::string, std::string, std::less<>>;
+  const std::optional<ZooSettings>& zooSettings() const { return zoo_settings_; }
+  void setZooSettings(ZooSettings settings) { zoo_settings_ = std::move(settings); }
   // The file's name, else the module's name; "" when there is no module.
   QString title() const;
   bool isModified() const;
@@ -165,6 +173,7 @@ class DocumentModel : public QObject {
   quint64 module_generation_ = 0;
   quint64 edit_generation_ = 0;
   QString file_path_, source_kind_, source_;
+  std::optional<ZooSettings> zoo_settings_;
   QUndoStack* undo_stack_ = nullptr;
   int64_t selected_ = -1;
   bool propagation_enabled_ = true;

@@ -217,12 +217,14 @@ void PartitionedView::showCollectives() { tabs_->setCurrentWidget(table_); }
 
 void PartitionedView::showVerdict() {
   const VerificationVerdict& v = analysis_->partition().verification;
+  const std::string& twin = analysis_->partition().verification_twin;
   using S = VerificationVerdict::State;
   const std::string& detail = v.state == S::kMatch || v.state == S::kMismatch ? v.report.detail : v.reason;
   QString text, colour, tip = QString::fromStdString(detail).toHtmlEscaped();
   switch (v.state) {
     case S::kMatch:
-      text = QString("\u2714 verified: max |error| %1").arg(v.report.max_abs_error, 0, 'g', 2);
+      text = QString(twin.empty() ? "\u2714 verified: max |error| %1" : "\u2714 verified on a small twin: max |error| %1")
+                 .arg(v.report.max_abs_error, 0, 'g', 2);
       colour = "#2e7d32";
       tip = QString("The SPMD program on %1 virtual devices computes the same result as the original on one "
                     "(random inputs; tolerance %2; %3 ms).<br>%4")
@@ -232,7 +234,8 @@ void PartitionedView::showVerdict() {
                 .arg(tip);
       break;
     case S::kMismatch:
-      text = QString("\u2718 mismatch: max |error| %1").arg(v.report.max_abs_error, 0, 'g', 3);
+      text = QString(twin.empty() ? "\u2718 mismatch: max |error| %1" : "\u2718 mismatch on a small twin: max |error| %1")
+                 .arg(v.report.max_abs_error, 0, 'g', 3);
       colour = "#c62828";
       break;
     case S::kError:
@@ -246,6 +249,16 @@ void PartitionedView::showVerdict() {
     case S::kNotRun:
       badge_->hide();
       return;
+  }
+  if (!twin.empty()) {
+    // What was checked instead of the module itself, and why.
+    tip = QString("The module at its sizes is too large to evaluate (%1). Checked instead: its small twin, the same "
+                  "zoo model with %2, sharded as this one instruction by instruction and partitioned for the same "
+                  "%3 devices (app/pipeline/small_twin.h).<br>%4")
+              .arg(QString::fromStdString(analysis_->partition().verification_full_skipped).toHtmlEscaped(),
+                   QString::fromStdString(twin).toHtmlEscaped())
+              .arg(analysis_->partition().devices)
+              .arg(tip);
   }
   badge_->setText(QString("<span style='color:white; background-color:%1;'>&nbsp;%2&nbsp;</span>")
                       .arg(colour, text.toHtmlEscaped()));

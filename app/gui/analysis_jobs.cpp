@@ -9,6 +9,7 @@
 
 #include "app/gui/run_store_jobs.h"
 #include "app/pipeline/pipeline.h"
+#include "app/pipeline/small_twin.h"
 #include "app/pipeline/step_figures.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/ir/hlo_text.h"
@@ -236,6 +237,9 @@ void AnalysisJobs::requestPartition() {
   const std::string chip = analysis_->defaultChip();
   const bool wus = doc_->weightUpdateSharding();
   const ProjectSliceOverride slice = doc_->sliceOverride();
+  // A zoo model too large to evaluate is verified on its small twin (app/pipeline/small_twin.h).
+  const std::string zoo_model = doc_->zooSettings() ? doc_->source().toStdString() : std::string();
+  const views::DocumentModel::ZooSettings zoo_settings = doc_->zooSettings().value_or(views::DocumentModel::ZooSettings{});
   const quint64 module_gen = doc_->moduleGeneration(), edit = doc_->editGeneration(), result = doc_->resultGeneration();
   analysis_->setPartitionBusy(true);
   const views::JobTracker::Spec spec{
@@ -243,7 +247,8 @@ void AnalysisJobs::requestPartition() {
       .context = this};
   jobs_->run<views::PartitionedProgram>(
       spec,
-      [module, annotations = std::move(annotations), propagated, mesh, chip, slice, edit, wus](const CancellationToken& token) {
+      [module, annotations = std::move(annotations), propagated, mesh, chip, slice, edit, wus, zoo_model,
+       zoo_settings](const CancellationToken& token) {
         const auto t0 = std::chrono::steady_clock::now();
         views::PartitionedProgram out;
         out.edit_generation = edit;
@@ -275,6 +280,20 @@ void AnalysisJobs::requestPartition() {
         }
         out.millis = partition_ms.value_or(MillisSince(t0));
         out.verification = r.verification;
+        // Too large for the evaluator: the small twin (not with weight-update sharding: the pass's
+        // program is not the twin's).
+        if (r.verification.state == VerificationVerdict::State::kSkipped && !zoo_model.empty() && !wus) {
+          auto full = Annotated(*module, annotations, propagated.get());
+          full->num_partitions = mesh.num_devices();
+          auto twin = pipeline::VerifySmallTwin(zoo_model, zoo_settings, *full, mesh.num_devices(), {}, token);
+          if (twin.ok() && twin->verdict.state != VerificationVerdict::State::kSkipped) {
+            out.verification_full_skipped = r.verification.reason;
+            out.verification_twin = twin->changes.empty() ? std::string("the same sizes") : twin->changes;
+            out.verification = twin->verdict;
+          } else if (!twin.ok()) {
+            out.verification.reason += "; no small twin: " + twin.error().message;
+          }
+        }
         out.estimates = std::move(r.estimates);
         out.result = std::make_shared<const PartitionResult>(std::move(*r.partition));
         out.message = "partitioned into " + std::to_string(out.devices) + " devices with " +

@@ -394,6 +394,7 @@ void SearchJobs::choose(int row) {
         loading_candidate_ = true;
         pending_row_ = row;
         session_->document()->setModule(std::move(out.model->module), out.model->mesh, "example", Q(candidate.model));
+        session_->document()->setZooSettings(candidate.settings);
         // The candidate's pipeline options: a weight-update-sharding candidate switches the
         // partitioned view's toggle on (as the search evaluated it); any other leaves it off. Part
         // of opening the document, not an undo step.

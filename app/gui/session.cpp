@@ -70,6 +70,7 @@ Status Session::loadExample(const QString& name) {
   auto built = pipeline::BuildZooModel(name.toStdString());
   if (!built.ok()) return built.error();
   doc_->setModule(std::move(built->module), built->mesh, "example", name);
+  doc_->setZooSettings({});  // the defaults
   return Status::Ok();
 }
 
@@ -85,6 +86,7 @@ Status Session::loadPaperConfiguration(const QString& case_name, const QString& 
   auto built = pipeline::BuildZooModel(col->model, col->settings);
   if (!built.ok()) return built.error();
   doc_->setModule(std::move(built->module), built->mesh, "example", Q(col->model));
+  doc_->setZooSettings(col->settings);
   ProjectSliceOverride slice;
   slice.cores_per_chip = col->cores_per_chip;
   slice.shape = col->slice;
