@@ -71,8 +71,8 @@ class TestSmallTwin : public QObject {
     QVERIFY2(v.ok(), v.ok() ? "" : v.error().message.c_str());
     QVERIFY2(v->verdict.state == VerificationVerdict::State::kMatch,
              (v->verdict.reason + v->verdict.report.detail).c_str());
-    qInfo("twin verified in %.0f ms, max |error| %g, tolerance %g:\n%s", v->verdict.millis, v->verdict.report.max_abs_error,
-          v->verdict.report.tolerance, v->verdict.report.detail.substr(0, 600).c_str());
+    qInfo("twin verified (%s; %lld instructions) in %.0f ms, max |error| %g", v->changes.c_str(),
+          static_cast<long long>(v->instructions), v->verdict.millis, v->verdict.report.max_abs_error);
   }
 
   // A pipelined column (GSPMD Table 5's circular schedule on (8,1,2)) and a MoE column (Table 6 on
