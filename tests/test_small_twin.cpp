@@ -1,6 +1,7 @@
 // Verification at real sizes on a small twin (app/pipeline/small_twin.h; the whole-model issue's
 // "real sizes in the GUI"): a paper configuration too large for the evaluator is verified on the
 // same zoo model with its sizes shrunk as far as its sharding allows, sharded as the full one is.
+#include <QElapsedTimer>
 #include <QtTest>
 
 #include <string>
@@ -24,12 +25,12 @@ std::unique_ptr<Module> FullModule(const ReproduceColumn& c) {
   return std::move(m).value();
 }
 
-const ReproduceColumn& Column(const char* case_name, const char* label) {
+const ReproduceColumn& Column(const std::string& case_name, const std::string& label) {
   auto c = FindReproduceCase(case_name);
   if (!c.ok()) qFatal("%s", c.error().message.c_str());
   for (const ReproduceColumn& col : c.value()->columns)
     if (col.label == label) return col;
-  qFatal("no column %s", label);
+  qFatal("no column %s", label.c_str());
 }
 
 }  // namespace
@@ -75,23 +76,33 @@ class TestSmallTwin : public QObject {
           static_cast<long long>(v->instructions), v->verdict.millis, v->verdict.report.max_abs_error);
   }
 
-  // A pipelined column (GSPMD Table 5's circular schedule on (8,1,2)) and a MoE column (Table 6 on
-  // 32 devices): the same mechanism, no rule of their own.
-  void pipelinedAndMoeColumns() {
-    for (auto [case_name, label] : {std::pair{"gspmd-table5", "6.47B (8,1,2) circular 16x1"}, std::pair{"gspmd-table6", "32 experts/devices"}}) {
-      auto spec = FindReproduceCase(case_name);
-      QVERIFY(spec.ok());
-      const ReproduceColumn* col = nullptr;
-      for (const ReproduceColumn& c : spec.value()->columns)
-        if (c.label == label) col = &c;
-      QVERIFY2(col, label);
-      auto full = FullModule(*col);
-      auto v = VerifySmallTwin(col->model, col->settings, *full, full->num_partitions);
-      QVERIFY2(v.ok(), v.ok() ? "" : v.error().message.c_str());
-      qInfo("%s %s: twin %s, %lld instructions", case_name, label, v->changes.c_str(), static_cast<long long>(v->instructions));
-      QVERIFY2(v->verdict.state == VerificationVerdict::State::kMatch,
-               (std::string(label) + ": " + v->verdict.reason + v->verdict.report.detail).c_str());
+  // The other tables' configurations, one or two each (the whole sweep, every zoo column of GSPMD
+  // Tables 2-8, is in docs/partitioner.md): pipelined (Tables 4-5, GPipe and circular), MoE (6, 7)
+  // and the 3-D U-Net (8) take the same mechanism, no rule of their own. Table 4's (8,8,4) twin
+  // differs in one isolated element on seed 1 (a LayerNorm scale's gradient), and seeds 2 and 3
+  // match: the twin's check says so and counts it as a match.
+  void paperConfigurations() {
+    const std::pair<const char*, const char*> columns[] = {
+        {"gspmd-table2", "64B, 512 devices"},          {"gspmd-table3", "(16,8) 128 devices"},
+        {"gspmd-table4", "(8,8,4) 32x32"},             {"gspmd-table5", "12.95B (16,1,2) circular 32x1"},
+        {"gspmd-table6", "32 experts/devices"},        {"gspmd-table7", "(8,4) 8 experts"},
+        {"gspmd-table8", "(1,2) image 128"}};
+    for (const auto& [case_name, label] : columns) {
+      const ReproduceColumn& col = Column(case_name, label);
+      auto full = FullModule(col);
+      QElapsedTimer t;
+      t.start();
+      auto v = VerifySmallTwin(col.model, col.settings, *full, full->num_partitions);
+      const std::string what = std::string(case_name) + " " + label;
+      QVERIFY2(v.ok(), (what + ": " + (v.ok() ? "" : v.error().message)).c_str());
+      qInfo("%s: %s (%s; %lld instructions) %lld ms", what.c_str(),
+            v->verdict.state == VerificationVerdict::State::kMatch ? "match" : (v->verdict.reason + v->verdict.report.detail).c_str(),
+            v->changes.c_str(), static_cast<long long>(v->instructions), static_cast<long long>(t.elapsed()));
+      QVERIFY2(v->verdict.state == VerificationVerdict::State::kMatch, what.c_str());
       QVERIFY(!v->changes.empty());
+      if (std::string(case_name) == "gspmd-table4")
+        QVERIFY2(v->verdict.report.detail.find("seed 1 differed in isolated elements; seeds 2 and 3 match") != std::string::npos,
+                 v->verdict.report.detail.substr(0, 300).c_str());
     }
   }
 

@@ -285,7 +285,8 @@ void AnalysisJobs::requestPartition() {
         if (r.verification.state == VerificationVerdict::State::kSkipped && !zoo_model.empty() && !wus) {
           auto full = Annotated(*module, annotations, propagated.get());
           full->num_partitions = mesh.num_devices();
-          auto twin = pipeline::VerifySmallTwin(zoo_model, zoo_settings, *full, mesh.num_devices(), {}, token);
+          auto twin = pipeline::VerifySmallTwin(zoo_model, zoo_settings, *full, mesh.num_devices(),
+                                                pipeline::TwinVerifyLimits(), token);
           if (twin.ok() && twin->verdict.state != VerificationVerdict::State::kSkipped) {
             out.verification_full_skipped = r.verification.reason;
             out.verification_twin = twin->changes.empty() ? std::string("the same sizes") : twin->changes;
