@@ -13,6 +13,7 @@
 #include <QtTest>
 
 #include "app/gui/analysis_jobs.h"
+#include "app/gui/project_file.h"
 #include "app/pipeline/partition.h"
 #include "app/pipeline/simulate.h"
 #include "app/pipeline/sources.h"
@@ -193,6 +194,11 @@ class TestGuiPartitioned : public QObject {
     QVERIFY2(view.verificationBadge()->toolTip().contains("too large to evaluate") &&
                  view.verificationBadge()->toolTip().contains("batch 64 -&gt; 8"),
              qPrintable(view.verificationBadge()->toolTip()));
+    // Saved as a project, the zoo settings go with it (reopened, it has its twin again).
+    auto project = shardscope::gui::ParseProject(shardscope::gui::ProjectJson(*session.document()), "p.shardscope");
+    QVERIFY2(project.ok(), project.ok() ? "" : project.error().message.c_str());
+    QVERIFY(project->contents.zoo_settings == session.document()->zooSettings());
+    QCOMPARE(project->contents.zoo_settings->at("hidden"), std::string("65536"));
     // The module opened from its HLO text instead: no zoo settings, no twin.
     auto built = ZooBuild("transformer", {{"layers", "32"}, {"model", "8192"}, {"hidden", "65536"}, {"heads", "128"},
                                           {"head_dim", "256"}, {"seq", "1024"}, {"batch", "64"}, {"mesh_x", "8"}, {"mesh_y", "16"}});

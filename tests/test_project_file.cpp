@@ -81,8 +81,20 @@ class TestProjectFile : public QObject {
     QCOMPARE(b.source_kind, std::string("zoo"));
     QCOMPARE(b.source, std::string("mlp"));
     QCOMPARE(b.selected, first->name());
+    QVERIFY(!b.zoo_settings.has_value());  // none written: none read
     QVERIFY(!b.weight_update_sharding);
     QVERIFY(text.find("\"analysis\"") == std::string::npos);  // an option left off is not written
+
+    // The zoo settings the module was built with (its small twin is built from them), even none.
+    c.zoo_settings = std::map<std::string, std::string, std::less<>>{{"layers", "1"}, {"mesh_x", "2"}};
+    auto zoo = ReadProjectFile(WriteProjectFile(p.module.get(), c), "z.shardscope");
+    QVERIFY2(zoo.ok(), zoo.ok() ? "" : zoo.error().message.c_str());
+    QVERIFY(zoo->contents.zoo_settings == c.zoo_settings);
+    c.zoo_settings = std::map<std::string, std::string, std::less<>>{};
+    auto defaults = ReadProjectFile(WriteProjectFile(p.module.get(), c), "d.shardscope");
+    QVERIFY(defaults.ok());
+    QVERIFY(defaults->contents.zoo_settings.has_value() && defaults->contents.zoo_settings->empty());
+    c.zoo_settings.reset();
 
     // The analysis options: weight-update sharding on is written and read back.
     c.weight_update_sharding = true;
@@ -175,6 +187,9 @@ class TestProjectFile : public QObject {
     QTest::newRow("option not a boolean")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"weight_update_sharding\": \"yes\"}, \"format\"")
         << "error: \"weight_update_sharding\" must be true or false";
+    QTest::newRow("zoo settings not strings")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"kind\": \"hlo\",", "\"kind\": \"example\", \"zoo_settings\": {\"layers\": 2},")
+        << "error: zoo setting \"layers\" must be a string";
     QTest::newRow("slice not an object")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": [4, 4]}, \"format\"")
         << "error: \"slice\" must be an object";

@@ -18,6 +18,7 @@ QByteArray ProjectJson(const views::DocumentModel& doc) {
   contents.mesh = doc.mesh();
   contents.source_kind = doc.sourceKind().toStdString();
   contents.source = doc.source().toStdString();
+  contents.zoo_settings = doc.zooSettings();
   for (const auto& [id, s] : doc.annotations()) {
     if (const Instruction* inst = doc.instruction(id)) contents.annotations.push_back({doc.qualifiedName(inst).toStdString(), s});
   }

@@ -116,6 +116,7 @@ Status Session::loadHloFile(const QString& path) {
 void Session::adopt(Project p, const QString& path) {
   const ProjectContents& c = p.contents;
   doc_->setModule(std::move(p.module), c.mesh, Q(c.source_kind), Q(c.source), path);
+  if (c.zoo_settings) doc_->setZooSettings(*c.zoo_settings);
   doc_->applyWeightUpdateSharding(c.weight_update_sharding);  // as saved, no undo step
   doc_->applySliceOverride(c.slice);
   if (!c.selected.empty()) {

@@ -75,6 +75,15 @@ class ProjectReader {
       if (!from.ok()) return from.error();
       c.source_kind = *kind;
       c.source = *from;
+      if (const json::Value* zoo = source->Find("zoo_settings")) {
+        if (!zoo->is_object()) return At(zoo->position(), "\"zoo_settings\" must be an object of strings");
+        std::map<std::string, std::string, std::less<>> settings;
+        for (const json::Member& m : zoo->members()) {
+          if (!m.value.is_string()) return At(m.value.position(), "zoo setting \"" + m.key + "\" must be a string");
+          settings[m.key] = m.value.string();
+        }
+        c.zoo_settings = std::move(settings);
+      }
     }
     auto selected = String(root, "selected", false);
     if (!selected.ok()) return selected.error();
@@ -208,6 +217,11 @@ std::string WriteProjectFile(const Module* module, const ProjectContents& conten
     std::vector<json::Member> source;
     add(source, "kind", json::Value::String(contents.source_kind));
     add(source, "source", json::Value::String(contents.source));
+    if (contents.zoo_settings) {
+      std::vector<json::Member> zoo;
+      for (const auto& [k, v] : *contents.zoo_settings) add(zoo, k, json::Value::String(v));
+      add(source, "zoo_settings", json::Value::Object(std::move(zoo)));
+    }
     add(root, "source", json::Value::Object(std::move(source)));
     add(root, "mesh", json::Value::String(contents.mesh.ToString()));
     std::vector<json::Value> order;

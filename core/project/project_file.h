@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,9 @@ struct ProjectContents {
   DeviceMesh mesh;
   std::vector<ProjectAnnotation> annotations;  // in file order
   std::string source_kind, source;             // where the module came from ("zoo", "hlo", ...)
+  // The zoo settings it was built with, when the zoo built it ("source": {"zoo_settings": {...}}):
+  // its small twin (app/pipeline/small_twin.h) is built from them.
+  std::optional<std::map<std::string, std::string, std::less<>>> zoo_settings;
   std::string selected;                        // the selected instruction (qualified name), or empty
   // Analysis options: weight-update sharding (paper 000) of the partitioned program.
   bool weight_update_sharding = false;
