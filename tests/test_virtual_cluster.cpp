@@ -79,6 +79,22 @@ add {
 }
 )";
 
+
+// C[4,3] = X[4,k] . W[k,3] with the contracting dim split over 2 devices (W row-sharded), f32: the
+// original and the SPMD program whose all-reduce completes each device's partial sum.
+std::pair<std::string, std::string> RowShardedMatmul(int64_t k) {
+  const std::string K = std::to_string(k), H = std::to_string(k / 2);
+  return {"HloModule matmul, num_partitions=2\nENTRY e {\n"
+          "  x = f32[4," + K + "] parameter(0), sharding={devices=[1,2]0,1}\n"
+          "  w = f32[" + K + ",3] parameter(1), sharding={devices=[2,1]0,1}\n"
+          "  ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}\n}\n",
+          "HloModule matmul_spmd, num_partitions=2\n" + kAdd + "\nENTRY e {\n"
+          "  x = f32[4," + H + "] parameter(0), sharding={devices=[1,2]0,1}\n"
+          "  w = f32[" + H + ",3] parameter(1), sharding={devices=[2,1]0,1}\n"
+          "  d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+          "  ROOT ar = f32[4,3] all-reduce(d), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add\n}\n"};
+}
+
 }  // namespace
 
 class TestVirtualCluster : public QObject {
@@ -438,19 +454,9 @@ ENTRY e {
   void verifyRowShardedMatmulWithAllReduce() {
     // C[4,3] = X[4,6] . W[6,3], contracting dim split over 2 devices (W row-sharded): each device
     // computes a partial sum that an all-reduce completes.
-    PARSE(original, R"(HloModule matmul, num_partitions=2
-ENTRY e {
-  x = f32[4,6] parameter(0), sharding={devices=[1,2]0,1}
-  w = f32[6,3] parameter(1), sharding={devices=[2,1]0,1}
-  ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
-})");
-    PARSE(spmd, "HloModule matmul_spmd, num_partitions=2\n" + kAdd + R"(
-ENTRY e {
-  x = f32[4,3] parameter(0), sharding={devices=[1,2]0,1}
-  w = f32[3,3] parameter(1), sharding={devices=[2,1]0,1}
-  d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT ar = f32[4,3] all-reduce(d), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
-})");
+    const auto [original_text, spmd_text] = RowShardedMatmul(6);
+    PARSE(original, original_text);
+    PARSE(spmd, spmd_text);
     auto rep = VerifyPartitioned(*original, *spmd, 2, 42);
     EXPECT_OK(rep);
     QVERIFY2(rep->match, rep->detail.c_str());
@@ -509,19 +515,9 @@ ENTRY e {
                     "  ar = bf16[4,3] all-reduce(d), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add_bf16\n"
                     "  ROOT f = f32[4,3] convert(ar)\n}\n");
     // The same in f32 throughout: its tolerance is f32's.
-    PARSE(original32, R"(HloModule f32, num_partitions=2
-ENTRY e {
-  x = f32[4,64] parameter(0), sharding={devices=[1,2]0,1}
-  w = f32[64,3] parameter(1), sharding={devices=[2,1]0,1}
-  ROOT d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={replicated}
-})");
-    PARSE(spmd32, "HloModule f32_spmd, num_partitions=2\n" + kAdd + R"(
-ENTRY e {
-  x = f32[4,32] parameter(0), sharding={devices=[1,2]0,1}
-  w = f32[32,3] parameter(1), sharding={devices=[2,1]0,1}
-  d = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  ROOT ar = f32[4,3] all-reduce(d), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
-})");
+    const auto [original32_text, spmd32_text] = RowShardedMatmul(64);
+    PARSE(original32, original32_text);
+    PARSE(spmd32, spmd32_text);
     int differing = 0;
     for (uint64_t seed = 1; seed <= 8; ++seed) {
       auto rep = VerifyPartitioned(*original, *spmd, 2, seed);
