@@ -252,7 +252,7 @@ void PartitionedView::showVerdict() {
   }
   if (!twin.empty()) {
     // What was checked instead of the module itself, and why.
-    tip = QString("The module at its sizes is too large to evaluate (%1). Checked instead: its small twin, the same "
+    tip = QString("The module at its sizes is not evaluated: %1. Checked instead: its small twin, the same "
                   "zoo model with %2, sharded as this one instruction by instruction and partitioned for the same "
                   "%3 devices (app/pipeline/small_twin.h).<br>%4")
               .arg(QString::fromStdString(analysis_->partition().verification_full_skipped).toHtmlEscaped(),
