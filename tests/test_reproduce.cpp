@@ -208,6 +208,19 @@ ENTRY e {
     QVERIFY2(b.err.contains("no setting for mesh axis 'Z'"), qPrintable(b.err));
   }
 
+  // `reproduce NAME --verify`: each zoo column's sharding checked numerically on its small twin
+  // (app/pipeline/small_twin.h) before the table, whose last line stays "worst: P%".
+  void reproduceVerifiesOnSmallTwins() {
+    using shardscope::testing::RunCli;
+    auto r = RunCli({"reproduce", "gspmd-table2", "--column", "64B, 128 devices", "--verify"});
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY2(r.out.contains("verify 64B, 128 devices: verified on a small twin, max |error| ") &&
+                 r.out.contains("batch 64 -> 8") && r.out.contains("layers 32 -> 2"),
+             qPrintable(r.out));
+    QVERIFY2(r.out.trimmed().split('\n').last().startsWith("worst: "), qPrintable(r.out));
+    QVERIFY(r.out.indexOf("verify 64B") < r.out.indexOf("worst: "));
+  }
+
   // GSPMD Table 7, the hybrid sparse/dense MoE Transformer on (8,4), (16,8) and (32,16): the paper's
   // point is that the step time stays about constant as experts, batch and expert size grow with
   // the devices (2.12, 2.19, 2.08 s: the largest 5% above the smallest); the simulated steps are

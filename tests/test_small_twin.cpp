@@ -88,11 +88,9 @@ class TestSmallTwin : public QObject {
         {"gspmd-table6", "32 experts/devices"},        {"gspmd-table7", "(8,4) 8 experts"},
         {"gspmd-table8", "(1,2) image 128"}};
     for (const auto& [case_name, label] : columns) {
-      const ReproduceColumn& col = Column(case_name, label);
-      auto full = FullModule(col);
       QElapsedTimer t;
       t.start();
-      auto v = VerifySmallTwin(col.model, col.settings, *full, full->num_partitions);
+      auto v = VerifyColumnOnSmallTwin(Column(case_name, label));
       const std::string what = std::string(case_name) + " " + label;
       QVERIFY2(v.ok(), (what + ": " + (v.ok() ? "" : v.error().message)).c_str());
       qInfo("%s: %s (%s; %lld instructions) %lld ms", what.c_str(),

@@ -9,6 +9,7 @@
 
 #include "app/pipeline/book_collectives.h"
 #include "app/pipeline/pipeline.h"
+#include "app/pipeline/propagate.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/sharding/mesh.h"
 #include "core/zoo/zoo.h"
@@ -583,6 +584,16 @@ Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& col, cons
   auto r = RunPipeline(std::move(module).value(), o, cancel);
   if (!r.ok()) return Error(r.FailureText());
   return std::move(r.simulation->run);
+}
+
+Result<TwinVerification> VerifyColumnOnSmallTwin(const ReproduceColumn& column, const CancellationToken& cancel) {
+  if (column.model.empty() || !column.weight_update_sharding_case.empty() || !column.book_collective_case.empty())
+    return Error(column.label + " is not a zoo configuration");
+  auto full = ZooBuild(column.model, column.settings);
+  if (!full.ok()) return full.error();
+  auto propagated = Propagate(**full, StandardPropagationOptions(), cancel);
+  if (!propagated.ok()) return Error("propagating " + column.label + ": " + propagated.error().message);
+  return VerifySmallTwin(column.model, column.settings, **full, (*full)->num_partitions, TwinVerifyLimits(), cancel);
 }
 
 Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step, int64_t limit, const CancellationToken& cancel) {

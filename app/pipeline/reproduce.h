@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "app/pipeline/small_twin.h"
 #include "core/base/cancellation.h"
 #include "core/base/status.h"
 #include "core/zoo/zoo.h"
@@ -151,6 +152,11 @@ ReproducedCase RunReproduceCase(const ReproduceCase& spec, const ReproduceOption
 // `combiner`: the pipeline's all-reduce combiner (nullopt: off, the pipeline's default).
 Result<sim::RunResult> SimulateZooConfiguration(const ReproduceColumn& configuration, const CancellationToken& cancel = {},
                                                 const std::optional<AllReduceCombinerOptions>& combiner = std::nullopt);
+
+// The numerical check of a zoo column at its sizes: the column's module propagated as the CLI and
+// the GUI propagate it, then verified on its small twin (app/pipeline/small_twin.h) on the column's
+// devices. An error for a column the zoo does not build (the weight-update-sharding and book cases).
+Result<TwinVerification> VerifyColumnOnSmallTwin(const ReproduceColumn& column, const CancellationToken& cancel = {});
 
 struct MaxBatchResult {
   int64_t batch = 0;              // the largest global batch that fits (0: not even one step)
