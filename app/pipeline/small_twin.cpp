@@ -88,111 +88,137 @@ Result<SmallTwin> BuildSmallTwin(std::string_view model, const ZooOverrides& set
   for (const ZooModel& m : models)
     if (m.name == model) entry = &m;
   if (!entry) return Error("unknown zoo model '" + std::string(model) + "'");
-  auto base = ZooBuild(model, settings);
-  if (!base.ok()) return Error("building " + std::string(model) + ": " + base.error().message);
-  auto base_mesh = ZooMesh(model, settings);
-  if (!base_mesh.ok()) return base_mesh.error();
-  const auto base_names = ByName(**base), full_names = ByName(full);
-  const int64_t base_count = (*base)->instruction_count();
+  // One pass over the settings from `from`; a second pass starts from the first's result (a
+  // setting tied to another, the U-Net's image to its levels, shrinks once the other has).
+  using Changes = std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>>;
+  struct Shrunk {
+    ZooOverrides settings;
+    Changes changed;
+  };
+  const auto full_names = ByName(full);
+  auto shrink = [&](const ZooOverrides& from) -> Result<Shrunk> {
+    auto base = ZooBuild(model, from);
+    if (!base.ok()) return Error("building " + std::string(model) + ": " + base.error().message);
+    auto base_mesh = ZooMesh(model, from);
+    if (!base_mesh.ok()) return base_mesh.error();
+    const auto base_names = ByName(**base);
+    const int64_t base_count = (*base)->instruction_count();
 
-  ZooOverrides twin = settings;
-  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> changed;
-  for (const ZooParameter& p : entry->parameters) {
-    if (cancel.cancelled()) return CancelledError("building the small twin");
-    auto it = settings.find(p.name);
-    const std::optional<int64_t> v = IntOf(it != settings.end() ? it->second : p.default_value);
-    if (!v || *v < 2) continue;
-    ZooOverrides probe = settings;
-    probe[p.name] = std::to_string(2 * *v);
-    auto probe_mesh = ZooMesh(model, probe);
-    if (!probe_mesh.ok() || !(probe_mesh.value() == base_mesh.value())) continue;  // a mesh setting: kept
-    auto doubled = ZooBuild(model, probe);
-    if (!doubled.ok()) continue;  // cannot be told what it sizes: kept
-    int64_t value = *v;
-    if ((*doubled)->instruction_count() != base_count) {
-      // A depth: its smallest divisor of at least 2 with which the model builds.
-      for (int64_t d = 2; d < *v; ++d) {
-        if (*v % d != 0) continue;
-        ZooOverrides trial = settings;
-        trial[p.name] = std::to_string(d);
-        if (ZooBuild(model, trial).ok()) {
-          value = d;
-          break;
-        }
-      }
-    } else {
-      // A size: every dimension it sizes stays whole on its tiles in `full`, and keeps at least
-      // min_dim elements where it had them. A dimension d0 = v x a / b (a, b coprime; the circular
-      // schedule's layers per stage are layers / stages) split t ways needs v' = b x m with t | m x a.
-      int64_t need = 1, at_least = min_dim;
-      bool linear = true;
-      for (const auto& [name, twice] : ByName(**doubled)) {
-        auto b = base_names.find(name);
-        if (b == base_names.end() || b->second->shape().IsTuple() || twice->shape().IsTuple() ||
-            b->second->shape().rank() != twice->shape().rank())
-          continue;
-        auto f = full_names.find(name);
-        const Instruction* sharded = f != full_names.end() && SameKind(*f->second, *b->second) ? f->second : nullptr;
-        for (int64_t d = 0; d < b->second->shape().rank(); ++d) {
-          const int64_t d0 = b->second->shape().dim(d), d1 = twice->shape().dim(d);
-          if (d0 == d1) continue;
-          if (d1 != 2 * d0) {
-            linear = false;  // not proportional to the setting (v + 1, a window): keep it
-            break;
-          }
-          const int64_t g = std::gcd(d0, *v), a = d0 / g, b = *v / g, t = TilesOf(sharded, d);
-          need = std::lcm(need, b * (t / std::gcd(t, a)));
-          at_least = std::max(at_least, (std::min(d0, min_dim) * b + a - 1) / a);
-        }
-        if (!linear) break;
-      }
-      if (linear) {
-        // The smallest multiple of `need` that divides the setting and keeps its dimensions long enough.
-        for (int64_t m = need; m < *v; m += need) {
-          if (m >= at_least && *v % m == 0) {
-            value = m;
-            break;
-          }
-        }
-      } else {
-        // Not proportional everywhere (the pipelined loop's iterations grow with the layers per
-        // stage): the smallest divisor of at least 2 whose build keeps every dimension whole on
-        // the tiles `full` splits it into, and at least 2 long where it was (a count of layers or
-        // iterations, not a width a LayerNorm averages over).
+    ZooOverrides twin = from;
+    std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> changed;
+    for (const ZooParameter& p : entry->parameters) {
+      if (cancel.cancelled()) return CancelledError("building the small twin");
+      auto it = from.find(p.name);
+      const std::optional<int64_t> v = IntOf(it != from.end() ? it->second : p.default_value);
+      if (!v || *v < 2) continue;
+      ZooOverrides probe = from;
+      probe[p.name] = std::to_string(2 * *v);
+      auto probe_mesh = ZooMesh(model, probe);
+      if (!probe_mesh.ok() || !(probe_mesh.value() == base_mesh.value())) continue;  // a mesh setting: kept
+      auto doubled = ZooBuild(model, probe);
+      if (!doubled.ok()) continue;  // cannot be told what it sizes: kept
+      int64_t value = *v;
+      if ((*doubled)->instruction_count() != base_count) {
+        // A depth: its smallest divisor of at least 2 with which the model builds.
         for (int64_t d = 2; d < *v; ++d) {
           if (*v % d != 0) continue;
-          ZooOverrides trial = settings;
+          ZooOverrides trial = from;
           trial[p.name] = std::to_string(d);
-          auto m = ZooBuild(model, trial);
-          if (m.ok() && KeepsShardedDims(**m, full_names, 2)) {
+          if (ZooBuild(model, trial).ok()) {
             value = d;
             break;
           }
         }
+      } else {
+        // A size: every dimension it sizes stays whole on its tiles in `full`, and keeps at least
+        // min_dim elements where it had them. A dimension d0 = v x a / b (a, b coprime; the circular
+        // schedule's layers per stage are layers / stages) split t ways needs v' = b x m with t | m x a.
+        int64_t need = 1, at_least = min_dim;
+        bool linear = true;
+        for (const auto& [name, twice] : ByName(**doubled)) {
+          auto b = base_names.find(name);
+          if (b == base_names.end() || b->second->shape().IsTuple() || twice->shape().IsTuple() ||
+              b->second->shape().rank() != twice->shape().rank())
+            continue;
+          auto f = full_names.find(name);
+          const Instruction* sharded = f != full_names.end() && SameKind(*f->second, *b->second) ? f->second : nullptr;
+          for (int64_t d = 0; d < b->second->shape().rank(); ++d) {
+            const int64_t d0 = b->second->shape().dim(d), d1 = twice->shape().dim(d);
+            if (d0 == d1) continue;
+            if (d1 != 2 * d0) {
+              linear = false;  // not proportional to the setting (v + 1, a window): keep it
+              break;
+            }
+            const int64_t g = std::gcd(d0, *v), a = d0 / g, b = *v / g, t = TilesOf(sharded, d);
+            need = std::lcm(need, b * (t / std::gcd(t, a)));
+            at_least = std::max(at_least, (std::min(d0, min_dim) * b + a - 1) / a);
+          }
+          if (!linear) break;
+        }
+        if (linear) {
+          // The smallest multiple of `need` that divides the setting and keeps its dimensions long enough.
+          for (int64_t m = need; m < *v; m += need) {
+            if (m >= at_least && *v % m == 0) {
+              value = m;
+              break;
+            }
+          }
+        } else {
+          // Not proportional everywhere (the pipelined loop's iterations grow with the layers per
+          // stage): the smallest divisor of at least 2 whose build keeps every dimension whole on
+          // the tiles `full` splits it into, and at least 2 long where it was (a count of layers or
+          // iterations, not a width a LayerNorm averages over).
+          for (int64_t d = 2; d < *v; ++d) {
+            if (*v % d != 0) continue;
+            ZooOverrides trial = from;
+            trial[p.name] = std::to_string(d);
+            auto m = ZooBuild(model, trial);
+            if (m.ok() && KeepsShardedDims(**m, full_names, 2)) {
+              value = d;
+              break;
+            }
+          }
+        }
+      }
+      if (value != *v) {
+        twin[p.name] = std::to_string(value);
+        changed.push_back({p.name, {*v, value}});
       }
     }
-    if (value != *v) {
-      twin[p.name] = std::to_string(value);
-      changed.push_back({p.name, {*v, value}});
+    // Settings that shrink alone but not together (the MoE's batch must stay a multiple of its
+    // groups): put back the first whose return alone lets the twin build, else the last; again.
+    auto built = ZooBuild(model, twin);
+    while (!built.ok() && !changed.empty()) {
+      size_t back = changed.size() - 1;
+      for (size_t k = 0; k + 1 < changed.size(); ++k) {
+        ZooOverrides trial = twin;
+        trial[changed[k].first] = std::to_string(changed[k].second.first);
+        if (ZooBuild(model, trial).ok()) {
+          back = k;
+          break;
+        }
+      }
+      twin[changed[back].first] = std::to_string(changed[back].second.first);
+      changed.erase(changed.begin() + static_cast<std::ptrdiff_t>(back));
+      built = ZooBuild(model, twin);
     }
+    if (!built.ok()) return Error("building the small twin: " + built.error().message);
+    return Shrunk{std::move(twin), std::move(changed)};
+  };
+  auto first = shrink(settings);
+  if (!first.ok()) return first.error();
+  auto second = shrink(first->settings);
+  ZooOverrides twin = second.ok() ? second->settings : first->settings;
+  // What changed from the given settings, in parameter order.
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> changed;
+  for (const ZooParameter& p : entry->parameters) {
+    const auto was = settings.find(p.name);
+    const auto now = twin.find(p.name);
+    if (now == twin.end()) continue;
+    const std::string before = was != settings.end() ? was->second : p.default_value;
+    if (before != now->second) changed.push_back({p.name, {IntOf(before).value_or(0), IntOf(now->second).value_or(0)}});
   }
-  // Settings that shrink alone but not together (the MoE's batch must stay a multiple of its
-  // groups): put back the first whose return alone lets the twin build, else the last; again.
   auto built = ZooBuild(model, twin);
-  while (!built.ok() && !changed.empty()) {
-    size_t back = changed.size() - 1;
-    for (size_t k = 0; k + 1 < changed.size(); ++k) {
-      ZooOverrides trial = twin;
-      trial[changed[k].first] = std::to_string(changed[k].second.first);
-      if (ZooBuild(model, trial).ok()) {
-        back = k;
-        break;
-      }
-    }
-    twin[changed[back].first] = std::to_string(changed[back].second.first);
-    changed.erase(changed.begin() + static_cast<std::ptrdiff_t>(back));
-    built = ZooBuild(model, twin);
-  }
   if (!built.ok()) return Error("building the small twin: " + built.error().message);
 
   SmallTwin out;
