@@ -21,6 +21,7 @@
 #include "app/pipeline/pipeline.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
 #include "core/ir/hlo_text.h"
+#include "core/ir/scale_dims.h"
 #include "core/ir/spmd_program.h"
 #include "core/sharding/mesh.h"
 #include "simulator/peak_breakdown.h"
@@ -101,6 +102,8 @@ int Run(const std::vector<std::string>& in) {
   const bool have_concurrent = TakeOption(args, "concurrent-collectives", &concurrent_text);
   const bool have_trips = TakeOption(args, "trip-count", &trips_text);
   TakeOption(args, "label", &label);
+  std::string scale_text;
+  const bool have_scale = TakeOption(args, "scale-dims", &scale_text);
   const bool json = TakeFlag(args, "json");
   const bool no_fusion = TakeFlag(args, "no-fusion");
   const bool no_producer_fusion = TakeFlag(args, "no-producer-fusion");
@@ -163,6 +166,28 @@ int Run(const std::vector<std::string>& in) {
   if (!parsed.ok()) {
     std::cerr << parsed.error().message << "\n";
     return 2;
+  }
+  if (have_scale) {
+    // The same program at k times its sizes (core/ir/scale_dims.h): simulate at real size what was
+    // annotated (and verified) small.
+    int64_t k = 0;
+    try {
+      size_t used = 0;
+      k = std::stoll(scale_text, &used);
+      if (used != scale_text.size()) k = 0;
+    } catch (...) {
+      k = 0;
+    }
+    if (k < 1) return UsageError(kName, "--scale-dims takes a whole number >= 1, not '" + scale_text + "'");
+    auto scaled = ScaleModuleDims(**parsed, k);
+    if (!scaled.ok()) {
+      std::cerr << args[0] << ": error: " << scaled.error().message << "\n";
+      return 2;
+    }
+    if (!json)
+      std::cout << "dimensions scaled by " << k << ": " << scaled->scaled_parameter_dims << " parameter dimensions x" << k
+                << ", " << scaled->kept_parameter_dims << " kept\n";
+    *parsed = std::move(scaled->module);
   }
   // A module XLA's backend already fused runs its own kernels: no second fusion.
   if (IsBackendOptimized(**parsed)) options.program.fuse_elementwise = false;
@@ -287,7 +312,7 @@ const bool kRegistered = Register(
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--mesh-order Y,X] [--cores-per-chip 2] "
      "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] [--no-producer-fusion] "
      "[--no-in-place] [--no-donation] [--no-tile-padding] [--no-remat] [--peak-buffers] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
-     "[--keep-io-shardings] [--no-while-loop-all-reduce-code-motion] " WINDOWED_EINSUM_OPTION_USAGE " " ALL_REDUCE_COMBINER_OPTION_USAGE " [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
+     "[--keep-io-shardings] [--scale-dims K] [--no-while-loop-all-reduce-code-motion] " WINDOWED_EINSUM_OPTION_USAGE " " ALL_REDUCE_COMBINER_OPTION_USAGE " [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
 

@@ -1,0 +1,51 @@
+// A module's dimensions scaled by k: the same program at k times its sizes, for simulating a module
+// at real size while the numerical check runs on the small one (the whole-model issue's "scale this
+// module's dims by k", for a module the zoo did not build).
+//
+// What scales: every dimension of the entry parameters at least `min_dim` long, and whatever
+// follows from them. The module's dimensions are first grouped into classes that must stay equal
+// (an add's operands and result, a dot's contracting dimensions, a transpose's permuted ones, a
+// while loop's state and its body's parameter and root, a call's operands and the callee's
+// parameters, ...). Each instruction's shape is then recomputed in order by the shape inference the
+// verifier uses, from its operands' new shapes; the few ops whose result shape is written rather
+// than inferred get a rule: a reshape multiplies each group of dimensions it merges or splits by
+// what its input group was multiplied by (a split gives it to its major dimension unless its
+// dimensions' classes say otherwise); a slice or dynamic-slice scales its bounds with the dimension
+// it cuts; a broadcast's new dimensions, an iota's and an rng's take their class's size, or are
+// scaled like a parameter's when nothing fixes them. Kept as they are: a constant's dimensions (its
+// data is written out), a convolution kernel's spatial dimensions and every window, dimensions
+// shorter than `min_dim`. Shardings stay on their instructions (a dimension split t ways is still
+// split t ways, k times longer).
+//
+// An op the rules do not cover (a collective, an unknown custom-call, ...), or a dimension that two
+// rules size differently (a constant's dimension that must equal a parameter's), is an error naming
+// the instruction; the result is always checked by the verifier before it is returned.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/ir/ir.h"
+
+namespace shardscope {
+
+struct ScaleDimsOptions {
+  int64_t min_dim = 2;  // entry-parameter dimensions shorter than this keep their size
+};
+
+struct ScaledModule {
+  std::unique_ptr<Module> module;
+  int64_t scaled_parameter_dims = 0;  // entry-parameter dimensions that were multiplied
+  int64_t kept_parameter_dims = 0;    // ... that kept their size (short, or fixed by a constant/window)
+  // Why dimensions that would have scaled kept their size: each conflict that made an attempt keep
+  // more of them ("forward_body/%shift: dimension 0 would be 4 long, but ..."), in order.
+  std::vector<std::string> kept_because;
+};
+
+// The module with its dimensions multiplied by `k` (>= 1) as described above.
+Result<ScaledModule> ScaleModuleDims(const Module& module, int64_t k, const ScaleDimsOptions& options = {});
+
+}  // namespace shardscope

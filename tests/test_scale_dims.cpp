@@ -1,0 +1,200 @@
+// A module's dimensions scaled by k (core/ir/scale_dims.h; the whole-model issue's "scale this
+// module's dims by k"): the same program at k times its sizes, shardings kept, for simulating at
+// real size what was annotated and verified small.
+#include <QtTest>
+
+#include <string>
+
+#include "app/pipeline/partition.h"
+#include "app/pipeline/propagate.h"
+#include "core/ir/hlo_text.h"
+#include "core/ir/scale_dims.h"
+#include "core/zoo/zoo.h"
+#include "simulator/schedule.h"
+
+using namespace shardscope;
+using shardscope::sim::CountModuleFlops;
+
+namespace {
+
+std::unique_ptr<Module> Parse(const std::string& text) {
+  auto m = ParseHloModule(text, "test.hlo");
+  if (!m.ok()) qFatal("%s", m.error().message.c_str());
+  return std::move(m).value();
+}
+
+std::string ShapeOf(const Module& m, const std::string& name) {
+  const Instruction* i = m.FindInstruction(name);
+  return i ? i->shape().ToString(false) : "(no " + name + ")";
+}
+
+std::unique_ptr<Module> Zoo(const std::string& model, ZooOverrides settings = {}) {
+  auto m = ZooBuild(model, settings);
+  if (!m.ok()) qFatal("%s", m.error().message.c_str());
+  return std::move(m).value();
+}
+
+}  // namespace
+
+class TestScaleDims : public QObject {
+  Q_OBJECT
+ private slots:
+  // Every rule once: a parameter's dimensions scale, a broadcast's new ones follow the add they
+  // meet, a reshape merges (its dimension grows 16x) and splits back (as the parameter the result
+  // is added to says), a dot contracts the scaled width, a slice scales its bounds, a constant's
+  // dimension keeps its size. Shardings stay on.
+  void rulesOnAHandWrittenModule() {
+    auto m = Parse(R"(HloModule m, num_partitions=4
+ENTRY e {
+  x = f32[8,16,32] parameter(0), sharding={devices=[4,1,1]<=[4]}
+  w = f32[32,64] parameter(1), sharding={replicated}
+  pair = f32[2] parameter(2)
+  table = f32[3] constant({1, 2, 3})
+  c = f32[] constant(1)
+  b = f32[8,16,32] broadcast(c), dimensions={}
+  sum = f32[8,16,32] add(x, b)
+  flat = f32[128,32] reshape(sum)
+  y = f32[128,64] dot(flat, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  back = f32[8,16,64] reshape(y)
+  z = f32[8,16,64] parameter(3)
+  tied = f32[8,16,64] add(back, z)
+  half = f32[8,8,64] slice(tied), slice={[0:8], [4:12], [0:64]}
+  t3 = f32[3] multiply(table, table)
+  ROOT out = (f32[8,8,64], f32[2], f32[3]) tuple(half, pair, t3)
+})");
+    auto s = ScaleModuleDims(*m, 4);
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().message.c_str());
+    const Module& r = *s->module;
+    QCOMPARE(ShapeOf(r, "x"), std::string("f32[32,64,128]"));
+    QCOMPARE(ShapeOf(r, "b"), std::string("f32[32,64,128]"));
+    QCOMPARE(ShapeOf(r, "flat"), std::string("f32[2048,128]"));   // 8 x 16 merged: grew 16x
+    QCOMPARE(ShapeOf(r, "y"), std::string("f32[2048,256]"));
+    QCOMPARE(ShapeOf(r, "back"), std::string("f32[32,64,256]"));  // split back as z, which it meets, says
+    QCOMPARE(ShapeOf(r, "half"), std::string("f32[32,32,256]"));  // [4:12] -> [16:48]
+    QCOMPARE(r.FindInstruction("half")->slice.starts[1], int64_t{16});
+    QCOMPARE(ShapeOf(r, "pair"), std::string("f32[8]"));   // 2 >= min_dim 2: scaled
+    QCOMPARE(ShapeOf(r, "table"), std::string("f32[3]"));  // a constant's data
+    QVERIFY(r.FindInstruction("x")->has_sharding());
+    QCOMPARE(r.FindInstruction("x")->sharding()->ToString(), m->FindInstruction("x")->sharding()->ToString());
+    QCOMPARE(s->scaled_parameter_dims, int64_t{9});
+    QCOMPARE(s->kept_parameter_dims, int64_t{0});
+    // min_dim 3 keeps the pair.
+    ScaleDimsOptions o;
+    o.min_dim = 3;
+    auto kept = ScaleModuleDims(*m, 4, o);
+    QVERIFY(kept.ok());
+    QCOMPARE(ShapeOf(*kept->module, "pair"), std::string("f32[2]"));
+    QCOMPARE(kept->kept_parameter_dims, int64_t{1});
+  }
+
+  // A parameter dimension that meets a constant's keeps its size; one a convolution kernel's
+  // window fixes too (ResNet-50's 3x3 and 7x7 kernels stay, its images and channels grow).
+  void constantsAndWindowsKeepTheirSize() {
+    auto m = Parse(R"(HloModule m
+ENTRY e {
+  x = f32[4,3] parameter(0)
+  bias = f32[3] constant({1, 2, 3})
+  bb = f32[4,3] broadcast(bias), dimensions={1}
+  ROOT y = f32[4,3] add(x, bb)
+})");
+    auto s = ScaleModuleDims(*m, 2);
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().message.c_str());
+    QCOMPARE(ShapeOf(*s->module, "y"), std::string("f32[8,3]"));
+    QCOMPARE(s->kept_parameter_dims, int64_t{1});
+
+    auto resnet = Zoo("resnet50");
+    auto r = ScaleModuleDims(*resnet, 2);
+    QVERIFY2(r.ok(), r.ok() ? "" : r.error().message.c_str());
+    int64_t convs = 0;
+    for (const auto& c : r->module->computations())
+      for (const auto& i : c->instructions()) {
+        if (i->opcode() != Opcode::kConvolution) continue;
+        const Instruction* kernel = i->operand(1);
+        if (kernel->opcode() == Opcode::kReverse) kernel = kernel->operand(0);  // the data gradient's flipped weight
+        if (kernel->opcode() != Opcode::kParameter) {
+          // A weight-gradient convolution's kernel is an activation gradient: its extent grows.
+          const Instruction* before = resnet->FindInstruction(kernel->name());
+          QVERIFY(before);
+          for (int64_t d : i->conv_dims.kernel_spatial)
+            QCOMPARE(kernel->shape().dim(d), before->shape().dim(d) >= 2 ? 2 * before->shape().dim(d) : int64_t{1});
+          continue;
+        }
+        ++convs;
+        const Instruction* before = resnet->FindInstruction(kernel->name());
+        QVERIFY(before);
+        for (int64_t d : i->conv_dims.kernel_spatial) QCOMPARE(kernel->shape().dim(d), before->shape().dim(d));
+        QCOMPARE(kernel->shape().dim(i->conv_dims.kernel_output_feature),
+                 2 * before->shape().dim(i->conv_dims.kernel_output_feature));
+      }
+    QVERIFY(convs > 50);
+  }
+
+  // Scaled, the module is still the same computation: GSPMD Table 1's finalized MLP scaled by 2 is
+  // partitioned over its 16 devices and its SPMD program matches the scaled module numerically;
+  // its FLOPs grow 8x (batch, width and hidden size each doubled).
+  void scaledModulePartitionsAndVerifies() {
+    auto mlp = Zoo("mlp");
+    auto s = ScaleModuleDims(*mlp, 2);
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().message.c_str());
+    QCOMPARE(s->kept_parameter_dims, int64_t{0});
+    const double before = CountModuleFlops(*mlp), after = CountModuleFlops(*s->module);
+    QVERIFY2(after > 7.5 * before && after < 8.5 * before, qPrintable(QString("%1 -> %2").arg(before).arg(after)));
+    auto p = pipeline::Propagate(*s->module, pipeline::StandardPropagationOptions());
+    QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+    auto part = pipeline::Partition(*s->module);
+    QVERIFY2(part.ok(), part.ok() ? "" : part.error().message.c_str());
+    const auto v = pipeline::Verify(*s->module, *part->module, 16);
+    QCOMPARE(v.state, VerificationVerdict::State::kMatch);
+  }
+
+  // The pipelined Transformer's structure stays: its stages (the shifting buffer of 4, a slice of 3
+  // of them and one more concatenated) and its layers per stage keep their counts, since scaling
+  // them would make the buffer's shift disagree with itself; the widths and the batch grow.
+  void pipelinedTransformerKeepsItsStages() {
+    auto m = Zoo("pipelined-transformer", {{"backward", "1"}});
+    auto s = ScaleModuleDims(*m, 2);
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().message.c_str());
+    QVERIFY(s->kept_parameter_dims > 0);
+    QVERIFY(s->scaled_parameter_dims > 0);
+    const Instruction* before = m->FindInstruction("forward_body/state.1");
+    const Instruction* after = s->module->FindInstruction("forward_body/state.1");
+    QVERIFY(before && after);
+    QCOMPARE(after->shape().dim(0), before->shape().dim(0));          // stages
+    QCOMPARE(after->shape().dim(1), 2 * before->shape().dim(1));      // microbatch size
+    QCOMPARE(after->shape().dim(3), 2 * before->shape().dim(3));      // model width
+    QVERIFY(CountModuleFlops(*s->module) > 4 * CountModuleFlops(*m));
+  }
+
+  // What cannot be scaled says where: a collective (the module is already partitioned), a custom
+  // call whose result is its own, a scale below 1.
+  void errorsNameTheInstruction() {
+    auto m = Parse(R"(HloModule m, num_partitions=2
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[8] parameter(0)
+  ROOT r = f32[8] all-reduce(x), replica_groups={{0,1}}, to_apply=sum
+})");
+    auto s = ScaleModuleDims(*m, 2);
+    QVERIFY(!s.ok());
+    QVERIFY2(s.error().message.find("%r") != std::string::npos, s.error().message.c_str());
+    QVERIFY2(s.error().message.find("all-reduce") != std::string::npos, s.error().message.c_str());
+    auto c = Parse(R"(HloModule m
+ENTRY e {
+  x = f32[8] parameter(0)
+  ROOT r = f32[8] custom-call(x), custom_call_target="my_kernel"
+})");
+    auto cs = ScaleModuleDims(*c, 2);
+    QVERIFY(!cs.ok());
+    QVERIFY2(cs.error().message.find("my_kernel") != std::string::npos, cs.error().message.c_str());
+    QVERIFY(!ScaleModuleDims(*c, 0).ok());
+    auto one = ScaleModuleDims(*c->Clone(), 1);
+    QVERIFY(!one.ok());  // the custom call is refused whatever the scale
+  }
+};
+
+QTEST_GUILESS_MAIN(TestScaleDims)
+#include "test_scale_dims.moc"
