@@ -96,6 +96,15 @@ class TestProjectFile : public QObject {
     QVERIFY(defaults->contents.zoo_settings.has_value() && defaults->contents.zoo_settings->empty());
     c.zoo_settings.reset();
 
+    // The simulated sizes (zoo settings, a scale), when the user set them.
+    c.simulated_sizes.zoo_settings = {{"batch", "1024"}, {"model", "8192"}};
+    c.simulated_sizes.scale = 4;
+    auto sized = ReadProjectFile(WriteProjectFile(p.module.get(), c), "s.shardscope");
+    QVERIFY2(sized.ok(), sized.ok() ? "" : sized.error().message.c_str());
+    QVERIFY(sized->contents.simulated_sizes == c.simulated_sizes);
+    QCOMPARE(sized->contents.simulated_sizes.zoo_settings.at("batch"), std::string("1024"));
+    c.simulated_sizes = {};
+
     // The analysis options: weight-update sharding on is written and read back.
     c.weight_update_sharding = true;
     const std::string with_wus = WriteProjectFile(p.module.get(), c);
@@ -205,6 +214,12 @@ class TestProjectFile : public QObject {
     QTest::newRow("slice wraparound not a boolean")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"slice\": {\"wraparound\": 1}}, \"format\"")
         << "error: \"wraparound\" must be true or false";
+    QTest::newRow("simulated scale not a whole number")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"simulated_sizes\": {\"scale\": 0}}, \"format\"")
+        << ":3:47: error: \"scale\" must be a whole number >= 1";
+    QTest::newRow("simulated zoo settings not strings")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"simulated_sizes\": {\"zoo_settings\": {\"batch\": 64}}}, \"format\"")
+        << "error: zoo setting \"batch\" must be a string";
     QTest::newRow("annotation not an object") << QString::fromStdString(QtStyleFile("[\"p\"]")) << ":2:21: error: an annotation must be an object";
   }
   void errorsPointIntoTheFile() {

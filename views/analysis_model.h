@@ -76,6 +76,10 @@ struct SimulatedStep {
   double millis = 0;
   std::string message;      // why there is no run
   bool slice_failed = false;  // ... because the mesh could not be placed on the (overridden) slice
+  bool sizes_failed = false;  // ... because the model could not be built at the simulated sizes
+  // Simulated at other sizes than the document's (DocumentModel::simulatedSizes): what changed
+  // ("batch 8 -> 1024, ..."); empty at the document's own sizes.
+  std::string sizes;
   // With weight-update sharding on: the step before the pass beside `run` (after it).
   std::optional<WeightUpdateComparison> weight_update;
   bool ok() const { return run != nullptr; }

@@ -69,6 +69,18 @@ class SetSliceOverrideCommand : public QUndoCommand {
   ProjectSliceOverride before_, after_;
 };
 
+class SetSimulatedSizesCommand : public QUndoCommand {
+ public:
+  SetSimulatedSizesCommand(DocumentModel* doc, ProjectSimulatedSizes before, ProjectSimulatedSizes after)
+      : QUndoCommand("Change the simulated sizes"), doc_(doc), before_(std::move(before)), after_(std::move(after)) {}
+  void redo() override { doc_->applySimulatedSizes(after_); }
+  void undo() override { doc_->applySimulatedSizes(before_); }
+
+ private:
+  DocumentModel* doc_;
+  ProjectSimulatedSizes before_, after_;
+};
+
 // The mesh-axis names a sharding uses per tensor dim, or nullopt when it is not expressible over
 // `mesh`.
 std::optional<std::vector<std::vector<std::string>>> AxisNamesOf(const HloSharding& s, int64_t rank,
@@ -170,6 +182,10 @@ void DocumentModel::reset(std::shared_ptr<const Module> module, std::map<int64_t
     slice_override_ = {};
     emit sliceOverrideChanged();
   }
+  if (!simulated_sizes_.empty()) {
+    simulated_sizes_ = {};
+    emit simulatedSizesChanged();
+  }
 }
 
 void DocumentModel::setWeightUpdateSharding(bool on) {
@@ -192,6 +208,17 @@ void DocumentModel::applySliceOverride(const ProjectSliceOverride& slice) {
   if (slice == slice_override_) return;
   slice_override_ = slice;
   emit sliceOverrideChanged();
+}
+
+void DocumentModel::setSimulatedSizes(const ProjectSimulatedSizes& sizes) {
+  if (!module_ || sizes == simulated_sizes_) return;
+  undo_stack_->push(new SetSimulatedSizesCommand(this, simulated_sizes_, sizes));
+}
+
+void DocumentModel::applySimulatedSizes(const ProjectSimulatedSizes& sizes) {
+  if (sizes == simulated_sizes_) return;
+  simulated_sizes_ = sizes;
+  emit simulatedSizesChanged();
 }
 
 void DocumentModel::rebuildIndex() {

@@ -72,7 +72,7 @@ class DocumentModel : public QObject {
   // The zoo settings the module was built with (an example, a paper configuration, a search
   // candidate; std::nullopt: not built by the zoo, e.g. a file): its numerical check at sizes too
   // large for the evaluator runs on a small twin built from them (app/pipeline/small_twin.h). Set
-  // right after setModule; a new module clears them. Not saved in projects.
+  // right after setModule; a new module clears them. Saved in projects.
   using ZooSettings = std::map<std::string, std::string, std::less<>>;
   const std::optional<ZooSettings>& zooSettings() const { return zoo_settings_; }
   void setZooSettings(ZooSettings settings) { zoo_settings_ = std::move(settings); }
@@ -98,6 +98,12 @@ class DocumentModel : public QObject {
   const ProjectSliceOverride& sliceOverride() const { return slice_override_; }
   void setSliceOverride(const ProjectSliceOverride& slice);
   void applySliceOverride(const ProjectSliceOverride& slice);  // no undo step
+  // The sizes the simulation runs the model at when the user set other ones than the document's
+  // (zoo settings for a module the zoo built, or every dimension scaled by k; the numerical check
+  // stays on the document). Undoable; a new module starts without.
+  const ProjectSimulatedSizes& simulatedSizes() const { return simulated_sizes_; }
+  void setSimulatedSizes(const ProjectSimulatedSizes& sizes);
+  void applySimulatedSizes(const ProjectSimulatedSizes& sizes);  // no undo step
 
   // ---- Mesh and annotations ----
   const DeviceMesh& mesh() const { return mesh_; }
@@ -159,6 +165,7 @@ class DocumentModel : public QObject {
   void modifiedChanged(bool modified);
   void weightUpdateShardingChanged(bool on);
   void sliceOverrideChanged();
+  void simulatedSizesChanged();
   void filePathChanged();    // saved under another name
 
  private:
@@ -179,6 +186,7 @@ class DocumentModel : public QObject {
   bool propagation_enabled_ = true;
   bool weight_update_sharding_ = false;
   ProjectSliceOverride slice_override_;
+  ProjectSimulatedSizes simulated_sizes_;
 
   std::shared_ptr<const std::unordered_map<int64_t, HloSharding>> propagated_;
   ExplainSteps why_;  // each instruction's own step; why() follows them (ExplainChain)

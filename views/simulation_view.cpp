@@ -36,6 +36,7 @@
 #include "views/pipeline_figures.h"
 #include "views/pipeline_stages.h"
 #include "views/run_display.h"
+#include "views/simulated_sizes_control.h"
 #include "views/slice_placement_bar.h"
 #include "views/timeline_view.h"
 #include "views/weight_update_panel.h"
@@ -67,6 +68,7 @@ SimulationView::SimulationView(QWidget* parent)
       wus_panel_(new WeightUpdatePanel),
       pipeline_figures_(new PipelineFigures),
       slice_bar_(new SlicePlacementBar),
+      sizes_(new SimulatedSizesControl),
       tick_(new QTimer(this)),
       elapsed_(std::make_unique<QElapsedTimer>()) {
   setObjectName("simulationView");
@@ -90,6 +92,7 @@ SimulationView::SimulationView(QWidget* parent)
   bar->setContentsMargins(6, 4, 6, 0);
   bar->addWidget(new QLabel("Chip:"));
   bar->addWidget(chip_);
+  bar->addWidget(sizes_);
   bar->addWidget(button_);
   bar->addWidget(cancel_);
   bar->addWidget(progress_);
@@ -232,6 +235,12 @@ void SimulationView::setModels(DocumentModel* doc, AnalysisModel* analysis, RunH
     if (!analysis_ || !doc_->module() || analysis_->simulationBusy()) return;
     if (analysis_->simulation().ok() || analysis_->simulation().slice_failed) simulate();
   });
+  // The simulated sizes changed: simulated again at them (a project being opened simulates nothing).
+  sizes_->setDocument(doc_);
+  connect(doc_, &DocumentModel::simulatedSizesChanged, this, [this] {
+    if (!analysis_ || !doc_->module() || analysis_->simulationBusy()) return;
+    if (analysis_->simulation().ok() || analysis_->simulation().sizes_failed) simulate();
+  });
   history_->setCurrentModule(doc_->module() ? Q(doc_->module()->name()) : QString());
   runs_->open();
   resetHistory();
@@ -330,7 +339,8 @@ void SimulationView::onSimulationUpdated() {
                        .arg(s.collectives)
                        .arg(s.millis, 0, 'f', 0)
                        .arg(s.run->id > 0 ? QString("stored as run %1").arg(s.run->id) : QString("not stored")) +
-                   (sum.fits() ? QString() : QString(" \u00B7 DOES NOT FIT: %1 over the HBM").arg(Q(FormatBytes(sum.missing_bytes())))));
+                   (sum.fits() ? QString() : QString(" \u00B7 DOES NOT FIT: %1 over the HBM").arg(Q(FormatBytes(sum.missing_bytes())))) +
+                   (s.sizes.empty() ? QString() : QString(" \u00B7 at other sizes than the document's: %1").arg(Q(s.sizes))));
   ++queue_runs_;
   if (!queue_.isEmpty()) {
     const QList<Configuration> rest = queue_;

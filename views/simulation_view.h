@@ -43,6 +43,7 @@ class MemoryChart;
 class PipelineFigures;
 class RunHistory;
 class RunHistoryModel;
+class SimulatedSizesControl;
 class SlicePlacementBar;
 class TimelineWidget;
 class WeightUpdatePanel;
@@ -76,6 +77,7 @@ class SimulationView : public QWidget {
   PipelineFigures* pipelineFigures() const { return pipeline_figures_; }
   // How the mesh is placed on the physical slice, and the user's override of it.
   SlicePlacementBar* slicePlacementBar() const { return slice_bar_; }
+  SimulatedSizesControl* simulatedSizes() const { return sizes_; }
 
   // Shows run `run_id` of the history (loaded from the store on the worker when it is not in
   // memory). False when the history has no such run.
@@ -159,6 +161,7 @@ class SimulationView : public QWidget {
   WeightUpdatePanel* wus_panel_;
   PipelineFigures* pipeline_figures_;
   SlicePlacementBar* slice_bar_;
+  SimulatedSizesControl* sizes_;  // the sizes the simulation runs at (the document's, or others)
   QTimer* tick_;
   std::unique_ptr<QElapsedTimer> elapsed_;
   std::shared_ptr<const RunResult> shown_run_;  // the run displayed

@@ -9,6 +9,7 @@
 
 #include "app/gui/run_store_jobs.h"
 #include "app/pipeline/pipeline.h"
+#include "app/pipeline/simulated_sizes.h"
 #include "app/pipeline/small_twin.h"
 #include "app/pipeline/step_figures.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
@@ -367,10 +368,16 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
   auto propagated = doc_->propagatedShardings();
   const DeviceMesh mesh = doc_->mesh();
   const ProjectSliceOverride slice = doc_->sliceOverride();
+  // Other sizes than the document's: the model rebuilt or scaled in the job (the document, and
+  // its partitioned program and numerical check, stay as they are).
+  const ProjectSimulatedSizes sizes = doc_->simulatedSizes();
+  const std::string zoo_model = doc_->zooSettings() ? doc_->source().toStdString() : std::string();
+  const std::optional<views::DocumentModel::ZooSettings> built_with = doc_->zooSettings();
   // The partitioned program of these very shardings, when there is one: simulated as it is.
-  std::shared_ptr<const PartitionResult> partitioned = replicated || wus ? nullptr : currentPartition();
+  std::shared_ptr<const PartitionResult> partitioned = replicated || wus || !sizes.empty() ? nullptr : currentPartition();
   QString what = replicated ? QString("replicated (no shardings)") : QString("%1 annotations").arg(annotations.size());
   if (wus) what += ", weight-update sharding";
+  if (!sizes.empty()) what += ", at " + Q(pipeline::DescribeSimulatedSizes(sizes));
   const std::string label = QString("%1 on %2, mesh %3, %4")
                                 .arg(Q(module->name()), Q(chip), Q(mesh.ToString()), what)
                                 .toStdString();
@@ -382,7 +389,7 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
   jobs_->run<SimulationOutcome>(
       spec,
       [module, annotations = std::move(annotations), propagated, mesh, chip, slice, label, replicated, wus,
-       partitioned](const CancellationToken& token) {
+       partitioned, sizes, zoo_model, built_with](const CancellationToken& token) {
         const auto t0 = std::chrono::steady_clock::now();
         SimulationOutcome out;
         auto topology = SliceFor(chip, mesh, slice);
@@ -396,6 +403,7 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
         so.label = label;
         so.model_flops = CountModuleFlops(*module);  // the FLOPs do not depend on the shardings
         Result<Simulation> sim = Error("");
+        std::string o_sizes;  // the simulated sizes, as the run keeps them
         if (partitioned) {
           sim = pipeline::SimulateStep(*partitioned->module, *topology, so, pipeline::SpmdOrigins(*partitioned), token);
           if (!sim.ok()) sim = Error("simulation failed: " + sim.error().message);
@@ -404,6 +412,18 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
           // The module replicated (no shardings: every device holds and computes everything), or
           // its shardings partitioned here.
           auto input = replicated ? module->Clone() : Annotated(*module, annotations, propagated.get());
+          if (!sizes.empty()) {
+            auto sized = pipeline::ModuleAtSimulatedSizes(*input, zoo_model, built_with, sizes, token);
+            if (!sized.ok()) {
+              out.step.message = "at the simulated sizes: " + sized.error().message;
+              out.step.sizes_failed = true;
+              return out;
+            }
+            input = std::move(sized->module);
+            out.step.sizes = sized->description;
+            so.model_flops = CountModuleFlops(*input);
+            o_sizes = sized->description;
+          }
           input->num_partitions = topology->num_devices();
           pipeline::PipelineOptions o;
           o.propagation.reset();
@@ -424,9 +444,11 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
               out.step.weight_update = std::move(c);
               r.simulation->run.inputs.settings.emplace_back("option.weight_update_sharding", "1");
             }
+            if (!o_sizes.empty()) r.simulation->run.inputs.settings.emplace_back("option.simulated_sizes", o_sizes);
             sim = std::move(*r.simulation);
             out.step.collectives = static_cast<int64_t>(r.partition->collectives.size());
-            if (!replicated) out.partition = std::make_shared<const PartitionResult>(std::move(*r.partition));
+            // The program at other sizes is not the document's: its partitioned view stays.
+            if (!replicated && sizes.empty()) out.partition = std::make_shared<const PartitionResult>(std::move(*r.partition));
             out.weight_update_sharding = r.weight_update_sharding.has_value();
           }
         }
@@ -437,6 +459,7 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
         out.step.warnings = sim->warnings;
         out.step.millis = MillisSince(t0);
         out.step.message = "simulated one step on " + std::to_string(topology->num_devices()) + " " + chip + " devices";
+        if (!out.step.sizes.empty()) out.step.message += " at other sizes (" + out.step.sizes + ")";
         out.run = std::make_shared<RunResult>(std::move(sim->run));
         out.run->created_unix_ms = QDateTime::currentMSecsSinceEpoch();
         return out;

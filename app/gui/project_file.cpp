@@ -25,6 +25,7 @@ QByteArray ProjectJson(const views::DocumentModel& doc) {
   if (const Instruction* sel = doc.instruction(doc.selected())) contents.selected = doc.qualifiedName(sel).toStdString();
   contents.weight_update_sharding = doc.weightUpdateSharding();
   contents.slice = doc.sliceOverride();
+  contents.simulated_sizes = doc.simulatedSizes();
   // The document keeps the annotations apart from its module: the module is written without them.
   return QByteArray::fromStdString(WriteProjectFile(doc.module(), contents));
 }

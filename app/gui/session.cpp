@@ -119,6 +119,7 @@ void Session::adopt(Project p, const QString& path) {
   if (c.zoo_settings) doc_->setZooSettings(*c.zoo_settings);
   doc_->applyWeightUpdateSharding(c.weight_update_sharding);  // as saved, no undo step
   doc_->applySliceOverride(c.slice);
+  doc_->applySimulatedSizes(c.simulated_sizes);
   if (!c.selected.empty()) {
     if (const Instruction* sel = doc_->findInstruction(Q(c.selected))) doc_->select(sel->id());
   }

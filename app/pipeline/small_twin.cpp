@@ -218,26 +218,37 @@ Result<SmallTwin> BuildSmallTwin(std::string_view model, const ZooOverrides& set
     const std::string before = was != settings.end() ? was->second : p.default_value;
     if (before != now->second) changed.push_back({p.name, {IntOf(before).value_or(0), IntOf(now->second).value_or(0)}});
   }
-  auto built = ZooBuild(model, twin);
+  auto built = BuildShardedAs(model, twin, full, cancel);
   if (!built.ok()) return Error("building the small twin: " + built.error().message);
 
   SmallTwin out;
   out.settings = std::move(twin);
   out.changes = Describe(changed);
+  out.module = std::move(built->module);
+  out.shardings_copied = built->shardings_copied;
+  return out;
+}
+
+Result<ShardedAs> BuildShardedAs(std::string_view model, const ZooOverrides& settings, const Module& sharded,
+                                 const CancellationToken& cancel) {
+  auto built = ZooBuild(model, settings);
+  if (!built.ok()) return built.error();
+  ShardedAs out;
   out.module = std::move(built).value();
-  out.module->num_partitions = full.num_partitions;
-  // The full module's sharding, instruction by instruction; the rest as propagation infers it.
+  out.module->num_partitions = sharded.num_partitions;
+  // `sharded`'s sharding, instruction by instruction; the rest as propagation infers it.
+  const auto names = ByName(sharded);
   for (const auto& c : out.module->computations()) {
     for (const auto& i : c->instructions()) {
       i->clear_sharding();
-      auto f = full_names.find(c->name() + "/" + i->name());
-      if (f == full_names.end() || !f->second->has_sharding() || !SameKind(*f->second, *i)) continue;
+      auto f = names.find(c->name() + "/" + i->name());
+      if (f == names.end() || !f->second->has_sharding() || !SameKind(*f->second, *i)) continue;
       i->set_sharding(*f->second->sharding());
       ++out.shardings_copied;
     }
   }
   auto propagated = Propagate(*out.module, StandardPropagationOptions(EntryIo::kKeep), cancel);
-  if (!propagated.ok()) return Error("propagating the small twin's shardings: " + propagated.error().message);
+  if (!propagated.ok()) return Error("propagating its shardings: " + propagated.error().message);
   return out;
 }
 

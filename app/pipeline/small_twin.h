@@ -32,6 +32,17 @@
 
 namespace shardscope::pipeline {
 
+// The zoo model `model` at `settings`, given `sharded`'s sharding instruction by instruction (by
+// name, where the opcode and rank match; the zoo's names do not depend on the sizes), the rest as
+// propagation infers: the same model sharded the same way at other sizes — smaller (the twin
+// below) or the ones the user simulates at (app/pipeline/simulated_sizes.h).
+struct ShardedAs {
+  std::unique_ptr<Module> module;
+  int64_t shardings_copied = 0;
+};
+Result<ShardedAs> BuildShardedAs(std::string_view model, const ZooOverrides& settings, const Module& sharded,
+                                 const CancellationToken& cancel = {});
+
 struct SmallTwin {
   ZooOverrides settings;          // the twin's settings (the given ones, shrunk)
   std::string changes;            // "batch 64 -> 8, model 8192 -> 16, ..." (only the changed ones)

@@ -123,6 +123,21 @@ class ProjectReader {
           c.slice.mesh_order = order->string();
         }
       }
+      if (const json::Value* sizes = analysis->Find("simulated_sizes")) {
+        if (!sizes->is_object()) return At(sizes->position(), "\"simulated_sizes\" must be an object");
+        if (const json::Value* zoo = sizes->Find("zoo_settings")) {
+          if (!zoo->is_object()) return At(zoo->position(), "\"zoo_settings\" must be an object of strings");
+          for (const json::Member& m : zoo->members()) {
+            if (!m.value.is_string()) return At(m.value.position(), "zoo setting \"" + m.key + "\" must be a string");
+            c.simulated_sizes.zoo_settings[m.key] = m.value.string();
+          }
+        }
+        if (const json::Value* scale = sizes->Find("scale")) {
+          const auto v = scale->AsInt64();
+          if (!v || *v < 1) return At(scale->position(), "\"scale\" must be a whole number >= 1");
+          c.simulated_sizes.scale = *v;
+        }
+      }
     }
     return p;
   }
@@ -256,6 +271,16 @@ std::string WriteProjectFile(const Module* module, const ProjectContents& conten
       if (contents.slice.cores_per_chip) add(slice, "cores_per_chip", json::Value::Integer(*contents.slice.cores_per_chip));
       if (!contents.slice.mesh_order.empty()) add(slice, "mesh_order", json::Value::String(contents.slice.mesh_order));
       add(analysis, "slice", json::Value::Object(std::move(slice)));
+    }
+    if (!contents.simulated_sizes.empty()) {
+      std::vector<json::Member> sizes;
+      if (!contents.simulated_sizes.zoo_settings.empty()) {
+        std::vector<json::Member> zoo;
+        for (const auto& [k, v] : contents.simulated_sizes.zoo_settings) add(zoo, k, json::Value::String(v));
+        add(sizes, "zoo_settings", json::Value::Object(std::move(zoo)));
+      }
+      if (contents.simulated_sizes.scale != 1) add(sizes, "scale", json::Value::Integer(contents.simulated_sizes.scale));
+      add(analysis, "simulated_sizes", json::Value::Object(std::move(sizes)));
     }
     if (!analysis.empty()) add(root, "analysis", json::Value::Object(std::move(analysis)));
   }

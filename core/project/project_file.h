@@ -10,7 +10,9 @@
 //     "analysis": { "weight_update_sharding": true,             (optional; the analysis options)
 //                   "slice": { "placement": "row-major",        (optional; how the simulated slice
 //                              "wraparound": false,               departs from the generation's
-//                              "shape": [4, 8] } } }              default; each member optional)
+//                              "shape": [4, 8] },                 default; each member optional)
+//                   "simulated_sizes": { "zoo_settings": {"batch": "1024"},  (optional; the sizes
+//                                        "scale": 4 } } }        the simulation runs at, when not the module's)
 //
 // Plain C++ (no Qt): the GUI's session reads and writes it through here, and so can any tool.
 // Reading never aborts: every error is "WHERE:LINE:COLUMN: error: ..." pointing into the JSON, or
@@ -54,6 +56,17 @@ struct ProjectSliceOverride {
   bool operator==(const ProjectSliceOverride&) const = default;
 };
 
+// The sizes the simulation runs the model at when they are not the document's (the whole-model
+// issue's "real sizes": the document stays the instance the numerical check proves). For a module
+// the zoo built, the settings that differ from those it was built with; for any module, every
+// dimension scaled by `scale` (core/ir/scale_dims.h). Empty: the document's own sizes.
+struct ProjectSimulatedSizes {
+  std::map<std::string, std::string, std::less<>> zoo_settings;
+  int64_t scale = 1;
+  bool empty() const { return zoo_settings.empty() && scale == 1; }
+  bool operator==(const ProjectSimulatedSizes&) const = default;
+};
+
 // Everything a project file holds besides the module.
 struct ProjectContents {
   DeviceMesh mesh;
@@ -67,6 +80,8 @@ struct ProjectContents {
   bool weight_update_sharding = false;
   // The simulated slice (placement on the physical torus) when the user overrode it.
   ProjectSliceOverride slice;
+  // The sizes the simulation runs at, when the user set other ones.
+  ProjectSimulatedSizes simulated_sizes;
 };
 
 struct Project {
