@@ -73,7 +73,7 @@ void SimulatedSizesControl::setDocument(DocumentModel* doc) {
 void SimulatedSizesControl::loadFromDocument() {
   const ProjectSimulatedSizes s = doc_ ? doc_->simulatedSizes() : ProjectSimulatedSizes{};
   const QString text = Describe(s);
-  const QString shown = text.size() > 48 ? text.left(45) + "..." : text;
+  const QString shown = text.size() > 36 ? text.left(33) + "..." : text;
   button_->setText(text.isEmpty() ? QString("Sizes: the document's") : "Sizes: " + shown);
   button_->setStyleSheet(text.isEmpty() ? QString() : QString("font-weight: bold"));
   button_->setToolTip(
@@ -117,15 +117,16 @@ QDialog* SimulatedSizesControl::openDialog() {
       auto it = built_with->find(p.name);
       const std::string built = it != built_with->end() ? it->second : p.default_value;
       const auto value = IntOf(built);
-      if (!value || *value < 1) continue;  // not a size (a dtype, an annotation set, ...)
+      // Not a size: a dtype, an annotation set, an optimizer, a switch ("(0 | 1)" in the zoo's words).
+      if (!value || *value < 0 || p.description.find("(0 | 1)") != std::string::npos) continue;
       // A setting that changes the model's mesh is fixed: the document's mesh is the one simulated.
       ZooOverrides probe = *built_with;
-      probe[p.name] = std::to_string(2 * *value);
+      probe[p.name] = std::to_string(*value > 0 ? 2 * *value : 1);
       auto probe_mesh = ZooMesh(model, probe);
-      const bool sets_mesh = mesh.ok() && (!probe_mesh.ok() || !(probe_mesh.value() == mesh.value()));
+      const bool sets_mesh = mesh.ok() && probe_mesh.ok() && !(probe_mesh.value() == mesh.value());
       auto* spin = new QSpinBox;
       spin->setObjectName(Q("size_" + p.name));
-      spin->setRange(1, 1 << 30);
+      spin->setRange(0, 1 << 30);
       auto over = current.zoo_settings.find(p.name);
       const auto shown = over != current.zoo_settings.end() ? IntOf(over->second) : value;
       spin->setValue(static_cast<int>(shown.value_or(*value)));

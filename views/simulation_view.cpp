@@ -340,7 +340,9 @@ void SimulationView::onSimulationUpdated() {
                        .arg(s.millis, 0, 'f', 0)
                        .arg(s.run->id > 0 ? QString("stored as run %1").arg(s.run->id) : QString("not stored")) +
                    (sum.fits() ? QString() : QString(" \u00B7 DOES NOT FIT: %1 over the HBM").arg(Q(FormatBytes(sum.missing_bytes())))) +
-                   (s.sizes.empty() ? QString() : QString(" \u00B7 at other sizes than the document's: %1").arg(Q(s.sizes))));
+                   (s.sizes.empty() ? QString() : QString(" \u00B7 at the simulated sizes")));
+  // The sizes in full where the line has no room for them (the Sizes button says which they are).
+  status_->setToolTip(s.sizes.empty() ? QString() : "Simulated at other sizes than the document's: " + Q(s.sizes));
   ++queue_runs_;
   if (!queue_.isEmpty()) {
     const QList<Configuration> rest = queue_;

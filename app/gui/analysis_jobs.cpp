@@ -459,7 +459,7 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
         out.step.warnings = sim->warnings;
         out.step.millis = MillisSince(t0);
         out.step.message = "simulated one step on " + std::to_string(topology->num_devices()) + " " + chip + " devices";
-        if (!out.step.sizes.empty()) out.step.message += " at other sizes (" + out.step.sizes + ")";
+        if (!out.step.sizes.empty()) out.step.message += " at the simulated sizes (" + out.step.sizes + ")";
         out.run = std::make_shared<RunResult>(std::move(sim->run));
         out.run->created_unix_ms = QDateTime::currentMSecsSinceEpoch();
         return out;
