@@ -7,6 +7,7 @@
 
 #include "core/eval/numeric_verify.h"
 #include "core/ir/hlo_text.h"
+#include "core/ir/scale_dims.h"
 #include "core/ir/verifier.h"
 #include "fuzz/fuzz_target.h"
 #include "app/pipeline/partition.h"
@@ -51,6 +52,15 @@ void CheckPipeline(std::unique_ptr<Module> module, int64_t num_devices, const Pi
   auto propagated = pipeline::Propagate(*module);
   if (!propagated.ok()) return Reach("propagation: error");
   Reach("propagated");
+  // Scaled by 2 (the simulation at other sizes, core/ir/scale_dims.h): an error or a module that
+  // verifies, with its shardings still fitting — never a crash.
+  if (auto scaled = ScaleModuleDims(*module, 2); scaled.ok()) {
+    Reach("scaled by 2");
+    if (Status valid = VerifyModule(*scaled->module); !valid.ok())
+      Finding("the module scaled by 2 does not verify: " + valid.error().message, PrintHloModule(*module));
+  } else {
+    Reach("scaling: error");
+  }
   SpmdOptions options;
   options.num_partitions = num_devices;
   auto partitioned = pipeline::Partition(*module, options);
