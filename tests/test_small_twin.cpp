@@ -104,6 +104,31 @@ class TestSmallTwin : public QObject {
     }
   }
 
+  // The other way (app/pipeline/simulated_sizes.h): a small document simulated at more layers and
+  // a larger batch. Its layers keep the document's shardings by name, a hand-edited one included;
+  // the layers it does not have keep the zoo's own annotations (2D finalized: the feed-forward
+  // weight split on both mesh axes), not whatever propagation would make of them.
+  void moreLayersKeepTheZoosAnnotations() {
+    auto doc = ZooBuild("transformer", {{"layers", "2"}});
+    QVERIFY(doc.ok());
+    Instruction* wi = (*doc)->FindInstruction("layer0_wi");
+    QVERIFY(wi && wi->shape().rank() == 2);
+    const std::string zoo_wi = wi->sharding()->ToString();
+    QVERIFY(Propagate(**doc, StandardPropagationOptions()).ok());
+    // The user's edit, over what propagation gave (as the document's annotations lie over it).
+    auto edited = HloSharding::Replicate();
+    wi->set_sharding(edited);
+    auto big = BuildShardedAs("transformer", {{"layers", "6"}, {"batch", "32"}}, **doc);
+    QVERIFY2(big.ok(), big.ok() ? "" : big.error().message.c_str());
+    QCOMPARE(big->module->FindInstruction("layer0_wi")->sharding()->ToString(), edited.ToString());
+    QCOMPARE(big->module->FindInstruction("layer1_wi")->sharding()->ToString(),
+             (*doc)->FindInstruction("layer1_wi")->sharding()->ToString());
+    const Instruction* deep = big->module->FindInstruction("layer5_wi");
+    QVERIFY(deep && deep->has_sharding());
+    QCOMPARE(deep->sharding()->ToString(), zoo_wi);
+    QCOMPARE(big->module->FindInstruction("x")->shape().dim(0), int64_t{32});
+  }
+
   void errors() {
     auto full = ZooBuild("mlp");
     QVERIFY(full.ok());

@@ -236,13 +236,16 @@ Result<ShardedAs> BuildShardedAs(std::string_view model, const ZooOverrides& set
   ShardedAs out;
   out.module = std::move(built).value();
   out.module->num_partitions = sharded.num_partitions;
-  // `sharded`'s sharding, instruction by instruction; the rest as propagation infers it.
+  // `sharded`'s sharding, instruction by instruction. An instruction `sharded` has no counterpart
+  // of (a layer beyond its depth) keeps the zoo's own annotation, if any; the rest is what
+  // propagation infers.
   const auto names = ByName(sharded);
   for (const auto& c : out.module->computations()) {
     for (const auto& i : c->instructions()) {
-      i->clear_sharding();
       auto f = names.find(c->name() + "/" + i->name());
-      if (f == names.end() || !f->second->has_sharding() || !SameKind(*f->second, *i)) continue;
+      if (f == names.end() || !SameKind(*f->second, *i)) continue;
+      i->clear_sharding();
+      if (!f->second->has_sharding()) continue;
       i->set_sharding(*f->second->sharding());
       ++out.shardings_copied;
     }

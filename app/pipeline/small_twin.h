@@ -35,7 +35,8 @@ namespace shardscope::pipeline {
 // The zoo model `model` at `settings`, given `sharded`'s sharding instruction by instruction (by
 // name, where the opcode and rank match; the zoo's names do not depend on the sizes), the rest as
 // propagation infers: the same model sharded the same way at other sizes — smaller (the twin
-// below) or the ones the user simulates at (app/pipeline/simulated_sizes.h).
+// below) or the ones the user simulates at (app/pipeline/simulated_sizes.h). An instruction
+// without a counterpart in `sharded` (a layer beyond its depth) keeps the zoo's own annotation.
 struct ShardedAs {
   std::unique_ptr<Module> module;
   int64_t shardings_copied = 0;
