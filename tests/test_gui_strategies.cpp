@@ -80,6 +80,7 @@ class TestGuiStrategies : public QObject {
   void familyFilterLimitsTheSearch();
   void tooSmallModelSaysWhereItSplits();
   void paperConfigurationOffersItsSearch();
+  void simulatedSizesOfferTheSearch();
 
  private:
   QTemporaryDir runs_;
@@ -551,6 +552,29 @@ void TestGuiStrategies::paperConfigurationOffersItsSearch() {
   QVERIFY(WaitUntilIdle(*w.session()));
   QCOMPARE(jobs->documentModel(), QString("transformer"));
   QVERIFY(panel->settingsText().isEmpty());
+}
+
+// The simulation's sizes (the panel's Sizes dialog) set on the example: the search is offered at
+// them — the settings field says so — until the user writes settings of their own.
+void TestGuiStrategies::simulatedSizesOfferTheSearch() {
+  MainWindow w;
+  QVERIFY(OpenTransformerStrategies(w));
+  views::StrategiesPanel* panel = w.strategiesPanel();
+  views::DocumentModel* doc = w.session()->document();
+  QVERIFY(panel->settingsText().isEmpty());
+  ProjectSimulatedSizes sizes;
+  sizes.zoo_settings = {{"batch", "64"}, {"model", "128"}};
+  doc->setSimulatedSizes(sizes);
+  QCOMPARE(panel->settingsText(), QString("batch=64 model=128"));
+  sizes.zoo_settings["layers"] = "8";
+  doc->setSimulatedSizes(sizes);
+  QCOMPARE(panel->settingsText(), QString("batch=64 layers=8 model=128"));
+  doc->setSimulatedSizes({});
+  QVERIFY(panel->settingsText().isEmpty());
+  // The user's own settings stay.
+  panel->setSettingsText("layers=4");
+  doc->setSimulatedSizes(sizes);
+  QCOMPARE(panel->settingsText(), QString("layers=4"));
 }
 
 QTEST_MAIN(TestGuiStrategies)

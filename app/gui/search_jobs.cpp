@@ -135,6 +135,19 @@ SearchJobs::SearchJobs(Session* session, views::StrategiesPanel* panel, QObject*
   connect(panel_, &views::StrategiesPanel::candidateChosen, this, &SearchJobs::choose);
   connect(panel_, &views::StrategiesPanel::comparisonRequested, this, &SearchJobs::compare);
   connect(session_->document(), &views::DocumentModel::moduleReset, this, &SearchJobs::onModuleReset);
+  // The simulation's sizes set on a zoo model: the search is offered at them too (the settings
+  // field, which the user may still change), since "which strategy" is asked at real size.
+  connect(session_->document(), &views::DocumentModel::simulatedSizesChanged, this, [this] {
+    const views::DocumentModel* doc = session_->document();
+    if (module_mode_ || model_.isEmpty() || !doc->hasModule()) return;
+    const auto& zoo = doc->simulatedSizes().zoo_settings;
+    QStringList settings;
+    for (const auto& [k, v] : zoo) settings << Q(k + "=" + v);
+    const QString text = settings.join(' ');
+    if (panel_->settingsText() != sizes_settings_text_) return;  // the user's own text stays
+    panel_->setSettingsText(text);
+    sizes_settings_text_ = text;
+  });
   onModuleReset();
 }
 
@@ -157,6 +170,7 @@ void SearchJobs::onModuleReset() {
     module_mode_ = doc->hasModule() && model_.isEmpty();
     panel_->setSettingsText(QString());
   }
+  sizes_settings_text_ = panel_->settingsText();
   if (!doc->hasModule()) {
     panel_->setSubject(QString(), false, "Open a model of the zoo (File \u25b8 Examples) or an HLO module to search its strategies.");
   } else if (module_mode_) {

@@ -89,6 +89,7 @@ class SearchJobs : public QObject {
   views::JobTracker::JobId search_job_ = 0;
   QString model_;  // the document's zoo model
   QString search_model_, search_settings_text_;  // of the last search (a chosen candidate's origin)
+  QString sizes_settings_text_;  // what the simulated sizes last put in the settings field
   // The pod a paper configuration offered (offerPaperSearch): its slice and cores per chip apply
   // while the panel's chip and device count are still the ones offered.
   struct OfferedPod {
