@@ -140,6 +140,29 @@ class Scaler {
     return leaf;
   }
 
+  // A reshape's groups of dimensions whose (old) products match: input dims [a0, a) become output
+  // dims [b0, b).
+  struct ReshapeGroup {
+    int64_t a0, a, b0, b;
+  };
+  std::vector<ReshapeGroup> ReshapeGroups(const Instruction* in, const Instruction* out) const {
+    std::vector<ReshapeGroup> groups;
+    int64_t a = 0, b = 0;
+    const int64_t ra = Rank(in), rb = Rank(out);
+    while (a < ra || b < rb) {
+      const int64_t a0 = a, b0 = b;
+      int64_t pa = 1, pb = 1;
+      if (a < ra) pa *= old_[Node(in, a++)];
+      if (b < rb) pb *= old_[Node(out, b++)];
+      while (pa != pb && (a < ra || b < rb)) {
+        if ((pa < pb && a < ra) || b >= rb) pa *= old_[Node(in, a++)];
+        else pb *= old_[Node(out, b++)];
+      }
+      groups.push_back({a0, a, b0, b});
+    }
+    return groups;
+  }
+
   static bool IsFusionLike(const Instruction& i) { return i.opcode() == Opcode::kGeneric && IsFusion(i); }
   static bool IsShardingCall(const Instruction& i) {
     return i.opcode() == Opcode::kCustomCall &&
@@ -264,17 +287,8 @@ class Scaler {
           case Opcode::kReshape: {
             // Groups of dimensions whose products match; one-to-one groups of equal size are the same dimension.
             const Instruction* in = operand(0);
-            int64_t a = 0, b = 0;
-            const int64_t ra = Rank(in), rb = rank;
-            while (a < ra || b < rb) {
-              int64_t a0 = a, b0 = b, pa = 1, pb = 1;
-              if (a < ra) pa *= old_[Node(in, a++)];
-              if (b < rb) pb *= old_[Node(i, b++)];
-              while (pa != pb && (a < ra || b < rb)) {
-                if ((pa < pb && a < ra) || b >= rb) pa *= old_[Node(in, a++)];
-                else pb *= old_[Node(i, b++)];
-              }
-              // Trailing ones belong to the group just closed.
+            for (const ReshapeGroup& g : ReshapeGroups(in, i)) {
+              const int64_t a0 = g.a0, a = g.a, b0 = g.b0, b = g.b;
               int64_t long_outputs = 0;
               for (int64_t d = b0; d < b; ++d) long_outputs += old_[Node(i, d)] > 1;
               if (a - a0 == 1 && b - b0 == 1 && old_[Node(in, a0)] == old_[Node(i, b0)])
@@ -420,16 +434,8 @@ class Scaler {
         break;
       case Opcode::kReshape: {
         // Each group of dimensions takes what its input group grew by.
-        int64_t a = 0, b = 0;
-        const int64_t ra = Rank(in), rb = Rank(i);
-        while (a < ra || b < rb) {
-          int64_t a0 = a, b0 = b, pa = 1, pb = 1;
-          if (a < ra) pa *= old_[Node(in, a++)];
-          if (b < rb) pb *= old_[Node(i, b++)];
-          while (pa != pb && (a < ra || b < rb)) {
-            if ((pa < pb && a < ra) || b >= rb) pa *= old_[Node(in, a++)];
-            else pb *= old_[Node(i, b++)];
-          }
+        for (const ReshapeGroup& group : ReshapeGroups(in, i)) {
+          const int64_t a0 = group.a0, a = group.a, b0 = group.b0, b = group.b;
           for (int64_t d = b0; d < b && !force; ++d)
             if (!Value(Node(i, d)) && free_[Find(Node(i, d))] && !pinned_[Find(Node(i, d))]) return Outcome::kDeferred;
           int64_t grown_num = 1, grown_den = 1;
