@@ -199,6 +199,21 @@ class TestGuiSlicePlacement : public QObject {
         QVERIFY2(whole, qPrintable(QString("at %1 px \"%2\" is broken: %3").arg(width).arg(figure, lines.join(" | "))));
       }
     }
+    // Simulated at other sizes (a shorter sequence, the panel's Sizes): not the paper's
+    // configuration, no published figures beside it; back at the document's, they are again.
+    DocumentModel* sized = session.document();
+    ProjectSimulatedSizes shorter;
+    shorter.zoo_settings["seq"] = "512";
+    sized->setSimulatedSizes(shorter);
+    QVERIFY(WaitUntilIdle(session, 300000));
+    QVERIFY2(session.analysis()->simulation().ok(), session.analysis()->simulation().message.c_str());
+    QVERIFY(!session.analysis()->simulation().sizes.empty());
+    QVERIFY(!panel->summaryText().contains("Published"));
+    sized->undoStack()->undo();
+    QVERIFY(WaitUntilIdle(session, 300000));
+    QVERIFY(session.analysis()->simulation().ok());
+    QCOMPARE(session.analysis()->simulation().run->summary.step_time_s, gui_step);
+    QVERIFY(panel->summaryText().contains("Published"));
     auto* bar = w.findChild<SlicePlacementBar*>();
     QVERIFY(bar);
     QCOMPARE(bar->coresCombo()->currentText(), QString("2 per chip"));

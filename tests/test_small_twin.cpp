@@ -109,7 +109,7 @@ class TestSmallTwin : public QObject {
   // the layers it does not have keep the zoo's own annotations (2D finalized: the feed-forward
   // weight split on both mesh axes), not whatever propagation would make of them.
   void moreLayersKeepTheZoosAnnotations() {
-    auto doc = ZooBuild("transformer", {{"layers", "2"}});
+    auto doc = ZooBuild("transformer", {{"layers", "2"}, {"backward", "1"}, {"optimizer", "adam"}});
     QVERIFY(doc.ok());
     Instruction* wi = (*doc)->FindInstruction("layer0_wi");
     QVERIFY(wi && wi->shape().rank() == 2);
@@ -118,7 +118,7 @@ class TestSmallTwin : public QObject {
     // The user's edit, over what propagation gave (as the document's annotations lie over it).
     auto edited = HloSharding::Replicate();
     wi->set_sharding(edited);
-    auto big = BuildShardedAs("transformer", {{"layers", "6"}, {"batch", "32"}}, **doc);
+    auto big = BuildShardedAs("transformer", {{"layers", "6"}, {"batch", "32"}, {"backward", "1"}, {"optimizer", "adam"}}, **doc);
     QVERIFY2(big.ok(), big.ok() ? "" : big.error().message.c_str());
     QCOMPARE(big->module->FindInstruction("layer0_wi")->sharding()->ToString(), edited.ToString());
     QCOMPARE(big->module->FindInstruction("layer1_wi")->sharding()->ToString(),
@@ -126,6 +126,12 @@ class TestSmallTwin : public QObject {
     const Instruction* deep = big->module->FindInstruction("layer5_wi");
     QVERIFY(deep && deep->has_sharding());
     QCOMPARE(deep->sharding()->ToString(), zoo_wi);
+    // Its Adam moments, unannotated in the zoo, are sharded as the document's layers' are (as the
+    // document was propagated), not left replicated on every device.
+    const Instruction* moment = big->module->FindInstruction("layer5_wi_m");
+    QVERIFY(moment && moment->has_sharding());
+    QCOMPARE(moment->sharding()->ToString(), (*doc)->FindInstruction("layer1_wi_m")->sharding()->ToString());
+    QVERIFY(!moment->sharding()->IsReplicated());
     QCOMPARE(big->module->FindInstruction("x")->shape().dim(0), int64_t{32});
   }
 

@@ -803,7 +803,8 @@ bool MainWindow::openPaperConfiguration(const QString& case_name, const QString&
   paper_comparison_.push_back(connect(doc_, &views::DocumentModel::weightUpdateShardingChanged, this, stop));
   paper_comparison_.push_back(connect(analysis, &views::AnalysisModel::simulationUpdated, this, [this, analysis, case_name, column] {
     const views::SimulatedStep& step = analysis->simulation();
-    if (!step.ok()) return;
+    // A step at other sizes than the configuration's (the simulation panel's Sizes) is not the paper's.
+    if (!step.ok() || !step.sizes.empty()) return;
     auto found = pipeline::FindReproduceCase(case_name.toStdString());
     if (!found.ok()) return;
     for (const pipeline::ReproduceColumn& col : (*found)->columns) {

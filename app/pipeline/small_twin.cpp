@@ -250,7 +250,15 @@ Result<ShardedAs> BuildShardedAs(std::string_view model, const ZooOverrides& set
       ++out.shardings_copied;
     }
   }
-  auto propagated = Propagate(*out.module, StandardPropagationOptions(EntryIo::kKeep), cancel);
+  // Entry parameters and outputs without a sharding may take one, as the document's did (a layer
+  // beyond `sharded`'s depth then has its optimizer state sharded as its weights, not replicated);
+  // those that have one keep it.
+  PropagationOptions options = StandardPropagationOptions(EntryIo::kKeep);
+  options.propagate_to_parameters.clear();
+  for (const Instruction* p : out.module->entry()->parameters()) options.propagate_to_parameters.push_back(!p->has_sharding());
+  if (options.propagate_to_parameters.empty()) options.propagate_to_parameters = {false};
+  options.propagate_to_output = {!out.module->entry()->root()->has_sharding()};
+  auto propagated = Propagate(*out.module, options, cancel);
   if (!propagated.ok()) return Error("propagating its shardings: " + propagated.error().message);
   return out;
 }
