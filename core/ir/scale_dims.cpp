@@ -45,6 +45,7 @@ class Scaler {
   // two rules size differently keeps its size on the next attempt (the shifting buffer's stages:
   // a slice of 3 of its 4 stages and one more concatenated stay 4 only when the stages do not scale).
   const std::vector<int64_t>& retry_pins() const { return retry_pins_; }
+  const std::vector<std::string>& conflicts() const { return conflicts_; }
 
   Result<ScaledModule> Run() {
     Layout();
@@ -52,6 +53,7 @@ class Scaler {
     for (int64_t n : pins_)
       if (n >= 0 && n < static_cast<int64_t>(old_.size())) Pin(n);
     if (auto e = Propagate()) return *e;
+    if (!conflicts_.empty()) return Error(conflicts_.front());
     ScaledModule out;
     for (Instruction* p : m_.entry()->parameters()) {
       const Info& info = info_.at(p);
@@ -547,32 +549,44 @@ class Scaler {
       }
     }
     // The proposal against what the classes already say.
+    // A dimension sized otherwise than its class says is a conflict: recorded (it keeps its size on
+    // the next attempt) and the class's size used, so that one pass finds every such conflict (one
+    // per layer of a 64-layer model) instead of one per attempt.
     for (int64_t l = 0; l < Leaves(i); ++l) {
-      const Shape* s = LeafOf(proposal, l);
+      Shape* s = LeafOf(proposal, l);
       if (!s || (s->IsArray() ? s->rank() : 0) != Rank(i, l))
         return Error(Where(*i) + ": its shape would change rank when scaled (" + proposal.ToString(false) + ")");
       for (int64_t d = 0; d < Rank(i, l); ++d) {
         const int64_t n = Node(i, d, l), r = Find(n);
         if (value_[r] && value_[r] != s->dims[d]) {
           retry_pins_.push_back(n);
-          return Error(Where(*i) + ": dimension " + std::to_string(d) + " would be " + std::to_string(s->dims[d]) +
-                       " long, but it is the same dimension as one that is " + std::to_string(value_[r]) +
-                       " long (from " + std::to_string(old_[n]) + ")");
+          conflicts_.push_back(Where(*i) + ": dimension " + std::to_string(d) + " would be " + std::to_string(s->dims[d]) +
+                               " long, but it is the same dimension as one that is " + std::to_string(value_[r]) +
+                               " long (from " + std::to_string(old_[n]) + ")");
+          s->dims[d] = value_[r];
         }
         if (pinned_[r] && s->dims[d] != old_[n]) {
           // Derived from operand dimensions that grew: those of the same length keep it next time
           // (all that grew when none has its length).
-          for (int pass = 0; pass < 2 && retry_pins_.empty(); ++pass)
+          bool found = false;
+          for (int pass = 0; pass < 2 && !found; ++pass)
             for (const Instruction* o : i->operands())
               for (int64_t ol = 0; ol < Leaves(o); ++ol)
                 for (int64_t od = 0; od < Rank(o, ol); ++od) {
                   const int64_t on = Node(o, od, ol);
-                  if (Value(on) != old_[on] && !pinned_[Find(on)] && (pass == 1 || old_[on] == old_[n]))
+                  if (Value(on) != old_[on] && !pinned_[Find(on)] && (pass == 1 || old_[on] == old_[n])) {
                     retry_pins_.push_back(on);
+                    found = true;
+                  }
                 }
-          return Error(Where(*i) + ": dimension " + std::to_string(d) + " must stay " + std::to_string(old_[n]) +
-                       " long (a constant's data, or a convolution kernel's window, fixes it), but scaling makes it " +
-                       std::to_string(s->dims[d]));
+          if (!found)
+            return Error(Where(*i) + ": dimension " + std::to_string(d) + " must stay " + std::to_string(old_[n]) +
+                         " long (a constant's data, or a convolution kernel's window, fixes it), but scaling makes it " +
+                         std::to_string(s->dims[d]));
+          conflicts_.push_back(Where(*i) + ": dimension " + std::to_string(d) + " must stay " + std::to_string(old_[n]) +
+                               " long (a constant's data, or a convolution kernel's window, fixes it), but scaling makes it " +
+                               std::to_string(s->dims[d]));
+          s->dims[d] = old_[n];
         }
         value_[r] = s->dims[d];
       }
@@ -659,6 +673,7 @@ class Scaler {
   std::vector<char> pinned_, derived_, free_, window_, extent_;
   const std::vector<int64_t>& pins_;
   std::vector<int64_t> retry_pins_;
+  std::vector<std::string> conflicts_;  // this attempt's, in order
 };
 
 }  // namespace
@@ -677,10 +692,12 @@ Result<ScaledModule> ScaleModuleDims(const Module& module, int64_t k, const Scal
     if (r.ok()) {
       r->module = std::move(copy);
       r->kept_because = std::move(kept_because);
+      r->attempts = attempt + 1;
       return r;
     }
     if (scaler.retry_pins().empty() || attempt >= 256) return r.error();
-    kept_because.push_back(r.error().message);
+    if (scaler.conflicts().empty()) kept_because.push_back(r.error().message);
+    kept_because.insert(kept_because.end(), scaler.conflicts().begin(), scaler.conflicts().end());
     pins.insert(pins.end(), scaler.retry_pins().begin(), scaler.retry_pins().end());
   }
 }

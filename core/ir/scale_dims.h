@@ -43,6 +43,7 @@ struct ScaledModule {
   // Why dimensions that would have scaled kept their size: each conflict that made an attempt keep
   // more of them ("forward_body/%shift: dimension 0 would be 4 long, but ..."), in order.
   std::vector<std::string> kept_because;
+  int attempts = 1;  // each attempt finds every conflict it meets; the next keeps those dimensions
 };
 
 // The module with its dimensions multiplied by `k` (>= 1) as described above.
