@@ -166,11 +166,12 @@ class Scaler {
   }
 
   static bool IsFusionLike(const Instruction& i) { return i.opcode() == Opcode::kGeneric && IsFusion(i); }
-  static bool IsShardingCall(const Instruction& i) {
-    return i.opcode() == Opcode::kCustomCall &&
-           (i.custom_call_target == "Sharding" || i.custom_call_target == "SPMDFullToShardShape" ||
-            i.custom_call_target == "SPMDShardToFullShape");
+  // A custom-call that only marks its one operand (Sharding, ShardBarrierFrom/To,
+  // LayoutConstraint, ...): its result is the operand's shape, so it scales with it.
+  static bool IsPassThroughCall(const Instruction& i) {
+    return i.opcode() == Opcode::kCustomCall && i.operand_count() == 1 && i.shape().Compatible(i.operand(0)->shape());
   }
+  static bool Contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
   // ---- which dimensions are the same ----
   std::optional<Error> Unify() {
@@ -234,10 +235,12 @@ class Scaler {
           case Opcode::kConvolution: {
             const ConvolutionDimensionNumbers& cd = i->conv_dims;
             const Instruction *in = operand(0), *kernel = operand(1);
-            if (i->feature_group_count != 1 || i->batch_group_count != 1)
-              return Error(Where(*i) + ": a grouped convolution (feature_group_count/batch_group_count > 1) cannot be scaled");
+            if (i->batch_group_count != 1)
+              return Error(Where(*i) + ": a convolution with batch_group_count > 1 cannot be scaled");
             Unite(Node(in, cd.input_batch), Node(i, cd.output_batch));
-            Unite(Node(in, cd.input_feature), Node(kernel, cd.kernel_input_feature));
+            // Grouped (depthwise): the kernel's input features are one group's; the group count
+            // follows (Process).
+            if (i->feature_group_count == 1) Unite(Node(in, cd.input_feature), Node(kernel, cd.kernel_input_feature));
             Unite(Node(kernel, cd.kernel_output_feature), Node(i, cd.output_feature));
             // A kernel's window keeps its size unless it is also some convolution's input extent (a
             // weight's 3x3 stays; the activation gradient a weight-gradient convolution takes as its
@@ -301,12 +304,63 @@ class Scaler {
             }
             break;
           }
-          case Opcode::kGather:
-            for (int64_t d = 0; d < rank; ++d) MarkDerived(Node(i, d));
+          case Opcode::kGather: {
+            // The indices' index vector keeps its length (one entry per indexed operand dimension);
+            // the output's batch dimensions are the indices' others, its offset dimensions the
+            // operand's it takes whole.
+            const GatherDimensionNumbers& g = i->gather_dims;
+            const Instruction *operand_in = operand(0), *indices = operand(1);
+            if (g.index_vector_dim < Rank(indices)) Pin(Node(indices, g.index_vector_dim));
+            std::vector<int64_t> batch_in, offset_in;
+            for (int64_t d = 0; d < Rank(indices); ++d)
+              if (d != g.index_vector_dim) batch_in.push_back(d);
+            for (int64_t d = 0; d < Rank(operand_in); ++d)
+              if (!Contains(g.collapsed_slice_dims, d) && !Contains(g.operand_batching_dims, d)) offset_in.push_back(d);
+            size_t next_batch = 0, next_offset = 0;
+            for (int64_t d = 0; d < rank; ++d) {
+              if (Contains(g.offset_dims, d)) {
+                const int64_t od = next_offset < offset_in.size() ? offset_in[next_offset++] : -1;
+                if (od >= 0 && od < static_cast<int64_t>(i->gather_slice_sizes.size()) &&
+                    i->gather_slice_sizes[od] == old_[Node(operand_in, od)])
+                  Unite(Node(operand_in, od), Node(i, d));
+                else
+                  MarkDerived(Node(i, d));
+              } else if (next_batch < batch_in.size()) {
+                Unite(Node(indices, batch_in[next_batch++]), Node(i, d));
+              } else {
+                MarkDerived(Node(i, d));
+              }
+            }
             break;
-          case Opcode::kScatter:
-            for (int64_t n = 0; n < Leaves(i) && n < i->operand_count(); ++n) UniteLeaf(operand(n), 0, i, n);
+          }
+          case Opcode::kScatter: {
+            // Inputs, indices, updates: the result is the inputs; the updates' scatter dimensions
+            // are the indices' batch dimensions, their window dimensions the inputs' they cover whole.
+            const ScatterDimensionNumbers& sd = i->scatter_dims;
+            const int64_t inputs = (i->operand_count() - 1) / 2;
+            if (inputs < 1) break;
+            for (int64_t n = 0; n < Leaves(i) && n < inputs; ++n) UniteLeaf(operand(n), 0, i, n);
+            const Instruction* indices = operand(inputs);
+            if (sd.index_vector_dim < Rank(indices)) Pin(Node(indices, sd.index_vector_dim));
+            std::vector<int64_t> batch_in, window_in;
+            for (int64_t d = 0; d < Rank(indices); ++d)
+              if (d != sd.index_vector_dim) batch_in.push_back(d);
+            for (int64_t d = 0; d < Rank(operand(0)); ++d)
+              if (!Contains(sd.inserted_window_dims, d) && !Contains(sd.input_batching_dims, d)) window_in.push_back(d);
+            for (int64_t n = 0; n < inputs; ++n) {
+              const Instruction* updates = operand(inputs + 1 + n);
+              size_t next_batch = 0, next_window = 0;
+              for (int64_t d = 0; d < Rank(updates); ++d) {
+                if (Contains(sd.update_window_dims, d)) {
+                  const int64_t od = next_window < window_in.size() ? window_in[next_window++] : -1;
+                  if (od >= 0 && old_[Node(operand(0), od)] == old_[Node(updates, d)]) Unite(Node(operand(0), od), Node(updates, d));
+                } else if (next_batch < batch_in.size()) {
+                  Unite(Node(indices, batch_in[next_batch++]), Node(updates, d));
+                }
+              }
+            }
             break;
+          }
           case Opcode::kTuple:
             for (int64_t n = 0; n < i->operand_count(); ++n) UniteAll(operand(n), i, ElementLeaf(i->shape(), n));
             break;
@@ -352,8 +406,9 @@ class Scaler {
             UniteLeaf(i, 0, operand(0), 0);
             break;
           case Opcode::kCustomCall:
-            if (!IsShardingCall(*i))
-              return Error(Where(*i) + ": custom-call \"" + i->custom_call_target + "\" cannot be scaled (its result's size is its own)");
+            if (!IsPassThroughCall(*i))
+              return Error(Where(*i) + ": custom-call \"" + i->custom_call_target +
+                           "\" cannot be scaled (its result is not its one operand's shape: its size is its own)");
             UniteAll(i, operand(0));
             break;
           case Opcode::kGeneric:
@@ -529,6 +584,11 @@ class Scaler {
         const Instruction* kernel = i->operand(1);
         for (size_t j = 0; j < i->conv_dims.kernel_spatial.size() && j < i->window.dims.size(); ++j)
           i->window.dims[j].size = kernel->shape().dim(i->conv_dims.kernel_spatial[j]);
+        if (i->feature_group_count != 1) {
+          const int64_t features = in->shape().dim(i->conv_dims.input_feature);
+          const int64_t per_group = kernel->shape().dim(i->conv_dims.kernel_input_feature);
+          if (per_group > 0 && features % per_group == 0) i->feature_group_count = features / per_group;
+        }
         auto inferred = InferShape(*i);
         if (!inferred.ok()) return Error(Where(*i) + ": " + inferred.error().message);
         proposal = *inferred;

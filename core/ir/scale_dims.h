@@ -17,9 +17,15 @@
 // shorter than `min_dim`. Shardings stay on their instructions (a dimension split t ways is still
 // split t ways, k times longer).
 //
-// An op the rules do not cover (a collective, an unknown custom-call, ...), or a dimension that two
-// rules size differently (a constant's dimension that must equal a parameter's), is an error naming
-// the instruction; the result is always checked by the verifier before it is returned.
+// A gather's or scatter's index vector keeps its length (one entry per indexed dimension) and its
+// batch and whole-window dimensions follow the indices' and the operand's; a grouped (depthwise)
+// convolution keeps its kernel's per-group features and takes the group count that follows; a
+// custom-call whose result is its one operand's shape (Sharding, ShardBarrierFrom, ...) scales with
+// it. An op the rules do not cover (a collective, an infeed, a custom-call with a result of its
+// own, ...) is an error naming the instruction. A dimension that two rules size differently keeps
+// its size on another attempt (every conflict of an attempt is recorded before the next); the
+// result is always checked by the verifier before it is returned. Of XLA's 618 conformance
+// modules, 555 scale by 2 (tests/test_scale_dims.cpp).
 #pragma once
 
 #include <cstdint>
