@@ -237,6 +237,50 @@ ENTRY e {
     QVERIFY2(scaled * 10 >= parsed * 8, qPrintable(QString("%1 of %2").arg(scaled).arg(parsed)));
   }
 
+  // One dimension alone (the batch ×4, every other size kept): the factor goes to the dimension's
+  // whole class — the labels' batch follows the inputs'. The classes are listed for the user by
+  // parameter and dimension; members of one class cannot take different factors.
+  void singleDimensionFactors() {
+    auto m = Parse(R"(HloModule m
+ENTRY e {
+  x = f32[8,16,32] parameter(0)
+  w = f32[32,32] parameter(1)
+  labels = f32[8,16,32] parameter(2)
+  y = f32[8,16,32] dot(x, w), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  ROOT d = f32[8,16,32] subtract(y, labels)
+})");
+    auto classes = EntryParameterDimensionClasses(*m);
+    QVERIFY2(classes.ok(), classes.ok() ? "" : classes.error().message.c_str());
+    // Batch, sequence, the contracted width (x's and w's rows), the output width (w's columns, the labels').
+    QCOMPARE(classes->size(), size_t{4});
+    QCOMPARE((*classes)[0].size, int64_t{8});
+    QCOMPARE((*classes)[0].dims, (std::vector<std::string>{"x:0", "labels:0"}));
+    QCOMPARE((*classes)[2].dims, (std::vector<std::string>{"x:2", "w:0"}));
+    QCOMPARE((*classes)[3].dims, (std::vector<std::string>{"w:1", "labels:2"}));
+    ScaleDimsOptions o;
+    o.factors["labels:0"] = 4;
+    auto s = ScaleModuleDims(*m, 1, o);
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().message.c_str());
+    QCOMPARE(ShapeOf(*s->module, "x"), std::string("f32[32,16,32]"));
+    QCOMPARE(ShapeOf(*s->module, "w"), std::string("f32[32,32]"));
+    QCOMPARE(ShapeOf(*s->module, "d"), std::string("f32[32,16,32]"));
+    QCOMPARE(s->scaled_parameter_dims, int64_t{2});
+    // With k: the given factor for its class, k for the others.
+    auto both = ScaleModuleDims(*m, 2, o);
+    QVERIFY(both.ok());
+    QCOMPARE(ShapeOf(*both->module, "x"), std::string("f32[32,32,64]"));
+    o.factors["x:0"] = 2;
+    auto clash = ScaleModuleDims(*m, 1, o);
+    QVERIFY(!clash.ok());
+    QVERIFY2(clash.error().message.find("same dimension") != std::string::npos, clash.error().message.c_str());
+    ScaleDimsOptions unknown;
+    unknown.factors["z:0"] = 2;
+    QVERIFY(!ScaleModuleDims(*m, 1, unknown).ok());
+    unknown.factors = {{"x:3", 2}};
+    QVERIFY2(ScaleModuleDims(*m, 1, unknown).error().message.find("no dimension 3") != std::string::npos,
+             ScaleModuleDims(*m, 1, unknown).error().message.c_str());
+  }
+
   // What cannot be scaled says where: a collective (the module is already partitioned), a custom
   // call whose result is its own (not its one operand's shape, which scales with it), a scale below 1.
   void errorsNameTheInstruction() {

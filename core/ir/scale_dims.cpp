@@ -52,6 +52,7 @@ class Scaler {
     if (auto e = Unify()) return *e;
     for (int64_t n : pins_)
       if (n >= 0 && n < static_cast<int64_t>(old_.size())) Pin(n);
+    if (auto e = ClassFactors()) return *e;
     if (auto e = Propagate()) return *e;
     if (!conflicts_.empty()) return Error(conflicts_.front());
     ScaledModule out;
@@ -173,6 +174,66 @@ class Scaler {
   }
   static bool Contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
+  // The entry parameter's node for "param:dim", or an error naming what is wrong with it.
+  Result<int64_t> ParameterNode(const std::string& key) const {
+    const size_t colon = key.rfind(':');
+    if (colon == std::string::npos) return Error("'" + key + "' is not PARAMETER:DIM (e.g. x:0)");
+    const std::string name = key.substr(0, colon);
+    int64_t dim = -1;
+    try {
+      size_t used = 0;
+      dim = std::stoll(key.substr(colon + 1), &used);
+      if (used != key.size() - colon - 1) dim = -1;
+    } catch (...) {
+      dim = -1;
+    }
+    for (const Instruction* p : m_.entry()->parameters())
+      if (p->name() == name) {
+        if (p->shape().IsTuple() || dim < 0 || dim >= Rank(p))
+          return Error("'" + key + "': " + name + " is " + p->shape().ToString(false) + ", it has no dimension " +
+                       key.substr(colon + 1));
+        return Node(p, dim);
+      }
+    return Error("'" + key + "': the entry computation has no parameter " + name);
+  }
+
+  std::optional<Error> ClassFactors() {
+    std::unordered_map<int64_t, std::string> given_by;
+    for (const auto& [key, factor] : opts_.factors) {
+      if (factor < 1) return Error("'" + key + "': a factor must be a whole number >= 1");
+      auto n = ParameterNode(key);
+      if (!n.ok()) return n.error();
+      const int64_t r = Find(*n);
+      auto [it, fresh] = factor_.emplace(r, factor);
+      if (!fresh && it->second != factor)
+        return Error("'" + key + "' and '" + given_by[r] + "' are the same dimension (an op uses them together) but are given " +
+                     std::to_string(factor) + " and " + std::to_string(it->second));
+      given_by.emplace(r, key);
+    }
+    return std::nullopt;
+  }
+
+ public:
+  // For EntryParameterDimensionClasses: the classes without sizing anything.
+  Result<std::vector<DimensionClass>> Classes() {
+    Layout();
+    if (auto e = Unify()) return *e;
+    std::vector<DimensionClass> out;
+    std::unordered_map<int64_t, size_t> index;
+    for (const Instruction* p : m_.entry()->parameters()) {
+      for (int64_t l = 0; l < Leaves(p); ++l)
+        for (int64_t d = 0; d < Rank(p, l); ++d) {
+          if (Leaves(p) != 1) continue;  // a tuple parameter's leaves are not named by param:dim
+          const int64_t n = Node(p, d, l), r = Find(n);
+          auto [it, fresh] = index.emplace(r, out.size());
+          if (fresh) out.push_back({old_[n], {}, pinned_[r] != 0 || (window_[r] && !extent_[r])});
+          out[it->second].dims.push_back(p->name() + ":" + std::to_string(d));
+        }
+    }
+    return out;
+  }
+
+ private:
   // ---- which dimensions are the same ----
   std::optional<Error> Unify() {
     for (const auto& c : m_.computations())
@@ -443,6 +504,7 @@ class Scaler {
     if (value_[r]) return value_[r];
     if (pinned_[r]) return old_[node];
     if (derived_[r] && !force) return std::nullopt;
+    if (auto f = factor_.find(r); f != factor_.end()) return old_[node] * f->second;  // the user's, for this class
     if (window_[r] && !extent_[r]) return old_[node];  // a weight's window; not an activation's extent
     return old_[node] >= opts_.min_dim ? old_[node] * k_ : old_[node];
   }
@@ -734,9 +796,18 @@ class Scaler {
   const std::vector<int64_t>& pins_;
   std::vector<int64_t> retry_pins_;
   std::vector<std::string> conflicts_;  // this attempt's, in order
+  std::unordered_map<int64_t, int64_t> factor_;  // class root -> the user's factor
 };
 
 }  // namespace
+
+Result<std::vector<DimensionClass>> EntryParameterDimensionClasses(const Module& module) {
+  if (!module.entry()) return Error("the module has no entry computation");
+  auto copy = module.Clone();
+  const std::vector<int64_t> no_pins;
+  Scaler scaler(*copy, 1, ScaleDimsOptions{}, no_pins);
+  return scaler.Classes();
+}
 
 Result<ScaledModule> ScaleModuleDims(const Module& module, int64_t k, const ScaleDimsOptions& options) {
   if (k < 1) return Error("the scale must be a whole number >= 1, not " + std::to_string(k));

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,7 +41,21 @@ namespace shardscope {
 
 struct ScaleDimsOptions {
   int64_t min_dim = 2;  // entry-parameter dimensions shorter than this keep their size
+  // Factors for single dimensions instead of k, by entry parameter and dimension ("x:0" -> 8: the
+  // batch of x, and every dimension of its class, x8). Members of one class (EntryParameterDimension
+  // Classes) must not be given different factors; 1 keeps a dimension as it is.
+  std::map<std::string, int64_t, std::less<>> factors;
 };
+
+// The entry parameters' dimensions grouped by what must stay equal (the classes the scaling works
+// on): "x:0" and "labels:0" are one class when the batch of x meets the labels' in an op. In the
+// order of the parameters; each class's dimensions by parameter number.
+struct DimensionClass {
+  int64_t size = 0;
+  std::vector<std::string> dims;  // "param:dim"
+  bool fixed = false;             // a constant's or a window's: kept whatever the factor
+};
+Result<std::vector<DimensionClass>> EntryParameterDimensionClasses(const Module& module);
 
 struct ScaledModule {
   std::unique_ptr<Module> module;
