@@ -152,6 +152,26 @@ class TestGuiSimulatedSizes : public QObject {
     QVERIFY2(step.sizes.find("every dimension x4") != std::string::npos, step.sizes.c_str());
     QCOMPARE(step.run->summary.total_flops, 64 * flops);
 
+    // One dimension alone: the dialog lists the module's dimensions class by class (x's rows; x's
+    // columns with w's rows, which a dot contracts; w's columns); x's rows x8 make the dot 8x.
+    QDialog* again = view.simulatedSizes()->openDialog();
+    QVERIFY(again);
+    QCOMPARE(again->findChild<QSpinBox*>("size_scale")->value(), 4);
+    again->findChild<QSpinBox*>("size_scale")->setValue(1);
+    auto* rows = again->findChild<QSpinBox*>("factor_x:0");
+    QVERIFY(rows && again->findChild<QSpinBox*>("factor_x:1") && again->findChild<QSpinBox*>("factor_w:1"));
+    QVERIFY(!again->findChild<QSpinBox*>("factor_w:0"));  // x:1's class
+    QVERIFY2(rows->toolTip().contains("x:0"), qPrintable(rows->toolTip()));
+    rows->setValue(8);
+    AcceptDialog(again);
+    QCOMPARE(session.document()->simulatedSizes().dimension_factors.at("x:0"), int64_t{8});
+    QVERIFY(WaitUntilIdle(session, 120000));
+    const SimulatedStep& one = session.analysis()->simulation();
+    QVERIFY2(one.ok(), one.message.c_str());
+    QCOMPARE(one.run->summary.total_flops, 8 * flops);
+    QVERIFY2(one.sizes == "x:0 x8", one.sizes.c_str());
+    QCOMPARE(view.simulatedSizes()->button()->text(), QString("Sizes: x:0 x8"));
+
     ProjectSimulatedSizes wrong;
     wrong.zoo_settings["batch"] = "64";
     session.document()->setSimulatedSizes(wrong);

@@ -99,6 +99,7 @@ class TestProjectFile : public QObject {
     // The simulated sizes (zoo settings, a scale), when the user set them.
     c.simulated_sizes.zoo_settings = {{"batch", "1024"}, {"model", "8192"}};
     c.simulated_sizes.scale = 4;
+    c.simulated_sizes.dimension_factors = {{"x:0", 8}};
     auto sized = ReadProjectFile(WriteProjectFile(p.module.get(), c), "s.shardscope");
     QVERIFY2(sized.ok(), sized.ok() ? "" : sized.error().message.c_str());
     QVERIFY(sized->contents.simulated_sizes == c.simulated_sizes);
@@ -217,6 +218,9 @@ class TestProjectFile : public QObject {
     QTest::newRow("simulated scale not a whole number")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"simulated_sizes\": {\"scale\": 0}}, \"format\"")
         << ":3:47: error: \"scale\" must be a whole number >= 1";
+    QTest::newRow("simulated dimension factor not a number")
+        << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"simulated_sizes\": {\"dimensions\": {\"x:0\": \"8\"}}}, \"format\"")
+        << "error: the factor of \"x:0\" must be a whole number >= 1";
     QTest::newRow("simulated zoo settings not strings")
         << QString::fromStdString(QtStyleFile("[]")).replace("\"format\"", "\"analysis\": {\"simulated_sizes\": {\"zoo_settings\": {\"batch\": 64}}}, \"format\"")
         << "error: zoo setting \"batch\" must be a string";

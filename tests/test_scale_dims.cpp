@@ -4,6 +4,7 @@
 #include <QDir>
 #include <QDirIterator>
 #include <QFile>
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include <string>
@@ -14,6 +15,7 @@
 #include "core/ir/scale_dims.h"
 #include "core/zoo/zoo.h"
 #include "built_paths.h"
+#include "cli_test_support.h"
 #include "simulator/schedule.h"
 
 using namespace shardscope;
@@ -279,6 +281,36 @@ ENTRY e {
     unknown.factors = {{"x:3", 2}};
     QVERIFY2(ScaleModuleDims(*m, 1, unknown).error().message.find("no dimension 3") != std::string::npos,
              ScaleModuleDims(*m, 1, unknown).error().message.c_str());
+  }
+
+  // The CLI: `simulate --scale-dims K` and `--scale-dim PARAM:DIM=F`, with their errors.
+  void simulateCli() {
+    QTemporaryDir dir;
+    const QString file = dir.filePath("sd.hlo");
+    {
+      QFile f(file);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write("HloModule m, num_partitions=4\nENTRY e {\n  x = f32[256,512] parameter(0), sharding={devices=[4,1]<=[4]}\n"
+              "  w = f32[512,1024] parameter(1), sharding={replicated}\n"
+              "  ROOT y = f32[256,1024] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n");
+    }
+    auto flops = [&](const QStringList& extra) {
+      const auto r = shardscope::testing::RunCli(QStringList{"simulate", file, "--chip", "tpu-v4", "--mesh", "X=4", "--json"} + extra);
+      if (r.code != 0) return -1.0;
+      const QString json = r.out.section('\n', 0, 0);
+      const int at = json.indexOf("\"total_flops\":");
+      return json.mid(at + 14).section(',', 0, 0).toDouble();
+    };
+    const double base = flops({});
+    QVERIFY(base > 0);
+    QCOMPARE(flops({"--scale-dim", "x:0=8"}), 8 * base);
+    QCOMPARE(flops({"--scale-dims", "2", "--scale-dim", "x:0=8"}), 32 * base);  // 8 x 2 x 2
+    const auto bad = shardscope::testing::RunCli({"simulate", file, "--chip", "tpu-v4", "--mesh", "X=4", "--scale-dim", "x:9=2"});
+    QCOMPARE(bad.code, 2);
+    QVERIFY2(bad.err.contains("has no dimension 9"), qPrintable(bad.err));
+    const auto usage = shardscope::testing::RunCli({"simulate", file, "--chip", "tpu-v4", "--mesh", "X=4", "--scale-dim", "x:0"});
+    QVERIFY(usage.code != 0);
+    QVERIFY2(usage.err.contains("PARAMETER:DIM=FACTOR"), qPrintable(usage.err));
   }
 
   // What cannot be scaled says where: a collective (the module is already partitioned), a custom

@@ -14,6 +14,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "core/ir/scale_dims.h"
 #include "core/zoo/zoo.h"
 #include "views/document_model.h"
 
@@ -28,15 +29,6 @@ std::optional<int64_t> IntOf(const std::string& text) {
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || p != text.data() + text.size()) return std::nullopt;
   return v;
-}
-
-// "batch=1024, model=8192; every dimension x4" ("" when empty).
-QString Describe(const ProjectSimulatedSizes& s) {
-  QStringList parts;
-  for (const auto& [k, v] : s.zoo_settings) parts << Q(k) + "=" + Q(v);
-  QString text = parts.join(", ");
-  if (s.scale != 1) text += (text.isEmpty() ? "" : "; ") + QString("every dimension x%1").arg(s.scale);
-  return text;
 }
 
 }  // namespace
@@ -72,7 +64,7 @@ void SimulatedSizesControl::setDocument(DocumentModel* doc) {
 
 void SimulatedSizesControl::loadFromDocument() {
   const ProjectSimulatedSizes s = doc_ ? doc_->simulatedSizes() : ProjectSimulatedSizes{};
-  const QString text = Describe(s);
+  const QString text = Q(s.Describe());
   const QString shown = text.size() > 36 ? text.left(33) + "..." : text;
   button_->setText(text.isEmpty() ? QString("Sizes: the document's") : "Sizes: " + shown);
   button_->setStyleSheet(text.isEmpty() ? QString() : QString("font-weight: bold"));
@@ -138,6 +130,39 @@ QDialog* SimulatedSizesControl::openDialog() {
       built_values[p.name] = *value;
     }
   }
+  // A module the zoo did not build: its own dimensions, class by class (the entry parameters'
+  // dimensions that must stay equal, core/ir/scale_dims.h), each with a factor.
+  std::map<std::string, QSpinBox*> factors;  // by the class's first dimension ("x:0")
+  if (!entry) {
+    auto classes = EntryParameterDimensionClasses(*doc_->module());
+    int shown = 0, more = 0;
+    if (classes.ok()) {
+      for (const DimensionClass& c : *classes) {
+        if (c.fixed || c.size < 2 || c.dims.empty()) continue;
+        if (shown == 16) {
+          ++more;
+          continue;
+        }
+        ++shown;
+        auto* spin = new QSpinBox;
+        spin->setObjectName(Q("factor_" + c.dims.front()));
+        spin->setRange(1, 4096);
+        spin->setPrefix("x");
+        int64_t value = 1;
+        for (const std::string& d : c.dims)
+          if (auto f = current.dimension_factors.find(d); f != current.dimension_factors.end()) value = f->second;
+        spin->setValue(static_cast<int>(value));
+        QStringList names;
+        for (const std::string& d : c.dims) names << Q(d);
+        spin->setToolTip(QString("Dimensions of length %1 that stay equal: %2").arg(c.size).arg(names.join(", ")));
+        QString label = QString("%1: ").arg(c.size) + QStringList(names.mid(0, 3)).join(", ");
+        if (names.size() > 3) label += QString(" and %1 more").arg(names.size() - 3);
+        form->addRow(label, spin);
+        factors[c.dims.front()] = spin;
+      }
+    }
+    if (more > 0) form->addRow(new QLabel(QString("(%1 more dimensions: the factor below scales them)").arg(more)));
+  }
   auto* scale = new QSpinBox;
   scale->setObjectName("size_scale");
   scale->setRange(1, 4096);
@@ -145,17 +170,19 @@ QDialog* SimulatedSizesControl::openDialog() {
   scale->setToolTip("Every dimension of the module's parameters at least 2 long, and what follows from them, times k "
                     "(a constant's data and a weight's window keep their size; dimensions two rules would size "
                     "differently keep theirs too)");
-  form->addRow(entry ? "then scale every dimension by" : "Scale every dimension by", scale);
+  form->addRow(entry ? "then scale every dimension by" : factors.empty() ? "Scale every dimension by" : "Every other dimension by", scale);
   if (!entry)
     form->addRow(new QLabel(built_with ? QString() : QString("(not built by the model zoo: only scaling applies)")));
 
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
   col->addWidget(buttons);
   connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::reject);
-  connect(buttons, &QDialogButtonBox::accepted, dialog, [this, dialog, settings, built_values, scale] {
+  connect(buttons, &QDialogButtonBox::accepted, dialog, [this, dialog, settings, built_values, scale, factors] {
     ProjectSimulatedSizes s;
     for (const auto& [name, spin] : settings)
       if (spin->value() != built_values.at(name)) s.zoo_settings[name] = std::to_string(spin->value());
+    for (const auto& [dim, spin] : factors)
+      if (spin->value() != 1) s.dimension_factors[dim] = spin->value();
     s.scale = scale->value();
     if (doc_) doc_->setSimulatedSizes(s);
     dialog->accept();

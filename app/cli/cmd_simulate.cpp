@@ -102,8 +102,24 @@ int Run(const std::vector<std::string>& in) {
   const bool have_concurrent = TakeOption(args, "concurrent-collectives", &concurrent_text);
   const bool have_trips = TakeOption(args, "trip-count", &trips_text);
   TakeOption(args, "label", &label);
-  std::string scale_text;
-  const bool have_scale = TakeOption(args, "scale-dims", &scale_text);
+  std::string scale_text, dim_text;
+  bool have_scale = TakeOption(args, "scale-dims", &scale_text);
+  ScaleDimsOptions scale_options;
+  while (TakeOption(args, "scale-dim", &dim_text)) {
+    // PARAM:DIM=F: that dimension's class times F.
+    const size_t eq = dim_text.rfind('=');
+    int64_t f = 0;
+    try {
+      size_t used = 0;
+      if (eq != std::string::npos) f = std::stoll(dim_text.substr(eq + 1), &used);
+      if (eq == std::string::npos || used != dim_text.size() - eq - 1) f = 0;
+    } catch (...) {
+      f = 0;
+    }
+    if (f < 1) return UsageError(kName, "--scale-dim takes PARAMETER:DIM=FACTOR (e.g. x:0=8), not '" + dim_text + "'");
+    scale_options.factors[dim_text.substr(0, eq)] = f;
+    have_scale = true;
+  }
   const bool json = TakeFlag(args, "json");
   const bool no_fusion = TakeFlag(args, "no-fusion");
   const bool no_producer_fusion = TakeFlag(args, "no-producer-fusion");
@@ -170,16 +186,16 @@ int Run(const std::vector<std::string>& in) {
   if (have_scale) {
     // The same program at k times its sizes (core/ir/scale_dims.h): simulate at real size what was
     // annotated (and verified) small.
-    int64_t k = 0;
+    int64_t k = scale_text.empty() ? 1 : 0;
     try {
       size_t used = 0;
-      k = std::stoll(scale_text, &used);
-      if (used != scale_text.size()) k = 0;
+      if (!scale_text.empty()) k = std::stoll(scale_text, &used);
+      if (!scale_text.empty() && used != scale_text.size()) k = 0;
     } catch (...) {
       k = 0;
     }
     if (k < 1) return UsageError(kName, "--scale-dims takes a whole number >= 1, not '" + scale_text + "'");
-    auto scaled = ScaleModuleDims(**parsed, k);
+    auto scaled = ScaleModuleDims(**parsed, k, scale_options);
     if (!scaled.ok()) {
       std::cerr << args[0] << ": error: " << scaled.error().message << "\n";
       return 2;
@@ -312,7 +328,7 @@ const bool kRegistered = Register(
      "[--json] [--no-wraparound|--wraparound] [--topology 4x4] [--placement snake|row-major] [--mesh-order Y,X] [--cores-per-chip 2] "
      "[--schedule memory-limit|program-order|memory-list|collectives-early] [--concurrent-collectives K] [--trip-count N] [--no-fusion] [--no-producer-fusion] "
      "[--no-in-place] [--no-donation] [--no-tile-padding] [--no-remat] [--peak-buffers] [--latency-model overlapped|additive] [--one-direction] [--partition|--no-partition] "
-     "[--keep-io-shardings] [--scale-dims K] [--no-while-loop-all-reduce-code-motion] " WINDOWED_EINSUM_OPTION_USAGE " " ALL_REDUCE_COMBINER_OPTION_USAGE " [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
+     "[--keep-io-shardings] [--scale-dims K] [--scale-dim PARAM:DIM=F]... [--no-while-loop-all-reduce-code-motion] " WINDOWED_EINSUM_OPTION_USAGE " " ALL_REDUCE_COMBINER_OPTION_USAGE " [--trace-all-devices] [--label TEXT] [--weight-update-sharding [" WUS_OPTION_USAGE "]]",
      "Simulate one step on a modelled pod (partitioning first when needed); last line: step_time_us: T peak_memory_bytes: B",
      &Run});
 

@@ -377,7 +377,7 @@ void AnalysisJobs::requestSimulation(const QString& chip_name, views::AnalysisMo
   std::shared_ptr<const PartitionResult> partitioned = replicated || wus || !sizes.empty() ? nullptr : currentPartition();
   QString what = replicated ? QString("replicated (no shardings)") : QString("%1 annotations").arg(annotations.size());
   if (wus) what += ", weight-update sharding";
-  if (!sizes.empty()) what += ", at " + Q(pipeline::DescribeSimulatedSizes(sizes));
+  if (!sizes.empty()) what += ", at " + Q(sizes.Describe());
   const std::string label = QString("%1 on %2, mesh %3, %4")
                                 .arg(Q(module->name()), Q(chip), Q(mesh.ToString()), what)
                                 .toStdString();

@@ -5,13 +5,6 @@
 
 namespace shardscope::pipeline {
 
-std::string DescribeSimulatedSizes(const ProjectSimulatedSizes& sizes) {
-  std::string out;
-  for (const auto& [k, v] : sizes.zoo_settings) out += (out.empty() ? "" : ", ") + k + "=" + v;
-  if (sizes.scale != 1) out += (out.empty() ? "x" : "; x") + std::to_string(sizes.scale);
-  return out;
-}
-
 Result<SizedModule> ModuleAtSimulatedSizes(const Module& annotated, std::string_view zoo_model,
                                            const std::optional<ZooOverrides>& built_with,
                                            const ProjectSimulatedSizes& sizes, const CancellationToken& cancel) {
@@ -49,13 +42,16 @@ Result<SizedModule> ModuleAtSimulatedSizes(const Module& annotated, std::string_
   } else {
     out.module = annotated.Clone();
   }
-  if (sizes.scale != 1) {
-    auto scaled = ScaleModuleDims(*out.module, sizes.scale);
+  if (sizes.scale != 1 || !sizes.dimension_factors.empty()) {
+    ScaleDimsOptions options;
+    options.factors = sizes.dimension_factors;
+    auto scaled = ScaleModuleDims(*out.module, sizes.scale, options);
     if (!scaled.ok()) return scaled.error();
     out.module = std::move(scaled->module);
-    out.description += (out.description.empty() ? "" : "; ") + std::string("every dimension x") +
-                       std::to_string(sizes.scale);
-    if (scaled->kept_parameter_dims > 0)
+    ProjectSimulatedSizes scaling = sizes;
+    scaling.zoo_settings.clear();
+    out.description += (out.description.empty() ? "" : "; ") + scaling.Describe();
+    if (sizes.scale != 1 && scaled->kept_parameter_dims > 0)
       out.description += " (" + std::to_string(scaled->kept_parameter_dims) + " parameter dimensions kept their size)";
   }
   return out;

@@ -34,7 +34,4 @@ Result<SizedModule> ModuleAtSimulatedSizes(const Module& annotated, std::string_
                                            const std::optional<ZooOverrides>& built_with,
                                            const ProjectSimulatedSizes& sizes, const CancellationToken& cancel = {});
 
-// "batch=1024, model=8192; x4" (the sizes as one line; "" when empty).
-std::string DescribeSimulatedSizes(const ProjectSimulatedSizes& sizes);
-
 }  // namespace shardscope::pipeline

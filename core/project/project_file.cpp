@@ -137,6 +137,14 @@ class ProjectReader {
           if (!v || *v < 1) return At(scale->position(), "\"scale\" must be a whole number >= 1");
           c.simulated_sizes.scale = *v;
         }
+        if (const json::Value* dims = sizes->Find("dimensions")) {
+          if (!dims->is_object()) return At(dims->position(), "\"dimensions\" must be an object of factors, e.g. {\"x:0\": 8}");
+          for (const json::Member& m : dims->members()) {
+            const auto v = m.value.AsInt64();
+            if (!v || *v < 1) return At(m.value.position(), "the factor of \"" + m.key + "\" must be a whole number >= 1");
+            c.simulated_sizes.dimension_factors[m.key] = *v;
+          }
+        }
       }
     }
     return p;
@@ -217,6 +225,18 @@ std::string QualifiedInstructionName(const Module& module, const Instruction& in
   return inst.name();
 }
 
+std::string ProjectSimulatedSizes::Describe() const {
+  std::string out;
+  for (const auto& [k, v] : zoo_settings) out += (out.empty() ? "" : ", ") + k + "=" + v;
+  std::string dims;
+  for (const auto& [k, f] : dimension_factors) dims += (dims.empty() ? "" : ", ") + k + " x" + std::to_string(f);
+  if (!dims.empty()) out += (out.empty() ? "" : "; ") + dims;
+  if (scale != 1)
+    out += (out.empty() ? "" : "; ") + std::string(dims.empty() ? "every dimension x" : "every other dimension x") +
+           std::to_string(scale);
+  return out;
+}
+
 Result<Project> ReadProjectFile(std::string_view json_text, std::string_view where) {
   return ProjectReader(where).Read(json_text);
 }
@@ -280,6 +300,11 @@ std::string WriteProjectFile(const Module* module, const ProjectContents& conten
         add(sizes, "zoo_settings", json::Value::Object(std::move(zoo)));
       }
       if (contents.simulated_sizes.scale != 1) add(sizes, "scale", json::Value::Integer(contents.simulated_sizes.scale));
+      if (!contents.simulated_sizes.dimension_factors.empty()) {
+        std::vector<json::Member> dims;
+        for (const auto& [k, v] : contents.simulated_sizes.dimension_factors) add(dims, k, json::Value::Integer(v));
+        add(sizes, "dimensions", json::Value::Object(std::move(dims)));
+      }
       add(analysis, "simulated_sizes", json::Value::Object(std::move(sizes)));
     }
     if (!analysis.empty()) add(root, "analysis", json::Value::Object(std::move(analysis)));

@@ -12,7 +12,8 @@
 //                              "wraparound": false,               departs from the generation's
 //                              "shape": [4, 8] },                 default; each member optional)
 //                   "simulated_sizes": { "zoo_settings": {"batch": "1024"},  (optional; the sizes
-//                                        "scale": 4 } } }        the simulation runs at, when not the module's)
+//                                        "scale": 4, "dimensions": {"x:0": 8} } } }  the simulation
+//                                                                runs at, when not the module's)
 //
 // Plain C++ (no Qt): the GUI's session reads and writes it through here, and so can any tool.
 // Reading never aborts: every error is "WHERE:LINE:COLUMN: error: ..." pointing into the JSON, or
@@ -63,7 +64,12 @@ struct ProjectSliceOverride {
 struct ProjectSimulatedSizes {
   std::map<std::string, std::string, std::less<>> zoo_settings;
   int64_t scale = 1;
-  bool empty() const { return zoo_settings.empty() && scale == 1; }
+  // Single dimensions' factors, by entry parameter and dimension ("x:0" -> 8; each applies to its
+  // dimension's class, core/ir/scale_dims.h); the others take `scale`.
+  std::map<std::string, int64_t, std::less<>> dimension_factors;
+  bool empty() const { return zoo_settings.empty() && scale == 1 && dimension_factors.empty(); }
+  // One line: "batch=1024, model=8192; x:0 x8; every other dimension x2" ("" when empty).
+  std::string Describe() const;
   bool operator==(const ProjectSimulatedSizes&) const = default;
 };
 
