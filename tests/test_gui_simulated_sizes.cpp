@@ -14,6 +14,8 @@
 
 #include "app/gui/project_file.h"
 #include "app/gui/session.h"
+#include "core/ir/hlo_text.h"
+#include "core/zoo/zoo.h"
 #include "gui_test_support.h"
 #include "simulator/hardware.h"
 #include "views/analysis_model.h"
@@ -180,6 +182,32 @@ class TestGuiSimulatedSizes : public QObject {
     QVERIFY(!failed.ok());
     QVERIFY(failed.sizes_failed);
     QVERIFY2(failed.message.find("model zoo") != std::string::npos, failed.message.c_str());
+  }
+
+  // A Transformer read from its HLO text (no zoo settings): each layer's weights are their own
+  // classes, and the dialog gives the same dimension of every layer one row (the heads of layer 0
+  // and layer 1), whose factor goes to each layer's class.
+  void layersShareARow() {
+    Session session;
+    SimulationView view;
+    view.setModels(session.document(), session.analysis(), session.runs());
+    auto built = ZooBuild("transformer", {{"layers", "2"}});
+    QVERIFY(built.ok());
+    QVERIFY(session.loadHloText(QString::fromStdString(PrintHloModule(**built)), "t.hlo").ok());
+    QVERIFY(WaitUntilIdle(session, 60000));
+    QDialog* d = view.simulatedSizes()->openDialog();
+    QVERIFY(d);
+    auto* heads = d->findChild<QSpinBox*>("factor_layer0_wqkv:2");
+    QVERIFY(heads);
+    QVERIFY(!d->findChild<QSpinBox*>("factor_layer1_wqkv:2"));
+    QVERIFY2(heads->toolTip().contains("2 classes, one per layer") && heads->toolTip().contains("layer1_wqkv:2"),
+             qPrintable(heads->toolTip()));
+    heads->setValue(2);
+    AcceptDialog(d);
+    const auto& f = session.document()->simulatedSizes().dimension_factors;
+    QCOMPARE(f.at("layer0_wqkv:2"), int64_t{2});
+    QCOMPARE(f.at("layer1_wqkv:2"), int64_t{2});
+    QCOMPARE(f.size(), size_t{2});
   }
 };
 

@@ -1,7 +1,10 @@
 #include "views/simulated_sizes_control.h"
 
 #include <charconv>
+#include <algorithm>
+#include <cctype>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 
@@ -132,36 +135,66 @@ QDialog* SimulatedSizesControl::openDialog() {
   }
   // A module the zoo did not build: its own dimensions, class by class (the entry parameters'
   // dimensions that must stay equal, core/ir/scale_dims.h), each with a factor.
-  std::map<std::string, QSpinBox*> factors;  // by the class's first dimension ("x:0")
+  std::vector<std::pair<QSpinBox*, std::vector<std::string>>> factors;  // a row's spin box, its classes' first dimensions
   if (!entry) {
     auto classes = EntryParameterDimensionClasses(*doc_->module());
-    int shown = 0, more = 0;
+    // Classes that differ only by a layer's number ("layer0_wi:1", "layer1_wi:1") are one row:
+    // the same dimension of every layer.
+    struct Row {
+      int64_t size = 0;
+      QStringList names;               // every dimension of every class of the row
+      std::vector<std::string> firsts;  // each class's first dimension (the key of its factor)
+      int64_t value = 1;
+    };
+    std::vector<Row> rows;
+    std::map<std::string, size_t> row_of;
     if (classes.ok()) {
       for (const DimensionClass& c : *classes) {
         if (c.fixed || c.size < 2 || c.dims.empty()) continue;
-        if (shown == 16) {
-          ++more;
-          continue;
+        std::set<std::string> patterns;
+        for (const std::string& d : c.dims) {
+          const size_t colon = d.rfind(':');
+          std::string name;
+          for (size_t k = 0; k < colon; ++k) {
+            if (std::isdigit(static_cast<unsigned char>(d[k]))) {
+              if (name.empty() || name.back() != '#') name += '#';
+            } else {
+              name += d[k];
+            }
+          }
+          patterns.insert(name + d.substr(colon));
         }
-        ++shown;
-        auto* spin = new QSpinBox;
-        spin->setObjectName(Q("factor_" + c.dims.front()));
-        spin->setRange(1, 4096);
-        spin->setPrefix("x");
-        int64_t value = 1;
-        for (const std::string& d : c.dims)
-          if (auto f = current.dimension_factors.find(d); f != current.dimension_factors.end()) value = f->second;
-        spin->setValue(static_cast<int>(value));
-        QStringList names;
-        for (const std::string& d : c.dims) names << Q(d);
-        spin->setToolTip(QString("Dimensions of length %1 that stay equal: %2").arg(c.size).arg(names.join(", ")));
-        QString label = QString("%1: ").arg(c.size) + QStringList(names.mid(0, 3)).join(", ");
-        if (names.size() > 3) label += QString(" and %1 more").arg(names.size() - 3);
-        form->addRow(label, spin);
-        factors[c.dims.front()] = spin;
+        std::string key = std::to_string(c.size);
+        for (const std::string& p : patterns) key += "|" + p;
+        auto [it, fresh] = row_of.emplace(key, rows.size());
+        if (fresh) rows.push_back(Row{c.size, {}, {}, 1});
+        Row& row = rows[it->second];
+        row.firsts.push_back(c.dims.front());
+        for (const std::string& d : c.dims) {
+          row.names << Q(d);
+          if (auto f = current.dimension_factors.find(d); f != current.dimension_factors.end()) row.value = f->second;
+        }
       }
     }
-    if (more > 0) form->addRow(new QLabel(QString("(%1 more dimensions: the factor below scales them)").arg(more)));
+    const size_t shown = std::min<size_t>(rows.size(), 16);
+    for (size_t r = 0; r < shown; ++r) {
+      const Row& row = rows[r];
+      auto* spin = new QSpinBox;
+      spin->setObjectName(Q("factor_" + row.firsts.front()));
+      spin->setRange(1, 4096);
+      spin->setPrefix("x");
+      spin->setValue(static_cast<int>(row.value));
+      spin->setToolTip(QString("Dimensions of length %1 that stay equal%2: %3")
+                           .arg(row.size)
+                           .arg(row.firsts.size() > 1 ? QString(" (%1 classes, one per layer)").arg(row.firsts.size()) : QString())
+                           .arg(row.names.join(", ")));
+      QString label = QString("%1: ").arg(row.size) + QStringList(row.names.mid(0, 3)).join(", ");
+      if (row.names.size() > 3) label += QString(" and %1 more").arg(row.names.size() - 3);
+      form->addRow(label, spin);
+      factors.push_back({spin, row.firsts});
+    }
+    if (rows.size() > shown)
+      form->addRow(new QLabel(QString("(%1 more dimensions: the factor below scales them)").arg(rows.size() - shown)));
   }
   auto* scale = new QSpinBox;
   scale->setObjectName("size_scale");
@@ -171,8 +204,6 @@ QDialog* SimulatedSizesControl::openDialog() {
                     "(a constant's data and a weight's window keep their size; dimensions two rules would size "
                     "differently keep theirs too)");
   form->addRow(entry ? "then scale every dimension by" : factors.empty() ? "Scale every dimension by" : "Every other dimension by", scale);
-  if (!entry)
-    form->addRow(new QLabel(built_with ? QString() : QString("(not built by the model zoo: only scaling applies)")));
 
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
   col->addWidget(buttons);
@@ -181,8 +212,9 @@ QDialog* SimulatedSizesControl::openDialog() {
     ProjectSimulatedSizes s;
     for (const auto& [name, spin] : settings)
       if (spin->value() != built_values.at(name)) s.zoo_settings[name] = std::to_string(spin->value());
-    for (const auto& [dim, spin] : factors)
-      if (spin->value() != 1) s.dimension_factors[dim] = spin->value();
+    for (const auto& [spin, dims] : factors)
+      if (spin->value() != 1)
+        for (const std::string& dim : dims) s.dimension_factors[dim] = spin->value();
     s.scale = scale->value();
     if (doc_) doc_->setSimulatedSizes(s);
     dialog->accept();
