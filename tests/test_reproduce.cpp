@@ -208,6 +208,26 @@ ENTRY e {
     QVERIFY2(b.err.contains("no setting for mesh axis 'Z'"), qPrintable(b.err));
   }
 
+  // `max-batch FILE.hlo --dim x:0`: a module the zoo did not build (here the same Table 2 64B
+  // model, written at batch 8 and read back as HLO) has its batch class scaled in multiples of 8 —
+  // and finds the 72 the zoo's rebuilt models find (maxBatchCliFollowsTheMesh).
+  void maxBatchOfAModuleFile() {
+    using shardscope::testing::RunCli;
+    QTemporaryDir dir;
+    const QString file = dir.filePath("t2.hlo");
+    auto built = RunCli({"zoo", "build", "transformer", "--set", "mesh_x=8", "--set", "mesh_y=16", "--set", "batch=8",
+                         "--set", "layers=32", "--set", "model=8192", "--set", "hidden=65536", "--set", "heads=128",
+                         "--set", "head_dim=256", "--set", "seq=1024", "--set", "dtype=f32", "--set", "act_dtype=bf16",
+                         "--set", "optimizer=sgd", "-o", file});
+    QVERIFY2(built.code == 0, qPrintable(built.err));
+    auto t = RunCli({"max-batch", file, "--dim", "x:0", "--chip", "tpu-v3", "--mesh", "X=8,Y=16", "--cores-per-chip", "2"});
+    QVERIFY2(t.code == 0, qPrintable(t.out + t.err));
+    QVERIFY2(t.out.contains("x:0 = 80 does not fit") && t.out.contains("max_batch: 72\n"), qPrintable(t.out));
+    auto bad = RunCli({"max-batch", file, "--dim", "y:0", "--chip", "tpu-v3", "--mesh", "X=8,Y=16", "--cores-per-chip", "2"});
+    QCOMPARE(bad.code, 2);
+    QVERIFY2(bad.err.contains("'y:0' is not a dimension of an entry parameter"), qPrintable(bad.err));
+  }
+
   // `reproduce NAME --verify`: each zoo column's sharding checked numerically on its small twin
   // (app/pipeline/small_twin.h) before the table, whose last line stays "worst: P%".
   void reproduceVerifiesOnSmallTwins() {

@@ -1,5 +1,7 @@
 // shardscope-cli max-batch MODEL --chip CHIP --mesh X=8,Y=16 [--cores-per-chip 2] [--set k=v ...]
 //                          [--step N] [--limit N]
+// shardscope-cli max-batch FILE.hlo --dim x:0 --chip CHIP --mesh ... (a module the zoo did not
+// build: its dimension's class grows by multiples of its size, core/ir/scale_dims.h)
 // The model's mesh settings follow --mesh (core/zoo/zoo.h, ZooOverridesForMesh).
 #include <cstdio>
 #include <iostream>
@@ -9,6 +11,7 @@
 #include "app/cli/cli.h"
 #include "app/cli/slice_options.h"
 #include "app/pipeline/reproduce.h"
+#include "core/ir/hlo_text.h"
 #include "core/sharding/mesh.h"
 #include "core/zoo/zoo.h"
 
@@ -39,8 +42,43 @@ int Run(const std::vector<std::string>& arguments) {
   TakeOption(args, "cores-per-chip", &cores);
   const bool have_step = TakeOption(args, "step", &step_text);
   TakeOption(args, "limit", &limit_text);
+  std::string dim;
+  const bool have_dim = TakeOption(args, "dim", &dim);
   if (int rc = RejectUnknownOptions(kName, args)) return rc;
-  if (args.size() != 1) return UsageError(kName, "expected one zoo model name (zoo list shows them)");
+  if (args.size() != 1) return UsageError(kName, "expected one zoo model name (zoo list shows them) or FILE.hlo --dim PARAM:DIM");
+  if (have_dim) {
+    // A module from a file: the class of dimension `dim` grows by whole multiples of its size.
+    if (!c.settings.empty()) return UsageError(kName, "--set is for zoo models; a module's batch is --dim PARAM:DIM");
+    std::string text;
+    if (!ReadFile(args[0], &text)) return 2;
+    auto module = ParseHloModule(text, args[0]);
+    if (!module.ok()) {
+      std::cerr << module.error().message << "\n";
+      return 2;
+    }
+    c.label = args[0];
+    c.chip = chip;
+    c.mesh = mesh;
+    if (!ParseInt(cores, 1, &c.cores_per_chip)) return UsageError(kName, "--cores-per-chip must be 1 or 2");
+    int64_t limit = 0;
+    if (!ParseInt(limit_text, 1, &limit)) return UsageError(kName, "--limit takes a positive integer");
+    auto r = pipeline::FindMaxBatchOfModule(**module, dim, c, limit);
+    if (!r.ok()) {
+      std::cerr << args[0] << ": error: " << r.error().message << "\n";
+      return 2;
+    }
+    std::cout << "HBM per device: " << Gb(r->device_hbm_bytes) << "; " << r->simulations << " simulations (" << dim
+              << " and the dimensions that must equal it, in multiples of its size)\n";
+    if (r->batch == 0) {
+      std::cout << "no size fits: " << dim << " = " << r->next_batch << " peaks at " << Gb(r->next_peak_bytes) << "\n";
+    } else {
+      std::cout << dim << " = " << r->batch << " fits: peak " << Gb(r->peak_memory_bytes) << "\n";
+      if (r->reached_limit) std::cout << "every size up to the limit " << limit << " fits\n";
+      else std::cout << dim << " = " << r->next_batch << " does not fit: peak " << Gb(r->next_peak_bytes) << "\n";
+    }
+    std::cout << "max_batch: " << r->batch << "\n";
+    return 0;
+  }
   c.model = args[0];
   c.label = args[0];
   c.chip = chip;
@@ -79,8 +117,8 @@ int Run(const std::vector<std::string>& arguments) {
 }
 
 const bool registered = Register(
-    {kName, "MODEL --chip CHIP --mesh X=8,Y=16 [--cores-per-chip 2] [--set KEY=VALUE ...] [--step N] [--limit N]",
-     "The largest global batch of a zoo model whose simulated peak memory fits the chip's HBM (last line: max_batch: B)",
+    {kName, "MODEL --chip CHIP --mesh X=8,Y=16 [--cores-per-chip 2] [--set KEY=VALUE ...] [--step N] [--limit N] | FILE.hlo --dim PARAM:DIM --chip CHIP --mesh ... [--limit N]",
+     "The largest global batch of a zoo model (or of a module's dimension PARAM:DIM, in multiples of its size) whose simulated peak memory fits the chip's HBM (last line: max_batch: B)",
      &Run});
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "app/pipeline/pipeline.h"
 #include "app/pipeline/propagate.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
+#include "core/ir/scale_dims.h"
 #include "core/sharding/mesh.h"
 #include "core/zoo/zoo.h"
 #include "simulator/hardware.h"
@@ -596,6 +597,53 @@ Result<TwinVerification> VerifyColumnOnSmallTwin(const ReproduceColumn& column, 
   return VerifySmallTwin(column.model, column.settings, **full, (*full)->num_partitions, TwinVerifyLimits(), cancel);
 }
 
+namespace {
+// The largest multiple of `step` up to `limit` that fits: doubling from one step, then bisection
+// between the last fitting and the first failing multiple. `fits(batch, &peak)`; an error stops the
+// search (out.error).
+template <typename Fits>
+void LargestFitting(int64_t step, int64_t limit, Fits&& fits, MaxBatchResult& out) {
+  int64_t good = 0, bad = 0, peak = 0;
+  for (int64_t k = 1; k * step <= limit; k *= 2) {
+    auto f = fits(k * step, &peak);
+    if (!f.ok()) {
+      out.error = f.error().message;
+      return;
+    }
+    if (!f.value()) {
+      bad = k;
+      out.next_batch = k * step;
+      out.next_peak_bytes = peak;
+      break;
+    }
+    good = k;
+    out.batch = k * step;
+    out.peak_memory_bytes = peak;
+  }
+  if (bad == 0) {
+    out.reached_limit = true;
+    return;
+  }
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    auto f = fits(mid * step, &peak);
+    if (!f.ok()) {
+      out.error = f.error().message;
+      return;
+    }
+    if (f.value()) {
+      good = mid;
+      out.batch = mid * step;
+      out.peak_memory_bytes = peak;
+    } else {
+      bad = mid;
+      out.next_batch = mid * step;
+      out.next_peak_bytes = peak;
+    }
+  }
+}
+}  // namespace
+
 Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step, int64_t limit, const CancellationToken& cancel) {
   if (step < 1) return Error("the batch step must be at least 1");
   if (limit < step) return Error("the batch limit " + std::to_string(limit) + " is below the step " + std::to_string(step));
@@ -634,46 +682,52 @@ Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step,
     *peak = run->summary.peak_memory_bytes;
     return run->summary.fits();
   };
-  // Doubling from one step, then bisection between the last fitting and the first failing multiple.
-  int64_t good = 0, bad = 0, peak = 0;
-  for (int64_t k = 1; k * step <= limit; k *= 2) {
-    auto f = fits(k * step, &peak);
-    if (!f.ok()) return f.error();
-    if (!f.value()) {
-      bad = k;
-      out.next_batch = k * step;
-      out.next_peak_bytes = peak;
-      break;
-    }
-    good = k;
-    out.batch = k * step;
-    out.peak_memory_bytes = peak;
-  }
-  // The batches found, as global batches.
-  auto global = [&]() -> MaxBatchResult& {
-    out.batch *= out.per_setting;
-    out.next_batch *= out.per_setting;
-    return out;
+  LargestFitting(step, limit, fits, out);
+  if (!out.error.empty()) return Error(out.error);
+  out.batch *= out.per_setting;
+  out.next_batch *= out.per_setting;
+  return out;
+}
+
+Result<MaxBatchResult> FindMaxBatchOfModule(const Module& module, const std::string& dim, const ReproduceColumn& pod,
+                                            int64_t limit, const CancellationToken& cancel) {
+  auto classes = EntryParameterDimensionClasses(module);
+  if (!classes.ok()) return classes.error();
+  int64_t size = 0;
+  for (const DimensionClass& c : *classes)
+    if (std::find(c.dims.begin(), c.dims.end(), dim) != c.dims.end()) size = c.size;
+  if (size < 1) return Error("'" + dim + "' is not a dimension of an entry parameter (PARAMETER:DIM, e.g. x:0)");
+  if (limit < size) return Error("the batch limit " + std::to_string(limit) + " is below " + dim + "'s size " + std::to_string(size));
+  DeviceMesh mesh;
+  auto topology = ColumnSlice(pod, &mesh);
+  if (!topology.ok()) return topology.error();
+  MaxBatchResult out;
+  out.setting = dim;
+  // Whole multiples of the dimension's size: each a scaled copy of the module, partitioned and simulated.
+  auto fits = [&](int64_t batch, int64_t* peak) -> Result<bool> {
+    ScaleDimsOptions scaling;
+    scaling.factors[dim] = batch / size;
+    auto scaled = ScaleModuleDims(module, 1, scaling);
+    if (!scaled.ok()) return Error(dim + " " + std::to_string(batch) + ": " + scaled.error().message);
+    scaled->module->num_partitions = topology->num_devices();
+    PipelineOptions o;
+    o.propagation = StandardPropagationOptions(EntryIo::kShard);
+    o.partitioning = Partitioning::kAlways;
+    o.topology = topology.value();
+    SimulationOptions so;
+    so.mesh_text = mesh.ToString();
+    so.label = module.name() + " at " + dim + " = " + std::to_string(batch);
+    o.simulation = so;
+    auto r = RunPipeline(std::move(scaled->module), o, cancel);
+    if (!r.ok()) return Error(dim + " " + std::to_string(batch) + ": " + r.FailureText());
+    ++out.simulations;
+    out.device_hbm_bytes = r.simulation->run.summary.device_hbm_bytes;
+    *peak = r.simulation->run.summary.peak_memory_bytes;
+    return r.simulation->run.summary.fits();
   };
-  if (bad == 0) {
-    out.reached_limit = true;
-    return global();
-  }
-  while (bad - good > 1) {
-    const int64_t mid = good + (bad - good) / 2;
-    auto f = fits(mid * step, &peak);
-    if (!f.ok()) return f.error();
-    if (f.value()) {
-      good = mid;
-      out.batch = mid * step;
-      out.peak_memory_bytes = peak;
-    } else {
-      bad = mid;
-      out.next_batch = mid * step;
-      out.next_peak_bytes = peak;
-    }
-  }
-  return global();
+  LargestFitting(size, limit, fits, out);
+  if (!out.error.empty()) return Error(out.error);
+  return out;
 }
 
 const std::vector<ReproduceCase>& ReproduceCases() {

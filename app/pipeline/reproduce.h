@@ -170,6 +170,7 @@ struct MaxBatchResult {
   // microbatches x microbatch (`per_setting` = microbatches; 1 for "batch").
   std::string setting = "batch";
   int64_t per_setting = 1;
+  std::string error;  // internal: why the search stopped
 };
 // The largest global batch, a multiple of `step` (the data-parallel axis, so every device gets
 // whole rows) and at most `limit`, whose simulated peak fits the device's HBM: the zoo setting
@@ -178,6 +179,13 @@ struct MaxBatchResult {
 // full simulation at real size.
 Result<MaxBatchResult> FindMaxBatch(ReproduceColumn configuration, int64_t step, int64_t limit,
                                     const CancellationToken& cancel = {});
+
+// The same for a module the zoo did not build: the class of the entry-parameter dimension `dim`
+// ("x:0": x's batch and every dimension that must equal it, core/ir/scale_dims.h) grows by whole
+// multiples of its size (doubling, then bisection), up to `limit`; each try is the module scaled,
+// partitioned and simulated on `pod`'s chip, mesh and cores per chip. `setting` is `dim`.
+Result<MaxBatchResult> FindMaxBatchOfModule(const Module& module, const std::string& dim, const ReproduceColumn& pod,
+                                            int64_t limit, const CancellationToken& cancel = {});
 
 // The table people read: one line per published figure (published, simulated, difference,
 // within the tolerance or not), "does not fit" where a peak exceeds the chip's HBM, and the last
