@@ -371,7 +371,7 @@ class Scaler {
             // operand's it takes whole.
             const GatherDimensionNumbers& g = i->gather_dims;
             const Instruction *operand_in = operand(0), *indices = operand(1);
-            if (g.index_vector_dim < Rank(indices)) Pin(Node(indices, g.index_vector_dim));
+            if (g.index_vector_dim >= 0 && g.index_vector_dim < Rank(indices)) Pin(Node(indices, g.index_vector_dim));
             std::vector<int64_t> batch_in, offset_in;
             for (int64_t d = 0; d < Rank(indices); ++d)
               if (d != g.index_vector_dim) batch_in.push_back(d);
@@ -402,7 +402,7 @@ class Scaler {
             if (inputs < 1) break;
             for (int64_t n = 0; n < Leaves(i) && n < inputs; ++n) UniteLeaf(operand(n), 0, i, n);
             const Instruction* indices = operand(inputs);
-            if (sd.index_vector_dim < Rank(indices)) Pin(Node(indices, sd.index_vector_dim));
+            if (sd.index_vector_dim >= 0 && sd.index_vector_dim < Rank(indices)) Pin(Node(indices, sd.index_vector_dim));
             std::vector<int64_t> batch_in, window_in;
             for (int64_t d = 0; d < Rank(indices); ++d)
               if (d != sd.index_vector_dim) batch_in.push_back(d);
