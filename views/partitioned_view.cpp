@@ -243,7 +243,9 @@ void PartitionedView::showVerdict() {
       colour = "#ef6c00";
       break;
     case S::kSkipped:
-      text = "not verified (too large)";
+      // Beyond the size limits, or nothing to compare (a module reading infeed, ...): the reason
+      // is the tooltip.
+      text = v.reason.rfind("too large", 0) == 0 ? "not verified (too large)" : "not verified (not checkable)";
       colour = "#757575";
       break;
     case S::kNotRun:

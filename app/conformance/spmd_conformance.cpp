@@ -333,6 +333,10 @@ void RunCase(const CaseFiles& files, const ConformanceOptions& options, CaseResu
     if (options.verify_max_elements <= 0 || LargestArray(*m) > options.verify_max_elements || !r->unsupported.empty()) {
       continue;
     }
+    if (auto why = WhyNotNumericallyVerifiable(*m)) {
+      r->notes.push_back("not verified numerically: " + *why);
+      continue;
+    }
     auto v = VerifyPartitioned(*m, *part->module, run.num_partitions, 7);
     if (!v.ok()) {
       r->notes.push_back("not verified numerically: " + v.error().message);

@@ -62,6 +62,11 @@ VerificationVerdict Verify(const Module& original, const Module& spmd, int64_t d
     return v;
   }
   const auto t0 = std::chrono::steady_clock::now();
+  if (auto why = WhyNotNumericallyVerifiable(original)) {
+    v.state = VerificationVerdict::State::kSkipped;
+    v.reason = "not checkable numerically: " + *why;
+    return v;
+  }
   if (options.max_flops > 0 || options.max_elements > 0) {
     // Cheap upper bounds of what the evaluator would do.
     double elements = 0;

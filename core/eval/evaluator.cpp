@@ -2252,6 +2252,10 @@ Result<Tensor> Evaluator::Dispatch(const Instruction& inst, const std::vector<co
       return *ops[0];
     }
     case Opcode::kAfterAll: return Tensor::Token();
+    // Host transfers: outfeed's data leaves the device (the device sees only the token it returns);
+    // infeed's comes from a host the evaluator does not have.
+    case Opcode::kOutfeed: return Tensor::Token();
+    case Opcode::kInfeed: return Error("infeed reads data its host streams in at run time; the evaluator has no host to read it from");
     case Opcode::kPartitionId: return Tensor::Scalar(inst.shape().IsArray() ? inst.shape().type : PrimitiveType::kU32, static_cast<double>(options_.partition_id));
     case Opcode::kReplicaId: return Tensor::Scalar(inst.shape().IsArray() ? inst.shape().type : PrimitiveType::kU32, static_cast<double>(options_.replica_id));
     case Opcode::kGetDimensionSize: {

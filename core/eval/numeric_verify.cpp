@@ -523,11 +523,27 @@ int64_t MaxReductionSize(const Module& module) {
   return best;
 }
 
+std::optional<std::string> WhyNotNumericallyVerifiable(const Module& module) {
+  for (const auto& c : module.computations()) {
+    for (const auto& inst : c->instructions()) {
+      if (inst->opcode() == Opcode::kInfeed)
+        return "the module reads infeed (%" + inst->name() +
+               "), data its host streams in at run time; the evaluator has no host to read it from";
+      if (inst->opcode() == Opcode::kOutfeed)
+        return "the module sends data to its host by outfeed (%" + inst->name() +
+               "); the evaluator does not compare what a partitioned program sends, so its outputs alone would not "
+               "show the program correct";
+    }
+  }
+  return std::nullopt;
+}
+
 Result<VerifyReport> VerifyPartitioned(const Module& original, const Module& spmd, int64_t num_devices, uint64_t seed,
                                        const NumericVerifyOptions& options) {
   const Computation* oe = original.entry();
   const Computation* se = spmd.entry();
   if (!oe || !se) return Error("verify: both modules need an entry computation");
+  if (auto why = WhyNotNumericallyVerifiable(original)) return Error("verify: not checkable numerically: " + *why);
   if (num_devices < 1) return Error("verify: need at least one device");
   if (oe->parameters().size() != se->parameters().size())
     return Error("verify: the original takes " + std::to_string(oe->parameters().size()) + " parameter(s), the SPMD program " +

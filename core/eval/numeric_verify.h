@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,6 +55,13 @@ struct NumericVerifyOptions {
   double int_full_range_share = 0.5;
   uint64_t rng_seed = 0x5eedULL;  // for the rng op on both sides
 };
+
+// Why `module` cannot be checked numerically whatever its size, or nullopt when it can: it reads
+// data by infeed (streamed from the host at run time: the evaluator has no host to read it from)
+// or sends data by outfeed (what a partitioned program sends its host is not compared, so a match
+// of the outputs alone would say too much). VerifyPartitioned refuses such a module with this
+// reason; callers that report a skipped check ask first.
+std::optional<std::string> WhyNotNumericallyVerifiable(const Module& module);
 
 // Original vs SPMD: random inputs from `seed` for the original's entry parameters; the original
 // runs on one device; each input is sharded per its parameter's sharding in the ORIGINAL module

@@ -40,6 +40,7 @@ const HandlerTable& SpmdHandlers() {
     RegisterGatherScatterHandlers(t);
     RegisterShiftPatterns(t);
     RegisterTopKPattern(t);
+    RegisterIoAndTokenHandlers(t);
     return t;
   }();
   return table;

@@ -64,6 +64,8 @@ void RegisterWindowedHandlers(HandlerTable& table);       // convolution, reduce
 void RegisterGatherScatterHandlers(HandlerTable& table);  // gather, scatter
 void RegisterShiftPatterns(HandlerTable& table);          // slice(pad(x)), concatenate(a[k:], a[:k])
 void RegisterTopKPattern(HandlerTable& table);            // sort then the first k along a sharded dim
+void RegisterIoAndTokenHandlers(HandlerTable& table);    // after-all, infeed, outfeed, partition-id,
+                                                          // collective-permute (manual code)
 
 // Every family's handlers, built on first use.
 const HandlerTable& SpmdHandlers();
