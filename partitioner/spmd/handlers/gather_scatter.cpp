@@ -15,10 +15,12 @@
 //    operand and are skipped (scatter's out-of-bounds rule), so the result stays sharded with no
 //    communication.
 // Candidate tilings come from every subset of {operand, indices, updates, output} shardings that
-// agree on shared labels; the cheapest by bytes (reshards + reduction + output reshard) wins, and
-// the all-replicated tiling is always a candidate (the op then runs whole).
+// agree on shared labels, each also with one untiled label split over the tiles' copies; they are
+// ordered as XLA orders its strategies, memory first (Better, below), and the all-replicated
+// tiling is always a candidate (the op then runs whole).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 
@@ -52,9 +54,41 @@ struct Plan {
   std::vector<HloSharding> in;  // per operand of the op
   HloSharding partial_out;      // result sharding of the local op (before the all-reduce)
   std::vector<int64_t> reduce_labels;
-  int64_t cost = 0;
+  int64_t cost = 0;     // bytes received per device (+ a latency term per collective)
   int64_t sources = 0;
+  int64_t peak = 0;          // the largest per-device buffers of one instruction (the local op or a collective)
 };
+
+// Plans are ordered as XLA orders its gather/scatter strategies (by their memory cost first):
+//  1. the smaller peak: the largest per-device footprint of the local op or of any collective the
+//     plan needs (an op's operands and result; a scatter and an all-reduce update in place, so
+//     their operands only); peaks within 1/32 of each other count as equal (a few indices beside
+//     a large table are no reason to move more data);
+//  2. the fewest bytes received (+ a latency term per collective), then the most sources agreeing.
+bool SamePeak(int64_t a, int64_t b) { return std::abs(a - b) * 32 <= std::max(a, b); }
+
+bool Better(const Plan& a, const Plan& b) {
+  if (!SamePeak(a.peak, b.peak)) return a.peak < b.peak;
+  if (a.cost != b.cost) return a.cost < b.cost;
+  return a.sources > b.sources;
+}
+
+int64_t BytesOf(const std::vector<int64_t>& dims, PrimitiveType t) { return ElementsOf(dims) * PrimitiveTypeBytes(t); }
+
+// The largest per-device footprint of one collective of a reshard plan (its input and output
+// shards; an all-reduce's output replaces its input).
+int64_t PeakOfReshard(const ReshardPlan& plan, const Shape& base) {
+  int64_t peak = 0;
+  for (const ReshardStep& st : plan.steps) {
+    if (st.kind == ReshardStep::Kind::kDynamicSlice) continue;
+    const int64_t after = BytesOf(st.after.ShardShape(base.dims), base.type);
+    const bool in_place = st.kind == ReshardStep::Kind::kMaskedAllReduce ||
+                          st.kind == ReshardStep::Kind::kBroadcastFromDevice ||
+                          st.kind == ReshardStep::Kind::kReduceUnreduced;
+    peak = std::max(peak, in_place ? after : after + BytesOf(st.before.ShardShape(base.dims), base.type));
+  }
+  return peak;
+}
 
 // The joint tiling with label `l` (untiled in it) split f ways over the copies of each tile (f
 // divides the replication): device replica k of its tile takes index k mod f along l and stays
@@ -130,6 +164,9 @@ std::optional<Plan> SearchPlansUncached(SpmdContext& ctx, const Labels& L, const
                                         const HloSharding& target_leaf, const std::vector<int64_t>& reducible,
                                         bool can_reduce, int64_t outputs) {
   std::optional<Plan> best;
+  // A scatter updates its operand in place (XLA counts its operands only); a gather also holds its
+  // result.
+  const bool in_place = !L.updates.empty();
   // The smallest extent each label has (a label is split only over at most that many tiles).
   std::vector<int64_t> extent(static_cast<size_t>(L.num), std::numeric_limits<int64_t>::max());
   auto note = [&](const std::vector<int64_t>& labels, const Shape& shape) {
@@ -142,12 +179,16 @@ std::optional<Plan> SearchPlansUncached(SpmdContext& ctx, const Labels& L, const
   // evaluated once per distinct joint (different source subsets often give the same one).
   auto plan_of = [&](const TileMap& joint, int64_t nsources) -> std::optional<Plan> {
     Plan p{joint, {}, {}, {}, 0, nsources};
+    int64_t local = 0;  // the local op's buffers per device
     for (size_t i = 0; i < ins.size(); ++i) {
-      auto s = joint.Projected(in_labels[i]).ToSharding();
+      const TileMap m = joint.Projected(in_labels[i]);
+      auto s = m.ToSharding();
       if (!s.ok()) return std::nullopt;
       auto c = ctx.resharder().Plan(ins[i]->sharding, *s, ins[i]->base_shape);
       if (!c.ok()) return std::nullopt;
       p.cost += c->bytes;
+      p.peak = std::max(p.peak, PeakOfReshard(*c, ins[i]->base_shape));
+      local += BytesOf(m.ShardShape(ins[i]->base_shape.dims), ins[i]->base_shape.type);
       p.in.push_back(*s);
     }
     for (int64_t l : reducible)
@@ -158,22 +199,25 @@ std::optional<Plan> SearchPlansUncached(SpmdContext& ctx, const Labels& L, const
     if (!psh.ok()) return std::nullopt;
     p.partial_out = *psh;
     const int64_t out_bytes = ElementsOf(partial.ShardShape(out_leaf.dims)) * PrimitiveTypeBytes(out_leaf.type) * outputs;
+    if (!in_place) local += out_bytes;
+    p.peak = std::max(p.peak, local);
     if (!p.reduce_labels.empty()) {
       int64_t g = 1;
       for (int64_t l : p.reduce_labels) g *= joint.tiles(l);
       p.cost += 2 * out_bytes * (g - 1) / g + kCollectiveOverheadBytes;
+      p.peak = std::max(p.peak, out_bytes);
     }
     auto c3 = ctx.resharder().Plan(p.partial_out, target_leaf, out_leaf);
     if (!c3.ok()) return std::nullopt;
     p.cost += c3->bytes * outputs;
+    p.peak = std::max(p.peak, PeakOfReshard(*c3, out_leaf) * outputs);
     return p;
   };
   JointPlans<Plan> plans;
   auto evaluate = [&](const TileMap& joint, int64_t nsources) {
     const std::optional<Plan> plan = plans.Get(joint, nsources, plan_of);
     if (!plan) return;
-    const Plan& p = *plan;
-    if (!best || p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources)) best = p;
+    if (!best || Better(*plan, *best)) best = plan;
   };
   // The split factors worth trying for a label: the tile counts some source gives it (XLA's merged
   // strategies take a label's split from the operand or result that has it). Every divisor of the
