@@ -517,6 +517,74 @@ ENTRY main {
     QCOMPARE(ar->replica_groups.groups, (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
     QCOMPARE(ar->shape().ToString(false), std::string("f32[1,16,16]"));
   }
+
+  // Equal footprints, then the ids split over the most devices: the operand is split on a
+  // passthrough dim over device halves, the ids on their batch over the same halves, 4 copies
+  // each; the result is replicated, so every plan ends in the same all-gather. Gathering the ids
+  // (each device looking up all 6 rows) is fewer bytes, but XLA's merged strategy keeps the
+  // operand split and moves the ids onto its copies instead: one collective-permute of the ids'
+  // shard, each device gathers 3 rows of its half of the columns (XLA's
+  // GatherMergedOperandPassthroughAndIndexPassthrough). The operand is never moved.
+  void gatherIdsSplitOverTheOperandsCopies() {
+    const std::string hlo = R"(
+HloModule g, num_partitions=8
+ENTRY main {
+  op = f32[6,4,2,3] parameter(0), sharding={devices=[1,1,2,1,4]<=[8] last_tile_dim_replicate}
+  idx = s32[2,6,4] parameter(1), sharding={devices=[1,2,1,4]<=[8] last_tile_dim_replicate}
+  ROOT g = f32[6,4,2,3] gather(op, idx), offset_dims={2,3}, collapsed_slice_dims={0,1}, start_index_map={0,1},
+    index_vector_dim=0, slice_sizes={1,1,2,3}, sharding={replicated}
+}
+)";
+    std::string why;
+    auto r = Run(hlo, 8, -2, 7, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    const Instruction* cp = Only(*r->module, Opcode::kCollectivePermute);
+    QVERIFY(cp);
+    QCOMPARE(cp->shape().ToString(false), std::string("s32[2,3,4]"));
+    const Instruction* g = Only(*r->module, Opcode::kGather);
+    QVERIFY(g);
+    QCOMPARE(g->operand(0)->opcode(), Opcode::kParameter);
+    QCOMPARE(g->operand(0)->shape().ToString(false), std::string("f32[6,4,1,3]"));
+    QCOMPARE(g->operand(1), cp);
+    QCOMPARE(g->shape().ToString(false), std::string("f32[3,4,1,3]"));
+    QCOMPARE(Find(*r->module, Opcode::kAllGather).size(), size_t{2});  // the result: rows, then columns
+    QCOMPARE(CountCollectives(*r->module), 3);
+  }
+
+  // The same preference for a scatter-add into a large operand split on its trivially sliced rows
+  // (4 ways, 2 copies each), ids and updates split alike: rather than gathering all the ids and
+  // updates into every row shard (no reduction needed), the ids are split over each shard's 2
+  // copies — a partial split, 4 tiles moved to 2 (the largest split the copies can hold) — each
+  // copy scatters half of them and an all-reduce over the pairs sums (XLA's
+  // ScatterPreferTrivialIfSmallerThanIndices, where XLA all-reduces a 400 MB shard to save 100 KB
+  // of indices; here f32[4,4,256] per device against 384 B of ids). The footprints differ by less
+  // than 1/32, so XLA's memory order keeps them equal.
+  void scatterIdsSplitOverTheOperandsCopies() {
+    const std::string hlo = std::string("HloModule s, num_partitions=8\n") + kAdd + R"(
+ENTRY main {
+  op = f32[4,16,256] parameter(0), sharding={devices=[1,4,1,2]<=[8] last_tile_dim_replicate}
+  idx = s32[4,16,3] parameter(1), sharding={devices=[1,4,1,2]<=[8] last_tile_dim_replicate}
+  upd = f32[4,16] parameter(2), sharding={devices=[1,4,2]<=[8] last_tile_dim_replicate}
+  ROOT sc = f32[4,16,256] scatter(op, idx, upd), update_window_dims={}, inserted_window_dims={0,1,2},
+    scatter_dims_to_operand_dims={0,1,2}, index_vector_dim=2, to_apply=add,
+    sharding={devices=[1,4,1,2]<=[8] last_tile_dim_replicate}
+}
+)";
+    std::string why;
+    auto r = Run(hlo, 8, -2, 17, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    const Instruction* s = Only(*r->module, Opcode::kScatter);
+    QVERIFY(s);
+    QCOMPARE(s->shape().ToString(false), std::string("f32[4,4,256]"));
+    QCOMPARE(s->operand(1)->shape().ToString(false), std::string("s32[4,8,3]"));
+    QCOMPARE(s->operand(2)->shape().ToString(false), std::string("f32[4,8]"));
+    const Instruction* ar = Only(*r->module, Opcode::kAllReduce);
+    QVERIFY(ar);
+    QCOMPARE(ar->replica_groups.groups, (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+    QCOMPARE(ar->shape().ToString(false), std::string("f32[4,4,256]"));
+    for (const Instruction* ag : Find(*r->module, Opcode::kAllGather))  // ids and updates only, never the operand
+      QVERIFY2(ag->shape().ElementCount() <= 4 * 16 * 3, ag->shape().ToString(false).c_str());
+  }
 };
 
 QTEST_APPLESS_MAIN(SpmdGatherTest)

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <numeric>
 #include <optional>
 
 #include "partitioner/hlo_sharding_util.h"
@@ -57,6 +58,7 @@ struct Plan {
   int64_t cost = 0;     // bytes received per device (+ a latency term per collective)
   int64_t sources = 0;
   int64_t peak = 0;          // the largest per-device buffers of one instruction (the local op or a collective)
+  int64_t index_tiles = 1;   // tiles of the indices' batch dims (B labels) in the joint
 };
 
 // Plans are ordered as XLA orders its gather/scatter strategies (by their memory cost first):
@@ -64,11 +66,15 @@ struct Plan {
 //     plan needs (an op's operands and result; a scatter and an all-reduce update in place, so
 //     their operands only); peaks within 1/32 of each other count as equal (a few indices beside
 //     a large table are no reason to move more data);
-//  2. the fewest bytes received (+ a latency term per collective), then the most sources agreeing.
+//  2. the indices split over more devices (XLA's index passthrough: once the operand's sharding is
+//     settled, its grouping partitions each group's op again over the indices' batch dims, using
+//     the operand's replication, rather than replicating the indices);
+//  3. the fewest bytes received (+ a latency term per collective), then the most sources agreeing.
 bool SamePeak(int64_t a, int64_t b) { return std::abs(a - b) * 32 <= std::max(a, b); }
 
 bool Better(const Plan& a, const Plan& b) {
   if (!SamePeak(a.peak, b.peak)) return a.peak < b.peak;
+  if (a.index_tiles != b.index_tiles) return a.index_tiles > b.index_tiles;
   if (a.cost != b.cost) return a.cost < b.cost;
   return a.sources > b.sources;
 }
@@ -180,6 +186,8 @@ std::optional<Plan> SearchPlansUncached(SpmdContext& ctx, const Labels& L, const
   auto plan_of = [&](const TileMap& joint, int64_t nsources) -> std::optional<Plan> {
     Plan p{joint, {}, {}, {}, 0, nsources};
     int64_t local = 0;  // the local op's buffers per device
+    for (int64_t l : L.indices)
+      if (l >= 0) p.index_tiles *= joint.tiles(l);
     for (size_t i = 0; i < ins.size(); ++i) {
       const TileMap m = joint.Projected(in_labels[i]);
       auto s = m.ToSharding();
@@ -231,10 +239,17 @@ std::optional<Plan> SearchPlansUncached(SpmdContext& ctx, const Labels& L, const
   for (const auto& [joint, nsources] : ctx.SubsetJointTilings(sources, L.num)) {
     evaluate(joint, nsources);
     const int64_t r = joint.replication();
-    for (int64_t l = 0; l < L.num; ++l)
-      for (int64_t f : factors[static_cast<size_t>(l)])
-        if (f <= r && f <= extent[static_cast<size_t>(l)])
-          if (auto filled = FilledWithReplicas(joint, l, f)) evaluate(*filled, nsources);
+    for (int64_t l = 0; l < L.num; ++l) {
+      std::vector<int64_t> tried;
+      for (int64_t t : factors[static_cast<size_t>(l)]) {
+        // A source's split, or the part of it the joint's replication can hold (XLA groups the
+        // indices within the operand's groups, splitting them over what copies there are).
+        const int64_t f = std::gcd(t, r);
+        if (f < 2 || f > extent[static_cast<size_t>(l)] || Has(tried, f)) continue;
+        tried.push_back(f);
+        if (auto filled = FilledWithReplicas(joint, l, f)) evaluate(*filled, nsources);
+      }
+    }
   }
   return best;
 }
