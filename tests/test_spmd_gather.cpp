@@ -585,6 +585,40 @@ ENTRY main {
     for (const Instruction* ag : Find(*r->module, Opcode::kAllGather))  // ids and updates only, never the operand
       QVERIFY2(ag->shape().ElementCount() <= 4 * 16 * 3, ag->shape().ToString(false).c_str());
   }
+
+  // Equal footprints and index splits, then the operand moved least and the ids next: a
+  // replicated operand, ids split on both batch dims and on index_vector_dim (which must be made
+  // whole), updates split on their first batch dim and, over other devices, the second. Moving the
+  // ids onto the updates' layout (a permute and a gather) is fewer bytes; XLA's index passthrough
+  // takes the ids' layout as given: only their index_vector_dim is all-gathered (s32[3,2,2]) and
+  // the updates' shard (f32[3,2,5]) is moved by one collective-permute (XLA's
+  // IndexPassthroughScatterPartitionedIndexVectorDim; uneven here).
+  void scatterIdsKeptUpdatesMoved() {
+    const std::string hlo = std::string("HloModule s, num_partitions=8\n") + kAdd + R"(
+ENTRY main {
+  op = f32[3,7,5] parameter(0), sharding={replicated}
+  idx = s32[6,2,4] parameter(1), sharding={devices=[2,2,2]<=[8]}
+  upd = f32[6,4,5] parameter(2), sharding={devices=[2,2,1,2]<=[8] last_tile_dim_replicate}
+  ROOT sc = f32[3,7,5] scatter(op, idx, upd), to_apply=add, update_window_dims={2}, inserted_window_dims={0,1},
+    scatter_dims_to_operand_dims={0,1}, index_vector_dim=1, sharding={replicated}
+}
+)";
+    std::string why;
+    auto r = Run(hlo, 8, -2, 8, &why);
+    QVERIFY2(r.has_value(), why.c_str());
+    const Instruction* ag = Only(*r->module, Opcode::kAllGather);
+    QVERIFY(ag);
+    QCOMPARE(ag->shape().ToString(false), std::string("s32[3,2,2]"));
+    QCOMPARE(ag->operand(0)->opcode(), Opcode::kParameter);
+    const Instruction* cp = Only(*r->module, Opcode::kCollectivePermute);
+    QVERIFY(cp);
+    QCOMPARE(cp->shape().ToString(false), std::string("f32[3,2,5]"));
+    const Instruction* s = Only(*r->module, Opcode::kScatter);
+    QVERIFY(s);
+    QCOMPARE(s->operand(1), ag);
+    QCOMPARE(s->operand(2), cp);
+    QVERIFY(!Find(*r->module, Opcode::kAllReduce).empty());
+  }
 };
 
 QTEST_APPLESS_MAIN(SpmdGatherTest)

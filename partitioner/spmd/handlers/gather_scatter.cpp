@@ -48,6 +48,7 @@ struct Labels {
   std::vector<int64_t> operand, indices, updates, output;  // dim -> label (-1: whole)
   std::vector<int64_t> t_labels;                           // labels of trivially sliced indexed dims
   std::vector<int64_t> free_b;                             // scatter: B labels without an operand dim
+  int64_t indices_input = 1;                               // the op's operand that holds the indices
 };
 
 struct Plan {
@@ -59,6 +60,8 @@ struct Plan {
   int64_t sources = 0;
   int64_t peak = 0;          // the largest per-device buffers of one instruction (the local op or a collective)
   int64_t index_tiles = 1;   // tiles of the indices' batch dims (B labels) in the joint
+  int64_t operand_cost = 0;  // the part of `cost` that reshards the operand(s)
+  int64_t index_cost = 0;    // the part of `cost` that reshards the indices
 };
 
 // Plans are ordered as XLA orders its gather/scatter strategies (by their memory cost first):
@@ -69,12 +72,17 @@ struct Plan {
 //  2. the indices split over more devices (XLA's index passthrough: once the operand's sharding is
 //     settled, its grouping partitions each group's op again over the indices' batch dims, using
 //     the operand's replication, rather than replicating the indices);
-//  3. the fewest bytes received (+ a latency term per collective), then the most sources agreeing.
+//  3. the operand moved least, then the indices (XLA keeps the operand's sharding where it can,
+//     "typically operand is larger in size than indices", and regroups the indices to it; else
+//     it takes the indices' sharding as given and moves the updates or result to it);
+//  4. the fewest bytes received (+ a latency term per collective), then the most sources agreeing.
 bool SamePeak(int64_t a, int64_t b) { return std::abs(a - b) * 32 <= std::max(a, b); }
 
 bool Better(const Plan& a, const Plan& b) {
   if (!SamePeak(a.peak, b.peak)) return a.peak < b.peak;
   if (a.index_tiles != b.index_tiles) return a.index_tiles > b.index_tiles;
+  if (a.operand_cost != b.operand_cost) return a.operand_cost < b.operand_cost;
+  if (a.index_cost != b.index_cost) return a.index_cost < b.index_cost;
   if (a.cost != b.cost) return a.cost < b.cost;
   return a.sources > b.sources;
 }
@@ -136,7 +144,7 @@ std::optional<Plan> SearchPlans(SpmdContext& ctx, const Labels& L, const std::ve
     key += '|';
     for (int64_t x : v) key.append(std::to_string(x)).push_back(',');
   };
-  key = std::to_string(L.num);
+  key = std::to_string(L.num) + ':' + std::to_string(L.indices_input);
   for (const auto* v : {&L.operand, &L.indices, &L.updates, &L.output, &L.t_labels, &L.free_b, &out_labels, &reducible})
     add(*v);
   for (const auto& v : in_labels) add(v);
@@ -195,6 +203,8 @@ std::optional<Plan> SearchPlansUncached(SpmdContext& ctx, const Labels& L, const
       auto c = ctx.resharder().Plan(ins[i]->sharding, *s, ins[i]->base_shape);
       if (!c.ok()) return std::nullopt;
       p.cost += c->bytes;
+      if (static_cast<int64_t>(i) < L.indices_input) p.operand_cost += c->bytes;
+      if (static_cast<int64_t>(i) == L.indices_input) p.index_cost = c->bytes;
       p.peak = std::max(p.peak, PeakOfReshard(*c, ins[i]->base_shape));
       local += BytesOf(m.ShardShape(ins[i]->base_shape.dims), ins[i]->base_shape.type);
       p.in.push_back(*s);
@@ -485,6 +495,7 @@ Status HandleScatter(SpmdContext& ctx, const Instruction& sc) {
   L.operand.assign(static_cast<size_t>(r), -1);
   L.indices.assign(static_cast<size_t>(ir), -1);
   L.updates.assign(static_cast<size_t>(ur), -1);
+  L.indices_input = n;
   std::vector<int64_t> upd_scatter, uwd;
   for (int64_t d = 0; d < ur; ++d) (Has(dn.update_window_dims, d) ? uwd : upd_scatter).push_back(d);
   const std::vector<int64_t> ib = IndexBatchDims(ir, ivd);
