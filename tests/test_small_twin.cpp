@@ -79,8 +79,9 @@ class TestSmallTwin : public QObject {
   // The other tables' configurations, one or two each (the whole sweep, every zoo column of GSPMD
   // Tables 2-8, is in docs/partitioner.md): pipelined (Tables 4-5, GPipe and circular), MoE (6, 7)
   // and the 3-D U-Net (8) take the same mechanism, no rule of their own. Table 4's (8,8,4) twin
-  // differs in one isolated element on seed 1 (a LayerNorm scale's gradient), and seeds 2 and 3
-  // match: the twin's check says so and counts it as a match.
+  // differs in a few isolated elements on seed 1 (a LayerNorm scale's gradient of a tiny variance):
+  // the check finds them ill-conditioned (its own program moves them when its sums are rounded in
+  // another order), leaves them out and says so; everything else matches.
   void paperConfigurations() {
     const std::pair<const char*, const char*> columns[] = {
         {"gspmd-table2", "64B, 512 devices"},          {"gspmd-table3", "(16,8) 128 devices"},
@@ -98,9 +99,12 @@ class TestSmallTwin : public QObject {
             v->changes.c_str(), static_cast<long long>(v->instructions), static_cast<long long>(t.elapsed()));
       QVERIFY2(v->verdict.state == VerificationVerdict::State::kMatch, what.c_str());
       QVERIFY(!v->changes.empty());
-      if (std::string(case_name) == "gspmd-table4")
-        QVERIFY2(v->verdict.report.detail.find("seed 1 differed in isolated elements; seeds 2 and 3 match") != std::string::npos,
-                 v->verdict.report.detail.substr(0, 300).c_str());
+      if (std::string(case_name) == "gspmd-table4") {
+        const VerifyReport& r = v->verdict.report;
+        QVERIFY2(r.ill_conditioned > 0 && r.ill_conditioned * 1000 < r.float_elements && !r.inconclusive,
+                 r.detail.substr(0, 300).c_str());
+        QVERIFY2(r.detail.find("not judged: ill-conditioned") != std::string::npos, r.detail.substr(0, 300).c_str());
+      }
     }
   }
 

@@ -698,6 +698,98 @@ ENTRY e {
     QVERIFY2(rep->match, rep->detail.c_str());
   }
 
+  // Ill-conditioning (VerifyReport::ill_conditioned): a recurrent map x <- tanh(0.6 x.W) iterated
+  // 100 times amplifies rounding differences without bound. The SPMD program splits the
+  // contracting dim over the two devices (partial products + an all-reduce, another order of
+  // sums), which the iterations amplify past any tolerance. The check finds that its own
+  // unpartitioned program moves there as much when its sums are rounded in another order, and
+  // says it cannot decide rather than reporting a mismatch. The same SPMD program with the
+  // all-reduce dropped (a wrong partitioning) at 3 iterations, where nothing is ill-conditioned, is
+  // a dense mismatch; the correct one at 3 iterations matches without the probe.
+  void verifyLeavesIllConditionedOutputsUndecided() {
+    auto module_text = [](int iterations, bool spmd, bool all_reduce) {
+      const std::string dot =
+          spmd ? std::string(R"(
+  pid = u32[] partition-id()
+  pid32 = s32[] convert(pid)
+  k32 = s32[] constant(32)
+  off = s32[] multiply(pid32, k32)
+  z0 = s32[] constant(0)
+  xs = f32[4,32] dynamic-slice(x, z0, off), dynamic_slice_sizes={4,32}
+  ws = f32[32,64] dynamic-slice(w, off, z0), dynamic_slice_sizes={32,64}
+  part = f32[4,64] dot(xs, ws), lhs_contracting_dims={1}, rhs_contracting_dims={0})") +
+                     (all_reduce ? "\n  y = f32[4,64] all-reduce(part), replica_groups={{0,1}}, to_apply=add"
+                                 : "\n  y = f32[4,64] copy(part)")
+               : std::string("\n  y = f32[4,64] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}");
+      return R"(HloModule chaos, num_partitions=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+body {
+  p = (s32[], f32[4,64], f32[64,64]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[4,64] get-tuple-element(p), index=1
+  w = f32[64,64] get-tuple-element(p), index=2)" +
+             dot + R"(
+  c = f32[] constant(0.6)
+  cb = f32[4,64] broadcast(c), dimensions={}
+  ym = f32[4,64] multiply(y, cb)
+  t = f32[4,64] tanh(ym)
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  ROOT r = (s32[], f32[4,64], f32[64,64]) tuple(i2, t, w)
+}
+
+cond {
+  p = (s32[], f32[4,64], f32[64,64]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant()" + std::to_string(iterations) + R"()
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY e {
+  x = f32[4,64] parameter(0), sharding={replicated}
+  w = f32[64,64] parameter(1), sharding={replicated}
+  zero = s32[] constant(0)
+  init = (s32[], f32[4,64], f32[64,64]) tuple(zero, x, w)
+  l = (s32[], f32[4,64], f32[64,64]) while(init), condition=cond, body=body
+  ROOT out = f32[4,64] get-tuple-element(l), index=1, sharding={replicated}
+})";
+    };
+    NumericVerifyOptions one_magnitude;
+    one_magnitude.float_exponent_spread = 0;
+    {
+      PARSE(original, module_text(100, false, true));
+      PARSE(spmd, module_text(100, true, true));
+      auto rep = VerifyPartitioned(*original, *spmd, 2, 1, one_magnitude);
+      EXPECT_OK(rep);
+      QVERIFY2(rep->inconclusive && !rep->match, rep->detail.c_str());
+      QVERIFY2(rep->ill_conditioned * 10 > rep->float_elements, rep->detail.c_str());
+      QVERIFY2(rep->detail.rfind("INCONCLUSIVE on 2 devices", 0) == 0, rep->detail.c_str());
+      // Without the probe the same comparison is a plain mismatch.
+      NumericVerifyOptions unjudged = one_magnitude;
+      unjudged.judge_conditioning = false;
+      auto plain = VerifyPartitioned(*original, *spmd, 2, 1, unjudged);
+      EXPECT_OK(plain);
+      QVERIFY(!plain->match && !plain->inconclusive && plain->ill_conditioned == 0);
+    }
+    {
+      PARSE(original, module_text(3, false, true));
+      PARSE(spmd, module_text(3, true, true));
+      auto rep = VerifyPartitioned(*original, *spmd, 2, 1, one_magnitude);
+      EXPECT_OK(rep);
+      QVERIFY2(rep->match && rep->ill_conditioned == 0, rep->detail.c_str());
+      PARSE(wrong, module_text(3, true, false));
+      auto bad = VerifyPartitioned(*original, *wrong, 2, 1, one_magnitude);
+      EXPECT_OK(bad);
+      QVERIFY2(!bad->match && !bad->inconclusive && bad->dense_difference, bad->detail.c_str());
+    }
+  }
+
   void verifyReportsModulesThatDoNotFit() {
     PARSE(original, R"(HloModule m, num_partitions=2
 ENTRY e {

@@ -245,7 +245,9 @@ void PartitionedView::showVerdict() {
     case S::kSkipped:
       // Beyond the size limits, or nothing to compare (a module reading infeed, ...): the reason
       // is the tooltip.
-      text = v.reason.rfind("too large", 0) == 0 ? "not verified (too large)" : "not verified (not checkable)";
+      text = v.reason.rfind("too large", 0) == 0        ? "not verified (too large)"
+             : v.reason.rfind("ill-conditioned", 0) == 0 ? "not verified (ill-conditioned)"
+                                                         : "not verified (not checkable)";
       colour = "#757575";
       break;
     case S::kNotRun:

@@ -167,7 +167,12 @@ int RunVerify(const std::vector<std::string>& argv) {
   std::cout << "devices: " << n << "\n";
   PrintCollectives(std::cout, *p.partition);
   if (p.verification.state == VerificationVerdict::State::kSkipped) {
-    // Nothing to compare (a module reading infeed, ...): not a failed check.
+    // Nothing to compare (a module reading infeed, ...), or nothing the comparison could decide
+    // (ill-conditioned outputs, shown leaf by leaf): not a failed check.
+    if (v->inconclusive) {
+      std::cout << v->detail;
+      if (!v->detail.empty() && v->detail.back() != '\n') std::cout << "\n";
+    }
     std::cout << "verdict: not checked: " << p.verification.reason << "\n";
     return 0;
   }

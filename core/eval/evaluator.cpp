@@ -438,7 +438,7 @@ inline int64_t WindowInputPos(const WindowDimension& w, int64_t out_pos, int64_t
 
 // ---- Evaluator ----------------------------------------------------------------------------------------
 
-Evaluator::Evaluator(EvalOptions options) : options_(options), rng_(options.rng_seed) {}
+Evaluator::Evaluator(EvalOptions options) : options_(options), rng_(options.rng_seed), probe_rng_(options.probe_seed) {}
 
 Status CheckArguments(const Computation& c, const std::vector<Tensor>& args) {
   if (args.size() != c.parameters().size())
@@ -533,7 +533,65 @@ Result<Tensor> Evaluator::EvaluateInstruction(const Instruction& inst, const std
     if (r.error().message.rfind("evaluator:", 0) == 0) return r.error();
     return OpError(inst, r.error().message);
   }
+  if (options_.probe_sums) ProbeSum(inst, ops, r.value());
   return r;
+}
+
+void Evaluator::ProbeSum(const Instruction& inst, const std::vector<const Tensor*>& ops, Tensor& t) {
+  // Which sums round: a dot's and a convolution's, a reduction's whose reducer adds (a maximum or
+  // minimum is the same in every order; any other reducer is moved relative to its result).
+  bool adds = false;
+  switch (inst.opcode()) {
+    case Opcode::kDot: case Opcode::kConvolution: adds = true; break;
+    case Opcode::kReduce: case Opcode::kReduceWindow: {
+      const Computation* fn = inst.to_apply();
+      const Instruction* root = fn ? fn->root() : nullptr;
+      if (!root) return;
+      switch (root->opcode()) {
+        case Opcode::kMaximum: case Opcode::kMinimum: case Opcode::kAnd: case Opcode::kOr: return;
+        case Opcode::kAdd: adds = true; break;
+        default: break;
+      }
+      break;
+    }
+    default: return;
+  }
+  // Partial sums rounded in another order move a sum by about an ulp of the sum of its terms'
+  // magnitudes, not of the sum itself (cancellation): the same op on the operands' magnitudes.
+  std::optional<Tensor> magnitude;
+  if (adds && t.IsArray()) {
+    std::vector<Tensor> abs_values;
+    abs_values.reserve(ops.size());
+    for (const Tensor* op : ops) {
+      Tensor a = *op;
+      if (a.IsArray() && (a.storage() == Storage::kFloat || a.storage() == Storage::kDouble))
+        for (int64_t i = 0; i < a.size(); ++i) a.SetDouble(i, std::fabs(a.GetDouble(i)));
+      abs_values.push_back(std::move(a));
+    }
+    std::vector<const Tensor*> abs_ops;
+    for (const Tensor& a : abs_values) abs_ops.push_back(&a);
+    auto m = Dispatch(inst, abs_ops);
+    if (m.ok() && m->IsArray() && m->size() == t.size()) magnitude = std::move(m).value();
+  }
+  auto probe = [&](Tensor& leaf, const Tensor* scale) {
+    if (!leaf.IsArray() || (leaf.storage() != Storage::kFloat && leaf.storage() != Storage::kDouble)) return;
+    const double ulp = leaf.type() == PrimitiveType::kF64 ? 0x1.0p-52
+                       : leaf.type() == PrimitiveType::kF32 ? 0x1.0p-23
+                       : leaf.type() == PrimitiveType::kF16 ? 0x1.0p-10
+                       : leaf.type() == PrimitiveType::kBF16 ? 0x1.0p-7
+                                                              : 0x1.0p-3;
+    for (int64_t i = 0; i < leaf.size(); ++i) {
+      const double u = static_cast<double>(probe_rng_() >> 11) * 0x1.0p-53;  // [0, 1)
+      const double v = leaf.GetDouble(i);
+      const double size = scale ? std::max(std::fabs(v), std::fabs(scale->GetDouble(i))) : std::fabs(v);
+      leaf.SetDouble(i, v + size * ulp * (2.0 * u - 1.0));
+    }
+  };
+  if (t.IsTuple()) {
+    for (Tensor& leaf : t.mutable_elements()) probe(leaf, nullptr);
+  } else {
+    probe(t, magnitude ? &*magnitude : nullptr);
+  }
 }
 
 // ---- Op implementations -----------------------------------------------------------------------------
@@ -2460,6 +2518,8 @@ Result<Tensor> Evaluate(const Module& module, const std::vector<Tensor>& args, c
     ClusterOptions co;
     co.rng_seed = options.rng_seed;
     co.max_while_iterations = options.max_while_iterations;
+    co.probe_sums = options.probe_sums;
+    co.probe_seed = options.probe_seed;
     auto r = RunSpmd(module, 1, {args}, co);
     if (!r.ok()) return r.error();
     return std::move(r.value()[0]);

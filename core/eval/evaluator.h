@@ -37,6 +37,13 @@ struct EvalOptions {
   int64_t partition_id = 0;            // partition-id op
   int64_t replica_id = 0;              // replica-id op
   int64_t max_while_iterations = 10'000'000;  // a while loop running longer is reported as an Error
+  // A probe of the conditioning (numeric_verify.h, VerifyReport::ill_conditioned): when true,
+  // every float element a sum makes (dot, convolution, an adding reduce or reduce-window) is moved
+  // by up to one unit in the last place of the sum of its terms' magnitudes, as rounding partial
+  // sums in another order — a partitioned program's — moves it (a maximum or minimum is exact in
+  // any order). Drawn from its own stream (probe_seed); the rng op's is untouched.
+  bool probe_sums = false;
+  uint64_t probe_seed = 0;
 };
 
 class Evaluator {
@@ -66,9 +73,12 @@ class Evaluator {
 
  private:
   Result<Tensor> Dispatch(const Instruction& inst, const std::vector<const Tensor*>& ops);
+  // EvalOptions::probe_sums on the result of `inst`.
+  void ProbeSum(const Instruction& inst, const std::vector<const Tensor*>& operands, Tensor& result);
 
   EvalOptions options_;
   std::mt19937_64 rng_;
+  std::mt19937_64 probe_rng_;
   std::unordered_map<const Computation*, std::vector<const Instruction*>> order_cache_;
   std::unordered_map<const Computation*, std::unique_ptr<ScalarProgram>> scalar_programs_;
   int64_t depth_ = 0;

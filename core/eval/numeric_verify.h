@@ -21,6 +21,27 @@ struct VerifyReport {
   double max_abs_error = 0;  // over all output leaves (inf when NaN/inf placement differs)
   double tolerance = 0;      // the tolerance of the leaf closest to (or furthest over) its limit
   std::string detail;        // one line per output leaf; the first mismatch with its index and values
+  // Float output elements the comparison could not judge: where the unpartitioned program itself
+  // moves by more than a quarter of the tolerance when its sums are rounded in another order (each
+  // sum moved by up to an ulp of its terms' magnitudes, EvalOptions::probe_sums: the square root
+  // of a random second moment near zero, a LayerNorm of a tiny variance, chaotic growth through
+  // many layers), the partitioned program's order of partial sums may move it over. So are the
+  // elements NaN on one side only in a leaf whose reference holds NaN elsewhere (the edge of an
+  // op's domain, which random inputs reach). Counted only when the plain comparison found
+  // differences (NumericVerifyOptions::judge_conditioning); those elements are then left out of
+  // `match`.
+  int64_t ill_conditioned = 0;
+  int64_t float_elements = 0;  // float output elements compared
+  int64_t over_tolerance = 0;  // elements judged and over their tolerance (every type)
+  // Some leaf over its tolerance in more than two elements, more than 1% of them and more than a
+  // tenth of its ill-conditioned ones (or in an integer, or in its shape): the way a wrong
+  // partitioning differs.
+  bool dense_difference = false;
+  // Too many ill-conditioned elements for the rest to prove much (more than 2 and more than 1% of
+  // the float elements) and no dense difference, or more than a tenth of them (chaotic growth:
+  // then no difference is evidence either): `match` is false and nothing is claimed either way
+  // (stray elements over the tolerance there are what ill-conditioning leaks past the probe).
+  bool inconclusive = false;
 };
 
 // What a tool shows of a numerical check: its outcome, or why there is none (the check was not
@@ -54,6 +75,10 @@ struct NumericVerifyOptions {
   int64_t int_min = 0, int_max = 7;
   double int_full_range_share = 0.5;
   uint64_t rng_seed = 0x5eedULL;  // for the rng op on both sides
+  // When the comparison finds differences, run the unpartitioned program again with its sums
+  // rounded in another order and leave out the elements that this moves too far
+  // (VerifyReport::ill_conditioned). A wrong partitioning differs on well-conditioned elements too.
+  bool judge_conditioning = true;
 };
 
 // Why `module` cannot be checked numerically whatever its size, or nullopt when it can: it reads

@@ -112,6 +112,8 @@ class Cluster {
       eo.partition_id = d % P_;
       eo.replica_id = d / P_;
       eo.max_while_iterations = options.max_while_iterations;
+      eo.probe_sums = options.probe_sums;
+      eo.probe_seed = options.probe_seed + static_cast<uint64_t>(d);
       devs_.emplace_back(eo);
     }
   }

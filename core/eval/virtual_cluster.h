@@ -41,6 +41,8 @@ struct ClusterOptions {
   uint64_t rng_seed = 0x5eedULL;
   int64_t num_replicas = 1;  // num_devices must be a multiple; partitions = num_devices / num_replicas
   int64_t max_while_iterations = 10'000'000;
+  bool probe_sums = false;  // EvalOptions::probe_sums on every device (device d's stream: probe_seed + d)
+  uint64_t probe_seed = 0;
 };
 
 // Runs the entry computation of `spmd` on `num_devices` devices; `args[d]` are device d's entry
