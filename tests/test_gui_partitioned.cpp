@@ -174,8 +174,8 @@ class TestGuiPartitioned : public QObject {
   // At real sizes (the whole-model issue): GSPMD Table 2's 64B Transformer on 128 cores is far
   // above the evaluator's limits, so the badge proves the sharding on its small twin instead (the
   // same zoo model with each size shrunk as the sharding allows, sharded as this one by name;
-  // app/pipeline/small_twin.h) and says so; a module read from a file has no twin and stays "too
-  // large".
+  // app/pipeline/small_twin.h) and says so; the same module read from a file, without zoo
+  // settings, is verified on its shrunk twin (its dimensions shrunk, each keeping its sharding).
   void realSizesAreVerifiedOnASmallTwin() {
     Session session;
     PartitionedView view;
@@ -199,7 +199,7 @@ class TestGuiPartitioned : public QObject {
     QVERIFY2(project.ok(), project.ok() ? "" : project.error().message.c_str());
     QVERIFY(project->contents.zoo_settings == session.document()->zooSettings());
     QCOMPARE(project->contents.zoo_settings->at("hidden"), std::string("65536"));
-    // The module opened from its HLO text instead: no zoo settings, no twin.
+    // The module opened from its HLO text instead: no zoo settings, its dimensions shrunk.
     auto built = ZooBuild("transformer", {{"layers", "32"}, {"model", "8192"}, {"hidden", "65536"}, {"heads", "128"},
                                           {"head_dim", "256"}, {"seq", "1024"}, {"batch", "64"}, {"mesh_x", "8"}, {"mesh_y", "16"}});
     QVERIFY(built.ok());
@@ -207,9 +207,16 @@ class TestGuiPartitioned : public QObject {
     QVERIFY(!session.document()->zooSettings().has_value());
     QVERIFY(WaitUntilIdle(session, 300000));
     QVERIFY(Partition(session, view));
-    QCOMPARE(session.analysis()->partition().verification.state, VerificationVerdict::State::kSkipped);
-    QVERIFY(session.analysis()->partition().verification_twin.empty());
-    QVERIFY(view.verificationBadge()->text().contains("not verified (too large)"));
+    const PartitionedProgram& file = session.analysis()->partition();
+    QCOMPARE(file.verification.state, VerificationVerdict::State::kMatch);
+    QVERIFY2(file.verification_full_skipped.find("too large") != std::string::npos, file.verification_full_skipped.c_str());
+    QVERIFY2(file.verification_twin.rfind("dimensions shrunk: ", 0) == 0 &&
+                 file.verification_twin.find(" -> ") != std::string::npos,
+             file.verification_twin.c_str());
+    QVERIFY2(view.verificationBadge()->text().contains("verified on a small twin"), qPrintable(view.verificationBadge()->text()));
+    QVERIFY2(view.verificationBadge()->toolTip().contains("the same module with its dimensions shrunk"),
+             qPrintable(view.verificationBadge()->toolTip()));
+    qInfo("%s", file.verification_twin.c_str());
   }
 
   // A halo exchange (collective-permute between neighbours on a line of four) seen from each device.

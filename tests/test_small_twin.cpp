@@ -139,6 +139,29 @@ class TestSmallTwin : public QObject {
     QCOMPARE(big->module->FindInstruction("x")->shape().dim(0), int64_t{32});
   }
 
+  // A module the zoo did not build (a file, a real dump) has no settings to shrink: its dimensions
+  // are (VerifyShrunkTwin, ScaleDimsOptions::shrink). A Transformer step at batch 64, sequence 256,
+  // width 512 on 16 devices is beyond the interactive check's limits; its shrunk twin (each class
+  // of dimensions at its smallest divisor of at least 8 that keeps the shardings even) verifies,
+  // and the changes name the entry parameters' shapes.
+  void anyModulesShrunkTwin() {
+    auto m = ZooBuild("transformer", {{"layers", "2"}, {"batch", "64"}, {"seq", "256"}, {"model", "512"},
+                                      {"hidden", "2048"}, {"heads", "8"}, {"head_dim", "64"}});
+    QVERIFY(m.ok());
+    auto p = pipeline::Propagate(**m, pipeline::StandardPropagationOptions());
+    QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
+    auto part = pipeline::Partition(**m);
+    QVERIFY(part.ok());
+    const VerificationVerdict full = pipeline::Verify(**m, *part->module, 16, pipeline::VerifyOptions{});
+    QCOMPARE(full.state, VerificationVerdict::State::kSkipped);
+    QVERIFY2(full.reason.rfind("too large", 0) == 0, full.reason.c_str());
+    auto v = VerifyShrunkTwin(**m, 16);
+    QVERIFY2(v.ok(), v.ok() ? "" : v.error().message.c_str());
+    QVERIFY2(v->verdict.state == VerificationVerdict::State::kMatch, (v->verdict.reason + v->verdict.report.detail.substr(0, 300)).c_str());
+    QVERIFY2(v->changes.rfind("dimensions shrunk: x f32[64,256,512] -> f32[8,8,8]", 0) == 0, v->changes.c_str());
+    QCOMPARE(v->instructions, (*m)->instruction_count());
+  }
+
   void errors() {
     auto full = ZooBuild("mlp");
     QVERIFY(full.ok());

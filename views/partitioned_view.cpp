@@ -256,9 +256,13 @@ void PartitionedView::showVerdict() {
   }
   if (!twin.empty()) {
     // What was checked instead of the module itself, and why.
-    tip = QString("The module at its sizes is not evaluated: %1. Checked instead: its small twin, the same "
-                  "zoo model with %2, sharded as this one instruction by instruction and partitioned for the same "
-                  "%3 devices (app/pipeline/small_twin.h).<br>%4")
+    const bool shrunk = twin.rfind("dimensions shrunk", 0) == 0;
+    tip = QString(shrunk ? "The module at its sizes is not evaluated: %1. Checked instead: its small twin, the same "
+                           "module with its %2, each dimension keeping its sharding, partitioned for the same %3 "
+                           "devices (app/pipeline/small_twin.h, VerifyShrunkTwin).<br>%4"
+                         : "The module at its sizes is not evaluated: %1. Checked instead: its small twin, the same "
+                           "zoo model with %2, sharded as this one instruction by instruction and partitioned for the same "
+                           "%3 devices (app/pipeline/small_twin.h).<br>%4")
               .arg(QString::fromStdString(analysis_->partition().verification_full_skipped).toHtmlEscaped(),
                    QString::fromStdString(twin).toHtmlEscaped())
               .arg(analysis_->partition().devices)

@@ -282,12 +282,19 @@ void AnalysisJobs::requestPartition() {
         out.millis = partition_ms.value_or(MillisSince(t0));
         out.verification = r.verification;
         // Too large for the evaluator: the small twin (not with weight-update sharding: the pass's
-        // program is not the twin's).
-        if (r.verification.state == VerificationVerdict::State::kSkipped && !zoo_model.empty() && !wus) {
+        // program is not the twin's) — the zoo model at smaller settings, or any other module with
+        // its dimensions shrunk.
+        const bool skipped = r.verification.state == VerificationVerdict::State::kSkipped;
+        const bool too_large = skipped && r.verification.reason.rfind("too large", 0) == 0;
+        // A zoo twin is also shallower, so it may decide what the module's depth left ill-conditioned.
+        const bool ill = skipped && r.verification.reason.rfind("ill-conditioned", 0) == 0;
+        if ((too_large || (ill && !zoo_model.empty())) && !wus) {
           auto full = Annotated(*module, annotations, propagated.get());
           full->num_partitions = mesh.num_devices();
-          auto twin = pipeline::VerifySmallTwin(zoo_model, zoo_settings, *full, mesh.num_devices(),
-                                                pipeline::TwinVerifyLimits(), token);
+          auto twin = !zoo_model.empty() ? pipeline::VerifySmallTwin(zoo_model, zoo_settings, *full, mesh.num_devices(),
+                                                                     pipeline::TwinVerifyLimits(), token)
+                                         : pipeline::VerifyShrunkTwin(*full, mesh.num_devices(),
+                                                                      pipeline::TwinVerifyLimits(), token);
           if (twin.ok() && twin->verdict.state != VerificationVerdict::State::kSkipped) {
             out.verification_full_skipped = r.verification.reason;
             out.verification_twin = twin->changes.empty() ? std::string("the same sizes") : twin->changes;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/pipeline/propagate.h"
+#include "core/ir/scale_dims.h"
 
 namespace shardscope::pipeline {
 namespace {
@@ -272,6 +273,42 @@ Result<TwinVerification> VerifySmallTwin(std::string_view model, const ZooOverri
     // amplifying the other order of partial sums) are judged by the check itself: it leaves out
     // the elements its own program cannot pin down (VerifyReport::ill_conditioned).
     if (out.verdict.state != VerificationVerdict::State::kSkipped) break;
+  }
+  return out;
+}
+
+Result<TwinVerification> VerifyShrunkTwin(const Module& full, int64_t devices, const VerifyOptions& limits,
+                                          const CancellationToken& cancel) {
+  TwinVerification out;
+  for (int64_t min_dim : {8, 4, 2}) {
+    if (cancel.cancelled()) return CancelledError("verifying a shrunk twin");
+    ScaleDimsOptions o;
+    o.shrink = true;
+    o.min_dim = min_dim;
+    auto twin = ScaleModuleDims(full, 1, o);
+    if (!twin.ok()) return Error("shrinking the module: " + twin.error().message);
+    std::string changes;
+    int64_t listed = 0, more = 0;
+    const auto& before = full.entry()->parameters();
+    const auto& after = twin->module->entry()->parameters();
+    for (size_t p = 0; p < before.size() && p < after.size(); ++p) {
+      if (!before[p] || !after[p] || before[p]->shape() == after[p]->shape()) continue;
+      if (listed++ >= 6) {
+        ++more;
+        continue;
+      }
+      changes += (changes.empty() ? "" : ", ") + before[p]->name() + " " + before[p]->shape().ToString(false) + " -> " +
+                 after[p]->shape().ToString(false);
+    }
+    if (more) changes += " and " + std::to_string(more) + " more";
+    SpmdOptions so;
+    so.num_partitions = devices;
+    auto spmd = Partition(*twin->module, so, cancel);
+    if (!spmd.ok()) return Error("partitioning the shrunk twin: " + spmd.error().message);
+    out.changes = changes.empty() ? std::string("no dimension shrinks") : "dimensions shrunk: " + changes;
+    out.instructions = twin->module->instruction_count();
+    out.verdict = Verify(*twin->module, *spmd->module, devices, limits, cancel);
+    if (out.verdict.state != VerificationVerdict::State::kSkipped || changes.empty()) break;
   }
   return out;
 }

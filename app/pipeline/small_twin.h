@@ -82,4 +82,14 @@ Result<TwinVerification> VerifySmallTwin(std::string_view model, const ZooOverri
                                          int64_t devices, const VerifyOptions& limits = TwinVerifyLimits(),
                                          const CancellationToken& cancel = {});
 
+// Any module's twin (one the zoo did not build: a file, a real dump): `full` with its dimensions
+// shrunk (core/ir/scale_dims.h, ScaleDimsOptions::shrink: each class of dimensions that must stay
+// equal to its smallest size that divides it, keeps every tiled sharding even and is at least
+// `min_dim`), carrying `full`'s shardings (complete, as partitioning takes them), partitioned on
+// `devices` and verified within `limits`: with dimensions of at least 8, or 4, or 2, the first the
+// limits take. `changes` lists the entry parameters' shapes that changed. The depth stays (a
+// module's layers are not a setting it names).
+Result<TwinVerification> VerifyShrunkTwin(const Module& full, int64_t devices, const VerifyOptions& limits = TwinVerifyLimits(),
+                                          const CancellationToken& cancel = {});
+
 }  // namespace shardscope::pipeline

@@ -53,6 +53,7 @@ class Scaler {
     for (int64_t n : pins_)
       if (n >= 0 && n < static_cast<int64_t>(old_.size())) Pin(n);
     if (auto e = ClassFactors()) return *e;
+    if (opts_.shrink) TileRequirements();
     if (auto e = Propagate()) return *e;
     if (!conflicts_.empty()) return Error(conflicts_.front());
     ScaledModule out;
@@ -506,7 +507,54 @@ class Scaler {
     if (derived_[r] && !force) return std::nullopt;
     if (auto f = factor_.find(r); f != factor_.end()) return old_[node] * f->second;  // the user's, for this class
     if (window_[r] && !extent_[r]) return old_[node];  // a weight's window; not an activation's extent
+    if (opts_.shrink) return ShrunkSize(r, old_[node]);
     return old_[node] >= opts_.min_dim ? old_[node] * k_ : old_[node];
+  }
+
+  // A slice's or dynamic-slice's cut longer than its operand's shrunk dimension: that dimension
+  // keeps its size on the next attempt.
+  Error CutCannotShrink(const Instruction& i, const Instruction* in, int64_t d) {
+    retry_pins_.push_back(Node(in, d));
+    return Error(Where(i) + ": its cut of dimension " + std::to_string(d) + " does not shrink with the dimension (" +
+                 std::to_string(old_[Node(in, d)]) + " -> " + std::to_string(in->shape().dim(d)) + ")");
+  }
+
+  // Shrinking: the tiles every tiled sharding splits a class's dimensions into (lcm), and whether
+  // one splits them unevenly (then the class keeps its size).
+  void TileRequirements() {
+    tiles_.assign(old_.size(), 1);
+    uneven_.assign(old_.size(), 0);
+    for (const auto& c : m_.computations())
+      for (const auto& owned : c->instructions()) {
+        const Instruction* i = owned.get();
+        if (!i->has_sharding() || !info_.count(i)) continue;
+        const HloSharding& sh = *i->sharding();
+        for (int64_t l = 0; l < Leaves(i); ++l) {
+          const HloSharding* leaf = &sh;
+          if (sh.IsTuple()) {
+            if (l >= static_cast<int64_t>(sh.tuple_elements().size())) break;
+            leaf = &sh.tuple_elements()[static_cast<size_t>(l)];
+          }
+          if (!leaf->IsTiled()) continue;
+          for (int64_t d = 0; d < Rank(i, l); ++d) {
+            const int64_t t = leaf->DimensionTiles(d);
+            if (t <= 1) continue;
+            const int64_t n = Node(i, d, l), r = Find(n);
+            if (old_[n] % t != 0) uneven_[r] = 1;
+            tiles_[r] = std::lcm(tiles_[r], t);
+          }
+        }
+      }
+  }
+
+  int64_t ShrunkSize(int64_t root, int64_t was) const {
+    if (was < opts_.min_dim || uneven_[root]) return was;
+    const int64_t t = tiles_[root];
+    if (was % t != 0) return was;
+    // The smallest multiple of t dividing `was` that is at least min_dim.
+    for (int64_t s = t; s < was; s += t)
+      if (was % s == 0 && s >= opts_.min_dim) return s;
+    return was;
   }
 
   // The ratio a dimension of an operand grew by (exact: every new size is old x k^e or fixed).
@@ -613,6 +661,7 @@ class Scaler {
           // A cut shorter than min_dim (one layer of a stack) stays a cut of that many.
           if (s && l && i->slice.strides[d] == 1 && !pinned_[Find(Node(i, d))] && limit - start >= opts_.min_dim)
             start = *s, limit = *l;
+          if (limit > now) return CutCannotShrink(*i, in, d);
         }
         auto inferred = InferShape(*i);
         if (!inferred.ok()) return Error(Where(*i) + ": " + inferred.error().message);
@@ -626,6 +675,7 @@ class Scaler {
           if (size == was) size = now;
           else if (auto s = Scaled(size, RatioOf(now, was)); s && !pinned_[Find(Node(i, d))] && size >= opts_.min_dim)
             size = *s;
+          if (size > now) return CutCannotShrink(*i, in, d);
         }
         auto inferred = InferShape(*i);
         if (!inferred.ok()) return Error(Where(*i) + ": " + inferred.error().message);
@@ -797,6 +847,8 @@ class Scaler {
   std::vector<int64_t> retry_pins_;
   std::vector<std::string> conflicts_;  // this attempt's, in order
   std::unordered_map<int64_t, int64_t> factor_;  // class root -> the user's factor
+  std::vector<int64_t> tiles_;  // shrinking: per class root, the tiles its dimensions must divide into
+  std::vector<char> uneven_;    // shrinking: per class root, split unevenly somewhere
 };
 
 }  // namespace
@@ -811,6 +863,8 @@ Result<std::vector<DimensionClass>> EntryParameterDimensionClasses(const Module&
 
 Result<ScaledModule> ScaleModuleDims(const Module& module, int64_t k, const ScaleDimsOptions& options) {
   if (k < 1) return Error("the scale must be a whole number >= 1, not " + std::to_string(k));
+  if (options.shrink && (k != 1 || !options.factors.empty()))
+    return Error("shrinking takes no scale or factors (k = 1, no factors)");
   if (!module.entry()) return Error("the module has no entry computation");
   // Each failed attempt names the dimensions that keep their size on the next one (bounded: every
   // retry keeps at least one more class).

@@ -1,6 +1,7 @@
 // A module's dimensions scaled by k: the same program at k times its sizes, for simulating a module
 // at real size while the numerical check runs on the small one (the whole-model issue's "scale this
-// module's dims by k", for a module the zoo did not build).
+// module's dims by k", for a module the zoo did not build); or shrunk (ScaleDimsOptions::shrink),
+// for checking a large module's sharding numerically on a small twin.
 //
 // What scales: every dimension of the entry parameters at least `min_dim` long, and whatever
 // follows from them. The module's dimensions are first grouped into classes that must stay equal
@@ -45,6 +46,13 @@ struct ScaleDimsOptions {
   // batch of x, and every dimension of its class, x8). Members of one class (EntryParameterDimension
   // Classes) must not be given different factors; 1 keeps a dimension as it is.
   std::map<std::string, int64_t, std::less<>> factors;
+  // The other way (with k = 1): every class takes the smallest size that divides its own, keeps
+  // each tiled sharding of its dimensions even (a multiple of the tiles that split it) and is at
+  // least `min_dim` long (a class already shorter keeps its size, as does one a sharding splits
+  // unevenly). A cut that cannot shrink with its dimension keeps that dimension's size on another
+  // attempt. A small twin of any module, for checking its sharding numerically where the module
+  // itself is too large (app/pipeline/small_twin.h, ShrunkTwin).
+  bool shrink = false;
 };
 
 // The entry parameters' dimensions grouped by what must stay equal (the classes the scaling works
