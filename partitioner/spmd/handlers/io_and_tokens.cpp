@@ -118,34 +118,35 @@ Instruction* BranchParameter(SpmdBuilder& b, const Shape& shape) {
   return p;
 }
 
-// x (a value of `target`'s structure, each array leaf no larger) with every array leaf padded at
-// the high end with zeros up to `target` (XLA's PadToShape).
-Instruction* PadLeavesTo(SpmdBuilder& b, Instruction* x, const Shape& target) {
+// x (a value of `target`'s structure) with `leaf(b, array, target_leaf)` applied to every array
+// leaf whose shape differs from the target's (tokens and matching leaves as they are).
+template <typename LeafFn>
+Instruction* MapLeavesTo(SpmdBuilder& b, Instruction* x, const Shape& target, const LeafFn& leaf) {
   if (x->shape().Compatible(target)) return x;
   if (x->shape().IsTuple()) {
     std::vector<Instruction*> leaves;
     for (size_t i = 0; i < target.tuple.size(); ++i)
-      leaves.push_back(PadLeavesTo(b, TupleElement(b, x, static_cast<int64_t>(i)), target.tuple[i]));
+      leaves.push_back(MapLeavesTo(b, TupleElement(b, x, static_cast<int64_t>(i)), target.tuple[i], leaf));
     return MakeTuple(b, leaves);
   }
   if (!x->shape().IsArray()) return x;
-  std::vector<int64_t> high(x->shape().dims.size());
-  for (size_t d = 0; d < high.size(); ++d) high[d] = target.dims[d] - x->shape().dims[d];
-  return b.PadHigh(x, high, 0);
+  return leaf(b, x, target);
+}
+
+// x (each array leaf no larger than `target`'s) padded at the high end with zeros up to `target`
+// (XLA's PadToShape).
+Instruction* PadLeavesTo(SpmdBuilder& b, Instruction* x, const Shape& target) {
+  return MapLeavesTo(b, x, target, [](SpmdBuilder& bb, Instruction* a, const Shape& t) {
+    std::vector<int64_t> high(a->shape().dims.size());
+    for (size_t d = 0; d < high.size(); ++d) high[d] = t.dims[d] - a->shape().dims[d];
+    return bb.PadHigh(a, high, 0);
+  });
 }
 
 // x with every array leaf sliced down to `target` ([0, limit) on every dim): a shard without its
 // padding.
 Instruction* SliceLeavesTo(SpmdBuilder& b, Instruction* x, const Shape& target) {
-  if (x->shape().Compatible(target)) return x;
-  if (x->shape().IsTuple()) {
-    std::vector<Instruction*> leaves;
-    for (size_t i = 0; i < target.tuple.size(); ++i)
-      leaves.push_back(SliceLeavesTo(b, TupleElement(b, x, static_cast<int64_t>(i)), target.tuple[i]));
-    return MakeTuple(b, leaves);
-  }
-  if (!x->shape().IsArray()) return x;
-  return b.Slice(x, target.dims);
+  return MapLeavesTo(b, x, target, [](SpmdBuilder& bb, Instruction* a, const Shape& t) { return bb.Slice(a, t.dims); });
 }
 
 // `shape` with the layouts of `layout_from` where the structures agree (the per-device
