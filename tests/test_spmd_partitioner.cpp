@@ -693,6 +693,12 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
     QTest::newRow("halo: 2 tiles of 5 -> 3 of 4, one row from the left, three from the right")
         << 6 << "f32[10,4096]" << "devices=[2,1,3]<=[6] last_tile_dim_replicate" << "devices=[3,1,2]<=[6] last_tile_dim_replicate"
         << true << "collective-permute f32[1,4096] {0,3}, collective-permute f32[3,4096] {3,2}";
+    // An all-gather is charged one latency per ring step (k - 1 over k devices): gathering within
+    // pairs and permuting (two steps) beats a gather over 4 (three) on a small array.
+    QTest::newRow("gather by pairs, then permute, rather than a ring of 4 (XLA's ...AlignWithLHSPartial)")
+        << 8 << "f32[5,4,16]" << "devices=[1,1,4,2]<=[8] last_tile_dim_replicate"
+        << "devices=[1,1,2,4]<=[2,4]T(1,0) last_tile_dim_replicate" << false
+        << "all-gather f32[5,4,8], collective-permute f32[5,4,8]";
   }
   void reshardByPermutes() {
     QFETCH(int, devices);

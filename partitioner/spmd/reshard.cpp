@@ -880,14 +880,32 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     }
   }
   if (candidates.empty()) return Error("no resharding plan from " + from.ToString() + " to " + to.ToString());
-  for (auto& c : candidates)
-    for (const auto& st : c.steps)
+  // A plan's cost (what handlers add to theirs) charges one latency per collective, as the
+  // handlers' own costs do. Choosing among the ways to reshard, an all-gather over g devices is
+  // charged its ring's g - 1 steps: a gather within pairs and a permute (two steps) is quicker
+  // than a gather over 4 (three). Only the choice: handlers compare plans in their currency.
+  std::vector<int64_t> ranked(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    ReshardPlan& c = candidates[i];
+    int64_t ring = 0;
+    for (const auto& st : c.steps) {
       if (st.kind != ReshardStep::Kind::kDynamicSlice) c.bytes += kCollectiveOverheadBytes;
-  auto best = std::min_element(candidates.begin(), candidates.end(), [](const ReshardPlan& x, const ReshardPlan& y) {
-    if (x.bytes != y.bytes) return x.bytes < y.bytes;
-    return x.steps.size() < y.steps.size();
-  });
-  return *best;
+      if (st.kind == ReshardStep::Kind::kAllGather) {
+        const int64_t d = st.dims[0];
+        ring += std::max<int64_t>(0, st.before.tiles(d) / std::max<int64_t>(1, st.after.tiles(d)) - 2);
+      }
+    }
+    ranked[i] = c.bytes + ring * kCollectiveOverheadBytes;
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    const ReshardPlan& x = candidates[i];
+    const ReshardPlan& y = candidates[best];
+    if (ranked[i] != ranked[best] ? ranked[i] < ranked[best]
+                                  : (x.bytes != y.bytes ? x.bytes < y.bytes : x.steps.size() < y.steps.size()))
+      best = i;
+  }
+  return candidates[best];
 }
 
 Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardPlan& plan, const HloSharding& target) {
