@@ -700,6 +700,39 @@ ENTRY %main (p: f32[8,4], q: f32[8,4]) -> f32[8,4] {
         << "devices=[1,1,2,4]<=[2,4]T(1,0) last_tile_dim_replicate" << false
         << "all-gather f32[5,4,8], collective-permute f32[5,4,8]";
   }
+  // Plan 2f: the tile count of a dim drops by k but k source shards are not one target shard
+  // (uneven rows): each device fetches its piece of the target tile cut k ways by plan 2d's
+  // exchange, and a partial all-gather within groups of k puts the pieces together (XLA's
+  // PartialReplicateToPartialReplicateReshardHaloExchange). Before, the dim was gathered whole
+  // over all its tiles and sliced.
+  void reshardByHaloIntoPieces_data() {
+    QTest::addColumn<int>("devices");
+    QTest::addColumn<QString>("shape");
+    QTest::addColumn<QString>("from");
+    QTest::addColumn<QString>("to");
+    QTest::addColumn<QString>("collectives");
+    QTest::newRow("4 tiles of 2 rows -> 2 of 3, copies (XLA's case)")
+        << 8 << "f32[6,3]" << "devices=[4,1,2]<=[8] last_tile_dim_replicate" << "devices=[2,1,4]<=[8] last_tile_dim_replicate"
+        << "collective-permute f32[1,3] {2,4 3,5 4,6 5,7}, all-gather f32[4,3] {}";
+    QTest::newRow("4 tiles of 3 rows -> 2 of 5, rows of 16 kB")
+        << 4 << "f32[10,4096]" << "devices=[4,1]<=[4]" << "devices=[2,1,2]<=[4] last_tile_dim_replicate"
+        << "collective-permute f32[1,4096] {1,2 2,3}, all-gather f32[6,4096] {}";
+  }
+  void reshardByHaloIntoPieces() {
+    QFETCH(int, devices);
+    QFETCH(QString, shape);
+    QFETCH(QString, from);
+    QFETCH(QString, to);
+    QFETCH(QString, collectives);
+    std::string why;
+    auto r = testing::PartitionAndVerify(CopyReshard(devices, shape.toStdString(), from.toStdString(), to.toStdString()), devices, &why);
+    QVERIFY2(r, why.c_str());
+    QCOMPARE(CollectiveList(*r->module, true), collectives);
+    const auto gathers = Find(*r->module, Opcode::kAllGather);
+    QCOMPARE(gathers.size(), size_t{1});
+    QCOMPARE(static_cast<int>(gathers[0]->replica_groups.groups[0].size()), 2);  // pairs, not every tile
+  }
+
   void reshardByPermutes() {
     QFETCH(int, devices);
     QFETCH(QString, shape);

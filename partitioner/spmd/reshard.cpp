@@ -120,29 +120,21 @@ struct HaloReshard {
   std::vector<int64_t> offset;  // per device: its window's start in the widened shard
 };
 
-std::optional<HaloReshard> PlanHaloReshard(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
-  const int64_t n = F.num_devices(), rank = F.rank();
-  if (T.num_devices() != n || T.rank() != rank) return std::nullopt;
-  int64_t d = -1;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (F.tiles(i) == T.tiles(i)) continue;
-    if (d >= 0) return std::nullopt;
-    d = i;
-  }
-  // Both sharded along d (to or from a whole dim is an all-gather or a slice).
-  if (d < 0 || F.tiles(d) < 2 || T.tiles(d) < 2) return std::nullopt;
-  const int64_t len = full[static_cast<size_t>(d)], fs = F.ShardSize(d, len), ts = T.ShardSize(d, len);
+// The exchange of plan 2d for arbitrary windows along d: device dev wants the rows [lo, hi) (empty
+// when hi <= lo) in a buffer of `size` rows starting at lo. Needs every wanted row within the
+// device's source shard widened by at most a shard on each side; nullopt otherwise, or when no
+// device needs a row it does not hold.
+std::optional<HaloReshard> PlanHaloWindows(const TileMap& F, int64_t d, int64_t len, const std::vector<int64_t>& lo,
+                                           const std::vector<int64_t>& hi, int64_t size) {
+  const int64_t n = F.num_devices();
+  const int64_t fs = F.ShardSize(d, len);
   HaloReshard h;
   h.dim = d;
   h.offset.assign(static_cast<size_t>(n), 0);
   std::vector<int64_t> need_left(static_cast<size_t>(n), 0), need_right(static_cast<size_t>(n), 0);
   for (int64_t dev = 0; dev < n; ++dev) {
-    const TileIndexView fi = F.device(dev).index;
-    const TileIndexView ti = T.device(dev).index;
-    for (int64_t i = 0; i < rank; ++i)
-      if (i != d && fi[static_cast<size_t>(i)] != ti[static_cast<size_t>(i)]) return std::nullopt;
-    const int64_t fo = F.Offset(dev, d, len), to = T.Offset(dev, d, len);
-    const int64_t end = std::min(to + ts, len);
+    const int64_t fo = F.Offset(dev, d, len), to = lo[static_cast<size_t>(dev)];
+    const int64_t end = hi[static_cast<size_t>(dev)];
     if (end <= to) continue;  // all padding
     need_left[static_cast<size_t>(dev)] = std::max<int64_t>(0, fo - to);
     need_right[static_cast<size_t>(dev)] = std::max<int64_t>(0, end - (fo + fs));
@@ -168,14 +160,81 @@ std::optional<HaloReshard> PlanHaloReshard(const TileMap& F, const TileMap& T, c
   for (int64_t dev = 0; dev < n; ++dev) {
     h.most_received = std::max(h.most_received, (need_left[static_cast<size_t>(dev)] > 0 ? h.left : 0) +
                                                     (need_right[static_cast<size_t>(dev)] > 0 ? h.right : 0));
-    const int64_t fo = F.Offset(dev, d, len), to = T.Offset(dev, d, len);
+    const int64_t fo = F.Offset(dev, d, len), to = lo[static_cast<size_t>(dev)];
     const int64_t off = std::max<int64_t>(0, to - fo + h.left);
     h.offset[static_cast<size_t>(dev)] = off;
-    h.tail = std::max(h.tail, off + ts - (h.left + fs + h.right));
+    h.tail = std::max(h.tail, off + size - (h.left + fs + h.right));
   }
   std::sort(h.left_pairs.begin(), h.left_pairs.end());
   std::sort(h.right_pairs.begin(), h.right_pairs.end());
   return h;
+}
+
+std::optional<HaloReshard> PlanHaloReshard(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
+  const int64_t n = F.num_devices(), rank = F.rank();
+  if (T.num_devices() != n || T.rank() != rank) return std::nullopt;
+  int64_t d = -1;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (F.tiles(i) == T.tiles(i)) continue;
+    if (d >= 0) return std::nullopt;
+    d = i;
+  }
+  // Both sharded along d (to or from a whole dim is an all-gather or a slice).
+  if (d < 0 || F.tiles(d) < 2 || T.tiles(d) < 2) return std::nullopt;
+  const int64_t len = full[static_cast<size_t>(d)], ts = T.ShardSize(d, len);
+  std::vector<int64_t> lo(static_cast<size_t>(n)), hi(static_cast<size_t>(n));
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const TileIndexView fi = F.device(dev).index;
+    const TileIndexView ti = T.device(dev).index;
+    for (int64_t i = 0; i < rank; ++i)
+      if (i != d && fi[static_cast<size_t>(i)] != ti[static_cast<size_t>(i)]) return std::nullopt;
+    lo[static_cast<size_t>(dev)] = T.Offset(dev, d, len);
+    hi[static_cast<size_t>(dev)] = std::min(lo[static_cast<size_t>(dev)] + ts, len);
+  }
+  return PlanHaloWindows(F, d, len, lo, hi, ts);
+}
+
+// Plan 2f (XLA's halo exchange before a partial all-gather, TileToPartialReplicateHaloExchange):
+// the tile count of one dim d drops by a factor k (F.tiles(d) = k * T.tiles(d)) but k source
+// shards are not one target shard (uneven extents: [6] over 4 tiles of 2 -> 2 tiles of 3). Cut
+// every target tile into k pieces of ceil(ts / k) rows; the device holding source tile s along d
+// fetches piece s mod k of target tile s / k by the halo exchange of plan 2d (when every piece
+// lies within its source shard widened by a shard), and a partial all-gather by k within the
+// groups of F.GatheredBy(d, k) puts the k pieces of each target tile together (their first ts rows
+// are the target shard). `mid` is that gathered map; a slice or permute may finish the plan.
+struct HaloPieces {
+  HaloReshard halo;
+  int64_t k = 0, piece = 0;  // piece: rows per piece
+};
+std::optional<HaloPieces> PlanHaloPieces(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
+  const int64_t n = F.num_devices(), rank = F.rank();
+  if (T.num_devices() != n || T.rank() != rank) return std::nullopt;
+  int64_t d = -1;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (F.tiles(i) == T.tiles(i)) continue;
+    if (d >= 0) return std::nullopt;
+    d = i;
+  }
+  if (d < 0 || T.tiles(d) < 1 || F.tiles(d) <= T.tiles(d) || F.tiles(d) % T.tiles(d) != 0) return std::nullopt;
+  const int64_t len = full[static_cast<size_t>(d)], k = F.tiles(d) / T.tiles(d);
+  const int64_t fs = F.ShardSize(d, len), ts = T.ShardSize(d, len);
+  if (fs * k == ts) return std::nullopt;  // the shards line up: a partial all-gather alone (plan 4a)
+  HaloPieces p;
+  p.k = k;
+  p.piece = (ts + k - 1) / k;
+  std::vector<int64_t> lo(static_cast<size_t>(n)), hi(static_cast<size_t>(n));
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const int64_t s = F.index(dev, d);
+    const int64_t tile_start = s / k * ts, tile_end = std::min(tile_start + ts, len);
+    const int64_t start = tile_start + s % k * p.piece, end = std::min(start + p.piece, tile_end);
+    // An empty piece (past the tile or the array) takes the device's own rows: they are sliced off.
+    lo[static_cast<size_t>(dev)] = end > start ? start : F.Offset(dev, d, len);
+    hi[static_cast<size_t>(dev)] = end > start ? end : lo[static_cast<size_t>(dev)];
+  }
+  auto halo = PlanHaloWindows(F, d, len, lo, hi, p.piece);
+  if (!halo) return std::nullopt;
+  p.halo = std::move(*halo);
+  return p;
 }
 
 // Plan 3b's intermediate map: T's tiles, each device holding one that lies within its shard under
@@ -620,6 +679,22 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     p.bytes = p.steps.back().bytes + (halo->left > 0 && halo->right > 0 ? kCollectiveOverheadBytes : 0);
     candidates.push_back(p);
   }
+  // 2f. Halo exchange into pieces of the target's tiles, then a partial all-gather (PlanHaloPieces).
+  if (auto pieces = PlanHaloPieces(F, T, full)) {
+    const int64_t d = pieces->halo.dim, k = pieces->k;
+    std::vector<int64_t> rows = F.ShardShape(full);
+    rows[static_cast<size_t>(d)] = 1;
+    const int64_t row_bytes = ElementsOf(rows) * PrimitiveTypeBytes(base.type);
+    const TileMap mid = F.GatheredBy(d, k);
+    ReshardPlan p;
+    const int64_t bytes = (pieces->halo.most_received + (k - 1) * pieces->piece) * row_bytes;
+    p.steps.push_back({ReshardStep::Kind::kHaloPieces, {d, k}, F, mid, bytes, {}});
+    // One collective counted per step below; here the all-gather, and the second permute when
+    // rows come from both sides.
+    p.bytes = bytes + kCollectiveOverheadBytes +
+              (pieces->halo.left > 0 && pieces->halo.right > 0 ? kCollectiveOverheadBytes : 0);
+    finish(std::move(p), mid, false);
+  }
   // 3. Collective-permute: same tiling, different devices.
   if (F.tiles() == T.tiles()) {
     ReshardPlan p;
@@ -890,7 +965,7 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     int64_t ring = 0;
     for (const auto& st : c.steps) {
       if (st.kind != ReshardStep::Kind::kDynamicSlice) c.bytes += kCollectiveOverheadBytes;
-      if (st.kind == ReshardStep::Kind::kAllGather) {
+      if (st.kind == ReshardStep::Kind::kAllGather || st.kind == ReshardStep::Kind::kHaloPieces) {
         const int64_t d = st.dims[0];
         ring += std::max<int64_t>(0, st.before.tiles(d) / std::max<int64_t>(1, st.after.tiles(d)) - 2);
       }
@@ -932,6 +1007,32 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
     for (int64_t i = 0; i < n_; ++i) all[static_cast<size_t>(i)] = i;
     const PrimitiveType t = x->shape().type;
     return b_.AllReduce(x, b_.ScalarReducer(t == PrimitiveType::kPred ? Opcode::kOr : Opcode::kAdd, t), {all}, why);
+  };
+  // Plan 2d's exchange: each device's `size` rows from its shard widened by the rows of its
+  // neighbours (`halo`).
+  auto exchange = [&](Instruction* x, const HaloReshard& halo, int64_t size, const std::string& why) {
+    const int64_t d = halo.dim, fs = x->shape().dim(d);
+    const PrimitiveType type = x->shape().type;
+    auto rows = [&](Instruction* v, int64_t from, int64_t to) { return b_.SliceDim(v, d, from, to); };
+    std::vector<Instruction*> parts;
+    if (halo.left > 0) parts.push_back(b_.CollectivePermute(rows(x, fs - halo.left, fs), halo.left_pairs, why));
+    parts.push_back(x);
+    if (halo.right > 0) parts.push_back(b_.CollectivePermute(rows(x, 0, halo.right), halo.right_pairs, why));
+    std::vector<int64_t> dims = x->shape().dims;
+    dims[static_cast<size_t>(d)] = halo.left + fs + halo.right;
+    Instruction* wide = b_.Emit(Opcode::kConcatenate, Shape(type, dims), parts);
+    wide->dimensions = {d};
+    if (halo.tail > 0) {
+      std::vector<int64_t> high(dims.size(), 0);
+      high[static_cast<size_t>(d)] = halo.tail;
+      wide = b_.PadHigh(wide, high, 0.0);
+    }
+    std::vector<Instruction*> offsets;
+    for (size_t i = 0; i < dims.size(); ++i)
+      offsets.push_back(static_cast<int64_t>(i) == d ? b_.TableLookup(halo.offset) : b_.ConstantScalar(PrimitiveType::kS32, 0));
+    std::vector<int64_t> sizes = x->shape().dims;
+    sizes[static_cast<size_t>(d)] = size;
+    return b_.DynamicSlice(wide, offsets, sizes);
   };
   for (const ReshardStep& st : plan.steps) {
     switch (st.kind) {
@@ -1082,33 +1183,21 @@ Result<Instruction*> Resharder::EmitPlan(const PartitionedHlo& v, const ReshardP
         if (limits != x->shape().dims) x = b_.Slice(x, limits);
         break;
       }
+      case ReshardStep::Kind::kHaloPieces: {
+        auto pieces = PlanHaloPieces(st.before, st.after, full);
+        if (!pieces) return Error("internal: the halo exchange into pieces no longer applies (" + reason + ")");
+        const int64_t d = pieces->halo.dim;
+        x = exchange(x, pieces->halo, pieces->piece, reason + ": halo exchange into pieces");
+        x = b_.AllGather(x, d, st.before.GroupsGatheringBy(d, pieces->k), reason);
+        std::vector<int64_t> limits = x->shape().dims;
+        limits[static_cast<size_t>(d)] = st.after.ShardSize(d, full[static_cast<size_t>(d)]);
+        if (limits != x->shape().dims) x = b_.Slice(x, limits);
+        break;
+      }
       case ReshardStep::Kind::kHalo: {
         auto halo = PlanHaloReshard(st.before, st.after, full);
         if (!halo) return Error("internal: the halo exchange no longer applies (" + reason + ")");
-        const int64_t d = halo->dim, fs = x->shape().dim(d);
-        const PrimitiveType type = x->shape().type;
-        auto rows = [&](Instruction* v, int64_t from, int64_t to) { return b_.SliceDim(v, d, from, to); };
-        std::string why = reason;
-        why += ": halo exchange";
-        std::vector<Instruction*> parts;
-        if (halo->left > 0) parts.push_back(b_.CollectivePermute(rows(x, fs - halo->left, fs), halo->left_pairs, why));
-        parts.push_back(x);
-        if (halo->right > 0) parts.push_back(b_.CollectivePermute(rows(x, 0, halo->right), halo->right_pairs, why));
-        std::vector<int64_t> dims = x->shape().dims;
-        dims[static_cast<size_t>(d)] = halo->left + fs + halo->right;
-        Instruction* wide = b_.Emit(Opcode::kConcatenate, Shape(type, dims), parts);
-        wide->dimensions = {d};
-        if (halo->tail > 0) {
-          std::vector<int64_t> high(dims.size(), 0);
-          high[static_cast<size_t>(d)] = halo->tail;
-          wide = b_.PadHigh(wide, high, 0.0);
-        }
-        std::vector<Instruction*> offsets;
-        for (size_t i = 0; i < dims.size(); ++i)
-          offsets.push_back(static_cast<int64_t>(i) == d ? b_.TableLookup(halo->offset) : b_.ConstantScalar(PrimitiveType::kS32, 0));
-        std::vector<int64_t> sizes = x->shape().dims;
-        sizes[static_cast<size_t>(d)] = st.after.ShardSize(d, full[static_cast<size_t>(d)]);
-        x = b_.DynamicSlice(wide, offsets, sizes);
+        x = exchange(x, *halo, st.after.ShardSize(halo->dim, full[static_cast<size_t>(halo->dim)]), reason + ": halo exchange");
         break;
       }
       case ReshardStep::Kind::kMaskedAllReduce: {

@@ -31,12 +31,13 @@ struct PartitionedHlo {
 
 // One step of a resharding plan.
 struct ReshardStep {
-  enum class Kind { kDynamicSlice, kAllGather, kAllToAll, kAllToAllDims, kHalo, kCollectivePermute,
+  enum class Kind { kDynamicSlice, kAllGather, kAllToAll, kAllToAllDims, kHalo, kHaloPieces, kCollectivePermute,
                     kBroadcastFromDevice, kReduceUnreduced, kMakeUnreduced, kMaskedAllReduce } kind;
   std::vector<int64_t> dims;        // all-gather: gathered dim; all-to-all: {from_dim, to_dim};
                                     // all-to-all of several dims: the dims whose tiles leave, in
                                     // the order of the source positions (major first);
-                                    // halo: {dim};
+                                    // halo: {dim}; halo then partial all-gather
+                                    // (plan 2f): {dim, k};
                                     // broadcast-from-device: {device}; masked all-reduce: the
                                     // tiled dims made whole
   TileMap before, after;            // maps before/after the step
