@@ -170,15 +170,22 @@ std::optional<HaloReshard> PlanHaloWindows(const TileMap& F, int64_t d, int64_t 
   return h;
 }
 
-std::optional<HaloReshard> PlanHaloReshard(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
-  const int64_t n = F.num_devices(), rank = F.rank();
-  if (T.num_devices() != n || T.rank() != rank) return std::nullopt;
+// The one dim whose tile count differs between F and T (-1 when none or more than one does, or
+// the maps do not fit together).
+int64_t OnlyDimWithOtherTiles(const TileMap& F, const TileMap& T) {
+  if (T.num_devices() != F.num_devices() || T.rank() != F.rank()) return -1;
   int64_t d = -1;
-  for (int64_t i = 0; i < rank; ++i) {
+  for (int64_t i = 0; i < F.rank(); ++i) {
     if (F.tiles(i) == T.tiles(i)) continue;
-    if (d >= 0) return std::nullopt;
+    if (d >= 0) return -1;
     d = i;
   }
+  return d;
+}
+
+std::optional<HaloReshard> PlanHaloReshard(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
+  const int64_t n = F.num_devices(), rank = F.rank();
+  const int64_t d = OnlyDimWithOtherTiles(F, T);
   // Both sharded along d (to or from a whole dim is an all-gather or a slice).
   if (d < 0 || F.tiles(d) < 2 || T.tiles(d) < 2) return std::nullopt;
   const int64_t len = full[static_cast<size_t>(d)], ts = T.ShardSize(d, len);
@@ -207,14 +214,8 @@ struct HaloPieces {
   int64_t k = 0, piece = 0;  // piece: rows per piece
 };
 std::optional<HaloPieces> PlanHaloPieces(const TileMap& F, const TileMap& T, const std::vector<int64_t>& full) {
-  const int64_t n = F.num_devices(), rank = F.rank();
-  if (T.num_devices() != n || T.rank() != rank) return std::nullopt;
-  int64_t d = -1;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (F.tiles(i) == T.tiles(i)) continue;
-    if (d >= 0) return std::nullopt;
-    d = i;
-  }
+  const int64_t n = F.num_devices();
+  const int64_t d = OnlyDimWithOtherTiles(F, T);
   if (d < 0 || T.tiles(d) < 1 || F.tiles(d) <= T.tiles(d) || F.tiles(d) % T.tiles(d) != 0) return std::nullopt;
   const int64_t len = full[static_cast<size_t>(d)], k = F.tiles(d) / T.tiles(d);
   const int64_t fs = F.ShardSize(d, len), ts = T.ShardSize(d, len);
