@@ -22,8 +22,9 @@ struct VerifyReport {
   double tolerance = 0;      // the tolerance of the leaf closest to (or furthest over) its limit
   std::string detail;        // one line per output leaf; the first mismatch with its index and values
   // Float output elements the comparison could not judge: where the unpartitioned program itself
-  // moves by more than a quarter of the tolerance when its sums are rounded in another order (each
-  // sum moved by up to an ulp of its terms' magnitudes, EvalOptions::probe_sums: the square root
+  // moves by more than a quarter of the tolerance when its sums are rounded in another order (in
+  // either of two draws, each sum moved by up to an ulp of its terms' magnitudes,
+  // EvalOptions::probe_sums: the square root
   // of a random second moment near zero, a LayerNorm of a tiny variance, chaotic growth through
   // many layers), the partitioned program's order of partial sums may move it over. So are the
   // elements NaN on one side only in a leaf whose reference holds NaN elsewhere (the edge of an
