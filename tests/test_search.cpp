@@ -99,6 +99,7 @@ class TestSearch : public QObject {
   void familiesGenerate();
   void boundsAndInvalidCandidates();
   void droppedModulesAreBuiltAgain();
+  void boundsOnlyTakeTheCheapestDepths();
   void depthExtrapolationMatchesFullDepth();
   void extrapolationNeverBelowTheDeeperSample();
   void searchRanksStoresAndReopens();
@@ -467,6 +468,45 @@ void TestSearch::extrapolationNeverBelowTheDeeperSample() {
   // Growing peaks are extrapolated.
   b.peak_memory_bytes = 9'500'000'000;
   QCOMPARE(search::ExtrapolateSummary(a, b, k).peak_memory_bytes, int64_t{24'000'000'000});
+}
+
+// The search computes a candidate's bounds from depths of one and two units (PrepareFor::
+// kBoundsOnly) instead of the evaluation depths two and three: every unit adds the same weights
+// and FLOPs, so the extrapolated bounds are the same (to the rounding of FLOP counts above 2^53),
+// for the dense Transformer (unit: a layer), the pipelined one (unit: a layer per stage) and the
+// MoE Transformer with alternating MoE layers (unit: two layers). Those modules are not kept.
+void TestSearch::boundsOnlyTakeTheCheapestDepths() {
+  const Pod pod = MakePod("tpu-v4", 16).value();
+  std::vector<Candidate> candidates;
+  for (const char* family : {"in-layer", "data-parallel", "pipelining"}) {
+    SearchSpace space("transformer", SmallTransformer(24), pod);  // 4 stages extrapolate: 24 > 5 x 4
+    auto c = GenerateCandidates(space, {family}).value();
+    candidates.insert(candidates.end(), c.begin(), c.end());
+  }
+  {
+    SearchSpace space("moe-transformer", {{"layers", "12"}, {"moe_layers", "alternate"}}, pod);
+    auto c = GenerateCandidates(space, {}).value();
+    candidates.insert(candidates.end(), c.begin(), c.end());
+  }
+  EvaluationOptions eo;
+  int compared = 0;
+  std::set<int64_t> units;
+  for (const Candidate& c : candidates) {
+    auto full = PrepareCandidate(c, eo);
+    auto cheap = PrepareCandidate(c, eo, PrepareFor::kBoundsOnly);
+    QCOMPARE(cheap.ok(), full.ok());
+    if (!full.ok() || full->exact()) continue;
+    QVERIFY(cheap->modules.empty());
+    QCOMPARE(cheap->depths, full->depths);  // evaluated at the same depths
+    QCOMPARE(cheap->bounds.memory_bytes, full->bounds.memory_bytes);
+    QVERIFY2(std::abs(cheap->bounds.flops - full->bounds.flops) <= 1e-12 * full->bounds.flops, c.Label().c_str());
+    QVERIFY(full->bounds.flops > 0);
+    units.insert(full->depths[1] - full->depths[0]);
+    ++compared;
+  }
+  QVERIFY2(compared >= 20, std::to_string(compared).c_str());
+  // A layer (dense), two (alternating MoE; also a layer on each of 2 stages), four (a layer on each of 4 stages).
+  QCOMPARE(units, (std::set<int64_t>{1, 2, 4}));
 }
 
 // The search drops each candidate's modules once its bounds are known and EvaluateCandidate builds

@@ -153,7 +153,7 @@ std::string CandidateResult::DominantCollectives(size_t max_kinds) const {
   return s.empty() ? "none" : s;
 }
 
-Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const EvaluationOptions& options) {
+Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const EvaluationOptions& options, PrepareFor use) {
   PreparedCandidate p;
   p.candidate = candidate;
   auto pod = PodOf(candidate);
@@ -181,8 +181,10 @@ Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const Eva
     p.depths = {p.full_depth};
   }
   const int64_t n = p.pod.devices;
+  const bool bounds_only = use == PrepareFor::kBoundsOnly && !p.exact();
+  const std::vector<int64_t> built_depths = bounds_only ? std::vector<int64_t>{unit, 2 * unit} : p.depths;
   std::vector<double> mem, flops;
-  for (int64_t d : p.depths) {
+  for (int64_t d : built_depths) {
     auto m = BuildAtDepth(candidate, p.depth, d);
     if (!m.ok()) return m.error();
     if ((*m)->num_partitions != n)
@@ -191,9 +193,11 @@ Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const Eva
     if (auto over = OverSplit(**m)) return Error(*over);
     mem.push_back(static_cast<double>(EntryParameterBytes(**m, n)));
     flops.push_back(CountModuleFlops(**m));
-    p.modules.push_back(std::move(m).value());
+    if (!bounds_only) p.modules.push_back(std::move(m).value());
   }
-  const double k = p.exact() ? 0 : static_cast<double>(p.full_depth - p.depths[0]) / static_cast<double>(p.depths[1] - p.depths[0]);
+  const double k = p.exact() ? 0
+                             : static_cast<double>(p.full_depth - built_depths[0]) /
+                                   static_cast<double>(built_depths[1] - built_depths[0]);
   p.bounds.memory_bytes = static_cast<int64_t>(p.exact() ? mem[0] : Lin(mem[0], mem[1], k));
   p.bounds.flops = p.exact() ? flops[0] : Lin(flops[0], flops[1], k);
   const double rate = p.pod.chip.device_peak_flops() * p.pod.chip.flops_efficiency * static_cast<double>(n);

@@ -109,8 +109,15 @@ struct PreparedCandidate {
   bool exact() const { return depths.size() <= 1; }
 };
 
+// What PrepareCandidate keeps: the modules at the evaluation depths (EvaluateCandidate uses them),
+// or the bounds only (the search, which drops the modules anyway: an extrapolated candidate's
+// bounds then come from depths of one and two units instead of two and three, which the entry
+// parameters and FLOPs follow exactly: every unit adds the same weights and work).
+enum class PrepareFor : uint8_t { kEvaluation, kBoundsOnly };
+
 // Error: the candidate is invalid (it does not build, its mesh does not place, it over-splits).
-Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const EvaluationOptions& options);
+Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const EvaluationOptions& options,
+                                           PrepareFor use = PrepareFor::kEvaluation);
 
 // A candidate whose annotated module is given (method 2's solution, auto_sharding.h) on a placed
 // mesh: evaluated exactly (no extrapolation), with the same bounds as PrepareCandidate's.

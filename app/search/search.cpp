@@ -56,6 +56,8 @@ struct Prepared {
 // most of the search's peak memory (260 of 311 MB at 128 devices), and the pages they took were
 // fresh ones the kernel had to zero; EvaluateCandidate builds a survivor's again just before it
 // partitions it, while the pages the previous candidate freed are still warm (docs/search.md).
+// Since no module outlives its bounds, the bounds are taken at the cheapest depths that give them
+// (PrepareFor::kBoundsOnly).
 Prepared PrepareAll(const std::vector<Candidate>& candidates, const SearchOptions& options,
                     const std::function<void(const SearchProgress&)>& on_progress, std::mutex& progress_mutex,
                     std::atomic<int64_t>& done, int64_t total, const CancellationToken& cancel) {
@@ -69,7 +71,7 @@ Prepared PrepareAll(const std::vector<Candidate>& candidates, const SearchOption
       r = Unevaluated(c, Outcome::kCancelled, "the search was cancelled");
       return;
     }
-    auto p = PrepareCandidate(c, options.evaluation);
+    auto p = PrepareCandidate(c, options.evaluation, PrepareFor::kBoundsOnly);
     bool decided = true;
     if (!p.ok()) {
       r = Unevaluated(c, Outcome::kInvalid, p.error().message);
