@@ -2,8 +2,10 @@
 // and a round trip of every sharding in the XLA conformance corpus (../shared/conformance/xla).
 #include <QtTest>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
@@ -237,6 +239,41 @@ class TestSharding : public QObject {
     QCOMPARE(detected->perm, V({1, 0}));
     QVERIFY(!DetectIota({0, 2, 1, 4, 3, 5}).has_value());
     QVERIFY(!DetectIota({1, 0}).has_value());
+    // A copy shares the assignment; a reshape to the same dims is the same assignment.
+    TileAssignment copy = tt;
+    QCOMPARE(copy, tt);
+    QCOMPARE(copy.devices().data(), tt.devices().data());
+    QCOMPARE(tt.Reshape({4, 2}), tt);
+    QCOMPARE(TileAssignment().Reshape({0}).dims(), V({0}));
+    QVERIFY(TileAssignment().devices().empty());
+    // IsCanonicalIota says exactly when CanonicalIota changes nothing: every form over up to four
+    // reshape dims of sizes 1-3 and each of their permutations.
+    int canonical = 0, forms = 0;
+    for (int rank = 1; rank <= 4; ++rank) {
+      std::vector<int64_t> sizes(static_cast<size_t>(rank), 1);
+      for (bool more_sizes = true; more_sizes;) {
+        std::vector<int64_t> perm(static_cast<size_t>(rank));
+        std::iota(perm.begin(), perm.end(), 0);
+        do {
+          for (bool empty_perm : {false, true}) {
+            const IotaForm form{sizes, empty_perm ? std::vector<int64_t>{} : perm};
+            const IotaForm c = CanonicalIota(form);
+            const bool unchanged = c.reshape_dims == form.reshape_dims && c.perm == form.perm;
+            QVERIFY2(IsCanonicalIota(form) == unchanged, (Q(TileAssignment::Iota({CheckedProduct(sizes).value()}, sizes, form.perm).ToString())).toUtf8());
+            QVERIFY(IsCanonicalIota(c));
+            canonical += unchanged ? 1 : 0;
+            ++forms;
+          }
+        } while (std::next_permutation(perm.begin(), perm.end()));
+        more_sizes = false;
+        for (auto& d : sizes) {
+          if (d < 3) { ++d; more_sizes = true; break; }
+          d = 1;
+        }
+      }
+    }
+    QVERIFY(forms > 2000);
+    QVERIFY(canonical > 100);
   }
 
   void partialReplication() {

@@ -1080,39 +1080,44 @@ const std::vector<int64_t>& TileAssignment::Empty() {
 }
 
 TileAssignment TileAssignment::Explicit(std::vector<int64_t> dims, std::vector<int64_t> devices) {
+  auto rep = std::make_shared<Rep>();
+  rep->dims = std::move(dims);
+  rep->devices = std::make_shared<const std::vector<int64_t>>(std::move(devices));
+  rep->device_index = std::make_shared<const std::vector<int64_t>>(BuildDeviceIndex(*rep->devices));
   TileAssignment t;
-  t.dims_ = std::move(dims);
-  t.devices_ = std::make_shared<const std::vector<int64_t>>(std::move(devices));
-  t.device_index_ = std::make_shared<const std::vector<int64_t>>(BuildDeviceIndex(*t.devices_));
+  t.rep_ = std::move(rep);
   return t;
 }
 
 TileAssignment TileAssignment::Iota(std::vector<int64_t> dims, std::vector<int64_t> reshape_dims,
                                     std::vector<int64_t> perm) {
-  TileAssignment t;
   const int64_t n = CheckedProduct(dims).value_or(0);
-  t.dims_ = std::move(dims);
+  auto rep = std::make_shared<Rep>();
+  rep->dims = std::move(dims);
   IotaForm form{std::move(reshape_dims), std::move(perm)};
   if (form.reshape_dims.empty()) form.reshape_dims = {n};
   const auto rn = CheckedProduct(form.reshape_dims);
   const bool perm_ok = form.perm.empty() ||
                        (form.perm.size() == form.reshape_dims.size() && IsPermutation(form.perm));
   if (!rn || *rn != n || !perm_ok) form = IotaForm{{n}, {}};  // invalid description: plain iota
-  form = CanonicalIota(form);
-  const IotaTables tables = SharedIotaTables(form);
-  t.devices_ = tables.devices;
-  t.device_index_ = tables.index;
-  t.iota_reshape_ = form.reshape_dims;
-  t.iota_perm_ = form.perm;
+  if (!IsCanonicalIota(form)) form = CanonicalIota(form);
+  IotaTables tables = SharedIotaTables(form);
+  rep->devices = std::move(tables.devices);
+  rep->device_index = std::move(tables.index);
+  rep->iota_reshape = std::move(form.reshape_dims);
+  rep->iota_perm = std::move(form.perm);
+  TileAssignment t;
+  t.rep_ = std::move(rep);
   return t;
 }
 
 int64_t TileAssignment::operator()(const std::vector<int64_t>& index) const {
-  if (index.size() != dims_.size()) return -1;
+  const std::vector<int64_t>& dims = this->dims();
+  if (index.size() != dims.size()) return -1;
   int64_t flat = 0;
-  for (size_t i = 0; i < dims_.size(); ++i) {
-    if (index[i] < 0 || index[i] >= dims_[i]) return -1;
-    flat = flat * dims_[i] + index[i];
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (index[i] < 0 || index[i] >= dims[i]) return -1;
+    flat = flat * dims[i] + index[i];
   }
   if (flat < 0 || flat >= static_cast<int64_t>(devices().size())) return -1;
   return devices()[static_cast<size_t>(flat)];
@@ -1129,11 +1134,12 @@ std::vector<int64_t> TileAssignment::IndexOfDevice(int64_t device) const {
     if (it != devices().end()) flat = it - devices().begin();
   }
   if (flat < 0) return {};
-  std::vector<int64_t> index(dims_.size(), 0);
-  for (size_t i = dims_.size(); i-- > 0;) {
-    if (dims_[i] <= 0) return {};
-    index[i] = flat % dims_[i];
-    flat /= dims_[i];
+  const std::vector<int64_t>& dims = this->dims();
+  std::vector<int64_t> index(dims.size(), 0);
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (dims[i] <= 0) return {};
+    index[i] = flat % dims[i];
+    flat /= dims[i];
   }
   return index;
 }
@@ -1141,31 +1147,35 @@ std::vector<int64_t> TileAssignment::IndexOfDevice(int64_t device) const {
 TileAssignment TileAssignment::Reshape(std::vector<int64_t> new_dims) const {
   const auto n = CheckedProduct(new_dims, std::numeric_limits<int64_t>::max());
   if (!n || *n != static_cast<int64_t>(devices().size())) return *this;
-  TileAssignment t = *this;
-  t.dims_ = std::move(new_dims);
+  if (new_dims == dims()) return *this;
+  auto rep = rep_ ? std::make_shared<Rep>(*rep_) : std::make_shared<Rep>();
+  rep->dims = std::move(new_dims);
+  TileAssignment t;
+  t.rep_ = std::move(rep);
   return t;
 }
 
 TileAssignment TileAssignment::Transpose(const std::vector<int64_t>& perm) const {
-  if (perm.size() != dims_.size() || !IsPermutation(perm)) return *this;
-  const auto n = CheckedProduct(dims_, std::numeric_limits<int64_t>::max());
+  const std::vector<int64_t>& dims = this->dims();
+  if (perm.size() != dims.size() || !IsPermutation(perm)) return *this;
+  const auto n = CheckedProduct(dims, std::numeric_limits<int64_t>::max());
   if (!n || *n != static_cast<int64_t>(devices().size())) return *this;
-  const size_t k = dims_.size();
+  const size_t k = dims.size();
   bool identity = true;
   for (size_t i = 0; i < k; ++i) identity &= perm[i] == static_cast<int64_t>(i);
   if (identity) return *this;
   if (is_iota() && *n > 1) {
-    if (auto form = TransposeIotaForm(dims_, IotaForm{*iota_reshape_, iota_perm_}, perm)) {
+    if (auto form = TransposeIotaForm(dims, IotaForm{iota_reshape_dims(), iota_perm()}, perm)) {
       std::vector<int64_t> new_dims(k);
-      for (size_t i = 0; i < k; ++i) new_dims[i] = dims_[static_cast<size_t>(perm[i])];
+      for (size_t i = 0; i < k; ++i) new_dims[i] = dims[static_cast<size_t>(perm[i])];
       return Iota(std::move(new_dims), std::move(form->reshape_dims), std::move(form->perm));
     }
   }
   std::vector<int64_t> stride(k, 1);
-  for (size_t i = k; i-- > 1;) stride[i - 1] = stride[i] * dims_[i];
+  for (size_t i = k; i-- > 1;) stride[i - 1] = stride[i] * dims[i];
   std::vector<int64_t> new_dims(k), new_stride(k);
   for (size_t i = 0; i < k; ++i) {
-    new_dims[i] = dims_[static_cast<size_t>(perm[i])];
+    new_dims[i] = dims[static_cast<size_t>(perm[i])];
     new_stride[i] = stride[static_cast<size_t>(perm[i])];
   }
   std::vector<int64_t> devices;
@@ -1189,10 +1199,10 @@ TileAssignment TileAssignment::Transpose(const std::vector<int64_t>& perm) const
 }
 
 std::string TileAssignment::ToString() const {
-  std::string out = "[" + JoinInts(dims_) + "]";
-  if (iota_reshape_) {
-    out += "<=[" + JoinInts(*iota_reshape_) + "]";
-    if (!iota_perm_.empty()) out += "T(" + JoinInts(iota_perm_) + ")";
+  std::string out = "[" + JoinInts(dims()) + "]";
+  if (is_iota()) {
+    out += "<=[" + JoinInts(iota_reshape_dims()) + "]";
+    if (!iota_perm().empty()) out += "T(" + JoinInts(iota_perm()) + ")";
   } else {
     out += JoinInts(devices());
   }

@@ -27,37 +27,44 @@ class TileAssignment {
   static TileAssignment Iota(std::vector<int64_t> dims, std::vector<int64_t> reshape_dims = {},
                              std::vector<int64_t> perm = {});
 
-  const std::vector<int64_t>& dims() const { return dims_; }
-  int64_t num_dimensions() const { return static_cast<int64_t>(dims_.size()); }
-  int64_t dim(int64_t i) const { return dims_[static_cast<size_t>(i)]; }
+  const std::vector<int64_t>& dims() const { return rep_ ? rep_->dims : Empty(); }
+  int64_t num_dimensions() const { return static_cast<int64_t>(dims().size()); }
+  int64_t dim(int64_t i) const { return dims()[static_cast<size_t>(i)]; }
   int64_t num_elements() const { return static_cast<int64_t>(devices().size()); }
-  const std::vector<int64_t>& devices() const { return devices_ ? *devices_ : Empty(); }  // row-major
+  const std::vector<int64_t>& devices() const { return rep_ && rep_->devices ? *rep_->devices : Empty(); }  // row-major
   int64_t operator()(const std::vector<int64_t>& index) const;     // device at a tile index
   std::vector<int64_t> IndexOfDevice(int64_t device) const;         // empty if absent
-  bool is_iota() const { return iota_reshape_.has_value(); }
+  bool is_iota() const { return rep_ && rep_->iota_reshape.has_value(); }
   // The iota description when is_iota() (canonical; an empty perm is the identity), else empty.
-  const std::vector<int64_t>& iota_reshape_dims() const { return iota_reshape_ ? *iota_reshape_ : Empty(); }
-  const std::vector<int64_t>& iota_perm() const { return iota_perm_; }
+  const std::vector<int64_t>& iota_reshape_dims() const { return is_iota() ? *rep_->iota_reshape : Empty(); }
+  const std::vector<int64_t>& iota_perm() const { return rep_ ? rep_->iota_perm : Empty(); }
 
   TileAssignment Reshape(std::vector<int64_t> new_dims) const;
   TileAssignment Transpose(const std::vector<int64_t>& perm) const;
 
   bool operator==(const TileAssignment& o) const {
-    return dims_ == o.dims_ && (devices_ == o.devices_ || devices() == o.devices());
+    if (rep_ == o.rep_) return true;
+    return dims() == o.dims() && ((rep_ && o.rep_ && rep_->devices == o.rep_->devices) || devices() == o.devices());
   }
   std::string ToString() const;  // "[2,2]0,1,2,3" or "[4,2]<=[2,4]T(1,0)"
 
  private:
+  // Everything a tile assignment holds, shared between copies: a tile assignment never changes
+  // once built, and shardings are copied for every value of a program and every candidate
+  // propagation weighs (a copy of the members one by one was three allocations).
+  struct Rep {
+    std::vector<int64_t> dims;
+    // Shared with every tile assignment of the same devices (an iota form's are shared across
+    // all of them: SharedIotaTables), whatever its dims.
+    std::shared_ptr<const std::vector<int64_t>> devices;
+    std::shared_ptr<const std::vector<int64_t>> device_index;  // device id -> flat index, -1 if absent
+    std::optional<std::vector<int64_t>> iota_reshape;
+    std::vector<int64_t> iota_perm;
+  };
   static const std::vector<int64_t>& Empty();
-  const std::vector<int64_t>& device_index() const { return device_index_ ? *device_index_ : Empty(); }
+  const std::vector<int64_t>& device_index() const { return rep_ && rep_->device_index ? *rep_->device_index : Empty(); }
 
-  std::vector<int64_t> dims_;
-  // Shared between copies: a tile assignment never changes once built, and shardings over
-  // thousands of devices are copied for every value of a program.
-  std::shared_ptr<const std::vector<int64_t>> devices_;
-  std::shared_ptr<const std::vector<int64_t>> device_index_;  // device id -> flat index, -1 if absent
-  std::optional<std::vector<int64_t>> iota_reshape_;
-  std::vector<int64_t> iota_perm_;
+  std::shared_ptr<const Rep> rep_;  // null: no tiles (default-constructed)
 };
 
 // Sharding metadata is kept (and printed) but never compared.

@@ -21,6 +21,14 @@ std::optional<int64_t> CheckedProduct(const std::vector<int64_t>& dims, int64_t 
 }
 
 bool IsPermutation(const std::vector<int64_t>& perm) {
+  if (perm.size() <= 64) {  // every tile assignment's rank: a bit mask, no allocation
+    uint64_t seen = 0;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= static_cast<int64_t>(perm.size()) || (seen >> p & 1)) return false;
+      seen |= uint64_t{1} << p;
+    }
+    return true;
+  }
   std::vector<bool> seen(perm.size(), false);
   for (int64_t p : perm) {
     if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[static_cast<size_t>(p)]) return false;
@@ -124,6 +132,18 @@ IotaForm CanonicalIota(const IotaForm& form) {
   return IotaForm{r, perm};
 }
 
+bool IsCanonicalIota(const IotaForm& form) {
+  const std::vector<int64_t>& r = form.reshape_dims;
+  const std::vector<int64_t>& perm = form.perm;
+  if (perm.empty()) return r.size() == 1;
+  if (perm.size() != r.size() || r.size() < 2 || !IsPermutation(perm)) return false;
+  for (int64_t d : r)
+    if (d == 1) return false;
+  for (size_t i = 0; i + 1 < perm.size(); ++i)
+    if (perm[i + 1] == perm[i] + 1) return false;  // would merge (an identity perm merges whole)
+  return true;
+}
+
 std::optional<IotaForm> DetectIota(const std::vector<int64_t>& devices) {
   const int64_t n = static_cast<int64_t>(devices.size());
   if (n == 0 || devices[0] != 0) return std::nullopt;
@@ -190,11 +210,27 @@ std::vector<int64_t> BuildDeviceIndex(const std::vector<int64_t>& devices) {
   return index;
 }
 
+namespace {
+// Orders iota forms by (reshape dims, perm), also against a form not copied into a key (a lookup
+// that finds the form, as nearly all do, allocates nothing).
+struct IotaFormLess {
+  using is_transparent = void;
+  using Key = std::pair<std::vector<int64_t>, std::vector<int64_t>>;
+  static bool Less(const std::vector<int64_t>& ar, const std::vector<int64_t>& ap, const std::vector<int64_t>& br,
+                   const std::vector<int64_t>& bp) {
+    return ar != br ? ar < br : ap < bp;
+  }
+  bool operator()(const Key& a, const Key& b) const { return Less(a.first, a.second, b.first, b.second); }
+  bool operator()(const Key& a, const IotaForm& b) const { return Less(a.first, a.second, b.reshape_dims, b.perm); }
+  bool operator()(const IotaForm& a, const Key& b) const { return Less(a.reshape_dims, a.perm, b.first, b.second); }
+};
+}  // namespace
+
 IotaTables SharedIotaTables(const IotaForm& canonical) {
-  thread_local std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, IotaTables> cache;
+  thread_local std::map<IotaFormLess::Key, IotaTables, IotaFormLess> cache;
   thread_local size_t cached_devices = 0;
+  if (auto it = cache.find(canonical); it != cache.end()) return it->second;
   auto key = std::make_pair(canonical.reshape_dims, canonical.perm);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
   IotaTables t;
   t.devices = std::make_shared<const std::vector<int64_t>>(MaterializeIota(canonical));
   t.index = std::make_shared<const std::vector<int64_t>>(BuildDeviceIndex(*t.devices));

@@ -37,6 +37,9 @@ std::vector<int64_t> MaterializeIota(const IotaForm& form);
 // stay adjacent after the transpose merged, identity perm cleared (so "<=[8]" not "<=[2,4]T(0,1)").
 IotaForm CanonicalIota(const IotaForm& form);
 
+// True when `form` is already in that canonical form (CanonicalIota would return it unchanged).
+bool IsCanonicalIota(const IotaForm& form);
+
 // Recognises a row-major device list that is an iota reshape+transpose; returns the canonical form.
 std::optional<IotaForm> DetectIota(const std::vector<int64_t>& devices);
 
