@@ -1114,7 +1114,7 @@ class Expander {
     return std::nullopt;
   }
 
-  // New buffers for a value of `shape` defined by `inst` in op `op`.
+  // New buffers for a value of `shape` defined by `inst` in op `op` (unnamed when `qname` is empty).
   Value NewValue(const Instruction& inst, const Shape& shape, const std::string& qname, int32_t op,
                  MemoryCategory cat) {
     (void)inst;
@@ -1127,7 +1127,7 @@ class Expander {
         continue;
       }
       Buffer b;
-      b.name = leaves.size() == 1 ? qname : qname + "{" + std::to_string(k) + "}";
+      if (!qname.empty()) b.name = leaves.size() == 1 ? qname : qname + "{" + std::to_string(k) + "}";
       b.logical_bytes = LeafBytes(*leaves[k]);
       b.bytes = BufferBytes(*leaves[k]);
       b.category = cat;
@@ -1361,7 +1361,7 @@ class Expander {
     const GroupStatic& gs = StaticOf(*f.comp, *f.plan, g);
     ExecOp op;
     op.kind = ExecKind::kCompute;
-    op.name = gs.main_prefix + f.iter;
+    if (opt_.names) op.name = gs.main_prefix + f.iter;
     op.members = static_cast<int32_t>(g.members.size());
     op.loop = cur_loop_;
     op.iteration = cur_iteration_;
@@ -1385,7 +1385,7 @@ class Expander {
         f.op_of[m] = op_id;
         continue;
       }
-      Value v = NewValue(*m, m->shape(), gs.prefix[mi] + f.iter, op_id, member_cat[m]);
+      Value v = NewValue(*m, m->shape(), opt_.names ? gs.prefix[mi] + f.iter : std::string(), op_id, member_cat[m]);
       f.values[m] = v;
       f.op_of[m] = op_id;
       for (int32_t b : v) {
@@ -1450,6 +1450,7 @@ class Expander {
     AddControlDeps(f, g.members, op);
     FinalizeDeps(op);
     prog_->ops.push_back(std::move(op));
+    op_source_.push_back(&g);
     for (auto& rc : reuse) reuse_.push_back(std::move(rc));
     return CheckBudget();
   }
@@ -1491,13 +1492,13 @@ class Expander {
     if (start_tuple) {
       const int64_t n0 = LeafCount(s.tuple[0]);
       for (int64_t k = 0; k < n0; ++k) v.push_back(k < static_cast<int64_t>(operand_value.size()) ? operand_value[static_cast<size_t>(k)] : -1);
-      Value r = NewValue(i, s.tuple[1], Qualified(*f.comp, i, f.iter), op_id, cat);
+      Value r = NewValue(i, s.tuple[1], opt_.names ? op.name : std::string(), op_id, cat);
       v.insert(v.end(), r.begin(), r.end());
       AddBuffers(r, &op.defs);
       for (size_t e = 2; e < s.tuple.size(); ++e)
         for (int64_t k = 0; k < LeafCount(s.tuple[e]); ++k) v.push_back(-1);
     } else {
-      v = NewValue(i, s, Qualified(*f.comp, i, f.iter), op_id, cat);
+      v = NewValue(i, s, opt_.names ? op.name : std::string(), op_id, cat);
       AddBuffers(v, &op.defs);
     }
     f.values[&i] = v;
@@ -1522,6 +1523,7 @@ class Expander {
     AddControlDeps(f, {&i}, op);
     FinalizeDeps(op);
     prog_->ops.push_back(std::move(op));
+    op_source_.push_back(&i);
     return CheckBudget();
   }
 
@@ -1797,7 +1799,7 @@ class Expander {
   ExecOp ShiftedOp(const ExecOp& x, const Shifts& s, int32_t loop, const std::string& outer, int64_t k, int64_t m) const {
     ExecOp op;
     op.kind = x.kind;
-    op.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
+    if (!x.name.empty()) op.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
     op.kind_name = x.kind_name;
     op.duration_s = x.duration_s;
     op.flops = x.flops;
@@ -1814,7 +1816,7 @@ class Expander {
   }
   Buffer ShiftedBuffer(const Buffer& x, const Shifts& s, const std::string& outer, int64_t k, int64_t m) const {
     Buffer b = x;
-    b.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
+    if (!x.name.empty()) b.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
     b.def_op = s.ops(x.def_op);
     return b;
   }
@@ -1842,8 +1844,11 @@ class Expander {
       const ExecOp& b = prog_->ops[m3.ops + k];
       if (!a.in_place.empty() || !b.in_place.empty()) return false;
       if (a.loop == loop && a.iteration != 2) return false;
+      // The same group or collective at the same place (what equal names say, when ops are named).
+      if (op_source_[m2.ops + k] != op_source_[m3.ops + k]) return false;
       const ExecOp x = ShiftedOp(a, s, loop, outer, 2, 1);
-      if (x.name.empty() || x.name != b.name || x.kind != b.kind || x.kind_name != b.kind_name ||
+      const bool named = opt_.names || x.kind == ExecKind::kCollective;
+      if ((named && x.name.empty()) || x.name != b.name || x.kind != b.kind || x.kind_name != b.kind_name ||
           x.duration_s != b.duration_s || x.flops != b.flops || x.bytes != b.bytes || x.collective != b.collective ||
           x.deps != b.deps || x.uses != b.uses || x.defs != b.defs || x.members != b.members || x.loop != b.loop ||
           x.iteration != b.iteration || x.recompute != b.recompute)
@@ -1853,7 +1858,7 @@ class Expander {
       const Buffer& a = prog_->buffers[m2.buffers + k];
       const Buffer& b = prog_->buffers[m3.buffers + k];
       const Buffer x = ShiftedBuffer(a, s, outer, 2, 1);
-      if (x.name.empty() || x.name != b.name || x.bytes != b.bytes || x.logical_bytes != b.logical_bytes ||
+      if ((opt_.names && x.name.empty()) || x.name != b.name || x.bytes != b.bytes || x.logical_bytes != b.logical_bytes ||
           x.category != b.category || x.def_op != b.def_op || x.is_parameter != b.is_parameter ||
           x.is_constant != b.is_constant || x.is_output != b.is_output || x.donated != b.donated)
         return false;
@@ -1896,6 +1901,7 @@ class Expander {
     for (size_t k = m3.ops; k < m4.ops; ++k) {
       ExecOp op = ShiftedOp(prog_->ops[k], s, loop, outer, 3, t - 3);
       prog_->ops.push_back(std::move(op));
+      op_source_.push_back(op_source_[k]);
     }
     for (size_t k = m3.buffers; k < m4.buffers; ++k) {
       Buffer b = ShiftedBuffer(prog_->buffers[k], s, outer, 3, t - 3);
@@ -1955,6 +1961,9 @@ class Expander {
   std::map<CollectiveKey, int32_t> collective_index_;
   std::unordered_map<const Instruction*, std::pair<double, int32_t>> collective_of_instruction_;  // -> (operand bytes, index)
   std::vector<ReuseCandidate> reuse_;
+  // Per op (parallel to prog_->ops): the group or collective instruction it runs, which identifies
+  // it without its name (loop replay compares iterations by it).
+  std::vector<const void*> op_source_;
   int32_t cur_loop_ = -1;       // the innermost loop being unrolled (ExecProgram::loops)
   int64_t cur_iteration_ = 0;   // and its iteration
 };
