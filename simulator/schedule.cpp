@@ -460,6 +460,12 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
     for (const auto& i : comp.instructions()) o.push_back(i.get());
     return o;
   }();
+  // Every map below gets one entry per instruction (or per compute instruction): sized once
+  // instead of rehashed as they grow.
+  const size_t count = plan.order.size();
+  plan.pos.reserve(count);
+  plan.role.reserve(count);
+  plan.group_of.reserve(count);
   for (size_t p = 0; p < plan.order.size(); ++p) plan.pos[plan.order[p]] = static_cast<int>(p);
   const bool fuse = opt.fuse_elementwise;
   for (const Instruction* i : plan.order) plan.role[i] = BaseRole(*i);
@@ -559,6 +565,7 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
   // element it selects. Other aliases (tuples, opt-barrier, async -done, ...) are opaque: they are
   // their own source, which no fusion group contains.
   std::unordered_map<const Instruction*, std::vector<const Instruction*>> sources;
+  sources.reserve(count);
   auto src_of = [&](const Instruction* i) -> const std::vector<const Instruction*>& {
     return sources[i];
   };
@@ -679,6 +686,7 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
   // their values in order keeps alias chains from nesting deeply.
   std::vector<Step> nodes;
   std::unordered_map<const Instruction*, int> node_of;
+  node_of.reserve(count);
   for (const Instruction* i : plan.order) {
     if (plan.role[i] == Role::kCompute) {
       const int g = plan.group_of[i];
