@@ -1328,13 +1328,13 @@ class Expander {
     // Per member, its operands outside the group: (operand index, operand).
     std::vector<std::vector<std::pair<int64_t, const Instruction*>>> external;
     std::vector<std::string> prefix;  // per member: its qualified name without the iteration
-    std::string main_prefix;
+    std::string main_prefix;          // (both empty without names: ExecProgramOptions::names)
   };
   const GroupStatic& StaticOf(const Computation& comp, const CompPlan& plan, const Group& g) {
     auto [it, added] = group_static_.try_emplace(&g);
     GroupStatic& gs = it->second;
     if (!added) return gs;
-    gs.main_prefix = Qualified(comp, *g.main, "");
+    if (opt_.names) gs.main_prefix = Qualified(comp, *g.main, "");
     if (g.members.size() == 1) {
       if (g.main->opcode() == Opcode::kCustomCall) gs.kind_name = "custom-call";
       else if (g.main->opcode() == Opcode::kGeneric) gs.kind_name = g.main->opcode_text();
@@ -1356,7 +1356,7 @@ class Expander {
         gs.mxu_flops += flops;
       }
       gs.output.push_back(plan.group_outputs.count(m) > 0);
-      gs.prefix.push_back(gs.output.back() ? Qualified(comp, *m, "") : std::string());
+      gs.prefix.push_back(gs.output.back() && opt_.names ? Qualified(comp, *m, "") : std::string());
       auto& ext = gs.external.emplace_back();
       for (int64_t k = 0; k < m->operand_count(); ++k)
         if (!member_set.count(m->operand(k))) ext.emplace_back(k, m->operand(k));
@@ -1992,11 +1992,16 @@ bool IsRematerialization(const Instruction& i) {
     if (IsRematMarker(std::string_view(name).substr(start + 1, end == std::string::npos ? std::string::npos : end - start - 1)))
       return true;
   }
+  // Every marker contains one of these words: without them no part of the op_name is one. Metadata
+  // without a backslash holds its op_name as written (nothing to unescape), so when it has none of
+  // the words neither has the op_name, which is then not parsed (most instructions, every build).
+  auto has_word = [](std::string_view s) {
+    return s.find("remat") != std::string_view::npos || s.find("recompute") != std::string_view::npos ||
+           s.find("checkpoint") != std::string_view::npos;
+  };
+  if (i.metadata.find('\\') == std::string::npos && !has_word(i.metadata)) return false;
   const std::string op_name = i.op_name();
-  // Every marker contains one of these words: without them no part of the op_name is one.
-  if (op_name.find("remat") == std::string::npos && op_name.find("recompute") == std::string::npos &&
-      op_name.find("checkpoint") == std::string::npos)
-    return false;
+  if (!has_word(op_name)) return false;
   size_t start = 0;
   while (start <= op_name.size()) {
     size_t end = op_name.find('/', start);
