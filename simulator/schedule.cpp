@@ -903,25 +903,66 @@ std::vector<Step> MemoryOrderSteps(const CompPlan& plan, const Computation& comp
   // preds and the sources each step's value is (steps are in a valid order: operands come first).
   std::vector<std::vector<int>> preds(static_cast<size_t>(n)), sources(static_cast<size_t>(n)),
       reads(static_cast<size_t>(n));
-  for (int k = 0; k < n; ++k) {
-    std::set<int> p, src;
+  // Aliases and inlined ops (broadcast, iota) are values, not work: the expansion takes them when a
+  // consumer reads them, so a step waits for what they read, never for their own step (which may
+  // come after a group that reads through them). They are followed 64 levels deep at most (a
+  // deeper one counts as the step it is).
+  auto is_value = [&](const Instruction* o) {
+    auto r = plan.role.find(o);
+    return r != plan.role.end() && (r->second == Role::kInline || r->second == Role::kAlias);
+  };
+  // The steps reached through an alias, kept per alias with the depth of its alias chains: a
+  // tuple's elements are reached again by every get-tuple-element of it, for every step reading
+  // one. Null when the chains are deeper than `budget` (then followed level by level, below).
+  struct Reach {
+    int height = 0;  // the longest chain of aliases from this one
+    std::vector<int> steps;
+  };
+  std::unordered_map<const Instruction*, Reach> reach;
+  auto reach_of = [&](auto&& self, const Instruction* o, int budget) -> const Reach* {
+    if (budget <= 0) return nullptr;
+    if (auto it = reach.find(o); it != reach.end()) return it->second.height <= budget ? &it->second : nullptr;
+    Reach r;
+    for (const Instruction* x : o->operands()) {
+      if (is_value(x)) {
+        const Reach* sub = self(self, x, budget - 1);
+        if (!sub) return nullptr;
+        r.height = std::max(r.height, sub->height);
+        r.steps.insert(r.steps.end(), sub->steps.begin(), sub->steps.end());
+      } else if (auto st = step_of.find(x); st != step_of.end()) {
+        r.steps.push_back(st->second);
+      }
+    }
+    ++r.height;
+    std::sort(r.steps.begin(), r.steps.end());
+    r.steps.erase(std::unique(r.steps.begin(), r.steps.end()), r.steps.end());
+    return &reach.emplace(o, std::move(r)).first->second;
+  };
+  int k = 0;
+  std::set<int> p, src;
+  auto take = [&](int step) {
+    if (step == k) return;
+    p.insert(step);
+    for (int x : sources[static_cast<size_t>(step)]) src.insert(x);
+  };
+  std::function<void(const Instruction*, int)> add = [&](const Instruction* o, int depth) {
+    if (is_value(o) && depth < 64) {
+      for (const Instruction* x : o->operands()) add(x, depth + 1);
+      return;
+    }
+    if (auto it = step_of.find(o); it != step_of.end()) take(it->second);
+  };
+  auto read = [&](const Instruction* o) {
+    const Reach* r = is_value(o) ? reach_of(reach_of, o, 64) : nullptr;
+    if (!r) return add(o, 0);
+    for (int step : r->steps) take(step);
+  };
+  for (k = 0; k < n; ++k) {
+    p.clear();
+    src.clear();
     for (const Instruction* m : members[static_cast<size_t>(k)]) {
-      // Aliases and inlined ops (broadcast, iota) are values, not work: the expansion takes them
-      // when a consumer reads them, so a step waits for what they read, never for their own step
-      // (which may come after a group that reads through them).
-      std::function<void(const Instruction*, int)> add = [&](const Instruction* o, int depth) {
-        auto r = plan.role.find(o);
-        if (r != plan.role.end() && (r->second == Role::kInline || r->second == Role::kAlias) && depth < 64) {
-          for (const Instruction* x : o->operands()) add(x, depth + 1);
-          return;
-        }
-        auto it = step_of.find(o);
-        if (it == step_of.end() || it->second == k) return;
-        p.insert(it->second);
-        for (int x : sources[static_cast<size_t>(it->second)]) src.insert(x);
-      };
-      for (const Instruction* o : m->operands()) add(o, 0);
-      for (const Instruction* o : m->control_predecessors) add(o, 0);
+      for (const Instruction* o : m->operands()) read(o);
+      for (const Instruction* o : m->control_predecessors) read(o);
     }
     preds[static_cast<size_t>(k)].assign(p.begin(), p.end());
     if (kind[static_cast<size_t>(k)] == Kind::kAlias) {
