@@ -1058,14 +1058,47 @@ struct ReuseCandidate {
   bool same_size_only = true;
 };
 
-class Expander {
- public:
-  Expander(const Module& m, const ChipSpec& chip, const ExecProgramOptions& opt) : module_(m), chip_(chip), opt_(opt) {
+// What a group's op is regardless of the iteration it runs in, computed once per group: an
+// unrolled loop runs the same body groups once per iteration.
+struct GroupStatic {
+  std::string kind_name;
+  bool recompute = false;
+  double flops = 0, mxu_flops = 0;  // mxu: operands padded to the matrix unit's tiles
+  std::vector<bool> output;         // per member: its value is read outside the group
+  // Per member, its operands outside the group: (operand index, operand).
+  std::vector<std::vector<std::pair<int64_t, const Instruction*>>> external;
+  std::vector<std::string> prefix;  // per member: its qualified name without the iteration
+  std::string main_prefix;          // (both empty without names: ExecProgramOptions::names)
+};
+
+// What expanding a module finds out about its computations and instructions whatever order the
+// program is built in: the memory-limit schedule builds it twice (program order, then the memory
+// list schedule when that does not fit), and the second build takes the plans, categories and
+// collectives' participants the first one found. Shared only between builds whose options differ
+// in the schedule, kProgramOrder or kMemoryList (MakePlan orders a computation alike for both; the
+// memory list order of a plan's steps is each build's own).
+struct ModuleFacts {
+  explicit ModuleFacts(const Module& m) {
     if (m.entry()) {
       for (const Instruction* p : m.entry()->parameters())
-        if (p) param_names_.insert(p->name());
+        if (p) param_names.insert(p->name());
     }
   }
+  std::set<std::string, std::less<>> param_names;
+  std::unordered_map<const Computation*, CompPlan> plans;
+  std::unordered_map<const Computation*, double> flops_memo;
+  std::unordered_map<const Shape*, int64_t> padded_bytes;
+  std::map<std::pair<const Instruction*, int>, MemoryCategory> categories;
+  std::unordered_map<const Instruction*, bool> recomputed;
+  std::unordered_map<const Group*, GroupStatic> group_static;
+  // Per collective instruction: its kind, operand bytes and participants (Expander::DistinctCollective).
+  std::unordered_map<const Instruction*, CollectiveKey> participants;
+};
+
+class Expander {
+ public:
+  Expander(const Module& m, const ChipSpec& chip, const ExecProgramOptions& opt, ModuleFacts* facts)
+      : module_(m), chip_(chip), opt_(opt), facts_(*facts) {}
 
   // The bytes a buffer of `leaf` takes in device memory: padded to the chip's layout tiles
   // (simulator/buffer_layout.h) unless the option is off.
@@ -1073,7 +1106,7 @@ class Expander {
   int64_t BufferBytes(const Shape& leaf) {
     if (!leaf.IsArray()) return 0;
     if (!opt_.pad_to_layout_tiles) return leaf.ByteSize();
-    auto [it, added] = padded_bytes_.try_emplace(&leaf, 0);
+    auto [it, added] = facts_.padded_bytes.try_emplace(&leaf, 0);
     if (added) it->second = PaddedByteSize(leaf, chip_);
     return it->second;
   }
@@ -1082,12 +1115,12 @@ class Expander {
   // category depends only on the instruction and its operand's category).
   MemoryCategory CategoryOf(const Instruction& inst, std::optional<MemoryCategory> operand_category) {
     const int key = operand_category ? static_cast<int>(*operand_category) + 1 : 0;
-    auto [it, added] = categories_.try_emplace(std::make_pair(&inst, key), MemoryCategory{});
-    if (added) it->second = ClassifyValue(inst, false, param_names_, operand_category);
+    auto [it, added] = facts_.categories.try_emplace(std::make_pair(&inst, key), MemoryCategory{});
+    if (added) it->second = ClassifyValue(inst, false, facts_.param_names, operand_category);
     return it->second;
   }
   bool Recomputed(const Instruction& inst) {
-    auto [it, added] = recomputed_.try_emplace(&inst, false);
+    auto [it, added] = facts_.recomputed.try_emplace(&inst, false);
     if (added) it->second = IsRematerialization(inst);
     return it->second;
   }
@@ -1103,7 +1136,7 @@ class Expander {
       Value v;
       std::vector<const Shape*> leaves;
       CollectLeaves(p->shape(), &leaves);
-      const MemoryCategory cat = ClassifyValue(*p, true, param_names_, std::nullopt);
+      const MemoryCategory cat = ClassifyValue(*p, true, facts_.param_names, std::nullopt);
       for (size_t k = 0; k < leaves.size(); ++k) {
         if (!leaves[k]->IsArray()) {
           v.push_back(-1);
@@ -1137,11 +1170,16 @@ class Expander {
   }
 
   const CompPlan& PlanOf(const Computation& c) {
-    auto it = plans_.find(&c);
-    if (it != plans_.end()) return it->second;
-    CompPlan plan = MakePlan(c, opt_);
-    if (opt_.schedule == ScheduleKind::kMemoryList) plan.steps = MemoryOrderSteps(plan, c);
-    return plans_.emplace(&c, std::move(plan)).first->second;
+    auto it = facts_.plans.find(&c);
+    if (it != facts_.plans.end()) return it->second;
+    return facts_.plans.emplace(&c, MakePlan(c, opt_)).first->second;
+  }
+  // The order `plan`'s steps run in: the plan's, or under the memory list schedule its memory order.
+  const std::vector<Step>& StepsOf(const Computation& c, const CompPlan& plan) {
+    if (opt_.schedule != ScheduleKind::kMemoryList) return plan.steps;
+    auto it = memory_steps_.find(&c);
+    if (it != memory_steps_.end()) return it->second;
+    return memory_steps_.emplace(&c, MemoryOrderSteps(plan, c)).first->second;
   }
 
   Status CheckBudget() {
@@ -1359,20 +1397,8 @@ class Expander {
     return Status::Ok();
   }
 
-  // What a group's op is regardless of the iteration it runs in, computed once per group: an
-  // unrolled loop runs the same body groups once per iteration.
-  struct GroupStatic {
-    std::string kind_name;
-    bool recompute = false;
-    double flops = 0, mxu_flops = 0;  // mxu: operands padded to the matrix unit's tiles
-    std::vector<bool> output;         // per member: its value is read outside the group
-    // Per member, its operands outside the group: (operand index, operand).
-    std::vector<std::vector<std::pair<int64_t, const Instruction*>>> external;
-    std::vector<std::string> prefix;  // per member: its qualified name without the iteration
-    std::string main_prefix;          // (both empty without names: ExecProgramOptions::names)
-  };
   const GroupStatic& StaticOf(const Computation& comp, const CompPlan& plan, const Group& g) {
-    auto [it, added] = group_static_.try_emplace(&g);
+    auto [it, added] = facts_.group_static.try_emplace(&g);
     GroupStatic& gs = it->second;
     if (!added) return gs;
     if (opt_.names) gs.main_prefix = Qualified(comp, *g.main, "");
@@ -1388,7 +1414,7 @@ class Expander {
     const std::unordered_set<const Instruction*> member_set(g.members.begin(), g.members.end());
     for (const Instruction* m : g.members) {
       gs.recompute = gs.recompute || Recomputed(*m);
-      const double flops = InstructionFlops(*m, &flops_memo_);
+      const double flops = InstructionFlops(*m, &facts_.flops_memo);
       gs.flops += flops;
       if (m->opcode() == Opcode::kDot || m->opcode() == Opcode::kConvolution) {
         auto padded = CountMxuFlops(*m, chip_);
@@ -1586,21 +1612,27 @@ class Expander {
     }
     // Who takes part: XLA's group modes (core/collectives/participants.h), so an empty
     // replica_groups without a channel_id on one replica is every device alone (no traffic).
-    CollectiveKey key;
-    key.kind = static_cast<int>(kind);
-    key.bytes = operand_bytes;
-    const int64_t replicas = std::max<int64_t>(1, module_.num_replicas);
-    const int64_t devices = opt_.num_devices > 0 ? opt_.num_devices : replicas * std::max<int64_t>(1, module_.num_partitions);
-    const int64_t partitions = std::max<int64_t>(1, devices / replicas);
-    if (kind == CollectiveKind::kCollectivePermute) {
-      auto pairs = CollectivePermutePairs(i, replicas, partitions);
-      if (!pairs.ok()) return Error(Qualified(*f.comp, i, "") + ": " + pairs.error().message);
-      key.pairs = std::move(*pairs);
-    } else {
-      auto groups = CollectiveParticipantGroups(i, replicas, partitions);
-      if (!groups.ok()) return Error(Qualified(*f.comp, i, "") + ": " + groups.error().message);
-      key.groups = std::move(*groups);
+    auto known = facts_.participants.find(&i);
+    if (known == facts_.participants.end() || known->second.kind != static_cast<int>(kind) ||
+        known->second.bytes != operand_bytes) {
+      CollectiveKey key;
+      key.kind = static_cast<int>(kind);
+      key.bytes = operand_bytes;
+      const int64_t replicas = std::max<int64_t>(1, module_.num_replicas);
+      const int64_t devices = opt_.num_devices > 0 ? opt_.num_devices : replicas * std::max<int64_t>(1, module_.num_partitions);
+      const int64_t partitions = std::max<int64_t>(1, devices / replicas);
+      if (kind == CollectiveKind::kCollectivePermute) {
+        auto pairs = CollectivePermutePairs(i, replicas, partitions);
+        if (!pairs.ok()) return Error(Qualified(*f.comp, i, "") + ": " + pairs.error().message);
+        key.pairs = std::move(*pairs);
+      } else {
+        auto groups = CollectiveParticipantGroups(i, replicas, partitions);
+        if (!groups.ok()) return Error(Qualified(*f.comp, i, "") + ": " + groups.error().message);
+        key.groups = std::move(*groups);
+      }
+      known = facts_.participants.insert_or_assign(&i, std::move(key)).first;
     }
+    const CollectiveKey& key = known->second;
     auto it = collective_index_.find(key);
     if (it == collective_index_.end()) {
       CollectiveSpec spec;
@@ -1653,7 +1685,7 @@ class Expander {
     f.plan = &PlanOf(comp);
     f.args = &args;
     f.iter = iter;
-    for (const Step& s : f.plan->steps) {
+    for (const Step& s : StepsOf(comp, *f.plan)) {
       if (s.kind == Step::Kind::kGroup) {
         if (Status st = RunGroup(f, f.plan->groups[static_cast<size_t>(s.group)]); !st.ok()) return st.error();
         continue;
@@ -1998,14 +2030,9 @@ class Expander {
   const ChipSpec& chip_;
   const ExecProgramOptions& opt_;
   ExecProgram* prog_ = nullptr;
-  std::set<std::string, std::less<>> param_names_;
-  std::unordered_map<const Computation*, CompPlan> plans_;
-  std::unordered_map<const Computation*, double> flops_memo_;
+  ModuleFacts& facts_;
+  std::unordered_map<const Computation*, std::vector<Step>> memory_steps_;  // StepsOf
   std::unordered_map<const Instruction*, Value> constants_;
-  std::unordered_map<const Shape*, int64_t> padded_bytes_;
-  std::map<std::pair<const Instruction*, int>, MemoryCategory> categories_;
-  std::unordered_map<const Instruction*, bool> recomputed_;
-  std::unordered_map<const Group*, GroupStatic> group_static_;
   std::vector<std::pair<int32_t, double>> sources_scratch_;  // RunGroup: one operand's windowed sources
   std::map<CollectiveKey, int32_t> collective_index_;
   std::unordered_map<const Instruction*, std::pair<double, int32_t>> collective_of_instruction_;  // -> (operand bytes, index)
@@ -2091,24 +2118,32 @@ Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip,
   auto rematerialize = [&](ExecProgram* p) {
     if (auto target = RematerializationTarget(*p, chip, options)) RematerializeTo(p, *target);
   };
+  // The program built in `order`, without rematerialisation (what the builds share: ModuleFacts).
+  ModuleFacts facts(module);
+  auto expand = [&](ScheduleKind order) -> Result<ExecProgram> {
+    ExecProgramOptions each = options;
+    each.schedule = order;
+    each.rematerialize = false;
+    ExecProgram program;
+    program.schedule = order;
+    Expander ex(module, chip, each, &facts);
+    if (Status s = ex.Run(&program); !s.ok()) return s.error();
+    return program;
+  };
   if (options.schedule == ScheduleKind::kMemoryLimit) {
     // As XLA's scheduler under a memory limit: the program order as long as it fits the device's
     // HBM (ops run one after another); when it does not, the memory list schedule if that peaks
     // lower.
     const double limit = chip.device_hbm_bytes();
-    ExecProgramOptions each = options;
-    each.schedule = ScheduleKind::kProgramOrder;
-    each.rematerialize = false;
-    auto in_order = BuildExecProgram(module, chip, each);
+    auto in_order = expand(ScheduleKind::kProgramOrder);
     if (!in_order.ok()) return in_order;
     in_order->sequential_peak_bytes[0] = SequentialPeakBytes(*in_order);
     if (limit <= 0 || static_cast<double>(in_order->sequential_peak_bytes[0]) <= limit) {
       rematerialize(&*in_order);
       return in_order;
     }
-    each.schedule = ScheduleKind::kMemoryList;
     // (The memory list schedule is tried against HBM; rematerialisation below against its own target.)
-    auto listed = BuildExecProgram(module, chip, each);
+    auto listed = expand(ScheduleKind::kMemoryList);
     if (!listed.ok()) return listed;
     const int64_t peak_listed = SequentialPeakBytes(*listed);
     const bool take_listed = peak_listed < in_order->sequential_peak_bytes[0];
@@ -2117,11 +2152,9 @@ Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip,
     rematerialize(&chosen);
     return chosen;
   }
-  ExecProgram program;
-  program.schedule = options.schedule;
-  Expander ex(module, chip, options);
-  if (Status s = ex.Run(&program); !s.ok()) return s.error();
-  rematerialize(&program);
+  auto program = expand(options.schedule);
+  if (!program.ok()) return program;
+  rematerialize(&*program);
   return program;
 }
 
