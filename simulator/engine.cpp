@@ -271,9 +271,9 @@ class Engine {
       const ClassState& cs = classes_[c];
       for (size_t o = 0; o < prog_.ops.size(); ++o) {
         if (std::isnan(cs.end[o])) {
-          std::string why = "simulation stalled: " + prog_.ops[o].name + " never finished on device " +
+          std::string why = "simulation stalled: " + OpLabel(o) + " never finished on device " +
                             std::to_string(cs.devices.front());
-          if (!cs.waiting.empty()) why += " (waiting for the replica group of " + prog_.ops[static_cast<size_t>(cs.waiting.front())].name + ")";
+          if (!cs.waiting.empty()) why += " (waiting for the replica group of " + OpLabel(static_cast<size_t>(cs.waiting.front())) + ")";
           return Error(why);
         }
       }
@@ -284,6 +284,12 @@ class Engine {
   std::vector<ClassState>& classes() { return classes_; }
 
  private:
+  // An op's name, or its place in the program when it was built without names.
+  std::string OpLabel(size_t o) const {
+    const std::string& name = prog_.ops[o].name;
+    return name.empty() ? "op " + std::to_string(o) + " (" + prog_.ops[o].kind_name + ")" : name;
+  }
+
   bool DepsDone(const ClassState& c, int32_t op) const {
     for (int32_t d : prog_.ops[static_cast<size_t>(op)].deps) {
       const double e = c.end[static_cast<size_t>(d)];
@@ -969,6 +975,8 @@ Result<Simulation> Simulate(const Module& module, const Topology& topology, cons
   auto t0 = std::chrono::steady_clock::now();
   ExecProgramOptions program_options = options.program;
   program_options.num_devices = n;
+  // Without timelines no compute op's or buffer's name is read (the figures do not depend on them).
+  if (!options.timelines) program_options.names = false;
   // Built without rematerialisation, which then runs on a copy: the rounds below rematerialise
   // the same program again at lower targets instead of building it again.
   ExecProgramOptions build_options = program_options;

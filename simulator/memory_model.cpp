@@ -11,10 +11,10 @@ namespace shardscope::sim {
 
 namespace {
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
+// (By value: a temporary, such as an op_name just parsed, is lowered in place, not copied.)
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 bool Contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }

@@ -35,7 +35,7 @@ void Apply(ExecProgram* p, std::vector<Pick> picks, RematerializationResult* out
   std::vector<int32_t> new_buffer(picks.size());
   for (size_t k = 0; k < picks.size(); ++k) {
     Buffer b = p->buffers[static_cast<size_t>(picks[k].buffer)];
-    b.name += ".remat";
+    if (!b.name.empty()) b.name += ".remat";  // (unnamed: ExecProgramOptions::names)
     b.is_parameter = false;
     b.donated = false;
     new_buffer[k] = static_cast<int32_t>(p->buffers.size());
@@ -70,7 +70,7 @@ void Apply(ExecProgram* p, std::vector<Pick> picks, RematerializationResult* out
     for (; k < picks.size() && picks[k].next_use == static_cast<int32_t>(i); ++k) {
       // The defining op is before its next use, so it is in `ops` already (deps renumbered).
       ExecOp c = ops[static_cast<size_t>(remap[static_cast<size_t>(picks[k].def_op)])];
-      c.name += ".remat";
+      if (!c.name.empty()) c.name += ".remat";
       c.defs = {new_buffer[k]};
       c.in_place.clear();
       c.recompute = true;

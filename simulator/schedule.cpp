@@ -460,6 +460,12 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
     for (const auto& i : comp.instructions()) o.push_back(i.get());
     return o;
   }();
+  // Every map below gets one entry per instruction (or per compute instruction): sized once
+  // instead of rehashed as they grow.
+  const size_t count = plan.order.size();
+  plan.pos.reserve(count);
+  plan.role.reserve(count);
+  plan.group_of.reserve(count);
   for (size_t p = 0; p < plan.order.size(); ++p) plan.pos[plan.order[p]] = static_cast<int>(p);
   const bool fuse = opt.fuse_elementwise;
   for (const Instruction* i : plan.order) plan.role[i] = BaseRole(*i);
@@ -559,6 +565,7 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
   // element it selects. Other aliases (tuples, opt-barrier, async -done, ...) are opaque: they are
   // their own source, which no fusion group contains.
   std::unordered_map<const Instruction*, std::vector<const Instruction*>> sources;
+  sources.reserve(count);
   auto src_of = [&](const Instruction* i) -> const std::vector<const Instruction*>& {
     return sources[i];
   };
@@ -679,6 +686,7 @@ CompPlan MakePlan(const Computation& comp, const ExecProgramOptions& opt) {
   // their values in order keeps alias chains from nesting deeply.
   std::vector<Step> nodes;
   std::unordered_map<const Instruction*, int> node_of;
+  node_of.reserve(count);
   for (const Instruction* i : plan.order) {
     if (plan.role[i] == Role::kCompute) {
       const int g = plan.group_of[i];
@@ -895,25 +903,66 @@ std::vector<Step> MemoryOrderSteps(const CompPlan& plan, const Computation& comp
   // preds and the sources each step's value is (steps are in a valid order: operands come first).
   std::vector<std::vector<int>> preds(static_cast<size_t>(n)), sources(static_cast<size_t>(n)),
       reads(static_cast<size_t>(n));
-  for (int k = 0; k < n; ++k) {
-    std::set<int> p, src;
+  // Aliases and inlined ops (broadcast, iota) are values, not work: the expansion takes them when a
+  // consumer reads them, so a step waits for what they read, never for their own step (which may
+  // come after a group that reads through them). They are followed 64 levels deep at most (a
+  // deeper one counts as the step it is).
+  auto is_value = [&](const Instruction* o) {
+    auto r = plan.role.find(o);
+    return r != plan.role.end() && (r->second == Role::kInline || r->second == Role::kAlias);
+  };
+  // The steps reached through an alias, kept per alias with the depth of its alias chains: a
+  // tuple's elements are reached again by every get-tuple-element of it, for every step reading
+  // one. Null when the chains are deeper than `budget` (then followed level by level, below).
+  struct Reach {
+    int height = 0;  // the longest chain of aliases from this one
+    std::vector<int> steps;
+  };
+  std::unordered_map<const Instruction*, Reach> reach;
+  auto reach_of = [&](auto&& self, const Instruction* o, int budget) -> const Reach* {
+    if (budget <= 0) return nullptr;
+    if (auto it = reach.find(o); it != reach.end()) return it->second.height <= budget ? &it->second : nullptr;
+    Reach r;
+    for (const Instruction* x : o->operands()) {
+      if (is_value(x)) {
+        const Reach* sub = self(self, x, budget - 1);
+        if (!sub) return nullptr;
+        r.height = std::max(r.height, sub->height);
+        r.steps.insert(r.steps.end(), sub->steps.begin(), sub->steps.end());
+      } else if (auto st = step_of.find(x); st != step_of.end()) {
+        r.steps.push_back(st->second);
+      }
+    }
+    ++r.height;
+    std::sort(r.steps.begin(), r.steps.end());
+    r.steps.erase(std::unique(r.steps.begin(), r.steps.end()), r.steps.end());
+    return &reach.emplace(o, std::move(r)).first->second;
+  };
+  int k = 0;
+  std::set<int> p, src;
+  auto take = [&](int step) {
+    if (step == k) return;
+    p.insert(step);
+    for (int x : sources[static_cast<size_t>(step)]) src.insert(x);
+  };
+  std::function<void(const Instruction*, int)> add = [&](const Instruction* o, int depth) {
+    if (is_value(o) && depth < 64) {
+      for (const Instruction* x : o->operands()) add(x, depth + 1);
+      return;
+    }
+    if (auto it = step_of.find(o); it != step_of.end()) take(it->second);
+  };
+  auto read = [&](const Instruction* o) {
+    const Reach* r = is_value(o) ? reach_of(reach_of, o, 64) : nullptr;
+    if (!r) return add(o, 0);
+    for (int step : r->steps) take(step);
+  };
+  for (k = 0; k < n; ++k) {
+    p.clear();
+    src.clear();
     for (const Instruction* m : members[static_cast<size_t>(k)]) {
-      // Aliases and inlined ops (broadcast, iota) are values, not work: the expansion takes them
-      // when a consumer reads them, so a step waits for what they read, never for their own step
-      // (which may come after a group that reads through them).
-      std::function<void(const Instruction*, int)> add = [&](const Instruction* o, int depth) {
-        auto r = plan.role.find(o);
-        if (r != plan.role.end() && (r->second == Role::kInline || r->second == Role::kAlias) && depth < 64) {
-          for (const Instruction* x : o->operands()) add(x, depth + 1);
-          return;
-        }
-        auto it = step_of.find(o);
-        if (it == step_of.end() || it->second == k) return;
-        p.insert(it->second);
-        for (int x : sources[static_cast<size_t>(it->second)]) src.insert(x);
-      };
-      for (const Instruction* o : m->operands()) add(o, 0);
-      for (const Instruction* o : m->control_predecessors) add(o, 0);
+      for (const Instruction* o : m->operands()) read(o);
+      for (const Instruction* o : m->control_predecessors) read(o);
     }
     preds[static_cast<size_t>(k)].assign(p.begin(), p.end());
     if (kind[static_cast<size_t>(k)] == Kind::kAlias) {
@@ -1009,14 +1058,47 @@ struct ReuseCandidate {
   bool same_size_only = true;
 };
 
-class Expander {
- public:
-  Expander(const Module& m, const ChipSpec& chip, const ExecProgramOptions& opt) : module_(m), chip_(chip), opt_(opt) {
+// What a group's op is regardless of the iteration it runs in, computed once per group: an
+// unrolled loop runs the same body groups once per iteration.
+struct GroupStatic {
+  std::string kind_name;
+  bool recompute = false;
+  double flops = 0, mxu_flops = 0;  // mxu: operands padded to the matrix unit's tiles
+  std::vector<bool> output;         // per member: its value is read outside the group
+  // Per member, its operands outside the group: (operand index, operand).
+  std::vector<std::vector<std::pair<int64_t, const Instruction*>>> external;
+  std::vector<std::string> prefix;  // per member: its qualified name without the iteration
+  std::string main_prefix;          // (both empty without names: ExecProgramOptions::names)
+};
+
+// What expanding a module finds out about its computations and instructions whatever order the
+// program is built in: the memory-limit schedule builds it twice (program order, then the memory
+// list schedule when that does not fit), and the second build takes the plans, categories and
+// collectives' participants the first one found. Shared only between builds whose options differ
+// in the schedule, kProgramOrder or kMemoryList (MakePlan orders a computation alike for both; the
+// memory list order of a plan's steps is each build's own).
+struct ModuleFacts {
+  explicit ModuleFacts(const Module& m) {
     if (m.entry()) {
       for (const Instruction* p : m.entry()->parameters())
-        if (p) param_names_.insert(p->name());
+        if (p) param_names.insert(p->name());
     }
   }
+  std::set<std::string, std::less<>> param_names;
+  std::unordered_map<const Computation*, CompPlan> plans;
+  std::unordered_map<const Computation*, double> flops_memo;
+  std::unordered_map<const Shape*, int64_t> padded_bytes;
+  std::map<std::pair<const Instruction*, int>, MemoryCategory> categories;
+  std::unordered_map<const Instruction*, bool> recomputed;
+  std::unordered_map<const Group*, GroupStatic> group_static;
+  // Per collective instruction: its kind, operand bytes and participants (Expander::DistinctCollective).
+  std::unordered_map<const Instruction*, CollectiveKey> participants;
+};
+
+class Expander {
+ public:
+  Expander(const Module& m, const ChipSpec& chip, const ExecProgramOptions& opt, ModuleFacts* facts)
+      : module_(m), chip_(chip), opt_(opt), facts_(*facts) {}
 
   // The bytes a buffer of `leaf` takes in device memory: padded to the chip's layout tiles
   // (simulator/buffer_layout.h) unless the option is off.
@@ -1024,7 +1106,7 @@ class Expander {
   int64_t BufferBytes(const Shape& leaf) {
     if (!leaf.IsArray()) return 0;
     if (!opt_.pad_to_layout_tiles) return leaf.ByteSize();
-    auto [it, added] = padded_bytes_.try_emplace(&leaf, 0);
+    auto [it, added] = facts_.padded_bytes.try_emplace(&leaf, 0);
     if (added) it->second = PaddedByteSize(leaf, chip_);
     return it->second;
   }
@@ -1033,12 +1115,12 @@ class Expander {
   // category depends only on the instruction and its operand's category).
   MemoryCategory CategoryOf(const Instruction& inst, std::optional<MemoryCategory> operand_category) {
     const int key = operand_category ? static_cast<int>(*operand_category) + 1 : 0;
-    auto [it, added] = categories_.try_emplace(std::make_pair(&inst, key), MemoryCategory{});
-    if (added) it->second = ClassifyValue(inst, false, param_names_, operand_category);
+    auto [it, added] = facts_.categories.try_emplace(std::make_pair(&inst, key), MemoryCategory{});
+    if (added) it->second = ClassifyValue(inst, false, facts_.param_names, operand_category);
     return it->second;
   }
   bool Recomputed(const Instruction& inst) {
-    auto [it, added] = recomputed_.try_emplace(&inst, false);
+    auto [it, added] = facts_.recomputed.try_emplace(&inst, false);
     if (added) it->second = IsRematerialization(inst);
     return it->second;
   }
@@ -1054,7 +1136,7 @@ class Expander {
       Value v;
       std::vector<const Shape*> leaves;
       CollectLeaves(p->shape(), &leaves);
-      const MemoryCategory cat = ClassifyValue(*p, true, param_names_, std::nullopt);
+      const MemoryCategory cat = ClassifyValue(*p, true, facts_.param_names, std::nullopt);
       for (size_t k = 0; k < leaves.size(); ++k) {
         if (!leaves[k]->IsArray()) {
           v.push_back(-1);
@@ -1088,11 +1170,16 @@ class Expander {
   }
 
   const CompPlan& PlanOf(const Computation& c) {
-    auto it = plans_.find(&c);
-    if (it != plans_.end()) return it->second;
-    CompPlan plan = MakePlan(c, opt_);
-    if (opt_.schedule == ScheduleKind::kMemoryList) plan.steps = MemoryOrderSteps(plan, c);
-    return plans_.emplace(&c, std::move(plan)).first->second;
+    auto it = facts_.plans.find(&c);
+    if (it != facts_.plans.end()) return it->second;
+    return facts_.plans.emplace(&c, MakePlan(c, opt_)).first->second;
+  }
+  // The order `plan`'s steps run in: the plan's, or under the memory list schedule its memory order.
+  const std::vector<Step>& StepsOf(const Computation& c, const CompPlan& plan) {
+    if (opt_.schedule != ScheduleKind::kMemoryList) return plan.steps;
+    auto it = memory_steps_.find(&c);
+    if (it != memory_steps_.end()) return it->second;
+    return memory_steps_.emplace(&c, MemoryOrderSteps(plan, c)).first->second;
   }
 
   Status CheckBudget() {
@@ -1114,7 +1201,7 @@ class Expander {
     return std::nullopt;
   }
 
-  // New buffers for a value of `shape` defined by `inst` in op `op`.
+  // New buffers for a value of `shape` defined by `inst` in op `op` (unnamed when `qname` is empty).
   Value NewValue(const Instruction& inst, const Shape& shape, const std::string& qname, int32_t op,
                  MemoryCategory cat) {
     (void)inst;
@@ -1127,7 +1214,7 @@ class Expander {
         continue;
       }
       Buffer b;
-      b.name = leaves.size() == 1 ? qname : qname + "{" + std::to_string(k) + "}";
+      if (!qname.empty()) b.name = leaves.size() == 1 ? qname : qname + "{" + std::to_string(k) + "}";
       b.logical_bytes = LeafBytes(*leaves[k]);
       b.bytes = BufferBytes(*leaves[k]);
       b.category = cat;
@@ -1310,23 +1397,11 @@ class Expander {
     return Status::Ok();
   }
 
-  // What a group's op is regardless of the iteration it runs in, computed once per group: an
-  // unrolled loop runs the same body groups once per iteration.
-  struct GroupStatic {
-    std::string kind_name;
-    bool recompute = false;
-    double flops = 0, mxu_flops = 0;  // mxu: operands padded to the matrix unit's tiles
-    std::vector<bool> output;         // per member: its value is read outside the group
-    // Per member, its operands outside the group: (operand index, operand).
-    std::vector<std::vector<std::pair<int64_t, const Instruction*>>> external;
-    std::vector<std::string> prefix;  // per member: its qualified name without the iteration
-    std::string main_prefix;
-  };
   const GroupStatic& StaticOf(const Computation& comp, const CompPlan& plan, const Group& g) {
-    auto [it, added] = group_static_.try_emplace(&g);
+    auto [it, added] = facts_.group_static.try_emplace(&g);
     GroupStatic& gs = it->second;
     if (!added) return gs;
-    gs.main_prefix = Qualified(comp, *g.main, "");
+    if (opt_.names) gs.main_prefix = Qualified(comp, *g.main, "");
     if (g.members.size() == 1) {
       if (g.main->opcode() == Opcode::kCustomCall) gs.kind_name = "custom-call";
       else if (g.main->opcode() == Opcode::kGeneric) gs.kind_name = g.main->opcode_text();
@@ -1339,7 +1414,7 @@ class Expander {
     const std::unordered_set<const Instruction*> member_set(g.members.begin(), g.members.end());
     for (const Instruction* m : g.members) {
       gs.recompute = gs.recompute || Recomputed(*m);
-      const double flops = InstructionFlops(*m, &flops_memo_);
+      const double flops = InstructionFlops(*m, &facts_.flops_memo);
       gs.flops += flops;
       if (m->opcode() == Opcode::kDot || m->opcode() == Opcode::kConvolution) {
         auto padded = CountMxuFlops(*m, chip_);
@@ -1348,7 +1423,7 @@ class Expander {
         gs.mxu_flops += flops;
       }
       gs.output.push_back(plan.group_outputs.count(m) > 0);
-      gs.prefix.push_back(gs.output.back() ? Qualified(comp, *m, "") : std::string());
+      gs.prefix.push_back(gs.output.back() && opt_.names ? Qualified(comp, *m, "") : std::string());
       auto& ext = gs.external.emplace_back();
       for (int64_t k = 0; k < m->operand_count(); ++k)
         if (!member_set.count(m->operand(k))) ext.emplace_back(k, m->operand(k));
@@ -1361,7 +1436,7 @@ class Expander {
     const GroupStatic& gs = StaticOf(*f.comp, *f.plan, g);
     ExecOp op;
     op.kind = ExecKind::kCompute;
-    op.name = gs.main_prefix + f.iter;
+    if (opt_.names) op.name = gs.main_prefix + f.iter;
     op.members = static_cast<int32_t>(g.members.size());
     op.loop = cur_loop_;
     op.iteration = cur_iteration_;
@@ -1385,7 +1460,7 @@ class Expander {
         f.op_of[m] = op_id;
         continue;
       }
-      Value v = NewValue(*m, m->shape(), gs.prefix[mi] + f.iter, op_id, member_cat[m]);
+      Value v = NewValue(*m, m->shape(), opt_.names ? gs.prefix[mi] + f.iter : std::string(), op_id, member_cat[m]);
       f.values[m] = v;
       f.op_of[m] = op_id;
       for (int32_t b : v) {
@@ -1450,6 +1525,7 @@ class Expander {
     AddControlDeps(f, g.members, op);
     FinalizeDeps(op);
     prog_->ops.push_back(std::move(op));
+    op_source_.push_back(&g);
     for (auto& rc : reuse) reuse_.push_back(std::move(rc));
     return CheckBudget();
   }
@@ -1491,13 +1567,13 @@ class Expander {
     if (start_tuple) {
       const int64_t n0 = LeafCount(s.tuple[0]);
       for (int64_t k = 0; k < n0; ++k) v.push_back(k < static_cast<int64_t>(operand_value.size()) ? operand_value[static_cast<size_t>(k)] : -1);
-      Value r = NewValue(i, s.tuple[1], Qualified(*f.comp, i, f.iter), op_id, cat);
+      Value r = NewValue(i, s.tuple[1], opt_.names ? op.name : std::string(), op_id, cat);
       v.insert(v.end(), r.begin(), r.end());
       AddBuffers(r, &op.defs);
       for (size_t e = 2; e < s.tuple.size(); ++e)
         for (int64_t k = 0; k < LeafCount(s.tuple[e]); ++k) v.push_back(-1);
     } else {
-      v = NewValue(i, s, Qualified(*f.comp, i, f.iter), op_id, cat);
+      v = NewValue(i, s, opt_.names ? op.name : std::string(), op_id, cat);
       AddBuffers(v, &op.defs);
     }
     f.values[&i] = v;
@@ -1522,6 +1598,7 @@ class Expander {
     AddControlDeps(f, {&i}, op);
     FinalizeDeps(op);
     prog_->ops.push_back(std::move(op));
+    op_source_.push_back(&i);
     return CheckBudget();
   }
 
@@ -1535,21 +1612,27 @@ class Expander {
     }
     // Who takes part: XLA's group modes (core/collectives/participants.h), so an empty
     // replica_groups without a channel_id on one replica is every device alone (no traffic).
-    CollectiveKey key;
-    key.kind = static_cast<int>(kind);
-    key.bytes = operand_bytes;
-    const int64_t replicas = std::max<int64_t>(1, module_.num_replicas);
-    const int64_t devices = opt_.num_devices > 0 ? opt_.num_devices : replicas * std::max<int64_t>(1, module_.num_partitions);
-    const int64_t partitions = std::max<int64_t>(1, devices / replicas);
-    if (kind == CollectiveKind::kCollectivePermute) {
-      auto pairs = CollectivePermutePairs(i, replicas, partitions);
-      if (!pairs.ok()) return Error(Qualified(*f.comp, i, "") + ": " + pairs.error().message);
-      key.pairs = std::move(*pairs);
-    } else {
-      auto groups = CollectiveParticipantGroups(i, replicas, partitions);
-      if (!groups.ok()) return Error(Qualified(*f.comp, i, "") + ": " + groups.error().message);
-      key.groups = std::move(*groups);
+    auto known = facts_.participants.find(&i);
+    if (known == facts_.participants.end() || known->second.kind != static_cast<int>(kind) ||
+        known->second.bytes != operand_bytes) {
+      CollectiveKey key;
+      key.kind = static_cast<int>(kind);
+      key.bytes = operand_bytes;
+      const int64_t replicas = std::max<int64_t>(1, module_.num_replicas);
+      const int64_t devices = opt_.num_devices > 0 ? opt_.num_devices : replicas * std::max<int64_t>(1, module_.num_partitions);
+      const int64_t partitions = std::max<int64_t>(1, devices / replicas);
+      if (kind == CollectiveKind::kCollectivePermute) {
+        auto pairs = CollectivePermutePairs(i, replicas, partitions);
+        if (!pairs.ok()) return Error(Qualified(*f.comp, i, "") + ": " + pairs.error().message);
+        key.pairs = std::move(*pairs);
+      } else {
+        auto groups = CollectiveParticipantGroups(i, replicas, partitions);
+        if (!groups.ok()) return Error(Qualified(*f.comp, i, "") + ": " + groups.error().message);
+        key.groups = std::move(*groups);
+      }
+      known = facts_.participants.insert_or_assign(&i, std::move(key)).first;
     }
+    const CollectiveKey& key = known->second;
     auto it = collective_index_.find(key);
     if (it == collective_index_.end()) {
       CollectiveSpec spec;
@@ -1602,7 +1685,7 @@ class Expander {
     f.plan = &PlanOf(comp);
     f.args = &args;
     f.iter = iter;
-    for (const Step& s : f.plan->steps) {
+    for (const Step& s : StepsOf(comp, *f.plan)) {
       if (s.kind == Step::Kind::kGroup) {
         if (Status st = RunGroup(f, f.plan->groups[static_cast<size_t>(s.group)]); !st.ok()) return st.error();
         continue;
@@ -1797,7 +1880,7 @@ class Expander {
   ExecOp ShiftedOp(const ExecOp& x, const Shifts& s, int32_t loop, const std::string& outer, int64_t k, int64_t m) const {
     ExecOp op;
     op.kind = x.kind;
-    op.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
+    if (!x.name.empty()) op.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
     op.kind_name = x.kind_name;
     op.duration_s = x.duration_s;
     op.flops = x.flops;
@@ -1814,7 +1897,7 @@ class Expander {
   }
   Buffer ShiftedBuffer(const Buffer& x, const Shifts& s, const std::string& outer, int64_t k, int64_t m) const {
     Buffer b = x;
-    b.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
+    if (!x.name.empty()) b.name = Renamed(x.name, outer, k, k + m).value_or(std::string());
     b.def_op = s.ops(x.def_op);
     return b;
   }
@@ -1842,8 +1925,11 @@ class Expander {
       const ExecOp& b = prog_->ops[m3.ops + k];
       if (!a.in_place.empty() || !b.in_place.empty()) return false;
       if (a.loop == loop && a.iteration != 2) return false;
+      // The same group or collective at the same place (what equal names say, when ops are named).
+      if (op_source_[m2.ops + k] != op_source_[m3.ops + k]) return false;
       const ExecOp x = ShiftedOp(a, s, loop, outer, 2, 1);
-      if (x.name.empty() || x.name != b.name || x.kind != b.kind || x.kind_name != b.kind_name ||
+      const bool named = opt_.names || x.kind == ExecKind::kCollective;
+      if ((named && x.name.empty()) || x.name != b.name || x.kind != b.kind || x.kind_name != b.kind_name ||
           x.duration_s != b.duration_s || x.flops != b.flops || x.bytes != b.bytes || x.collective != b.collective ||
           x.deps != b.deps || x.uses != b.uses || x.defs != b.defs || x.members != b.members || x.loop != b.loop ||
           x.iteration != b.iteration || x.recompute != b.recompute)
@@ -1853,7 +1939,7 @@ class Expander {
       const Buffer& a = prog_->buffers[m2.buffers + k];
       const Buffer& b = prog_->buffers[m3.buffers + k];
       const Buffer x = ShiftedBuffer(a, s, outer, 2, 1);
-      if (x.name.empty() || x.name != b.name || x.bytes != b.bytes || x.logical_bytes != b.logical_bytes ||
+      if ((opt_.names && x.name.empty()) || x.name != b.name || x.bytes != b.bytes || x.logical_bytes != b.logical_bytes ||
           x.category != b.category || x.def_op != b.def_op || x.is_parameter != b.is_parameter ||
           x.is_constant != b.is_constant || x.is_output != b.is_output || x.donated != b.donated)
         return false;
@@ -1896,6 +1982,7 @@ class Expander {
     for (size_t k = m3.ops; k < m4.ops; ++k) {
       ExecOp op = ShiftedOp(prog_->ops[k], s, loop, outer, 3, t - 3);
       prog_->ops.push_back(std::move(op));
+      op_source_.push_back(op_source_[k]);
     }
     for (size_t k = m3.buffers; k < m4.buffers; ++k) {
       Buffer b = ShiftedBuffer(prog_->buffers[k], s, outer, 3, t - 3);
@@ -1943,18 +2030,16 @@ class Expander {
   const ChipSpec& chip_;
   const ExecProgramOptions& opt_;
   ExecProgram* prog_ = nullptr;
-  std::set<std::string, std::less<>> param_names_;
-  std::unordered_map<const Computation*, CompPlan> plans_;
-  std::unordered_map<const Computation*, double> flops_memo_;
+  ModuleFacts& facts_;
+  std::unordered_map<const Computation*, std::vector<Step>> memory_steps_;  // StepsOf
   std::unordered_map<const Instruction*, Value> constants_;
-  std::unordered_map<const Shape*, int64_t> padded_bytes_;
-  std::map<std::pair<const Instruction*, int>, MemoryCategory> categories_;
-  std::unordered_map<const Instruction*, bool> recomputed_;
-  std::unordered_map<const Group*, GroupStatic> group_static_;
   std::vector<std::pair<int32_t, double>> sources_scratch_;  // RunGroup: one operand's windowed sources
   std::map<CollectiveKey, int32_t> collective_index_;
   std::unordered_map<const Instruction*, std::pair<double, int32_t>> collective_of_instruction_;  // -> (operand bytes, index)
   std::vector<ReuseCandidate> reuse_;
+  // Per op (parallel to prog_->ops): the group or collective instruction it runs, which identifies
+  // it without its name (loop replay compares iterations by it).
+  std::vector<const void*> op_source_;
   int32_t cur_loop_ = -1;       // the innermost loop being unrolled (ExecProgram::loops)
   int64_t cur_iteration_ = 0;   // and its iteration
 };
@@ -1975,11 +2060,16 @@ bool IsRematerialization(const Instruction& i) {
     if (IsRematMarker(std::string_view(name).substr(start + 1, end == std::string::npos ? std::string::npos : end - start - 1)))
       return true;
   }
+  // Every marker contains one of these words: without them no part of the op_name is one. Metadata
+  // without a backslash holds its op_name as written (nothing to unescape), so when it has none of
+  // the words neither has the op_name, which is then not parsed (most instructions, every build).
+  auto has_word = [](std::string_view s) {
+    return s.find("remat") != std::string_view::npos || s.find("recompute") != std::string_view::npos ||
+           s.find("checkpoint") != std::string_view::npos;
+  };
+  if (i.metadata.find('\\') == std::string::npos && !has_word(i.metadata)) return false;
   const std::string op_name = i.op_name();
-  // Every marker contains one of these words: without them no part of the op_name is one.
-  if (op_name.find("remat") == std::string::npos && op_name.find("recompute") == std::string::npos &&
-      op_name.find("checkpoint") == std::string::npos)
-    return false;
+  if (!has_word(op_name)) return false;
   size_t start = 0;
   while (start <= op_name.size()) {
     size_t end = op_name.find('/', start);
@@ -2028,24 +2118,32 @@ Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip,
   auto rematerialize = [&](ExecProgram* p) {
     if (auto target = RematerializationTarget(*p, chip, options)) RematerializeTo(p, *target);
   };
+  // The program built in `order`, without rematerialisation (what the builds share: ModuleFacts).
+  ModuleFacts facts(module);
+  auto expand = [&](ScheduleKind order) -> Result<ExecProgram> {
+    ExecProgramOptions each = options;
+    each.schedule = order;
+    each.rematerialize = false;
+    ExecProgram program;
+    program.schedule = order;
+    Expander ex(module, chip, each, &facts);
+    if (Status s = ex.Run(&program); !s.ok()) return s.error();
+    return program;
+  };
   if (options.schedule == ScheduleKind::kMemoryLimit) {
     // As XLA's scheduler under a memory limit: the program order as long as it fits the device's
     // HBM (ops run one after another); when it does not, the memory list schedule if that peaks
     // lower.
     const double limit = chip.device_hbm_bytes();
-    ExecProgramOptions each = options;
-    each.schedule = ScheduleKind::kProgramOrder;
-    each.rematerialize = false;
-    auto in_order = BuildExecProgram(module, chip, each);
+    auto in_order = expand(ScheduleKind::kProgramOrder);
     if (!in_order.ok()) return in_order;
     in_order->sequential_peak_bytes[0] = SequentialPeakBytes(*in_order);
     if (limit <= 0 || static_cast<double>(in_order->sequential_peak_bytes[0]) <= limit) {
       rematerialize(&*in_order);
       return in_order;
     }
-    each.schedule = ScheduleKind::kMemoryList;
     // (The memory list schedule is tried against HBM; rematerialisation below against its own target.)
-    auto listed = BuildExecProgram(module, chip, each);
+    auto listed = expand(ScheduleKind::kMemoryList);
     if (!listed.ok()) return listed;
     const int64_t peak_listed = SequentialPeakBytes(*listed);
     const bool take_listed = peak_listed < in_order->sequential_peak_bytes[0];
@@ -2054,11 +2152,9 @@ Result<ExecProgram> BuildExecProgram(const Module& module, const ChipSpec& chip,
     rematerialize(&chosen);
     return chosen;
   }
-  ExecProgram program;
-  program.schedule = options.schedule;
-  Expander ex(module, chip, options);
-  if (Status s = ex.Run(&program); !s.ok()) return s.error();
-  rematerialize(&program);
+  auto program = expand(options.schedule);
+  if (!program.ok()) return program;
+  rematerialize(&*program);
   return program;
 }
 

@@ -102,6 +102,12 @@ struct ExecProgramOptions {
   // The target of rematerialisation (0: the device's HBM); Simulate lowers it when the run's
   // overlapped peak exceeds the sequential one.
   int64_t rematerialize_limit_bytes = 0;
+  // Names of compute ops and of the buffers ops define (ExecOp::name, Buffer::name): what timelines
+  // and the list of buffers live at the peak show. Off: left empty — building a name per op and
+  // per buffer of every unrolled iteration was a good part of the build, and a run without
+  // timelines (SimulationOptions::timelines, the strategy search's) reads none. Collectives,
+  // loops, parameters and constants are named either way (RunResult::collectives lists them).
+  bool names = true;
   // Unrolling writes a while loop's iterations after the third from the second and third when
   // those repeat each other exactly but for ids, iteration numbers and names (schedule.cpp,
   // "Loop replay"): the same program, built faster. Off: every iteration expanded (tests).
@@ -115,6 +121,7 @@ enum class ExecKind : uint8_t { kCompute, kCollective };
 struct ExecOp {
   ExecKind kind = ExecKind::kCompute;
   std::string name;  // instruction name; "comp/name" outside the entry; "[i]" per enclosing loop
+                     // (empty for a compute op built without names: ExecProgramOptions::names)
   std::string kind_name;  // "dot", "fusion", "reduce", "all-gather", ...
   double duration_s = 0;  // compute ops: roofline time
   double flops = 0;       // dot/convolution FLOPs
@@ -145,7 +152,8 @@ struct ExecLoop {
 };
 
 struct Buffer {
-  std::string name;  // the instruction that defines it ("x", "layer0_ffn_wi", "while.3{1}" for leaves)
+  std::string name;  // the instruction that defines it ("x", "layer0_ffn_wi", "while.3{1}" for leaves;
+                     // empty for an op's value built without names: ExecProgramOptions::names)
   int64_t bytes = 0;          // in device memory: padded to the chip's layout tiles (buffer_layout.h)
   int64_t logical_bytes = 0;  // elements x element bytes (what an op reads or writes)
   MemoryCategory category = MemoryCategory::kTemporaries;

@@ -508,6 +508,23 @@ ENTRY %main (p: f32[28], q: s32[28], i: s32[]) -> (f32[14], s32[14]) {
       const int64_t replayed = ReplayMatchesExpansion(*spmd->module, chip);
       if (QTest::currentTestFailed()) return;
       QVERIFY2(replayed >= 10, schedule);  // most of the forward and backward loops' iterations
+      // Built without names (ExecProgramOptions::names, a run without timelines): the same
+      // program, iterations replayed alike, but for the names of compute ops and op-defined buffers.
+      ExecProgramOptions unnamed;
+      unnamed.names = false;
+      QCOMPARE(ReplayMatchesExpansion(*spmd->module, chip, unnamed), replayed);
+      if (QTest::currentTestFailed()) return;
+      {
+        auto named = BuildExecProgram(*spmd->module, chip);
+        auto bare = BuildExecProgram(*spmd->module, chip, unnamed);
+        QVERIFY(named.ok() && bare.ok());
+        for (ExecOp& op : named->ops)
+          if (op.kind == ExecKind::kCompute) op.name.clear();
+        for (Buffer& b : named->buffers)
+          if (b.def_op >= 0) b.name.clear();
+        CompareExecPrograms(*named, *bare);
+        if (QTest::currentTestFailed()) return;
+      }
       // The simulated step is the same too.
       Topology topo = TopologyFor("tpu-v4", "L=4,X=1,Y=2");
       SimulationOptions off;
@@ -1088,9 +1105,10 @@ ENTRY %main (p: f32[8]) -> f32[32] {
     QVERIFY(o.collective_memo->bytes() > 1 || alone[0].stats.distinct_collectives <= 1);
   }
 
-  // SimulationOptions::timelines off (the strategy search's candidates): the same summary,
-  // collectives and per-class peaks, without the classes' events, memory samples and peak
-  // buffers — on a partitioned step that fits, and on a step rematerialised under a low HBM.
+  // SimulationOptions::timelines off (the strategy search's candidates; their programs are built
+  // without names, ExecProgramOptions::names): the same summary, collectives and per-class peaks,
+  // without the classes' events, memory samples and peak buffers — on a partitioned step that
+  // fits, and on a step rematerialised under a low HBM.
   void FiguresWithoutTimelinesAreTheSame() {
     auto p = PartitionedZooStep();
     QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
