@@ -167,14 +167,31 @@ Result<TileMap> TileMap::FromSharding(const HloSharding& s, int64_t rank, int64_
     return Error("sharding " + s.ToString() + " spans " + std::to_string(ta.num_elements()) +
                  " devices, the program has " + std::to_string(n));
   for (int64_t d = 0; d < rank; ++d) m.tiles[static_cast<size_t>(d)] = ta.dim(d);
-  for (int64_t dev = 0; dev < n; ++dev) {
-    std::vector<int64_t> idx = ta.IndexOfDevice(dev);
-    if (idx.empty()) return Error("device " + std::to_string(dev) + " missing from sharding " + s.ToString());
-    std::copy(idx.begin(), idx.begin() + rank, m.index.begin() + dev * rank);
-    int64_t r = 0;
-    for (int64_t k = rank; k < ta.num_dimensions(); ++k) r = r * ta.dim(k) + idx[static_cast<size_t>(k)];
-    m.replica[static_cast<size_t>(dev)] = static_cast<int32_t>(r);
+  // One pass over the row-major device list, the tile index counted along (a device listed twice
+  // keeps its first position, as TileAssignment::IndexOfDevice answers): asking IndexOfDevice per
+  // device built a vector for each of the 2048 devices of every map.
+  const std::vector<int64_t>& devices = ta.devices();
+  const size_t full_rank = static_cast<size_t>(ta.num_dimensions());
+  if (n > 0 && std::any_of(ta.dims().begin(), ta.dims().end(), [](int64_t t) { return t <= 0; }))
+    return Error("device 0 missing from sharding " + s.ToString());  // IndexOfDevice finds no device
+  std::vector<char> placed(static_cast<size_t>(n), 0);
+  std::vector<int64_t> idx(full_rank, 0);
+  for (size_t pos = 0; pos < devices.size(); ++pos) {
+    const int64_t dev = devices[pos];
+    if (dev >= 0 && dev < n && !placed[static_cast<size_t>(dev)]) {
+      placed[static_cast<size_t>(dev)] = 1;
+      std::copy(idx.begin(), idx.begin() + rank, m.index.begin() + dev * rank);
+      int64_t r = 0;
+      for (size_t k = static_cast<size_t>(rank); k < full_rank; ++k) r = r * ta.dim(static_cast<int64_t>(k)) + idx[k];
+      m.replica[static_cast<size_t>(dev)] = static_cast<int32_t>(r);
+    }
+    for (size_t k = full_rank; k-- > 0;) {
+      if (++idx[k] < ta.dim(static_cast<int64_t>(k))) break;
+      idx[k] = 0;
+    }
   }
+  for (int64_t dev = 0; dev < n; ++dev)
+    if (!placed[static_cast<size_t>(dev)]) return Error("device " + std::to_string(dev) + " missing from sharding " + s.ToString());
   return TileMap(std::move(rep));
 }
 
