@@ -269,7 +269,8 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
   auto within = [&](int64_t dev, const auto* t) {
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t len = full[static_cast<size_t>(d)], s = ts[static_cast<size_t>(d)];
-      if (!hlo_sharding_util::ShardWithin(len, t[d] * s, s, F.Offset(dev, d, len), fs[static_cast<size_t>(d)])) return false;
+      const int64_t f = fs[static_cast<size_t>(d)];
+      if (!hlo_sharding_util::ShardWithin(len, t[d] * s, s, F.index(dev, d) * f, f)) return false;
     }
     return true;
   };
@@ -734,15 +735,17 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   }
   // 4. All-gather the dims that must be gathered, then refine locally. Try the minimal set and
   //    gathering everything (always valid).
+  //    (A dim is needed when some device's target shard is not within its source shard: none is
+  //    when plan 1 applies.)
   std::vector<int64_t> needed, all_tiled;
   for (int64_t d = 0; d < base.rank(); ++d) {
     if (F.tiles(d) > 1) all_tiled.push_back(d);
-    if (F.tiles(d) == 1) continue;
+    if (F.tiles(d) == 1 || local_refinement) continue;
     const int64_t fs = F.ShardSize(d, full[static_cast<size_t>(d)]);
     const int64_t ts = T.ShardSize(d, full[static_cast<size_t>(d)]);
     for (int64_t dev = 0; dev < n_; ++dev) {
-      const int64_t fo = F.Offset(dev, d, full[static_cast<size_t>(d)]);
-      const int64_t to = T.Offset(dev, d, full[static_cast<size_t>(d)]);
+      const int64_t fo = F.index(dev, d) * fs;
+      const int64_t to = T.index(dev, d) * ts;
       const int64_t tend = std::min(to + ts, full[static_cast<size_t>(d)]);
       if (tend > to && (to < fo || tend > std::min(fo + fs, full[static_cast<size_t>(d)]))) {
         needed.push_back(d);
@@ -777,8 +780,11 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   std::vector<int64_t> needed_counts;
   for (int64_t d : needed)
     if (F.tiles(d) != T.tiles(d)) needed_counts.push_back(d);
-  for (const auto& gather : {needed, all_tiled, needed_counts}) {
-    if (gather.empty()) continue;
+  const std::vector<int64_t>* gathers[] = {&needed, &all_tiled, &needed_counts};
+  for (size_t i = 0; i < 3; ++i) {
+    const std::vector<int64_t>& gather = *gathers[i];
+    // (A set tried already would give the same plan again, which loses the tie to the first.)
+    if (gather.empty() || std::any_of(gathers, gathers + i, [&](const auto* g) { return *g == gather; })) continue;
     ReshardPlan p;
     TileMap cur = F;
     for (int64_t d : gather) {
@@ -924,24 +930,33 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       const int64_t fs = F.ShardSize(d, len), ts = T.ShardSize(d, len), per = tt / ft;
       for (int64_t i = 0; i < tt && ok; ++i) ok = hlo_sharding_util::ShardWithin(len, i * ts, ts, i / per * fs, fs);
     }
-    if (ok) {
+    // (With F whole, every device's coarsened index is F's: nothing to reorder.)
+    if (ok && ElementsOf(F.tiles()) > 1) {
       // Devices per tile of F's grid (row-major tile number): a full grid holds each
-      // F.replication() times. The replicas are numbered 0 (only the indices are compared).
-      std::vector<int32_t> index(static_cast<size_t>(n_ * rank)), replica(static_cast<size_t>(n_), 0);
+      // F.replication() times. The replicas are numbered 0 (only the indices are compared, and
+      // the map is built only when they differ from F's).
+      std::vector<int32_t> index(static_cast<size_t>(n_ * rank));
       std::vector<int64_t> count(static_cast<size_t>(ElementsOf(F.tiles())), 0);
-      for (int64_t dev = 0; dev < n_; ++dev) {
+      std::vector<int32_t> per(static_cast<size_t>(rank));
+      for (int64_t d = 0; d < rank; ++d) per[static_cast<size_t>(d)] = static_cast<int32_t>(T.tiles(d) / F.tiles(d));
+      const std::vector<int32_t>& tidx = T.flat_index();
+      const std::vector<int32_t>& fidx = F.flat_index();
+      bool same = true;
+      for (size_t dev = 0; dev < static_cast<size_t>(n_); ++dev) {
         int64_t lin = 0;
-        for (int64_t d = 0; d < rank; ++d) {
-          const int64_t i = T.index(dev, d) / (T.tiles(d) / F.tiles(d));
-          index[static_cast<size_t>(dev * rank + d)] = static_cast<int32_t>(i);
-          lin = lin * F.tiles(d) + i;
+        for (size_t d = 0; d < static_cast<size_t>(rank); ++d) {
+          const size_t at = dev * static_cast<size_t>(rank) + d;
+          const int32_t i = per[d] == 1 ? tidx[at] : tidx[at] / per[d];
+          index[at] = i;
+          same &= i == fidx[at];
+          lin = lin * F.tiles(static_cast<int64_t>(d)) + i;
         }
         ++count[static_cast<size_t>(lin)];
       }
-      TileMap mid(F.tiles(), std::move(index), std::move(replica));
       bool grid = true;
       for (int64_t c : count) grid &= c == F.replication();
-      if (grid && !mid.SameAs(F)) {
+      if (grid && !same) {
+        const TileMap mid(F.tiles(), std::move(index), std::vector<int32_t>(static_cast<size_t>(n_), 0));
         ReshardPlan p;
         p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base), {}});
         p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0, {}});
