@@ -141,8 +141,8 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
   auto evaluate = [&](const TileMap& joint_map, int64_t sources) -> std::optional<DotPlan> {
     const TileMap* joint = &joint_map;
     DotPlan p{*joint, {}, {}, {}, false, -1, {}, 0, sources};
-    auto lsh = joint->Projected(L.lhs_label).ToSharding();
-    auto rsh = joint->Projected(L.rhs_label).ToSharding();
+    auto lsh = joint->ProjectedSharding(L.lhs_label);
+    auto rsh = joint->ProjectedSharding(L.rhs_label);
     TileMap partial = joint->Projected(out_labels);
     auto psh = partial.ToSharding();
     if (!lsh.ok() || !rsh.ok() || !psh.ok()) return std::nullopt;
