@@ -61,4 +61,19 @@ std::optional<TileMap> BuildJointTiling(const std::vector<JointSource>& sources,
   return TileMap(std::move(tiles), std::move(index), std::move(replica));
 }
 
+JointExtension ExtendJointTiling(const TileMap& joint, const JointSource& source) {
+  std::vector<std::pair<int64_t, int64_t>> carried;  // (source dim, label)
+  for (size_t d = 0; d < source.label_of_dim.size(); ++d) {
+    const int64_t l = source.label_of_dim[d], t = source.map->tiles(static_cast<int64_t>(d));
+    if (l < 0 || t == 1) continue;
+    if (joint.tiles(l) == 1) return JointExtension::kNew;
+    if (joint.tiles(l) != t) return JointExtension::kConflict;
+    carried.emplace_back(static_cast<int64_t>(d), l);
+  }
+  for (int64_t dev = 0; dev < joint.num_devices(); ++dev)
+    for (const auto& [d, l] : carried)
+      if (source.map->index(dev, d) != joint.index(dev, l)) return JointExtension::kConflict;
+  return JointExtension::kSame;
+}
+
 }  // namespace shardscope::spmd
