@@ -57,6 +57,31 @@ void NextIndex(const std::vector<int64_t>& dims, std::vector<int64_t>* index) {
   }
 }
 
+
+// Per-thread memo tables for pure functions of shardings, keyed by their memo keys
+// (AppendShardingKey): the same questions come back for every layer of a model and at every pass
+// of propagation, and at thousands of devices each answer is O(devices). One table per answer type
+// and use; bounded: emptied when an answer is added to a full one.
+template <typename V, int kUse>
+class ThreadMemo {
+ public:
+  static const V* Find(const std::string& key) {
+    auto it = table().find(key);
+    return it == table().end() ? nullptr : &it->second;
+  }
+  static V& Add(const std::string& key) {
+    if (table().size() >= 4096) table().clear();
+    return table()[key];
+  }
+
+ private:
+  static std::unordered_map<std::string, V>& table() {
+    thread_local std::unordered_map<std::string, V> t;
+    return t;
+  }
+};
+enum MemoUse { kMergeMemo, kSubTilingMemo };
+
 }  // namespace
 
 bool CompatibleIgnoringElementType(const Shape& a, const Shape& b) {
@@ -188,12 +213,11 @@ bool ShardWithin(int64_t full, int64_t sub_offset, int64_t sub_size, int64_t off
   return sub_offset >= offset && sub_end <= std::min(offset + size, full);
 }
 
-bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, const HloSharding& sharding) {
-  if (sub.IsManual() || sharding.IsManual()) return false;
-  if (IsTileMaximal(sharding)) return true;
-  if (IsTileMaximal(sub)) return false;
+namespace {
+// IsSubTilingOrEqualSharding's test itself, device by device (the shardings are tiled over the
+// shape's rank).
+bool IsSubTilingPerDevice(const Shape& shape, const HloSharding& sub, const HloSharding& sharding) {
   const int64_t rank = sub.TiledDataRank();
-  if (rank != sharding.TiledDataRank() || rank != shape.rank()) return false;
   std::vector<int64_t> sub_base(static_cast<size_t>(rank)), base(static_cast<size_t>(rank));
   for (int64_t i = 0; i < rank; ++i) {
     const int64_t p = sub.tile_assignment().dim(i);
@@ -254,6 +278,30 @@ bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, cons
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool IsSubTilingOrEqualSharding(const Shape& shape, const HloSharding& sub, const HloSharding& sharding) {
+  if (sub.IsManual() || sharding.IsManual()) return false;
+  if (IsTileMaximal(sharding)) return true;
+  if (IsTileMaximal(sub)) return false;
+  const int64_t rank = sub.TiledDataRank();
+  if (rank != sharding.TiledDataRank() || rank != shape.rank()) return false;
+  // A pure function of the shardings and the dims: memoised (ThreadMemo) when both tile
+  // assignments are iota forms, whose keys are a few numbers (an explicit one's holds every device).
+  std::string key;
+  if (sub.tile_assignment().is_iota() && sharding.tile_assignment().is_iota()) {
+    AppendShardingKey(key, sub);
+    key += '|';
+    AppendShardingKey(key, sharding);
+    key.append(reinterpret_cast<const char*>(shape.dims.data()), shape.dims.size() * sizeof(int64_t));
+    if (const bool* known = ThreadMemo<bool, kSubTilingMemo>::Find(key)) return *known;
+    const bool answer = IsSubTilingPerDevice(shape, sub, sharding);
+    ThreadMemo<bool, kSubTilingMemo>::Add(key) = answer;
+    return answer;
+  }
+  return IsSubTilingPerDevice(shape, sub, sharding);
 }
 
 // ---- Construction -------------------------------------------------------------------------------
@@ -432,22 +480,19 @@ bool MergeShardingIfCompatible(const HloSharding& to_merge, int64_t minimum_tile
       metadata.push_back(m);
     }
   }
-  // The merge is a pure function of the two shardings (metadata aside), asked again for every
-  // layer's dots and at every pass of propagation: memoised per thread (O(devices) each time at
-  // thousands of devices). Bounded: emptied past 4096 answers.
-  thread_local std::unordered_map<std::string, std::optional<HloSharding>> memo;
+  // The merge is a pure function of the two shardings (metadata aside): memoised (ThreadMemo).
+  using Memo = ThreadMemo<std::optional<HloSharding>, kMergeMemo>;
   std::string key;
   AppendShardingKey(key, to_merge);
   key += '|';
   AppendShardingKey(key, *dst);
-  if (auto it = memo.find(key); it != memo.end()) {
-    if (!it->second) return false;
-    *dst = *it->second;
+  if (const std::optional<HloSharding>* known = Memo::Find(key)) {
+    if (!*known) return false;
+    *dst = **known;
     dst->set_metadata(std::move(metadata));
     return true;
   }
-  if (memo.size() >= 4096) memo.clear();
-  std::optional<HloSharding>& answer = memo[key];
+  std::optional<HloSharding>& answer = Memo::Add(key);
 
   int64_t max_device = 0;
   for (int64_t d : mt.devices()) max_device = std::max(max_device, d);

@@ -1,5 +1,7 @@
 #include "partitioner/spmd/context.h"
 
+#include <bit>
+
 namespace shardscope::spmd {
 
 namespace {
@@ -27,6 +29,11 @@ SpmdContext::SpmdContext(Module* out, int64_t num_devices, const SpmdOptions& op
       decisions_(tables_.decisions) {}
 
 std::optional<TileMap> SpmdContext::JointTiling(const std::vector<JointSource>& sources, int64_t num_labels) {
+  return MemoisedJointTiling(sources, num_labels, [&] { return BuildJointTiling(sources, num_labels, num_devices()); });
+}
+
+std::optional<TileMap> SpmdContext::MemoisedJointTiling(const std::vector<JointSource>& sources, int64_t num_labels,
+                                                        const std::function<std::optional<TileMap>()>& build) {
   std::string key;
   key.append(reinterpret_cast<const char*>(&num_labels), sizeof num_labels);
   for (const JointSource& s : sources) {
@@ -40,21 +47,44 @@ std::optional<TileMap> SpmdContext::JointTiling(const std::vector<JointSource>& 
   if (it != tables_.joints.end()) return it->second.joint;
   PartitionTables::Joint entry;
   for (const JointSource& s : sources) entry.sources.push_back(*s.map);
-  entry.joint = BuildJointTiling(sources, num_labels, num_devices());
+  entry.joint = build();
   return tables_.joints.emplace(std::move(key), std::move(entry)).first->second.joint;
 }
 
 std::vector<SpmdContext::SubsetTiling> SpmdContext::SubsetJointTilings(const std::vector<JointSource>& sources,
                                                                       int64_t num_labels) {
-  std::vector<SubsetTiling> out;
   const int64_t n = static_cast<int64_t>(sources.size());
+  // Smaller subsets first: a subset's joint is its subset without its last source's when that
+  // source splits nothing new and agrees (ExtendJointTiling: one pass over the devices instead of
+  // building an equal map, which most subsets gave), or none when it disagrees.
+  std::vector<std::optional<TileMap>> joint_of(static_cast<size_t>(int64_t{1} << n));
   std::vector<JointSource> subset;
-  for (int64_t mask = (int64_t{1} << n) - 1; mask >= 0; --mask) {
+  for (int64_t mask = 0; mask < (int64_t{1} << n); ++mask) {
     subset.clear();
+    int64_t last = -1;
     for (int64_t i = 0; i < n; ++i)
-      if (mask & (int64_t{1} << i)) subset.push_back(sources[static_cast<size_t>(i)]);
-    if (auto joint = JointTiling(subset, num_labels)) out.push_back({std::move(*joint), static_cast<int64_t>(subset.size())});
+      if (mask & (int64_t{1} << i)) {
+        subset.push_back(sources[static_cast<size_t>(i)]);
+        last = i;
+      }
+    const std::optional<TileMap>* smaller =
+        last < 0 ? nullptr : &joint_of[static_cast<size_t>(mask & ~(int64_t{1} << last))];
+    joint_of[static_cast<size_t>(mask)] = MemoisedJointTiling(subset, num_labels, [&]() -> std::optional<TileMap> {
+      if (smaller && *smaller) {
+        switch (ExtendJointTiling(**smaller, sources[static_cast<size_t>(last)])) {
+          case JointExtension::kSame: return *smaller;
+          case JointExtension::kConflict: return std::nullopt;
+          case JointExtension::kNew: break;
+        }
+      }
+      return BuildJointTiling(subset, num_labels, num_devices());
+    });
   }
+  // From all the sources down to none.
+  std::vector<SubsetTiling> out;
+  for (int64_t mask = (int64_t{1} << n) - 1; mask >= 0; --mask)
+    if (const auto& joint = joint_of[static_cast<size_t>(mask)])
+      out.push_back({*joint, static_cast<int64_t>(std::popcount(static_cast<uint64_t>(mask)))});
   return out;
 }
 

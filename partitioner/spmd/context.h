@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <typeindex>
@@ -86,6 +87,9 @@ class SpmdContext {
   Status PartitionNow(const Instruction& inst);
 
  private:
+  // JointTiling, the joint made by `build` when the memo has none.
+  std::optional<TileMap> MemoisedJointTiling(const std::vector<JointSource>& sources, int64_t num_labels,
+                                             const std::function<std::optional<TileMap>()>& build);
   // The instruction's patterns, then its handler.
   Status Partition(const Instruction& inst);
   Status RunHandler(const Instruction& inst);

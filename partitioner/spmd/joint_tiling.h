@@ -25,6 +25,14 @@ struct JointSource {
 std::optional<TileMap> BuildJointTiling(const std::vector<JointSource>& sources, int64_t num_labels,
                                         int64_t num_devices);
 
+// What adding `source` to sources whose joint tiling is `joint` gives: kSame when every label the
+// source splits is split alike in `joint` and every device's indices agree (the joint of the
+// larger set is `joint` itself: BuildJointTiling would number the same tiles the same way),
+// kConflict when tile counts or indices disagree (no joint), kNew when the source splits a label
+// `joint` leaves whole (BuildJointTiling decides). One pass over the devices, no map built.
+enum class JointExtension { kSame, kConflict, kNew };
+JointExtension ExtendJointTiling(const TileMap& joint, const JointSource& source);
+
 // A handler's plans by distinct joint tiling. A plan is a pure function of its joint's tiles, and
 // most source subsets give a joint another subset already gave (62% in the 2048-device search), so
 // a joint equal to one planned before reuses that plan, with this joint and source count. Plan has

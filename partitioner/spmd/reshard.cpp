@@ -269,7 +269,8 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
   auto within = [&](int64_t dev, const auto* t) {
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t len = full[static_cast<size_t>(d)], s = ts[static_cast<size_t>(d)];
-      if (!hlo_sharding_util::ShardWithin(len, t[d] * s, s, F.Offset(dev, d, len), fs[static_cast<size_t>(d)])) return false;
+      const int64_t f = fs[static_cast<size_t>(d)];
+      if (!hlo_sharding_util::ShardWithin(len, t[d] * s, s, F.index(dev, d) * f, f)) return false;
     }
     return true;
   };
@@ -287,6 +288,11 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
   }
   if (open.empty()) return std::nullopt;
   std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank)), t(static_cast<size_t>(rank));
+  // The devices of one source tile see the same box and the same within-test, and `need` only
+  // falls: the tiles one of them passed over stay unusable, so the next resumes the scan at the
+  // tile the previous one took (by source tile's row-major number; O(devices + tiles) in all where
+  // scanning each box from its start was O(devices x tiles) with few source tiles).
+  std::vector<int64_t> resume(static_cast<size_t>(ElementsOf(F.tiles()) * rank), -1);
   for (int64_t dev : open) {
     // The target tiles inside this device's shard: a box of tile indices, one range per dim.
     // (T's tiles nest in F's, checked above: source tile i holds target tiles [i*m, i*m + m).)
@@ -301,8 +307,12 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
       lo[static_cast<size_t>(d)] = F.device(dev).index[static_cast<size_t>(d)] * m;
       hi[static_cast<size_t>(d)] = lo[static_cast<size_t>(d)] + m - 1;
     }
+    int64_t source = 0;
+    for (int64_t d = 0; d < rank; ++d) source = source * F.tiles(d) + F.index(dev, d);
+    int64_t* at = resume.data() + static_cast<size_t>(source * rank);
     bool served = false;
-    t = lo;
+    if (rank == 0 || at[0] < 0) t = lo;
+    else t.assign(at, at + rank);
     while (!served) {
       // (A tile entirely in the padding lies within anything, so the box may hold tiles that are
       // not within the shard: check each.)
@@ -311,6 +321,7 @@ std::optional<TileMap> SliceThenPermuteMap(const TileMap& F, const TileMap& T, c
         --need[static_cast<size_t>(f)];
         held[static_cast<size_t>(dev)] = f;
         served = true;
+        std::copy(t.begin(), t.end(), at);
         break;
       }
       int64_t d = rank - 1;  // next index of the box, row-major
@@ -529,7 +540,8 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   };
 
   // 1. Local refinement: dynamic-slice only (replicated -> sharded, partial -> finer).
-  if (IsLocalRefinement(F, T, full)) {
+  const bool local_refinement = IsLocalRefinement(F, T, full);
+  if (local_refinement) {
     ReshardPlan p;
     p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, T, 0, {}});
     candidates.push_back(p);
@@ -628,13 +640,25 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
           idx[b] = static_cast<int32_t>(idx[b] / k);
         }
         if (!ok) continue;
-        // Copies of one tile numbered in device order; every tile must have as many.
-        std::unordered_map<std::string, int32_t> copies;
+        // Copies of one tile numbered in device order; every tile held must have as many. Tiles by
+        // their row-major number (every index is below its dim's count in `tiles`), counted in a
+        // flat table: a hash map keyed by each device's index was most of this plan's time.
+        std::vector<int32_t> copies(static_cast<size_t>(ElementsOf(tiles)), 0);
         std::vector<int32_t> replica(static_cast<size_t>(n_));
-        for (size_t dev = 0; dev < static_cast<size_t>(n_); ++dev)
-          replica[dev] = copies[std::string(reinterpret_cast<const char*>(index.data() + dev * r), r * sizeof(int32_t))]++;
-        const int32_t per_tile = copies.begin()->second;
-        if (!std::all_of(copies.begin(), copies.end(), [&](const auto& c) { return c.second == per_tile; })) continue;
+        for (size_t dev = 0; dev < static_cast<size_t>(n_); ++dev) {
+          const int32_t* idx = index.data() + dev * r;
+          int64_t lin = 0;
+          for (size_t d = 0; d < r; ++d) lin = lin * tiles[d] + idx[d];
+          replica[dev] = copies[static_cast<size_t>(lin)]++;
+        }
+        int32_t per_tile = 0;
+        bool even = true;
+        for (int32_t c : copies) {
+          if (c == 0) continue;
+          if (per_tile == 0) per_tile = c;
+          even &= c == per_tile;
+        }
+        if (!even) continue;
         TileMap sliced(tiles, index, replica);
         if (!IsLocalRefinement(F, sliced, full)) continue;
         std::vector<int32_t> moved(index);
@@ -708,7 +732,9 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   //     order: [1,2,4] with 4 copies -> [2,2,2] with 2). Each device keeps its target shard when it
   //     holds it; the others are served by devices holding theirs that slice it out and send it.
   //     One target shard per device moves, where an all-to-all or all-gather moves more.
-  if (F.replication() > 1) {
+  //     (Nothing to move when plan 1 applies: SliceThenPermuteMap would find every device holding
+  //     its target shard after a per-device search.)
+  if (F.replication() > 1 && !local_refinement) {
     if (auto mid = SliceThenPermuteMap(F, T, full)) {
       ReshardPlan p;
       p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, F, *mid, 0, {}});
@@ -719,15 +745,17 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   }
   // 4. All-gather the dims that must be gathered, then refine locally. Try the minimal set and
   //    gathering everything (always valid).
+  //    (A dim is needed when some device's target shard is not within its source shard: none is
+  //    when plan 1 applies.)
   std::vector<int64_t> needed, all_tiled;
   for (int64_t d = 0; d < base.rank(); ++d) {
     if (F.tiles(d) > 1) all_tiled.push_back(d);
-    if (F.tiles(d) == 1) continue;
+    if (F.tiles(d) == 1 || local_refinement) continue;
     const int64_t fs = F.ShardSize(d, full[static_cast<size_t>(d)]);
     const int64_t ts = T.ShardSize(d, full[static_cast<size_t>(d)]);
     for (int64_t dev = 0; dev < n_; ++dev) {
-      const int64_t fo = F.Offset(dev, d, full[static_cast<size_t>(d)]);
-      const int64_t to = T.Offset(dev, d, full[static_cast<size_t>(d)]);
+      const int64_t fo = F.index(dev, d) * fs;
+      const int64_t to = T.index(dev, d) * ts;
       const int64_t tend = std::min(to + ts, full[static_cast<size_t>(d)]);
       if (tend > to && (to < fo || tend > std::min(fo + fs, full[static_cast<size_t>(d)]))) {
         needed.push_back(d);
@@ -762,8 +790,11 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
   std::vector<int64_t> needed_counts;
   for (int64_t d : needed)
     if (F.tiles(d) != T.tiles(d)) needed_counts.push_back(d);
-  for (const auto& gather : {needed, all_tiled, needed_counts}) {
-    if (gather.empty()) continue;
+  const std::vector<int64_t>* gathers[] = {&needed, &all_tiled, &needed_counts};
+  for (size_t i = 0; i < 3; ++i) {
+    const std::vector<int64_t>& gather = *gathers[i];
+    // (A set tried already would give the same plan again, which loses the tie to the first.)
+    if (gather.empty() || std::any_of(gathers, gathers + i, [&](const auto* g) { return *g == gather; })) continue;
     ReshardPlan p;
     TileMap cur = F;
     for (int64_t d : gather) {
@@ -792,56 +823,61 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
     // (Not when gathering in place already gives T: plan 4 has that.)
     if (ok && !gathered.empty() && T.replication() == F.replication() * g && !F.Gathered(gathered).SameAs(T)) {
       // Per T tile, its devices take the F tiles along the gathered dims, each F.replication()
-      // times; a device keeps its own F tile where it may (fewer move).
-      std::map<TileIndex, std::map<TileIndex, int64_t>> left;  // T tile -> gathered-dims index -> slots
-      std::vector<DeviceTile> devs(static_cast<size_t>(n_));
-      std::vector<bool> placed(static_cast<size_t>(n_), false);
-      auto sub = [&](const TileIndex& idx) {
-        TileIndex s;
-        s.resize(gathered.size());
-        for (size_t i = 0; i < gathered.size(); ++i) s[i] = idx[static_cast<size_t>(gathered[i])];
-        return s;
+      // times; a device keeps its own F tile where it may (fewer move). T tiles and gathered-dims
+      // indices by their row-major numbers (ascending is the order the slots are offered in), the
+      // slots in a flat table: maps keyed by tile indices were most of this plan's time.
+      const size_t r = static_cast<size_t>(base.rank());
+      std::vector<int64_t> left(static_cast<size_t>(ElementsOf(T.tiles()) * g), F.replication());
+      std::vector<int64_t> t_lin(static_cast<size_t>(n_)), placed_on(static_cast<size_t>(n_), -1);
+      for (int64_t dev = 0; dev < n_; ++dev) {
+        int64_t lin = 0;
+        for (size_t d = 0; d < r; ++d) lin = lin * T.tiles(static_cast<int64_t>(d)) + T.index(dev, static_cast<int64_t>(d));
+        t_lin[static_cast<size_t>(dev)] = lin;
+      }
+      auto place = [&](int64_t dev, int64_t s) {
+        placed_on[static_cast<size_t>(dev)] = s;
+        --left[static_cast<size_t>(t_lin[static_cast<size_t>(dev)] * g + s)];
       };
       for (int64_t dev = 0; dev < n_; ++dev) {
-        auto& slots = left[T.device(dev).index];
-        if (!slots.empty()) continue;
-        TileIndex s;
-        s.resize(gathered.size(), 0);
-        for (int64_t i = 0; i < g; ++i) {
-          slots[s] = F.replication();
-          for (size_t j = gathered.size(); j-- > 0;) {
-            if (++s[j] < F.tiles(gathered[j])) break;
-            s[j] = 0;
-          }
-        }
-      }
-      auto place = [&](int64_t dev, const TileIndex& s) {
-        DeviceTile dt;
-        dt.index = T.device(dev).index;
-        for (size_t i = 0; i < gathered.size(); ++i) dt.index[static_cast<size_t>(gathered[i])] = s[i];
-        devs[static_cast<size_t>(dev)] = dt;
-        placed[static_cast<size_t>(dev)] = true;
-        --left[T.device(dev).index][s];
-      };
-      for (int64_t dev = 0; dev < n_; ++dev) {
-        TileIndex own = F.device(dev).index;
-        const TileIndex s = sub(own);
-        for (int64_t d : gathered) own[static_cast<size_t>(d)] = 0;
-        TileIndex want = T.device(dev).index;
-        if (own == want && left[want][s] > 0) place(dev, s);
+        // Its own F tile, when that lies in its T tile (T is whole along the gathered dims).
+        bool own = true;
+        for (int64_t d = 0; d < base.rank() && own; ++d)
+          own = std::find(gathered.begin(), gathered.end(), d) != gathered.end() ? T.index(dev, d) == 0
+                                                                                  : F.index(dev, d) == T.index(dev, d);
+        int64_t s = 0;
+        for (int64_t d : gathered) s = s * F.tiles(d) + F.index(dev, d);
+        if (own && left[static_cast<size_t>(t_lin[static_cast<size_t>(dev)] * g + s)] > 0) place(dev, s);
       }
       for (int64_t dev = 0; dev < n_; ++dev) {
-        if (placed[static_cast<size_t>(dev)]) continue;
-        for (auto& [s, count] : left[T.device(dev).index])
-          if (count > 0) {
+        if (placed_on[static_cast<size_t>(dev)] >= 0) continue;
+        for (int64_t s = 0; s < g; ++s)
+          if (left[static_cast<size_t>(t_lin[static_cast<size_t>(dev)] * g + s)] > 0) {
             place(dev, s);
             break;
           }
       }
-      // Each tile's copies numbered (a gather group takes one copy of each tile).
-      std::map<TileIndex, int64_t> copies;
-      for (auto& dt : devs) dt.replica = copies[dt.index]++;
-      TileMap mid(F.tiles(), devs);
+      // Each tile's copies numbered in device order (a gather group takes one copy of each tile);
+      // a device left without a slot holds index 0 as a tile of its own.
+      std::vector<int32_t> index(static_cast<size_t>(n_) * r, 0), replica(static_cast<size_t>(n_));
+      std::vector<int32_t> copies(static_cast<size_t>(ElementsOf(F.tiles())), 0);
+      int32_t unplaced = 0;
+      for (int64_t dev = 0; dev < n_; ++dev) {
+        int64_t s = placed_on[static_cast<size_t>(dev)];
+        if (s < 0) {
+          replica[static_cast<size_t>(dev)] = unplaced++;
+          continue;
+        }
+        int32_t* idx = index.data() + static_cast<size_t>(dev) * r;
+        for (size_t d = 0; d < r; ++d) idx[d] = static_cast<int32_t>(T.index(dev, static_cast<int64_t>(d)));
+        for (size_t i = gathered.size(); i-- > 0;) {
+          idx[gathered[i]] = static_cast<int32_t>(s % F.tiles(gathered[i]));
+          s /= F.tiles(gathered[i]);
+        }
+        int64_t lin = 0;
+        for (size_t d = 0; d < r; ++d) lin = lin * F.tiles(static_cast<int64_t>(d)) + idx[d];
+        replica[static_cast<size_t>(dev)] = copies[static_cast<size_t>(lin)]++;
+      }
+      TileMap mid(F.tiles(), std::move(index), std::move(replica));
       TileMap after = mid.Gathered(gathered);
       if (!mid.SameAs(F) && after.SameAs(T)) {
         ReshardPlan p;
@@ -894,24 +930,43 @@ Result<ReshardPlan> Resharder::PlanUncached(const HloSharding& from, const HloSh
       const int64_t ft = F.tiles(d), tt = T.tiles(d);
       if (ft > tt || tt % ft != 0) ok = false;
     }
-    if (ok) {
+    // T must refine that map locally (IsLocalRefinement(mid, T)). A device's mid index along d is
+    // its T index divided by T's tiles per F tile, so the test is one per T tile index along each
+    // dim, not one per device (T is a sharding's map: every index along d is some device's),
+    // and the map is built only when it will serve.
+    for (int64_t d = 0; d < rank && ok; ++d) {
+      const int64_t ft = F.tiles(d), tt = T.tiles(d), len = full[static_cast<size_t>(d)];
+      if (ft == 1) continue;
+      const int64_t fs = F.ShardSize(d, len), ts = T.ShardSize(d, len), per = tt / ft;
+      for (int64_t i = 0; i < tt && ok; ++i) ok = hlo_sharding_util::ShardWithin(len, i * ts, ts, i / per * fs, fs);
+    }
+    // (With F whole, every device's coarsened index is F's: nothing to reorder.)
+    if (ok && ElementsOf(F.tiles()) > 1) {
       // Devices per tile of F's grid (row-major tile number): a full grid holds each
-      // F.replication() times. The replicas are numbered 0 (only the indices are compared).
-      std::vector<int32_t> index(static_cast<size_t>(n_ * rank)), replica(static_cast<size_t>(n_), 0);
+      // F.replication() times. The replicas are numbered 0 (only the indices are compared, and
+      // the map is built only when they differ from F's).
+      std::vector<int32_t> index(static_cast<size_t>(n_ * rank));
       std::vector<int64_t> count(static_cast<size_t>(ElementsOf(F.tiles())), 0);
-      for (int64_t dev = 0; dev < n_; ++dev) {
+      std::vector<int32_t> per(static_cast<size_t>(rank));
+      for (int64_t d = 0; d < rank; ++d) per[static_cast<size_t>(d)] = static_cast<int32_t>(T.tiles(d) / F.tiles(d));
+      const std::vector<int32_t>& tidx = T.flat_index();
+      const std::vector<int32_t>& fidx = F.flat_index();
+      bool same = true;
+      for (size_t dev = 0; dev < static_cast<size_t>(n_); ++dev) {
         int64_t lin = 0;
-        for (int64_t d = 0; d < rank; ++d) {
-          const int64_t i = T.index(dev, d) / (T.tiles(d) / F.tiles(d));
-          index[static_cast<size_t>(dev * rank + d)] = static_cast<int32_t>(i);
-          lin = lin * F.tiles(d) + i;
+        for (size_t d = 0; d < static_cast<size_t>(rank); ++d) {
+          const size_t at = dev * static_cast<size_t>(rank) + d;
+          const int32_t i = per[d] == 1 ? tidx[at] : tidx[at] / per[d];
+          index[at] = i;
+          same &= i == fidx[at];
+          lin = lin * F.tiles(static_cast<int64_t>(d)) + i;
         }
         ++count[static_cast<size_t>(lin)];
       }
-      TileMap mid(F.tiles(), std::move(index), std::move(replica));
       bool grid = true;
       for (int64_t c : count) grid &= c == F.replication();
-      if (grid && !mid.SameAs(F) && IsLocalRefinement(mid, T, full)) {
+      if (grid && !same) {
+        const TileMap mid(F.tiles(), std::move(index), std::vector<int32_t>(static_cast<size_t>(n_), 0));
         ReshardPlan p;
         p.steps.push_back({ReshardStep::Kind::kCollectivePermute, {}, F, mid, ShardBytes(F, base), {}});
         p.steps.push_back({ReshardStep::Kind::kDynamicSlice, {}, mid, T, 0, {}});

@@ -8,9 +8,11 @@
 namespace shardscope::spmd {
 
 namespace {
-ReplicaGroups MakeGroups(const std::vector<std::vector<int64_t>>& groups) {
+// The groups move into the instruction (a caller's temporary, or its copy): at thousands of
+// devices copying them again was a noticeable part of emitting collectives.
+ReplicaGroups MakeGroups(std::vector<std::vector<int64_t>> groups) {
   ReplicaGroups rg;
-  rg.groups = groups;
+  rg.groups = std::move(groups);
   return rg;
 }
 }  // namespace
@@ -20,6 +22,7 @@ SpmdBuilder::SpmdBuilder(Module* out, int64_t num_devices, PartitionResult* resu
 
 void SpmdBuilder::set_origin(const Instruction* orig) {
   origin_ = orig;
+  origin_names_ = nullptr;
   if (!orig) {
     origin_key_.clear();
     return;
@@ -41,7 +44,9 @@ Instruction* SpmdBuilder::Emit(Opcode op, Shape shape, std::vector<Instruction*>
   if (origin_ && op != origin_->opcode()) base = std::string(OpcodeName(op));
   Instruction* i = comp_->AddInstruction(op, std::move(shape), std::move(operands), base);
   if (origin_) {
-    result_->origin_map[origin_key_].push_back(i->name());
+    // The origin's entry, looked up at its first instruction (none for an origin that emits none).
+    if (!origin_names_) origin_names_ = &result_->origin_map[origin_key_];
+    origin_names_->push_back(i->name());
     if (!origin_->metadata.empty()) i->metadata = origin_->metadata;
   }
   return i;
@@ -150,7 +155,7 @@ void SpmdBuilder::Record(Instruction* collective, Instruction* operand, std::str
   result_->collectives.push_back(std::move(ic));
 }
 
-Instruction* SpmdBuilder::AllGather(Instruction* x, int64_t dim, const std::vector<std::vector<int64_t>>& groups,
+Instruction* SpmdBuilder::AllGather(Instruction* x, int64_t dim, std::vector<std::vector<int64_t>> groups,
                                     const std::string& reason) {
   const int64_t g = groups.empty() ? 1 : static_cast<int64_t>(groups[0].size());
   std::vector<int64_t> dims = x->shape().dims;
@@ -158,28 +163,28 @@ Instruction* SpmdBuilder::AllGather(Instruction* x, int64_t dim, const std::vect
   Instruction* ag = Emit(Opcode::kAllGather, Shape(x->shape().type, dims), {x});
   ag->dimensions = {dim};
   ag->has_dimensions_attr = true;
-  ag->replica_groups = MakeGroups(groups);
+  ag->replica_groups = MakeGroups(std::move(groups));
   ag->has_replica_groups = true;
   ag->channel_id = NextChannelId();
   ag->use_global_device_ids = true;
-  Record(ag, x, groups_text_(groups), reason);
+  Record(ag, x, groups_text_(ag->replica_groups.groups), reason);
   return ag;
 }
 
 Instruction* SpmdBuilder::AllReduce(Instruction* x, Computation* reducer,
-                                    const std::vector<std::vector<int64_t>>& groups, const std::string& reason) {
+                                    std::vector<std::vector<int64_t>> groups, const std::string& reason) {
   Instruction* ar = Emit(Opcode::kAllReduce, x->shape(), {x});
   ar->mutable_called_computations() = {reducer};
-  ar->replica_groups = MakeGroups(groups);
+  ar->replica_groups = MakeGroups(std::move(groups));
   ar->has_replica_groups = true;
   ar->channel_id = NextChannelId();
   ar->use_global_device_ids = true;
-  Record(ar, x, groups_text_(groups), reason);
+  Record(ar, x, groups_text_(ar->replica_groups.groups), reason);
   return ar;
 }
 
 Instruction* SpmdBuilder::ReduceScatter(Instruction* x, Computation* reducer, int64_t dim,
-                                        const std::vector<std::vector<int64_t>>& groups, const std::string& reason) {
+                                        std::vector<std::vector<int64_t>> groups, const std::string& reason) {
   const int64_t g = groups.empty() ? 1 : static_cast<int64_t>(groups[0].size());
   std::vector<int64_t> dims = x->shape().dims;
   dims[static_cast<size_t>(dim)] /= g;
@@ -187,23 +192,23 @@ Instruction* SpmdBuilder::ReduceScatter(Instruction* x, Computation* reducer, in
   rs->mutable_called_computations() = {reducer};
   rs->dimensions = {dim};
   rs->has_dimensions_attr = true;
-  rs->replica_groups = MakeGroups(groups);
+  rs->replica_groups = MakeGroups(std::move(groups));
   rs->has_replica_groups = true;
   rs->channel_id = NextChannelId();
   rs->use_global_device_ids = true;
-  Record(rs, x, groups_text_(groups), reason);
+  Record(rs, x, groups_text_(rs->replica_groups.groups), reason);
   return rs;
 }
 
-Instruction* SpmdBuilder::AllToAll(Instruction* x, int64_t dim, const std::vector<std::vector<int64_t>>& groups,
+Instruction* SpmdBuilder::AllToAll(Instruction* x, int64_t dim, std::vector<std::vector<int64_t>> groups,
                                    const std::string& reason) {
   Instruction* a = Emit(Opcode::kAllToAll, x->shape(), {x});
   a->dimensions = {dim};
   a->has_dimensions_attr = true;
-  a->replica_groups = MakeGroups(groups);
+  a->replica_groups = MakeGroups(std::move(groups));
   a->has_replica_groups = true;
   a->channel_id = NextChannelId();
-  Record(a, x, groups_text_(groups), reason);
+  Record(a, x, groups_text_(a->replica_groups.groups), reason);
   return a;
 }
 

@@ -60,13 +60,13 @@ class SpmdBuilder {
   Instruction* Broadcast(Instruction* scalar, const Shape& shape);
 
   // ---- collectives (recorded in the result with `reason`) ----
-  Instruction* AllGather(Instruction* x, int64_t dim, const std::vector<std::vector<int64_t>>& groups,
+  Instruction* AllGather(Instruction* x, int64_t dim, std::vector<std::vector<int64_t>> groups,
                          const std::string& reason);
-  Instruction* AllReduce(Instruction* x, Computation* reducer, const std::vector<std::vector<int64_t>>& groups,
+  Instruction* AllReduce(Instruction* x, Computation* reducer, std::vector<std::vector<int64_t>> groups,
                          const std::string& reason);
   Instruction* ReduceScatter(Instruction* x, Computation* reducer, int64_t dim,
-                             const std::vector<std::vector<int64_t>>& groups, const std::string& reason);
-  Instruction* AllToAll(Instruction* x, int64_t dim, const std::vector<std::vector<int64_t>>& groups,
+                             std::vector<std::vector<int64_t>> groups, const std::string& reason);
+  Instruction* AllToAll(Instruction* x, int64_t dim, std::vector<std::vector<int64_t>> groups,
                         const std::string& reason);
   Instruction* CollectivePermute(Instruction* x, const std::vector<std::pair<int64_t, int64_t>>& pairs,
                                  const std::string& reason);
@@ -97,6 +97,7 @@ class SpmdBuilder {
   Instruction* partition_id_ = nullptr;
   const Instruction* origin_ = nullptr;
   std::string origin_key_;
+  std::vector<std::string>* origin_names_ = nullptr;  // origin_key_'s entry in the origin map, once looked up
   std::map<std::pair<int, int>, Computation*> reducers_;
   std::unordered_map<const Computation*, Computation*> cloned_;
   int64_t next_channel_ = 1;

@@ -17,6 +17,7 @@ struct TileMap::Memo {
   std::map<std::vector<int64_t>, std::vector<std::vector<int64_t>>> groups;
   std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> offsets;
   std::optional<Result<HloSharding>> sharding;
+  std::map<std::vector<int64_t>, Result<HloSharding>> projected_shardings;  // by label_of_dim
 };
 
 namespace {
@@ -127,6 +128,18 @@ std::vector<int64_t> TileMap::OffsetTable(int64_t d, int64_t full) const {
   return memo.offsets.emplace(std::make_pair(d, full), std::move(t)).first->second;
 }
 
+Result<HloSharding> TileMap::ProjectedSharding(const std::vector<int64_t>& label_of_dim) const {
+  Memo& memo = *rep_->memo;
+  {
+    std::lock_guard<std::mutex> lock(memo.mu);
+    auto it = memo.projected_shardings.find(label_of_dim);
+    if (it != memo.projected_shardings.end()) return it->second;
+  }
+  auto s = ProjectedShardingUncached(label_of_dim);
+  std::lock_guard<std::mutex> lock(memo.mu);
+  return memo.projected_shardings.emplace(label_of_dim, std::move(s)).first->second;
+}
+
 Result<HloSharding> TileMap::ToSharding() const {
   Memo& memo = *rep_->memo;
   {
@@ -167,14 +180,31 @@ Result<TileMap> TileMap::FromSharding(const HloSharding& s, int64_t rank, int64_
     return Error("sharding " + s.ToString() + " spans " + std::to_string(ta.num_elements()) +
                  " devices, the program has " + std::to_string(n));
   for (int64_t d = 0; d < rank; ++d) m.tiles[static_cast<size_t>(d)] = ta.dim(d);
-  for (int64_t dev = 0; dev < n; ++dev) {
-    std::vector<int64_t> idx = ta.IndexOfDevice(dev);
-    if (idx.empty()) return Error("device " + std::to_string(dev) + " missing from sharding " + s.ToString());
-    std::copy(idx.begin(), idx.begin() + rank, m.index.begin() + dev * rank);
-    int64_t r = 0;
-    for (int64_t k = rank; k < ta.num_dimensions(); ++k) r = r * ta.dim(k) + idx[static_cast<size_t>(k)];
-    m.replica[static_cast<size_t>(dev)] = static_cast<int32_t>(r);
+  // One pass over the row-major device list, the tile index counted along (a device listed twice
+  // keeps its first position, as TileAssignment::IndexOfDevice answers): asking IndexOfDevice per
+  // device built a vector for each of the 2048 devices of every map.
+  const std::vector<int64_t>& devices = ta.devices();
+  const size_t full_rank = static_cast<size_t>(ta.num_dimensions());
+  if (n > 0 && std::any_of(ta.dims().begin(), ta.dims().end(), [](int64_t t) { return t <= 0; }))
+    return Error("device 0 missing from sharding " + s.ToString());  // IndexOfDevice finds no device
+  std::vector<char> placed(static_cast<size_t>(n), 0);
+  std::vector<int64_t> idx(full_rank, 0);
+  for (size_t pos = 0; pos < devices.size(); ++pos) {
+    const int64_t dev = devices[pos];
+    if (dev >= 0 && dev < n && !placed[static_cast<size_t>(dev)]) {
+      placed[static_cast<size_t>(dev)] = 1;
+      std::copy(idx.begin(), idx.begin() + rank, m.index.begin() + dev * rank);
+      int64_t r = 0;
+      for (size_t k = static_cast<size_t>(rank); k < full_rank; ++k) r = r * ta.dim(static_cast<int64_t>(k)) + idx[k];
+      m.replica[static_cast<size_t>(dev)] = static_cast<int32_t>(r);
+    }
+    for (size_t k = full_rank; k-- > 0;) {
+      if (++idx[k] < ta.dim(static_cast<int64_t>(k))) break;
+      idx[k] = 0;
+    }
   }
+  for (int64_t dev = 0; dev < n; ++dev)
+    if (!placed[static_cast<size_t>(dev)]) return Error("device " + std::to_string(dev) + " missing from sharding " + s.ToString());
   return TileMap(std::move(rep));
 }
 
@@ -185,29 +215,16 @@ int64_t TileMap::replication() const {
   return t == 0 ? 0 : num_devices() / t;
 }
 
-Result<HloSharding> TileMap::ToShardingUncached() const {
-  const auto& tiles_ = rep_->tiles;
-  const size_t rank = tiles_.size();
-  int64_t total_tiles = 1;
-  for (int64_t t : tiles_) total_tiles *= t;
-  if (total_tiles == 1) return HloSharding::Replicate();
-  const int64_t n = num_devices();
-  if (total_tiles <= 0 || n % total_tiles != 0) return Error("tile map is not a full grid");
-  const int64_t rep = n / total_tiles;
-  // Devices by linear tile index, ascending within a tile (XLA's canonical order): a counting sort
-  // over the devices in id order.
-  std::vector<int64_t> lin_of(static_cast<size_t>(n));
+namespace {
+// The canonical HloSharding of a map with these tiles whose device d holds tile lin_of[d]
+// (row-major): devices by tile, ascending within a tile (XLA's canonical order), whatever the
+// replica numbering. Error when the map is not a full grid.
+Result<HloSharding> CanonicalSharding(const std::vector<int64_t>& tiles, int64_t total_tiles,
+                                      const std::vector<int64_t>& lin_of) {
+  const int64_t n = static_cast<int64_t>(lin_of.size()), rep = n / total_tiles;
+  // A counting sort over the devices in id order.
   std::vector<int64_t> count(static_cast<size_t>(total_tiles), 0);
-  for (int64_t dev = 0; dev < n; ++dev) {
-    const int32_t* idx = rep_->index.data() + static_cast<size_t>(dev) * rank;
-    int64_t lin = 0;
-    for (size_t k = 0; k < rank; ++k) {
-      if (idx[k] < 0 || idx[k] >= tiles_[k]) return Error("tile index out of range");
-      lin = lin * tiles_[k] + idx[k];
-    }
-    lin_of[static_cast<size_t>(dev)] = lin;
-    ++count[static_cast<size_t>(lin)];
-  }
+  for (int64_t lin : lin_of) ++count[static_cast<size_t>(lin)];
   for (int64_t c : count)
     if (c != rep) return Error("tile map is not a full grid");
   std::vector<int64_t> flat(static_cast<size_t>(n));
@@ -216,7 +233,7 @@ Result<HloSharding> TileMap::ToShardingUncached() const {
     const int64_t lin = lin_of[static_cast<size_t>(dev)];
     flat[static_cast<size_t>(lin * rep + count[static_cast<size_t>(lin)]++)] = dev;
   }
-  std::vector<int64_t> dims = tiles_;
+  std::vector<int64_t> dims = tiles;
   if (rep > 1) dims.push_back(rep);
   // In iota form when the devices are one ("[32,64]<=[64,32]T(1,0)"): the resharder's and the
   // handlers' memo keys then hold a few numbers instead of every device id, and the tile
@@ -225,6 +242,55 @@ Result<HloSharding> TileMap::ToShardingUncached() const {
   TileAssignment ta = form ? TileAssignment::Iota(std::move(dims), form->reshape_dims, form->perm)
                            : TileAssignment::Explicit(std::move(dims), std::move(flat));
   return rep == 1 ? HloSharding::Tile(std::move(ta)) : HloSharding::PartialTile(std::move(ta));
+}
+}  // namespace
+
+Result<HloSharding> TileMap::ToShardingUncached() const {
+  const auto& tiles_ = rep_->tiles;
+  const size_t rank = tiles_.size();
+  int64_t total_tiles = 1;
+  for (int64_t t : tiles_) total_tiles *= t;
+  if (total_tiles == 1) return HloSharding::Replicate();
+  const int64_t n = num_devices();
+  if (total_tiles <= 0 || n % total_tiles != 0) return Error("tile map is not a full grid");
+  std::vector<int64_t> lin_of(static_cast<size_t>(n));
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const int32_t* idx = rep_->index.data() + static_cast<size_t>(dev) * rank;
+    int64_t lin = 0;
+    for (size_t k = 0; k < rank; ++k) {
+      if (idx[k] < 0 || idx[k] >= tiles_[k]) return Error("tile index out of range");
+      lin = lin * tiles_[k] + idx[k];
+    }
+    lin_of[static_cast<size_t>(dev)] = lin;
+  }
+  return CanonicalSharding(tiles_, total_tiles, lin_of);
+}
+
+Result<HloSharding> TileMap::ProjectedShardingUncached(const std::vector<int64_t>& label_of_dim) const {
+  // The projected map's tiles and each device's tile in it (ProjectedUncached): its replicas, the
+  // rest of that map, do not change the canonical sharding.
+  const auto& tiles_ = rep_->tiles;
+  const size_t rank = tiles_.size(), out_rank = label_of_dim.size();
+  std::vector<int64_t> tiles(out_rank, 1);
+  for (size_t d = 0; d < out_rank; ++d)
+    if (label_of_dim[d] >= 0) tiles[d] = tiles_[static_cast<size_t>(label_of_dim[d])];
+  int64_t total_tiles = 1;
+  for (int64_t t : tiles) total_tiles *= t;
+  if (total_tiles == 1) return HloSharding::Replicate();
+  const int64_t n = num_devices();
+  if (total_tiles <= 0 || n % total_tiles != 0) return Error("tile map is not a full grid");
+  std::vector<int64_t> lin_of(static_cast<size_t>(n));
+  for (int64_t dev = 0; dev < n; ++dev) {
+    const int32_t* from = rep_->index.data() + static_cast<size_t>(dev) * rank;
+    int64_t lin = 0;
+    for (size_t d = 0; d < out_rank; ++d) {
+      const int64_t i = label_of_dim[d] >= 0 ? from[label_of_dim[d]] : 0;
+      if (i < 0 || i >= tiles[d]) return Error("tile index out of range");
+      lin = lin * tiles[d] + i;
+    }
+    lin_of[static_cast<size_t>(dev)] = lin;
+  }
+  return CanonicalSharding(tiles, total_tiles, lin_of);
 }
 
 int64_t TileMap::ShardSize(int64_t d, int64_t full) const {

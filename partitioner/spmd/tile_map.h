@@ -220,6 +220,9 @@ class TileMap {
   // The map of an operand whose dim d carries label label_of_dim[d] (-1: whole) of this joint
   // tiling (joint_tiling.h): labels it does not carry become replication.
   TileMap Projected(const std::vector<int64_t>& label_of_dim) const;
+  // Projected(label_of_dim).ToSharding() without building the projected map: the handlers cost
+  // the operand shardings of every joint tiling they try and need the maps of few of them.
+  Result<HloSharding> ProjectedSharding(const std::vector<int64_t>& label_of_dim) const;
 
   // Constructs from explicit data: per device its tile index (size rank = tiles.size()) and
   // replica; or the same flat, device d's index at index[d * rank ...].
@@ -254,6 +257,7 @@ class TileMap {
   std::vector<std::vector<int64_t>> GroupsGatheringByUncached(int64_t d, int64_t k) const;
   std::vector<int64_t> OffsetTableUncached(int64_t d, int64_t full) const;
   Result<HloSharding> ToShardingUncached() const;
+  Result<HloSharding> ProjectedShardingUncached(const std::vector<int64_t>& label_of_dim) const;
   std::shared_ptr<const Rep> rep_;  // never null
 };
 

@@ -60,11 +60,15 @@ struct DotPlan {
   HloSharding lhs, rhs, partial_out;  // partial_out: after the all-reduce
   bool reduce_scatter = false;
   int64_t rs_dim = -1;
+  // The devices whose partial sums combine. While plans are compared only a reduce-scatter's are
+  // set (its check reads them); the chosen plan gets the all-reduce's after the search (one
+  // GroupsAlong per decision, not one per joint, and no per-device lists copied with every plan).
   std::vector<std::vector<int64_t>> reduce_groups;
   int64_t cost = 0;
   int64_t sources = 0;
   bool windowed = false;  // runs as a windowed einsum loop (windowed_einsum.h)
   bool contracting_all = false;  // every device holds a different part of the contracting dims
+  bool reduces = false;  // the contracting dims are split: the products are partial sums
 };
 
 // A dot, or an op that multiplies like one: its dimension numbers, its two matrix operands and, for
@@ -137,8 +141,8 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
   auto evaluate = [&](const TileMap& joint_map, int64_t sources) -> std::optional<DotPlan> {
     const TileMap* joint = &joint_map;
     DotPlan p{*joint, {}, {}, {}, false, -1, {}, 0, sources};
-    auto lsh = joint->Projected(L.lhs_label).ToSharding();
-    auto rsh = joint->Projected(L.rhs_label).ToSharding();
+    auto lsh = joint->ProjectedSharding(L.lhs_label);
+    auto rsh = joint->ProjectedSharding(L.rhs_label);
     TileMap partial = joint->Projected(out_labels);
     auto psh = partial.ToSharding();
     if (!lsh.ok() || !rsh.ok() || !psh.ok()) return std::nullopt;
@@ -155,7 +159,7 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
     const int64_t partial_bytes = ElementsOf(partial.ShardShape(dot.shape().dims)) * out_elem;
     HloSharding after = p.partial_out;
     if (c_tiles > 1) {
-      p.reduce_groups = joint->GroupsAlong(c_labels);
+      p.reduces = true;
       const int64_t g = c_tiles;
       // Reduce-scatter straight into the target when it splits one output dim over the C groups.
       bool rs_ok = false;
@@ -173,7 +177,7 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
           const bool windowed = !like.scaled() && c1->bytes == 0 && c2->bytes == 0 &&
                                 WindowedReduceScatterApplies(ctx, partial_bytes, g);
           if (!even && !(windowed && partial.tiles(k) == 1 && om->ShardSize(k, full) == (s + g - 1) / g)) continue;
-          std::vector<std::vector<int64_t>> groups = p.reduce_groups;
+          std::vector<std::vector<int64_t>> groups = joint->GroupsAlong(c_labels);
           for (auto& grp : groups) {
             std::vector<std::pair<int64_t, int64_t>> keyed;
             std::vector<bool> seen(static_cast<size_t>(g), false);
@@ -212,7 +216,7 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
     // plans: one that keeps one operand and the output as they are and passes the other operand
     // round the ring wins whatever the bytes (its transfers overlap the products, and no device
     // holds the gathered operand). docs/partitioner.md, "Windowed einsum".
-    if (ctx.options().windowed_einsum_threshold_mib >= 0 && !like.scaled() && p.reduce_groups.empty() && c3->bytes == 0) {
+    if (ctx.options().windowed_einsum_threshold_mib >= 0 && !like.scaled() && !p.reduces && c3->bytes == 0) {
       const Shape plan_local(dot.shape().type, partial.ShardShape(dot.shape().dims));
       auto w = PlanWindowedDot(ctx, {lv, rv, p.lhs, p.rhs, L.lhs_label, L.rhs_label, L.out_rank(), plan_local});
       p.windowed = w && (w->is_rhs ? c1->bytes : c2->bytes) == 0;
@@ -231,6 +235,7 @@ Status PartitionDotLike(SpmdContext& ctx, const Instruction& dot, const DotLike&
                       : p.cost < best->cost || (p.cost == best->cost && p.sources > best->sources));
     if (better) best = p;
   }
+  if (best && best->reduces && !best->reduce_scatter) best->reduce_groups = best->joint.GroupsAlong(c_labels);
   cache.emplace(key, best);
   }
   if (!best) {

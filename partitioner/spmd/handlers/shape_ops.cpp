@@ -154,18 +154,16 @@ Status HandleReshape(SpmdContext& ctx, const Instruction& orig) {
     if (auto done = ReshapeInOperandSharding(ctx, orig, s, groups)) return *done;
   // The operand's sharding: each sharded result dim's tiles on the major dim of its group.
   auto operand_map = [&] {
-    std::vector<DeviceTile> devs(static_cast<size_t>(ctx.num_devices()));
-    for (int64_t dev = 0; dev < ctx.num_devices(); ++dev) {
-      DeviceTile& dt = devs[static_cast<size_t>(dev)];
-      const DeviceTileView from = m->device(dev);
-      dt.replica = from.replica;
-      dt.index.assign(static_cast<size_t>(in.rank()), 0);
-      for (int64_t d = 0; d < out.rank(); ++d)
-        if (m->tiles(d) > 1)
-          dt.index[static_cast<size_t>(groups[static_cast<size_t>(group_of_out[static_cast<size_t>(d)])].i0)] =
-              from.index[static_cast<size_t>(d)];
+    const size_t in_rank = static_cast<size_t>(in.rank()), out_rank = static_cast<size_t>(out.rank());
+    const size_t n = static_cast<size_t>(ctx.num_devices());
+    std::vector<int32_t> index(n * in_rank, 0);
+    const std::vector<int32_t>& from = m->flat_index();
+    for (size_t d = 0; d < out_rank; ++d) {
+      if (m->tiles(static_cast<int64_t>(d)) == 1) continue;
+      const size_t to = static_cast<size_t>(groups[static_cast<size_t>(group_of_out[d])].i0);
+      for (size_t dev = 0; dev < n; ++dev) index[dev * in_rank + to] = from[dev * out_rank + d];
     }
-    return TileMap(in_tiles, std::move(devs));
+    return TileMap(in_tiles, std::move(index), m->flat_replica());
   };
   // Even groups need only that sharding, the same for every layer's reshape of one configuration:
   // decided once per run.
