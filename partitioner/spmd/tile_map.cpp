@@ -57,87 +57,61 @@ TileMap::TileMap() {
 
 // ---- memoised entry points: each computes once per (map, arguments) ----
 
-#define SHARDSCOPE_MEMO_MAP(KEY, EXPR)                          \
-  do {                                                           \
-    const std::vector<int64_t> key = (KEY);                      \
-    Memo& memo = *rep_->memo;                                    \
-    {                                                            \
-      std::lock_guard<std::mutex> lock(memo.mu);                 \
-      auto it = memo.maps.find(key);                             \
-      if (it != memo.maps.end()) return it->second;              \
-    }                                                            \
-    TileMap result = (EXPR);                                     \
-    std::lock_guard<std::mutex> lock(memo.mu);                   \
-    return memo.maps.emplace(key, std::move(result)).first->second; \
-  } while (false)
+// The answer `table` of this map's memo holds for `key`, or `compute()`'s, stored. Computed outside
+// the lock: two threads may both compute it, the first one stored is kept (they are the same).
+template <class Table, class Key, class Compute>
+typename Table::mapped_type FindOrCompute(std::mutex& mu, Table& table, const Key& key, Compute&& compute) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = table.find(key);
+    if (it != table.end()) return it->second;
+  }
+  auto value = compute();
+  std::lock_guard<std::mutex> lock(mu);
+  return table.emplace(key, std::move(value)).first->second;
+}
 
 TileMap TileMap::Gathered(const std::vector<int64_t>& dims) const {
   if (dims.empty()) return *this;
-  SHARDSCOPE_MEMO_MAP(MemoKey(kGathered, dims), GatheredUncached(dims));
+  Memo& memo = *rep_->memo;
+  return FindOrCompute(memo.mu, memo.maps, MemoKey(kGathered, dims), [&] { return GatheredUncached(dims); });
 }
 
 TileMap TileMap::GatheredBy(int64_t d, int64_t k) const {
-  SHARDSCOPE_MEMO_MAP(MemoKey(kGatheredBy, {d, k}), GatheredByUncached(d, k));
+  Memo& memo = *rep_->memo;
+  return FindOrCompute(memo.mu, memo.maps, MemoKey(kGatheredBy, {d, k}), [&] { return GatheredByUncached(d, k); });
 }
 
 TileMap TileMap::Permuted(const std::vector<int64_t>& perm) const {
-  SHARDSCOPE_MEMO_MAP(MemoKey(kPermuted, perm), PermutedUncached(perm));
+  Memo& memo = *rep_->memo;
+  return FindOrCompute(memo.mu, memo.maps, MemoKey(kPermuted, perm), [&] { return PermutedUncached(perm); });
 }
 
 TileMap TileMap::Projected(const std::vector<int64_t>& label_of_dim) const {
-  SHARDSCOPE_MEMO_MAP(MemoKey(kProjected, label_of_dim), ProjectedUncached(label_of_dim));
+  Memo& memo = *rep_->memo;
+  return FindOrCompute(memo.mu, memo.maps, MemoKey(kProjected, label_of_dim), [&] { return ProjectedUncached(label_of_dim); });
 }
 
-#undef SHARDSCOPE_MEMO_MAP
-
 std::vector<std::vector<int64_t>> TileMap::GroupsAlong(const std::vector<int64_t>& dims) const {
-  const std::vector<int64_t> key = MemoKey(kGroupsAlong, dims);
   Memo& memo = *rep_->memo;
-  {
-    std::lock_guard<std::mutex> lock(memo.mu);
-    auto it = memo.groups.find(key);
-    if (it != memo.groups.end()) return it->second;
-  }
-  auto g = GroupsAlongUncached(dims);
-  std::lock_guard<std::mutex> lock(memo.mu);
-  return memo.groups.emplace(key, std::move(g)).first->second;
+  return FindOrCompute(memo.mu, memo.groups, MemoKey(kGroupsAlong, dims), [&] { return GroupsAlongUncached(dims); });
 }
 
 std::vector<std::vector<int64_t>> TileMap::GroupsGatheringBy(int64_t d, int64_t k) const {
-  const std::vector<int64_t> key = MemoKey(kGroupsGatheringBy, {d, k});
   Memo& memo = *rep_->memo;
-  {
-    std::lock_guard<std::mutex> lock(memo.mu);
-    auto it = memo.groups.find(key);
-    if (it != memo.groups.end()) return it->second;
-  }
-  auto g = GroupsGatheringByUncached(d, k);
-  std::lock_guard<std::mutex> lock(memo.mu);
-  return memo.groups.emplace(key, std::move(g)).first->second;
+  return FindOrCompute(memo.mu, memo.groups, MemoKey(kGroupsGatheringBy, {d, k}),
+                       [&] { return GroupsGatheringByUncached(d, k); });
 }
 
 std::vector<int64_t> TileMap::OffsetTable(int64_t d, int64_t full) const {
   Memo& memo = *rep_->memo;
-  {
-    std::lock_guard<std::mutex> lock(memo.mu);
-    auto it = memo.offsets.find({d, full});
-    if (it != memo.offsets.end()) return it->second;
-  }
-  auto t = OffsetTableUncached(d, full);
-  std::lock_guard<std::mutex> lock(memo.mu);
-  return memo.offsets.emplace(std::make_pair(d, full), std::move(t)).first->second;
+  return FindOrCompute(memo.mu, memo.offsets, std::make_pair(d, full), [&] { return OffsetTableUncached(d, full); });
 }
 
 Result<HloSharding> TileMap::ProjectedSharding(const std::vector<int64_t>& label_of_dim) const {
   Memo& memo = *rep_->memo;
-  {
-    std::lock_guard<std::mutex> lock(memo.mu);
-    auto it = memo.projected_shardings.find(label_of_dim);
-    if (it != memo.projected_shardings.end()) return it->second;
-  }
-  auto s = ProjectedShardingUncached(label_of_dim);
-  std::lock_guard<std::mutex> lock(memo.mu);
-  return memo.projected_shardings.emplace(label_of_dim, std::move(s)).first->second;
+  return FindOrCompute(memo.mu, memo.projected_shardings, label_of_dim,
+                       [&] { return ProjectedShardingUncached(label_of_dim); });
 }
 
 Result<HloSharding> TileMap::ToSharding() const {
