@@ -359,7 +359,7 @@ void TestSearch::boundsAndInvalidCandidates() {
   for (const Candidate& c : candidates) {
     auto p = PrepareCandidate(c, eo);
     QVERIFY2(p.ok(), p.ok() ? "" : p.error().message.c_str());
-    QCOMPARE(p->depths, (std::vector<int64_t>{2, 3}));
+    QCOMPARE(p->depths, (std::vector<int64_t>{1, 2}));
     QCOMPARE(p->full_depth, int64_t{12});
     // Every strategy computes the same useful work: the compute bound is the same for all.
     QVERIFY(p->bounds.step_time_s > 0);
@@ -558,7 +558,7 @@ void TestSearch::depthExtrapolationMatchesFullDepth() {
   for (const CandidateResult& e : extrapolated->ranked) {
     if (!e.simulated()) continue;
     QVERIFY(e.extrapolated);
-    QCOMPARE(e.evaluation, std::string("extrapolated from layers=2,3 to 12"));
+    QCOMPARE(e.evaluation, std::string("extrapolated from layers=1,2 to 12"));
     const CandidateResult* x = Find(exact->ranked, e.candidate.strategy, e.candidate.mesh);
     QVERIFY(x && x->simulated() && !x->extrapolated);
     QVERIFY2(std::fabs(e.summary.step_time_s / x->summary.step_time_s - 1) < 1e-3, e.candidate.Label().c_str());
@@ -604,6 +604,34 @@ void TestSearch::depthExtrapolationMatchesFullDepth() {
     ++pipelined;
   }
   QVERIFY(pipelined >= 3);
+
+  // The MoE Transformer (alternating: a unit is a dense + MoE pair) from one pair and two, as the
+  // dense one from one layer and two: the first pair is not a special case.
+  so.model = "moe-transformer";
+  so.settings = {{"layers", "12"}, {"batch", "64"}, {"experts", "16"}, {"seq", "64"}, {"model", "64"}, {"hidden", "256"}};
+  so.families = {"expert-parallel"};
+  so.meshes = {};
+  so.evaluation.extrapolate = true;
+  auto me = RunSearch(so);
+  so.evaluation.extrapolate = false;
+  auto mx = RunSearch(so);
+  QVERIFY2(me.ok() && mx.ok(), me.ok() ? (mx.ok() ? "" : mx.error().message.c_str()) : me.error().message.c_str());
+  int64_t moe = 0;
+  for (const CandidateResult& e : me->ranked) {
+    if (!e.simulated() || !e.extrapolated) continue;
+    QCOMPARE(e.evaluation, std::string("extrapolated from layers=2,4 to 12"));
+    const CandidateResult* x = Find(mx->ranked, e.candidate.strategy, e.candidate.mesh);
+    QVERIFY(x && x->simulated() && !x->extrapolated);
+    qInfo("%s: step %+.4f%%, memory %+.4f%%", e.candidate.Label().c_str(), 100 * (e.summary.step_time_s / x->summary.step_time_s - 1), 100 * (static_cast<double>(e.summary.peak_memory_bytes) / static_cast<double>(x->summary.peak_memory_bytes) - 1));
+    // Within 0.3%: the hybrid on X=4,Y=4 is 0.15% short from pairs 1 and 2 (0.11% from 2 and 3;
+    // how its collectives overlap the compute is not quite the same in every layer), the others
+    // on the line.
+    QVERIFY2(std::fabs(e.summary.step_time_s / x->summary.step_time_s - 1) < 3e-3, e.candidate.Label().c_str());
+    const double mem = static_cast<double>(e.summary.peak_memory_bytes) / static_cast<double>(x->summary.peak_memory_bytes) - 1;
+    QVERIFY2(std::fabs(mem) < 0.05, e.candidate.Label().c_str());
+    ++moe;
+  }
+  QVERIFY(moe >= 2);
 }
 
 void TestSearch::searchRanksStoresAndReopens() {

@@ -19,6 +19,11 @@ namespace shardscope::search {
 struct DepthRule {
   std::string parameter;  // "layers"
   int64_t unit = 1;       // depths are multiples of this
+  // The smallest depth, in units, from which each added unit adds the same figures: the two
+  // evaluated depths are `linear_from` and `linear_from + 1` units. 1 where the first block's
+  // extra work (the embedding, the loss) does not change with the depth; 2 where one block alone
+  // is a special case (the pipelined Transformer with one layer per stage).
+  int64_t linear_from = 2;
 };
 
 // The depth rule of a zoo model given its settings (`setting` returns a setting's value), or

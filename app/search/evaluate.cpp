@@ -172,11 +172,11 @@ Result<PreparedCandidate> PrepareCandidate(const Candidate& candidate, const Eva
       return Error(p.depth->parameter + " = '" + v + "' is not a positive integer");
   }
   const int64_t unit = p.depth ? p.depth->unit : 1;
-  // Depths 2 and 3 (units): the first and the last block of a stack differ from the others (the
-  // loss, the first layer's input), and at depth 1 they are the same block; from depth 2 on, each
-  // added block adds the same work and, closely, the same memory (tests/test_search.cpp).
+  // Two consecutive depths from the model's first linear one (`DepthRule::linear_from`): from
+  // there on each added block adds the same work and, closely, the same memory
+  // (tests/test_search.cpp checks both against full-depth simulations).
   if (options.extrapolate && p.depth && p.full_depth > 5 * unit && p.full_depth % unit == 0) {
-    p.depths = {2 * unit, 3 * unit};
+    p.depths = {p.depth->linear_from * unit, (p.depth->linear_from + 1) * unit};
   } else {
     p.depths = {p.full_depth};
   }
@@ -303,6 +303,15 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
     so.model_flops = 0;
     // A run stored with its figures only needs no timelines (the figures are the same).
     so.timelines = options.store_detail;
+    if (!p.exact()) {
+      // The shallow depths in program order, never rematerialised: a sample that reached the HBM
+      // would be scheduled or rematerialised differently from the other, and the line through
+      // the two would not be the full depth's (peaks 4-16x off, either way). The extrapolated
+      // peak is the program-order one; the search confirms at full depth, under the memory
+      // limit, the candidates it puts over the HBM faster than the best that fits.
+      so.program.schedule = sim::ScheduleKind::kProgramOrder;
+      so.program.rematerialize = false;
+    }
     o.simulation = so;
     auto run = pipeline::RunPipeline(std::move(p.modules[i]), o, cancel);
     for (const auto& [stage, ms] : run.millis) r.stage_millis[std::string(pipeline::StageName(stage))] += ms;

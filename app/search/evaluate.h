@@ -111,8 +111,9 @@ struct PreparedCandidate {
 
 // What PrepareCandidate keeps: the modules at the evaluation depths (EvaluateCandidate uses them),
 // or the bounds only (the search, which drops the modules anyway: an extrapolated candidate's
-// bounds then come from depths of one and two units instead of two and three, which the entry
-// parameters and FLOPs follow exactly: every unit adds the same weights and work).
+// bounds then come from depths of one and two units, whatever the model's first linear depth
+// (depth.h): the entry parameters and FLOPs follow them exactly, every unit adds the same weights
+// and work).
 enum class PrepareFor : uint8_t { kEvaluation, kBoundsOnly };
 
 // Error: the candidate is invalid (it does not build, its mesh does not place, it over-splits).
