@@ -288,6 +288,61 @@ class TestCollectiveConsistency : public QObject {
     QVERIFY(wrapped.algorithm.find("multi-axis") != std::string::npos);
     QCOMPARE(WalkSteps(t, {{3, 0, 7, 4}}), int64_t{2});
   }
+
+  void bulkLoadsMatchTheListedHops() {
+    // The cost model sums a sequence's hops per route (schedule_emit.h, LoadsOnlySink); listing
+    // every hop (BuildCollectiveSchedule) and costing the list (TimeSchedule) must give the same
+    // latency, busiest links and per-link bytes: rings (closed, odd and even, one-way and both
+    // ways), lines, sub-grids across the wraparound, groups in any member order, every kind.
+    struct Case {
+      const char* chip;
+      std::vector<int64_t> shape;
+      bool wrap;
+      Groups groups;
+    };
+    const std::vector<Case> cases = {
+        {"tpu-v5e", {8, 1}, false, {{0, 1, 2, 3, 4, 5, 6, 7}}},
+        {"tpu-v5e", {8, 1}, false, {{0, 2, 1, 3}, {4, 5, 6, 7}}},
+        {"tpu-v5e", {8, 1}, false, {{0, 2, 3}, {4, 7}}},  // stops one and two links apart
+        {"tpu-v5e", {8, 1}, false, {{0, 1, 4}, {5, 6, 7}}},
+        {"tpu-v4", {8, 1, 1}, true, {{0, 1, 2, 3, 4, 5, 6, 7}}},
+        {"tpu-v4", {7, 1, 1}, true, {{0, 1, 2, 3, 4, 5, 6}}},
+        {"tpu-v4", {5, 1, 1}, true, {{4, 0, 1}, {2, 3}}},
+        {"tpu-v4", {4, 4, 1}, true, {{3, 0, 7, 4}, {1, 2, 5, 6}, {8, 9, 10, 11, 12, 13, 14, 15}}},
+        {"tpu-v4", {4, 4, 4}, true, {[] { std::vector<int64_t> all(64); for (int64_t i = 0; i < 64; ++i) all[static_cast<size_t>(i)] = i; return all; }()}},
+        {"tpu-v4", {4, 4, 2}, true, {{0, 4, 8, 12, 16, 20, 24, 28}, {1, 5, 9, 13, 17, 21, 25, 29}, {2, 3, 6, 7}}},
+        {"tpu-v3", {4, 4}, true, {{0, 1, 2, 3, 4, 5, 6, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}},
+        {"tpu-v5e", {4, 4}, false, {{0, 5, 10, 15}, {1, 2, 3, 4, 6, 7}}},
+    };
+    int compared = 0;
+    for (const Case& c : cases) {
+      const Topology t = Make(c.chip, c.shape, c.wrap);
+      for (bool both_ways : {true, false}) {
+        CollectiveOptions o;
+        o.bidirectional = both_ways;
+        for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce}) {
+          auto bulk = EstimateCollective(t, kind, c.groups, S, o);
+          auto listed = BuildCollectiveSchedule(t, kind, c.groups, S, o);
+          QVERIFY(bulk.ok());
+          QVERIFY(listed.ok());
+          const CollectiveCost hops = TimeSchedule(t, listed.value(), o);
+          const std::string what = std::string(c.chip) + " " + std::string(CollectiveKindName(kind)) + (both_ways ? " both ways" : " one way");
+          QVERIFY2(Near(bulk->latency_time_s, hops.latency_time_s), what.c_str());
+          QVERIFY2(Near(bulk->bandwidth_time_s, hops.bandwidth_time_s), what.c_str());
+          QVERIFY2(Near(bulk->total_link_bytes, hops.total_link_bytes), what.c_str());
+          QVERIFY2(Near(bulk->max_link_bytes, hops.max_link_bytes), what.c_str());
+          QCOMPARE(bulk->link_traffic.size(), hops.link_traffic.size());
+          for (size_t i = 0; i < hops.link_traffic.size(); ++i) {
+            QCOMPARE(bulk->link_traffic[i].link, hops.link_traffic[i].link);
+            QVERIFY2(Near(bulk->link_traffic[i].bytes, hops.link_traffic[i].bytes), what.c_str());
+          }
+          QVERIFY(hops.latency_time_s > 0);
+          ++compared;
+        }
+      }
+    }
+    QCOMPARE(compared, 72);
+  }
 };
 
 QTEST_APPLESS_MAIN(TestCollectiveConsistency)

@@ -198,6 +198,22 @@ class LoadSink final : public ScheduleSink {
     if (h.latency > sl) sl = h.latency;
   }
 
+  // Bulk form (schedule_emit::LoadsOnlySink): what Hop adds, for many hops at once.
+  static constexpr bool kLoadsOnly = true;
+  void Group(int32_t group) {
+    if (group != group_) NextGroup(group);
+  }
+  void AddLoad(bool reduce, std::span<const int64_t> links, double bytes) {
+    double* loads = reduce ? reduce_loads_ : gather_loads_;
+    for (int64_t l : links) loads[l] += bytes;
+  }
+  void StepLatency(int64_t step, double latency) {
+    const size_t s = static_cast<size_t>(step);
+    if (s >= step_latency_.size()) Grow(s);
+    double& sl = step_latency_[s];
+    if (latency > sl) sl = latency;
+  }
+
   ScheduleLoads Finish() {
     CloseGroup();
     // Groups whose loads were counted per axis: their steps at their hop latency.

@@ -83,6 +83,12 @@ struct PassMode {
   int64_t step_offset = 0;  // added to every step (an all-reduce's all-gather pass)
 };
 
+// A sink that takes a sequence's link loads and step latencies in bulk (the cost model's, whose
+// figures are sums and maxima over the hops): it declares `kLoadsOnly` and has Group(group),
+// AddLoad(reduce, links, bytes) and StepLatency(step, latency) besides Hop.
+template <class Sink>
+concept LoadsOnlySink = requires { requires Sink::kLoadsOnly; };
+
 // Blocks flow along a sequence of stops (a ring when `closed`, else a line).
 template <class Sink>
 void EmitSequence(const Topology& topo, const GroupLayout& L, const std::vector<int32_t>& stops, bool closed,
@@ -108,6 +114,59 @@ void EmitSequence(const Topology& topo, const GroupLayout& L, const std::vector<
   std::vector<int32_t> back_of(routes.spans.size(), -1);
   if (mode.reversed && !one_way_ring) {
     for (size_t r = 0; r < back_of.size(); ++r) back_of[r] = routes.AddReversed(topo, static_cast<int32_t>(r));
+  }
+  if constexpr (LoadsOnlySink<Sink>) {
+    // The n(n-1) hops below, summed per route: the same loads and step latencies without listing
+    // them (O(n) instead of O(n^2) for a ring of n stops; 2048-device groups have hundreds).
+    sink.Group(group);
+    if (block_bytes <= 0) return;
+    auto crossed_of = [&](int32_t route) {
+      return mode.reversed && !one_way_ring ? back_of[static_cast<size_t>(route)] : route;
+    };
+    auto latency = [&](int32_t route) { return routes.latency[static_cast<size_t>(crossed_of(route))]; };
+    auto load = [&](int32_t route, double bytes) { sink.AddLoad(mode.reversed, routes[crossed_of(route)], bytes); };
+    auto step_of = [&](int64_t k) {
+      const int64_t step = step0 + k - 1;
+      return mode.reversed ? mode.pass_steps - 1 - step + mode.step_offset : step + mode.step_offset;
+    };
+    if (closed && n >= 3) {
+      // Every step crosses every route of the ring once (a one-way ring's reduce-scatter too:
+      // its hops are the all-gather's reflected onto the same routes).
+      double worst = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        worst = std::max(worst, latency(right[static_cast<size_t>(j)]));
+        if (bidirectional) worst = std::max(worst, latency(left[static_cast<size_t>(j)]));
+      }
+      int64_t steps = n - 1;
+      if (bidirectional) {
+        steps = n / 2;
+        const bool half = n % 2 == 0;  // the last step sends half blocks each way
+        const double per_route = static_cast<double>(half ? steps - 1 : steps) * block_bytes + (half ? block_bytes / 2 : 0.0);
+        for (int64_t j = 0; j < n; ++j) {
+          load(right[static_cast<size_t>(j)], per_route);
+          load(left[static_cast<size_t>(j)], per_route);
+        }
+      } else {
+        for (int64_t j = 0; j < n; ++j) load(right[static_cast<size_t>(j)], static_cast<double>(n - 1) * block_bytes);
+      }
+      for (int64_t k = 1; k <= steps; ++k) sink.StepLatency(step_of(k), worst);
+      return;
+    }
+    // A line: right[j] carries the blocks of stops 0..j (steps 1..j+1), left[j] those of stops
+    // j..n-1 (steps 1..n-j); step k crosses right[k-1..n-2] and left[1..n-k].
+    std::vector<double> right_from(static_cast<size_t>(n), 0.0), left_upto(static_cast<size_t>(n), 0.0);
+    for (int64_t j = n - 2; j >= 0; --j) {
+      load(right[static_cast<size_t>(j)], static_cast<double>(j + 1) * block_bytes);
+      right_from[static_cast<size_t>(j)] = std::max(right_from[static_cast<size_t>(j + 1)], latency(right[static_cast<size_t>(j)]));
+    }
+    for (int64_t j = 1; j < n; ++j) {
+      load(left[static_cast<size_t>(j)], static_cast<double>(n - j) * block_bytes);
+      left_upto[static_cast<size_t>(j)] = std::max(left_upto[static_cast<size_t>(j - 1)], latency(left[static_cast<size_t>(j)]));
+    }
+    for (int64_t k = 1; k < n; ++k) {
+      sink.StepLatency(step_of(k), std::max(right_from[static_cast<size_t>(k - 1)], left_upto[static_cast<size_t>(n - k)]));
+    }
+    return;
   }
   ScheduleHop h;
   h.group = group;
