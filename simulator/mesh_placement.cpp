@@ -34,15 +34,17 @@ struct Piece {
   int64_t stride = 1;
 };
 
-// The chips of mesh axis `a`'s group through device 0, as physical coordinates.
+// The chips of mesh axis `a`'s group through device 0, as physical coordinates (`chip_of`: a
+// device's chip).
+template <class ChipOf>
 std::set<std::vector<int64_t>> GroupChips(const std::vector<int64_t>& slice, const DeviceMesh& mesh, size_t a,
-                                          const std::vector<int64_t>& device_to_chip) {
+                                          const ChipOf& chip_of) {
   int64_t step = 1;  // device-id stride of axis a (row-major)
   for (size_t b = a + 1; b < static_cast<size_t>(mesh.num_axes()); ++b) step *= mesh.axis_size(static_cast<int64_t>(b));
   std::set<std::vector<int64_t>> chips;
   const size_t m = slice.size();
   for (int64_t i = 0; i < mesh.axis_size(static_cast<int64_t>(a)); ++i) {
-    int64_t chip = device_to_chip[static_cast<size_t>(i * step)];
+    int64_t chip = chip_of(i * step);
     std::vector<int64_t> pc(m);
     for (size_t j = m; j-- > 0;) {
       pc[j] = chip % slice[j];
@@ -70,8 +72,9 @@ bool IsBox(const std::set<std::vector<int64_t>>& chips, size_t m) {
 
 bool EveryAxisOnABox(const std::vector<int64_t>& slice, const DeviceMesh& mesh, const std::vector<int64_t>& device_to_chip) {
   if (static_cast<int64_t>(device_to_chip.size()) != mesh.num_devices()) return false;
+  auto chip_of = [&](int64_t d) { return device_to_chip[static_cast<size_t>(d)]; };
   for (size_t a = 0; a < static_cast<size_t>(mesh.num_axes()); ++a)
-    if (!IsBox(GroupChips(slice, mesh, a, device_to_chip), slice.size())) return false;
+    if (!IsBox(GroupChips(slice, mesh, a, chip_of), slice.size())) return false;
   return true;
 }
 
@@ -139,11 +142,10 @@ Result<OrderedMeshPlacement> PlaceMeshInOrder(const ChipSpec& chip, const std::v
     }
   }
 
-  // Chip of every device.
+  // The chip of a device.
   const size_t m = slice.size();
-  out.device_to_chip.assign(static_cast<size_t>(n), 0);
   std::vector<int64_t> coords(naxes), phys(m);
-  for (int64_t d = 0; d < n; ++d) {
+  auto chip_of = [&](int64_t d) {
     int64_t rest = d;
     for (size_t a = naxes; a-- > 0;) {
       const int64_t size = mesh.axis_size(static_cast<int64_t>(a));
@@ -161,18 +163,24 @@ Result<OrderedMeshPlacement> PlaceMeshInOrder(const ChipSpec& chip, const std::v
     }
     int64_t c = 0;
     for (size_t j = 0; j < m; ++j) c = c * slice[j] + phys[j];
-    out.device_to_chip[static_cast<size_t>(d)] = c;
+    return c;
+  };
+  // Each axis: its group through device 0 must be a box of chips (checked before every device
+  // is placed: PlaceMeshOnBoxes tries up to every order of the axes).
+  std::vector<char> box(naxes, 0);
+  for (size_t a = 0; a < naxes; ++a) {
+    box[a] = IsBox(GroupChips(slice, mesh, a, chip_of), m) ? 1 : 0;
+    if (!box[a] && require_boxes)
+      return Error("mesh axis " + mesh.axes()[a].name + " is strided over the chips in placement order " + out.order);
   }
+  out.device_to_chip.resize(static_cast<size_t>(n));
+  for (int64_t d = 0; d < n; ++d) out.device_to_chip[static_cast<size_t>(d)] = chip_of(d);
 
-  // Each axis: its group through device 0 must be a box of chips.
   const std::vector<bool> wraps = given_wraps && given_wraps->size() == m ? *given_wraps
                                    : chip.interconnect == InterconnectKind::kGrid ? Topology::GenerationWraparound(chip, slice)
                                                                                  : std::vector<bool>(m, false);
   for (size_t a = 0; a < naxes; ++a) {
-    const bool box = IsBox(GroupChips(slice, mesh, a, out.device_to_chip), m);
-    if (!box && require_boxes)
-      return Error("mesh axis " + mesh.axes()[a].name + " is strided over the chips in placement order " + out.order);
-    out.boxes = out.boxes && box;
+    out.boxes = out.boxes && box[a];
     // Text: the pieces, major first.
     std::string text;
     for (size_t k = pieces[a].size(); k-- > 0;) {
@@ -188,7 +196,7 @@ Result<OrderedMeshPlacement> PlaceMeshInOrder(const ChipSpec& chip, const std::v
       }
     }
     if (text.empty()) text = "1";
-    if (!box) text += " (strided)";
+    if (!box[a]) text += " (strided)";
     out.axis_text.push_back(text);
   }
   return out;
