@@ -46,12 +46,17 @@ std::vector<double> RunFluid(const Topology& topo, const std::vector<FluidJob>& 
       if (b > 0 && peak_time > 0) weights[j].emplace_back(l, b / peak_time);  // bytes/s this link needs at full speed
     }
   }
+  // The jobs that start after each job, in list order.
+  std::vector<std::vector<size_t>> successors(n);
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t a = jobs[k].after;
+    if (a >= 0 && static_cast<size_t>(a) < k) successors[static_cast<size_t>(a)].push_back(k);
+  }
   // A job is done at `t`: its successors may start then (those that move nothing are done too).
   std::function<void(size_t, double)> finish = [&](size_t j, double t) {
     done[j] = 1;
     done_at[j] = t;
-    for (size_t k = j + 1; k < n; ++k) {
-      if (jobs[k].after != static_cast<int64_t>(j)) continue;
+    for (size_t k : successors[j]) {
       start[k] = std::max(jobs[k].start_s, t);
       if (peak[k] <= 0) finish(k, start[k]);
     }
@@ -172,7 +177,11 @@ class LoadSink final : public ScheduleSink {
   // least plan.num_passes() of them), which the caller reads and clears again, so that many
   // requests in a row (EstimateConcurrentCollectiveParts) allocate nothing; Finish() then returns
   // the latency only (passes and totals empty).
-  LoadSink(const Topology& topo, const CollectivePlan& plan, std::vector<std::vector<double>>* workspace) : plan_(plan) {
+  // `touched` (with `workspace`): per pass, the links whose load was zero before this plan (so
+  // the caller reads and clears those only, not every link of the slice).
+  LoadSink(const Topology& topo, const CollectivePlan& plan, std::vector<std::vector<double>>* workspace,
+           std::vector<std::vector<int64_t>>* touched = nullptr)
+      : plan_(plan) {
     std::vector<std::vector<double>>& passes = workspace ? *workspace : out_.passes;
     const size_t num_passes = static_cast<size_t>(plan.num_passes());
     if (!workspace) {
@@ -180,18 +189,22 @@ class LoadSink final : public ScheduleSink {
     } else if (passes.size() < num_passes) {
       passes.resize(num_passes, std::vector<double>(static_cast<size_t>(topo.num_links()), 0.0));
     }
-    for (const auto& [link, bytes] : plan.counted_loads) passes[0][static_cast<size_t>(link)] += bytes;
-    step_latency_.assign(static_cast<size_t>(std::max<int64_t>(plan.steps, 1)), 0.0);
+    if (workspace && touched) {
+      if (touched->size() < passes.size()) touched->resize(passes.size());
+      reduce_touched_ = &touched->front();
+      gather_touched_ = &(*touched)[num_passes - 1];
+    }
     reduce_loads_ = passes.front().data();
     gather_loads_ = passes[num_passes - 1].data();
+    for (const auto& [link, bytes] : plan.counted_loads) Add(reduce_loads_, reduce_touched_, link, bytes);
+    step_latency_.assign(static_cast<size_t>(std::max<int64_t>(plan.steps, 1)), 0.0);
   }
 
   void Hop(const ScheduleHop& h, std::span<const int64_t> links) override {
     if (h.group != group_) NextGroup(h.group);
     if (h.bytes <= 0 || links.empty()) return;
     // An all-reduce's passes (plan.PassOf): the reduce-scatter's hops, then the all-gather's.
-    double* loads = h.reduce ? reduce_loads_ : gather_loads_;
-    for (int64_t l : links) loads[l] += h.bytes;
+    AddLoad(h.reduce, links, h.bytes);
     const size_t step = static_cast<size_t>(h.step);
     if (step >= step_latency_.size()) Grow(step);
     double& sl = step_latency_[step];
@@ -205,7 +218,12 @@ class LoadSink final : public ScheduleSink {
   }
   void AddLoad(bool reduce, std::span<const int64_t> links, double bytes) {
     double* loads = reduce ? reduce_loads_ : gather_loads_;
-    for (int64_t l : links) loads[l] += bytes;
+    std::vector<int64_t>* touched = reduce ? reduce_touched_ : gather_touched_;
+    if (!touched) {
+      for (int64_t l : links) loads[l] += bytes;
+      return;
+    }
+    for (int64_t l : links) Add(loads, touched, l, bytes);
   }
   void StepLatency(int64_t step, double latency) {
     const size_t s = static_cast<size_t>(step);
@@ -237,6 +255,11 @@ class LoadSink final : public ScheduleSink {
     group_ = group;
   }
   [[gnu::noinline]] void Grow(size_t step) { step_latency_.resize(step + 1, 0.0); }
+  static void Add(double* loads, std::vector<int64_t>* touched, int64_t link, double bytes) {
+    double& load = loads[link];
+    if (touched && load == 0 && bytes != 0) touched->push_back(link);
+    load += bytes;
+  }
   void CloseGroup() {
     double t = 0;
     for (double& l : step_latency_) {
@@ -250,6 +273,8 @@ class LoadSink final : public ScheduleSink {
   ScheduleLoads out_;
   double* reduce_loads_ = nullptr;
   double* gather_loads_ = nullptr;
+  std::vector<int64_t>* reduce_touched_ = nullptr;
+  std::vector<int64_t>* gather_touched_ = nullptr;
   std::vector<double> step_latency_;
   int32_t group_ = 0;
 };
@@ -404,23 +429,27 @@ Result<ConcurrentCollectiveParts> EstimateConcurrentCollectiveParts(const Topolo
   // (thousands of replica groups at 2048 devices: no arrays of every link made per group). One
   // fluid job per pass, each after the previous one, with the pass's loaded links in order.
   std::vector<std::vector<double>> workspace;
+  std::vector<std::vector<int64_t>> touched;  // per pass: the links the request loaded
   for (size_t r = 0; r < requests.size(); ++r) {
     const auto& req = requests[r];
     auto plan = req.kind == CollectiveKind::kCollectivePermute
                     ? PlanPermute(topology, req.source_target_pairs, req.operand_bytes)
                     : PlanCollective(topology, req.kind, req.groups, req.operand_bytes, options);
     if (!plan.ok()) return Error("request " + std::to_string(r) + ": " + plan.error().message);
-    LoadSink sink(topology, plan.value(), &workspace);
+    LoadSink sink(topology, plan.value(), &workspace, &touched);
     schedule_emit::Emit(topology, plan.value(), sink);
     latency.push_back(sink.Finish().latency);
     const size_t num_passes = static_cast<size_t>(plan->num_passes());
     for (size_t p = 0; p < num_passes; ++p) {
       FluidJob job;
       std::vector<double>& pass = workspace[p];
-      for (size_t l = 0; l < pass.size(); ++l) {
-        if (pass[l] > 0) job.link_bytes.emplace_back(static_cast<int64_t>(l), pass[l]);
-        pass[l] = 0;
+      std::vector<int64_t>& links = touched[p];
+      std::sort(links.begin(), links.end());  // in link order, as a scan of every link lists them
+      for (int64_t l : links) {
+        if (pass[static_cast<size_t>(l)] > 0) job.link_bytes.emplace_back(l, pass[static_cast<size_t>(l)]);
+        pass[static_cast<size_t>(l)] = 0;
       }
+      links.clear();
       if (p > 0) job.after = static_cast<int64_t>(jobs.size()) - 1;
       jobs.push_back(std::move(job));
     }
