@@ -1641,8 +1641,10 @@ class Expander {
       spec.pairs = key.pairs;
       spec.operand_bytes = operand_bytes;
       if (kind == CollectiveKind::kCollectivePermute) {
-        spec.groups_text = SourceTargetPairsText(spec.pairs);
-        if (spec.groups_text.size() > 2000) spec.groups_text = "(" + std::to_string(spec.pairs.size()) + " source-target pairs)";
+        // "{{a,b},...}" takes at least 6 characters a pair: past 333 pairs it is over 2000.
+        if (6 * spec.pairs.size() + 1 <= 2000) spec.groups_text = SourceTargetPairsText(spec.pairs);
+        if (spec.groups_text.empty() || spec.groups_text.size() > 2000)
+          spec.groups_text = "(" + std::to_string(spec.pairs.size()) + " source-target pairs)";
       } else {
         spec.groups_text = ReplicaGroupsText(i.replica_groups, 2000);
       }

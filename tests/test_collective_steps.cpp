@@ -150,6 +150,19 @@ class TestCollectiveSteps : public QObject {
     QCOMPARE(pairs->size(), size_t{3});
     QCOMPARE(pairs->at(2), (std::pair<int64_t, int64_t>{2, 3}));
     QCOMPARE(SourceTargetPairsText(pairs.value()), std::string("{{0,1},{1,2},{2,3}}"));
+    QCOMPARE(SourceTargetPairsText({{12, -3}, {1024, 7}}), std::string("{{12,-3},{1024,7}}"));
+
+    // A text limit: written out when it fits, abbreviated past it (also when a lower bound on the
+    // length already says so, without writing it out).
+    const std::vector<std::vector<int64_t>> two = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+    QCOMPARE(ReplicaGroupsText(two, 21), std::string("{{0,1,2,3},{4,5,6,7}}"));
+    QCOMPARE(ReplicaGroupsText(two, 19), std::string("{{0,1,2,3},...} (2 groups of 4)"));
+    QCOMPARE(ReplicaGroupsText(two, 18), std::string("{{0,1,2,3},...} (2 groups of 4)"));
+    std::vector<std::vector<int64_t>> wide(1, std::vector<int64_t>(1024));
+    for (int64_t i = 0; i < 1024; ++i) wide[0][static_cast<size_t>(i)] = i;
+    QCOMPARE(ReplicaGroupsText(wide, 2000), std::string("{{0,1,2,3,...},...} (1 groups of 1024)"));
+    QCOMPARE(ReplicaGroupsText(wide).size(), size_t{4013});  // 2986 digits, 1023 commas, 4 braces
+    QCOMPARE(ReplicaGroupsText(std::vector<std::vector<int64_t>>{}, 0), std::string("{}"));
   }
 
   // The memo of group texts the partitioner keeps: the same text as ReplicaGroupsText (abbreviated

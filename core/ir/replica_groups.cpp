@@ -35,6 +35,9 @@ std::string ReplicaGroupsText(const std::vector<std::vector<int64_t>>& groups, s
   std::string s = "{";
   size_t devices = 0;
   for (const auto& g : groups) devices += g.size();
+  // Each id takes a digit and a separator at least: text surely longer than max_chars is not
+  // written out (a 2048-device group would be 10 kB).
+  if (!groups.empty() && max_chars != std::string::npos && 1 + 2 * devices + groups.size() > max_chars) return Abbreviated(groups);
   s.reserve(std::min(max_chars, 2 + 3 * groups.size() + 6 * devices));
   for (size_t i = 0; i < groups.size(); ++i) {
     if (i) s += ',';
@@ -70,8 +73,15 @@ const std::string& ReplicaGroupsTextMemo::operator()(const std::vector<std::vect
 
 std::string SourceTargetPairsText(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
   std::string s = "{";
-  for (size_t i = 0; i < pairs.size(); ++i)
-    s += (i ? ",{" : "{") + std::to_string(pairs[i].first) + "," + std::to_string(pairs[i].second) + "}";
+  s.reserve(2 + 8 * pairs.size());
+  char buf[24];
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    s += i ? ",{" : "{";
+    s.append(buf, std::to_chars(buf, buf + sizeof buf, pairs[i].first).ptr);
+    s += ',';
+    s.append(buf, std::to_chars(buf, buf + sizeof buf, pairs[i].second).ptr);
+    s += '}';
+  }
   return s + "}";
 }
 
