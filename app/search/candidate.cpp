@@ -216,7 +216,8 @@ Status ApplyAnnotationRule(Module& module, std::string_view rule) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Module>> BuildCandidateModule(const Candidate& c, const ZooOverrides& overrides) {
+Result<std::unique_ptr<Module>> BuildCandidateModule(const Candidate& c, const ZooOverrides& overrides,
+                                                     const ZooBuildOptions& options) {
   if (!c.hlo_file.empty()) {
     std::ifstream in(c.hlo_file, std::ios::binary);
     if (!in) return Error("cannot read the candidate's HLO file '" + c.hlo_file + "'");
@@ -232,7 +233,7 @@ Result<std::unique_ptr<Module>> BuildCandidateModule(const Candidate& c, const Z
   }
   ZooOverrides o = c.settings;
   for (const auto& [k, v] : overrides) o[k] = v;
-  auto m = ZooBuild(c.model, o);
+  auto m = ZooBuild(c.model, o, options);
   if (!m.ok()) return m.error();
   if (Status s = ApplyAnnotationRule(**m, c.annotate); !s.ok()) return s.error();
   if (c.family == "auto-sharding") (*m)->num_partitions = c.devices();

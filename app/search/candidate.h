@@ -92,7 +92,8 @@ Status ApplyAnnotationRule(Module& module, std::string_view rule);
 // depth) and applies its annotation rule: the annotated module before propagation. A candidate of
 // an HLO file (hlo_file) reads and parses the file (an error when it is gone or its text no longer
 // has hlo_hash). An auto-sharding candidate's module is set to the candidate's device count.
-Result<std::unique_ptr<Module>> BuildCandidateModule(const Candidate& candidate, const ZooOverrides& overrides = {});
+Result<std::unique_ptr<Module>> BuildCandidateModule(const Candidate& candidate, const ZooOverrides& overrides = {},
+                                                     const ZooBuildOptions& options = {});
 
 // The user annotations of a module as (instruction name, sharding text), in instruction order of
 // the entry computation then the others: what a run stores so the candidate re-opens.

@@ -111,11 +111,16 @@ DeviceMesh ReplicaMeshOf(const Pod& pod, const MeshChoice& choice) {
 }
 
 // The candidate's annotated module at `depth` (the depth rule's parameter set to it), or the
-// model as it is when the model has no depth rule.
+// model as it is when the model has no depth rule. Not verified here: a module the search
+// evaluates is verified, with its annotations, by the pipeline's propagation (which the zoo's own
+// check after the build would repeat, a sixth of a build's cost); one built for the bounds is only
+// counted and dropped.
 Result<std::unique_ptr<Module>> BuildAtDepth(const Candidate& candidate, const std::optional<DepthRule>& rule, int64_t depth) {
   ZooOverrides o;
   if (rule) o[rule->parameter] = std::to_string(depth);
-  return BuildCandidateModule(candidate, o);
+  ZooBuildOptions build;
+  build.verify = false;
+  return BuildCandidateModule(candidate, o, build);
 }
 
 }  // namespace

@@ -72,6 +72,12 @@ std::vector<ZooModel> ZooList();
 // Unknown models or parameters and malformed values give an Error listing what is accepted; the
 // built module is verified.
 Result<std::unique_ptr<Module>> ZooBuild(std::string_view name, const ZooOverrides& overrides = {});
+struct ZooBuildOptions {
+  // Off: the module is not verified, for a caller that only counts its parameters and FLOPs (the
+  // strategy search's bounds, whose modules are dropped and built again, verified, if evaluated).
+  bool verify = true;
+};
+Result<std::unique_ptr<Module>> ZooBuild(std::string_view name, const ZooOverrides& overrides, const ZooBuildOptions& options);
 // The mesh a zoo model's annotations refer to.
 Result<DeviceMesh> ZooMesh(std::string_view name, const ZooOverrides& overrides = {});
 // The overrides that make a zoo model's annotations refer to `mesh` (what `max-batch --mesh` and
