@@ -1,7 +1,7 @@
 #include "core/collectives/participants.h"
 
 #include <string>
-#include <unordered_set>
+#include <algorithm>
 
 namespace shardscope {
 
@@ -45,13 +45,22 @@ Result<std::vector<std::vector<int64_t>>> CollectiveParticipantGroups(const Inst
     for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
     return v;
   };
-  std::vector<std::vector<int64_t>> groups = raw;
+  // The listed groups, or XLA's default for none (read in place: at thousands of devices a copy
+  // of the groups was a good part of the cost).
+  std::vector<std::vector<int64_t>> default_groups;
+  auto groups_or = [&](int64_t n) -> const std::vector<std::vector<int64_t>>& {
+    if (!raw.empty()) return raw;
+    default_groups = {all(n)};
+    return default_groups;
+  };
   switch (mode) {
-    case CollectiveGroupMode::kCrossReplica:
-      if (groups.empty()) groups = {all(R)};
+    case CollectiveGroupMode::kCrossReplica: {
+      const auto& groups = groups_or(R);
+      out.reserve(static_cast<size_t>(P) * groups.size());
       for (int64_t p = 0; p < P; ++p)
         for (const auto& g : groups) {
           std::vector<int64_t> devs;
+          devs.reserve(g.size());
           for (int64_t r : g) {
             if (r < 0 || r >= R) return CollError(inst, "replica id " + std::to_string(r) + " out of range (" + std::to_string(R) + " replicas)");
             devs.push_back(r * P + p);
@@ -59,11 +68,14 @@ Result<std::vector<std::vector<int64_t>>> CollectiveParticipantGroups(const Inst
           out.push_back(std::move(devs));
         }
       break;
-    case CollectiveGroupMode::kCrossPartition:
-      if (groups.empty()) groups = {all(P)};
+    }
+    case CollectiveGroupMode::kCrossPartition: {
+      const auto& groups = groups_or(P);
+      out.reserve(static_cast<size_t>(R) * groups.size());
       for (int64_t r = 0; r < R; ++r)
         for (const auto& g : groups) {
           std::vector<int64_t> devs;
+          devs.reserve(g.size());
           for (int64_t p : g) {
             if (p < 0 || p >= P) return CollError(inst, "partition id " + std::to_string(p) + " out of range (" + std::to_string(P) + " partitions)");
             devs.push_back(r * P + p);
@@ -71,10 +83,13 @@ Result<std::vector<std::vector<int64_t>>> CollectiveParticipantGroups(const Inst
           out.push_back(std::move(devs));
         }
       break;
-    case CollectiveGroupMode::kCrossReplicaAndPartition:
-      if (groups.empty()) groups = {all(R)};
+    }
+    case CollectiveGroupMode::kCrossReplicaAndPartition: {
+      const auto& groups = groups_or(R);
+      out.reserve(groups.size());
       for (const auto& g : groups) {
         std::vector<int64_t> devs;
+        devs.reserve(g.size() * static_cast<size_t>(P));
         for (int64_t r : g) {
           if (r < 0 || r >= R) return CollError(inst, "replica id " + std::to_string(r) + " out of range (" + std::to_string(R) + " replicas)");
           for (int64_t p = 0; p < P; ++p) devs.push_back(r * P + p);
@@ -82,14 +97,17 @@ Result<std::vector<std::vector<int64_t>>> CollectiveParticipantGroups(const Inst
         out.push_back(std::move(devs));
       }
       break;
-    case CollectiveGroupMode::kFlattenedId:
-      if (groups.empty()) groups = {all(N)};
+    }
+    case CollectiveGroupMode::kFlattenedId: {
+      const auto& groups = groups_or(N);
+      out.reserve(groups.size());
       for (const auto& g : groups) {
         for (int64_t d : g)
           if (d < 0 || d >= N) return CollError(inst, "device id " + std::to_string(d) + " out of range (" + std::to_string(N) + " devices)");
         out.push_back(g);
       }
       break;
+    }
   }
   std::vector<int> seen(static_cast<size_t>(N), 0);
   for (const auto& g : out) {
@@ -109,14 +127,15 @@ Result<std::vector<std::pair<int64_t, int64_t>>> CollectivePermutePairs(const In
   }
   std::vector<std::pair<int64_t, int64_t>> out;
   const int64_t limit = by_partition ? P : R;
-  std::unordered_set<int64_t> targets, sources;
+  std::vector<char> is_target(static_cast<size_t>(std::max<int64_t>(limit, 0)), 0), is_source(is_target.size(), 0);
   for (const auto& [s, t] : inst.source_target_pairs) {
     if (s < 0 || s >= limit || t < 0 || t >= limit)
       return CollError(inst, "source_target_pair {" + std::to_string(s) + "," + std::to_string(t) + "} out of range (" +
                                  std::to_string(limit) + (by_partition ? " partitions)" : " replicas)"));
-    if (!targets.insert(t).second) return CollError(inst, "device " + std::to_string(t) + " is the target of more than one pair");
-    if (!sources.insert(s).second) return CollError(inst, "device " + std::to_string(s) + " is the source of more than one pair");
+    if (is_target[static_cast<size_t>(t)]++) return CollError(inst, "device " + std::to_string(t) + " is the target of more than one pair");
+    if (is_source[static_cast<size_t>(s)]++) return CollError(inst, "device " + std::to_string(s) + " is the source of more than one pair");
   }
+  out.reserve(inst.source_target_pairs.size() * static_cast<size_t>(by_partition ? R : P));
   if (by_partition) {
     for (int64_t r = 0; r < R; ++r)
       for (const auto& [s, t] : inst.source_target_pairs) out.emplace_back(r * P + s, r * P + t);
