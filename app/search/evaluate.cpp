@@ -265,9 +265,10 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
   }
   std::vector<Simulation> sims;
   Settings annotations;
-  // One memo for the candidate's depths, dropped with it: kept across candidates, the memo's tile
+  // One memo for the candidate's depths, or the one the search shares between the candidates on
+  // one mesh (PreparedCandidate::partition_memo): kept across every candidate, the memo's tile
   // maps (per-device tables at thousands of devices) grew the heap faster than they saved time.
-  const auto partition_memo = std::make_shared<spmd::PartitionMemo>();
+  const auto partition_memo = p.partition_memo ? p.partition_memo : std::make_shared<spmd::PartitionMemo>();
   if (p.modules.empty() && !p.given_module) {
     // Dropped after the bounds (the search keeps none while it prepares the others): built again
     // here, just before they are partitioned (docs/search.md, "the allocator's pages").

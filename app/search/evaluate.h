@@ -30,6 +30,10 @@
 #include "simulator/engine.h"
 #include "simulator/run_result.h"
 
+namespace shardscope::spmd {
+class PartitionMemo;
+}
+
 namespace shardscope::pipeline {
 class RunDatabase;
 }
@@ -106,6 +110,10 @@ struct PreparedCandidate {
   bool given_module = false;
   Bounds bounds;
   double hbm_bytes = 0;
+  // The partitioner's memo for this candidate's runs: one the search shares between candidates
+  // on the same mesh that one thread evaluates one after another (their shardings recur), or none
+  // (EvaluateCandidate makes one for the candidate's depths). Not thread-safe.
+  std::shared_ptr<spmd::PartitionMemo> partition_memo;
   bool exact() const { return depths.size() <= 1; }
 };
 

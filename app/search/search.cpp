@@ -6,12 +6,14 @@
 #include <cmath>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "app/pipeline/reproduce.h"
 #include "core/base/units.h"
+#include "partitioner/spmd/partition_memo.h"
 
 namespace shardscope::search {
 
@@ -26,16 +28,22 @@ double ProcessCpuSeconds() {
 }
 
 // Runs fn(i) for i in [0, n) on `jobs` threads (the calling thread is one of them).
-void ParallelFor(size_t n, int jobs, const std::function<void(size_t)>& fn) {
+// fn(i, worker) for i in [0, n) on `jobs` threads, each taking the next index when it is free;
+// `worker` (0 .. jobs-1) says which thread runs it.
+void ParallelForWorkers(size_t n, int jobs, const std::function<void(size_t, size_t)>& fn) {
   std::atomic<size_t> next{0};
-  auto work = [&]() {
-    for (size_t i = next++; i < n; i = next++) fn(i);
+  auto work = [&](size_t worker) {
+    for (size_t i = next++; i < n; i = next++) fn(i, worker);
   };
   const size_t threads = std::min<size_t>(n, static_cast<size_t>(std::max(1, jobs)));
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
   for (auto& t : pool) t.join();
+}
+
+void ParallelFor(size_t n, int jobs, const std::function<void(size_t)>& fn) {
+  ParallelForWorkers(n, jobs, [&](size_t i, size_t) { fn(i); });
 }
 
 CandidateResult Unevaluated(const Candidate& c, Outcome outcome, std::string message) {
@@ -315,6 +323,21 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
     if (x.step_time_s != y.step_time_s) return x.step_time_s < y.step_time_s;
     return x.memory_bytes < y.memory_bytes;
   });
+  // Then the candidates of one mesh together, the meshes in the order of their best bound: the
+  // partitioner's memo is shared between the candidates of a mesh one thread evaluates in a row
+  // (microbatch counts, schedules and depths on one mesh repeat most of their shardings), and
+  // dropped when the thread moves to the next mesh, so at most one memo per thread is alive.
+  auto mesh_key = [&](size_t i) { return prep.prepared[i]->candidate.mesh + "|" + prep.prepared[i]->mesh.order; };
+  {
+    std::map<std::string, size_t> rank;  // mesh -> its position among the meshes, by best bound
+    for (size_t i : order) rank.emplace(mesh_key(i), rank.size());
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank.at(mesh_key(a)) < rank.at(mesh_key(b)); });
+  }
+  struct WorkerMemo {
+    std::string mesh;
+    std::shared_ptr<spmd::PartitionMemo> memo;
+  };
+  std::vector<WorkerMemo> worker_memos(static_cast<size_t>(std::max(1, options.jobs)));
   struct Point {
     double time_s;
     int64_t memory;
@@ -322,10 +345,16 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
   };
   std::vector<Point> evaluated;  // candidates that fit
   std::mutex evaluated_mutex;
-  ParallelFor(order.size(), options.jobs, [&](size_t k) {
+  ParallelForWorkers(order.size(), options.jobs, [&](size_t k, size_t worker) {
     const size_t i = order[k];
     PreparedCandidate& p = *prep.prepared[i];
     CandidateResult& r = prep.results[i];
+    WorkerMemo& wm = worker_memos[worker];
+    if (!wm.memo || wm.mesh != mesh_key(i)) {
+      wm.mesh = mesh_key(i);
+      wm.memo = std::make_shared<spmd::PartitionMemo>();
+    }
+    p.partition_memo = wm.memo;
     if (cancel.cancelled()) {
       r.outcome = Outcome::kCancelled;
       r.message = "the search was cancelled";
@@ -352,12 +381,14 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
       }
     }
     p.modules.clear();
+    p.partition_memo.reset();
     const int64_t d = ++done;
     if (on_progress) {
       std::lock_guard<std::mutex> lock(progress_mutex);
       on_progress({d, total, "evaluating", &r});
     }
   });
+  worker_memos.clear();
   result.stats.evaluate_s = Now() - t;
 
   // 4. Confirm the best extrapolated candidates at full depth.
