@@ -104,6 +104,7 @@ class TestSearch : public QObject {
   void extrapolationNeverBelowTheDeeperSample();
   void searchRanksStoresAndReopens();
   void exactCandidatesStoreTheBestTimelineOnly();
+  void sharedMemoChangesNoFigure();
   void reopenedCandidateSimulatesAsRanked();
   void paretoFrontIsNonDominated();
   void overHbmCandidatesConfirmedWithRemat();
@@ -632,6 +633,40 @@ void TestSearch::depthExtrapolationMatchesFullDepth() {
     ++moe;
   }
   QVERIFY(moe >= 2);
+}
+
+// The search evaluates a mesh's candidates together and lets a thread's candidates on one mesh
+// share the partitioner's memo: each candidate evaluated alone, with a memo of its own, gives the
+// same figures to the last bit (GPipe and circular, several microbatch counts, two depths each).
+void TestSearch::sharedMemoChangesNoFigure() {
+  SearchOptions so;
+  so.model = "transformer";
+  so.settings = SmallTransformer(12);
+  so.chip = "tpu-v4";
+  so.devices = 16;
+  so.families = {"pipelining"};
+  so.meshes = {"L=2,X=2,Y=4", "L=4,X=2,Y=2"};
+  so.confirm = 0;
+  so.jobs = 1;
+  so.prune = false;
+  auto searched = RunSearch(so);
+  QVERIFY2(searched.ok(), searched.ok() ? "" : searched.error().message.c_str());
+  int64_t compared = 0;
+  std::set<std::string> meshes;
+  for (const CandidateResult& r : searched->ranked) {
+    if (!r.simulated()) continue;
+    auto p = PrepareCandidate(r.candidate, so.evaluation);
+    QVERIFY(p.ok());
+    Evaluation alone = EvaluateCandidate(p.value(), so.evaluation);
+    QVERIFY(alone.result.simulated());
+    QCOMPARE(alone.result.summary.step_time_s, r.summary.step_time_s);
+    QCOMPARE(alone.result.summary.peak_memory_bytes, r.summary.peak_memory_bytes);
+    QCOMPARE(alone.result.summary.bytes_communicated, r.summary.bytes_communicated);
+    meshes.insert(r.candidate.mesh);
+    ++compared;
+  }
+  QCOMPARE(meshes.size(), size_t{2});
+  QVERIFY2(compared >= 6, std::to_string(compared).c_str());
 }
 
 void TestSearch::searchRanksStoresAndReopens() {
