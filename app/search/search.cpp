@@ -27,9 +27,8 @@ double ProcessCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Runs fn(i) for i in [0, n) on `jobs` threads (the calling thread is one of them).
-// fn(i, worker) for i in [0, n) on `jobs` threads, each taking the next index when it is free;
-// `worker` (0 .. jobs-1) says which thread runs it.
+// Runs fn(i, worker) for i in [0, n) on `jobs` threads (the calling thread is one of them), each
+// taking the next index when it is free; `worker` (0 .. jobs-1) says which thread runs it.
 void ParallelForWorkers(size_t n, int jobs, const std::function<void(size_t, size_t)>& fn) {
   std::atomic<size_t> next{0};
   auto work = [&](size_t worker) {
@@ -42,6 +41,7 @@ void ParallelForWorkers(size_t n, int jobs, const std::function<void(size_t, siz
   for (auto& t : pool) t.join();
 }
 
+// The same without the worker.
 void ParallelFor(size_t n, int jobs, const std::function<void(size_t)>& fn) {
   ParallelForWorkers(n, jobs, [&](size_t i, size_t) { fn(i); });
 }
@@ -305,7 +305,7 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
   Prepared prep = PrepareAll(*candidates, options, on_progress, progress_mutex, done, total, cancel);
   result.stats.prepare_s = Now() - t;
 
-  // 3. Evaluate the survivors by ascending step-time bound. The candidates share one memo of
+  // 3. Evaluate the survivors, mesh by mesh, by ascending step-time bound. They share one memo of
   // collective timings (simulator/collective_timing.h): they run on one pod, and many of their
   // collectives recur (every depth of a candidate, every microbatch count on a mesh).
   EvaluationOptions evaluation = options.evaluation;
