@@ -1295,6 +1295,66 @@ HloSharding InferDotOperandSharding(const HloSharding* dot_sharding, const HloSh
   return sharding;
 }
 
+namespace {
+void AppendDotDimsKey(std::string& k, const DotDims& d) {
+  auto append = [&k](const std::vector<DotDim>& v) {
+    k += static_cast<char>(v.size());
+    for (const DotDim& x : v) {
+      const int64_t f[4] = {x.lhs, x.rhs, x.output, x.spatial};
+      k.append(reinterpret_cast<const char*>(f), sizeof f);
+    }
+  };
+  const int64_t ranks[3] = {d.lhs_rank, d.rhs_rank, d.output_rank};
+  k.append(reinterpret_cast<const char*>(ranks), sizeof ranks);
+  append(d.batch);
+  append(d.contracting);
+  append(d.lhs_non_contracting);
+  append(d.rhs_non_contracting);
+  append(d.conv_spatial);
+}
+}  // namespace
+
+const HloSharding& DotShardingMemo::Find(const std::function<HloSharding()>& compute) {
+  auto it = table_.find(key_);
+  if (it != table_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  ++misses_;
+  if (key_bytes_ + key_.size() > max_key_bytes_) {
+    table_.clear();
+    key_bytes_ = 0;
+  }
+  key_bytes_ += key_.size();
+  return table_.emplace(key_, compute()).first->second;
+}
+
+HloSharding DotShardingMemo::FromOperand(const HloSharding& operand_sharding, const DotDims& dims, int operand_index) {
+  if (!operand_sharding.metadata().empty()) return DotShardingFromOperand(operand_sharding, dims, operand_index);
+  key_.clear();
+  key_ += 'F';
+  key_ += static_cast<char>(operand_index);
+  AppendDotDimsKey(key_, dims);
+  AppendShardingKey(key_, operand_sharding);
+  return Find([&] { return DotShardingFromOperand(operand_sharding, dims, operand_index); });
+}
+
+HloSharding DotShardingMemo::InferOperand(const HloSharding* dot_sharding, const HloSharding* other_sharding,
+                                          int operand_index, const DotDims& dims, bool may_combine_partial) {
+  if ((dot_sharding && !dot_sharding->metadata().empty()) || (other_sharding && !other_sharding->metadata().empty()))
+    return InferDotOperandSharding(dot_sharding, other_sharding, operand_index, dims, may_combine_partial);
+  key_.clear();
+  key_ += 'I';
+  key_ += static_cast<char>(operand_index);
+  key_ += may_combine_partial ? '1' : '0';
+  AppendDotDimsKey(key_, dims);
+  key_ += dot_sharding ? 'd' : '-';
+  if (dot_sharding) AppendShardingKey(key_, *dot_sharding);
+  key_ += other_sharding ? 'o' : '-';
+  if (other_sharding) AppendShardingKey(key_, *other_sharding);
+  return Find([&] { return InferDotOperandSharding(dot_sharding, other_sharding, operand_index, dims, may_combine_partial); });
+}
+
 // ---- Gather / scatter -----------------------------------------------------------------------------
 
 namespace {

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/ir/ir.h"
@@ -153,6 +155,30 @@ HloSharding DotShardingFromOperand(const HloSharding& operand_sharding, const Do
 // Operand sharding implied by the dot's result and (optionally) the other operand.
 HloSharding InferDotOperandSharding(const HloSharding* dot_sharding, const HloSharding* other_sharding,
                                     int operand_index, const DotDims& dims, bool may_combine_partial);
+
+// The two functions above memoised by value: the shardings (ShardingKey), the dot's dimension
+// analysis, the operand and the flag. Both are pure functions of these, so one memo may serve many
+// propagation runs (the strategy search keeps one per thread and mesh, beside the partitioner's
+// memo): the same dots meet the same shardings on every layer and in every candidate of a mesh,
+// and at thousands of devices each answer takes tens of thousands of instructions. Shardings with
+// metadata are not memoised (the answer may carry it). Not thread-safe; the table is dropped when
+// its keys take more than `max_key_bytes` (a key holds every device id of an explicit sharding).
+class DotShardingMemo {
+ public:
+  explicit DotShardingMemo(size_t max_key_bytes = size_t{16} << 20) : max_key_bytes_(max_key_bytes) {}
+  HloSharding FromOperand(const HloSharding& operand_sharding, const DotDims& dims, int operand_index);
+  HloSharding InferOperand(const HloSharding* dot_sharding, const HloSharding* other_sharding, int operand_index,
+                           const DotDims& dims, bool may_combine_partial);
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+
+ private:
+  const HloSharding& Find(const std::function<HloSharding()>& compute);
+  size_t max_key_bytes_, key_bytes_ = 0;
+  int64_t hits_ = 0, misses_ = 0;
+  std::string key_;  // the key being built
+  std::unordered_map<std::string, HloSharding> table_;
+};
 
 // ---- Gather / scatter ------------------------------------------------------------------------------
 

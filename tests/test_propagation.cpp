@@ -359,6 +359,61 @@ class TestPropagation : public QObject {
     QVERIFY2(checked >= (backward ? 60 : 30), qPrintable(QString::number(checked)));
   }
 
+  // hlo_sharding_util::DotShardingMemo: one memo kept across runs (as the strategy search keeps
+  // one per mesh) gives every run exactly the shardings a run with its own memo gives, and its
+  // later runs take the dot rules' answers from the earlier ones.
+  void sharedDotMemoChangesNoSharding() {
+    const std::vector<AnnotationSet> sets = {AnnotationSet::kAttempt1, AnnotationSet::kAttempt2,
+                                             AnnotationSet::kFinalized, AnnotationSet::kFinalized};
+    auto shared = std::make_shared<hlo_sharding_util::DotShardingMemo>();
+    int64_t hits_before_last = 0;
+    for (size_t k = 0; k < sets.size(); ++k) {
+      PropagationOptions own;
+      own.propagate_to_output = {true};
+      PropagationOptions kept = own;
+      kept.dot_memo = shared;
+      auto a = SmallTransformer(2, true, sets[k]);
+      auto b = SmallTransformer(2, true, sets[k]);
+      QVERIFY(PropagateShardings(*a, own).ok());
+      if (k + 1 == sets.size()) hits_before_last = shared->hits();
+      QVERIFY(PropagateShardings(*b, kept).ok());
+      QCOMPARE(AllShardings(*b), AllShardings(*a));
+    }
+    QVERIFY(shared->misses() > 0);
+    // The last run repeats the third: every dot question it asks was answered before.
+    QVERIFY(shared->hits() > hits_before_last);
+    const int64_t misses = shared->misses();
+    auto c = SmallTransformer(2, true, AnnotationSet::kFinalized);
+    PropagationOptions again;
+    again.propagate_to_output = {true};
+    again.dot_memo = shared;
+    QVERIFY(PropagateShardings(*c, again).ok());
+    QCOMPARE(shared->misses(), misses);
+
+    // By value, the same answer as the function; a sharding with metadata is answered, not kept.
+    auto dot = ParseOrDie(R"(
+HloModule m
+ENTRY e {
+  a = f32[8,16] parameter(0)
+  b = f32[16,4] parameter(1)
+  ROOT d = f32[8,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})");
+    const auto dims = hlo_sharding_util::ParseDotDims(*dot->FindInstruction("d"));
+    const HloSharding out = S("{devices=[2,2]0,1,2,3}");
+    const HloSharding rhs = S("{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}");
+    hlo_sharding_util::DotShardingMemo memo;
+    for (int i = 0; i < 2; ++i) {
+      QCOMPARE(memo.InferOperand(&out, &rhs, 0, dims, true), hlo_sharding_util::InferDotOperandSharding(&out, &rhs, 0, dims, true));
+      QCOMPARE(memo.FromOperand(rhs, dims, 1), hlo_sharding_util::DotShardingFromOperand(rhs, dims, 1));
+    }
+    QCOMPARE(memo.misses(), int64_t{2});
+    QCOMPARE(memo.hits(), int64_t{2});
+    HloSharding tagged = out;
+    tagged.set_metadata({ShardingMetadata{"op_name=\"x\""}});
+    QCOMPARE(memo.InferOperand(&tagged, &rhs, 0, dims, true), hlo_sharding_util::InferDotOperandSharding(&tagged, &rhs, 0, dims, true));
+    QCOMPARE(memo.misses() + memo.hits(), int64_t{4});
+  }
+
   // ---- options matching XLA's pass -------------------------------------------------------------
 
   void outputAndParameterOptions() {

@@ -9,6 +9,7 @@
 #include "app/pipeline/pipeline.h"
 #include "app/pipeline/simulate.h"
 #include "app/pipeline/weight_update_sharding_paper.h"
+#include "partitioner/hlo_sharding_util.h"
 #include "partitioner/spmd/partition_memo.h"
 #include "core/base/units.h"
 #include "simulator/schedule.h"
@@ -269,6 +270,7 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
   // one mesh (PreparedCandidate::partition_memo): kept across every candidate, the memo's tile
   // maps (per-device tables at thousands of devices) grew the heap faster than they saved time.
   const auto partition_memo = p.partition_memo ? p.partition_memo : std::make_shared<spmd::PartitionMemo>();
+  const auto dot_memo = p.dot_memo ? p.dot_memo : std::make_shared<hlo_sharding_util::DotShardingMemo>();
   if (p.modules.empty() && !p.given_module) {
     // Dropped after the bounds (the search keeps none while it prepares the others): built again
     // here, just before they are partitioned (docs/search.md, "the allocator's pages").
@@ -291,6 +293,7 @@ Evaluation EvaluateCandidate(PreparedCandidate& p, const EvaluationOptions& opti
     if (p.exact()) annotations = AnnotationList(*p.modules[i]);
     pipeline::PipelineOptions o;
     o.propagation = pipeline::StandardPropagationOptions(pipeline::EntryIo::kShard);
+    o.propagation->dot_memo = dot_memo;
     o.partitioning = pipeline::Partitioning::kAlways;
     o.spmd.num_partitions = p.pod.devices;
     // The second depth's partitioning starts with the first one's answers (a memo answer depends

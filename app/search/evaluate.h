@@ -33,6 +33,9 @@
 namespace shardscope::spmd {
 class PartitionMemo;
 }
+namespace shardscope::hlo_sharding_util {
+class DotShardingMemo;
+}
 
 namespace shardscope::pipeline {
 class RunDatabase;
@@ -114,6 +117,9 @@ struct PreparedCandidate {
   // on the same mesh that one thread evaluates one after another (their shardings recur), or none
   // (EvaluateCandidate makes one for the candidate's depths). Not thread-safe.
   std::shared_ptr<spmd::PartitionMemo> partition_memo;
+  // Likewise the propagation's memo of the dot rules' sharding arithmetic
+  // (hlo_sharding_util::DotShardingMemo), or none (one for the candidate's depths).
+  std::shared_ptr<hlo_sharding_util::DotShardingMemo> dot_memo;
   bool exact() const { return depths.size() <= 1; }
 };
 

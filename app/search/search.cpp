@@ -13,6 +13,7 @@
 
 #include "app/pipeline/reproduce.h"
 #include "core/base/units.h"
+#include "partitioner/hlo_sharding_util.h"
 #include "partitioner/spmd/partition_memo.h"
 
 namespace shardscope::search {
@@ -336,6 +337,7 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
   struct WorkerMemo {
     std::string mesh;
     std::shared_ptr<spmd::PartitionMemo> memo;
+    std::shared_ptr<hlo_sharding_util::DotShardingMemo> dot_memo;  // the propagation's, likewise
   };
   std::vector<WorkerMemo> worker_memos(static_cast<size_t>(std::max(1, options.jobs)));
   struct Point {
@@ -353,8 +355,10 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
     if (!wm.memo || wm.mesh != mesh_key(i)) {
       wm.mesh = mesh_key(i);
       wm.memo = std::make_shared<spmd::PartitionMemo>();
+      wm.dot_memo = std::make_shared<hlo_sharding_util::DotShardingMemo>();
     }
     p.partition_memo = wm.memo;
+    p.dot_memo = wm.dot_memo;
     if (cancel.cancelled()) {
       r.outcome = Outcome::kCancelled;
       r.message = "the search was cancelled";
@@ -382,6 +386,7 @@ Result<SearchResult> RunSearch(const SearchOptions& options, const std::function
     }
     p.modules.clear();
     p.partition_memo.reset();
+    p.dot_memo.reset();
     const int64_t d = ++done;
     if (on_progress) {
       std::lock_guard<std::mutex> lock(progress_mutex);

@@ -23,7 +23,11 @@ bool SameOptional(const A& a, const B& b) {  // std::optional<HloSharding> or Sh
 
 }  // namespace
 
-PropagationEngine::PropagationEngine(PropagationOptions opts) : options(std::move(opts)) { Configure(); }
+PropagationEngine::PropagationEngine(PropagationOptions opts) : options(std::move(opts)) {
+  if (!options.dot_memo) options.dot_memo = std::make_shared<hlo_sharding_util::DotShardingMemo>();
+  dot_memo = options.dot_memo.get();
+  Configure();
+}
 
 Status PropagationEngine::Run(Module& m, bool* changed) {
   Status st = Index(m);

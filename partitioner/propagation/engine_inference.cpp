@@ -26,7 +26,7 @@ const HloSharding& PropagationEngine::OutputShardingFromDotOperand(const Instruc
   const uint32_t v = version[Id(op)];
   auto it = dot_forward_memo.find(key);
   if (it != dot_forward_memo.end() && it->second.operand_version == v) return it->second.result;
-  ForwardMemo memo{v, hlo_sharding_util::DotShardingFromOperand(*op->sharding(), DotDimsOf(dot), operand_index)};
+  ForwardMemo memo{v, dot_memo->FromOperand(*op->sharding(), DotDimsOf(dot), operand_index)};
   auto [pos, inserted] = dot_forward_memo.insert_or_assign(key, std::move(memo));
   return pos->second.result;
 }

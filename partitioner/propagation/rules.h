@@ -38,6 +38,8 @@ class RuleContext {
   bool is_spmd = true;
   bool may_combine_partial = false;  // is_spmd && aggressiveness > 0
   bool replace_sharding_with_copy = true;  // Sharding custom-calls behave as copies
+  // The dot rules' sharding arithmetic, memoised (set by the engine; never null while rules run).
+  hlo_sharding_util::DotShardingMemo* dot_memo = nullptr;
 
   // Current sharding of an instruction (honours temporary overrides used by lookahead).
   const HloSharding* ShardingOf(const Instruction* inst) const {

@@ -53,6 +53,10 @@ struct PropagationOptions {
   bool verify = true;
   // Record, for every sharding set, the reason (cheap; on by default).
   bool record_provenance = true;
+  // The dot rules' sharding arithmetic memoised by value, kept across runs
+  // (hlo_sharding_util::DotShardingMemo): null, each run keeps its own. Not thread-safe: a memo
+  // serves one run at a time.
+  std::shared_ptr<hlo_sharding_util::DotShardingMemo> dot_memo;
 };
 
 struct ShardingOrigin {

@@ -59,8 +59,8 @@ std::optional<HloSharding> DotBackward(const Instruction& operand, const Instruc
   if (idx < 0 || idx > 1) return std::nullopt;
   const DotDims& dims = ctx.DotDimsOf(user);
   if (!dims.conv_spatial.empty()) return std::nullopt;
-  return InferDotOperandSharding(&us, ctx.ShardingOf(user.operand(1 - idx)), static_cast<int>(idx), dims,
-                                 ctx.may_combine_partial);
+  return ctx.dot_memo->InferOperand(&us, ctx.ShardingOf(user.operand(1 - idx)), static_cast<int>(idx), dims,
+                                    ctx.may_combine_partial);
 }
 
 // A convolution kernel is small when it is smaller than the output along every spatial dim: then
